@@ -1,0 +1,222 @@
+// The reference driver: llama.cpp (built from the pinned package with its
+// defaults) answering the questions our goldens and benchmarks ask.
+//
+//   elelem-reference generate MODEL IDS N_PREDICT [N_CTX] [N_THREADS] [IGNORE_EOS]
+//       IDS is comma-separated prompt token ids. Prints the greedy ids (one
+//       line, space-separated), then the hex of their text (token_to_piece,
+//       special=false, as llama-completion prints them).
+//   elelem-reference tokenize MODEL FILE [ADD_SPECIAL] [PARSE_SPECIAL]
+//       FILE holds one hex-encoded UTF-8 string per line; prints one line of
+//       token ids per input line.
+//   elelem-reference chat MODEL FILE
+//       FILE holds lines "role<TAB>hex(content)"; prints the hex of the prompt
+//       rendered by llama_chat_apply_template with add_generation_prompt.
+//   elelem-reference bench MODEL N_THREADS N_CTX PP TG DEPTH REPS
+//       Prints "pp <t/s>" and "tg <t/s>" medians measured the way llama-bench
+//       does (a fresh sequence per repetition, DEPTH tokens of context first).
+//
+// The context mirrors llama-completion's defaults: flash attention auto, F16
+// KV cache, n_batch 2048, n_ubatch 512, swa_full false, the prompt fed with
+// llama_batch_get_one (only the last token is an output), greedy sampling.
+#include "llama.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+static std::string to_hex(const std::string & s) {
+    static const char * digits = "0123456789abcdef";
+    std::string out;
+    for (unsigned char c : s) { out += digits[c >> 4]; out += digits[c & 15]; }
+    return out;
+}
+
+static std::string from_hex(const std::string & h) {
+    std::string out;
+    for (size_t i = 0; i + 1 < h.size(); i += 2) out += (char) std::stoi(h.substr(i, 2), nullptr, 16);
+    return out;
+}
+
+static std::vector<llama_token> parse_ids(const char * s) {
+    std::vector<llama_token> ids;
+    std::string cur;
+    for (const char * p = s;; ++p) {
+        if (*p == ',' || *p == '\0') { if (!cur.empty()) ids.push_back(std::stoi(cur)); cur.clear(); if (!*p) break; }
+        else cur += *p;
+    }
+    return ids;
+}
+
+static void quiet_log(ggml_log_level, const char *, void *) {}
+
+static llama_model * load(const char * path) {
+    llama_model_params mp = llama_model_default_params();
+    llama_model * model = llama_model_load_from_file(path, mp);
+    if (!model) { fprintf(stderr, "failed to load %s\n", path); exit(1); }
+    return model;
+}
+
+static llama_context * make_context(llama_model * model, int n_ctx, int n_threads) {
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = 2048;
+    cp.n_ubatch = 512;
+    cp.n_threads = n_threads;
+    cp.n_threads_batch = n_threads;
+    cp.swa_full = false;  // common_params' default, as llama-completion runs
+    llama_context * ctx = llama_init_from_model(model, cp);
+    if (!ctx) { fprintf(stderr, "failed to create context\n"); exit(1); }
+    return ctx;
+}
+
+static void decode_prompt(llama_context * ctx, std::vector<llama_token> & ids, int n_batch) {
+    for (size_t i = 0; i < ids.size(); i += n_batch) {
+        int n = (int) std::min(ids.size() - i, (size_t) n_batch);
+        if (llama_decode(ctx, llama_batch_get_one(ids.data() + i, n))) { fprintf(stderr, "decode failed\n"); exit(1); }
+    }
+}
+
+static std::string piece(const llama_vocab * vocab, llama_token id, bool special) {
+    char buf[512];
+    int n = llama_token_to_piece(vocab, id, buf, sizeof(buf), 0, special);
+    return n < 0 ? std::string() : std::string(buf, n);
+}
+
+static int cmd_generate(int argc, char ** argv) {
+    if (argc < 5) return 2;
+    int n_predict = atoi(argv[4]);
+    int n_ctx = argc > 5 ? atoi(argv[5]) : 4096;
+    int n_threads = argc > 6 ? atoi(argv[6]) : 2;
+    bool ignore_eos = argc > 7 && atoi(argv[7]) != 0;
+    llama_model * model = load(argv[2]);
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    llama_context * ctx = make_context(model, n_ctx, n_threads);
+    llama_sampler * smpl = llama_sampler_init_greedy();
+    std::vector<llama_token> prompt = parse_ids(argv[3]);
+    decode_prompt(ctx, prompt, 2048);
+    std::vector<llama_token> out;
+    std::string text;
+    for (int i = 0; i < n_predict; ++i) {
+        llama_token id = llama_sampler_sample(smpl, ctx, -1);
+        out.push_back(id);
+        if (!ignore_eos && llama_vocab_is_eog(vocab, id)) break;
+        text += piece(vocab, id, false);
+        if ((int) (prompt.size() + out.size()) >= n_ctx) break;
+        if (llama_decode(ctx, llama_batch_get_one(&id, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
+    }
+    for (size_t i = 0; i < out.size(); ++i) printf(i ? " %d" : "%d", out[i]);
+    printf("\n%s\n", to_hex(text).c_str());
+    llama_sampler_free(smpl);
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}
+
+static int cmd_tokenize(int argc, char ** argv) {
+    if (argc < 4) return 2;
+    bool add_special = argc > 4 ? atoi(argv[4]) != 0 : true;
+    bool parse_special = argc > 5 ? atoi(argv[5]) != 0 : true;
+    llama_model * model = load(argv[2]);
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    std::ifstream in(argv[3]);
+    std::string line;
+    while (std::getline(in, line)) {
+        std::string text = from_hex(line);
+        int n = -llama_tokenize(vocab, text.data(), (int) text.size(), nullptr, 0, add_special, parse_special);
+        std::vector<llama_token> ids(std::max(n, 0));
+        llama_tokenize(vocab, text.data(), (int) text.size(), ids.data(), n, add_special, parse_special);
+        for (size_t i = 0; i < ids.size(); ++i) printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+    }
+    llama_model_free(model);
+    return 0;
+}
+
+static int cmd_chat(int argc, char ** argv) {
+    if (argc < 4) return 2;
+    llama_model * model = load(argv[2]);
+    std::ifstream in(argv[3]);
+    std::vector<std::string> roles, contents;
+    std::string line;
+    while (std::getline(in, line)) {
+        size_t tab = line.find('\t');
+        roles.push_back(line.substr(0, tab));
+        contents.push_back(from_hex(line.substr(tab + 1)));
+    }
+    std::vector<llama_chat_message> msgs;
+    for (size_t i = 0; i < roles.size(); ++i) msgs.push_back({roles[i].c_str(), contents[i].c_str()});
+    const char * tmpl = llama_model_chat_template(model, nullptr);
+    std::vector<char> buf(1 << 20);
+    int n = llama_chat_apply_template(tmpl, msgs.data(), msgs.size(), true, buf.data(), (int) buf.size());
+    if (n < 0) { fprintf(stderr, "template not supported\n"); return 1; }
+    printf("%s\n", to_hex(std::string(buf.data(), n)).c_str());
+    llama_model_free(model);
+    return 0;
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+static int cmd_bench(int argc, char ** argv) {
+    if (argc < 9) return 2;
+    int n_threads = atoi(argv[3]), n_ctx = atoi(argv[4]), pp = atoi(argv[5]), tg = atoi(argv[6]);
+    int depth = atoi(argv[7]), reps = atoi(argv[8]);
+    llama_model * model = load(argv[2]);
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    int n_vocab = llama_vocab_n_tokens(vocab);
+    llama_context * ctx = make_context(model, n_ctx, n_threads);
+    std::srand(42);
+    auto random_tokens = [&](int n) {
+        std::vector<llama_token> t(n);
+        for (auto & x : t) x = std::rand() % n_vocab;
+        return t;
+    };
+    std::vector<double> pp_rates, tg_rates;
+    for (int r = 0; r <= reps; ++r) {  // repetition 0 is the warm-up
+        llama_memory_clear(llama_get_memory(ctx), true);
+        if (depth > 0) { auto d = random_tokens(depth); decode_prompt(ctx, d, 2048); }
+        if (pp > 0) {
+            auto p = random_tokens(pp);
+            auto t0 = std::chrono::steady_clock::now();
+            decode_prompt(ctx, p, 2048);
+            llama_synchronize(ctx);
+            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (r) pp_rates.push_back(pp / s);
+        }
+        if (tg > 0) {
+            llama_token id = std::rand() % n_vocab;
+            auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < tg; ++i) {
+                if (llama_decode(ctx, llama_batch_get_one(&id, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
+                llama_synchronize(ctx);
+            }
+            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (r) tg_rates.push_back(tg / s);
+        }
+    }
+    if (!pp_rates.empty()) printf("pp %.3f\n", median(pp_rates));
+    if (!tg_rates.empty()) printf("tg %.3f\n", median(tg_rates));
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}
+
+int main(int argc, char ** argv) {
+    if (!getenv("ELELEM_REFERENCE_VERBOSE")) llama_log_set(quiet_log, nullptr);
+    llama_backend_init();
+    int rc = 2;
+    if (argc > 1 && !strcmp(argv[1], "generate")) rc = cmd_generate(argc, argv);
+    else if (argc > 1 && !strcmp(argv[1], "tokenize")) rc = cmd_tokenize(argc, argv);
+    else if (argc > 1 && !strcmp(argv[1], "chat")) rc = cmd_chat(argc, argv);
+    else if (argc > 1 && !strcmp(argv[1], "bench")) rc = cmd_bench(argc, argv);
+    if (rc == 2) fprintf(stderr, "usage: see the header of tools/reference/reference.cpp\n");
+    llama_backend_free();
+    return rc;
+}
