@@ -1,0 +1,405 @@
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+
+use memmap2::Mmap;
+
+use crate::{GgufError, Result, TensorType, Value, ValueType, DEFAULT_ALIGNMENT, MAX_DIMS};
+
+/// Bounds that keep a hostile header from asking for more memory than the file
+/// could justify: every element costs at least one byte of file, but a parsed
+/// [`Value`] costs far more than one byte of memory.
+const MAX_ARRAY_LEN: u64 = 1 << 24;
+const MAX_ARRAY_DEPTH: usize = 2;
+const MAX_STRING_LEN: u64 = 1 << 24;
+
+/// Where a tensor lives in the data section, and what it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// ggml order: `dims[0]` is the row length.
+    pub dims: Vec<u64>,
+    pub tensor_type: TensorType,
+    /// Offset from the start of the data section.
+    pub offset: u64,
+    /// Bytes of data, validated to lie inside the data section.
+    pub size: u64,
+}
+
+impl TensorInfo {
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+
+    /// The dimensions padded to four with ones, as ggml's `ne`.
+    pub fn ne(&self) -> [u64; MAX_DIMS] {
+        let mut ne = [1; MAX_DIMS];
+        ne[..self.dims.len()].copy_from_slice(&self.dims);
+        ne
+    }
+}
+
+enum Bytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A parsed, validated GGUF file. The file stays memory-mapped: tensor data is
+/// read from the page cache on demand, never copied here.
+pub struct Gguf {
+    bytes: Bytes,
+    version: u32,
+    metadata: Vec<(String, Value)>,
+    index: HashMap<String, usize>,
+    tensors: Vec<TensorInfo>,
+    tensor_index: HashMap<String, usize>,
+    alignment: u64,
+    data_offset: u64,
+}
+
+impl std::fmt::Debug for Gguf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gguf")
+            .field("version", &self.version)
+            .field("metadata", &self.metadata.len())
+            .field("tensors", &self.tensors.len())
+            .finish()
+    }
+}
+
+impl Gguf {
+    /// Maps and validates the file at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Gguf> {
+        let path = path.as_ref();
+        let io = |source| GgufError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        if file.metadata().map_err(io)?.is_dir() {
+            return Err(io(std::io::Error::other("is a directory")));
+        }
+        // SAFETY: the map is read-only; a file truncated under us by another process
+        // is the one hazard no reader of mapped files can rule out.
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        Gguf::from_bytes_inner(Bytes::Mapped(map))
+    }
+
+    /// Validates an in-memory GGUF (tests, fuzzing).
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Gguf> {
+        Gguf::from_bytes_inner(Bytes::Owned(bytes))
+    }
+
+    fn from_bytes_inner(bytes: Bytes) -> Result<Gguf> {
+        let parsed = Parser::new(bytes.as_slice()).parse()?;
+        Ok(Gguf { bytes, ..parsed })
+    }
+
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.index.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    /// All metadata in file order.
+    pub fn metadata(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.metadata.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    /// The whole file.
+    pub fn file_bytes(&self) -> &[u8] {
+        self.bytes.as_slice()
+    }
+
+    /// Where the data section starts in the file.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    /// A tensor's bytes (bounds were validated at open).
+    pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
+        let start = (self.data_offset + info.offset) as usize;
+        &self.file_bytes()[start..start + info.size as usize]
+    }
+}
+
+struct Parser<'a> {
+    bytes: &'a [u8],
+    pos: u64,
+}
+
+impl<'a> Parser<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Parser { bytes, pos: 0 }
+    }
+
+    fn remaining(&self) -> u64 {
+        self.bytes.len() as u64 - self.pos
+    }
+
+    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(GgufError::Truncated {
+                what: what.to_string(),
+                offset: self.pos,
+                needed: n,
+                available: self.remaining(),
+            });
+        }
+        let start = self.pos as usize;
+        self.pos += n;
+        Ok(&self.bytes[start..start + n as usize])
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N]> {
+        Ok(self.take(N as u64, what)?.try_into().unwrap())
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    fn string(&mut self, what: &str) -> Result<String> {
+        let len = self.u64(what)?;
+        if len > MAX_STRING_LEN {
+            return Err(malformed(format!(
+                "{what}: string length {len} exceeds {MAX_STRING_LEN}"
+            )));
+        }
+        let raw = self.take(len, what)?;
+        String::from_utf8(raw.to_vec())
+            .map_err(|_| malformed(format!("{what}: string is not valid UTF-8")))
+    }
+
+    fn parse(mut self) -> Result<Gguf> {
+        let magic: [u8; 4] = self.array("magic")?;
+        if &magic != b"GGUF" {
+            return Err(GgufError::BadMagic(magic));
+        }
+        let version = self.u32("version")?;
+        if !(2..=3).contains(&version) {
+            return Err(GgufError::UnsupportedVersion(version));
+        }
+        let n_tensors = self.u64("tensor count")?;
+        let n_kv = self.u64("metadata count")?;
+        // The smallest key-value pair takes 8 (key length) + 4 (type) + 1 bytes, the
+        // smallest tensor info 8 + 4 + 4 + 8: counts beyond what the file holds are lies.
+        if n_kv > self.remaining() / 13 {
+            return Err(malformed(format!(
+                "metadata count {n_kv} is larger than the file could hold"
+            )));
+        }
+        if n_tensors > self.remaining() / 24 {
+            return Err(malformed(format!(
+                "tensor count {n_tensors} is larger than the file could hold"
+            )));
+        }
+
+        let mut metadata = Vec::with_capacity(n_kv as usize);
+        let mut index = HashMap::with_capacity(n_kv as usize);
+        for i in 0..n_kv {
+            let key = self.string(&format!("metadata key #{i}"))?;
+            let type_id = self.u32(&format!("type of {key}"))?;
+            let value = self.value(type_id, &key, 0)?;
+            if index.insert(key.clone(), metadata.len()).is_some() {
+                return Err(malformed(format!("duplicate metadata key {key}")));
+            }
+            metadata.push((key, value));
+        }
+
+        let alignment = match index.get("general.alignment").map(|&i| &metadata[i].1) {
+            None => DEFAULT_ALIGNMENT,
+            Some(Value::U32(a)) if a.is_power_of_two() => u64::from(*a),
+            Some(v) => {
+                return Err(malformed(format!(
+                    "general.alignment must be a power-of-two u32, got {v:?}"
+                )))
+            }
+        };
+
+        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+        for i in 0..n_tensors {
+            let info = self.tensor_info(i, alignment)?;
+            if tensor_index
+                .insert(info.name.clone(), tensors.len())
+                .is_some()
+            {
+                return Err(malformed(format!("duplicate tensor name {}", info.name)));
+            }
+            tensors.push(info);
+        }
+
+        let data_offset = self.pos.div_ceil(alignment) * alignment;
+        let data_len = (self.bytes.len() as u64).saturating_sub(data_offset);
+        validate_layout(&tensors, data_len)?;
+
+        Ok(Gguf {
+            bytes: Bytes::Owned(Vec::new()),
+            version,
+            metadata,
+            index,
+            tensors,
+            tensor_index,
+            alignment,
+            data_offset,
+        })
+    }
+
+    fn value(&mut self, type_id: u32, key: &str, depth: usize) -> Result<Value> {
+        let ty = ValueType::from_id(type_id)
+            .ok_or_else(|| malformed(format!("{key}: unknown value type {type_id}")))?;
+        Ok(match ty {
+            ValueType::U8 => Value::U8(self.array::<1>(key)?[0]),
+            ValueType::I8 => Value::I8(self.array::<1>(key)?[0] as i8),
+            ValueType::U16 => Value::U16(u16::from_le_bytes(self.array(key)?)),
+            ValueType::I16 => Value::I16(i16::from_le_bytes(self.array(key)?)),
+            ValueType::U32 => Value::U32(self.u32(key)?),
+            ValueType::I32 => Value::I32(i32::from_le_bytes(self.array(key)?)),
+            ValueType::U64 => Value::U64(self.u64(key)?),
+            ValueType::I64 => Value::I64(i64::from_le_bytes(self.array(key)?)),
+            ValueType::F32 => Value::F32(f32::from_le_bytes(self.array(key)?)),
+            ValueType::F64 => Value::F64(f64::from_le_bytes(self.array(key)?)),
+            ValueType::Bool => match self.array::<1>(key)?[0] {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                b => return Err(malformed(format!("{key}: bool byte is {b}"))),
+            },
+            ValueType::String => Value::String(self.string(key)?),
+            ValueType::Array => {
+                if depth >= MAX_ARRAY_DEPTH {
+                    return Err(malformed(format!(
+                        "{key}: arrays nested deeper than {MAX_ARRAY_DEPTH}"
+                    )));
+                }
+                let elem_type = self.u32(key)?;
+                let len = self.u64(key)?;
+                let min_elem = ValueType::from_id(elem_type)
+                    .ok_or_else(|| {
+                        malformed(format!("{key}: unknown array element type {elem_type}"))
+                    })?
+                    .scalar_size()
+                    .unwrap_or(8);
+                if len > MAX_ARRAY_LEN || len > self.remaining() / min_elem {
+                    return Err(malformed(format!(
+                        "{key}: array length {len} is larger than the file could hold"
+                    )));
+                }
+                let mut items = Vec::with_capacity(len as usize);
+                for _ in 0..len {
+                    items.push(self.value(elem_type, key, depth + 1)?);
+                }
+                Value::Array(items)
+            }
+        })
+    }
+
+    fn tensor_info(&mut self, i: u64, alignment: u64) -> Result<TensorInfo> {
+        let name = self.string(&format!("tensor #{i} name"))?;
+        let n_dims = self.u32(&format!("tensor {name} dimension count"))?;
+        if n_dims == 0 || n_dims as usize > MAX_DIMS {
+            return Err(malformed(format!(
+                "tensor {name}: {n_dims} dimensions (1 to {MAX_DIMS} allowed)"
+            )));
+        }
+        let mut dims = Vec::with_capacity(n_dims as usize);
+        for _ in 0..n_dims {
+            dims.push(self.u64(&format!("tensor {name} dimensions"))?);
+        }
+        let type_id = self.u32(&format!("tensor {name} type"))?;
+        let offset = self.u64(&format!("tensor {name} offset"))?;
+
+        let tensor_type = TensorType::from_id(type_id)
+            .ok_or_else(|| malformed(format!("tensor {name}: unknown tensor type {type_id}")))?;
+        if dims.iter().any(|&d| d == 0 || d > i64::MAX as u64) {
+            return Err(malformed(format!(
+                "tensor {name}: dimensions {dims:?} out of range"
+            )));
+        }
+        let n_elements = dims
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n <= i64::MAX as u64)
+            .ok_or_else(|| malformed(format!("tensor {name}: dimensions {dims:?} overflow")))?;
+        let row = tensor_type.row_bytes(dims[0]).ok_or_else(|| {
+            malformed(format!(
+                "tensor {name}: row length {} is not a multiple of {}'s block size {}",
+                dims[0],
+                tensor_type,
+                tensor_type.block_size()
+            ))
+        })?;
+        let size = row
+            .checked_mul(n_elements / dims[0])
+            .ok_or_else(|| malformed(format!("tensor {name}: size overflows")))?;
+        if offset % alignment != 0 {
+            return Err(malformed(format!(
+                "tensor {name}: offset {offset} is not aligned to {alignment}"
+            )));
+        }
+        Ok(TensorInfo {
+            name,
+            dims,
+            tensor_type,
+            offset,
+            size,
+        })
+    }
+}
+
+fn validate_layout(tensors: &[TensorInfo], data_len: u64) -> Result<()> {
+    let mut spans: Vec<&TensorInfo> = tensors.iter().collect();
+    spans.sort_by_key(|t| t.offset);
+    for (i, t) in spans.iter().enumerate() {
+        let end = t
+            .offset
+            .checked_add(t.size)
+            .filter(|&e| e <= data_len)
+            .ok_or_else(|| {
+                malformed(format!(
+                    "tensor {}: data [{}, +{}) lies outside the data section ({} bytes)",
+                    t.name, t.offset, t.size, data_len
+                ))
+            })?;
+        if let Some(next) = spans.get(i + 1) {
+            if end > next.offset {
+                return Err(malformed(format!(
+                    "tensors {} and {} overlap",
+                    t.name, next.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn malformed(msg: String) -> GgufError {
+    GgufError::Malformed(msg)
+}
