@@ -1,0 +1,58 @@
+//! llama (also Mistral, TinyLlama and other llama-shaped models): pre-norm
+//! blocks, grouped-query attention with NORM rope (consecutive pairs rotated),
+//! a SwiGLU feed-forward. Biases are optional.
+
+use crate::arch::{load_embeddings, LayerWeights, Weights};
+use crate::ggml::Tensor;
+use crate::hparams::HParams;
+use crate::layers::GraphBuilder;
+use crate::model::Loader;
+use crate::Result;
+
+pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+    let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
+    let layers = (0..hp.n_layer)
+        .map(|il| loader.llama_block(hp, il, false))
+        .collect::<Result<_>>()?;
+    Ok(Weights {
+        tok_embd,
+        output_norm,
+        output,
+        output_bias: None,
+        layers,
+    })
+}
+
+pub(crate) fn build(b: &GraphBuilder) -> Tensor {
+    let hp = b.hparams();
+    let kq_scale = 1.0 / (hp.head_dim_k as f32).sqrt();
+    let mut x = b.embed();
+    for (il, layer) in b.layers().iter().enumerate() {
+        x = llama_block(b, layer, il, x, kq_scale);
+    }
+    b.logits(x)
+}
+
+/// The block llama and qwen2 share: norm → attention → residual → norm → SwiGLU → residual.
+pub(crate) fn llama_block(
+    b: &GraphBuilder,
+    layer: &LayerWeights,
+    il: usize,
+    x: Tensor,
+    kq_scale: f32,
+) -> Tensor {
+    let hp = b.hparams();
+    let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
+    let (q, k, v) = b.qkv(layer, attn_in, il);
+    let q = b.graph.rope(q, b.inputs.pos, &hp.rope, hp.rope.freq_base);
+    let k = b.graph.rope(k, b.inputs.pos, &hp.rope, hp.rope.freq_base);
+    let attn = b.attention(layer, il, q, k, v, kq_scale);
+    let (attn, residual) = b.select_outputs_if_last(il, attn, x);
+    let ffn_in = b
+        .graph
+        .add(attn, residual)
+        .set_name(&format!("ffn_inp-{il}"));
+    let ffn = b.norm(ffn_in, layer.ffn_norm, "ffn_norm", il);
+    let ffn = b.ffn_swiglu(layer, ffn, il);
+    b.graph.add(ffn, ffn_in).set_name(&format!("l_out-{il}"))
+}

@@ -1,0 +1,24 @@
+//! qwen2 (Qwen2, Qwen2.5, Qwen2.5-Coder): llama's block with biases on Q, K
+//! and V (none on the output projection), NEOX rope (the two halves of each
+//! head rotated together), and usually an untied output head. The forward
+//! graph is llama's: only the weights differ.
+
+use crate::arch::{load_embeddings, Weights};
+use crate::hparams::HParams;
+use crate::model::Loader;
+use crate::Result;
+
+pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+    let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
+    let output_bias = loader.optional_vector("output.bias", u64::from(hp.n_vocab))?;
+    let layers = (0..hp.n_layer)
+        .map(|il| loader.llama_block(hp, il, true))
+        .collect::<Result<_>>()?;
+    Ok(Weights {
+        tok_embd,
+        output_norm,
+        output,
+        output_bias,
+        layers,
+    })
+}

@@ -1,0 +1,247 @@
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::ggml::{Backend, Gallocr, Graph, GraphArena};
+use crate::kv_cache::KvCache;
+use crate::layers::{GraphBuilder, Inputs};
+use crate::{Error, Model, Result};
+
+/// The most graph nodes a forward pass may have (llama.cpp sizes its graphs the same way).
+const MAX_NODES: usize = 8192;
+/// The prompt is evaluated in micro-batches of at most this many tokens, as llama.cpp's n_ubatch.
+pub const DEFAULT_UBATCH: u32 = 512;
+
+#[derive(Debug, Clone)]
+pub struct ContextParams {
+    /// The most tokens the sequence may hold.
+    pub n_ctx: u32,
+    pub n_threads: usize,
+    pub n_ubatch: u32,
+}
+
+impl Default for ContextParams {
+    fn default() -> Self {
+        ContextParams {
+            n_ctx: 4096,
+            n_threads: 2,
+            n_ubatch: DEFAULT_UBATCH,
+        }
+    }
+}
+
+/// Counters of the work done since the sequence began.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DecodeStats {
+    pub prompt_tokens: u64,
+    pub prompt_seconds: f64,
+    pub decode_tokens: u64,
+    pub decode_seconds: f64,
+}
+
+/// One sequence over a model: the KV cache, the graph allocator that owns the
+/// compute buffer, and the CPU backend the graphs run on.
+pub struct Context {
+    model: Arc<Model>,
+    params: ContextParams,
+    backend: Backend,
+    kv: KvCache,
+    galloc: Gallocr,
+    arena: GraphArena,
+    n_past: u32,
+    logits: Vec<f32>,
+    abort: Arc<AtomicBool>,
+    stats: DecodeStats,
+}
+
+impl Context {
+    pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Context> {
+        validate(&params)?;
+        let backend = Backend::cpu(params.n_threads)?;
+        let kv = KvCache::new(&backend, &model.hparams, params.n_ctx)?;
+        let galloc = Gallocr::new(backend.default_buft())?;
+        let abort = Arc::new(AtomicBool::new(false));
+        // SAFETY: the flag is an Arc the context holds for as long as the backend lives.
+        unsafe { backend.set_abort_flag(Arc::as_ptr(&abort)) };
+        let n_vocab = model.hparams.n_vocab as usize;
+        let mut ctx = Context {
+            model,
+            params,
+            backend,
+            kv,
+            galloc,
+            arena: GraphArena::new(MAX_NODES),
+            n_past: 0,
+            logits: vec![0.0; n_vocab],
+            abort,
+            stats: DecodeStats::default(),
+        };
+        ctx.reserve()?;
+        Ok(ctx)
+    }
+
+    /// Sizes the compute buffer once, for the largest graph this context will build
+    /// (a full micro-batch attending over the whole cache), so it never grows later.
+    fn reserve(&mut self) -> Result<()> {
+        let n_tokens = self.params.n_ubatch.min(self.params.n_ctx);
+        let graph = self.arena.graph()?;
+        build(&graph, &self.model, &self.kv, n_tokens, self.kv.size);
+        self.galloc.reserve(&graph)
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub fn params(&self) -> &ContextParams {
+        &self.params
+    }
+
+    /// Tokens in the sequence so far.
+    pub fn n_past(&self) -> u32 {
+        self.n_past
+    }
+
+    /// Forgets the sequence (the cache cells are simply reused).
+    pub fn clear(&mut self) {
+        self.n_past = 0;
+        self.stats = DecodeStats::default();
+    }
+
+    pub fn stats(&self) -> DecodeStats {
+        self.stats
+    }
+
+    pub fn compute_buffer_bytes(&self) -> usize {
+        self.galloc.buffer_size()
+    }
+
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.kv.bytes()
+    }
+
+    /// A flag that, once set (from any thread), stops the current computation
+    /// between two graph nodes with [`Error::Aborted`]. `decode` clears it on entry.
+    pub fn abort_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.abort)
+    }
+
+    /// Appends `tokens` to the sequence and returns the logits after its last token.
+    pub fn decode(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument("no tokens to decode".into()));
+        }
+        let n_vocab = self.model.hparams.n_vocab;
+        if let Some(&bad) = tokens.iter().find(|&&t| t >= n_vocab) {
+            return Err(Error::InvalidArgument(format!(
+                "token id {bad} is out of range (vocabulary size {n_vocab})"
+            )));
+        }
+        let total = u64::from(self.n_past) + tokens.len() as u64;
+        if total > u64::from(self.params.n_ctx) {
+            return Err(Error::ContextFull(format!(
+                "{} tokens do not fit: the context holds {} of n_ctx {}",
+                tokens.len(),
+                self.n_past,
+                self.params.n_ctx
+            )));
+        }
+        self.abort.store(false, Ordering::Relaxed);
+        let start = Instant::now();
+        for chunk in tokens.chunks(self.params.n_ubatch as usize) {
+            self.eval(chunk)?;
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        if tokens.len() > 1 {
+            self.stats.prompt_tokens += tokens.len() as u64;
+            self.stats.prompt_seconds += seconds;
+        } else {
+            self.stats.decode_tokens += 1;
+            self.stats.decode_seconds += seconds;
+        }
+        Ok(&self.logits)
+    }
+
+    /// One micro-batch: build, allocate, fill inputs, compute, read the last row's logits.
+    fn eval(&mut self, tokens: &[u32]) -> Result<()> {
+        let n_tokens = tokens.len() as u32;
+        let first = self.n_past;
+        let n_kv = self.kv.n_kv(first + n_tokens);
+        let graph = self.arena.graph()?;
+        let (inputs, logits) = build(&graph, &self.model, &self.kv, n_tokens, n_kv);
+        self.galloc.alloc(&graph)?;
+
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let pos: Vec<i32> = (first..first + n_tokens).map(|p| p as i32).collect();
+        let cells: Vec<i64> = (first..first + n_tokens).map(i64::from).collect();
+        inputs.tokens.write(&ids);
+        inputs.pos.write(&pos);
+        inputs.kv_cells.write(&cells);
+        inputs.mask.write(&causal_mask(first, n_tokens, n_kv));
+        inputs.out_ids.write(&[n_tokens as i32 - 1]);
+
+        self.backend.compute(graph.raw())?;
+        logits.read_f32(0, &mut self.logits);
+        self.n_past += n_tokens;
+        Ok(())
+    }
+}
+
+fn validate(params: &ContextParams) -> Result<()> {
+    if params.n_ctx == 0 || params.n_ctx > 1 << 20 {
+        return Err(Error::InvalidArgument(format!(
+            "n_ctx must be between 1 and {}, got {}",
+            1 << 20,
+            params.n_ctx
+        )));
+    }
+    if params.n_threads == 0 || params.n_threads > 512 {
+        return Err(Error::InvalidArgument(format!(
+            "n_threads must be between 1 and 512, got {}",
+            params.n_threads
+        )));
+    }
+    if params.n_ubatch == 0 || params.n_ubatch > 8192 {
+        return Err(Error::InvalidArgument(format!(
+            "n_ubatch must be between 1 and 8192, got {}",
+            params.n_ubatch
+        )));
+    }
+    Ok(())
+}
+
+fn build(
+    graph: &Graph,
+    model: &Model,
+    kv: &KvCache,
+    n_tokens: u32,
+    n_kv: u32,
+) -> (Inputs, crate::ggml::Tensor) {
+    let inputs = Inputs::new(graph, n_tokens.into(), n_kv.into(), 1);
+    let builder = GraphBuilder {
+        graph,
+        inputs,
+        model,
+        kv,
+        n_tokens: n_tokens.into(),
+        n_kv: n_kv.into(),
+    };
+    let logits = model.hparams.arch.build(&builder);
+    graph.mark_output(logits);
+    graph.expand(logits);
+    (builder.inputs, logits)
+}
+
+/// F16 bits of 0 and -inf.
+const MASK_VISIBLE: u16 = 0x0000;
+const MASK_HIDDEN: u16 = 0xFC00;
+
+/// Token `i` (at position `first + i`, in cell `first + i`) sees cells `0..=first + i`.
+fn causal_mask(first: u32, n_tokens: u32, n_kv: u32) -> Vec<u16> {
+    let mut mask = vec![MASK_HIDDEN; (n_tokens * n_kv) as usize];
+    for i in 0..n_tokens {
+        let row = (i * n_kv) as usize;
+        mask[row..row + (first + i + 1) as usize].fill(MASK_VISIBLE);
+    }
+    mask
+}

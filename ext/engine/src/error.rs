@@ -1,0 +1,31 @@
+/// Everything the engine can refuse or fail at. Each variant maps to one Ruby
+/// exception class in the extension.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file is missing, unreadable, not a GGUF, malformed, or not a model we support.
+    #[error("{0}")]
+    Load(String),
+    /// A caller passed something out of range (token IDs, sizes, options).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The sequence does not fit the context window.
+    #[error("{0}")]
+    ContextFull(String),
+    /// The abort flag stopped the computation (an interrupt).
+    #[error("interrupted")]
+    Aborted,
+    /// ggml could not allocate memory.
+    #[error("out of memory allocating {0}")]
+    OutOfMemory(String),
+    /// A broken invariant in the engine itself.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<elelem_gguf::GgufError> for Error {
+    fn from(e: elelem_gguf::GgufError) -> Self {
+        Error::Load(e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,641 @@
+//! Owning wrappers around the ggml objects the engine keeps (contexts,
+//! backends, buffers, the graph allocator), and a [`Graph`] builder whose
+//! methods are the ops the architectures use.
+//!
+//! Every ggml object is freed by its owner's `Drop`; none is shared across
+//! threads without the owner (the engine's `Context` is `Send`, not `Sync`).
+
+use std::ffi::{c_void, CStr, CString};
+use std::ptr::NonNull;
+
+use ggml_sys as sys;
+
+use crate::{Error, Result};
+
+/// A tensor in some ggml context this module owns. Copyable: it is only a handle,
+/// valid while the context that holds it lives (the graph builder's or the model's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tensor(NonNull<sys::ggml_tensor>);
+
+// SAFETY: tensors are plain descriptors; all access goes through the owning context,
+// whose users serialize it.
+unsafe impl Send for Tensor {}
+unsafe impl Sync for Tensor {}
+
+impl Tensor {
+    pub(crate) fn from_raw(ptr: *mut sys::ggml_tensor) -> Result<Tensor> {
+        NonNull::new(ptr)
+            .map(Tensor)
+            .ok_or_else(|| Error::Internal("ggml returned a null tensor".into()))
+    }
+
+    pub fn as_ptr(self) -> *mut sys::ggml_tensor {
+        self.0.as_ptr()
+    }
+
+    pub fn ne(self) -> [i64; 4] {
+        unsafe { (*self.as_ptr()).ne }
+    }
+
+    pub fn nb(self) -> [usize; 4] {
+        unsafe { (*self.as_ptr()).nb }
+    }
+
+    pub fn ggml_type(self) -> sys::ggml_type {
+        unsafe { (*self.as_ptr()).type_ }
+    }
+
+    pub fn nbytes(self) -> usize {
+        unsafe { sys::ggml_nbytes(self.as_ptr()) }
+    }
+
+    pub fn set_name(self, name: &str) -> Tensor {
+        let name = CString::new(name).expect("tensor names have no NUL");
+        unsafe { sys::ggml_set_name(self.as_ptr(), name.as_ptr()) };
+        self
+    }
+
+    pub fn name(self) -> String {
+        unsafe { CStr::from_ptr((*self.as_ptr()).name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// Copies `data` into the tensor through its backend buffer.
+    pub fn write<T: Copy>(self, data: &[T]) {
+        let bytes = std::mem::size_of_val(data);
+        assert_eq!(bytes, self.nbytes(), "input size for {}", self.name());
+        unsafe { sys::ggml_backend_tensor_set(self.as_ptr(), data.as_ptr().cast(), 0, bytes) };
+    }
+
+    /// Reads `out.len()` elements starting at byte `offset`, through the backend buffer.
+    pub fn read_f32(self, offset: usize, out: &mut [f32]) {
+        assert!(offset + std::mem::size_of_val(out) <= self.nbytes());
+        unsafe {
+            sys::ggml_backend_tensor_get(
+                self.as_ptr(),
+                out.as_mut_ptr().cast(),
+                offset,
+                std::mem::size_of_val(out),
+            )
+        };
+    }
+}
+
+/// An owned `ggml_context`.
+pub struct Context(NonNull<sys::ggml_context>);
+
+unsafe impl Send for Context {}
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// A context that holds tensor descriptors only (their data lives in backend buffers),
+    /// for `n_tensors` tensors, in its own allocation.
+    pub fn new_no_alloc(n_tensors: usize) -> Result<Context> {
+        let params = sys::ggml_init_params {
+            mem_size: n_tensors * unsafe { sys::ggml_tensor_overhead() },
+            mem_buffer: std::ptr::null_mut(),
+            no_alloc: true,
+        };
+        Self::init(params)
+    }
+
+    /// A no-alloc context over a caller-owned metadata buffer (reused for every graph).
+    fn over_buffer(buffer: &mut [u8]) -> Result<Context> {
+        let params = sys::ggml_init_params {
+            mem_size: buffer.len(),
+            mem_buffer: buffer.as_mut_ptr().cast(),
+            no_alloc: true,
+        };
+        Self::init(params)
+    }
+
+    fn init(params: sys::ggml_init_params) -> Result<Context> {
+        NonNull::new(unsafe { sys::ggml_init(params) })
+            .map(Context)
+            .ok_or_else(|| Error::OutOfMemory("ggml context".into()))
+    }
+
+    pub fn as_ptr(&self) -> *mut sys::ggml_context {
+        self.0.as_ptr()
+    }
+
+    /// A new tensor descriptor of `ty` with dimensions `ne` (1 to 4 of them).
+    pub fn new_tensor(&self, ty: sys::ggml_type, ne: &[i64]) -> Result<Tensor> {
+        Tensor::from_raw(unsafe {
+            sys::ggml_new_tensor(self.as_ptr(), ty, ne.len() as i32, ne.as_ptr())
+        })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        unsafe { sys::ggml_free(self.as_ptr()) }
+    }
+}
+
+/// An owned backend buffer.
+pub struct Buffer(NonNull<sys::ggml_backend_buffer>);
+
+unsafe impl Send for Buffer {}
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    pub(crate) fn from_raw(ptr: sys::ggml_backend_buffer_t, what: &str) -> Result<Buffer> {
+        NonNull::new(ptr)
+            .map(Buffer)
+            .ok_or_else(|| Error::OutOfMemory(what.to_string()))
+    }
+
+    /// Allocates every tensor of `ctx` in one buffer of type `buft`.
+    pub fn alloc_ctx_tensors(
+        ctx: &Context,
+        buft: sys::ggml_backend_buffer_type_t,
+        what: &str,
+    ) -> Result<Buffer> {
+        Self::from_raw(
+            unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.as_ptr(), buft) },
+            what,
+        )
+    }
+
+    pub fn as_ptr(&self) -> sys::ggml_backend_buffer_t {
+        self.0.as_ptr()
+    }
+
+    pub fn size(&self) -> usize {
+        unsafe { sys::ggml_backend_buffer_get_size(self.as_ptr()) }
+    }
+
+    pub fn clear(&self, value: u8) {
+        unsafe { sys::ggml_backend_buffer_clear(self.as_ptr(), value) }
+    }
+
+    pub fn set_usage_weights(&self) {
+        unsafe {
+            sys::ggml_backend_buffer_set_usage(
+                self.as_ptr(),
+                sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS,
+            )
+        }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        unsafe { sys::ggml_backend_buffer_free(self.as_ptr()) }
+    }
+}
+
+/// The CPU device and the buffer types it offers for weights, best first: the
+/// "extra" types (repacked layouts such as q4_K_8x8) before the plain one,
+/// as llama.cpp orders them.
+pub struct CpuDevice {
+    dev: sys::ggml_backend_dev_t,
+    pub weight_bufts: Vec<sys::ggml_backend_buffer_type_t>,
+}
+
+impl CpuDevice {
+    pub fn get() -> Result<CpuDevice> {
+        init_once();
+        let dev = unsafe { sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU) };
+        if dev.is_null() {
+            return Err(Error::Internal("ggml has no CPU device".into()));
+        }
+        let mut weight_bufts = Vec::new();
+        unsafe {
+            let reg = sys::ggml_backend_dev_backend_reg(dev);
+            let name = c"ggml_backend_dev_get_extra_bufts";
+            let proc_ = sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
+            if !proc_.is_null() {
+                let get_extra: sys::ggml_backend_dev_get_extra_bufts_t = std::mem::transmute(proc_);
+                let mut p = get_extra.unwrap()(dev);
+                while !p.is_null() && !(*p).is_null() {
+                    weight_bufts.push(*p);
+                    p = p.add(1);
+                }
+            }
+            weight_bufts.push(sys::ggml_backend_cpu_buffer_type());
+        }
+        Ok(CpuDevice { dev, weight_bufts })
+    }
+
+    /// Whether the device can run `op` with its weight held in a buffer of type `buft`
+    /// (the repacked types accept only some shapes and types).
+    pub fn supports_op_with_buft(
+        &self,
+        op: Tensor,
+        weight: Tensor,
+        buft: sys::ggml_backend_buffer_type_t,
+    ) -> bool {
+        unsafe {
+            let probe = sys::ggml_backend_buft_alloc_buffer(buft, 0);
+            if probe.is_null() {
+                return false;
+            }
+            (*weight.as_ptr()).buffer = probe;
+            let ok = sys::ggml_backend_dev_supports_op(self.dev, op.as_ptr());
+            (*weight.as_ptr()).buffer = std::ptr::null_mut();
+            sys::ggml_backend_buffer_free(probe);
+            ok
+        }
+    }
+}
+
+pub fn buft_name(buft: sys::ggml_backend_buffer_type_t) -> String {
+    unsafe { CStr::from_ptr(sys::ggml_backend_buft_name(buft)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The CPU backend: where graphs run. One per engine context, so each has its
+/// own thread count and abort flag.
+pub struct Backend(NonNull<sys::ggml_backend>);
+
+unsafe impl Send for Backend {}
+
+impl Backend {
+    pub fn cpu(n_threads: usize) -> Result<Backend> {
+        init_once();
+        let backend = NonNull::new(unsafe { sys::ggml_backend_cpu_init() })
+            .ok_or_else(|| Error::OutOfMemory("CPU backend".into()))?;
+        unsafe { sys::ggml_backend_cpu_set_n_threads(backend.as_ptr(), n_threads as i32) };
+        Ok(Backend(backend))
+    }
+
+    pub fn as_ptr(&self) -> sys::ggml_backend_t {
+        self.0.as_ptr()
+    }
+
+    pub fn default_buft(&self) -> sys::ggml_backend_buffer_type_t {
+        unsafe { sys::ggml_backend_get_default_buffer_type(self.as_ptr()) }
+    }
+
+    /// Makes ggml poll `flag` between graph nodes and stop when it is set.
+    ///
+    /// # Safety
+    /// `flag` must outlive every later `compute` on this backend.
+    pub unsafe fn set_abort_flag(&self, flag: *const std::sync::atomic::AtomicBool) {
+        unsafe extern "C" fn should_abort(data: *mut c_void) -> bool {
+            (*(data as *const std::sync::atomic::AtomicBool))
+                .load(std::sync::atomic::Ordering::Relaxed)
+        }
+        sys::ggml_backend_cpu_set_abort_callback(
+            self.as_ptr(),
+            Some(should_abort),
+            flag as *mut c_void,
+        );
+    }
+
+    /// Runs an allocated graph; `Err(Aborted)` when the abort flag stopped it.
+    pub fn compute(&self, graph: *mut sys::ggml_cgraph) -> Result<()> {
+        match unsafe { sys::ggml_backend_graph_compute(self.as_ptr(), graph) } {
+            sys::GGML_STATUS_SUCCESS => Ok(()),
+            sys::GGML_STATUS_ABORTED => Err(Error::Aborted),
+            sys::GGML_STATUS_ALLOC_FAILED => Err(Error::OutOfMemory("graph compute".into())),
+            status => Err(Error::Internal(format!(
+                "graph compute failed with status {status}"
+            ))),
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        unsafe { sys::ggml_backend_free(self.as_ptr()) }
+    }
+}
+
+/// A `ggml_gallocr`: plans and holds the compute buffer of the graphs.
+pub struct Gallocr(NonNull<sys::ggml_gallocr>);
+
+unsafe impl Send for Gallocr {}
+
+impl Gallocr {
+    pub fn new(buft: sys::ggml_backend_buffer_type_t) -> Result<Gallocr> {
+        NonNull::new(unsafe { sys::ggml_gallocr_new(buft) })
+            .map(Gallocr)
+            .ok_or_else(|| Error::OutOfMemory("graph allocator".into()))
+    }
+
+    /// Sizes the compute buffer for `graph` (the worst case) once.
+    pub fn reserve(&mut self, graph: &Graph) -> Result<()> {
+        if unsafe { sys::ggml_gallocr_reserve(self.0.as_ptr(), graph.graph) } {
+            Ok(())
+        } else {
+            Err(Error::OutOfMemory(format!(
+                "compute buffer for {} graph nodes",
+                graph.n_nodes()
+            )))
+        }
+    }
+
+    pub fn alloc(&mut self, graph: &Graph) -> Result<()> {
+        if unsafe { sys::ggml_gallocr_alloc_graph(self.0.as_ptr(), graph.graph) } {
+            Ok(())
+        } else {
+            Err(Error::OutOfMemory("compute buffer".into()))
+        }
+    }
+
+    pub fn buffer_size(&self) -> usize {
+        unsafe { sys::ggml_gallocr_get_buffer_size(self.0.as_ptr(), 0) }
+    }
+}
+
+impl Drop for Gallocr {
+    fn drop(&mut self) {
+        unsafe { sys::ggml_gallocr_free(self.0.as_ptr()) }
+    }
+}
+
+/// The metadata memory for one graph at a time: reused by every forward pass, so
+/// building a graph allocates nothing.
+pub struct GraphArena {
+    buffer: Vec<u8>,
+    max_nodes: usize,
+}
+
+impl GraphArena {
+    pub fn new(max_nodes: usize) -> GraphArena {
+        let size = unsafe {
+            sys::ggml_tensor_overhead() * max_nodes
+                + sys::ggml_graph_overhead_custom(max_nodes, false)
+        };
+        GraphArena {
+            buffer: vec![0; size],
+            max_nodes,
+        }
+    }
+
+    /// Starts a new graph in the arena (dropping whatever the previous one built).
+    pub fn graph(&mut self) -> Result<Graph> {
+        let ctx = Context::over_buffer(&mut self.buffer)?;
+        let graph = unsafe { sys::ggml_new_graph_custom(ctx.as_ptr(), self.max_nodes, false) };
+        if graph.is_null() {
+            return Err(Error::Internal("graph arena too small".into()));
+        }
+        Ok(Graph { ctx, graph })
+    }
+}
+
+/// A forward pass being built: a no-alloc context plus its `ggml_cgraph`.
+pub struct Graph {
+    ctx: Context,
+    graph: *mut sys::ggml_cgraph,
+}
+
+macro_rules! op {
+    ($self:ident, $call:expr) => {
+        Tensor::from_raw(unsafe { $call })
+            .expect("ggml ops only fail on invalid arguments, which callers validate")
+    };
+}
+
+impl Graph {
+    pub fn raw(&self) -> *mut sys::ggml_cgraph {
+        self.graph
+    }
+
+    pub fn n_nodes(&self) -> i32 {
+        unsafe { sys::ggml_graph_n_nodes(self.graph) }
+    }
+
+    pub fn expand(&self, t: Tensor) {
+        unsafe { sys::ggml_build_forward_expand(self.graph, t.as_ptr()) }
+    }
+
+    /// A graph input (the allocator gives it memory; we fill it before computing).
+    pub fn input(&self, name: &str, ty: sys::ggml_type, ne: &[i64]) -> Tensor {
+        let t = self
+            .ctx
+            .new_tensor(ty, ne)
+            .expect("the arena is sized for the graph");
+        unsafe { sys::ggml_set_input(t.as_ptr()) };
+        t.set_name(name)
+    }
+
+    pub fn mark_output(&self, t: Tensor) {
+        unsafe { sys::ggml_set_output(t.as_ptr()) }
+    }
+
+    fn c(&self) -> *mut sys::ggml_context {
+        self.ctx.as_ptr()
+    }
+
+    pub fn get_rows(&self, a: Tensor, rows: Tensor) -> Tensor {
+        op!(
+            self,
+            sys::ggml_get_rows(self.c(), a.as_ptr(), rows.as_ptr())
+        )
+    }
+
+    pub fn mul_mat(&self, w: Tensor, x: Tensor) -> Tensor {
+        op!(self, sys::ggml_mul_mat(self.c(), w.as_ptr(), x.as_ptr()))
+    }
+
+    pub fn add(&self, a: Tensor, b: Tensor) -> Tensor {
+        op!(self, sys::ggml_add(self.c(), a.as_ptr(), b.as_ptr()))
+    }
+
+    pub fn mul(&self, a: Tensor, b: Tensor) -> Tensor {
+        op!(self, sys::ggml_mul(self.c(), a.as_ptr(), b.as_ptr()))
+    }
+
+    pub fn scale(&self, a: Tensor, s: f32) -> Tensor {
+        op!(self, sys::ggml_scale(self.c(), a.as_ptr(), s))
+    }
+
+    pub fn rms_norm(&self, a: Tensor, eps: f32) -> Tensor {
+        op!(self, sys::ggml_rms_norm(self.c(), a.as_ptr(), eps))
+    }
+
+    pub fn swiglu_split(&self, gate: Tensor, up: Tensor) -> Tensor {
+        op!(
+            self,
+            sys::ggml_swiglu_split(self.c(), gate.as_ptr(), up.as_ptr())
+        )
+    }
+
+    pub fn geglu_split(&self, gate: Tensor, up: Tensor) -> Tensor {
+        op!(
+            self,
+            sys::ggml_geglu_split(self.c(), gate.as_ptr(), up.as_ptr())
+        )
+    }
+
+    pub fn reshape_2d(&self, a: Tensor, ne0: i64, ne1: i64) -> Tensor {
+        op!(self, sys::ggml_reshape_2d(self.c(), a.as_ptr(), ne0, ne1))
+    }
+
+    pub fn reshape_3d(&self, a: Tensor, ne0: i64, ne1: i64, ne2: i64) -> Tensor {
+        op!(
+            self,
+            sys::ggml_reshape_3d(self.c(), a.as_ptr(), ne0, ne1, ne2)
+        )
+    }
+
+    pub fn view_2d(&self, a: Tensor, ne0: i64, ne1: i64, nb1: usize, offset: usize) -> Tensor {
+        op!(
+            self,
+            sys::ggml_view_2d(self.c(), a.as_ptr(), ne0, ne1, nb1, offset)
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn view_4d(
+        &self,
+        a: Tensor,
+        ne: [i64; 4],
+        nb1: usize,
+        nb2: usize,
+        nb3: usize,
+        offset: usize,
+    ) -> Tensor {
+        op!(
+            self,
+            sys::ggml_view_4d(
+                self.c(),
+                a.as_ptr(),
+                ne[0],
+                ne[1],
+                ne[2],
+                ne[3],
+                nb1,
+                nb2,
+                nb3,
+                offset
+            )
+        )
+    }
+
+    pub fn permute(&self, a: Tensor, axes: [i32; 4]) -> Tensor {
+        op!(
+            self,
+            sys::ggml_permute(self.c(), a.as_ptr(), axes[0], axes[1], axes[2], axes[3])
+        )
+    }
+
+    pub fn set_rows(&self, dst: Tensor, src: Tensor, rows: Tensor) -> Tensor {
+        op!(
+            self,
+            sys::ggml_set_rows(self.c(), dst.as_ptr(), src.as_ptr(), rows.as_ptr())
+        )
+    }
+
+    /// RoPE without YaRN or frequency factors: the plain rotary embedding of
+    /// llama.cpp's defaults (ext_factor 0, attn_factor 1, beta 32/1).
+    pub fn rope(
+        &self,
+        x: Tensor,
+        pos: Tensor,
+        rope: &crate::hparams::Rope,
+        freq_base: f32,
+    ) -> Tensor {
+        op!(
+            self,
+            sys::ggml_rope_ext(
+                self.c(),
+                x.as_ptr(),
+                pos.as_ptr(),
+                std::ptr::null_mut(),
+                rope.n_dims as i32,
+                rope.mode as i32,
+                rope.n_ctx_orig as i32,
+                freq_base,
+                rope.freq_scale,
+                0.0,
+                1.0,
+                32.0,
+                1.0,
+            )
+        )
+    }
+
+    /// Flash attention with F32 accumulation, as llama.cpp sets it.
+    pub fn flash_attn(
+        &self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor,
+        kq_scale: f32,
+    ) -> Tensor {
+        let out = op!(
+            self,
+            sys::ggml_flash_attn_ext(
+                self.c(),
+                q.as_ptr(),
+                k.as_ptr(),
+                v.as_ptr(),
+                mask.as_ptr(),
+                kq_scale,
+                0.0,
+                0.0
+            )
+        );
+        unsafe { sys::ggml_flash_attn_ext_set_prec(out.as_ptr(), sys::GGML_PREC_F32) };
+        out
+    }
+}
+
+static INIT: std::sync::Once = std::sync::Once::new();
+
+/// Process-wide ggml setup: the CPU feature tables, and ggml's log routed to
+/// stderr only when `ELELEM_DEBUG` is set (ggml logs freely otherwise).
+fn init_once() {
+    INIT.call_once(|| unsafe {
+        sys::ggml_cpu_init();
+        if std::env::var_os("ELELEM_DEBUG").is_none() {
+            unsafe extern "C" fn quiet(
+                _: sys::ggml_log_level,
+                _: *const std::ffi::c_char,
+                _: *mut c_void,
+            ) {
+            }
+            sys::ggml_log_set(Some(quiet), std::ptr::null_mut());
+        }
+    });
+}
+
+/// The CPU features ggml was built with, e.g. "AVX2 FMA F16C AVX512 ...".
+pub fn system_info() -> String {
+    init_once();
+    let checks: &[(&str, unsafe extern "C" fn() -> i32)] = &[
+        ("SSE3", sys::ggml_cpu_has_sse3),
+        ("SSSE3", sys::ggml_cpu_has_ssse3),
+        ("AVX", sys::ggml_cpu_has_avx),
+        ("AVX2", sys::ggml_cpu_has_avx2),
+        ("F16C", sys::ggml_cpu_has_f16c),
+        ("FMA", sys::ggml_cpu_has_fma),
+        ("BMI2", sys::ggml_cpu_has_bmi2),
+        ("AVX_VNNI", sys::ggml_cpu_has_avx_vnni),
+        ("AVX512", sys::ggml_cpu_has_avx512),
+        ("AVX512_VBMI", sys::ggml_cpu_has_avx512_vbmi),
+        ("AVX512_VNNI", sys::ggml_cpu_has_avx512_vnni),
+        ("AVX512_BF16", sys::ggml_cpu_has_avx512_bf16),
+        ("AMX_INT8", sys::ggml_cpu_has_amx_int8),
+        ("NEON", sys::ggml_cpu_has_neon),
+        ("ARM_FMA", sys::ggml_cpu_has_arm_fma),
+        ("FP16_VA", sys::ggml_cpu_has_fp16_va),
+        ("DOTPROD", sys::ggml_cpu_has_dotprod),
+        ("MATMUL_INT8", sys::ggml_cpu_has_matmul_int8),
+        ("SVE", sys::ggml_cpu_has_sve),
+        ("LLAMAFILE", sys::ggml_cpu_has_llamafile),
+    ];
+    let mut on: Vec<&str> = checks
+        .iter()
+        .filter(|(_, f)| unsafe { f() } != 0)
+        .map(|(n, _)| *n)
+        .collect();
+    on.push("REPACK");
+    on.join(" ")
+}
+
+pub fn type_size(ty: sys::ggml_type) -> usize {
+    unsafe { sys::ggml_type_size(ty) }
+}
+
+pub fn blck_size(ty: sys::ggml_type) -> i64 {
+    unsafe { sys::ggml_blck_size(ty) }
+}

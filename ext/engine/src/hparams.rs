@@ -1,0 +1,230 @@
+//! Hyper-parameters from a GGUF's `<arch>.` keys, with llama.cpp's defaults,
+//! validated so that no later graph can trip a ggml assert.
+
+use elelem_gguf::{Gguf, Value};
+
+use crate::arch::Arch;
+use crate::{Error, Result};
+
+/// How pairs of dimensions are rotated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum RopeMode {
+    /// Consecutive pairs (2i, 2i+1): llama.
+    Norm = 0,
+    /// Halves (i, i + n/2): qwen2, gemma3.
+    Neox = 2,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rope {
+    pub mode: RopeMode,
+    pub n_dims: u32,
+    pub n_ctx_orig: u32,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HParams {
+    pub arch: Arch,
+    pub n_layer: u32,
+    pub n_embd: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub n_ff: u32,
+    pub n_vocab: u32,
+    pub n_ctx_train: u32,
+    pub head_dim_k: u32,
+    pub head_dim_v: u32,
+    pub rms_eps: f32,
+    pub rope: Rope,
+    /// `general.name`, `general.size_label` and the file type's name, for display.
+    pub name: Option<String>,
+    pub size_label: Option<String>,
+    pub file_type: Option<&'static str>,
+}
+
+impl HParams {
+    pub fn n_embd_k_gqa(&self) -> u32 {
+        self.head_dim_k * self.n_head_kv
+    }
+
+    pub fn n_embd_v_gqa(&self) -> u32 {
+        self.head_dim_v * self.n_head_kv
+    }
+
+    /// Reads and validates the hyper-parameters of `arch`; `n_vocab` comes from the
+    /// embedding tensor, the one place every model states it.
+    pub fn read(gguf: &Gguf, arch: Arch, n_vocab: u32) -> Result<HParams> {
+        let keys = Keys {
+            gguf,
+            prefix: arch.name(),
+        };
+        let n_embd = keys.u32("embedding_length")?;
+        let n_head = keys.u32("attention.head_count")?;
+        let n_head_kv = keys.opt_u32("attention.head_count_kv")?.unwrap_or(n_head);
+        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(Error::Load(format!(
+                "{}: attention.head_count_kv ({n_head_kv}) must divide attention.head_count ({n_head})",
+                arch.name()
+            )));
+        }
+        let default_head_dim = if n_embd % n_head == 0 {
+            n_embd / n_head
+        } else {
+            0
+        };
+        let head_dim_k = keys
+            .opt_u32("attention.key_length")?
+            .unwrap_or(default_head_dim);
+        let head_dim_v = keys
+            .opt_u32("attention.value_length")?
+            .unwrap_or(default_head_dim);
+        if head_dim_k == 0 || head_dim_v == 0 || head_dim_k % 2 != 0 {
+            return Err(Error::Load(format!(
+                "{}: attention heads must split embedding_length {n_embd} evenly into an even head size \
+                 (head_count {n_head}, key_length {head_dim_k})",
+                arch.name()
+            )));
+        }
+        let n_ctx_train = keys.u32("context_length")?;
+        let rope_dims = keys.opt_u32("rope.dimension_count")?.unwrap_or(head_dim_k);
+        if rope_dims == 0 || rope_dims > head_dim_k || rope_dims % 2 != 0 {
+            return Err(Error::Load(format!(
+                "{}: rope.dimension_count {rope_dims} must be even and at most the head size {head_dim_k}",
+                arch.name()
+            )));
+        }
+        let freq_base = keys.opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
+        let scaling = keys
+            .opt_f32("rope.scaling.factor")?
+            .filter(|&f| f != 0.0 && f != 1.0);
+        let rms_eps = keys.f32("attention.layer_norm_rms_epsilon")?;
+        let n_layer = keys.u32("block_count")?;
+        let n_ff = keys.u32("feed_forward_length")?;
+        for (what, v) in [
+            ("block_count", n_layer),
+            ("feed_forward_length", n_ff),
+            ("embedding_length", n_embd),
+        ] {
+            if v == 0 || v > 1 << 20 {
+                return Err(Error::Load(format!(
+                    "{}: {what} = {v} is out of range",
+                    arch.name()
+                )));
+            }
+        }
+        if !(freq_base.is_finite() && freq_base > 0.0) || !(rms_eps.is_finite() && rms_eps > 0.0) {
+            return Err(Error::Load(format!(
+                "{}: rope.freq_base ({freq_base}) and layer_norm_rms_epsilon ({rms_eps}) must be positive",
+                arch.name()
+            )));
+        }
+        Ok(HParams {
+            arch,
+            n_layer,
+            n_embd,
+            n_head,
+            n_head_kv,
+            n_ff,
+            n_vocab,
+            n_ctx_train,
+            head_dim_k,
+            head_dim_v,
+            rms_eps,
+            rope: Rope {
+                mode: arch.rope_mode(),
+                n_dims: rope_dims,
+                n_ctx_orig: n_ctx_train,
+                freq_base,
+                freq_scale: scaling.map_or(1.0, |f| 1.0 / f),
+            },
+            name: gguf
+                .get("general.name")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            size_label: gguf
+                .get("general.size_label")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            file_type: gguf
+                .get("general.file_type")
+                .and_then(Value::as_u64)
+                .and_then(file_type_name),
+        })
+    }
+}
+
+struct Keys<'a> {
+    gguf: &'a Gguf,
+    prefix: &'a str,
+}
+
+impl Keys<'_> {
+    fn get(&self, key: &str) -> Option<(String, &Value)> {
+        let full = format!("{}.{key}", self.prefix);
+        self.gguf.get(&full).map(|v| (full, v))
+    }
+
+    fn opt_u32(&self, key: &str) -> Result<Option<u32>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some((full, v)) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| {
+                    Error::Load(format!(
+                        "{full} must be an unsigned 32-bit integer, got {v:?}"
+                    ))
+                }),
+        }
+    }
+
+    fn u32(&self, key: &str) -> Result<u32> {
+        self.opt_u32(key)?.ok_or_else(|| missing(self.prefix, key))
+    }
+
+    fn opt_f32(&self, key: &str) -> Result<Option<f32>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some((full, v)) => v
+                .as_f32()
+                .map(Some)
+                .ok_or_else(|| Error::Load(format!("{full} must be a float, got {v:?}"))),
+        }
+    }
+
+    fn f32(&self, key: &str) -> Result<f32> {
+        self.opt_f32(key)?.ok_or_else(|| missing(self.prefix, key))
+    }
+}
+
+fn missing(prefix: &str, key: &str) -> Error {
+    Error::Load(format!("missing required metadata key {prefix}.{key}"))
+}
+
+/// llama.cpp's `llama_ftype` names, for display only.
+fn file_type_name(id: u64) -> Option<&'static str> {
+    Some(match id {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        32 => "BF16",
+        _ => return None,
+    })
+}

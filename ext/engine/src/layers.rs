@@ -1,0 +1,184 @@
+//! The pieces every architecture's graph is built from: embeddings, RMS norm,
+//! attention over the KV cache with flash attention, gated feed-forwards, the
+//! output head. Each mirrors llama.cpp's `llm_graph_context` op for op, since
+//! the ops (and their order of arguments) decide which kernels run and so the
+//! bits of the result.
+
+use ggml_sys as sys;
+
+use crate::arch::LayerWeights;
+use crate::ggml::{Graph, Tensor};
+use crate::hparams::HParams;
+use crate::kv_cache::KvCache;
+use crate::model::Model;
+
+/// The per-pass inputs, written with `ggml_backend_tensor_set` after allocation.
+pub struct Inputs {
+    /// I32 [n_tokens]
+    pub tokens: Tensor,
+    /// I32 [n_tokens]
+    pub pos: Tensor,
+    /// F16 [n_kv, n_tokens]: 0 where a token may attend a cell, -inf elsewhere.
+    pub mask: Tensor,
+    /// I64 [n_tokens]: the cache cell each token's K and V go to.
+    pub kv_cells: Tensor,
+    /// I32 [n_outputs]: the rows whose logits are computed.
+    pub out_ids: Tensor,
+}
+
+impl Inputs {
+    pub fn new(graph: &Graph, n_tokens: i64, n_kv: i64, n_outputs: i64) -> Inputs {
+        Inputs {
+            tokens: graph.input("inp_tokens", sys::GGML_TYPE_I32, &[n_tokens]),
+            pos: graph.input("inp_pos", sys::GGML_TYPE_I32, &[n_tokens]),
+            mask: graph.input(
+                "attn_inp_kq_mask",
+                sys::GGML_TYPE_F16,
+                &[n_kv, n_tokens, 1, 1],
+            ),
+            kv_cells: graph.input("inp_kv_cells", sys::GGML_TYPE_I64, &[n_tokens]),
+            out_ids: graph.input("inp_out_ids", sys::GGML_TYPE_I32, &[n_outputs]),
+        }
+    }
+}
+
+pub struct GraphBuilder<'a> {
+    pub graph: &'a Graph,
+    pub inputs: Inputs,
+    pub(crate) model: &'a Model,
+    pub(crate) kv: &'a KvCache,
+    pub n_tokens: i64,
+    pub n_kv: i64,
+}
+
+impl GraphBuilder<'_> {
+    pub fn hparams(&self) -> &HParams {
+        &self.model.hparams
+    }
+
+    pub fn layers(&self) -> &[LayerWeights] {
+        &self.model.weights().layers
+    }
+
+    pub fn embed(&self) -> Tensor {
+        self.graph
+            .get_rows(self.model.weights().tok_embd, self.inputs.tokens)
+            .set_name("inp_embd")
+    }
+
+    /// RMS norm times the weight (the CPU backend fuses the pair; values are the same).
+    pub fn norm(&self, x: Tensor, weight: Option<Tensor>, name: &str, il: usize) -> Tensor {
+        let y = self.graph.rms_norm(x, self.hparams().rms_eps);
+        let y = match weight {
+            Some(w) => self.graph.mul(y, w),
+            None => y,
+        };
+        y.set_name(&format!("{name}-{il}"))
+    }
+
+    /// Q, K and V projections (plus biases where the model has them), shaped
+    /// [head_dim, n_heads, n_tokens].
+    pub fn qkv(&self, layer: &LayerWeights, x: Tensor, il: usize) -> (Tensor, Tensor, Tensor) {
+        let hp = self.hparams();
+        let project =
+            |w: Option<Tensor>, b: Option<Tensor>, head_dim: u32, n_head: u32, name: &str| {
+                let mut t = self.graph.mul_mat(w.expect("validated at load"), x);
+                if let Some(b) = b {
+                    t = self.graph.add(t, b);
+                }
+                self.graph
+                    .reshape_3d(t, head_dim.into(), n_head.into(), self.n_tokens)
+                    .set_name(&format!("{name}-{il}"))
+            };
+        let q = project(layer.wq, layer.bq, hp.head_dim_k, hp.n_head, "Qcur");
+        let k = project(layer.wk, layer.bk, hp.head_dim_k, hp.n_head_kv, "Kcur");
+        let v = project(layer.wv, layer.bv, hp.head_dim_v, hp.n_head_kv, "Vcur");
+        (q, k, v)
+    }
+
+    /// Stores K and V of the new tokens in the cache, attends over the first
+    /// `n_kv` cells with flash attention, and projects the result (wo, bo).
+    pub fn attention(
+        &self,
+        layer: &LayerWeights,
+        il: usize,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        kq_scale: f32,
+    ) -> Tensor {
+        let hp = self.hparams();
+        let g = self.graph;
+        let (k_cache, v_cache) = (self.kv.k[il], self.kv.v[il]);
+        for (cur, cache) in [(k, k_cache), (v, v_cache)] {
+            let rows = g.view_2d(
+                cur,
+                cur.ne()[0] * cur.ne()[1],
+                self.n_tokens,
+                cur.nb()[2],
+                0,
+            );
+            g.expand(g.set_rows(cache, rows, self.inputs.kv_cells));
+        }
+        let cache_view = |cache: Tensor, head_dim: u32| {
+            let row = |n: u64| unsafe { sys::ggml_row_size(cache.ggml_type(), n as i64) };
+            let width = cache.ne()[0] as u64;
+            g.view_4d(
+                cache,
+                [head_dim.into(), hp.n_head_kv.into(), self.n_kv, 1],
+                row(head_dim.into()),
+                row(width),
+                row(width * u64::from(self.kv.size)),
+                0,
+            )
+        };
+        let k = cache_view(k_cache, hp.head_dim_k);
+        let v = cache_view(v_cache, hp.head_dim_v);
+        let q = g.permute(q, [0, 2, 1, 3]);
+        let k = g.permute(k, [0, 2, 1, 3]);
+        let v = g.permute(v, [0, 2, 1, 3]);
+        let out = g.flash_attn(q, k, v, self.inputs.mask, kq_scale);
+        let out = g
+            .reshape_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
+            .set_name(&format!("kqv_out-{il}"));
+        let mut out = g.mul_mat(layer.wo.expect("validated at load"), out);
+        if let Some(bo) = layer.bo {
+            out = g.add(out, bo);
+        }
+        out.set_name(&format!("attn_out-{il}"))
+    }
+
+    /// In the last layer, keeps only the rows whose logits are wanted (as llama.cpp
+    /// does, so the last feed-forward runs on those rows only, with the same kernels).
+    pub fn select_outputs_if_last(&self, il: usize, a: Tensor, b: Tensor) -> (Tensor, Tensor) {
+        if il + 1 == self.layers().len() {
+            (
+                self.graph.get_rows(a, self.inputs.out_ids),
+                self.graph.get_rows(b, self.inputs.out_ids),
+            )
+        } else {
+            (a, b)
+        }
+    }
+
+    pub fn ffn_swiglu(&self, layer: &LayerWeights, x: Tensor, il: usize) -> Tensor {
+        let g = self.graph;
+        let up = g.mul_mat(layer.ffn_up.expect("validated at load"), x);
+        let gate = g.mul_mat(layer.ffn_gate.expect("validated at load"), x);
+        let act = g.swiglu_split(gate, up);
+        g.mul_mat(layer.ffn_down.expect("validated at load"), act)
+            .set_name(&format!("ffn_out-{il}"))
+    }
+
+    /// Final norm and the output head.
+    pub fn logits(&self, x: Tensor) -> Tensor {
+        let w = self.model.weights();
+        let x = self.graph.rms_norm(x, self.hparams().rms_eps);
+        let x = self.graph.mul(x, w.output_norm).set_name("result_norm");
+        let mut logits = self.graph.mul_mat(w.output, x);
+        if let Some(b) = w.output_bias {
+            logits = self.graph.add(logits, b);
+        }
+        logits.set_name("result_output")
+    }
+}

@@ -1,0 +1,39 @@
+//! elelem's inference engine: a GGUF model run as ggml graphs on the CPU
+//! backend. Pure Rust over `ggml-sys`; it knows nothing of Ruby and is tested
+//! with `cargo test` alone.
+//!
+//! - [`Model`]: a validated, memory-mapped GGUF with its weights in backend
+//!   buffers (zero-copy, or repacked where the CPU backend has a faster layout).
+//!   Immutable once open; share it with `Arc`.
+//! - [`Context`]: one sequence: the KV cache, the graph allocator, the compute
+//!   buffer. [`Context::decode`] is the hot path.
+//! - [`arch`]: one graph builder per architecture over the shared pieces in
+//!   [`layers`].
+
+pub mod arch;
+pub mod canary;
+mod context;
+mod error;
+mod generate;
+pub mod ggml;
+pub mod hparams;
+mod kv_cache;
+pub mod layers;
+mod model;
+pub mod sampler;
+
+pub use context::{Context, ContextParams, DecodeStats};
+pub use error::{Error, Result};
+pub use generate::{generate, GenerateParams, StopReason};
+pub use hparams::HParams;
+pub use model::{Model, ModelParams};
+
+/// The vendored ggml's version.
+pub fn ggml_version() -> &'static str {
+    ggml_sys::GGML_VERSION
+}
+
+/// The CPU features ggml was compiled for.
+pub fn system_info() -> String {
+    ggml::system_info()
+}

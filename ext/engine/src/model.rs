@@ -1,0 +1,381 @@
+//! A model: the GGUF mapped, its hyper-parameters read, every tensor the
+//! architecture needs checked and placed in a backend buffer before any graph
+//! is built.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use elelem_gguf::{Gguf, TensorInfo, TensorType, Value};
+use ggml_sys as sys;
+
+use crate::arch::{Arch, LayerWeights, Weights};
+use crate::ggml::{self, Buffer, CpuDevice, Tensor};
+use crate::hparams::HParams;
+use crate::{Error, Result};
+
+#[derive(Debug, Clone, Default)]
+pub struct ModelParams {
+    /// Layers to offload to a GPU. This build has the CPU backend only, so like
+    /// llama.cpp it runs everything on the CPU and reports 0 layers offloaded.
+    pub n_gpu_layers: u32,
+}
+
+/// A loaded model. Immutable after [`Model::open`]; share it across contexts with `Arc`.
+pub struct Model {
+    pub hparams: HParams,
+    pub(crate) weights: Weights,
+    /// End-of-generation token ids (EOS, EOT).
+    pub eog: Vec<u32>,
+    weights_bytes: usize,
+    repacked_bytes: usize,
+    // Declared after `weights` so the tensors' buffers and the mapping outlive nothing
+    // that points into them: buffers reference `gguf`'s mapping.
+    _buffers: Vec<Buffer>,
+    _contexts: Vec<ggml::Context>,
+    _gguf: Gguf,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("hparams", &self.hparams)
+            .finish()
+    }
+}
+
+impl Model {
+    pub fn open(path: impl AsRef<Path>, _params: &ModelParams) -> Result<Model> {
+        let path = path.as_ref();
+        let gguf = Gguf::open(path).map_err(|e| Error::Load(format!("{}: {e}", path.display())))?;
+        Model::from_gguf(gguf).map_err(|e| match e {
+            Error::Load(msg) => Error::Load(format!("{}: {msg}", path.display())),
+            other => other,
+        })
+    }
+
+    pub fn from_gguf(gguf: Gguf) -> Result<Model> {
+        let arch_name = gguf
+            .get("general.architecture")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::Load("missing general.architecture".into()))?;
+        let arch = Arch::from_name(arch_name)?;
+        let embd = gguf
+            .tensor("token_embd.weight")
+            .ok_or_else(|| Error::Load("missing tensor token_embd.weight".into()))?;
+        let n_vocab = embd
+            .dims
+            .get(1)
+            .and_then(|&n| u32::try_from(n).ok())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| Error::Load(format!("token_embd.weight has shape {:?}", embd.dims)))?;
+        let hparams = HParams::read(&gguf, arch, n_vocab)?;
+        validate_vocab(&gguf, n_vocab)?;
+
+        let device = CpuDevice::get()?;
+        let mut loader = Loader::new(&gguf, &device)?;
+        let weights = arch.load(&mut loader, &hparams)?;
+        let placed = loader.place()?;
+        let eog = ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]
+            .iter()
+            .filter_map(|k| gguf.get(k).and_then(Value::as_u64))
+            .filter_map(|id| u32::try_from(id).ok())
+            .filter(|&id| id < n_vocab)
+            .collect();
+        Ok(Model {
+            hparams,
+            weights,
+            eog,
+            weights_bytes: placed.weights_bytes,
+            repacked_bytes: placed.repacked_bytes,
+            _buffers: placed.buffers,
+            _contexts: placed.contexts,
+            _gguf: gguf,
+        })
+    }
+
+    /// Bytes of weight data the graphs read (mapped plus repacked).
+    pub fn weights_bytes(&self) -> usize {
+        self.weights_bytes
+    }
+
+    /// Bytes of weights copied into repacked layouts (the rest is the mapping itself).
+    pub fn repacked_bytes(&self) -> usize {
+        self.repacked_bytes
+    }
+
+    pub fn is_eog(&self, token: u32) -> bool {
+        self.eog.contains(&token)
+    }
+
+    pub(crate) fn weights(&self) -> &Weights {
+        &self.weights
+    }
+}
+
+fn validate_vocab(gguf: &Gguf, n_vocab: u32) -> Result<()> {
+    let Some(tokens) = gguf.get("tokenizer.ggml.tokens") else {
+        return Ok(());
+    };
+    let n_tokens = tokens.as_array().map(<[Value]>::len).unwrap_or(0);
+    if n_tokens != n_vocab as usize {
+        return Err(Error::Load(format!(
+            "tokenizer.ggml.tokens has {n_tokens} entries but token_embd.weight has {n_vocab} rows"
+        )));
+    }
+    for key in ["tokenizer.ggml.scores", "tokenizer.ggml.token_type"] {
+        if let Some(v) = gguf.get(key) {
+            let n = v.as_array().map(<[Value]>::len).unwrap_or(0);
+            if n != n_tokens {
+                return Err(Error::Load(format!(
+                    "{key} has {n} entries, tokenizer.ggml.tokens has {n_tokens}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How a weight is used, which decides the types it may have and where it may live.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Usage {
+    /// The `a` of `ggml_mul_mat(a, x)`: may be repacked.
+    Matrix,
+    /// Read with `ggml_get_rows` (the embeddings): never repacked.
+    Rows,
+    /// Multiplied or added element-wise (norms, biases): F32.
+    Vector,
+}
+
+struct Planned {
+    tensor: Tensor,
+    info: TensorInfo,
+    buft: usize,
+}
+
+/// Declares the model's tensors (validating each against the file) and then
+/// places them in buffers. Tensors are keyed by name and buffer type, so a tied
+/// output head shares the embeddings unless it needs a repacked copy.
+pub(crate) struct Loader<'a> {
+    gguf: &'a Gguf,
+    device: &'a CpuDevice,
+    /// One descriptor context per weight buffer type.
+    contexts: Vec<ggml::Context>,
+    planned: Vec<Planned>,
+    by_key: HashMap<(String, usize), Tensor>,
+}
+
+struct Placed {
+    buffers: Vec<Buffer>,
+    contexts: Vec<ggml::Context>,
+    weights_bytes: usize,
+    repacked_bytes: usize,
+}
+
+impl<'a> Loader<'a> {
+    fn new(gguf: &'a Gguf, device: &'a CpuDevice) -> Result<Loader<'a>> {
+        // A tied output head can add one descriptor per buffer type beyond the file's tensors.
+        let n = gguf.tensors().len() + 1;
+        let contexts = device
+            .weight_bufts
+            .iter()
+            .map(|_| ggml::Context::new_no_alloc(n))
+            .collect::<Result<_>>()?;
+        Ok(Loader {
+            gguf,
+            device,
+            contexts,
+            planned: Vec::new(),
+            by_key: HashMap::new(),
+        })
+    }
+
+    fn declare(
+        &mut self,
+        name: &str,
+        shape: &[u64],
+        usage: Usage,
+        required: bool,
+    ) -> Result<Option<Tensor>> {
+        let Some(info) = self.gguf.tensor(name) else {
+            return if required {
+                Err(Error::Load(format!("missing tensor {name}")))
+            } else {
+                Ok(None)
+            };
+        };
+        let mut expected = [1u64; 4];
+        expected[..shape.len()].copy_from_slice(shape);
+        if info.ne() != expected {
+            return Err(Error::Load(format!(
+                "tensor {name} has shape {:?}, expected {:?}",
+                info.dims, shape
+            )));
+        }
+        let ty = info.tensor_type;
+        let type_ok = match usage {
+            Usage::Vector => ty == TensorType::F32,
+            Usage::Matrix | Usage::Rows => {
+                !matches!(ty.name(), "I8" | "I16" | "I32" | "I64" | "F64")
+            }
+        };
+        if !type_ok {
+            return Err(Error::Load(format!(
+                "tensor {name} has type {ty}, which is not usable here"
+            )));
+        }
+        let ggml_type = ty.id() as sys::ggml_type;
+        let ne: Vec<i64> = info.ne().iter().map(|&d| d as i64).collect();
+        let buft = match usage {
+            Usage::Matrix => self.matmul_buft(ggml_type, &ne)?,
+            Usage::Rows | Usage::Vector => self.device.weight_bufts.len() - 1,
+        };
+        if let Some(&t) = self.by_key.get(&(name.to_string(), buft)) {
+            return Ok(Some(t));
+        }
+        let tensor = self.contexts[buft]
+            .new_tensor(ggml_type, &ne)?
+            .set_name(name);
+        self.by_key.insert((name.to_string(), buft), tensor);
+        self.planned.push(Planned {
+            tensor,
+            info: info.clone(),
+            buft,
+        });
+        Ok(Some(tensor))
+    }
+
+    /// The first weight buffer type whose layout the CPU backend can multiply with
+    /// this weight's shape, as llama.cpp's `weight_buft_supported` decides it.
+    fn matmul_buft(&self, ggml_type: sys::ggml_type, ne: &[i64]) -> Result<usize> {
+        let plain = self.device.weight_bufts.len() - 1;
+        let probe = ggml::Context::new_no_alloc(3)?;
+        let weight = probe.new_tensor(ggml_type, ne)?;
+        let x = probe.new_tensor(sys::GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]])?;
+        let op = Tensor::from_raw(unsafe {
+            sys::ggml_mul_mat(probe.as_ptr(), weight.as_ptr(), x.as_ptr())
+        })?;
+        Ok((0..plain)
+            .find(|&i| {
+                self.device
+                    .supports_op_with_buft(op, weight, self.device.weight_bufts[i])
+            })
+            .unwrap_or(plain))
+    }
+
+    pub fn matrix(&mut self, name: &str, shape: &[u64]) -> Result<Tensor> {
+        Ok(self
+            .declare(name, shape, Usage::Matrix, true)?
+            .expect("required"))
+    }
+
+    pub fn optional_matrix(&mut self, name: &str, shape: &[u64]) -> Result<Option<Tensor>> {
+        self.declare(name, shape, Usage::Matrix, false)
+    }
+
+    pub fn rows(&mut self, name: &str, shape: &[u64]) -> Result<Tensor> {
+        Ok(self
+            .declare(name, shape, Usage::Rows, true)?
+            .expect("required"))
+    }
+
+    pub fn vector(&mut self, name: &str, len: u64) -> Result<Tensor> {
+        Ok(self
+            .declare(name, &[len], Usage::Vector, true)?
+            .expect("required"))
+    }
+
+    pub fn optional_vector(&mut self, name: &str, len: u64) -> Result<Option<Tensor>> {
+        self.declare(name, &[len], Usage::Vector, false)
+    }
+
+    /// The block of llama and its kin: norms, Q/K/V/O (biases required when
+    /// `qkv_bias`, else optional), and a gated feed-forward.
+    pub fn llama_block(&mut self, hp: &HParams, il: u32, qkv_bias: bool) -> Result<LayerWeights> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let embd = u64::from(hp.n_embd);
+        let q_dim = u64::from(hp.head_dim_k * hp.n_head);
+        let k_dim = u64::from(hp.n_embd_k_gqa());
+        let v_dim = u64::from(hp.n_embd_v_gqa());
+        let ff = u64::from(hp.n_ff);
+        let bias = |l: &mut Self, name: &str, len: u64| {
+            if qkv_bias {
+                l.vector(name, len).map(Some)
+            } else {
+                l.optional_vector(name, len)
+            }
+        };
+        Ok(LayerWeights {
+            attn_norm: Some(self.vector(&n("attn_norm.weight"), embd)?),
+            wq: Some(self.matrix(&n("attn_q.weight"), &[embd, q_dim])?),
+            wk: Some(self.matrix(&n("attn_k.weight"), &[embd, k_dim])?),
+            wv: Some(self.matrix(&n("attn_v.weight"), &[embd, v_dim])?),
+            bq: bias(self, &n("attn_q.bias"), q_dim)?,
+            bk: bias(self, &n("attn_k.bias"), k_dim)?,
+            bv: bias(self, &n("attn_v.bias"), v_dim)?,
+            wo: Some(self.matrix(&n("attn_output.weight"), &[q_dim, embd])?),
+            bo: self.optional_vector(&n("attn_output.bias"), embd)?,
+            ffn_norm: Some(self.vector(&n("ffn_norm.weight"), embd)?),
+            ffn_gate: Some(self.matrix(&n("ffn_gate.weight"), &[embd, ff])?),
+            ffn_up: Some(self.matrix(&n("ffn_up.weight"), &[embd, ff])?),
+            ffn_down: Some(self.matrix(&n("ffn_down.weight"), &[ff, embd])?),
+        })
+    }
+
+    /// Gives every declared tensor its memory: the plain ones point straight into
+    /// the mapped file (one CPU buffer over the whole mapping, zero-copy); the others
+    /// are allocated in their buffer type and filled through `ggml_backend_tensor_set`,
+    /// which repacks them.
+    fn place(self) -> Result<Placed> {
+        let plain = self.device.weight_bufts.len() - 1;
+        let file = self.gguf.file_bytes();
+        let mut buffers = Vec::new();
+        let mapped = Buffer::from_raw(
+            unsafe { sys::ggml_backend_cpu_buffer_from_ptr(file.as_ptr() as *mut _, file.len()) },
+            "mapped weights",
+        )?;
+        mapped.set_usage_weights();
+        let mut weights_bytes = 0;
+        for p in self.planned.iter().filter(|p| p.buft == plain) {
+            let addr = self.gguf.tensor_data(&p.info).as_ptr() as *mut std::ffi::c_void;
+            let status =
+                unsafe { sys::ggml_backend_tensor_alloc(mapped.as_ptr(), p.tensor.as_ptr(), addr) };
+            if status != sys::GGML_STATUS_SUCCESS {
+                return Err(Error::Internal(format!(
+                    "cannot map tensor {}",
+                    p.info.name
+                )));
+            }
+            weights_bytes += p.info.size as usize;
+        }
+        buffers.push(mapped);
+        let mut repacked_bytes = 0;
+        for (i, ctx) in self.contexts.iter().enumerate().take(plain) {
+            let mine: Vec<&Planned> = self.planned.iter().filter(|p| p.buft == i).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let buft = self.device.weight_bufts[i];
+            let buffer = Buffer::alloc_ctx_tensors(ctx, buft, &ggml::buft_name(buft))?;
+            buffer.set_usage_weights();
+            for p in mine {
+                let data = self.gguf.tensor_data(&p.info);
+                unsafe {
+                    sys::ggml_backend_tensor_set(
+                        p.tensor.as_ptr(),
+                        data.as_ptr().cast(),
+                        0,
+                        data.len(),
+                    )
+                };
+            }
+            repacked_bytes += buffer.size();
+            buffers.push(buffer);
+        }
+        Ok(Placed {
+            buffers,
+            contexts: self.contexts,
+            weights_bytes: weights_bytes + repacked_bytes,
+            repacked_bytes,
+        })
+    }
+}

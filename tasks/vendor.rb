@@ -1,0 +1,66 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require "json"
+
+# Copies the CPU build's share of ggml out of the pinned llama-cpp-sys-2 package
+# (downloaded and checksum-verified by cargo through vendor/fetch/Cargo.lock)
+# into the git-ignored vendor/ggml.
+module VendorGgml
+  ROOT = File.expand_path("..", __dir__)
+  DEST = File.join(ROOT, "vendor", "ggml")
+  MANIFEST = File.join(ROOT, "vendor", "fetch", "Cargo.toml")
+  PACKAGE = "llama-cpp-sys-2"
+  VERSION = "0.1.161"
+  # Only what ggml-base and the CPU backend compile from (see ext/ggml-sys/build.rs).
+  CPU_SKIP = %w[kleidiai spacemit].freeze
+
+  module_function
+
+  def package_dir
+    system("cargo", "fetch", "--locked", "--manifest-path", MANIFEST, exception: true)
+    meta = JSON.parse(IO.popen(["cargo", "metadata", "--locked", "--format-version", "1",
+                                "--manifest-path", MANIFEST], &:read))
+    pkg = meta.fetch("packages").find { |p| p["name"] == PACKAGE && p["version"] == VERSION }
+    raise "cargo metadata does not list #{PACKAGE} #{VERSION}" unless pkg
+
+    File.dirname(pkg.fetch("manifest_path"))
+  end
+
+  def run
+    return puts("vendor/ggml is present (#{File.read(File.join(DEST, 'VERSION')).strip})") if present?
+
+    llama = File.join(package_dir, "llama.cpp")
+    src = File.join(llama, "ggml")
+    staging = "#{DEST}.tmp"
+    FileUtils.rm_rf(staging)
+    FileUtils.mkdir_p(File.join(staging, "src"))
+    FileUtils.cp_r(File.join(src, "include"), staging)
+    Dir[File.join(src, "src", "*.{c,cpp,h}")].each { |f| FileUtils.cp(f, File.join(staging, "src")) }
+    copy_cpu_backend(File.join(src, "src", "ggml-cpu"), File.join(staging, "src", "ggml-cpu"))
+    FileUtils.cp(File.join(llama, "LICENSE"), File.join(staging, "LICENSE"))
+    File.write(File.join(staging, "VERSION"), "#{ggml_version(src)}\n")
+    File.write(File.join(staging, "SOURCE"), "#{PACKAGE} #{VERSION} (crates.io), llama.cpp/ggml\n")
+    FileUtils.rm_rf(DEST)
+    FileUtils.mv(staging, DEST)
+    puts "vendored ggml #{ggml_version(src)} from #{PACKAGE} #{VERSION} into vendor/ggml"
+  end
+
+  def present?
+    File.exist?(File.join(DEST, "VERSION")) && File.exist?(File.join(DEST, "include", "ggml.h"))
+  end
+
+  def copy_cpu_backend(from, to)
+    FileUtils.mkdir_p(to)
+    Dir.children(from).each do |entry|
+      next if CPU_SKIP.include?(entry) || entry == "CMakeLists.txt" || entry == "cmake"
+
+      FileUtils.cp_r(File.join(from, entry), to)
+    end
+  end
+
+  def ggml_version(src)
+    cmake = File.read(File.join(src, "CMakeLists.txt"))
+    %w[MAJOR MINOR PATCH].map { |part| cmake[/set\(GGML_VERSION_#{part} (\d+)\)/, 1] }.join(".")
+  end
+end
