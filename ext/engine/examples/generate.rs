@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         max_tokens,
         ignore_eos: false,
     };
-    let (ids, reason) = generate(&mut ctx, &prompt, &params, sampler::greedy, |_| Ok(true))?;
+    let (ids, reason) = generate(&mut ctx, &prompt, params, sampler::greedy)?;
     let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
     println!("{}", ids.join(" "));
     let s = ctx.stats();

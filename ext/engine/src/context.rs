@@ -126,6 +126,11 @@ impl Context {
         Arc::clone(&self.abort)
     }
 
+    /// The logits after the last decoded token.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
     /// Appends `tokens` to the sequence and returns the logits after its last token.
     pub fn decode(&mut self, tokens: &[u32]) -> Result<&[f32]> {
         if tokens.is_empty() {

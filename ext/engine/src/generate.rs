@@ -1,5 +1,7 @@
 //! The generation loop: evaluate the prompt, then sample and feed back one
-//! token at a time, exactly as llama.cpp's completion loop does it.
+//! token at a time, exactly as llama.cpp's completion loop does it. It is a
+//! step-at-a-time state machine so a caller (the Ruby glue) can give up its
+//! interpreter lock around each step and stream each token as it comes.
 
 use crate::{Context, Error, Result};
 
@@ -19,45 +21,93 @@ pub enum StopReason {
     Length,
     /// The context window is full.
     ContextFull,
-    /// The caller's callback asked to stop.
-    Stopped,
 }
 
-/// Starts a fresh sequence with `prompt` and generates up to `max_tokens` tokens.
-/// `sample` picks each token from the logits; `on_token` sees each token as it is
-/// produced and returns `false` to stop.
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Eos => "eos",
+            StopReason::Length => "length",
+            StopReason::ContextFull => "context_full",
+        }
+    }
+}
+
+/// A generation in progress over a context.
+pub struct Generator<'c> {
+    ctx: &'c mut Context,
+    params: GenerateParams,
+    prompt_len: usize,
+    tokens: Vec<u32>,
+    to_feed: Option<u32>,
+    stop: Option<StopReason>,
+}
+
+impl<'c> Generator<'c> {
+    /// Starts a fresh sequence: clears the context and evaluates `prompt`.
+    pub fn start(
+        ctx: &'c mut Context,
+        prompt: &[u32],
+        params: GenerateParams,
+    ) -> Result<Generator<'c>> {
+        if prompt.is_empty() {
+            return Err(Error::InvalidArgument("the prompt is empty".into()));
+        }
+        ctx.clear();
+        ctx.decode(prompt)?;
+        let stop = (params.max_tokens == 0).then_some(StopReason::Length);
+        Ok(Generator {
+            ctx,
+            params,
+            prompt_len: prompt.len(),
+            tokens: Vec::new(),
+            to_feed: None,
+            stop,
+        })
+    }
+
+    /// Produces the next token (feeding the previous one first), or `None` once stopped.
+    pub fn step(&mut self, sample: impl FnOnce(&[f32]) -> u32) -> Result<Option<u32>> {
+        if self.stop.is_some() {
+            return Ok(None);
+        }
+        let logits = match self.to_feed.take() {
+            Some(token) => self.ctx.decode(&[token])?,
+            None => self.ctx.logits(),
+        };
+        let token = sample(logits);
+        self.tokens.push(token);
+        self.stop = if !self.params.ignore_eos && self.ctx.model().is_eog(token) {
+            Some(StopReason::Eos)
+        } else if self.tokens.len() >= self.params.max_tokens as usize {
+            Some(StopReason::Length)
+        } else if self.prompt_len + self.tokens.len() >= self.ctx.params().n_ctx as usize {
+            Some(StopReason::ContextFull)
+        } else {
+            self.to_feed = Some(token);
+            None
+        };
+        Ok(Some(token))
+    }
+
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stop
+    }
+}
+
+/// Runs a whole generation: the tokens and why it stopped.
 pub fn generate(
     ctx: &mut Context,
     prompt: &[u32],
-    params: &GenerateParams,
+    params: GenerateParams,
     mut sample: impl FnMut(&[f32]) -> u32,
-    mut on_token: impl FnMut(u32) -> Result<bool>,
 ) -> Result<(Vec<u32>, StopReason)> {
-    if prompt.is_empty() {
-        return Err(Error::InvalidArgument("the prompt is empty".into()));
-    }
-    ctx.clear();
-    let n_ctx = ctx.params().n_ctx as usize;
-    let mut logits = ctx.decode(prompt)?;
-    let mut out = Vec::new();
-    loop {
-        if out.len() >= params.max_tokens as usize {
-            return Ok((out, StopReason::Length));
-        }
-        let token = sample(logits);
-        out.push(token);
-        if !on_token(token)? {
-            return Ok((out, StopReason::Stopped));
-        }
-        if !params.ignore_eos && ctx.model().is_eog(token) {
-            return Ok((out, StopReason::Eos));
-        }
-        if out.len() >= params.max_tokens as usize {
-            return Ok((out, StopReason::Length));
-        }
-        if prompt.len() + out.len() >= n_ctx {
-            return Ok((out, StopReason::ContextFull));
-        }
-        logits = ctx.decode(&[token])?;
-    }
+    let mut generator = Generator::start(ctx, prompt, params)?;
+    while generator.step(&mut sample)?.is_some() {}
+    let reason = generator.stop_reason().expect("stepped until stopped");
+    Ok((generator.tokens, reason))
 }

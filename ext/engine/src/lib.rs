@@ -24,7 +24,7 @@ pub mod sampler;
 
 pub use context::{Context, ContextParams, DecodeStats};
 pub use error::{Error, Result};
-pub use generate::{generate, GenerateParams, StopReason};
+pub use generate::{generate, GenerateParams, Generator, StopReason};
 pub use hparams::HParams;
 pub use model::{Model, ModelParams};
 

@@ -1,0 +1,49 @@
+//! Engine errors as Ruby exceptions. The classes are defined in
+//! `lib/elelem/errors.rb` (before the extension loads) and looked up here.
+
+use magnus::{prelude::*, value::Lazy, Error, ExceptionClass, RModule, Ruby};
+
+fn elelem_class(ruby: &Ruby, name: &str) -> ExceptionClass {
+    let module: RModule = ruby
+        .class_object()
+        .const_get("Elelem")
+        .expect("Elelem is defined");
+    module
+        .const_get(name)
+        .unwrap_or_else(|_| panic!("Elelem::{name} is defined in lib/elelem/errors.rb"))
+}
+
+static ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "Error"));
+static LOAD_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "LoadError"));
+static CONTEXT_FULL: Lazy<ExceptionClass> =
+    Lazy::new(|ruby| elelem_class(ruby, "ContextFullError"));
+static CLOSED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "ClosedError"));
+static INTERRUPTED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "InterruptedError"));
+
+pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
+    use elelem_engine::Error as E;
+    let class = match &e {
+        E::Load(_) => ruby.get_inner(&LOAD_ERROR),
+        E::InvalidArgument(_) => ruby.exception_arg_error(),
+        E::ContextFull(_) => ruby.get_inner(&CONTEXT_FULL),
+        E::Aborted => ruby.get_inner(&INTERRUPTED),
+        E::OutOfMemory(_) => ruby.exception_no_mem_error(),
+        E::Internal(_) => ruby.get_inner(&ERROR),
+    };
+    Error::new(class, e.to_string())
+}
+
+pub fn closed(ruby: &Ruby) -> Error {
+    Error::new(ruby.get_inner(&CLOSED), "the model is closed")
+}
+
+pub fn busy(ruby: &Ruby) -> Error {
+    Error::new(ruby.get_inner(&ERROR), "the model is busy in another call")
+}
+
+pub fn panicked(ruby: &Ruby) -> Error {
+    Error::new(
+        ruby.get_inner(&ERROR),
+        "internal error: the native code panicked",
+    )
+}

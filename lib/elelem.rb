@@ -1,0 +1,56 @@
+# frozen_string_literal: true
+
+require "etc"
+require_relative "elelem/version"
+require_relative "elelem/errors"
+
+begin
+  require_relative "elelem/elelem"
+rescue ::LoadError => e
+  raise ::LoadError, "elelem's native extension is not built (#{e.message}); run `rake compile`"
+end
+
+require_relative "elelem/model"
+require_relative "elelem/models"
+
+# Run GGUF language models on ggml from Ruby.
+#
+#   Elelem.open(Elelem::Models.path("qwen2.5-coder-0.5b")) do |model|
+#     model.generate([785, 6722, 315], max_tokens: 16)  # => Array of token ids
+#   end
+module Elelem
+  class << self
+    # Opens a GGUF model.
+    #
+    # @param path [String] the .gguf file
+    # @param n_ctx [Integer] the most tokens a sequence may hold
+    # @param n_threads [Integer] CPU threads for the forward pass
+    # @param n_gpu_layers [Integer] layers to offload to a GPU; this build is CPU-only and,
+    #   like llama.cpp, runs every layer on the CPU (see {Model#info})
+    # @yieldparam model [Model] closed when the block returns or raises
+    # @return [Model, Object] the model, or the block's value
+    # @raise [Elelem::LoadError] when the file is missing, malformed or unsupported
+    def open(path, n_ctx: Model::DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0)
+      model = Model.open(path, n_ctx: n_ctx, n_threads: n_threads, n_gpu_layers: n_gpu_layers)
+      return model unless block_given?
+
+      begin
+        yield model
+      ensure
+        model.close
+      end
+    end
+
+    # Greedy generation, the module form of {Model#generate}.
+    # @return [Array<Integer>]
+    def generate(model, prompt, **options, &block)
+      model.generate(prompt, **options, &block)
+    end
+
+    # Frees a model's native memory; the module form of {Model#close}.
+    # @return [void]
+    def close(model)
+      model.close
+    end
+  end
+end

@@ -1,0 +1,18 @@
+# frozen_string_literal: true
+
+module Elelem
+  # The base of every error elelem raises on its own account.
+  class Error < StandardError; end
+
+  # The file is missing, unreadable, not a GGUF, malformed or of an unsupported architecture.
+  class LoadError < Error; end
+
+  # A prompt does not fit the context window (`n_ctx`).
+  class ContextFullError < Error; end
+
+  # The model was used after {Model#close}.
+  class ClosedError < Error; end
+
+  # A native computation was stopped by an interrupt that Ruby then did not raise.
+  class InterruptedError < Error; end
+end

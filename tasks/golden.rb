@@ -1,0 +1,70 @@
+# frozen_string_literal: true
+
+require "tempfile"
+require_relative "reference"
+
+# The golden prompts. Their ids and continuations come only from the reference
+# (llama.cpp), never from elelem: `rake golden` rewrites spec/fixtures/goldens.
+module Goldens
+  LONG_TEXT = (1..40).map do |i|
+    "Note #{i}: the function parse_#{i}(input) reads #{i * 7} bytes, checks the header, and returns " \
+      "a Hash with keys :id, :name and :size; errors raise ArgumentError."
+  end.join("\n")
+
+  QWEN_PROMPTS = {
+    "code" => "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "prose" => "The three most important things to know about the Ruby programming language are",
+    "chat" => "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n" \
+              "Write a Ruby method that reverses a string.<|im_end|>\n<|im_start|>assistant\n",
+    "long" => "#{LONG_TEXT}\nSummary of the notes above:"
+  }.freeze
+
+  MODELS = {
+    "qwen2.5-coder-0.5b" => QWEN_PROMPTS,
+    "qwen2.5-coder-1.5b" => QWEN_PROMPTS.slice("code", "long")
+  }.freeze
+
+  # The canary's prompts are ids: its vocabulary is synthetic.
+  CANARY_PROMPTS = {
+    "short" => [1, 50, 60, 70, 80],
+    "long" => [1] + (0...700).map { |i| 3 + ((i * 7919) % 509) }
+  }.freeze
+
+  module_function
+
+  def write(name, model_path, cases)
+    FileUtils.mkdir_p(Reference::GOLDENS)
+    doc = {
+      "model" => File.basename(model_path),
+      "reference" => "llama.cpp from llama-cpp-sys-2 0.1.161 (tools/reference), greedy",
+      "n_ctx" => Reference::N_CTX,
+      "n_threads" => Reference::N_THREADS,
+      "cases" => cases
+    }
+    path = File.join(Reference::GOLDENS, "#{name}.json")
+    File.write(path, "#{JSON.pretty_generate(doc)}\n")
+    puts "wrote #{path} (#{cases.size} cases)"
+  end
+
+  def text_case(model_path, name, text)
+    ids = Reference.tokenize(model_path, text)
+    output, output_text = Reference.generate(model_path, ids)
+    { "name" => name, "prompt_text" => text, "prompt" => ids, "max_tokens" => Reference::N_PREDICT,
+      "output" => output, "output_text" => output_text }
+  end
+
+  def run
+    Reference.build
+    MODELS.each do |name, prompts|
+      path = Elelem::Models.fetch(name)
+      write(name, path, prompts.map { |case_name, text| text_case(path, case_name, text) })
+    end
+    canary = File.join(Reference::ROOT, "tmp", "canary.gguf")
+    cases = CANARY_PROMPTS.map do |case_name, ids|
+      output, = Reference.generate(canary, ids, ignore_eos: true)
+      { "name" => case_name, "prompt" => ids, "max_tokens" => Reference::N_PREDICT, "ignore_eos" => true,
+        "output" => output }
+    end
+    write("tiny-llama-canary", canary, cases)
+  end
+end

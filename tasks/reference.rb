@@ -1,0 +1,51 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require "json"
+
+# The reference implementation: llama.cpp from the same pinned package as our
+# ggml, built with its own CMake defaults into tmp/reference, driven by
+# tools/reference/reference.cpp. It makes the goldens and is the benchmark peer.
+module Reference
+  ROOT = File.expand_path("..", __dir__)
+  BUILD = File.join(ROOT, "tmp", "reference")
+  BINARY = File.join(BUILD, "elelem-reference")
+  GOLDENS = File.join(ROOT, "spec", "fixtures", "goldens")
+  N_CTX = 4096
+  N_THREADS = 2
+  N_PREDICT = 32
+
+  module_function
+
+  def build
+    return BINARY if File.executable?(BINARY)
+
+    llama = File.join(VendorGgml.package_dir, "llama.cpp")
+    FileUtils.mkdir_p(BUILD)
+    system("cmake", "-S", File.join(ROOT, "tools", "reference"), "-B", BUILD, "-DCMAKE_BUILD_TYPE=Release",
+           "-DLLAMA_CPP_DIR=#{llama}", exception: true)
+    system("cmake", "--build", BUILD, "--target", "elelem-reference", "-j", Etc.nprocessors.to_s, exception: true)
+    BINARY
+  end
+
+  def run(*args)
+    out = IO.popen([BINARY, *args.map(&:to_s)], &:read)
+    raise "reference #{args.first} failed: #{args.join(' ')}" unless $?.success?
+
+    out
+  end
+
+  def tokenize(model, text)
+    Tempfile.create("elelem-tokenize") do |f|
+      f.puts(text.unpack1("H*"))
+      f.flush
+      run("tokenize", model, f.path).lines.first.split.map(&:to_i)
+    end
+  end
+
+  # Greedy ids and their text, as llama-completion would print them.
+  def generate(model, ids, n_predict: N_PREDICT, ignore_eos: false)
+    out = run("generate", model, ids.join(","), n_predict, N_CTX, N_THREADS, ignore_eos ? 1 : 0).lines
+    [out[0].split.map(&:to_i), [out[1].to_s.strip].pack("H*").force_encoding(Encoding::UTF_8)]
+  end
+end
