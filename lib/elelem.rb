@@ -31,7 +31,7 @@ module Elelem
     # @return [Model, Object] the model, or the block's value
     # @raise [Elelem::LoadError] when the file is missing, malformed or unsupported
     def open(path, n_ctx: Model::DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0)
-      model = Model.open(path, n_ctx: n_ctx, n_threads: n_threads, n_gpu_layers: n_gpu_layers)
+      model = Model.open(path, n_ctx:, n_threads:, n_gpu_layers:)
       return model unless block_given?
 
       begin
@@ -43,8 +43,8 @@ module Elelem
 
     # Greedy generation, the module form of {Model#generate}.
     # @return [Array<Integer>]
-    def generate(model, prompt, **options, &block)
-      model.generate(prompt, **options, &block)
+    def generate(model, prompt, **options, &)
+      model.generate(prompt, **options, &)
     end
 
     # Frees a model's native memory; the module form of {Model#close}.

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "fileutils"
+require "English"
 require "json"
 
 # The reference implementation: llama.cpp from the same pinned package as our
@@ -30,7 +31,7 @@ module Reference
 
   def run(*args)
     out = IO.popen([BINARY, *args.map(&:to_s)], &:read)
-    raise "reference #{args.first} failed: #{args.join(' ')}" unless $?.success?
+    raise "reference #{args.first} failed: #{args.join(" ")}" unless $CHILD_STATUS.success?
 
     out
   end

@@ -28,22 +28,25 @@ module VendorGgml
   end
 
   def run
-    return puts("vendor/ggml is present (#{File.read(File.join(DEST, 'VERSION')).strip})") if present?
+    return puts("vendor/ggml is present (#{File.read(File.join(DEST, "VERSION")).strip})") if present?
 
     llama = File.join(package_dir, "llama.cpp")
-    src = File.join(llama, "ggml")
     staging = "#{DEST}.tmp"
     FileUtils.rm_rf(staging)
-    FileUtils.mkdir_p(File.join(staging, "src"))
-    FileUtils.cp_r(File.join(src, "include"), staging)
-    Dir[File.join(src, "src", "*.{c,cpp,h}")].each { |f| FileUtils.cp(f, File.join(staging, "src")) }
-    copy_cpu_backend(File.join(src, "src", "ggml-cpu"), File.join(staging, "src", "ggml-cpu"))
+    copy_sources(File.join(llama, "ggml"), staging)
     FileUtils.cp(File.join(llama, "LICENSE"), File.join(staging, "LICENSE"))
-    File.write(File.join(staging, "VERSION"), "#{ggml_version(src)}\n")
     File.write(File.join(staging, "SOURCE"), "#{PACKAGE} #{VERSION} (crates.io), llama.cpp/ggml\n")
     FileUtils.rm_rf(DEST)
     FileUtils.mv(staging, DEST)
-    puts "vendored ggml #{ggml_version(src)} from #{PACKAGE} #{VERSION} into vendor/ggml"
+    puts "vendored ggml #{File.read(File.join(DEST, "VERSION")).strip} from #{PACKAGE} #{VERSION} into vendor/ggml"
+  end
+
+  def copy_sources(ggml, staging)
+    FileUtils.mkdir_p(File.join(staging, "src"))
+    FileUtils.cp_r(File.join(ggml, "include"), staging)
+    Dir[File.join(ggml, "src", "*.{c,cpp,h}")].each { |f| FileUtils.cp(f, File.join(staging, "src")) }
+    copy_cpu_backend(File.join(ggml, "src", "ggml-cpu"), File.join(staging, "src", "ggml-cpu"))
+    File.write(File.join(staging, "VERSION"), "#{ggml_version(ggml)}\n")
   end
 
   def present?

@@ -8,7 +8,9 @@ root = File.expand_path("../..", __dir__)
 unless File.exist?(File.join(root, "vendor", "ggml", "include", "ggml.h"))
   abort "elelem: vendor/ggml is missing. In a git checkout run `rake vendor` (or script/setup) first."
 end
-abort "elelem: cargo is required to build the native extension (https://rustup.rs)" unless system("cargo --version > /dev/null 2>&1")
+unless system("cargo --version > /dev/null 2>&1")
+  abort "elelem: cargo is required to build the native extension (https://rustup.rs)"
+end
 
 dlext = RbConfig::CONFIG["DLEXT"]
 target_dir = ENV.fetch("CARGO_TARGET_DIR", File.join(root, "target"))
@@ -23,14 +25,14 @@ File.write("Makefile", <<~MAKE)
   CARGO ?= cargo
   DLLIB = elelem.#{dlext}
   target_prefix = /elelem
-  sitearchdir ?= #{RbConfig::CONFIG['sitearchdir']}
+  sitearchdir ?= #{RbConfig::CONFIG["sitearchdir"]}
   RUBYARCHDIR = $(DESTDIR)$(sitearchdir)$(target_prefix)
 
   all: $(DLLIB)
 
   $(DLLIB): FORCE
   \tRUBY=$(RUBY) CARGO_TARGET_DIR=#{target_dir} $(CARGO) build --release --locked \\
-  \t\t--manifest-path #{File.join(root, 'Cargo.toml')} -p elelem
+  \t\t--manifest-path #{File.join(root, "Cargo.toml")} -p elelem
   \tcp #{lib} $(DLLIB)
 
   install: $(DLLIB)

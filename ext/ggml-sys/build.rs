@@ -76,9 +76,8 @@ fn main() {
     let mut objects = Vec::new();
     let groups = [(&base, false), (&backend, true)];
     for (i, (files, arch_flags)) in groups.iter().enumerate() {
-        let (c_files, cpp_files): (Vec<&PathBuf>, Vec<&PathBuf>) = files
-            .iter()
-            .partition(|p| p.extension().is_some_and(|e| e == "c"));
+        let (c_files, cpp_files): (Vec<&PathBuf>, Vec<&PathBuf>) =
+            files.iter().partition(|p| p.extension().is_some_and(|e| e == "c"));
         for (cpp, lang_files) in [(false, c_files), (true, cpp_files)] {
             let mut build = compiler(&ggml, &out, cpp, *arch_flags && !portable, openmp);
             build.files(lang_files);
@@ -110,9 +109,7 @@ fn main() {
 fn ggml_dir() -> PathBuf {
     let dir = env::var_os("ELELEM_GGML_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../vendor/ggml")
-        });
+        .unwrap_or_else(|| Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../vendor/ggml"));
     if !dir.join("include/ggml.h").exists() {
         panic!(
             "\n\nggml-sys: no ggml sources at {}.\n\
@@ -161,9 +158,8 @@ fn env_flag(name: &str) -> bool {
 }
 
 fn write_version_header(out: &Path, version: &str) {
-    let header = format!(
-        "#pragma once\n#define GGML_VERSION \"{version}\"\n#define GGML_COMMIT \"llama-cpp-sys-2-0.1.161\"\n"
-    );
+    let header =
+        format!("#pragma once\n#define GGML_VERSION \"{version}\"\n#define GGML_COMMIT \"llama-cpp-sys-2-0.1.161\"\n");
     fs::write(out.join("ggml-version.h"), header).unwrap();
 }
 

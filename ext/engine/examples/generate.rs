@@ -2,17 +2,12 @@
 //! `cargo run --release --example generate -- MODEL 1,2,3 N_PREDICT [N_THREADS] [N_CTX]`.
 use std::sync::Arc;
 
-use elelem_engine::{
-    generate, sampler, Context, ContextParams, GenerateParams, Model, ModelParams,
-};
+use elelem_engine::{generate, sampler, Context, ContextParams, GenerateParams, Model, ModelParams};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let model = Arc::new(Model::open(&args[1], &ModelParams::default())?);
-    let prompt: Vec<u32> = args[2]
-        .split(',')
-        .map(str::parse)
-        .collect::<Result<_, _>>()?;
+    let prompt: Vec<u32> = args[2].split(',').map(str::parse).collect::<Result<_, _>>()?;
     let max_tokens = args[3].parse()?;
     let n_threads = args.get(4).map_or(Ok(2), |s| s.parse())?;
     let n_ctx = args.get(5).map_or(Ok(4096), |s| s.parse())?;

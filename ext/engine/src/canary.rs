@@ -11,7 +11,7 @@ pub const N_LAYER: u32 = 5;
 pub const N_HEAD: u32 = 8;
 pub const N_HEAD_KV: u32 = 4;
 pub const N_FF: u64 = 512;
-pub const SEED: u64 = 0x5eed_e1e1_e4;
+pub const SEED: u64 = 0x005e_ede1_e1e4;
 
 /// SplitMix64: tiny, seedable, and the same everywhere.
 struct Rng(u64);
@@ -30,9 +30,7 @@ impl Rng {
     /// Weights scaled like a trained network's, 1/sqrt(fan_in), so activations stay O(1).
     fn matrix(&mut self, fan_in: u64, fan_out: u64) -> Vec<f32> {
         let scale = 1.0 / (fan_in as f32).sqrt();
-        (0..fan_in * fan_out)
-            .map(|_| self.next_f32() * scale)
-            .collect()
+        (0..fan_in * fan_out).map(|_| self.next_f32() * scale).collect()
     }
 
     fn around_one(&mut self, n: u64) -> Vec<f32> {
@@ -54,66 +52,27 @@ pub fn canary_gguf() -> Vec<u8> {
         .set("llama.feed_forward_length", Value::U32(N_FF as u32))
         .set("llama.attention.head_count", Value::U32(N_HEAD))
         .set("llama.attention.head_count_kv", Value::U32(N_HEAD_KV))
-        .set(
-            "llama.rope.dimension_count",
-            Value::U32(N_EMBD as u32 / N_HEAD),
-        )
+        .set("llama.rope.dimension_count", Value::U32(N_EMBD as u32 / N_HEAD))
         .set("llama.rope.freq_base", Value::F32(10000.0))
         .set("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
     set_vocab(&mut w);
 
     let kv_dim = N_EMBD / u64::from(N_HEAD) * u64::from(N_HEAD_KV);
-    w.add_f32(
-        "token_embd.weight",
-        &[N_EMBD, N_VOCAB],
-        &rng.matrix(N_EMBD, N_VOCAB),
-    );
+    w.add_f32("token_embd.weight", &[N_EMBD, N_VOCAB], &rng.matrix(N_EMBD, N_VOCAB));
     for il in 0..N_LAYER {
         let n = |t: &str| format!("blk.{il}.{t}");
         w.add_f32(&n("attn_norm.weight"), &[N_EMBD], &rng.around_one(N_EMBD));
-        w.add_f32(
-            &n("attn_q.weight"),
-            &[N_EMBD, N_EMBD],
-            &rng.matrix(N_EMBD, N_EMBD),
-        );
-        w.add_f32(
-            &n("attn_k.weight"),
-            &[N_EMBD, kv_dim],
-            &rng.matrix(N_EMBD, kv_dim),
-        );
-        w.add_f32(
-            &n("attn_v.weight"),
-            &[N_EMBD, kv_dim],
-            &rng.matrix(N_EMBD, kv_dim),
-        );
-        w.add_f32(
-            &n("attn_output.weight"),
-            &[N_EMBD, N_EMBD],
-            &rng.matrix(N_EMBD, N_EMBD),
-        );
+        w.add_f32(&n("attn_q.weight"), &[N_EMBD, N_EMBD], &rng.matrix(N_EMBD, N_EMBD));
+        w.add_f32(&n("attn_k.weight"), &[N_EMBD, kv_dim], &rng.matrix(N_EMBD, kv_dim));
+        w.add_f32(&n("attn_v.weight"), &[N_EMBD, kv_dim], &rng.matrix(N_EMBD, kv_dim));
+        w.add_f32(&n("attn_output.weight"), &[N_EMBD, N_EMBD], &rng.matrix(N_EMBD, N_EMBD));
         w.add_f32(&n("ffn_norm.weight"), &[N_EMBD], &rng.around_one(N_EMBD));
-        w.add_f32(
-            &n("ffn_gate.weight"),
-            &[N_EMBD, N_FF],
-            &rng.matrix(N_EMBD, N_FF),
-        );
-        w.add_f32(
-            &n("ffn_up.weight"),
-            &[N_EMBD, N_FF],
-            &rng.matrix(N_EMBD, N_FF),
-        );
-        w.add_f32(
-            &n("ffn_down.weight"),
-            &[N_FF, N_EMBD],
-            &rng.matrix(N_FF, N_EMBD),
-        );
+        w.add_f32(&n("ffn_gate.weight"), &[N_EMBD, N_FF], &rng.matrix(N_EMBD, N_FF));
+        w.add_f32(&n("ffn_up.weight"), &[N_EMBD, N_FF], &rng.matrix(N_EMBD, N_FF));
+        w.add_f32(&n("ffn_down.weight"), &[N_FF, N_EMBD], &rng.matrix(N_FF, N_EMBD));
     }
     w.add_f32("output_norm.weight", &[N_EMBD], &rng.around_one(N_EMBD));
-    w.add_f32(
-        "output.weight",
-        &[N_EMBD, N_VOCAB],
-        &rng.matrix(N_EMBD, N_VOCAB),
-    );
+    w.add_f32("output.weight", &[N_EMBD, N_VOCAB], &rng.matrix(N_EMBD, N_VOCAB));
     w.to_bytes()
 }
 
@@ -142,10 +101,7 @@ fn set_vocab(w: &mut GgufWriter) {
         "▁canary",
         "▁elelem",
     ];
-    let chars = ('a'..='z')
-        .chain('A'..='Z')
-        .chain('0'..='9')
-        .map(|c| c.to_string());
+    let chars = ('a'..='z').chain('A'..='Z').chain('0'..='9').map(|c| c.to_string());
     let pieces = words
         .iter()
         .map(|w| w.to_string())

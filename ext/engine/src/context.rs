@@ -37,6 +37,10 @@ pub struct DecodeStats {
     pub prompt_seconds: f64,
     pub decode_tokens: u64,
     pub decode_seconds: f64,
+    /// The smallest and largest compute buffer seen after any forward pass: equal
+    /// when the buffer reserved up front never had to grow.
+    pub compute_buffer_bytes_min: usize,
+    pub compute_buffer_bytes_max: usize,
 }
 
 /// One sequence over a model: the KV cache, the graph allocator that owns the
@@ -185,7 +189,13 @@ impl Context {
         inputs.mask.write(&causal_mask(first, n_tokens, n_kv));
         inputs.out_ids.write(&[n_tokens as i32 - 1]);
 
-        self.backend.compute(graph.raw())?;
+        let bytes = self.galloc.buffer_size();
+        if self.stats.compute_buffer_bytes_max == 0 {
+            self.stats.compute_buffer_bytes_min = bytes;
+        }
+        self.stats.compute_buffer_bytes_min = self.stats.compute_buffer_bytes_min.min(bytes);
+        self.stats.compute_buffer_bytes_max = self.stats.compute_buffer_bytes_max.max(bytes);
+        self.backend.compute(&graph)?;
         logits.read_f32(0, &mut self.logits);
         self.n_past += n_tokens;
         Ok(())
@@ -215,13 +225,7 @@ fn validate(params: &ContextParams) -> Result<()> {
     Ok(())
 }
 
-fn build(
-    graph: &Graph,
-    model: &Model,
-    kv: &KvCache,
-    n_tokens: u32,
-    n_kv: u32,
-) -> (Inputs, crate::ggml::Tensor) {
+fn build(graph: &Graph, model: &Model, kv: &KvCache, n_tokens: u32, n_kv: u32) -> (Inputs, crate::ggml::Tensor) {
     let inputs = Inputs::new(graph, n_tokens.into(), n_kv.into(), 1);
     let builder = GraphBuilder {
         graph,

@@ -45,11 +45,7 @@ pub struct Generator<'c> {
 
 impl<'c> Generator<'c> {
     /// Starts a fresh sequence: clears the context and evaluates `prompt`.
-    pub fn start(
-        ctx: &'c mut Context,
-        prompt: &[u32],
-        params: GenerateParams,
-    ) -> Result<Generator<'c>> {
+    pub fn start(ctx: &'c mut Context, prompt: &[u32], params: GenerateParams) -> Result<Generator<'c>> {
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("the prompt is empty".into()));
         }

@@ -122,15 +122,29 @@ impl Context {
 
     /// A new tensor descriptor of `ty` with dimensions `ne` (1 to 4 of them).
     pub fn new_tensor(&self, ty: sys::ggml_type, ne: &[i64]) -> Result<Tensor> {
-        Tensor::from_raw(unsafe {
-            sys::ggml_new_tensor(self.as_ptr(), ty, ne.len() as i32, ne.as_ptr())
-        })
+        Tensor::from_raw(unsafe { sys::ggml_new_tensor(self.as_ptr(), ty, ne.len() as i32, ne.as_ptr()) })
     }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
         unsafe { sys::ggml_free(self.as_ptr()) }
+    }
+}
+
+/// A backend buffer type (where tensor data lives, and in which layout). These
+/// are static objects of the backend: copying the handle is free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferType(sys::ggml_backend_buffer_type_t);
+
+unsafe impl Send for BufferType {}
+unsafe impl Sync for BufferType {}
+
+impl BufferType {
+    pub fn name(self) -> String {
+        unsafe { CStr::from_ptr(sys::ggml_backend_buft_name(self.0)) }
+            .to_string_lossy()
+            .into_owned()
     }
 }
 
@@ -148,13 +162,9 @@ impl Buffer {
     }
 
     /// Allocates every tensor of `ctx` in one buffer of type `buft`.
-    pub fn alloc_ctx_tensors(
-        ctx: &Context,
-        buft: sys::ggml_backend_buffer_type_t,
-        what: &str,
-    ) -> Result<Buffer> {
+    pub fn alloc_ctx_tensors(ctx: &Context, buft: BufferType, what: &str) -> Result<Buffer> {
         Self::from_raw(
-            unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.as_ptr(), buft) },
+            unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.as_ptr(), buft.0) },
             what,
         )
     }
@@ -172,12 +182,7 @@ impl Buffer {
     }
 
     pub fn set_usage_weights(&self) {
-        unsafe {
-            sys::ggml_backend_buffer_set_usage(
-                self.as_ptr(),
-                sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS,
-            )
-        }
+        unsafe { sys::ggml_backend_buffer_set_usage(self.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS) }
     }
 }
 
@@ -192,7 +197,7 @@ impl Drop for Buffer {
 /// as llama.cpp orders them.
 pub struct CpuDevice {
     dev: sys::ggml_backend_dev_t,
-    pub weight_bufts: Vec<sys::ggml_backend_buffer_type_t>,
+    pub weight_bufts: Vec<BufferType>,
 }
 
 impl CpuDevice {
@@ -211,25 +216,20 @@ impl CpuDevice {
                 let get_extra: sys::ggml_backend_dev_get_extra_bufts_t = std::mem::transmute(proc_);
                 let mut p = get_extra.unwrap()(dev);
                 while !p.is_null() && !(*p).is_null() {
-                    weight_bufts.push(*p);
+                    weight_bufts.push(BufferType(*p));
                     p = p.add(1);
                 }
             }
-            weight_bufts.push(sys::ggml_backend_cpu_buffer_type());
+            weight_bufts.push(BufferType(sys::ggml_backend_cpu_buffer_type()));
         }
         Ok(CpuDevice { dev, weight_bufts })
     }
 
     /// Whether the device can run `op` with its weight held in a buffer of type `buft`
     /// (the repacked types accept only some shapes and types).
-    pub fn supports_op_with_buft(
-        &self,
-        op: Tensor,
-        weight: Tensor,
-        buft: sys::ggml_backend_buffer_type_t,
-    ) -> bool {
+    pub fn supports_op_with_buft(&self, op: Tensor, weight: Tensor, buft: BufferType) -> bool {
         unsafe {
-            let probe = sys::ggml_backend_buft_alloc_buffer(buft, 0);
+            let probe = sys::ggml_backend_buft_alloc_buffer(buft.0, 0);
             if probe.is_null() {
                 return false;
             }
@@ -240,12 +240,6 @@ impl CpuDevice {
             ok
         }
     }
-}
-
-pub fn buft_name(buft: sys::ggml_backend_buffer_type_t) -> String {
-    unsafe { CStr::from_ptr(sys::ggml_backend_buft_name(buft)) }
-        .to_string_lossy()
-        .into_owned()
 }
 
 /// The CPU backend: where graphs run. One per engine context, so each has its
@@ -267,8 +261,8 @@ impl Backend {
         self.0.as_ptr()
     }
 
-    pub fn default_buft(&self) -> sys::ggml_backend_buffer_type_t {
-        unsafe { sys::ggml_backend_get_default_buffer_type(self.as_ptr()) }
+    pub fn default_buft(&self) -> BufferType {
+        BufferType(unsafe { sys::ggml_backend_get_default_buffer_type(self.as_ptr()) })
     }
 
     /// Makes ggml poll `flag` between graph nodes and stop when it is set.
@@ -277,25 +271,18 @@ impl Backend {
     /// `flag` must outlive every later `compute` on this backend.
     pub unsafe fn set_abort_flag(&self, flag: *const std::sync::atomic::AtomicBool) {
         unsafe extern "C" fn should_abort(data: *mut c_void) -> bool {
-            (*(data as *const std::sync::atomic::AtomicBool))
-                .load(std::sync::atomic::Ordering::Relaxed)
+            (*(data as *const std::sync::atomic::AtomicBool)).load(std::sync::atomic::Ordering::Relaxed)
         }
-        sys::ggml_backend_cpu_set_abort_callback(
-            self.as_ptr(),
-            Some(should_abort),
-            flag as *mut c_void,
-        );
+        sys::ggml_backend_cpu_set_abort_callback(self.as_ptr(), Some(should_abort), flag as *mut c_void);
     }
 
     /// Runs an allocated graph; `Err(Aborted)` when the abort flag stopped it.
-    pub fn compute(&self, graph: *mut sys::ggml_cgraph) -> Result<()> {
-        match unsafe { sys::ggml_backend_graph_compute(self.as_ptr(), graph) } {
+    pub fn compute(&self, graph: &Graph) -> Result<()> {
+        match unsafe { sys::ggml_backend_graph_compute(self.as_ptr(), graph.graph) } {
             sys::GGML_STATUS_SUCCESS => Ok(()),
             sys::GGML_STATUS_ABORTED => Err(Error::Aborted),
             sys::GGML_STATUS_ALLOC_FAILED => Err(Error::OutOfMemory("graph compute".into())),
-            status => Err(Error::Internal(format!(
-                "graph compute failed with status {status}"
-            ))),
+            status => Err(Error::Internal(format!("graph compute failed with status {status}"))),
         }
     }
 }
@@ -312,8 +299,8 @@ pub struct Gallocr(NonNull<sys::ggml_gallocr>);
 unsafe impl Send for Gallocr {}
 
 impl Gallocr {
-    pub fn new(buft: sys::ggml_backend_buffer_type_t) -> Result<Gallocr> {
-        NonNull::new(unsafe { sys::ggml_gallocr_new(buft) })
+    pub fn new(buft: BufferType) -> Result<Gallocr> {
+        NonNull::new(unsafe { sys::ggml_gallocr_new(buft.0) })
             .map(Gallocr)
             .ok_or_else(|| Error::OutOfMemory("graph allocator".into()))
     }
@@ -358,10 +345,8 @@ pub struct GraphArena {
 
 impl GraphArena {
     pub fn new(max_nodes: usize) -> GraphArena {
-        let size = unsafe {
-            sys::ggml_tensor_overhead() * max_nodes
-                + sys::ggml_graph_overhead_custom(max_nodes, false)
-        };
+        let size =
+            unsafe { sys::ggml_tensor_overhead() * max_nodes + sys::ggml_graph_overhead_custom(max_nodes, false) };
         GraphArena {
             buffer: vec![0; size],
             max_nodes,
@@ -387,16 +372,11 @@ pub struct Graph {
 
 macro_rules! op {
     ($self:ident, $call:expr) => {
-        Tensor::from_raw(unsafe { $call })
-            .expect("ggml ops only fail on invalid arguments, which callers validate")
+        Tensor::from_raw(unsafe { $call }).expect("ggml ops only fail on invalid arguments, which callers validate")
     };
 }
 
 impl Graph {
-    pub fn raw(&self) -> *mut sys::ggml_cgraph {
-        self.graph
-    }
-
     pub fn n_nodes(&self) -> i32 {
         unsafe { sys::ggml_graph_n_nodes(self.graph) }
     }
@@ -407,10 +387,7 @@ impl Graph {
 
     /// A graph input (the allocator gives it memory; we fill it before computing).
     pub fn input(&self, name: &str, ty: sys::ggml_type, ne: &[i64]) -> Tensor {
-        let t = self
-            .ctx
-            .new_tensor(ty, ne)
-            .expect("the arena is sized for the graph");
+        let t = self.ctx.new_tensor(ty, ne).expect("the arena is sized for the graph");
         unsafe { sys::ggml_set_input(t.as_ptr()) };
         t.set_name(name)
     }
@@ -424,10 +401,7 @@ impl Graph {
     }
 
     pub fn get_rows(&self, a: Tensor, rows: Tensor) -> Tensor {
-        op!(
-            self,
-            sys::ggml_get_rows(self.c(), a.as_ptr(), rows.as_ptr())
-        )
+        op!(self, sys::ggml_get_rows(self.c(), a.as_ptr(), rows.as_ptr()))
     }
 
     pub fn mul_mat(&self, w: Tensor, x: Tensor) -> Tensor {
@@ -451,17 +425,11 @@ impl Graph {
     }
 
     pub fn swiglu_split(&self, gate: Tensor, up: Tensor) -> Tensor {
-        op!(
-            self,
-            sys::ggml_swiglu_split(self.c(), gate.as_ptr(), up.as_ptr())
-        )
+        op!(self, sys::ggml_swiglu_split(self.c(), gate.as_ptr(), up.as_ptr()))
     }
 
     pub fn geglu_split(&self, gate: Tensor, up: Tensor) -> Tensor {
-        op!(
-            self,
-            sys::ggml_geglu_split(self.c(), gate.as_ptr(), up.as_ptr())
-        )
+        op!(self, sys::ggml_geglu_split(self.c(), gate.as_ptr(), up.as_ptr()))
     }
 
     pub fn reshape_2d(&self, a: Tensor, ne0: i64, ne1: i64) -> Tensor {
@@ -469,43 +437,18 @@ impl Graph {
     }
 
     pub fn reshape_3d(&self, a: Tensor, ne0: i64, ne1: i64, ne2: i64) -> Tensor {
-        op!(
-            self,
-            sys::ggml_reshape_3d(self.c(), a.as_ptr(), ne0, ne1, ne2)
-        )
+        op!(self, sys::ggml_reshape_3d(self.c(), a.as_ptr(), ne0, ne1, ne2))
     }
 
     pub fn view_2d(&self, a: Tensor, ne0: i64, ne1: i64, nb1: usize, offset: usize) -> Tensor {
-        op!(
-            self,
-            sys::ggml_view_2d(self.c(), a.as_ptr(), ne0, ne1, nb1, offset)
-        )
+        op!(self, sys::ggml_view_2d(self.c(), a.as_ptr(), ne0, ne1, nb1, offset))
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn view_4d(
-        &self,
-        a: Tensor,
-        ne: [i64; 4],
-        nb1: usize,
-        nb2: usize,
-        nb3: usize,
-        offset: usize,
-    ) -> Tensor {
+    pub fn view_4d(&self, a: Tensor, ne: [i64; 4], nb1: usize, nb2: usize, nb3: usize, offset: usize) -> Tensor {
         op!(
             self,
-            sys::ggml_view_4d(
-                self.c(),
-                a.as_ptr(),
-                ne[0],
-                ne[1],
-                ne[2],
-                ne[3],
-                nb1,
-                nb2,
-                nb3,
-                offset
-            )
+            sys::ggml_view_4d(self.c(), a.as_ptr(), ne[0], ne[1], ne[2], ne[3], nb1, nb2, nb3, offset)
         )
     }
 
@@ -525,13 +468,7 @@ impl Graph {
 
     /// RoPE without YaRN or frequency factors: the plain rotary embedding of
     /// llama.cpp's defaults (ext_factor 0, attn_factor 1, beta 32/1).
-    pub fn rope(
-        &self,
-        x: Tensor,
-        pos: Tensor,
-        rope: &crate::hparams::Rope,
-        freq_base: f32,
-    ) -> Tensor {
+    pub fn rope(&self, x: Tensor, pos: Tensor, rope: &crate::hparams::Rope, freq_base: f32) -> Tensor {
         op!(
             self,
             sys::ggml_rope_ext(
@@ -553,14 +490,7 @@ impl Graph {
     }
 
     /// Flash attention with F32 accumulation, as llama.cpp sets it.
-    pub fn flash_attn(
-        &self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: Tensor,
-        kq_scale: f32,
-    ) -> Tensor {
+    pub fn flash_attn(&self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: f32) -> Tensor {
         let out = op!(
             self,
             sys::ggml_flash_attn_ext(
@@ -587,12 +517,7 @@ fn init_once() {
     INIT.call_once(|| unsafe {
         sys::ggml_cpu_init();
         if std::env::var_os("ELELEM_DEBUG").is_none() {
-            unsafe extern "C" fn quiet(
-                _: sys::ggml_log_level,
-                _: *const std::ffi::c_char,
-                _: *mut c_void,
-            ) {
-            }
+            unsafe extern "C" fn quiet(_: sys::ggml_log_level, _: *const std::ffi::c_char, _: *mut c_void) {}
             sys::ggml_log_set(Some(quiet), std::ptr::null_mut());
         }
     });

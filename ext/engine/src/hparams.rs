@@ -70,17 +70,9 @@ impl HParams {
                 arch.name()
             )));
         }
-        let default_head_dim = if n_embd % n_head == 0 {
-            n_embd / n_head
-        } else {
-            0
-        };
-        let head_dim_k = keys
-            .opt_u32("attention.key_length")?
-            .unwrap_or(default_head_dim);
-        let head_dim_v = keys
-            .opt_u32("attention.value_length")?
-            .unwrap_or(default_head_dim);
+        let default_head_dim = if n_embd % n_head == 0 { n_embd / n_head } else { 0 };
+        let head_dim_k = keys.opt_u32("attention.key_length")?.unwrap_or(default_head_dim);
+        let head_dim_v = keys.opt_u32("attention.value_length")?.unwrap_or(default_head_dim);
         if head_dim_k == 0 || head_dim_v == 0 || head_dim_k % 2 != 0 {
             return Err(Error::Load(format!(
                 "{}: attention heads must split embedding_length {n_embd} evenly into an even head size \
@@ -97,9 +89,7 @@ impl HParams {
             )));
         }
         let freq_base = keys.opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
-        let scaling = keys
-            .opt_f32("rope.scaling.factor")?
-            .filter(|&f| f != 0.0 && f != 1.0);
+        let scaling = keys.opt_f32("rope.scaling.factor")?.filter(|&f| f != 0.0 && f != 1.0);
         let rms_eps = keys.f32("attention.layer_norm_rms_epsilon")?;
         let n_layer = keys.u32("block_count")?;
         let n_ff = keys.u32("feed_forward_length")?;
@@ -109,13 +99,10 @@ impl HParams {
             ("embedding_length", n_embd),
         ] {
             if v == 0 || v > 1 << 20 {
-                return Err(Error::Load(format!(
-                    "{}: {what} = {v} is out of range",
-                    arch.name()
-                )));
+                return Err(Error::Load(format!("{}: {what} = {v} is out of range", arch.name())));
             }
         }
-        if !(freq_base.is_finite() && freq_base > 0.0) || !(rms_eps.is_finite() && rms_eps > 0.0) {
+        if !(freq_base.is_finite() && freq_base > 0.0 && rms_eps.is_finite() && rms_eps > 0.0) {
             return Err(Error::Load(format!(
                 "{}: rope.freq_base ({freq_base}) and layer_norm_rms_epsilon ({rms_eps}) must be positive",
                 arch.name()
@@ -140,10 +127,7 @@ impl HParams {
                 freq_base,
                 freq_scale: scaling.map_or(1.0, |f| 1.0 / f),
             },
-            name: gguf
-                .get("general.name")
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            name: gguf.get("general.name").and_then(Value::as_str).map(str::to_string),
             size_label: gguf
                 .get("general.size_label")
                 .and_then(Value::as_str)
@@ -174,11 +158,7 @@ impl Keys<'_> {
                 .as_u64()
                 .and_then(|n| u32::try_from(n).ok())
                 .map(Some)
-                .ok_or_else(|| {
-                    Error::Load(format!(
-                        "{full} must be an unsigned 32-bit integer, got {v:?}"
-                    ))
-                }),
+                .ok_or_else(|| Error::Load(format!("{full} must be an unsigned 32-bit integer, got {v:?}"))),
         }
     }
 

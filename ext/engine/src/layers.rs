@@ -31,11 +31,7 @@ impl Inputs {
         Inputs {
             tokens: graph.input("inp_tokens", sys::GGML_TYPE_I32, &[n_tokens]),
             pos: graph.input("inp_pos", sys::GGML_TYPE_I32, &[n_tokens]),
-            mask: graph.input(
-                "attn_inp_kq_mask",
-                sys::GGML_TYPE_F16,
-                &[n_kv, n_tokens, 1, 1],
-            ),
+            mask: graph.input("attn_inp_kq_mask", sys::GGML_TYPE_F16, &[n_kv, n_tokens, 1, 1]),
             kv_cells: graph.input("inp_kv_cells", sys::GGML_TYPE_I64, &[n_tokens]),
             out_ids: graph.input("inp_out_ids", sys::GGML_TYPE_I32, &[n_outputs]),
         }
@@ -80,16 +76,15 @@ impl GraphBuilder<'_> {
     /// [head_dim, n_heads, n_tokens].
     pub fn qkv(&self, layer: &LayerWeights, x: Tensor, il: usize) -> (Tensor, Tensor, Tensor) {
         let hp = self.hparams();
-        let project =
-            |w: Option<Tensor>, b: Option<Tensor>, head_dim: u32, n_head: u32, name: &str| {
-                let mut t = self.graph.mul_mat(w.expect("validated at load"), x);
-                if let Some(b) = b {
-                    t = self.graph.add(t, b);
-                }
-                self.graph
-                    .reshape_3d(t, head_dim.into(), n_head.into(), self.n_tokens)
-                    .set_name(&format!("{name}-{il}"))
-            };
+        let project = |w: Option<Tensor>, b: Option<Tensor>, head_dim: u32, n_head: u32, name: &str| {
+            let mut t = self.graph.mul_mat(w.expect("validated at load"), x);
+            if let Some(b) = b {
+                t = self.graph.add(t, b);
+            }
+            self.graph
+                .reshape_3d(t, head_dim.into(), n_head.into(), self.n_tokens)
+                .set_name(&format!("{name}-{il}"))
+        };
         let q = project(layer.wq, layer.bq, hp.head_dim_k, hp.n_head, "Qcur");
         let k = project(layer.wk, layer.bk, hp.head_dim_k, hp.n_head_kv, "Kcur");
         let v = project(layer.wv, layer.bv, hp.head_dim_v, hp.n_head_kv, "Vcur");
@@ -98,26 +93,12 @@ impl GraphBuilder<'_> {
 
     /// Stores K and V of the new tokens in the cache, attends over the first
     /// `n_kv` cells with flash attention, and projects the result (wo, bo).
-    pub fn attention(
-        &self,
-        layer: &LayerWeights,
-        il: usize,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        kq_scale: f32,
-    ) -> Tensor {
+    pub fn attention(&self, layer: &LayerWeights, il: usize, q: Tensor, k: Tensor, v: Tensor, kq_scale: f32) -> Tensor {
         let hp = self.hparams();
         let g = self.graph;
         let (k_cache, v_cache) = (self.kv.k[il], self.kv.v[il]);
         for (cur, cache) in [(k, k_cache), (v, v_cache)] {
-            let rows = g.view_2d(
-                cur,
-                cur.ne()[0] * cur.ne()[1],
-                self.n_tokens,
-                cur.nb()[2],
-                0,
-            );
+            let rows = g.view_2d(cur, cur.ne()[0] * cur.ne()[1], self.n_tokens, cur.nb()[2], 0);
             g.expand(g.set_rows(cache, rows, self.inputs.kv_cells));
         }
         let cache_view = |cache: Tensor, head_dim: u32| {

@@ -37,9 +37,7 @@ pub struct Model {
 
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Model")
-            .field("hparams", &self.hparams)
-            .finish()
+        f.debug_struct("Model").field("hparams", &self.hparams).finish()
     }
 }
 
@@ -189,13 +187,7 @@ impl<'a> Loader<'a> {
         })
     }
 
-    fn declare(
-        &mut self,
-        name: &str,
-        shape: &[u64],
-        usage: Usage,
-        required: bool,
-    ) -> Result<Option<Tensor>> {
+    fn declare(&mut self, name: &str, shape: &[u64], usage: Usage, required: bool) -> Result<Option<Tensor>> {
         let Some(info) = self.gguf.tensor(name) else {
             return if required {
                 Err(Error::Load(format!("missing tensor {name}")))
@@ -214,9 +206,7 @@ impl<'a> Loader<'a> {
         let ty = info.tensor_type;
         let type_ok = match usage {
             Usage::Vector => ty == TensorType::F32,
-            Usage::Matrix | Usage::Rows => {
-                !matches!(ty.name(), "I8" | "I16" | "I32" | "I64" | "F64")
-            }
+            Usage::Matrix | Usage::Rows => !matches!(ty.name(), "I8" | "I16" | "I32" | "I64" | "F64"),
         };
         if !type_ok {
             return Err(Error::Load(format!(
@@ -232,9 +222,7 @@ impl<'a> Loader<'a> {
         if let Some(&t) = self.by_key.get(&(name.to_string(), buft)) {
             return Ok(Some(t));
         }
-        let tensor = self.contexts[buft]
-            .new_tensor(ggml_type, &ne)?
-            .set_name(name);
+        let tensor = self.contexts[buft].new_tensor(ggml_type, &ne)?.set_name(name);
         self.by_key.insert((name.to_string(), buft), tensor);
         self.planned.push(Planned {
             tensor,
@@ -251,9 +239,7 @@ impl<'a> Loader<'a> {
         let probe = ggml::Context::new_no_alloc(3)?;
         let weight = probe.new_tensor(ggml_type, ne)?;
         let x = probe.new_tensor(sys::GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]])?;
-        let op = Tensor::from_raw(unsafe {
-            sys::ggml_mul_mat(probe.as_ptr(), weight.as_ptr(), x.as_ptr())
-        })?;
+        let op = Tensor::from_raw(unsafe { sys::ggml_mul_mat(probe.as_ptr(), weight.as_ptr(), x.as_ptr()) })?;
         Ok((0..plain)
             .find(|&i| {
                 self.device
@@ -263,9 +249,7 @@ impl<'a> Loader<'a> {
     }
 
     pub fn matrix(&mut self, name: &str, shape: &[u64]) -> Result<Tensor> {
-        Ok(self
-            .declare(name, shape, Usage::Matrix, true)?
-            .expect("required"))
+        Ok(self.declare(name, shape, Usage::Matrix, true)?.expect("required"))
     }
 
     pub fn optional_matrix(&mut self, name: &str, shape: &[u64]) -> Result<Option<Tensor>> {
@@ -273,15 +257,11 @@ impl<'a> Loader<'a> {
     }
 
     pub fn rows(&mut self, name: &str, shape: &[u64]) -> Result<Tensor> {
-        Ok(self
-            .declare(name, shape, Usage::Rows, true)?
-            .expect("required"))
+        Ok(self.declare(name, shape, Usage::Rows, true)?.expect("required"))
     }
 
     pub fn vector(&mut self, name: &str, len: u64) -> Result<Tensor> {
-        Ok(self
-            .declare(name, &[len], Usage::Vector, true)?
-            .expect("required"))
+        Ok(self.declare(name, &[len], Usage::Vector, true)?.expect("required"))
     }
 
     pub fn optional_vector(&mut self, name: &str, len: u64) -> Result<Option<Tensor>> {
@@ -337,13 +317,9 @@ impl<'a> Loader<'a> {
         let mut weights_bytes = 0;
         for p in self.planned.iter().filter(|p| p.buft == plain) {
             let addr = self.gguf.tensor_data(&p.info).as_ptr() as *mut std::ffi::c_void;
-            let status =
-                unsafe { sys::ggml_backend_tensor_alloc(mapped.as_ptr(), p.tensor.as_ptr(), addr) };
+            let status = unsafe { sys::ggml_backend_tensor_alloc(mapped.as_ptr(), p.tensor.as_ptr(), addr) };
             if status != sys::GGML_STATUS_SUCCESS {
-                return Err(Error::Internal(format!(
-                    "cannot map tensor {}",
-                    p.info.name
-                )));
+                return Err(Error::Internal(format!("cannot map tensor {}", p.info.name)));
             }
             weights_bytes += p.info.size as usize;
         }
@@ -355,18 +331,11 @@ impl<'a> Loader<'a> {
                 continue;
             }
             let buft = self.device.weight_bufts[i];
-            let buffer = Buffer::alloc_ctx_tensors(ctx, buft, &ggml::buft_name(buft))?;
+            let buffer = Buffer::alloc_ctx_tensors(ctx, buft, &buft.name())?;
             buffer.set_usage_weights();
             for p in mine {
                 let data = self.gguf.tensor_data(&p.info);
-                unsafe {
-                    sys::ggml_backend_tensor_set(
-                        p.tensor.as_ptr(),
-                        data.as_ptr().cast(),
-                        0,
-                        data.len(),
-                    )
-                };
+                unsafe { sys::ggml_backend_tensor_set(p.tensor.as_ptr(), data.as_ptr().cast(), 0, data.len()) };
             }
             repacked_bytes += buffer.size();
             buffers.push(buffer);

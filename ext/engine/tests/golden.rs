@@ -4,9 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use elelem_engine::{
-    canary, generate, sampler, Context, ContextParams, GenerateParams, Model, ModelParams,
-};
+use elelem_engine::{canary, generate, sampler, Context, ContextParams, GenerateParams, Model, ModelParams};
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -16,22 +14,15 @@ fn root() -> PathBuf {
 fn model_path(file: &str) -> PathBuf {
     let dir = std::env::var_os("ELELEM_MODEL_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/elelem/models")
-        });
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/elelem/models"));
     let path = dir.join(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run `rake models` first",
-        path.display()
-    );
+    assert!(path.exists(), "{} is missing: run `rake models` first", path.display());
     path
 }
 
 fn check_goldens(golden: &str, model: Model) {
     let doc: Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden))
-            .expect("golden file"),
+        &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),
     )
     .unwrap();
     let params = ContextParams {

@@ -194,8 +194,7 @@ impl<'a> Parser<'a> {
             )));
         }
         let raw = self.take(len, what)?;
-        String::from_utf8(raw.to_vec())
-            .map_err(|_| malformed(format!("{what}: string is not valid UTF-8")))
+        String::from_utf8(raw.to_vec()).map_err(|_| malformed(format!("{what}: string is not valid UTF-8")))
     }
 
     fn parse(mut self) -> Result<Gguf> {
@@ -248,10 +247,7 @@ impl<'a> Parser<'a> {
         let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
         for i in 0..n_tensors {
             let info = self.tensor_info(i, alignment)?;
-            if tensor_index
-                .insert(info.name.clone(), tensors.len())
-                .is_some()
-            {
+            if tensor_index.insert(info.name.clone(), tensors.len()).is_some() {
                 return Err(malformed(format!("duplicate tensor name {}", info.name)));
             }
             tensors.push(info);
@@ -274,8 +270,8 @@ impl<'a> Parser<'a> {
     }
 
     fn value(&mut self, type_id: u32, key: &str, depth: usize) -> Result<Value> {
-        let ty = ValueType::from_id(type_id)
-            .ok_or_else(|| malformed(format!("{key}: unknown value type {type_id}")))?;
+        let ty =
+            ValueType::from_id(type_id).ok_or_else(|| malformed(format!("{key}: unknown value type {type_id}")))?;
         Ok(match ty {
             ValueType::U8 => Value::U8(self.array::<1>(key)?[0]),
             ValueType::I8 => Value::I8(self.array::<1>(key)?[0] as i8),
@@ -295,16 +291,12 @@ impl<'a> Parser<'a> {
             ValueType::String => Value::String(self.string(key)?),
             ValueType::Array => {
                 if depth >= MAX_ARRAY_DEPTH {
-                    return Err(malformed(format!(
-                        "{key}: arrays nested deeper than {MAX_ARRAY_DEPTH}"
-                    )));
+                    return Err(malformed(format!("{key}: arrays nested deeper than {MAX_ARRAY_DEPTH}")));
                 }
                 let elem_type = self.u32(key)?;
                 let len = self.u64(key)?;
                 let min_elem = ValueType::from_id(elem_type)
-                    .ok_or_else(|| {
-                        malformed(format!("{key}: unknown array element type {elem_type}"))
-                    })?
+                    .ok_or_else(|| malformed(format!("{key}: unknown array element type {elem_type}")))?
                     .scalar_size()
                     .unwrap_or(8);
                 if len > MAX_ARRAY_LEN || len > self.remaining() / min_elem {
@@ -339,9 +331,7 @@ impl<'a> Parser<'a> {
         let tensor_type = TensorType::from_id(type_id)
             .ok_or_else(|| malformed(format!("tensor {name}: unknown tensor type {type_id}")))?;
         if dims.iter().any(|&d| d == 0 || d > i64::MAX as u64) {
-            return Err(malformed(format!(
-                "tensor {name}: dimensions {dims:?} out of range"
-            )));
+            return Err(malformed(format!("tensor {name}: dimensions {dims:?} out of range")));
         }
         let n_elements = dims
             .iter()
@@ -378,22 +368,15 @@ fn validate_layout(tensors: &[TensorInfo], data_len: u64) -> Result<()> {
     let mut spans: Vec<&TensorInfo> = tensors.iter().collect();
     spans.sort_by_key(|t| t.offset);
     for (i, t) in spans.iter().enumerate() {
-        let end = t
-            .offset
-            .checked_add(t.size)
-            .filter(|&e| e <= data_len)
-            .ok_or_else(|| {
-                malformed(format!(
-                    "tensor {}: data [{}, +{}) lies outside the data section ({} bytes)",
-                    t.name, t.offset, t.size, data_len
-                ))
-            })?;
+        let end = t.offset.checked_add(t.size).filter(|&e| e <= data_len).ok_or_else(|| {
+            malformed(format!(
+                "tensor {}: data [{}, +{}) lies outside the data section ({} bytes)",
+                t.name, t.offset, t.size, data_len
+            ))
+        })?;
         if let Some(next) = spans.get(i + 1) {
             if end > next.offset {
-                return Err(malformed(format!(
-                    "tensors {} and {} overlap",
-                    t.name, next.name
-                )));
+                return Err(malformed(format!("tensors {} and {} overlap", t.name, next.name)));
             }
         }
     }

@@ -84,7 +84,7 @@ impl TensorType {
     /// Bytes of one row of `n` elements, or `None` when `n` does not fill whole blocks
     /// or the size overflows.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
-        if n % self.block_size() != 0 {
+        if !n.is_multiple_of(self.block_size()) {
             return None;
         }
         (n / self.block_size()).checked_mul(self.type_size())

@@ -31,13 +31,7 @@ impl GgufWriter {
     }
 
     /// Adds a tensor; `data` must hold exactly its bytes.
-    pub fn add_tensor(
-        &mut self,
-        name: &str,
-        dims: &[u64],
-        tensor_type: TensorType,
-        data: Vec<u8>,
-    ) -> &mut Self {
+    pub fn add_tensor(&mut self, name: &str, dims: &[u64], tensor_type: TensorType, data: Vec<u8>) -> &mut Self {
         self.tensors.push(PendingTensor {
             name: name.to_string(),
             dims: dims.to_vec(),

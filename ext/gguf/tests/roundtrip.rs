@@ -18,19 +18,9 @@ fn sample() -> GgufWriter {
 fn written_files_read_back() {
     let g = Gguf::from_bytes(sample().to_bytes()).unwrap();
     assert_eq!(g.version(), 3);
-    assert_eq!(
-        g.get("general.architecture").unwrap().as_str(),
-        Some("llama")
-    );
+    assert_eq!(g.get("general.architecture").unwrap().as_str(), Some("llama"));
     assert_eq!(g.get("llama.block_count").unwrap().as_u64(), Some(2));
-    assert_eq!(
-        g.get("tokenizer.ggml.tokens")
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .len(),
-        2
-    );
+    assert_eq!(g.get("tokenizer.ggml.tokens").unwrap().as_array().unwrap().len(), 2);
     let w = g.tensor("w").unwrap();
     assert_eq!(w.dims, vec![4, 2]);
     assert_eq!(w.tensor_type, TensorType::F32);
@@ -53,10 +43,7 @@ fn every_truncation_is_an_error_not_a_panic() {
         let last_data_end = bytes.len() - 20;
         match Gguf::from_bytes(bytes[..len].to_vec()) {
             Err(_) => {}
-            Ok(_) => assert!(
-                len >= last_data_end,
-                "truncated to {len} bytes but accepted"
-            ),
+            Ok(_) => assert!(len >= last_data_end, "truncated to {len} bytes but accepted"),
         }
     }
 }
@@ -65,16 +52,10 @@ fn every_truncation_is_an_error_not_a_panic() {
 fn rejects_bad_magic_and_version() {
     let mut bytes = sample().to_bytes();
     bytes[0] = b'X';
-    assert!(matches!(
-        Gguf::from_bytes(bytes),
-        Err(GgufError::BadMagic(_))
-    ));
+    assert!(matches!(Gguf::from_bytes(bytes), Err(GgufError::BadMagic(_))));
     let mut bytes = sample().to_bytes();
     bytes[4] = 9;
-    assert!(matches!(
-        Gguf::from_bytes(bytes),
-        Err(GgufError::UnsupportedVersion(9))
-    ));
+    assert!(matches!(Gguf::from_bytes(bytes), Err(GgufError::UnsupportedVersion(9))));
 }
 
 #[test]
@@ -100,8 +81,6 @@ fn rejects_tensor_data_outside_the_file() {
 
 #[test]
 fn missing_file_names_the_path() {
-    let err = Gguf::open("/nonexistent/model.gguf")
-        .unwrap_err()
-        .to_string();
+    let err = Gguf::open("/nonexistent/model.gguf").unwrap_err().to_string();
     assert!(err.contains("/nonexistent/model.gguf"), "{err}");
 }

@@ -4,10 +4,7 @@
 use magnus::{prelude::*, value::Lazy, Error, ExceptionClass, RModule, Ruby};
 
 fn elelem_class(ruby: &Ruby, name: &str) -> ExceptionClass {
-    let module: RModule = ruby
-        .class_object()
-        .const_get("Elelem")
-        .expect("Elelem is defined");
+    let module: RModule = ruby.class_object().const_get("Elelem").expect("Elelem is defined");
     module
         .const_get(name)
         .unwrap_or_else(|_| panic!("Elelem::{name} is defined in lib/elelem/errors.rb"))
@@ -15,8 +12,7 @@ fn elelem_class(ruby: &Ruby, name: &str) -> ExceptionClass {
 
 static ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "Error"));
 static LOAD_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "LoadError"));
-static CONTEXT_FULL: Lazy<ExceptionClass> =
-    Lazy::new(|ruby| elelem_class(ruby, "ContextFullError"));
+static CONTEXT_FULL: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "ContextFullError"));
 static CLOSED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "ClosedError"));
 static INTERRUPTED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "InterruptedError"));
 
@@ -42,8 +38,5 @@ pub fn busy(ruby: &Ruby) -> Error {
 }
 
 pub fn panicked(ruby: &Ruby) -> Error {
-    Error::new(
-        ruby.get_inner(&ERROR),
-        "internal error: the native code panicked",
-    )
+    Error::new(ruby.get_inner(&ERROR), "internal error: the native code panicked")
 }

@@ -23,13 +23,7 @@ pub struct Model {
 }
 
 impl Model {
-    fn open(
-        ruby: &Ruby,
-        path: String,
-        n_ctx: u32,
-        n_threads: usize,
-        n_gpu_layers: u32,
-    ) -> Result<Model, Error> {
+    fn open(ruby: &Ruby, path: String, n_ctx: u32, n_threads: usize, n_gpu_layers: u32) -> Result<Model, Error> {
         let never = std::sync::atomic::AtomicBool::new(false);
         let loaded = without_gvl(ruby, &never, || -> engine::Result<Loaded> {
             let model = engine::Model::open(&path, &engine::ModelParams { n_gpu_layers })?;
@@ -50,11 +44,7 @@ impl Model {
         })
     }
 
-    fn with_loaded<R>(
-        &self,
-        ruby: &Ruby,
-        f: impl FnOnce(&mut Loaded) -> Result<R, Error>,
-    ) -> Result<R, Error> {
+    fn with_loaded<R>(&self, ruby: &Ruby, f: impl FnOnce(&mut Loaded) -> Result<R, Error>) -> Result<R, Error> {
         let mut guard = self.state.try_lock().map_err(|_| errors::busy(ruby))?;
         let loaded = guard.as_mut().ok_or_else(|| errors::closed(ruby))?;
         f(loaded)
@@ -74,24 +64,16 @@ impl Model {
             let prompt: Vec<u32> = ids
                 .iter()
                 .map(|&id| {
-                    u32::try_from(id)
-                        .ok()
-                        .filter(|&t| t < n_vocab)
-                        .ok_or_else(|| {
-                            Error::new(
-                                ruby.exception_arg_error(),
-                                format!(
-                                    "token id {id} is out of range (vocabulary size {n_vocab})"
-                                ),
-                            )
-                        })
+                    u32::try_from(id).ok().filter(|&t| t < n_vocab).ok_or_else(|| {
+                        Error::new(
+                            ruby.exception_arg_error(),
+                            format!("token id {id} is out of range (vocabulary size {n_vocab})"),
+                        )
+                    })
                 })
                 .collect::<Result<_, _>>()?;
             let abort = loaded.ctx.abort_flag();
-            let params = engine::GenerateParams {
-                max_tokens,
-                ignore_eos,
-            };
+            let params = engine::GenerateParams { max_tokens, ignore_eos };
             let mut generator = without_gvl(ruby, &abort, || {
                 engine::Generator::start(&mut loaded.ctx, &prompt, params)
             })?
@@ -107,9 +89,7 @@ impl Model {
                     None => break,
                 }
             }
-            let reason = generator
-                .stop_reason()
-                .map_or("length", engine::StopReason::as_str);
+            let reason = generator.stop_reason().map_or("length", engine::StopReason::as_str);
             let out = ruby.ary_new();
             out.push(ruby.ary_from_vec(generator.tokens().to_vec()))?;
             out.push(ruby.to_symbol(reason))?;
@@ -164,22 +144,18 @@ impl Model {
             let h = ruby.hash_new();
             let sym = |k: &str| ruby.to_symbol(k);
             h.aset(sym("compute_buffer_bytes"), ctx.compute_buffer_bytes())?;
+            h.aset(sym("compute_buffer_bytes_min"), s.compute_buffer_bytes_min)?;
+            h.aset(sym("compute_buffer_bytes_max"), s.compute_buffer_bytes_max)?;
             h.aset(sym("kv_cache_bytes"), ctx.kv_cache_bytes())?;
             h.aset(sym("weights_bytes"), ctx.model().weights_bytes())?;
             h.aset(sym("repacked_weights_bytes"), ctx.model().repacked_bytes())?;
             h.aset(sym("n_past"), ctx.n_past())?;
             h.aset(sym("prompt_tokens"), s.prompt_tokens)?;
             h.aset(sym("prompt_seconds"), s.prompt_seconds)?;
-            h.aset(
-                sym("prompt_tokens_per_s"),
-                rate(s.prompt_tokens, s.prompt_seconds),
-            )?;
+            h.aset(sym("prompt_tokens_per_s"), rate(s.prompt_tokens, s.prompt_seconds))?;
             h.aset(sym("decode_tokens"), s.decode_tokens)?;
             h.aset(sym("decode_seconds"), s.decode_seconds)?;
-            h.aset(
-                sym("decode_tokens_per_s"),
-                rate(s.decode_tokens, s.decode_seconds),
-            )?;
+            h.aset(sym("decode_tokens_per_s"), rate(s.decode_tokens, s.decode_seconds))?;
             Ok(h)
         })
     }

@@ -34,13 +34,7 @@ pub(crate) fn build(b: &GraphBuilder) -> Tensor {
 }
 
 /// The block llama and qwen2 share: norm → attention → residual → norm → SwiGLU → residual.
-pub(crate) fn llama_block(
-    b: &GraphBuilder,
-    layer: &LayerWeights,
-    il: usize,
-    x: Tensor,
-    kq_scale: f32,
-) -> Tensor {
+pub(crate) fn llama_block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
     let hp = b.hparams();
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
     let (q, k, v) = b.qkv(layer, attn_in, il);
@@ -48,10 +42,7 @@ pub(crate) fn llama_block(
     let k = b.graph.rope(k, b.inputs.pos, &hp.rope, hp.rope.freq_base);
     let attn = b.attention(layer, il, q, k, v, kq_scale);
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);
-    let ffn_in = b
-        .graph
-        .add(attn, residual)
-        .set_name(&format!("ffn_inp-{il}"));
+    let ffn_in = b.graph.add(attn, residual).set_name(&format!("ffn_inp-{il}"));
     let ffn = b.norm(ffn_in, layer.ffn_norm, "ffn_norm", il);
     let ffn = b.ffn_swiglu(layer, ffn, il);
     b.graph.add(ffn, ffn_in).set_name(&format!("l_out-{il}"))

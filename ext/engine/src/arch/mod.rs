@@ -85,10 +85,7 @@ pub struct Weights {
 }
 
 /// The tensors every llama-like model has outside its blocks.
-pub(crate) fn load_embeddings(
-    loader: &mut Loader,
-    hp: &HParams,
-) -> Result<(Tensor, Tensor, Tensor)> {
+pub(crate) fn load_embeddings(loader: &mut Loader, hp: &HParams) -> Result<(Tensor, Tensor, Tensor)> {
     let (embd, vocab) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
     let tok_embd = loader.rows("token_embd.weight", &[embd, vocab])?;
     let output_norm = loader.vector("output_norm.weight", embd)?;

@@ -1,0 +1,120 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "tmpdir"
+
+RSpec.describe Elelem::Model do
+  let(:model) { Elelem.open(SpecModels.canary, n_ctx: 64, n_threads: 2) }
+  let(:prompt) { [1, 50, 60, 70, 80] }
+
+  after { model.close }
+
+  def healthy!
+    expect(Elelem.open(SpecModels.canary, n_threads: 1) { |m| m.generate(prompt, max_tokens: 2) }.size).to eq(2)
+  end
+
+  it "prints usefully" do
+    expect(model.inspect).to eq("#<Elelem::Model llama F32 n_ctx=64>")
+  end
+
+  it "describes the model" do
+    expect(model.info).to include(architecture: "llama", n_layer: 5, n_embd: 64, n_head: 8, n_head_kv: 4,
+                                  n_ff: 512, n_vocab: 512, n_ctx_train: 2048, n_ctx: 64, n_gpu_layers: 0)
+  end
+
+  it "reports its memory" do
+    generated = model.generate(prompt, max_tokens: 8)
+    expect(generated.size).to eq(8)
+    expect(model.stats).to include(:compute_buffer_bytes, :kv_cache_bytes, :weights_bytes, :prompt_tokens_per_s,
+                                   :decode_tokens_per_s)
+    expect(model.stats[:kv_cache_bytes]).to eq(2 * 5 * 32 * 256 * 2) # K and V, 5 layers, 32 wide, 256 cells, F16
+  end
+
+  it "has a module form" do
+    expect(Elelem.generate(model, prompt, max_tokens: 3)).to eq(model.generate(prompt, max_tokens: 3))
+  end
+
+  it "runs on the CPU when GPU layers are asked for, as llama.cpp does" do
+    Elelem.open(SpecModels.canary, n_gpu_layers: 99) { |m| expect(m.info[:n_gpu_layers]).to eq(0) }
+  end
+
+  describe "the block form" do
+    it "returns the block's value and closes the model" do
+      kept = nil
+      expect(Elelem.open(SpecModels.canary) { |m| (kept = m).generate(prompt, max_tokens: 1).size }).to eq(1)
+      expect(kept).to be_closed
+    end
+
+    it "closes the model when the block raises" do
+      kept = nil
+      expect { Elelem.open(SpecModels.canary) { |m| (kept = m) && raise("boom") } }.to raise_error("boom")
+      expect(kept).to be_closed
+    end
+  end
+
+  describe "errors" do
+    it "raises LoadError naming a missing file" do
+      expect { Elelem.open("/nonexistent/model.gguf") }
+        .to raise_error(Elelem::LoadError, %r{/nonexistent/model\.gguf})
+      healthy!
+    end
+
+    it "raises LoadError for a file that is not a GGUF" do
+      Dir.mktmpdir do |dir|
+        path = File.join(dir, "notes.gguf")
+        File.write(path, "just some text, not a model\n" * 10)
+        expect { Elelem.open(path) }.to raise_error(Elelem::LoadError, /not a GGUF file/)
+      end
+      healthy!
+    end
+
+    it "raises LoadError naming an unknown architecture" do
+      Dir.mktmpdir do |dir|
+        bytes = File.binread(SpecModels.canary)
+        at = bytes.index("general.architecture") + "general.architecture".size + 4 + 8
+        bytes[at, 5] = "mambo"
+        path = File.join(dir, "mambo.gguf")
+        File.binwrite(path, bytes)
+        expect { Elelem.open(path) }.to raise_error(Elelem::LoadError, /unsupported architecture 'mambo'/)
+      end
+      healthy!
+    end
+
+    it "rejects token ids out of range or not integers" do
+      expect { model.generate([1, 512]) }.to raise_error(ArgumentError, /token id 512 is out of range/)
+      expect { model.generate([-1]) }.to raise_error(ArgumentError, /out of range/)
+      expect { model.generate([1, 2.0]) }.to raise_error(ArgumentError, /must be Integers/)
+      expect { model.generate("1 2 3") }.to raise_error(ArgumentError)
+      expect { model.generate([]) }.to raise_error(ArgumentError, /empty/)
+      expect(model.generate(prompt, max_tokens: 1).size).to eq(1)
+    end
+
+    it "rejects bad options" do
+      expect { Elelem.open(SpecModels.canary, n_ctx: 0) }.to raise_error(ArgumentError, /n_ctx/)
+      expect { Elelem.open(SpecModels.canary, n_threads: -1) }.to raise_error(ArgumentError, /n_threads/)
+      expect { Elelem.open(SpecModels.canary, n_ctx: "big") }.to raise_error(ArgumentError, /n_ctx/)
+      expect { model.generate(prompt, max_tokens: -5) }.to raise_error(ArgumentError, /max_tokens/)
+    end
+
+    it "raises ContextFullError for a prompt that does not fit n_ctx" do
+      expect { model.generate([1] * 65) }.to raise_error(Elelem::ContextFullError, /n_ctx 64/)
+      expect(model.generate(prompt, max_tokens: 1).size).to eq(1)
+    end
+
+    it "stops when generation fills the context" do
+      out = model.generate([1] * 60, max_tokens: 32, ignore_eos: true)
+      expect(out.size).to eq(4)
+      expect(model.last_stop_reason).to eq(:context_full)
+    end
+
+    it "raises ClosedError after close, which is idempotent" do
+      model.close
+      model.close
+      Elelem.close(model)
+      expect(model).to be_closed
+      expect { model.generate(prompt) }.to raise_error(Elelem::ClosedError)
+      expect { model.info }.to raise_error(Elelem::ClosedError)
+      expect(model.inspect).to eq("#<Elelem::Model closed>")
+    end
+  end
+end

@@ -1,0 +1,37 @@
+# frozen_string_literal: true
+
+require "json"
+require "elelem"
+
+ROOT = File.expand_path("..", __dir__)
+CANARY = File.join(ROOT, "tmp", "canary.gguf")
+
+# Helpers shared by the specs: real models must be present (no silent skips).
+module SpecModels
+  module_function
+
+  def path(name)
+    path = Elelem::Models.path(name)
+    raise "#{path} is missing: run `rake models` (the test command does)" unless File.exist?(path)
+
+    path
+  end
+
+  def canary
+    unless File.exist?(CANARY)
+      system("cargo", "run", "--quiet", "--release", "--locked", "-p", "elelem-engine", "--example",
+             "write_canary", "--", CANARY, chdir: ROOT, exception: true)
+    end
+    CANARY
+  end
+
+  def golden(name)
+    JSON.parse(File.read(File.join(ROOT, "spec", "fixtures", "goldens", "#{name}.json")))
+  end
+end
+
+RSpec.configure do |config|
+  config.disable_monkey_patching!
+  config.order = :defined
+  config.expect_with(:rspec) { |c| c.syntax = :expect }
+end
