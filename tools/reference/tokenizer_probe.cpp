@@ -1,7 +1,14 @@
 // Asks the reference llama.cpp (the library elelem-reference links) the
-// tokenizer questions the driver does not: detokenization and per-token facts.
-// Built and run by tools/reference/tokenizer_goldens.rb.
+// tokenizer questions the driver does not: detokenization, per-token facts,
+// and tokenization with metadata overridden. Built and run by
+// tools/reference/tokenizer_goldens.rb.
 //
+// Every command takes any number of `-o KEY=true|false` options, which
+// override boolean metadata the way llama.cpp's --override-kv does.
+//
+//   tokenizer_probe tokenize MODEL FILE ADD_SPECIAL PARSE_SPECIAL
+//       As `elelem-reference tokenize`: FILE holds one hex-encoded string per
+//       line; prints one line of ids per string.
 //   tokenizer_probe detokenize MODEL FILE
 //       FILE holds one line of space-separated token ids per case; prints one
 //       line per case: hex(detokenize special=0) hex(detokenize special=1),
@@ -12,6 +19,7 @@
 //       ids: each id contributes its piece length (u32 LE), then its bytes.
 #include "llama.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -60,19 +68,58 @@ struct Fnv {
     }
 };
 
+static std::string from_hex(const std::string & h) {
+    std::string out;
+    for (size_t i = 0; i + 1 < h.size(); i += 2) out += (char) std::stoi(h.substr(i, 2), nullptr, 16);
+    return out;
+}
+
 int main(int argc, char ** argv) {
-    if (argc < 3) return 2;
+    std::vector<std::string> args;
+    std::vector<llama_model_kv_override> overrides;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "-o" && i + 1 < argc) {
+            std::string kv = argv[++i];
+            size_t eq = kv.find('=');
+            if (eq == std::string::npos || eq >= 128) return 2;
+            llama_model_kv_override o = {};
+            o.tag = LLAMA_KV_OVERRIDE_TYPE_BOOL;
+            snprintf(o.key, sizeof(o.key), "%s", kv.substr(0, eq).c_str());
+            o.val_bool = kv.substr(eq + 1) == "true";
+            overrides.push_back(o);
+        } else {
+            args.push_back(a);
+        }
+    }
+    if (args.size() < 2) return 2;
+    overrides.push_back(llama_model_kv_override{});  // the terminator: an empty key
+
     llama_log_set(quiet_log, nullptr);
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
     mp.vocab_only = true;
-    llama_model * model = llama_model_load_from_file(argv[2], mp);
-    if (!model) { fprintf(stderr, "failed to load %s\n", argv[2]); return 1; }
+    mp.kv_overrides = overrides.data();
+    llama_model * model = llama_model_load_from_file(args[1].c_str(), mp);
+    if (!model) { fprintf(stderr, "failed to load %s\n", args[1].c_str()); return 1; }
     const llama_vocab * vocab = llama_model_get_vocab(model);
-    std::string cmd = argv[1];
+    const std::string & cmd = args[0];
 
-    if (cmd == "detokenize" && argc >= 4) {
-        std::ifstream in(argv[3]);
+    if (cmd == "tokenize" && args.size() >= 5) {
+        bool add_special = args[3] != "0";
+        bool parse_special = args[4] != "0";
+        std::ifstream in(args[2]);
+        std::string line;
+        while (std::getline(in, line)) {
+            std::string text = from_hex(line);
+            int n = -llama_tokenize(vocab, text.data(), (int) text.size(), nullptr, 0, add_special, parse_special);
+            std::vector<llama_token> ids(std::max(n, 0));
+            llama_tokenize(vocab, text.data(), (int) text.size(), ids.data(), n, add_special, parse_special);
+            for (size_t i = 0; i < ids.size(); ++i) printf(i ? " %d" : "%d", ids[i]);
+            printf("\n");
+        }
+    } else if (cmd == "detokenize" && args.size() >= 3) {
+        std::ifstream in(args[2]);
         std::string line;
         while (std::getline(in, line)) {
             std::istringstream ss(line);

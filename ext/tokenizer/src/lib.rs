@@ -101,8 +101,10 @@ pub struct Tokenizer {
     /// Finds which of `special` occur in a text at all (pattern i is
     /// `special[i]`), so the ordered splitting only visits those.
     special_index: AhoCorasick,
-    /// `token_to_piece(id, special = true)` for every id, as llama.cpp caches it.
-    pieces: Vec<Vec<u8>>,
+    /// `token_to_piece(id, special = true)` for every id, as llama.cpp caches
+    /// it: piece `id` is `pieces[piece_starts[id]..piece_starts[id + 1]]`.
+    pieces: Vec<u8>,
+    piece_starts: Vec<usize>,
 }
 
 enum Algorithm {
@@ -120,7 +122,7 @@ enum Fragment {
 impl Tokenizer {
     /// Reads the vocabulary from GGUF metadata, as llama.cpp's loader does.
     pub fn from_gguf(file: &elelem_gguf::Gguf) -> Result<Tokenizer, TokenizerError> {
-        Tokenizer::new(&spec_from_gguf(file)?)
+        Tokenizer::new(&VocabSpec::from_gguf(file)?)
     }
 
     pub fn new(spec: &VocabSpec) -> Result<Tokenizer, TokenizerError> {
@@ -158,17 +160,21 @@ impl Tokenizer {
         special.sort_by_key(|&id| std::cmp::Reverse(vocab.texts[id as usize].len()));
         let special_index = AhoCorasick::new(special.iter().map(|&id| &vocab.texts[id as usize]))?;
 
-        let mut tokenizer = Tokenizer {
+        let mut pieces = Vec::new();
+        let mut piece_starts = vec![0];
+        for id in 0..vocab.texts.len() {
+            render(&vocab, &algorithm, id, &mut pieces);
+            piece_starts.push(pieces.len());
+        }
+
+        Ok(Tokenizer {
             vocab,
             algorithm,
             special,
             special_index,
-            pieces: Vec::new(),
-        };
-        tokenizer.pieces = (0..tokenizer.vocab.texts.len())
-            .map(|id| tokenizer.render(id))
-            .collect();
-        Ok(tokenizer)
+            pieces,
+            piece_starts,
+        })
     }
 
     /// `llama_tokenize`: `add_special` adds BOS/EOS as the vocabulary asks;
@@ -221,12 +227,14 @@ impl Tokenizer {
         if !special && attr & (UNKNOWN | CONTROL) != 0 {
             return &[];
         }
-        &self.pieces[id as usize]
+        let id = id as usize;
+        &self.pieces[self.piece_starts[id]..self.piece_starts[id + 1]]
     }
 
     /// `common_detokenize`, i.e. `llama_detokenize` with `remove_special`
-    /// false: the pieces concatenated, minus the leading space of the first
-    /// piece when the vocabulary adds a space prefix.
+    /// false: the pieces concatenated. When the vocabulary adds a space
+    /// prefix, a leading space is dropped from the first token's piece (only
+    /// the first token's, even when that piece is empty, e.g. a hidden BOS).
     pub fn detokenize(&self, ids: &[u32], special: bool) -> Vec<u8> {
         let mut out = Vec::new();
         let mut strip_space = self.vocab.add_space_prefix;
@@ -314,163 +322,161 @@ impl Tokenizer {
         }
         fragments
     }
+}
 
-    /// The piece llama.cpp caches for `id` (rendered with `special` true).
-    fn render(&self, id: usize) -> Vec<u8> {
-        let attr = self.vocab.attrs[id];
-        let text = &self.vocab.texts[id];
-        if attr & (UNKNOWN | CONTROL | USER_DEFINED) != 0 {
-            return text.as_bytes().to_vec();
+/// Appends the piece llama.cpp caches for `id` (rendered with `special` true).
+fn render(vocab: &Vocab, algorithm: &Algorithm, id: usize, out: &mut Vec<u8>) {
+    let attr = vocab.attrs[id];
+    let text = &vocab.texts[id];
+    if attr & (UNKNOWN | CONTROL | USER_DEFINED) != 0 {
+        out.extend_from_slice(text.as_bytes());
+    } else if attr & NORMAL != 0 {
+        match algorithm {
+            Algorithm::Bpe(bpe) => bpe.byte_level().decode(text, out),
+            Algorithm::Spm { .. } => {
+                out.extend_from_slice(text.replace('\u{2581}', " ").as_bytes())
+            }
         }
-        if attr & NORMAL != 0 {
-            return match &self.algorithm {
-                Algorithm::Bpe(bpe) => {
-                    let mut out = Vec::new();
-                    bpe.byte_level().decode(text, &mut out);
-                    out
-                }
-                Algorithm::Spm { .. } => text.replace('\u{2581}', " ").into_bytes(),
-            };
-        }
-        if attr & BYTE != 0 {
-            // `<0xXX>`: llama.cpp reads the two hex digits with strtol.
-            let digits = text.get(3..5).unwrap_or("");
-            return vec![u8::from_str_radix(digits, 16).unwrap_or(0)];
-        }
-        Vec::new()
+    } else if attr & BYTE != 0 {
+        // `<0xXX>`: llama.cpp reads the two hex digits with strtol.
+        let digits = text.get(3..5).unwrap_or("");
+        out.push(u8::from_str_radix(digits, 16).unwrap_or(0));
     }
 }
 
-/// The one place that knows the GGUF key names.
-fn spec_from_gguf(file: &elelem_gguf::Gguf) -> Result<VocabSpec, TokenizerError> {
-    use elelem_gguf::Value;
+impl VocabSpec {
+    /// Reads `tokenizer.ggml.*` (the one place that knows the key names).
+    pub fn from_gguf(file: &elelem_gguf::Gguf) -> Result<VocabSpec, TokenizerError> {
+        use elelem_gguf::Value;
 
-    let string = |key: &'static str| -> Result<Option<&str>, TokenizerError> {
-        file.get(key)
-            .map(|v| v.as_str().ok_or(TokenizerError::WrongType(key)))
-            .transpose()
-    };
-    let array = |key: &'static str| -> Result<Option<&[Value]>, TokenizerError> {
-        file.get(key)
-            .map(|v| v.as_array().ok_or(TokenizerError::WrongType(key)))
-            .transpose()
-    };
-    let strings = |key: &'static str| -> Result<Option<Vec<String>>, TokenizerError> {
-        array(key)?
+        let string = |key: &'static str| -> Result<Option<&str>, TokenizerError> {
+            file.get(key)
+                .map(|v| v.as_str().ok_or(TokenizerError::WrongType(key)))
+                .transpose()
+        };
+        let array = |key: &'static str| -> Result<Option<&[Value]>, TokenizerError> {
+            file.get(key)
+                .map(|v| v.as_array().ok_or(TokenizerError::WrongType(key)))
+                .transpose()
+        };
+        let strings = |key: &'static str| -> Result<Option<Vec<String>>, TokenizerError> {
+            array(key)?
+                .map(|a| {
+                    a.iter()
+                        .map(|v| {
+                            v.as_str()
+                                .map(str::to_owned)
+                                .ok_or(TokenizerError::WrongType(key))
+                        })
+                        .collect()
+                })
+                .transpose()
+        };
+        let flag = |key: &'static str| -> Result<Option<bool>, TokenizerError> {
+            file.get(key)
+                .map(|v| v.as_bool().ok_or(TokenizerError::WrongType(key)))
+                .transpose()
+        };
+        let id = |key: &'static str| -> Result<Option<u32>, TokenizerError> {
+            file.get(key)
+                .map(|v| {
+                    v.as_u64()
+                        .and_then(|id| u32::try_from(id).ok())
+                        .ok_or(TokenizerError::WrongType(key))
+                })
+                .transpose()
+        };
+
+        // llama.cpp patches token attributes by model name for these; refuse
+        // rather than tokenize them differently.
+        let name = string("general.name")?.unwrap_or("").to_lowercase();
+        let arch = string("general.architecture")?.unwrap_or("");
+        if ["phi-3", "phi3", "modern-bert"]
+            .iter()
+            .any(|n| name.contains(n))
+            || ["nomic-bert-moe", "jina-bert-v3"]
+                .iter()
+                .any(|a| arch.contains(a))
+        {
+            return Err(TokenizerError::UnsupportedAttributes(name));
+        }
+
+        let model = string("tokenizer.ggml.model")?
+            .ok_or(TokenizerError::MissingKey("tokenizer.ggml.model"))?;
+        let kind = match model {
+            "gpt2" => VocabKind::Bpe {
+                pre: string("tokenizer.ggml.pre")?.unwrap_or("").to_owned(),
+                merges: strings("tokenizer.ggml.merges")?
+                    .ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?,
+            },
+            "llama" => VocabKind::Spm,
+            other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
+        };
+
+        let scores = array("tokenizer.ggml.scores")?
             .map(|a| {
                 a.iter()
-                    .map(|v| {
-                        v.as_str()
-                            .map(str::to_owned)
-                            .ok_or(TokenizerError::WrongType(key))
+                    .map(|v| match v {
+                        Value::F32(s) => Some(*s),
+                        Value::I32(s) => Some(*s as f32),
+                        _ => None,
                     })
-                    .collect()
+                    .collect::<Option<Vec<f32>>>()
+                    .ok_or(TokenizerError::WrongType("tokenizer.ggml.scores"))
             })
-            .transpose()
-    };
-    let flag = |key: &'static str| -> Result<Option<bool>, TokenizerError> {
-        file.get(key)
-            .map(|v| v.as_bool().ok_or(TokenizerError::WrongType(key)))
-            .transpose()
-    };
-    let id = |key: &'static str| -> Result<Option<u32>, TokenizerError> {
-        file.get(key)
-            .map(|v| {
-                v.as_u64()
-                    .and_then(|id| u32::try_from(id).ok())
-                    .ok_or(TokenizerError::WrongType(key))
+            .transpose()?;
+        let token_types = array("tokenizer.ggml.token_type")?
+            .map(|a| {
+                a.iter()
+                    .map(|v| match v {
+                        Value::I32(t) => Some(*t),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<i32>>>()
+                    .ok_or(TokenizerError::WrongType("tokenizer.ggml.token_type"))
             })
-            .transpose()
-    };
+            .transpose()?;
 
-    // llama.cpp patches token attributes by model name for these; refuse
-    // rather than tokenize them differently.
-    let name = string("general.name")?.unwrap_or("").to_lowercase();
-    let arch = string("general.architecture")?.unwrap_or("");
-    if ["phi-3", "phi3", "modern-bert"]
-        .iter()
-        .any(|n| name.contains(n))
-        || ["nomic-bert-moe", "jina-bert-v3"]
-            .iter()
-            .any(|a| arch.contains(a))
-    {
-        return Err(TokenizerError::UnsupportedAttributes(name));
-    }
-
-    let model = string("tokenizer.ggml.model")?
-        .ok_or(TokenizerError::MissingKey("tokenizer.ggml.model"))?;
-    let kind = match model {
-        "gpt2" => VocabKind::Bpe {
-            pre: string("tokenizer.ggml.pre")?.unwrap_or("").to_owned(),
-            merges: strings("tokenizer.ggml.merges")?
-                .ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?,
-        },
-        "llama" => VocabKind::Spm,
-        other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
-    };
-
-    let scores = array("tokenizer.ggml.scores")?
-        .map(|a| {
-            a.iter()
-                .map(|v| match v {
-                    Value::F32(s) => Some(*s),
-                    Value::I32(s) => Some(*s as f32),
-                    _ => None,
-                })
-                .collect::<Option<Vec<f32>>>()
-                .ok_or(TokenizerError::WrongType("tokenizer.ggml.scores"))
-        })
-        .transpose()?;
-    let token_types = array("tokenizer.ggml.token_type")?
-        .map(|a| {
-            a.iter()
-                .map(|v| match v {
-                    Value::I32(t) => Some(*t),
-                    _ => None,
-                })
-                .collect::<Option<Vec<i32>>>()
-                .ok_or(TokenizerError::WrongType("tokenizer.ggml.token_type"))
-        })
-        .transpose()?;
-
-    let tokens = strings("tokenizer.ggml.tokens")?
-        .ok_or(TokenizerError::MissingKey("tokenizer.ggml.tokens"))?;
-    // llama.cpp reads the deprecated prefix/suffix/middle keys after the
-    // fim_* ones, so an in-range deprecated id wins.
-    let in_range = |id: Option<u32>| id.filter(|&id| (id as usize) < tokens.len());
-    let fim =
-        |current: &'static str, deprecated: &'static str| -> Result<Option<u32>, TokenizerError> {
+        let tokens = strings("tokenizer.ggml.tokens")?
+            .ok_or(TokenizerError::MissingKey("tokenizer.ggml.tokens"))?;
+        // llama.cpp reads the deprecated prefix/suffix/middle keys after the
+        // fim_* ones, so an in-range deprecated id wins.
+        let in_range = |id: Option<u32>| id.filter(|&id| (id as usize) < tokens.len());
+        let fim = |current: &'static str,
+                   deprecated: &'static str|
+         -> Result<Option<u32>, TokenizerError> {
             Ok(in_range(id(deprecated)?).or(id(current)?))
         };
-    let ids = SpecialIds {
-        bos: id("tokenizer.ggml.bos_token_id")?,
-        eos: id("tokenizer.ggml.eos_token_id")?,
-        eot: id("tokenizer.ggml.eot_token_id")?,
-        eom: id("tokenizer.ggml.eom_token_id")?,
-        fim_pre: fim(
-            "tokenizer.ggml.fim_pre_token_id",
-            "tokenizer.ggml.prefix_token_id",
-        )?,
-        fim_suf: fim(
-            "tokenizer.ggml.fim_suf_token_id",
-            "tokenizer.ggml.suffix_token_id",
-        )?,
-        fim_mid: fim(
-            "tokenizer.ggml.fim_mid_token_id",
-            "tokenizer.ggml.middle_token_id",
-        )?,
-        fim_pad: id("tokenizer.ggml.fim_pad_token_id")?,
-        fim_rep: id("tokenizer.ggml.fim_rep_token_id")?,
-        fim_sep: id("tokenizer.ggml.fim_sep_token_id")?,
-    };
-    Ok(VocabSpec {
-        kind,
-        tokens,
-        scores,
-        token_types,
-        ids,
-        add_bos: flag("tokenizer.ggml.add_bos_token")?,
-        add_eos: flag("tokenizer.ggml.add_eos_token")?,
-        add_space_prefix: flag("tokenizer.ggml.add_space_prefix")?,
-    })
+        let ids = SpecialIds {
+            bos: id("tokenizer.ggml.bos_token_id")?,
+            eos: id("tokenizer.ggml.eos_token_id")?,
+            eot: id("tokenizer.ggml.eot_token_id")?,
+            eom: id("tokenizer.ggml.eom_token_id")?,
+            fim_pre: fim(
+                "tokenizer.ggml.fim_pre_token_id",
+                "tokenizer.ggml.prefix_token_id",
+            )?,
+            fim_suf: fim(
+                "tokenizer.ggml.fim_suf_token_id",
+                "tokenizer.ggml.suffix_token_id",
+            )?,
+            fim_mid: fim(
+                "tokenizer.ggml.fim_mid_token_id",
+                "tokenizer.ggml.middle_token_id",
+            )?,
+            fim_pad: id("tokenizer.ggml.fim_pad_token_id")?,
+            fim_rep: id("tokenizer.ggml.fim_rep_token_id")?,
+            fim_sep: id("tokenizer.ggml.fim_sep_token_id")?,
+        };
+        Ok(VocabSpec {
+            kind,
+            tokens,
+            scores,
+            token_types,
+            ids,
+            add_bos: flag("tokenizer.ggml.add_bos_token")?,
+            add_eos: flag("tokenizer.ggml.add_eos_token")?,
+            add_space_prefix: flag("tokenizer.ggml.add_space_prefix")?,
+        })
+    }
 }

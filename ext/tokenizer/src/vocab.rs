@@ -8,7 +8,7 @@ use crate::{SpecialIds, TokenizerError, VocabKind, VocabSpec};
 
 // llama.cpp's `llama_token_attr` bits.
 pub(crate) const UNKNOWN: u32 = 1 << 0;
-pub(crate) const UNUSED: u32 = 1 << 1;
+const UNUSED: u32 = 1 << 1;
 pub(crate) const NORMAL: u32 = 1 << 2;
 pub(crate) const CONTROL: u32 = 1 << 3;
 pub(crate) const USER_DEFINED: u32 = 1 << 4;
@@ -190,11 +190,8 @@ impl Vocab {
         }
         let [(eot, _), (eom, _), _, _, _, (fim_pad, _), (fim_rep, _), (fim_sep, _)] = roles;
 
-        for (attr, text) in attrs.iter_mut().zip(&texts) {
-            if *attr & CONTROL != 0 && text.contains("unused") {
-                *attr |= UNUSED;
-            }
-        }
+        // llama.cpp marks control tokens named "unused" UNUSED here; nothing
+        // that tokenizes or renders reads that bit, so it is not kept.
 
         let mut eog: BTreeSet<u32> = [fim_pad, fim_rep, fim_sep].into_iter().flatten().collect();
         for (id, text) in texts.iter().enumerate() {

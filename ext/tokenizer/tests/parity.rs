@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use elelem_gguf::Gguf;
-use elelem_tokenizer::Tokenizer;
+use elelem_tokenizer::{Tokenizer, VocabSpec};
 use serde_json::Value;
 
 const MODELS: [(&str, &str); 2] = [
@@ -55,10 +55,20 @@ fn unhex(s: &str) -> Vec<u8> {
 /// Each vocabulary is built once and shared by the tests.
 fn tokenizer(model: usize) -> &'static Tokenizer {
     static CACHE: [OnceLock<Tokenizer>; 2] = [OnceLock::new(), OnceLock::new()];
-    CACHE[model].get_or_init(|| load(MODELS[model].1))
+    CACHE[model].get_or_init(|| {
+        let spec = spec(MODELS[model].1);
+        let start = Instant::now();
+        let tokenizer = Tokenizer::new(&spec).expect("a supported vocabulary");
+        eprintln!(
+            "{}: tokenizer built in {:?}",
+            MODELS[model].0,
+            start.elapsed()
+        );
+        tokenizer
+    })
 }
 
-fn load(file: &str) -> Tokenizer {
+fn spec(file: &str) -> VocabSpec {
     let dir = std::env::var_os("ELELEM_MODEL_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -71,11 +81,7 @@ fn load(file: &str) -> Tokenizer {
         path.display()
     );
     let gguf = Gguf::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let start = Instant::now();
-    let tokenizer =
-        Tokenizer::from_gguf(&gguf).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    eprintln!("{file}: tokenizer built in {:?}", start.elapsed());
-    tokenizer
+    VocabSpec::from_gguf(&gguf).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Asserts `got == want` for every corpus line, naming the first line that differs.
@@ -136,6 +142,7 @@ fn gemma_token_ids_match_llama_cpp() {
     check_tokenize(MODELS[1].0, tokenizer(1), &corpus());
 }
 
+/// `stem.detok.jsonl` holds llama.cpp's detokenization of the ids in `stem.jsonl`.
 fn check_detokenize(name: &str, tokenizer: &Tokenizer, corpus: &[String]) {
     let ids: Vec<Vec<u32>> = jsonl(&format!("{name}.jsonl")).iter().map(ids).collect();
     let want = jsonl(&format!("{name}.detok.jsonl"));
@@ -277,4 +284,39 @@ fn qwen_round_trips() {
 #[test]
 fn gemma_round_trips() {
     check_round_trip(tokenizer(1), &corpus(), true);
+}
+
+/// Metadata overridden as tools/reference/tokenizer_goldens.rb overrides it
+/// for llama.cpp, so that paths the real vocabularies skip are checked too.
+fn check_variant(model: usize, variant: &str, edit: impl FnOnce(&mut VocabSpec)) {
+    let mut spec = spec(MODELS[model].1);
+    edit(&mut spec);
+    let tokenizer = Tokenizer::new(&spec).expect("a supported vocabulary");
+    let corpus = corpus();
+    let name = format!("{}.{variant}", MODELS[model].0);
+    let want: Vec<Vec<u32>> = jsonl(&format!("{name}.jsonl")).iter().map(ids).collect();
+    let got: Vec<Vec<u32>> = corpus
+        .iter()
+        .map(|s| tokenizer.tokenize(s, true, true))
+        .collect();
+    assert_all_equal(
+        &format!("{name} tokenize(true, true)"),
+        &corpus,
+        &got,
+        &want,
+    );
+    check_detokenize(&name, &tokenizer, &corpus);
+}
+
+#[test]
+fn gemma_with_a_space_prefix_matches_llama_cpp() {
+    check_variant(1, "space-prefix", |spec| spec.add_space_prefix = Some(true));
+}
+
+#[test]
+fn qwen_with_bos_and_eos_matches_llama_cpp() {
+    check_variant(0, "bos-eos", |spec| {
+        spec.add_bos = Some(true);
+        spec.add_eos = Some(true);
+    });
 }
