@@ -67,9 +67,11 @@ impl Bpe {
     fn merge_word(&self, vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
         let mut symbols: Vec<Symbol> = word
             .char_indices()
-            .map(|(start, c)| Symbol {
+            .enumerate()
+            .map(|(i, (start, c))| Symbol {
                 start,
                 len: c.len_utf8(),
+                prev: i.checked_sub(1),
                 next: None,
             })
             .collect();
@@ -77,7 +79,6 @@ impl Bpe {
         for (i, s) in symbols.iter_mut().enumerate() {
             s.next = (i + 1 < count).then_some(i + 1);
         }
-        let mut prev: Vec<Option<usize>> = (0..count).map(|i| i.checked_sub(1)).collect();
 
         let mut queue = BinaryHeap::new();
         let push =
@@ -110,10 +111,10 @@ impl Bpe {
             symbols[b.right].len = 0;
             symbols[b.left].next = symbols[b.right].next;
             if let Some(next) = symbols[b.right].next {
-                prev[next] = Some(b.left);
+                symbols[next].prev = Some(b.left);
             }
-            if let Some(p) = prev[b.left] {
-                push(&mut queue, &symbols, p, b.left);
+            if let Some(prev) = symbols[b.left].prev {
+                push(&mut queue, &symbols, prev, b.left);
             }
             if let Some(next) = symbols[b.left].next {
                 push(&mut queue, &symbols, b.left, next);
@@ -124,8 +125,9 @@ impl Bpe {
             let text = &word[s.start..s.start + s.len];
             match vocab.id(text) {
                 Some(id) => out.push(id),
-                // Unreachable with a complete byte-level vocabulary; llama.cpp
-                // then looks up each byte alone and drops the ones it lacks.
+                // Only when the vocabulary lacks a byte char or a merge's
+                // result; llama.cpp then looks up each byte alone and drops
+                // the ones it lacks.
                 None => out.extend(
                     text.bytes()
                         .filter_map(|b| std::str::from_utf8(&[b]).ok().and_then(|s| vocab.id(s))),
@@ -138,6 +140,7 @@ impl Bpe {
 struct Symbol {
     start: usize,
     len: usize,
+    prev: Option<usize>,
     next: Option<usize>,
 }
 

@@ -230,7 +230,7 @@ impl Vocab {
             }
         }
 
-        let (default_add_bos, add_space_prefix_default) =
+        let (default_add_bos, default_add_space_prefix) =
             if is_bpe { (false, false) } else { (true, true) };
         let add_bos = spec.add_bos.unwrap_or(default_add_bos);
         let add_eos = spec.add_eos.unwrap_or(false);
@@ -251,7 +251,7 @@ impl Vocab {
             eog,
             add_bos,
             add_eos,
-            add_space_prefix: spec.add_space_prefix.unwrap_or(add_space_prefix_default),
+            add_space_prefix: spec.add_space_prefix.unwrap_or(default_add_space_prefix),
         })
     }
 
