@@ -1,0 +1,293 @@
+//! Byte-level BPE as llama.cpp's `llm_tokenizer_bpe_session` runs it for the
+//! `qwen2` pre-tokenizer.
+//!
+//! The split is a port of llama.cpp's `unicode_regex_split_custom_qwen2`, not
+//! a regex: llama.cpp itself does not run the pattern through a regex engine
+//! for this pre-tokenizer but through that hand-written matcher, over its own
+//! Unicode tables (`unicode_data.rs`), and a regex crate classifies code
+//! points by a different Unicode version.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+
+use crate::unicode::{ByteLevel, Flags};
+use crate::vocab::Vocab;
+
+pub(crate) struct Bpe {
+    /// Every string that appears on either side of a merge, interned.
+    pieces: HashMap<String, u32>,
+    /// `(left, right)` interned → rank (the merge's line number).
+    ranks: HashMap<(u32, u32), u32>,
+    byte_level: ByteLevel,
+}
+
+impl Bpe {
+    pub(crate) fn new(merges: &[String]) -> Bpe {
+        let mut pieces = HashMap::new();
+        let mut ranks = HashMap::with_capacity(merges.len());
+        for (rank, merge) in merges.iter().enumerate() {
+            // llama.cpp splits at the first space after the first byte; a line
+            // without one maps ("", "") and so can never apply.
+            let Some(space) = merge.bytes().skip(1).position(|b| b == b' ').map(|p| p + 1) else {
+                continue;
+            };
+            let mut intern = |s: &str| {
+                let next = pieces.len() as u32;
+                *pieces.entry(s.to_owned()).or_insert(next)
+            };
+            let pair = (intern(&merge[..space]), intern(&merge[space + 1..]));
+            // The first rank wins, as with llama.cpp's unordered_map::emplace.
+            ranks.entry(pair).or_insert(rank as u32);
+        }
+        Bpe {
+            pieces,
+            ranks,
+            byte_level: ByteLevel::new(),
+        }
+    }
+
+    pub(crate) fn byte_level(&self) -> &ByteLevel {
+        &self.byte_level
+    }
+
+    pub(crate) fn tokenize(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
+        let mut encoded = String::new();
+        for word in split_qwen2(text) {
+            encoded.clear();
+            self.byte_level.encode(word.as_bytes(), &mut encoded);
+            self.merge_word(vocab, &encoded, out);
+        }
+    }
+
+    fn rank(&self, left: &str, right: &str) -> Option<u32> {
+        let pair = (*self.pieces.get(left)?, *self.pieces.get(right)?);
+        self.ranks.get(&pair).copied()
+    }
+
+    fn merge_word(&self, vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
+        let mut symbols: Vec<Symbol> = word
+            .char_indices()
+            .enumerate()
+            .map(|(i, (start, c))| Symbol {
+                start,
+                len: c.len_utf8(),
+                prev: i.checked_sub(1),
+                next: None,
+            })
+            .collect();
+        let count = symbols.len();
+        for (i, s) in symbols.iter_mut().enumerate() {
+            s.next = (i + 1 < count).then_some(i + 1);
+        }
+
+        let mut queue = BinaryHeap::new();
+        let push =
+            |queue: &mut BinaryHeap<Bigram>, symbols: &[Symbol], left: usize, right: usize| {
+                let (l, r) = (&symbols[left], &symbols[right]);
+                let text = |s: &Symbol| &word[s.start..s.start + s.len];
+                if let Some(rank) = self.rank(text(l), text(r)) {
+                    queue.push(Bigram {
+                        rank,
+                        left,
+                        right,
+                        size: l.len + r.len,
+                    });
+                }
+            };
+        for i in 1..count {
+            push(&mut queue, &symbols, i - 1, i);
+        }
+
+        while let Some(b) = queue.pop() {
+            // A merge elsewhere invalidated this pair. Symbols only grow, so
+            // comparing the size is the same test as llama.cpp's text compare.
+            if symbols[b.left].len == 0
+                || symbols[b.right].len == 0
+                || symbols[b.left].len + symbols[b.right].len != b.size
+            {
+                continue;
+            }
+            symbols[b.left].len = b.size;
+            symbols[b.right].len = 0;
+            symbols[b.left].next = symbols[b.right].next;
+            if let Some(next) = symbols[b.right].next {
+                symbols[next].prev = Some(b.left);
+            }
+            if let Some(prev) = symbols[b.left].prev {
+                push(&mut queue, &symbols, prev, b.left);
+            }
+            if let Some(next) = symbols[b.left].next {
+                push(&mut queue, &symbols, b.left, next);
+            }
+        }
+
+        for s in symbols.iter().filter(|s| s.len > 0) {
+            let text = &word[s.start..s.start + s.len];
+            match vocab.id(text) {
+                Some(id) => out.push(id),
+                // Only when the vocabulary lacks a byte char or a merge's
+                // result; llama.cpp then looks up each byte alone and drops
+                // the ones it lacks.
+                None => out.extend(
+                    text.bytes()
+                        .filter_map(|b| std::str::from_utf8(&[b]).ok().and_then(|s| vocab.id(s))),
+                ),
+            }
+        }
+    }
+}
+
+struct Symbol {
+    start: usize,
+    len: usize,
+    prev: Option<usize>,
+    next: Option<usize>,
+}
+
+#[derive(PartialEq, Eq)]
+struct Bigram {
+    rank: u32,
+    left: usize,
+    right: usize,
+    size: usize,
+}
+
+impl Ord for Bigram {
+    /// The heap pops the lowest rank, then the leftmost pair.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.rank.cmp(&self.rank).then(other.left.cmp(&self.left))
+    }
+}
+
+impl PartialOrd for Bigram {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// `unicode_regex_split_custom_qwen2`: the words of the pattern
+/// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+/// matched the way llama.cpp's matcher does.
+pub(crate) fn split_qwen2(text: &str) -> Vec<&str> {
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let flags: Vec<Flags> = chars.iter().map(|&(_, c)| Flags::of(c)).collect();
+    let n = chars.len();
+    let cpt = |pos: usize| chars.get(pos).map(|&(_, c)| c);
+    let flag = |pos: usize| flags.get(pos).copied().unwrap_or_default();
+    let byte_at = |pos: usize| chars.get(pos).map_or(text.len(), |&(b, _)| b);
+    let is_newline = |c: Option<char>| matches!(c, Some('\r' | '\n'));
+
+    let mut words = Vec::new();
+    let mut pos = 0;
+    while pos < n {
+        let start = pos;
+        let c = chars[pos].1;
+        let f = flags[pos];
+        pos = 'matched: {
+            if c == '\'' && pos + 1 < n {
+                let next = contraction_letter(cpt(pos + 1));
+                if matches!(next, Some('s' | 't' | 'm' | 'd')) {
+                    break 'matched pos + 2;
+                }
+                if pos + 2 < n {
+                    let next_next = contraction_letter(cpt(pos + 2));
+                    if matches!(
+                        (next, next_next),
+                        (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l'))
+                    ) {
+                        break 'matched pos + 3;
+                    }
+                }
+            }
+
+            // [^\r\n\p{L}\p{N}]?\p{L}+
+            if !(c == '\r' || c == '\n' || f.is_number())
+                && (f.is_letter() || flag(pos + 1).is_letter())
+            {
+                let mut end = pos + 1;
+                while flag(end).is_letter() {
+                    end += 1;
+                }
+                break 'matched end;
+            }
+
+            // \p{N}
+            if f.is_number() {
+                break 'matched pos + 1;
+            }
+
+            // <space>?[^\s\p{L}\p{N}]+[\r\n]*
+            let mut f2 = if c == ' ' { flag(pos + 1) } else { f };
+            let other =
+                |f: Flags| !(f.is_whitespace() || f.is_letter() || f.is_number()) && f.is_set();
+            if !(f2.is_whitespace() || f2.is_letter() || f2.is_number()) && f.is_set() {
+                let mut end = pos + usize::from(c == ' ');
+                while other(f2) {
+                    end += 1;
+                    f2 = flag(end);
+                }
+                while is_newline(cpt(end)) {
+                    end += 1;
+                }
+                break 'matched end;
+            }
+
+            let mut spaces = 0;
+            let mut last_newline_end = None;
+            while flag(pos + spaces).is_whitespace() {
+                if is_newline(cpt(pos + spaces)) {
+                    last_newline_end = Some(pos + spaces + 1);
+                }
+                spaces += 1;
+            }
+            // \s*[\r\n]+
+            if let Some(end) = last_newline_end {
+                break 'matched end;
+            }
+            // \s+(?!\S)
+            if spaces > 1 && pos + spaces < n {
+                break 'matched pos + spaces - 1;
+            }
+            // \s+
+            if spaces > 0 {
+                break 'matched pos + spaces;
+            }
+            pos + 1
+        };
+        words.push(&text[byte_at(start)..byte_at(pos)]);
+    }
+    words
+}
+
+/// `unicode_tolower` as the contraction test uses it: in llama.cpp's table
+/// only A–Z lower to the letters it compares with (the table generator
+/// checks), so ASCII lowering gives the same answers.
+fn contraction_letter(c: Option<char>) -> Option<char> {
+    c.map(|c| c.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_qwen2;
+
+    #[test]
+    fn split_follows_llama_cpp() {
+        assert_eq!(split_qwen2("Hello world"), ["Hello", " world"]);
+        assert_eq!(
+            split_qwen2("I'M here, they'Ll"),
+            ["I", "'M", " here", ",", " they", "'Ll"]
+        );
+        assert_eq!(split_qwen2("x  = 12"), ["x", " ", " =", " ", "1", "2"]);
+        assert_eq!(split_qwen2("a \n\n b"), ["a", " \n\n", " b"]);
+        assert_eq!(split_qwen2("end   "), ["end", "   "]);
+        assert_eq!(split_qwen2("\tif"), ["\tif"]);
+        assert_eq!(split_qwen2("e\u{301}t"), ["e", "\u{301}t"]);
+        assert_eq!(
+            split_qwen2("e\u{301}\u{302} x"),
+            ["e", "\u{301}\u{302}", " x"]
+        );
+        assert_eq!(split_qwen2("'"), ["'"]);
+        assert_eq!(split_qwen2("?!\r\nok"), ["?!\r\n", "ok"]);
+        assert_eq!(split_qwen2(""), Vec::<&str>::new());
+    }
+}
