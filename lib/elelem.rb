@@ -10,6 +10,8 @@ rescue ::LoadError => e
   raise ::LoadError, "elelem's native extension is not built (#{e.message}); run `rake compile`"
 end
 
+require_relative "elelem/options"
+require_relative "elelem/completion"
 require_relative "elelem/model"
 require_relative "elelem/models"
 
@@ -41,8 +43,8 @@ module Elelem
       end
     end
 
-    # Greedy generation, the module form of {Model#generate}.
-    # @return [Array<Integer>]
+    # The module form of {Model#generate}.
+    # @return [String, Array<Integer>]
     def generate(model, prompt, **options, &)
       model.generate(prompt, **options, &)
     end

@@ -84,7 +84,7 @@ RSpec.describe Elelem::Model do
       expect { model.generate([1, 512]) }.to raise_error(ArgumentError, /token id 512 is out of range/)
       expect { model.generate([-1]) }.to raise_error(ArgumentError, /out of range/)
       expect { model.generate([1, 2.0]) }.to raise_error(ArgumentError, /must be Integers/)
-      expect { model.generate("1 2 3") }.to raise_error(ArgumentError)
+      expect { model.generate(:tokens) }.to raise_error(ArgumentError)
       expect { model.generate([]) }.to raise_error(ArgumentError, /empty/)
       expect(model.generate(prompt, max_tokens: 1).size).to eq(1)
     end

@@ -30,7 +30,25 @@ module Goldens
     "long" => [1] + (0...700).map { |i| 3 + ((i * 7919) % 509) }
   }.freeze
 
+  CHAT_MESSAGES = [
+    { "role" => "system", "content" => "You are a concise coding assistant." },
+    { "role" => "user", "content" => "How do I reverse an Array in Ruby?" },
+    { "role" => "assistant", "content" => "Use `array.reverse` (or `reverse!` in place)." },
+    { "role" => "user", "content" => "And a String? Answer in one line, with an émoji 🎉." }
+  ].freeze
+
   module_function
+
+  # The prompt llama.cpp renders for CHAT_MESSAGES (llama_chat_apply_template with
+  # add_generation_prompt) and its token ids.
+  def chat_case(model_path)
+    text = Tempfile.create("elelem-chat") do |f|
+      CHAT_MESSAGES.each { |m| f.puts("#{m["role"]}\t#{m["content"].unpack1("H*")}") }
+      f.flush
+      [Reference.run("chat", model_path, f.path).strip].pack("H*").force_encoding(Encoding::UTF_8)
+    end
+    { "messages" => CHAT_MESSAGES, "prompt_text" => text, "prompt" => Reference.tokenize(model_path, text) }
+  end
 
   def write(name, model_path, cases)
     FileUtils.mkdir_p(Reference::GOLDENS)
@@ -53,12 +71,19 @@ module Goldens
       "output" => output, "output_text" => output_text }
   end
 
+  def write_chat
+    path = File.join(Reference::GOLDENS, "chat-qwen2.5-coder-0.5b.json")
+    File.write(path, "#{JSON.pretty_generate(chat_case(Elelem::Models.fetch("qwen2.5-coder-0.5b")))}\n")
+    puts "wrote #{path}"
+  end
+
   def run
     Reference.build
     MODELS.each do |name, prompts|
       path = Elelem::Models.fetch(name)
       write(name, path, prompts.map { |case_name, text| text_case(path, case_name, text) })
     end
+    write_chat
     canary = File.join(Reference::ROOT, "tmp", "canary.gguf")
     cases = CANARY_PROMPTS.map do |case_name, ids|
       output, = Reference.generate(canary, ids, ignore_eos: true)

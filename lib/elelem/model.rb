@@ -9,7 +9,7 @@ module Elelem
   # or by the garbage collector.
   class Model
     DEFAULT_N_CTX = 4096
-    MAX_N_CTX = 1 << 20
+    MAX_N_CTX = Options::MAX_N_CTX
     MAX_THREADS = 512
 
     class << self
@@ -19,40 +19,106 @@ module Elelem
         path = path.to_path if path.respond_to?(:to_path)
         raise ArgumentError, "path must be a String, got #{path.class}" unless path.is_a?(String)
 
-        check_integer(:n_ctx, n_ctx, 1..MAX_N_CTX)
-        check_integer(:n_threads, n_threads, 1..MAX_THREADS)
-        check_integer(:n_gpu_layers, n_gpu_layers, 0..)
+        Options.integer(:n_ctx, n_ctx, 1..MAX_N_CTX)
+        Options.integer(:n_threads, n_threads, 1..MAX_THREADS)
+        Options.integer(:n_gpu_layers, n_gpu_layers, 0..)
         model = _open(path, n_ctx, n_threads, n_gpu_layers)
         model.send(:after_open)
         model
       end
-
-      # @api private
-      def check_integer(name, value, range)
-        return if value.is_a?(Integer) && range.cover?(value)
-
-        raise ArgumentError, "#{name} must be an Integer in #{range}, got #{value.inspect}"
-      end
     end
 
-    # Generates tokens greedily after `prompt`, starting a fresh sequence.
+    # Generates a continuation of `prompt`, starting a fresh sequence.
     #
-    # @param prompt [Array<Integer>] token ids
+    # Given token ids, returns the generated ids (yielding each); given a String,
+    # returns the generated text (yielding each new piece, whole UTF-8 characters only).
+    #
+    # @param prompt [String, Array<Integer>] text (tokenized with special tokens) or token ids
     # @param max_tokens [Integer] the most tokens to generate
     # @param ignore_eos [Boolean] keep going after an end-of-generation token
-    # @yieldparam token [Integer] each token as it is generated
-    # @return [Array<Integer>] the generated ids (an end-of-generation token included)
-    # @raise [ArgumentError] for ids that are not Integers in the vocabulary
+    # @param temperature [Float] 0 is greedy (llama.cpp's exact choice); higher samples
+    # @param top_k [Integer] sample among the k likeliest tokens (0: all)
+    # @param top_p [Float] ... whose probabilities add up to p
+    # @param min_p [Float] ... at least min_p times the likeliest's probability
+    # @param repeat_penalty [Float] divide the logits of recent tokens by this (1: off)
+    # @param repeat_last_n [Integer] how many recent tokens count as recent
+    # @param seed [Integer, nil] the random seed; the same seed gives the same text
+    # @param stop [String, Array<String>, nil] strings that end the generation (never emitted)
+    # @yieldparam piece [String, Integer] each new piece of text, or each id for an ids prompt
+    # @return [String, Array<Integer>]
+    # @raise [ArgumentError] for ids that are not Integers in the vocabulary, or bad options
     # @raise [Elelem::ContextFullError] when the prompt does not fit `n_ctx`
     # @raise [Elelem::ClosedError] after {#close}
-    def generate(prompt, max_tokens: 32, ignore_eos: false, &block)
-      ids = check_ids(prompt)
-      self.class.check_integer(:max_tokens, max_tokens, 0..MAX_N_CTX)
-      synchronize do
-        tokens, reason = _generate(ids, max_tokens, ignore_eos ? true : false, &block)
-        @last_stop_reason = reason
-        tokens
-      end
+    def generate(prompt, **options, &)
+      result = run(prompt, options, text: prompt.is_a?(String), &)
+      prompt.is_a?(String) ? result[:text] : result[:tokens]
+    end
+
+    # Like {#generate} for text, but returns a {Completion} with the ids, the reason
+    # it stopped and the timings.
+    # @return [Completion]
+    def complete(prompt, **options, &)
+      result = run(prompt, options, text: true, &)
+      Completion.new(**result.slice(:text, :tokens, :finish_reason, :prompt_tokens), timings:)
+    end
+
+    # Yields each piece of generated text; without a block, an Enumerator of them.
+    # @return [Enumerator, String]
+    def each_token(prompt, **options, &block)
+      return enum_for(:each_token, prompt, **options) unless block
+
+      run(prompt, options, text: true, &block)[:text]
+    end
+
+    # Answers a conversation: renders `messages` with the model's chat template (or
+    # `template:`), generates the assistant's turn and returns it.
+    #
+    # @param messages [Array<Hash>] `{ role: "user", content: "..." }` hashes (String keys too)
+    # @param template [String, nil] a Jinja chat template to use instead of the model's
+    # @param options see {#generate}
+    # @yieldparam piece [String] each new piece of the reply
+    # @return [String] the reply
+    # @raise [Elelem::Error] when the model has no template and none is given
+    def chat(messages, template: nil, **options, &block)
+      generate(chat_prompt(messages, template:), **options, &block)
+    end
+
+    # The prompt {#chat} sends for `messages`, with the generation prompt appended.
+    # @return [String]
+    def chat_prompt(messages, template: nil, add_generation_prompt: true)
+      pairs = Options.messages(messages)
+      raise ArgumentError, "template must be a String" unless template.nil? || template.is_a?(String)
+
+      synchronize { _render_chat(pairs, template, add_generation_prompt ? true : false) }
+    end
+
+    # @return [String, nil] the GGUF's Jinja chat template
+    def chat_template
+      synchronize { _chat_template }
+    end
+
+    # Token ids of `text`, as llama.cpp's `llama-tokenize` gives them.
+    # @param add_special [Boolean] add BOS/EOS where the model asks for them
+    # @param parse_special [Boolean] read special-token text (`<|im_start|>`) as those tokens
+    # @return [Array<Integer>]
+    def tokenize(text, add_special: true, parse_special: true)
+      raise ArgumentError, "text must be a String, got #{text.class}" unless text.is_a?(String)
+
+      synchronize { _tokenize(text.encode(Encoding::UTF_8), add_special ? true : false, parse_special ? true : false) }
+    end
+
+    # The text of token ids.
+    # @param special [Boolean] render special tokens as their text
+    # @return [String] UTF-8
+    def detokenize(ids, special: true)
+      synchronize { _detokenize(Options.ids(ids, allow_empty: true), special ? true : false) }
+    end
+
+    # One token's bytes (which may be part of a character, hence a binary String).
+    # @return [String]
+    def token_to_piece(id, special: true)
+      Options.ids([id])
+      synchronize { _token_to_piece(id, special ? true : false) }
     end
 
     # Why the last generation stopped: `:eos`, `:length` or `:context_full`.
@@ -103,14 +169,19 @@ module Elelem
       @lock.owned? ? block.call : @lock.synchronize(&block)
     end
 
-    def check_ids(prompt)
-      raise ArgumentError, "prompt must be an Array of token ids, got #{prompt.class}" unless prompt.is_a?(Array)
-      raise ArgumentError, "prompt is empty" if prompt.empty?
+    def run(prompt, options, text:, &block)
+      opts = Options.generation(options)
+      prompt = Options.prompt(prompt)
+      synchronize do
+        result = _run(prompt, opts, text, &block)
+        @last_stop_reason = result[:finish_reason]
+        result
+      end
+    end
 
-      bad = prompt.find { |id| !id.is_a?(Integer) }
-      raise ArgumentError, "token ids must be Integers, got #{bad.inspect}" unless bad.nil?
-
-      prompt
+    def timings
+      s = stats
+      s.slice(:prompt_tokens_per_s, :decode_tokens_per_s, :prompt_seconds, :decode_seconds)
     end
   end
 end

@@ -52,7 +52,7 @@ VARIANTS = {
 
 def run(*cmd)
   out, err, status = Open3.capture3(*cmd)
-  abort "#{cmd.join(' ')} failed:\n#{err}" unless status.success?
+  abort "#{cmd.join(" ")} failed:\n#{err}" unless status.success?
   out
 end
 
@@ -110,7 +110,7 @@ class ModelGoldens
 
   def detokenize(rows, options)
     ids_file = File.join(WORK, "#{@name}.ids")
-    File.write(ids_file, rows.map { |row| "#{row.join(' ')}\n" }.join)
+    File.write(ids_file, rows.map { |row| "#{row.join(" ")}\n" }.join)
     checked(run(@probe, "detokenize", @model, ids_file, *options).lines(chomp: true).map { |l| l.split(/ /, -1) })
   end
 
@@ -144,8 +144,8 @@ abort "no reference driver at #{driver}" unless File.executable?(driver)
 FileUtils.mkdir_p(WORK)
 corpus = File.readlines(File.join(FIXTURES, "corpus.jsonl"), chomp: true).map { |l| JSON.parse(l) }
 hex_file = File.join(WORK, "corpus.hex")
-File.write(hex_file, corpus.map { |s| "#{s.unpack1('H*')}\n" }.join)
-tools = { hex_file: hex_file, driver: driver, probe: build_probe }
+File.write(hex_file, corpus.map { |s| "#{s.unpack1("H*")}\n" }.join)
+tools = { hex_file:, driver:, probe: build_probe }
 
 MODELS.each do |name, file|
   model = File.join(MODEL_DIR, file)

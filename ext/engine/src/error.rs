@@ -14,6 +14,11 @@ pub enum Error {
     /// The abort flag stopped the computation (an interrupt).
     #[error("interrupted")]
     Aborted,
+    /// The model has no usable tokenizer, or its chat template failed.
+    #[error("{0}")]
+    Template(String),
+    #[error("{0}")]
+    Tokenizer(String),
     /// ggml could not allocate memory.
     #[error("out of memory allocating {0}")]
     OutOfMemory(String),

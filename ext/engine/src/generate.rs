@@ -5,7 +5,7 @@
 
 use crate::{Context, Error, Result};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct GenerateParams {
     pub max_tokens: u32,
     /// Keep going past end-of-generation tokens.
@@ -88,6 +88,10 @@ impl<'c> Generator<'c> {
 
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
+    }
+
+    pub fn model(&self) -> &crate::Model {
+        self.ctx.model()
     }
 
     pub fn stop_reason(&self) -> Option<StopReason> {

@@ -12,6 +12,7 @@
 
 pub mod arch;
 pub mod canary;
+pub mod chat;
 mod context;
 mod error;
 mod generate;
@@ -21,12 +22,15 @@ mod kv_cache;
 pub mod layers;
 mod model;
 pub mod sampler;
+mod text;
 
 pub use context::{Context, ContextParams, DecodeStats};
+pub use elelem_tokenizer::Tokenizer;
 pub use error::{Error, Result};
 pub use generate::{generate, GenerateParams, Generator, StopReason};
 pub use hparams::HParams;
 pub use model::{Model, ModelParams};
+pub use text::{FinishReason, TextGenerator, TextParams};
 
 /// The vendored ggml's version.
 pub fn ggml_version() -> &'static str {

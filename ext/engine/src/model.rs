@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use elelem_gguf::{Gguf, TensorInfo, TensorType, Value};
+use elelem_tokenizer::Tokenizer;
 use ggml_sys as sys;
 
 use crate::arch::{Arch, LayerWeights, Weights};
@@ -24,8 +25,9 @@ pub struct ModelParams {
 pub struct Model {
     pub hparams: HParams,
     pub(crate) weights: Weights,
-    /// End-of-generation token ids (EOS, EOT).
-    pub eog: Vec<u32>,
+    /// The tokenizer, or why the file's vocabulary cannot be used (ids still work then).
+    tokenizer: std::result::Result<Tokenizer, String>,
+    chat_template: Option<String>,
     weights_bytes: usize,
     repacked_bytes: usize,
     // Declared after `weights` so the tensors' buffers and the mapping outlive nothing
@@ -73,16 +75,17 @@ impl Model {
         let mut loader = Loader::new(&gguf, &device)?;
         let weights = arch.load(&mut loader, &hparams)?;
         let placed = loader.place()?;
-        let eog = ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]
-            .iter()
-            .filter_map(|k| gguf.get(k).and_then(Value::as_u64))
-            .filter_map(|id| u32::try_from(id).ok())
-            .filter(|&id| id < n_vocab)
-            .collect();
+        let tokenizer =
+            Tokenizer::from_gguf(&gguf).map_err(|e| format!("this model's tokenizer is not supported: {e}"));
+        let chat_template = gguf
+            .get("tokenizer.chat_template")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         Ok(Model {
             hparams,
             weights,
-            eog,
+            tokenizer,
+            chat_template,
             weights_bytes: placed.weights_bytes,
             repacked_bytes: placed.repacked_bytes,
             _buffers: placed.buffers,
@@ -101,8 +104,18 @@ impl Model {
         self.repacked_bytes
     }
 
+    /// Whether `token` ends a generation (llama.cpp's end-of-generation set).
     pub fn is_eog(&self, token: u32) -> bool {
-        self.eog.contains(&token)
+        self.tokenizer.as_ref().is_ok_and(|t| t.is_eog(token))
+    }
+
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().map_err(|e| Error::Tokenizer(e.clone()))
+    }
+
+    /// The GGUF's Jinja chat template, if it has one.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
     }
 
     pub(crate) fn weights(&self) -> &Weights {

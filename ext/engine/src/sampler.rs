@@ -1,4 +1,8 @@
-//! Choosing the next token from logits.
+//! Choosing the next token from logits: greedy (llama.cpp's exact choice), or
+//! the usual chain of penalties, top-k, top-p, min-p and temperature with a
+//! seeded generator, so the same seed gives the same text.
+
+use std::collections::VecDeque;
 
 /// The index of the largest logit; the lowest index wins ties, as llama.cpp's
 /// greedy sampler. NaN never wins, so the result is always a valid id.
@@ -14,9 +18,183 @@ pub fn greedy(logits: &[f32]) -> u32 {
     best as u32
 }
 
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplerParams {
+    /// 0 means greedy.
+    pub temperature: f32,
+    /// 0 keeps every token.
+    pub top_k: u32,
+    /// 1 keeps every token.
+    pub top_p: f32,
+    /// 0 keeps every token.
+    pub min_p: f32,
+    /// 1 means no penalty.
+    pub repeat_penalty: f32,
+    /// How many recent tokens the penalty looks at.
+    pub repeat_last_n: u32,
+    pub seed: u64,
+}
+
+impl Default for SamplerParams {
+    fn default() -> Self {
+        SamplerParams {
+            temperature: 0.0,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0,
+        }
+    }
+}
+
+impl SamplerParams {
+    pub fn validate(&self) -> Result<(), String> {
+        let finite_nonneg = |v: f32| v.is_finite() && v >= 0.0;
+        if !finite_nonneg(self.temperature) {
+            return Err(format!("temperature must be >= 0, got {}", self.temperature));
+        }
+        if !(finite_nonneg(self.top_p) && self.top_p <= 1.0) {
+            return Err(format!("top_p must be in 0..1, got {}", self.top_p));
+        }
+        if !(finite_nonneg(self.min_p) && self.min_p <= 1.0) {
+            return Err(format!("min_p must be in 0..1, got {}", self.min_p));
+        }
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            return Err(format!("repeat_penalty must be > 0, got {}", self.repeat_penalty));
+        }
+        Ok(())
+    }
+}
+
+/// A sampler with its own random state and the window of recent tokens.
+pub struct Sampler {
+    params: SamplerParams,
+    rng: u64,
+    recent: VecDeque<u32>,
+    candidates: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    pub fn new(params: SamplerParams) -> Sampler {
+        let rng = params.seed;
+        Sampler {
+            params,
+            rng,
+            recent: VecDeque::new(),
+            candidates: Vec::new(),
+        }
+    }
+
+    /// Remembers tokens for the repetition penalty (the prompt, then each choice).
+    pub fn accept(&mut self, token: u32) {
+        if self.params.repeat_last_n == 0 {
+            return;
+        }
+        if self.recent.len() == self.params.repeat_last_n as usize {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(token);
+    }
+
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let penalize = self.params.repeat_penalty != 1.0 && !self.recent.is_empty();
+        if self.params.temperature <= 0.0 && !penalize {
+            return greedy(logits);
+        }
+        self.candidates.clear();
+        self.candidates.extend(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (i as u32, if l.is_nan() { f32::NEG_INFINITY } else { l })),
+        );
+        if penalize {
+            self.apply_penalty();
+        }
+        if self.params.temperature <= 0.0 {
+            let penalized: Vec<f32> = self.candidates.iter().map(|c| c.1).collect();
+            return greedy(&penalized);
+        }
+        self.sample_distribution().unwrap_or_else(|| greedy(logits))
+    }
+
+    fn apply_penalty(&mut self) {
+        let penalty = self.params.repeat_penalty;
+        let mut seen: Vec<u32> = self.recent.iter().copied().collect();
+        seen.sort_unstable();
+        seen.dedup();
+        for id in seen {
+            if let Some(c) = self.candidates.get_mut(id as usize) {
+                c.1 = if c.1 <= 0.0 { c.1 * penalty } else { c.1 / penalty };
+            }
+        }
+    }
+
+    /// top-k → softmax → top-p → min-p → temperature → draw. `None` when no candidate
+    /// has a finite logit.
+    fn sample_distribution(&mut self) -> Option<u32> {
+        let r = self.next_f64();
+        let c = &mut self.candidates;
+        c.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if !c.first()?.1.is_finite() {
+            return None;
+        }
+        c.retain(|x| x.1.is_finite());
+        if self.params.top_k > 0 {
+            c.truncate(self.params.top_k as usize);
+        }
+        let probs = softmax(c.iter().map(|x| x.1), 1.0);
+        let mut keep = c.len();
+        if self.params.top_p < 1.0 {
+            let mut cum = 0.0;
+            for (i, p) in probs.iter().enumerate() {
+                cum += p;
+                if cum >= f64::from(self.params.top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        if self.params.min_p > 0.0 {
+            let floor = probs[0] * f64::from(self.params.min_p);
+            keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
+        }
+        c.truncate(keep);
+        let probs = softmax(c.iter().map(|x| x.1), self.params.temperature);
+        let mut cum = 0.0;
+        for (x, p) in c.iter().zip(&probs) {
+            cum += p;
+            if r < cum {
+                return Some(x.0);
+            }
+        }
+        c.last().map(|x| x.0)
+    }
+
+    /// SplitMix64 → uniform in [0, 1).
+    fn next_f64(&mut self) -> f64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn softmax(logits: impl Iterator<Item = f32> + Clone, temperature: f32) -> Vec<f64> {
+    let scaled: Vec<f64> = logits.map(|l| f64::from(l) / f64::from(temperature)).collect();
+    let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let exp: Vec<f64> = scaled.iter().map(|l| (l - max).exp()).collect();
+    let sum: f64 = exp.iter().sum();
+    exp.iter().map(|e| e / sum).collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::greedy;
+    use super::*;
 
     #[test]
     fn lowest_index_wins_ties_and_nan_never_wins() {
@@ -24,5 +202,62 @@ mod tests {
         assert_eq!(greedy(&[f32::NAN, 2.0, f32::NAN]), 1);
         assert_eq!(greedy(&[f32::NAN, f32::NAN]), 0);
         assert_eq!(greedy(&[f32::NEG_INFINITY, f32::INFINITY]), 1);
+    }
+
+    fn sampler(temperature: f32, seed: u64) -> Sampler {
+        Sampler::new(SamplerParams {
+            temperature,
+            seed,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn same_seed_same_choices() {
+        let logits: Vec<f32> = (0..100).map(|i| (i as f32 * 0.37).sin()).collect();
+        let draw = |seed| {
+            let mut s = sampler(1.0, seed);
+            (0..50).map(|_| s.sample(&logits)).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+    }
+
+    #[test]
+    fn never_returns_an_id_outside_the_vocabulary() {
+        for logits in [
+            vec![f32::NAN; 5],
+            vec![f32::NEG_INFINITY; 5],
+            vec![f32::INFINITY, f32::NAN, 1.0],
+        ] {
+            for temperature in [0.0, 0.7] {
+                let id = sampler(temperature, 1).sample(&logits);
+                assert!((id as usize) < logits.len());
+            }
+        }
+    }
+
+    #[test]
+    fn penalty_discourages_recent_tokens() {
+        let mut s = Sampler::new(SamplerParams {
+            repeat_penalty: 2.0,
+            ..Default::default()
+        });
+        s.accept(0);
+        assert_eq!(s.sample(&[2.0, 1.5]), 1);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy() {
+        let mut s = Sampler::new(SamplerParams {
+            temperature: 5.0,
+            top_k: 1,
+            seed: 3,
+            ..Default::default()
+        });
+        assert_eq!(s.sample(&[0.1, 0.9, 0.5]), 1);
     }
 }

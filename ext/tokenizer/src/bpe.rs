@@ -81,19 +81,18 @@ impl Bpe {
         }
 
         let mut queue = BinaryHeap::new();
-        let push =
-            |queue: &mut BinaryHeap<Bigram>, symbols: &[Symbol], left: usize, right: usize| {
-                let (l, r) = (&symbols[left], &symbols[right]);
-                let text = |s: &Symbol| &word[s.start..s.start + s.len];
-                if let Some(rank) = self.rank(text(l), text(r)) {
-                    queue.push(Bigram {
-                        rank,
-                        left,
-                        right,
-                        size: l.len + r.len,
-                    });
-                }
-            };
+        let push = |queue: &mut BinaryHeap<Bigram>, symbols: &[Symbol], left: usize, right: usize| {
+            let (l, r) = (&symbols[left], &symbols[right]);
+            let text = |s: &Symbol| &word[s.start..s.start + s.len];
+            if let Some(rank) = self.rank(text(l), text(r)) {
+                queue.push(Bigram {
+                    rank,
+                    left,
+                    right,
+                    size: l.len + r.len,
+                });
+            }
+        };
         for i in 1..count {
             push(&mut queue, &symbols, i - 1, i);
         }
@@ -201,9 +200,7 @@ pub(crate) fn split_qwen2(text: &str) -> Vec<&str> {
             }
 
             // [^\r\n\p{L}\p{N}]?\p{L}+
-            if !(c == '\r' || c == '\n' || f.is_number())
-                && (f.is_letter() || flag(pos + 1).is_letter())
-            {
+            if !(c == '\r' || c == '\n' || f.is_number()) && (f.is_letter() || flag(pos + 1).is_letter()) {
                 let mut end = pos + 1;
                 while flag(end).is_letter() {
                     end += 1;
@@ -218,8 +215,7 @@ pub(crate) fn split_qwen2(text: &str) -> Vec<&str> {
 
             // <space>?[^\s\p{L}\p{N}]+[\r\n]*
             let mut f2 = if c == ' ' { flag(pos + 1) } else { f };
-            let other =
-                |f: Flags| !(f.is_whitespace() || f.is_letter() || f.is_number()) && f.is_set();
+            let other = |f: Flags| !(f.is_whitespace() || f.is_letter() || f.is_number()) && f.is_set();
             if !(f2.is_whitespace() || f2.is_letter() || f2.is_number()) && f.is_set() {
                 let mut end = pos + usize::from(c == ' ');
                 while other(f2) {
@@ -282,10 +278,7 @@ mod tests {
         assert_eq!(split_qwen2("end   "), ["end", "   "]);
         assert_eq!(split_qwen2("\tif"), ["\tif"]);
         assert_eq!(split_qwen2("e\u{301}t"), ["e", "\u{301}t"]);
-        assert_eq!(
-            split_qwen2("e\u{301}\u{302} x"),
-            ["e", "\u{301}\u{302}", " x"]
-        );
+        assert_eq!(split_qwen2("e\u{301}\u{302} x"), ["e", "\u{301}\u{302}", " x"]);
         assert_eq!(split_qwen2("'"), ["'"]);
         assert_eq!(split_qwen2("?!\r\nok"), ["?!\r\n", "ok"]);
         assert_eq!(split_qwen2(""), Vec::<&str>::new());

@@ -109,9 +109,7 @@ pub struct Tokenizer {
 
 enum Algorithm {
     Bpe(Box<Bpe>),
-    Spm {
-        byte_tokens: Box<[Option<u32>; 256]>,
-    },
+    Spm { byte_tokens: Box<[Option<u32>; 256]> },
 }
 
 enum Fragment {
@@ -130,10 +128,7 @@ impl Tokenizer {
         let algorithm = match &spec.kind {
             VocabKind::Bpe { pre, merges } => {
                 // llama.cpp's names for the QWEN2 pre-tokenizer type.
-                if !matches!(
-                    pre.as_str(),
-                    "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2"
-                ) {
+                if !matches!(pre.as_str(), "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2") {
                     return Err(TokenizerError::UnsupportedPre(pre.clone()));
                 }
                 Algorithm::Bpe(Box::new(Bpe::new(merges)))
@@ -198,11 +193,7 @@ impl Tokenizer {
                     match &self.algorithm {
                         Algorithm::Bpe(bpe) => bpe.tokenize(v, text, &mut out),
                         Algorithm::Spm { byte_tokens } => {
-                            let prefix = if v.add_space_prefix && after_special {
-                                " "
-                            } else {
-                                ""
-                            };
+                            let prefix = if v.add_space_prefix && after_special { " " } else { "" };
                             let escaped = format!("{prefix}{text}").replace(' ', "\u{2581}");
                             spm::tokenize(v, byte_tokens, &escaped, &mut out);
                         }
@@ -290,12 +281,7 @@ impl Tokenizer {
         for m in self.special_index.find_overlapping_iter(text) {
             present[m.pattern().as_usize()] = true;
         }
-        for (&id, _) in self
-            .special
-            .iter()
-            .zip(present)
-            .filter(|&(_, present)| present)
-        {
+        for (&id, _) in self.special.iter().zip(present).filter(|&(_, present)| present) {
             if !parse_special && self.vocab.attrs[id as usize] & (CONTROL | UNKNOWN) != 0 {
                 continue;
             }
@@ -333,9 +319,7 @@ fn render(vocab: &Vocab, algorithm: &Algorithm, id: usize, out: &mut Vec<u8>) {
     } else if attr & NORMAL != 0 {
         match algorithm {
             Algorithm::Bpe(bpe) => bpe.byte_level().decode(text, out),
-            Algorithm::Spm { .. } => {
-                out.extend_from_slice(text.replace('\u{2581}', " ").as_bytes())
-            }
+            Algorithm::Spm { .. } => out.extend_from_slice(text.replace('\u{2581}', " ").as_bytes()),
         }
     } else if attr & BYTE != 0 {
         // `<0xXX>`: llama.cpp reads the two hex digits with strtol.
@@ -363,11 +347,7 @@ impl VocabSpec {
             array(key)?
                 .map(|a| {
                     a.iter()
-                        .map(|v| {
-                            v.as_str()
-                                .map(str::to_owned)
-                                .ok_or(TokenizerError::WrongType(key))
-                        })
+                        .map(|v| v.as_str().map(str::to_owned).ok_or(TokenizerError::WrongType(key)))
                         .collect()
                 })
                 .transpose()
@@ -391,23 +371,17 @@ impl VocabSpec {
         // rather than tokenize them differently.
         let name = string("general.name")?.unwrap_or("").to_lowercase();
         let arch = string("general.architecture")?.unwrap_or("");
-        if ["phi-3", "phi3", "modern-bert"]
-            .iter()
-            .any(|n| name.contains(n))
-            || ["nomic-bert-moe", "jina-bert-v3"]
-                .iter()
-                .any(|a| arch.contains(a))
+        if ["phi-3", "phi3", "modern-bert"].iter().any(|n| name.contains(n))
+            || ["nomic-bert-moe", "jina-bert-v3"].iter().any(|a| arch.contains(a))
         {
             return Err(TokenizerError::UnsupportedAttributes(name));
         }
 
-        let model = string("tokenizer.ggml.model")?
-            .ok_or(TokenizerError::MissingKey("tokenizer.ggml.model"))?;
+        let model = string("tokenizer.ggml.model")?.ok_or(TokenizerError::MissingKey("tokenizer.ggml.model"))?;
         let kind = match model {
             "gpt2" => VocabKind::Bpe {
                 pre: string("tokenizer.ggml.pre")?.unwrap_or("").to_owned(),
-                merges: strings("tokenizer.ggml.merges")?
-                    .ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?,
+                merges: strings("tokenizer.ggml.merges")?.ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?,
             },
             "llama" => VocabKind::Spm,
             other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
@@ -437,14 +411,11 @@ impl VocabSpec {
             })
             .transpose()?;
 
-        let tokens = strings("tokenizer.ggml.tokens")?
-            .ok_or(TokenizerError::MissingKey("tokenizer.ggml.tokens"))?;
+        let tokens = strings("tokenizer.ggml.tokens")?.ok_or(TokenizerError::MissingKey("tokenizer.ggml.tokens"))?;
         // llama.cpp reads the deprecated prefix/suffix/middle keys after the
         // fim_* ones, so an in-range deprecated id wins.
         let in_range = |id: Option<u32>| id.filter(|&id| (id as usize) < tokens.len());
-        let fim = |current: &'static str,
-                   deprecated: &'static str|
-         -> Result<Option<u32>, TokenizerError> {
+        let fim = |current: &'static str, deprecated: &'static str| -> Result<Option<u32>, TokenizerError> {
             Ok(in_range(id(deprecated)?).or(id(current)?))
         };
         let ids = SpecialIds {
@@ -452,18 +423,9 @@ impl VocabSpec {
             eos: id("tokenizer.ggml.eos_token_id")?,
             eot: id("tokenizer.ggml.eot_token_id")?,
             eom: id("tokenizer.ggml.eom_token_id")?,
-            fim_pre: fim(
-                "tokenizer.ggml.fim_pre_token_id",
-                "tokenizer.ggml.prefix_token_id",
-            )?,
-            fim_suf: fim(
-                "tokenizer.ggml.fim_suf_token_id",
-                "tokenizer.ggml.suffix_token_id",
-            )?,
-            fim_mid: fim(
-                "tokenizer.ggml.fim_mid_token_id",
-                "tokenizer.ggml.middle_token_id",
-            )?,
+            fim_pre: fim("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id")?,
+            fim_suf: fim("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id")?,
+            fim_mid: fim("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id")?,
             fim_pad: id("tokenizer.ggml.fim_pad_token_id")?,
             fim_rep: id("tokenizer.ggml.fim_rep_token_id")?,
             fim_sep: id("tokenizer.ggml.fim_sep_token_id")?,

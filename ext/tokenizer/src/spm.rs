@@ -10,12 +10,7 @@ use crate::vocab::Vocab;
 /// Tokenizes `text`, whose spaces the caller has already turned into `▁`.
 /// `byte_tokens[b]` is the token for byte `b`, `None` where the vocabulary
 /// lacks one (llama.cpp throws there; the byte is dropped here).
-pub(crate) fn tokenize(
-    vocab: &Vocab,
-    byte_tokens: &[Option<u32>; 256],
-    text: &str,
-    out: &mut Vec<u32>,
-) {
+pub(crate) fn tokenize(vocab: &Vocab, byte_tokens: &[Option<u32>; 256], text: &str, out: &mut Vec<u32>) {
     let mut symbols: Vec<Symbol> = text
         .char_indices()
         .enumerate()
@@ -49,9 +44,7 @@ pub(crate) fn tokenize(
     }
 
     while let Some(b) = queue.pop() {
-        if symbols[b.left].len == 0
-            || symbols[b.right].len == 0
-            || symbols[b.left].len + symbols[b.right].len != b.size
+        if symbols[b.left].len == 0 || symbols[b.right].len == 0 || symbols[b.left].len + symbols[b.right].len != b.size
         {
             continue;
         }

@@ -60,13 +60,7 @@ const FIM_MID_TEXTS: &[&str] = &[
     "<|middle|>",
 ];
 const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_TEXTS: &[&str] = &[
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-];
+const FIM_REP_TEXTS: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 
 /// Texts that end generation whatever the metadata says.
@@ -128,11 +122,7 @@ impl Vocab {
                 }
             })
             .collect();
-        let ids: HashMap<String, u32> = texts
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
+        let ids: HashMap<String, u32> = texts.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         if ids.len() != n {
             return Err(TokenizerError::DuplicateTokens);
         }
@@ -208,9 +198,7 @@ impl Vocab {
         eog.extend([eos, eot, eom].into_iter().flatten());
 
         // gpt-oss and solar-open: "<|end|>" ends a message, not generation.
-        let eog_with = |eog: &BTreeSet<u32>, text: &str| {
-            eog.iter().find(|&&id| texts[id as usize] == text).copied()
-        };
+        let eog_with = |eog: &BTreeSet<u32>, text: &str| eog.iter().find(|&&id| texts[id as usize] == text).copied();
         if let Some(end) = eog_with(&eog, "<|end|>") {
             let has = |t: &str| eog_with(&eog, t).is_some();
             if (has("<|return|>") && (has("<|call|>") || has("<|calls|>")))
@@ -222,16 +210,13 @@ impl Vocab {
         }
         // gemma4 and plamo2: "</s>" is an ordinary token there.
         if let Some(s) = eog_with(&eog, "</s>") {
-            if eog_with(&eog, "<|tool_response>").is_some()
-                || eog_with(&eog, "<|plamo:eos|>").is_some()
-            {
+            if eog_with(&eog, "<|tool_response>").is_some() || eog_with(&eog, "<|plamo:eos|>").is_some() {
                 eog.remove(&s);
                 attrs[s as usize] = NORMAL;
             }
         }
 
-        let (default_add_bos, default_add_space_prefix) =
-            if is_bpe { (false, false) } else { (true, true) };
+        let (default_add_bos, default_add_space_prefix) = if is_bpe { (false, false) } else { (true, true) };
         let add_bos = spec.add_bos.unwrap_or(default_add_bos);
         let add_eos = spec.add_eos.unwrap_or(false);
         if add_bos && bos.is_none() {

@@ -11,10 +11,7 @@ use elelem_tokenizer::{Tokenizer, VocabSpec};
 use serde_json::Value;
 
 const MODELS: [(&str, &str); 2] = [
-    (
-        "qwen2.5-coder-0.5b",
-        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-    ),
+    ("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
     ("gemma-3-270m", "gemma-3-270m-q4_k_m.gguf"),
 ];
 
@@ -59,11 +56,7 @@ fn tokenizer(model: usize) -> &'static Tokenizer {
         let spec = spec(MODELS[model].1);
         let start = Instant::now();
         let tokenizer = Tokenizer::new(&spec).expect("a supported vocabulary");
-        eprintln!(
-            "{}: tokenizer built in {:?}",
-            MODELS[model].0,
-            start.elapsed()
-        );
+        eprintln!("{}: tokenizer built in {:?}", MODELS[model].0, start.elapsed());
         tokenizer
     })
 }
@@ -71,9 +64,7 @@ fn tokenizer(model: usize) -> &'static Tokenizer {
 fn spec(file: &str) -> VocabSpec {
     let dir = std::env::var_os("ELELEM_MODEL_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/elelem/models")
-        });
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/elelem/models"));
     let path = dir.join(file);
     assert!(
         path.exists(),
@@ -85,12 +76,7 @@ fn spec(file: &str) -> VocabSpec {
 }
 
 /// Asserts `got == want` for every corpus line, naming the first line that differs.
-fn assert_all_equal<T: PartialEq + std::fmt::Debug>(
-    what: &str,
-    corpus: &[String],
-    got: &[T],
-    want: &[T],
-) {
+fn assert_all_equal<T: PartialEq + std::fmt::Debug>(what: &str, corpus: &[String], got: &[T], want: &[T]) {
     assert_eq!(got.len(), want.len(), "{what}: line counts differ");
     let mismatches: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
     if let Some(&i) = mismatches.first() {
@@ -108,10 +94,7 @@ fn assert_all_equal<T: PartialEq + std::fmt::Debug>(
 
 fn check_tokenize(name: &str, tokenizer: &Tokenizer, corpus: &[String]) {
     for (suffix, add_special, parse_special) in [("", true, true), (".raw", false, false)] {
-        let want: Vec<Vec<u32>> = jsonl(&format!("{name}{suffix}.jsonl"))
-            .iter()
-            .map(ids)
-            .collect();
+        let want: Vec<Vec<u32>> = jsonl(&format!("{name}{suffix}.jsonl")).iter().map(ids).collect();
         let start = Instant::now();
         let got: Vec<Vec<u32>> = corpus
             .iter()
@@ -151,16 +134,8 @@ fn check_detokenize(name: &str, tokenizer: &Tokenizer, corpus: &[String]) {
             .iter()
             .map(|row| unhex(row[column].as_str().expect("hex")))
             .collect();
-        let got: Vec<Vec<u8>> = ids
-            .iter()
-            .map(|ids| tokenizer.detokenize(ids, special))
-            .collect();
-        assert_all_equal(
-            &format!("{name} detokenize(special={special})"),
-            corpus,
-            &got,
-            &want,
-        );
+        let got: Vec<Vec<u8>> = ids.iter().map(|ids| tokenizer.detokenize(ids, special)).collect();
+        assert_all_equal(&format!("{name} detokenize(special={special})"), corpus, &got, &want);
     }
 }
 
@@ -188,14 +163,9 @@ fn digest(pieces: impl Iterator<Item = Vec<u8>>) -> String {
 
 fn check_vocab(name: &str, tokenizer: &Tokenizer) {
     let path = fixtures().join(format!("{name}.vocab.json"));
-    let want: Value =
-        serde_json::from_str(&std::fs::read_to_string(path).expect("vocab facts")).expect("JSON");
+    let want: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("vocab facts")).expect("JSON");
     let n = tokenizer.n_vocab();
-    assert_eq!(
-        n as u64,
-        want["n_vocab"].as_u64().unwrap(),
-        "{name}: n_vocab"
-    );
+    assert_eq!(n as u64, want["n_vocab"].as_u64().unwrap(), "{name}: n_vocab");
     assert_eq!(
         tokenizer.bos().map(i64::from),
         want["bos"].as_i64().filter(|&id| id >= 0),
@@ -231,10 +201,7 @@ fn check_vocab(name: &str, tokenizer: &Tokenizer) {
         let got: Vec<String> = (0..n)
             .step_by(block)
             .map(|start| {
-                digest(
-                    (start..n.min(start + block))
-                        .map(|id| tokenizer.token_to_piece(id as u32, special).to_vec()),
-                )
+                digest((start..n.min(start + block)).map(|id| tokenizer.token_to_piece(id as u32, special).to_vec()))
             })
             .collect();
         let bad: Vec<String> = (0..want.len())
@@ -295,16 +262,8 @@ fn check_variant(model: usize, variant: &str, edit: impl FnOnce(&mut VocabSpec))
     let corpus = corpus();
     let name = format!("{}.{variant}", MODELS[model].0);
     let want: Vec<Vec<u32>> = jsonl(&format!("{name}.jsonl")).iter().map(ids).collect();
-    let got: Vec<Vec<u32>> = corpus
-        .iter()
-        .map(|s| tokenizer.tokenize(s, true, true))
-        .collect();
-    assert_all_equal(
-        &format!("{name} tokenize(true, true)"),
-        &corpus,
-        &got,
-        &want,
-    );
+    let got: Vec<Vec<u32>> = corpus.iter().map(|s| tokenizer.tokenize(s, true, true)).collect();
+    assert_all_equal(&format!("{name} tokenize(true, true)"), &corpus, &got, &want);
     check_detokenize(&name, &tokenizer, &corpus);
 }
 

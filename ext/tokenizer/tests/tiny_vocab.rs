@@ -78,14 +78,8 @@ fn spm_ties_go_to_the_leftmost_pair() {
 fn spm_falls_back_to_bytes() {
     let spec = spm(&[("▁", -1.0, NORMAL)]);
     let t = Tokenizer::new(&spec).unwrap();
-    assert_eq!(
-        t.tokenize("é", false, false),
-        ids(&spec, &["▁", "<0xC3>", "<0xA9>"])
-    );
-    assert_eq!(
-        t.detokenize(&t.tokenize("é", false, false), false),
-        "é".as_bytes()
-    );
+    assert_eq!(t.tokenize("é", false, false), ids(&spec, &["▁", "<0xC3>", "<0xA9>"]));
+    assert_eq!(t.detokenize(&t.tokenize("é", false, false), false), "é".as_bytes());
 }
 
 #[test]
@@ -102,10 +96,7 @@ fn spm_space_prefix_follows_llama_cpp() {
     let with_bos = t.tokenize("hi", true, false);
     assert_eq!(with_bos, ids(&spec, &["<s>", "▁hi"]));
     // The prefix comes back after every special token, too.
-    assert_eq!(
-        t.tokenize("hi</s>hi", false, true),
-        ids(&spec, &["▁hi", "</s>", "▁hi"])
-    );
+    assert_eq!(t.tokenize("hi</s>hi", false, true), ids(&spec, &["▁hi", "</s>", "▁hi"]));
     // llama_detokenize drops the first piece's leading space, and only the
     // first piece's: a BOS that renders as nothing still uses up the strip.
     assert_eq!(t.detokenize(&with_bos[1..], false), b"hi");
@@ -126,14 +117,8 @@ fn special_text_is_parsed_only_when_asked_but_user_defined_always() {
         ..spec.clone()
     })
     .unwrap();
-    assert_eq!(
-        t.tokenize("<s><b>", false, true),
-        ids(&spec, &["<s>", "<b>"])
-    );
-    assert_eq!(
-        t.tokenize("<s><b>", false, false),
-        ids(&spec, &["<", "s", ">", "<b>"])
-    );
+    assert_eq!(t.tokenize("<s><b>", false, true), ids(&spec, &["<s>", "<b>"]));
+    assert_eq!(t.tokenize("<s><b>", false, false), ids(&spec, &["<", "s", ">", "<b>"]));
     assert_eq!(t.token_to_piece(id(&spec, "<s>"), false), b"");
     assert_eq!(t.token_to_piece(id(&spec, "<s>"), true), b"<s>");
     assert_eq!(t.token_to_piece(id(&spec, "<b>"), false), b"<b>");
@@ -161,12 +146,7 @@ fn eog_follows_llama_cpp_rules() {
     ]);
     let t = Tokenizer::new(&spec).unwrap();
     let eot = id(&spec, "<end_of_turn>");
-    assert!(
-        t.is_eog(2)
-            && t.is_eog(eot)
-            && t.is_eog(id(&spec, "<|im_end|>"))
-            && t.is_eog(id(&spec, "<|end|>"))
-    );
+    assert!(t.is_eog(2) && t.is_eog(eot) && t.is_eog(id(&spec, "<|im_end|>")) && t.is_eog(id(&spec, "<|end|>")));
     assert!(!t.is_eog(1) && !t.is_eog(0));
     // Being EOG made it a control token: parsed, and hidden unless special.
     assert_eq!(t.tokenize("<end_of_turn>", false, true), [eot]);
@@ -237,10 +217,7 @@ fn bpe_merges_by_rank_within_words() {
     );
     let t = Tokenizer::new(&spec).unwrap();
     assert_eq!(t.tokenize("abc", false, false), ids(&spec, &["a", "bc"]));
-    assert_eq!(
-        t.tokenize("abc the", false, false),
-        ids(&spec, &["a", "bc", "Ġthe"])
-    );
+    assert_eq!(t.tokenize("abc the", false, false), ids(&spec, &["a", "bc", "Ġthe"]));
     assert_eq!(
         t.detokenize(&t.tokenize("abc the\n", false, false), false),
         b"abc the\n"
@@ -255,9 +232,7 @@ fn bpe_refuses_other_pre_tokenizers() {
         pre: "llama-bpe".to_owned(),
         merges: Vec::new(),
     };
-    assert!(
-        matches!(Tokenizer::new(&spec), Err(TokenizerError::UnsupportedPre(p)) if p == "llama-bpe")
-    );
+    assert!(matches!(Tokenizer::new(&spec), Err(TokenizerError::UnsupportedPre(p)) if p == "llama-bpe"));
 }
 
 fn gguf(entries: &[(&str, Value)]) -> Gguf {
@@ -276,14 +251,8 @@ fn strings(items: &[&str]) -> Value {
 fn from_gguf_reads_the_metadata() {
     let file = gguf(&[
         ("tokenizer.ggml.model", Value::String("llama".into())),
-        (
-            "tokenizer.ggml.tokens",
-            strings(&["<pad>", "<eos>", "<bos>", "▁a"]),
-        ),
-        (
-            "tokenizer.ggml.scores",
-            Value::Array(vec![Value::F32(0.0); 4]),
-        ),
+        ("tokenizer.ggml.tokens", strings(&["<pad>", "<eos>", "<bos>", "▁a"])),
+        ("tokenizer.ggml.scores", Value::Array(vec![Value::F32(0.0); 4])),
         (
             "tokenizer.ggml.token_type",
             Value::Array([CONTROL, CONTROL, CONTROL, NORMAL].map(Value::I32).to_vec()),
@@ -320,10 +289,7 @@ fn from_gguf_refuses_what_it_does_not_implement() {
     assert!(matches!(err(&llama3), TokenizerError::UnsupportedPre(_)));
     let mut phi3 = base("llama");
     phi3.push(("general.name", Value::String("Phi-3 Mini".into())));
-    assert!(matches!(
-        err(&phi3),
-        TokenizerError::UnsupportedAttributes(_)
-    ));
+    assert!(matches!(err(&phi3), TokenizerError::UnsupportedAttributes(_)));
     assert!(matches!(
         err(&[("tokenizer.ggml.model", Value::String("llama".into()))]),
         TokenizerError::MissingKey(_)

@@ -10,7 +10,7 @@ fn elelem_class(ruby: &Ruby, name: &str) -> ExceptionClass {
         .unwrap_or_else(|_| panic!("Elelem::{name} is defined in lib/elelem/errors.rb"))
 }
 
-static ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "Error"));
+pub static ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "Error"));
 static LOAD_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "LoadError"));
 static CONTEXT_FULL: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "ContextFullError"));
 static CLOSED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "ClosedError"));
@@ -24,7 +24,7 @@ pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
         E::ContextFull(_) => ruby.get_inner(&CONTEXT_FULL),
         E::Aborted => ruby.get_inner(&INTERRUPTED),
         E::OutOfMemory(_) => ruby.exception_no_mem_error(),
-        E::Internal(_) => ruby.get_inner(&ERROR),
+        E::Internal(_) | E::Template(_) | E::Tokenizer(_) => ruby.get_inner(&ERROR),
     };
     Error::new(class, e.to_string())
 }

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use elelem_engine as engine;
-use magnus::{function, method, prelude::*, Error, RArray, RHash, RModule, Ruby, Value};
+use magnus::{function, method, prelude::*, Error, RArray, RHash, RModule, RString, Ruby, TryConvert, Value};
 
 use super::errors::{self, engine_error};
 use super::nogvl::without_gvl;
@@ -50,50 +50,121 @@ impl Model {
         f(loaded)
     }
 
-    /// Greedy generation from token ids; yields each id when a block is given.
-    /// Returns `[ids, stop_reason]`.
-    fn generate(
-        ruby: &Ruby,
-        rb_self: &Self,
-        ids: Vec<i64>,
-        max_tokens: u32,
-        ignore_eos: bool,
-    ) -> Result<RArray, Error> {
+    /// Runs a generation. `prompt` is an Array of ids or a String (tokenized with
+    /// special tokens, as llama.cpp's tools do). With a block, yields each id
+    /// (`yield_text` false) or each piece of text. Returns a Hash describing the result.
+    fn run(ruby: &Ruby, rb_self: &Self, prompt: Value, opts: RHash, yield_text: bool) -> Result<RHash, Error> {
         rb_self.with_loaded(ruby, |loaded| {
-            let n_vocab = loaded.ctx.model().hparams.n_vocab;
-            let prompt: Vec<u32> = ids
-                .iter()
-                .map(|&id| {
-                    u32::try_from(id).ok().filter(|&t| t < n_vocab).ok_or_else(|| {
-                        Error::new(
-                            ruby.exception_arg_error(),
-                            format!("token id {id} is out of range (vocabulary size {n_vocab})"),
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()?;
+            let prompt = prompt_ids(ruby, &loaded.ctx, prompt)?;
+            let params = text_params(ruby, opts)?;
             let abort = loaded.ctx.abort_flag();
-            let params = engine::GenerateParams { max_tokens, ignore_eos };
-            let mut generator = without_gvl(ruby, &abort, || {
-                engine::Generator::start(&mut loaded.ctx, &prompt, params)
+            let n_prompt = prompt.len();
+            let mut generation = without_gvl(ruby, &abort, || {
+                engine::TextGenerator::start(&mut loaded.ctx, &prompt, params)
             })?
             .map_err(|e| engine_error(ruby, e))?;
             let block = ruby.block_given();
             loop {
-                let step = without_gvl(ruby, &abort, || generator.step(engine::sampler::greedy))?;
-                match step.map_err(|e| engine_error(ruby, e))? {
-                    Some(token) if block => {
-                        let _: Value = ruby.yield_value(token)?;
+                let n_before = generation.tokens().len();
+                let step = without_gvl(ruby, &abort, || generation.step())?.map_err(|e| engine_error(ruby, e))?;
+                let Some(piece) = step else { break };
+                if !block {
+                    continue;
+                }
+                if yield_text {
+                    if !piece.is_empty() {
+                        let _: Value = ruby.yield_value(piece)?;
                     }
-                    Some(_) => {}
-                    None => break,
+                } else if let Some(&token) = generation.tokens().get(n_before) {
+                    let _: Value = ruby.yield_value(token)?;
                 }
             }
-            let reason = generator.stop_reason().map_or("length", engine::StopReason::as_str);
-            let out = ruby.ary_new();
-            out.push(ruby.ary_from_vec(generator.tokens().to_vec()))?;
-            out.push(ruby.to_symbol(reason))?;
-            Ok(out)
+            let h = ruby.hash_new();
+            h.aset(ruby.to_symbol("text"), generation.text())?;
+            h.aset(
+                ruby.to_symbol("tokens"),
+                ruby.ary_from_vec(generation.tokens().to_vec()),
+            )?;
+            h.aset(ruby.to_symbol("prompt_tokens"), n_prompt)?;
+            let reason = generation
+                .finish_reason()
+                .map_or("length", engine::FinishReason::as_str);
+            h.aset(ruby.to_symbol("finish_reason"), ruby.to_symbol(reason))?;
+            Ok(h)
+        })
+    }
+
+    fn tokenize(
+        ruby: &Ruby,
+        rb_self: &Self,
+        text: String,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<RArray, Error> {
+        rb_self.with_loaded(ruby, |loaded| {
+            let tokenizer = loaded.ctx.model().tokenizer().map_err(|e| engine_error(ruby, e))?;
+            Ok(ruby.ary_from_vec(tokenizer.tokenize(&text, add_special, parse_special)))
+        })
+    }
+
+    fn detokenize(ruby: &Ruby, rb_self: &Self, ids: Vec<i64>, special: bool) -> Result<String, Error> {
+        rb_self.with_loaded(ruby, |loaded| {
+            let ids = checked_ids(ruby, &loaded.ctx, &ids)?;
+            let tokenizer = loaded.ctx.model().tokenizer().map_err(|e| engine_error(ruby, e))?;
+            Ok(String::from_utf8_lossy(&tokenizer.detokenize(&ids, special)).into_owned())
+        })
+    }
+
+    /// A token's bytes: a piece may hold part of a character, so the String is binary.
+    fn token_to_piece(ruby: &Ruby, rb_self: &Self, id: i64, special: bool) -> Result<RString, Error> {
+        rb_self.with_loaded(ruby, |loaded| {
+            let id = checked_ids(ruby, &loaded.ctx, &[id])?[0];
+            let tokenizer = loaded.ctx.model().tokenizer().map_err(|e| engine_error(ruby, e))?;
+            Ok(ruby.str_from_slice(tokenizer.token_to_piece(id, special)))
+        })
+    }
+
+    fn chat_template(ruby: &Ruby, rb_self: &Self) -> Result<Option<String>, Error> {
+        rb_self.with_loaded(ruby, |loaded| {
+            Ok(loaded.ctx.model().chat_template().map(str::to_string))
+        })
+    }
+
+    /// Renders `[[role, content], ...]` with `template` (or the model's own).
+    fn render_chat(
+        ruby: &Ruby,
+        rb_self: &Self,
+        messages: Vec<(String, String)>,
+        template: Option<String>,
+        add_generation_prompt: bool,
+    ) -> Result<String, Error> {
+        rb_self.with_loaded(ruby, |loaded| {
+            let model = loaded.ctx.model();
+            let template = template
+                .or_else(|| model.chat_template().map(str::to_string))
+                .ok_or_else(|| {
+                    Error::new(
+                        ruby.get_inner(&errors::ERROR),
+                        "this model has no chat template (tokenizer.chat_template); pass one with template:",
+                    )
+                })?;
+            let tokenizer = model.tokenizer().map_err(|e| engine_error(ruby, e))?;
+            let special = |id: Option<u32>| {
+                id.map(|t| String::from_utf8_lossy(tokenizer.token_to_piece(t, true)).into_owned())
+                    .unwrap_or_default()
+            };
+            let messages: Vec<engine::chat::Message> = messages
+                .into_iter()
+                .map(|(role, content)| engine::chat::Message { role, content })
+                .collect();
+            engine::chat::render(
+                &template,
+                &messages,
+                add_generation_prompt,
+                &special(tokenizer.bos()),
+                &special(tokenizer.eos()),
+            )
+            .map_err(|e| engine_error(ruby, e))
         })
     }
 
@@ -161,10 +232,59 @@ impl Model {
     }
 }
 
+fn checked_ids(ruby: &Ruby, ctx: &engine::Context, ids: &[i64]) -> Result<Vec<u32>, Error> {
+    let n_vocab = ctx.model().hparams.n_vocab;
+    ids.iter()
+        .map(|&id| {
+            u32::try_from(id).ok().filter(|&t| t < n_vocab).ok_or_else(|| {
+                Error::new(
+                    ruby.exception_arg_error(),
+                    format!("token id {id} is out of range (vocabulary size {n_vocab})"),
+                )
+            })
+        })
+        .collect()
+}
+
+fn prompt_ids(ruby: &Ruby, ctx: &engine::Context, prompt: Value) -> Result<Vec<u32>, Error> {
+    if let Some(text) = RString::from_value(prompt) {
+        let tokenizer = ctx.model().tokenizer().map_err(|e| engine_error(ruby, e))?;
+        let text = text.to_string()?;
+        return Ok(tokenizer.tokenize(&text, true, true));
+    }
+    checked_ids(ruby, ctx, &Vec::<i64>::try_convert(prompt)?)
+}
+
+fn text_params(ruby: &Ruby, opts: RHash) -> Result<engine::TextParams, Error> {
+    let get = |k: &str| opts.fetch::<_, Value>(ruby.to_symbol(k));
+    let sampler = engine::sampler::SamplerParams {
+        temperature: f32::try_convert(get("temperature")?)?,
+        top_k: u32::try_convert(get("top_k")?)?,
+        top_p: f32::try_convert(get("top_p")?)?,
+        min_p: f32::try_convert(get("min_p")?)?,
+        repeat_penalty: f32::try_convert(get("repeat_penalty")?)?,
+        repeat_last_n: u32::try_convert(get("repeat_last_n")?)?,
+        seed: u64::try_convert(get("seed")?)?,
+    };
+    Ok(engine::TextParams {
+        generate: engine::GenerateParams {
+            max_tokens: u32::try_convert(get("max_tokens")?)?,
+            ignore_eos: bool::try_convert(get("ignore_eos")?)?,
+        },
+        sampler,
+        stop: Vec::<String>::try_convert(get("stop")?)?,
+    })
+}
+
 pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     let class = elelem.define_class("Model", ruby.class_object())?;
     class.define_singleton_method("_open", function!(Model::open, 4))?;
-    class.define_method("_generate", method!(Model::generate, 3))?;
+    class.define_method("_run", method!(Model::run, 3))?;
+    class.define_method("_tokenize", method!(Model::tokenize, 3))?;
+    class.define_method("_detokenize", method!(Model::detokenize, 2))?;
+    class.define_method("_token_to_piece", method!(Model::token_to_piece, 2))?;
+    class.define_method("_chat_template", method!(Model::chat_template, 0))?;
+    class.define_method("_render_chat", method!(Model::render_chat, 3))?;
     class.define_method("_close", method!(Model::close, 0))?;
     class.define_method("_closed?", method!(Model::is_closed, 0))?;
     class.define_method("_info", method!(Model::info, 0))?;

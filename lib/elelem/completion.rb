@@ -1,0 +1,36 @@
+# frozen_string_literal: true
+
+module Elelem
+  # The result of {Model#complete}: the text, the token ids, and why it stopped.
+  class Completion
+    # @return [String] the generated text (stop strings excluded)
+    attr_reader :text
+    # @return [Array<Integer>] the generated token ids
+    attr_reader :tokens
+    # @return [Symbol] `:stop` (a stop string), `:eos`, `:length` or `:context_full`
+    attr_reader :finish_reason
+    # @return [Integer] tokens in the prompt
+    attr_reader :prompt_tokens
+    # @return [Hash{Symbol => Numeric}] prompt and decode speed of this generation
+    attr_reader :timings
+
+    # @api private
+    def initialize(text:, tokens:, finish_reason:, prompt_tokens:, timings:)
+      @text = text
+      @tokens = tokens
+      @finish_reason = finish_reason
+      @prompt_tokens = prompt_tokens
+      @timings = timings
+    end
+
+    # @return [String] the text
+    def to_s
+      text
+    end
+
+    # @return [String]
+    def inspect
+      "#<#{self.class.name} #{tokens.size} tokens, #{finish_reason}: #{text[0, 40].inspect}>"
+    end
+  end
+end
