@@ -1,11 +1,16 @@
 //! Running native work without the GVL, interruptibly.
 //!
-//! `rb_thread_call_without_gvl2` (not the plain variant, which may longjmp out
-//! of Rust frames when an interrupt is pending) runs the work; its unblock
-//! function, which Ruby calls on Ctrl-C, `Thread#raise`, `Thread#kill` or a
-//! `Timeout`, sets the engine's abort flag, and ggml stops between two graph
-//! nodes. Back under the GVL, pending interrupts are delivered through magnus
-//! (as `Err`, never a longjmp over our frames).
+//! `rb_nogvl` runs the work; its unblock function, which Ruby calls on Ctrl-C,
+//! `Thread#raise`, `Thread#kill` or a `Timeout`, sets the engine's abort flag,
+//! and ggml stops between two graph nodes. Back under the GVL, pending
+//! interrupts are delivered through magnus (as `Err`).
+//!
+//! Two flags keep Ruby from ever longjmp-ing over our Rust frames (which would
+//! skip their destructors, leaving e.g. a mutex locked forever):
+//! `RB_NOGVL_INTR_FAIL` makes it return instead of raising when an interrupt is
+//! pending, and `RB_NOGVL_UBF_ASYNC_SAFE` (our unblock function only stores an
+//! atomic) spares the main thread the helper "unblock thread" whose join, on the
+//! way out, raises pending interrupts right through the caller.
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -42,11 +47,12 @@ where
         result: None,
     };
     unsafe {
-        rb_sys::rb_thread_call_without_gvl2(
+        rb_sys::rb_nogvl(
             Some(run::<F, R>),
             &mut call as *mut Call<F, R> as *mut c_void,
             Some(unblock),
             abort as *const AtomicBool as *mut c_void,
+            (rb_sys::RB_NOGVL_INTR_FAIL | rb_sys::RB_NOGVL_UBF_ASYNC_SAFE) as i32,
         );
     }
     // Delivers Ctrl-C, Thread#raise/#kill and Timeout as Ruby exceptions, now that no

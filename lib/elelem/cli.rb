@@ -1,0 +1,187 @@
+# frozen_string_literal: true
+
+require "optparse"
+require_relative "../elelem"
+
+module Elelem
+  # The `elelem` command: generate, chat, tokenize, info, fetch.
+  class CLI
+    COMMANDS = {
+      "generate" => "stream a continuation of PROMPT",
+      "chat" => "chat with the model (Ctrl-D ends, Ctrl-C stops the current reply)",
+      "tokenize" => "print the token ids of TEXT",
+      "info" => "describe a model",
+      "fetch" => "download a known model (#{Models.names.join(", ")})"
+    }.freeze
+
+    # @param out [IO] where answers go
+    # @param err [IO] where progress and errors go
+    # @param input [IO] where chat reads the user's lines
+    def initialize(out, err, input)
+      @out = out
+      @err = err
+      @in = input
+    end
+
+    # @param argv [Array<String>]
+    # @return [Integer] the exit status
+    def run(argv)
+      command = argv.shift
+      return usage(command.nil? ? 1 : 0) if command.nil? || %w[-h --help help].include?(command)
+      raise OptionParser::InvalidArgument, "unknown command #{command}" unless COMMANDS.key?(command)
+
+      send(:"cmd_#{command}", argv)
+      0
+    rescue OptionParser::ParseError, Elelem::Error, ArgumentError, Errno::ENOENT => e
+      @err.puts "elelem: #{e.message}"
+      1
+    rescue Interrupt
+      @err.puts
+      130
+    end
+
+    private
+
+    def usage(status)
+      io = status.zero? ? @out : @err
+      io.puts "usage: elelem COMMAND [options] (elelem COMMAND --help)"
+      COMMANDS.each { |name, what| io.puts format("  %-9<name>s %<what>s", name:, what:) }
+      status
+    end
+
+    def parser(banner, opts, sampling: false)
+      OptionParser.new do |o|
+        o.banner = "usage: elelem #{banner}"
+        o.on("-m", "--model MODEL", "a .gguf path or a known model name (default #{Models::DEFAULT})") do |m|
+          opts[:model] = m
+        end
+        o.on("-c", "--ctx N", Integer, "context size (default 4096)") { |n| opts[:n_ctx] = n }
+        o.on("-t", "--threads N", Integer, "CPU threads") { |n| opts[:n_threads] = n }
+        sampling_options(o, opts) if sampling
+        o.on("-h", "--help", "this help") do
+          @out.puts o
+          throw :done
+        end
+      end
+    end
+
+    def sampling_options(parser, opts)
+      gen = opts[:gen] = {}
+      parser.on("-n", "--max-tokens N", Integer, "tokens to generate (default 256)") { |n| gen[:max_tokens] = n }
+      parser.on("--temp T", Float, "temperature (default 0: greedy)") { |t| gen[:temperature] = t }
+      parser.on("--top-k K", Integer) { |k| gen[:top_k] = k }
+      parser.on("--top-p P", Float) { |p| gen[:top_p] = p }
+      parser.on("--min-p P", Float) { |p| gen[:min_p] = p }
+      parser.on("--repeat-penalty R", Float) { |r| gen[:repeat_penalty] = r }
+      parser.on("--seed S", Integer) { |s| gen[:seed] = s }
+      parser.on("--stop TEXT", "stop at TEXT (repeatable)") { |s| (gen[:stop] ||= []) << s }
+      parser.on("--chat", "send PROMPT as a user message through the chat template") { opts[:chat] = true }
+    end
+
+    def open_model(opts, &)
+      path = Models.resolve(opts.fetch(:model, Models::DEFAULT))
+      Elelem.open(path, **opts.slice(:n_ctx, :n_threads), &)
+    end
+
+    def parse(argv, banner, sampling: false)
+      opts = {}
+      catch(:done) do
+        rest = parser(banner, opts, sampling:).parse(argv)
+        return [opts, rest]
+      end
+      nil
+    end
+
+    def cmd_generate(argv)
+      opts, rest = parse(argv, "generate [-m MODEL] [options] PROMPT", sampling: true)
+      return if opts.nil?
+      raise OptionParser::MissingArgument, "PROMPT" if rest.empty?
+
+      prompt = rest.join(" ")
+      open_model(opts) do |model|
+        prompt = model.chat_prompt([{ role: "user", content: prompt }]) if opts[:chat]
+        model.generate(prompt, max_tokens: 256, **opts[:gen]) { |piece| @out.print(piece) && @out.flush }
+        @out.puts
+      end
+    end
+
+    def cmd_chat(argv)
+      opts, = parse(argv, "chat [-m MODEL] [options]", sampling: true)
+      return if opts.nil?
+
+      open_model(opts) { |model| Chat.new(model, @out, @err, @in, max_tokens: 512, **opts[:gen]).run }
+    end
+
+    def cmd_tokenize(argv)
+      opts, rest = parse(argv, "tokenize [-m MODEL] TEXT")
+      return if opts.nil?
+
+      open_model(opts.merge(n_ctx: 16)) { |model| @out.puts model.tokenize(rest.join(" ")).join(" ") }
+    end
+
+    def cmd_info(argv)
+      opts, rest = parse(argv, "info [MODEL]")
+      return if opts.nil?
+
+      opts[:model] ||= rest.first
+      open_model(opts.merge(n_ctx: opts.fetch(:n_ctx, 256))) do |model|
+        @out.puts model.inspect
+        model.info.each { |k, v| @out.puts format("  %-15<k>s %<v>s", k:, v:) }
+      end
+    end
+
+    def cmd_fetch(argv)
+      opts, rest = parse(argv, "fetch NAME")
+      return if opts.nil?
+      raise OptionParser::MissingArgument, "NAME (one of #{Models.names.join(", ")})" if rest.empty?
+
+      rest.each { |name| @out.puts Models.fetch(name, out: @err) }
+    end
+
+    # The interactive loop of `elelem chat`: the history grows with each turn.
+    class Chat
+      def initialize(model, out, err, input, **generation)
+        @model = model
+        @out = out
+        @err = err
+        @in = input
+        @generation = generation
+        @messages = []
+      end
+
+      def run
+        @err.puts "#{@model.inspect} — Ctrl-D to quit, Ctrl-C to stop a reply"
+        while (line = prompt_line)
+          next if line.strip.empty?
+
+          @messages << { role: "user", content: line.chomp }
+          @messages << { role: "assistant", content: reply }
+        end
+        @out.puts
+      end
+
+      private
+
+      def prompt_line
+        @out.print "> "
+        @out.flush
+        @in.gets
+      end
+
+      def reply
+        text = +""
+        begin
+          @model.chat(@messages, **@generation) do |piece|
+            text << piece
+            @out.print(piece)
+            @out.flush
+          end
+        rescue Interrupt
+          @out.print " [stopped]"
+        end
+        @out.puts
+        text
+      end
+    end
+  end
+end

@@ -1,0 +1,49 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "elelem/cli"
+require "stringio"
+
+RSpec.describe Elelem::CLI do
+  def run(*argv, input: "")
+    out = StringIO.new
+    err = StringIO.new
+    status = described_class.new(out, err, StringIO.new(input)).run(argv)
+    [status, out.string, err.string]
+  end
+
+  it "prints help" do
+    status, out, = run("--help")
+    expect(status).to eq(0)
+    expect(out).to include("generate", "chat", "tokenize", "info", "fetch")
+  end
+
+  it "says what is wrong in one line, with exit code 1" do
+    status, _, err = run("generate", "-m", "/nonexistent.gguf", "hi")
+    expect(status).to eq(1)
+    expect(err.lines.size).to eq(1)
+    expect(err).to start_with("elelem: ")
+  end
+
+  it "tokenizes" do
+    _, out, = run("tokenize", "-m", SpecModels.path("qwen2.5-coder-0.5b"), "def hello")
+    expect(out).to eq("750 23811\n")
+  end
+
+  it "streams a generation" do
+    golden = SpecModels.golden("qwen2.5-coder-0.5b")["cases"].find { |c| c["name"] == "prose" }
+    status, out, = run("generate", "-m", SpecModels.path("qwen2.5-coder-0.5b"), "-t", "2", "-n", "32",
+                       golden["prompt_text"])
+    expect(status).to eq(0)
+    expect(out).to eq("#{golden["output_text"]}\n")
+  end
+
+  it "chats, keeping the history" do
+    status, out, err = run("chat", "-m", SpecModels.path("qwen2.5-coder-0.5b"), "-n", "12",
+                           input: "My name is Ada.\nWhat is my name?\n")
+    expect(status).to eq(0)
+    expect(err).to include("qwen2")
+    expect(out.scan("> ").size).to eq(3)
+    expect(out.split("> ").last(2).first).to include("Ada")
+  end
+end
