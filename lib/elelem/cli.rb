@@ -7,6 +7,7 @@ require_relative "cli/chat"
 module Elelem
   # The `elelem` command: generate, chat, tokenize, info, fetch.
   class CLI
+    # The subcommands and what each does.
     COMMANDS = {
       "generate" => "stream a continuation of PROMPT",
       "chat" => "chat with the model (Ctrl-D ends, Ctrl-C stops the current reply)",

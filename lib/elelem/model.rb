@@ -8,8 +8,11 @@ module Elelem
   # Native memory is freed by {#close}, by the block form of {Elelem.open},
   # or by the garbage collector.
   class Model
+    # The context size {Elelem.open} uses unless told otherwise.
     DEFAULT_N_CTX = 4096
+    # The largest `n_ctx` accepted.
     MAX_N_CTX = Options::MAX_N_CTX
+    # The most threads accepted.
     MAX_THREADS = 512
 
     class << self

@@ -19,6 +19,7 @@ module Elelem
     end
     private_class_method :wheels
 
+    # The known models.
     CATALOG = [
       Entry.new(
         name: "qwen2.5-coder-0.5b",

@@ -5,7 +5,9 @@ module Elelem
   # is an ArgumentError naming the option, never a crash.
   # @api private
   module Options
+    # The largest context (and so token count) accepted anywhere.
     MAX_N_CTX = 1 << 20
+    # Seeds are unsigned 64-bit.
     MAX_SEED = (1 << 64) - 1
 
     # Sampling and stopping options, with their defaults (greedy: temperature 0).

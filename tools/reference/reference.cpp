@@ -12,8 +12,9 @@
 //       FILE holds lines "role<TAB>hex(content)"; prints the hex of the prompt
 //       rendered by llama_chat_apply_template with add_generation_prompt.
 //   elelem-reference bench MODEL N_THREADS N_CTX PP TG DEPTH REPS
-//       Prints "pp <t/s>" and "tg <t/s>" medians measured the way llama-bench
-//       does (a fresh sequence per repetition, DEPTH tokens of context first).
+//       Prints "load_ms <ms>" (model load and context creation), then
+//       "pp <t/s>" and "tg <t/s>" medians measured the way llama-bench does
+//       (a fresh sequence per repetition, DEPTH tokens of context first).
 //
 // The context mirrors llama-completion's defaults: flash attention auto, F16
 // KV cache, n_batch 2048, n_ubatch 512, swa_full false, the prompt fed with
@@ -168,10 +169,12 @@ static int cmd_bench(int argc, char ** argv) {
     if (argc < 9) return 2;
     int n_threads = atoi(argv[3]), n_ctx = atoi(argv[4]), pp = atoi(argv[5]), tg = atoi(argv[6]);
     int depth = atoi(argv[7]), reps = atoi(argv[8]);
+    auto t_load = std::chrono::steady_clock::now();
     llama_model * model = load(argv[2]);
     const llama_vocab * vocab = llama_model_get_vocab(model);
     int n_vocab = llama_vocab_n_tokens(vocab);
     llama_context * ctx = make_context(model, n_ctx, n_threads);
+    printf("load_ms %.3f\n", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count());
     std::srand(42);
     auto random_tokens = [&](int n) {
         std::vector<llama_token> t(n);

@@ -243,10 +243,44 @@ impl CpuDevice {
 }
 
 /// The CPU backend: where graphs run. One per engine context, so each has its
-/// own thread count and abort flag.
-pub struct Backend(NonNull<sys::ggml_backend>);
+/// own thread count and abort flag, and its own pool of worker threads that
+/// persist between graphs (ggml would otherwise start and join them for every
+/// forward pass).
+pub struct Backend {
+    backend: NonNull<sys::ggml_backend>,
+    n_threads: usize,
+    pool: Option<Threadpool>,
+}
 
 unsafe impl Send for Backend {}
+
+struct Threadpool {
+    pool: NonNull<sys::ggml_threadpool>,
+    /// Worker threads do not survive `fork`: a child must not wait for them.
+    owner_pid: u32,
+}
+
+impl Threadpool {
+    fn new(n_threads: usize) -> Result<Threadpool> {
+        let mut params = unsafe { sys::ggml_threadpool_params_default(n_threads as i32) };
+        let pool = NonNull::new(unsafe { sys::ggml_threadpool_new(&mut params) })
+            .ok_or_else(|| Error::OutOfMemory("CPU thread pool".into()))?;
+        Ok(Threadpool {
+            pool,
+            owner_pid: std::process::id(),
+        })
+    }
+}
+
+impl Drop for Threadpool {
+    fn drop(&mut self) {
+        // In a forked child the workers are gone; joining them would hang, so the
+        // parent's pool is left alone there.
+        if self.owner_pid == std::process::id() {
+            unsafe { sys::ggml_threadpool_free(self.pool.as_ptr()) }
+        }
+    }
+}
 
 impl Backend {
     pub fn cpu(n_threads: usize) -> Result<Backend> {
@@ -254,11 +288,15 @@ impl Backend {
         let backend = NonNull::new(unsafe { sys::ggml_backend_cpu_init() })
             .ok_or_else(|| Error::OutOfMemory("CPU backend".into()))?;
         unsafe { sys::ggml_backend_cpu_set_n_threads(backend.as_ptr(), n_threads as i32) };
-        Ok(Backend(backend))
+        Ok(Backend {
+            backend,
+            n_threads,
+            pool: None,
+        })
     }
 
     pub fn as_ptr(&self) -> sys::ggml_backend_t {
-        self.0.as_ptr()
+        self.backend.as_ptr()
     }
 
     pub fn default_buft(&self) -> BufferType {
@@ -276,8 +314,20 @@ impl Backend {
         sys::ggml_backend_cpu_set_abort_callback(self.as_ptr(), Some(should_abort), flag as *mut c_void);
     }
 
+    /// The worker pool for this process, made on first use and again after a fork.
+    fn ensure_pool(&mut self) -> Result<()> {
+        if self.n_threads > 1 && self.pool.as_ref().is_none_or(|p| p.owner_pid != std::process::id()) {
+            let pool = Threadpool::new(self.n_threads)?;
+            unsafe { sys::ggml_backend_cpu_set_threadpool(self.as_ptr(), pool.pool.as_ptr()) };
+            // Replacing the old pool drops it, which frees it only in the process that made it.
+            self.pool = Some(pool);
+        }
+        Ok(())
+    }
+
     /// Runs an allocated graph; `Err(Aborted)` when the abort flag stopped it.
-    pub fn compute(&self, graph: &Graph) -> Result<()> {
+    pub fn compute(&mut self, graph: &Graph) -> Result<()> {
+        self.ensure_pool()?;
         match unsafe { sys::ggml_backend_graph_compute(self.as_ptr(), graph.graph) } {
             sys::GGML_STATUS_SUCCESS => Ok(()),
             sys::GGML_STATUS_ABORTED => Err(Error::Aborted),
@@ -290,6 +340,7 @@ impl Backend {
 impl Drop for Backend {
     fn drop(&mut self) {
         unsafe { sys::ggml_backend_free(self.as_ptr()) }
+        // The pool drops after the backend that used it.
     }
 }
 

@@ -13,6 +13,8 @@ module Elelem
         @messages = []
       end
 
+      # Reads lines until end of input, answering each with the whole history as context.
+      # @return [void]
       def run
         @err.puts "#{@model.inspect} — Ctrl-D to quit, Ctrl-C to stop a reply"
         while (line = prompt_line)
