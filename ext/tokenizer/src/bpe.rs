@@ -7,9 +7,10 @@
 //! Unicode tables (`unicode_data.rs`), and a regex crate classifies code
 //! points by a different Unicode version.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::cmp::Reverse;
+use std::collections::HashMap;
 
+use crate::merge::merge;
 use crate::unicode::{ByteLevel, Flags};
 use crate::vocab::Vocab;
 
@@ -65,63 +66,10 @@ impl Bpe {
     }
 
     fn merge_word(&self, vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
-        let mut symbols: Vec<Symbol> = word
-            .char_indices()
-            .enumerate()
-            .map(|(i, (start, c))| Symbol {
-                start,
-                len: c.len_utf8(),
-                prev: i.checked_sub(1),
-                next: None,
-            })
-            .collect();
-        let count = symbols.len();
-        for (i, s) in symbols.iter_mut().enumerate() {
-            s.next = (i + 1 < count).then_some(i + 1);
-        }
-
-        let mut queue = BinaryHeap::new();
-        let push = |queue: &mut BinaryHeap<Bigram>, symbols: &[Symbol], left: usize, right: usize| {
-            let (l, r) = (&symbols[left], &symbols[right]);
-            let text = |s: &Symbol| &word[s.start..s.start + s.len];
-            if let Some(rank) = self.rank(text(l), text(r)) {
-                queue.push(Bigram {
-                    rank,
-                    left,
-                    right,
-                    size: l.len + r.len,
-                });
-            }
-        };
-        for i in 1..count {
-            push(&mut queue, &symbols, i - 1, i);
-        }
-
-        while let Some(b) = queue.pop() {
-            // A merge elsewhere invalidated this pair. Symbols only grow, so
-            // comparing the size is the same test as llama.cpp's text compare.
-            if symbols[b.left].len == 0
-                || symbols[b.right].len == 0
-                || symbols[b.left].len + symbols[b.right].len != b.size
-            {
-                continue;
-            }
-            symbols[b.left].len = b.size;
-            symbols[b.right].len = 0;
-            symbols[b.left].next = symbols[b.right].next;
-            if let Some(next) = symbols[b.right].next {
-                symbols[next].prev = Some(b.left);
-            }
-            if let Some(prev) = symbols[b.left].prev {
-                push(&mut queue, &symbols, prev, b.left);
-            }
-            if let Some(next) = symbols[b.left].next {
-                push(&mut queue, &symbols, b.left, next);
-            }
-        }
-
-        for s in symbols.iter().filter(|s| s.len > 0) {
-            let text = &word[s.start..s.start + s.len];
+        // Lower ranks merge first.
+        let symbols = merge(word, |left, right, _| self.rank(left, right).map(Reverse));
+        for range in symbols {
+            let text = &word[range];
             match vocab.id(text) {
                 Some(id) => out.push(id),
                 // Only when the vocabulary lacks a byte char or a merge's
@@ -133,34 +81,6 @@ impl Bpe {
                 ),
             }
         }
-    }
-}
-
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
-
-#[derive(PartialEq, Eq)]
-struct Bigram {
-    rank: u32,
-    left: usize,
-    right: usize,
-    size: usize,
-}
-
-impl Ord for Bigram {
-    /// The heap pops the lowest rank, then the leftmost pair.
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.rank.cmp(&self.rank).then(other.left.cmp(&self.left))
-    }
-}
-
-impl PartialOrd for Bigram {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
     }
 }
 

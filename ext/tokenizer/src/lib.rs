@@ -18,6 +18,7 @@
 //! own way. Matching llama.cpp is the requirement, so its code is mirrored.
 
 mod bpe;
+mod merge;
 mod spm;
 mod stream;
 mod unicode;
