@@ -1,6 +1,11 @@
 // The reference driver: llama.cpp (built from the pinned package with its
 // defaults) answering the questions our goldens and benchmarks ask.
 //
+// Every command takes any number of `-o KEY=true|false` options, anywhere on
+// the line, which override boolean metadata the way llama.cpp's --override-kv
+// does: tokenizer_goldens.rb reaches with them tokenizer paths that our
+// models do not take as shipped.
+//
 //   elelem-reference generate MODEL IDS N_PREDICT [N_CTX] [N_THREADS] [IGNORE_EOS]
 //       IDS is comma-separated prompt token ids. Prints the greedy ids (one
 //       line, space-separated), then the hex of their text (token_to_piece,
@@ -8,6 +13,14 @@
 //   elelem-reference tokenize MODEL FILE [ADD_SPECIAL] [PARSE_SPECIAL]
 //       FILE holds one hex-encoded UTF-8 string per line; prints one line of
 //       token ids per input line.
+//   elelem-reference detokenize MODEL FILE
+//       FILE holds one line of space-separated token ids per case; prints one
+//       line per case: hex(detokenize special=0) hex(detokenize special=1),
+//       each as common_detokenize does it (remove_special = false).
+//   elelem-reference vocab MODEL
+//       Prints n_vocab, bos, eos, add_bos, add_eos, the EOG ids, and FNV-1a 64
+//       digests of token_to_piece(id, lstrip 0, special) over blocks of 4096
+//       ids: each id contributes its piece length (u32 LE), then its bytes.
 //   elelem-reference chat MODEL FILE
 //       FILE holds lines "role<TAB>hex(content)"; prints the hex of the prompt
 //       rendered by llama_chat_apply_template with add_generation_prompt.
@@ -23,10 +36,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -55,8 +70,30 @@ static std::vector<llama_token> parse_ids(const char * s) {
 
 static void quiet_log(ggml_log_level, const char *, void *) {}
 
-static llama_model * load(const char * path) {
+// The -o overrides, ended by an empty key as llama.cpp expects; main fills it
+// before any command runs, so that every model loaded sees them.
+static std::vector<llama_model_kv_override> overrides;
+
+// Parses one `-o KEY=true|false`; only booleans, as no metadata we override
+// is anything else.
+static bool add_override(const std::string & kv) {
+    llama_model_kv_override o = {};
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq >= sizeof(o.key)) return false;
+    std::string value = kv.substr(eq + 1);
+    if (value != "true" && value != "false") return false;
+    o.tag = LLAMA_KV_OVERRIDE_TYPE_BOOL;
+    memcpy(o.key, kv.data(), eq);
+    o.val_bool = value == "true";
+    overrides.push_back(o);
+    return true;
+}
+
+// vocab_only skips the weights, for the commands that only ask the tokenizer.
+static llama_model * load(const char * path, bool vocab_only) {
     llama_model_params mp = llama_model_default_params();
+    mp.vocab_only = vocab_only;
+    mp.kv_overrides = overrides.data();
     llama_model * model = llama_model_load_from_file(path, mp);
     if (!model) { fprintf(stderr, "failed to load %s\n", path); exit(1); }
     return model;
@@ -82,10 +119,28 @@ static void decode_prompt(llama_context * ctx, std::vector<llama_token> & ids, i
     }
 }
 
+// The llama.cpp calls below answer a negative length when the buffer is too
+// small; we then retry with exactly that much room.
 static std::string piece(const llama_vocab * vocab, llama_token id, bool special) {
-    char buf[512];
-    int n = llama_token_to_piece(vocab, id, buf, sizeof(buf), 0, special);
-    return n < 0 ? std::string() : std::string(buf, n);
+    std::string buf(64, '\0');
+    int n = llama_token_to_piece(vocab, id, &buf[0], (int) buf.size(), 0, special);
+    if (n < 0) {
+        buf.resize(-n);
+        n = llama_token_to_piece(vocab, id, &buf[0], (int) buf.size(), 0, special);
+    }
+    buf.resize(n);
+    return buf;
+}
+
+static std::string detokenize(const llama_vocab * vocab, const std::vector<llama_token> & ids, bool special) {
+    std::string text(ids.size() * 16 + 16, '\0');
+    int n = llama_detokenize(vocab, ids.data(), (int) ids.size(), &text[0], (int) text.size(), false, special);
+    if (n < 0) {
+        text.resize(-n);
+        n = llama_detokenize(vocab, ids.data(), (int) ids.size(), &text[0], (int) text.size(), false, special);
+    }
+    text.resize(n);
+    return text;
 }
 
 static int cmd_generate(int argc, char ** argv) {
@@ -94,7 +149,7 @@ static int cmd_generate(int argc, char ** argv) {
     int n_ctx = argc > 5 ? atoi(argv[5]) : 4096;
     int n_threads = argc > 6 ? atoi(argv[6]) : 2;
     bool ignore_eos = argc > 7 && atoi(argv[7]) != 0;
-    llama_model * model = load(argv[2]);
+    llama_model * model = load(argv[2], false);
     const llama_vocab * vocab = llama_model_get_vocab(model);
     llama_context * ctx = make_context(model, n_ctx, n_threads);
     llama_sampler * smpl = llama_sampler_init_greedy();
@@ -122,7 +177,7 @@ static int cmd_tokenize(int argc, char ** argv) {
     if (argc < 4) return 2;
     bool add_special = argc > 4 ? atoi(argv[4]) != 0 : true;
     bool parse_special = argc > 5 ? atoi(argv[5]) != 0 : true;
-    llama_model * model = load(argv[2]);
+    llama_model * model = load(argv[2], true);
     const llama_vocab * vocab = llama_model_get_vocab(model);
     std::ifstream in(argv[3]);
     std::string line;
@@ -138,9 +193,65 @@ static int cmd_tokenize(int argc, char ** argv) {
     return 0;
 }
 
+static int cmd_detokenize(int argc, char ** argv) {
+    if (argc < 4) return 2;
+    llama_model * model = load(argv[2], true);
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    std::ifstream in(argv[3]);
+    std::string line;
+    while (std::getline(in, line)) {
+        std::istringstream ss(line);
+        std::vector<llama_token> ids;
+        llama_token id;
+        while (ss >> id) ids.push_back(id);
+        printf("%s %s\n", to_hex(detokenize(vocab, ids, false)).c_str(), to_hex(detokenize(vocab, ids, true)).c_str());
+    }
+    llama_model_free(model);
+    return 0;
+}
+
+// FNV-1a 64: a digest of every piece keeps vocab's answer (and the golden) a
+// few lines long; blocks narrow a mismatch down to 4096 ids.
+struct Fnv {
+    uint64_t h = 0xcbf29ce484222325ull;
+    void add(const std::string & bytes) {
+        for (unsigned char c : bytes) { h ^= c; h *= 0x100000001b3ull; }
+    }
+};
+
+static int cmd_vocab(int argc, char ** argv) {
+    if (argc < 3) return 2;
+    const int block = 4096;
+    llama_model * model = load(argv[2], true);
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    const int n = llama_vocab_n_tokens(vocab);
+    printf("n_vocab %d\nbos %d\neos %d\nadd_bos %d\nadd_eos %d\neog", n, llama_vocab_bos(vocab), llama_vocab_eos(vocab),
+           (int) llama_vocab_get_add_bos(vocab), (int) llama_vocab_get_add_eos(vocab));
+    for (llama_token id = 0; id < n; ++id) {
+        if (llama_vocab_is_eog(vocab, id)) printf(" %d", id);
+    }
+    printf("\n");
+    for (int special = 0; special <= 1; ++special) {
+        printf("pieces_special_%d", special);
+        for (int start = 0; start < n; start += block) {
+            Fnv fnv;
+            for (llama_token id = start; id < n && id < start + block; ++id) {
+                std::string p = piece(vocab, id, special);
+                uint32_t len = (uint32_t) p.size();  // little-endian on every host we run
+                fnv.add(std::string((const char *) &len, 4));
+                fnv.add(p);
+            }
+            printf(" %016llx", (unsigned long long) fnv.h);
+        }
+        printf("\n");
+    }
+    llama_model_free(model);
+    return 0;
+}
+
 static int cmd_chat(int argc, char ** argv) {
     if (argc < 4) return 2;
-    llama_model * model = load(argv[2]);
+    llama_model * model = load(argv[2], false);
     std::ifstream in(argv[3]);
     std::vector<std::string> roles, contents;
     std::string line;
@@ -170,7 +281,7 @@ static int cmd_bench(int argc, char ** argv) {
     int n_threads = atoi(argv[3]), n_ctx = atoi(argv[4]), pp = atoi(argv[5]), tg = atoi(argv[6]);
     int depth = atoi(argv[7]), reps = atoi(argv[8]);
     auto t_load = std::chrono::steady_clock::now();
-    llama_model * model = load(argv[2]);
+    llama_model * model = load(argv[2], false);
     const llama_vocab * vocab = llama_model_get_vocab(model);
     int n_vocab = llama_vocab_n_tokens(vocab);
     llama_context * ctx = make_context(model, n_ctx, n_threads);
@@ -212,13 +323,27 @@ static int cmd_bench(int argc, char ** argv) {
 }
 
 int main(int argc, char ** argv) {
+    // Take the -o options out of argv, leaving each command its positional
+    // arguments where it expects them.
+    bool options_ok = true;
+    int n_args = 1;
+    for (int i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "-o")) argv[n_args++] = argv[i];
+        else options_ok = options_ok && i + 1 < argc && add_override(argv[++i]);
+    }
+    argc = n_args;
+    overrides.push_back(llama_model_kv_override{});  // the terminator
+
     if (!getenv("ELELEM_REFERENCE_VERBOSE")) llama_log_set(quiet_log, nullptr);
     llama_backend_init();
     int rc = 2;
-    if (argc > 1 && !strcmp(argv[1], "generate")) rc = cmd_generate(argc, argv);
-    else if (argc > 1 && !strcmp(argv[1], "tokenize")) rc = cmd_tokenize(argc, argv);
-    else if (argc > 1 && !strcmp(argv[1], "chat")) rc = cmd_chat(argc, argv);
-    else if (argc > 1 && !strcmp(argv[1], "bench")) rc = cmd_bench(argc, argv);
+    const char * cmd = options_ok && argc > 1 ? argv[1] : "";
+    if (!strcmp(cmd, "generate")) rc = cmd_generate(argc, argv);
+    else if (!strcmp(cmd, "tokenize")) rc = cmd_tokenize(argc, argv);
+    else if (!strcmp(cmd, "detokenize")) rc = cmd_detokenize(argc, argv);
+    else if (!strcmp(cmd, "vocab")) rc = cmd_vocab(argc, argv);
+    else if (!strcmp(cmd, "chat")) rc = cmd_chat(argc, argv);
+    else if (!strcmp(cmd, "bench")) rc = cmd_bench(argc, argv);
     if (rc == 2) fprintf(stderr, "usage: see the header of tools/reference/reference.cpp\n");
     llama_backend_free();
     return rc;

@@ -14,13 +14,10 @@
 #   MODEL.VARIANT.jsonl, MODEL.VARIANT.detok.jsonl
 #                         the same with metadata overridden (VARIANTS below), so
 #                         paths these two vocabularies do not take get checked
-# These come from tools/reference/tokenizer_probe.cpp, compiled here against
-# the reference's libllama (checked to tokenize as the driver does).
+# All of them come from the driver, tools/reference/reference.cpp.
 #
 # Environment: ELELEM_REFERENCE_DIR (default tmp/reference, holding
-# elelem-reference and bin/libllama.so), ELELEM_MODEL_DIR (default
-# ~/.cache/elelem/models), LLAMA_CPP_DIR (default: the pinned llama-cpp-sys-2
-# sources in the cargo registry).
+# elelem-reference), ELELEM_MODEL_DIR (default ~/.cache/elelem/models).
 
 require "fileutils"
 require "json"
@@ -30,9 +27,6 @@ ROOT = File.expand_path("../..", __dir__)
 FIXTURES = File.join(ROOT, "spec/fixtures/tokenizer")
 REFERENCE = ENV.fetch("ELELEM_REFERENCE_DIR", File.join(ROOT, "tmp/reference"))
 MODEL_DIR = ENV.fetch("ELELEM_MODEL_DIR", File.join(Dir.home, ".cache/elelem/models"))
-CARGO_HOME = ENV.fetch("CARGO_HOME", File.join(Dir.home, ".cargo"))
-PINNED_LLAMA_CPP = "registry/src/index.crates.io-1949cf8c6b5b557f/llama-cpp-sys-2-0.1.161/llama.cpp"
-LLAMA_CPP = ENV.fetch("LLAMA_CPP_DIR", File.join(CARGO_HOME, PINNED_LLAMA_CPP))
 WORK = File.join(ROOT, "tmp/tokenizer-goldens")
 
 MODELS = {
@@ -70,18 +64,17 @@ class ModelGoldens
     @name = name
     @model = model
     @corpus = corpus
-    @hex_file, @driver, @probe = tools.values_at(:hex_file, :driver, :probe)
+    @hex_file, @driver = tools.values_at(:hex_file, :driver)
   end
 
   def write
-    ids = driver_ids(1, 1)
+    ids = tokenize(1, 1, [])
     write_jsonl(fixture("jsonl"), ids)
-    write_jsonl(fixture("raw.jsonl"), driver_ids(0, 0))
-    abort "#{@name}: the probe does not tokenize as the driver does" unless probe_ids([]) == ids
+    write_jsonl(fixture("raw.jsonl"), tokenize(0, 0, []))
     write_jsonl(fixture("detok.jsonl"), detokenize(ids, []))
     VARIANTS.fetch(@name).each do |variant, settings|
       options = settings.flat_map { |key, value| ["-o", "#{key}=#{value}"] }
-      rows = probe_ids(options)
+      rows = tokenize(1, 1, options)
       write_jsonl(fixture("#{variant}.jsonl"), rows)
       write_jsonl(fixture("#{variant}.detok.jsonl"), detokenize(rows, options))
     end
@@ -100,22 +93,18 @@ class ModelGoldens
     rows
   end
 
-  def driver_ids(add_special, parse_special)
-    checked(parse_ids(run(@driver, "tokenize", @model, @hex_file, add_special.to_s, parse_special.to_s)))
-  end
-
-  def probe_ids(options)
-    checked(parse_ids(run(@probe, "tokenize", @model, @hex_file, "1", "1", *options)))
+  def tokenize(add_special, parse_special, options)
+    checked(parse_ids(run(@driver, "tokenize", @model, @hex_file, add_special.to_s, parse_special.to_s, *options)))
   end
 
   def detokenize(rows, options)
     ids_file = File.join(WORK, "#{@name}.ids")
     File.write(ids_file, rows.map { |row| "#{row.join(" ")}\n" }.join)
-    checked(run(@probe, "detokenize", @model, ids_file, *options).lines(chomp: true).map { |l| l.split(/ /, -1) })
+    checked(run(@driver, "detokenize", @model, ids_file, *options).lines(chomp: true).map { |l| l.split(/ /, -1) })
   end
 
   def vocab_facts
-    facts = run(@probe, "vocab", @model).lines(chomp: true).to_h { |l| [l.split.first, l.split.drop(1)] }
+    facts = run(@driver, "vocab", @model).lines(chomp: true).to_h { |l| [l.split.first, l.split.drop(1)] }
     {
       "n_vocab" => Integer(facts.fetch("n_vocab")[0]),
       "bos" => Integer(facts.fetch("bos")[0]),
@@ -130,22 +119,13 @@ class ModelGoldens
   end
 end
 
-def build_probe
-  probe = File.join(WORK, "tokenizer_probe")
-  lib = File.join(REFERENCE, "bin")
-  run("g++", "-O1", "-std=c++17", "-o", probe, File.join(__dir__, "tokenizer_probe.cpp"),
-      "-I", File.join(LLAMA_CPP, "include"), "-I", File.join(LLAMA_CPP, "ggml/include"),
-      "-L", lib, "-lllama", "-Wl,-rpath,#{lib}")
-  probe
-end
-
 driver = File.join(REFERENCE, "elelem-reference")
 abort "no reference driver at #{driver}" unless File.executable?(driver)
 FileUtils.mkdir_p(WORK)
 corpus = File.readlines(File.join(FIXTURES, "corpus.jsonl"), chomp: true).map { |l| JSON.parse(l) }
 hex_file = File.join(WORK, "corpus.hex")
 File.write(hex_file, corpus.map { |s| "#{s.unpack1("H*")}\n" }.join)
-tools = { hex_file:, driver:, probe: build_probe }
+tools = { hex_file:, driver: }
 
 MODELS.each do |name, file|
   model = File.join(MODEL_DIR, file)
