@@ -38,6 +38,15 @@ impl Inputs {
     }
 }
 
+/// The activation of a gated feed-forward.
+#[derive(Debug, Clone, Copy)]
+pub enum Glu {
+    /// SwiGLU: llama, qwen2.
+    Silu,
+    /// GeGLU with ggml's tabulated GELU: gemma3.
+    Gelu,
+}
+
 pub struct GraphBuilder<'a> {
     pub graph: &'a Graph,
     pub inputs: Inputs,
@@ -142,11 +151,15 @@ impl GraphBuilder<'_> {
         }
     }
 
-    pub fn ffn_swiglu(&self, layer: &LayerWeights, x: Tensor, il: usize) -> Tensor {
+    /// The gated feed-forward: `down(act(gate(x)) * up(x))`.
+    pub fn ffn_gated(&self, layer: &LayerWeights, x: Tensor, il: usize, act: Glu) -> Tensor {
         let g = self.graph;
         let up = g.mul_mat(layer.ffn_up.expect("validated at load"), x);
         let gate = g.mul_mat(layer.ffn_gate.expect("validated at load"), x);
-        let act = g.swiglu_split(gate, up);
+        let act = match act {
+            Glu::Silu => g.swiglu_split(gate, up),
+            Glu::Gelu => g.geglu_split(gate, up),
+        };
         g.mul_mat(layer.ffn_down.expect("validated at load"), act)
             .set_name(&format!("ffn_out-{il}"))
     }
