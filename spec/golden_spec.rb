@@ -7,7 +7,8 @@ RSpec.describe "golden generations" do
   {
     "tiny-llama-canary" => -> { SpecModels.canary },
     "qwen2.5-coder-0.5b" => -> { SpecModels.path("qwen2.5-coder-0.5b") },
-    "qwen2.5-coder-1.5b" => -> { SpecModels.path("qwen2.5-coder-1.5b") }
+    "qwen2.5-coder-1.5b" => -> { SpecModels.path("qwen2.5-coder-1.5b") },
+    "gemma-3-270m" => -> { SpecModels.path("gemma-3-270m") }
   }.each do |name, path|
     context name do
       golden = SpecModels.golden(name)

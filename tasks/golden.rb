@@ -6,10 +6,11 @@ require_relative "reference"
 # The golden prompts. Their ids and continuations come only from the reference
 # (llama.cpp), never from elelem: `rake golden` rewrites spec/fixtures/goldens.
 module Goldens
-  LONG_TEXT = (1..40).map do |i|
+  NOTES = (1..40).map do |i|
     "Note #{i}: the function parse_#{i}(input) reads #{i * 7} bytes, checks the header, and returns " \
       "a Hash with keys :id, :name and :size; errors raise ArgumentError."
-  end.join("\n")
+  end.freeze
+  LONG_TEXT = NOTES.join("\n")
 
   QWEN_PROMPTS = {
     "code" => "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
@@ -19,9 +20,23 @@ module Goldens
     "long" => "#{LONG_TEXT}\nSummary of the notes above:"
   }.freeze
 
+  # Gemma 3's sliding layers keep their keys in a ring of 1024 cells (window 512 plus
+  # one micro-batch): "long" (1124 tokens) wraps it within the prompt, "wrap" (1011)
+  # while decoding.
+  GEMMA_PROMPTS = {
+    "code" => QWEN_PROMPTS["code"],
+    "chat" => "<start_of_turn>user\nWrite a Ruby method that reverses a string.<end_of_turn>\n" \
+              "<start_of_turn>model\n",
+    "story" => "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "long" => "#{NOTES.first(25).join("\n")}\nSummary of the notes above:",
+    "wrap" => "#{NOTES.first(22).join("\n")}\nQuestion: of all the functions above, which one reads the most " \
+              "bytes, how many bytes is that, and in which note is it described? Answer:"
+  }.freeze
+
   MODELS = {
     "qwen2.5-coder-0.5b" => QWEN_PROMPTS,
-    "qwen2.5-coder-1.5b" => QWEN_PROMPTS.slice("code", "long")
+    "qwen2.5-coder-1.5b" => QWEN_PROMPTS.slice("code", "long"),
+    "gemma-3-270m" => GEMMA_PROMPTS
   }.freeze
 
   # The canary's prompts are ids: its vocabulary is synthetic.

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena};
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{Cells, KvCache};
 use crate::layers::{GraphBuilder, Inputs};
 use crate::{Error, Model, Result};
 
@@ -62,7 +62,12 @@ impl Context {
     pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Context> {
         validate(&params)?;
         let backend = Backend::cpu(params.n_threads)?;
-        let kv = KvCache::new(&backend, &model.hparams, params.n_ctx)?;
+        let kv = KvCache::new(
+            &backend,
+            &model.hparams,
+            params.n_ctx,
+            params.n_ubatch.min(params.n_ctx),
+        )?;
         let galloc = Gallocr::new(backend.default_buft())?;
         let abort = Arc::new(AtomicBool::new(false));
         // SAFETY: the flag is an Arc the context holds for as long as the backend lives.
@@ -85,11 +90,12 @@ impl Context {
     }
 
     /// Sizes the compute buffer once, for the largest graph this context will build
-    /// (a full micro-batch attending over the whole cache), so it never grows later.
+    /// (a full micro-batch attending over every cell), so it never grows later.
     fn reserve(&mut self) -> Result<()> {
         let n_tokens = self.params.n_ubatch.min(self.params.n_ctx);
+        let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::size).collect();
         let graph = self.arena.graph()?;
-        build(&graph, &self.model, &self.kv, n_tokens, self.kv.size);
+        build(&graph, &self.model, &self.kv, n_tokens, &n_kv);
         self.galloc.reserve(&graph)
     }
 
@@ -108,6 +114,7 @@ impl Context {
 
     /// Forgets the sequence (the cache cells are simply reused).
     pub fn clear(&mut self) {
+        self.kv.clear();
         self.n_past = 0;
         self.stats = DecodeStats::default();
     }
@@ -171,23 +178,49 @@ impl Context {
         Ok(&self.logits)
     }
 
-    /// One micro-batch: build, allocate, fill inputs, compute, read the last row's logits.
+    /// One micro-batch: place it in the cache, build, allocate, fill inputs, compute,
+    /// read the last row's logits. On failure the cache forgets the batch's positions.
     fn eval(&mut self, tokens: &[u32]) -> Result<()> {
         let n_tokens = tokens.len() as u32;
-        let first = self.n_past;
-        let n_kv = self.kv.n_kv(first + n_tokens);
+        let first = self.n_past as i32;
+        // Every group finds its cells before any takes them, as llama.cpp prepares a batch.
+        let slots = self
+            .kv
+            .groups
+            .iter()
+            .map(|cells| cells.find_slot(n_tokens))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::Internal(format!("no KV cache cells for {n_tokens} tokens")))?;
+        for (cells, slot) in self.kv.groups.iter_mut().zip(&slots) {
+            cells.apply(slot, first);
+        }
+        let result = self.compute(tokens, first, &slots);
+        if result.is_err() {
+            self.kv.groups.iter_mut().for_each(|cells| cells.truncate(first));
+        }
+        result
+    }
+
+    fn compute(&mut self, tokens: &[u32], first: i32, slots: &[Vec<u32>]) -> Result<()> {
+        let n_tokens = tokens.len() as u32;
+        let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::n_kv).collect();
         let graph = self.arena.graph()?;
-        let (inputs, logits) = build(&graph, &self.model, &self.kv, n_tokens, n_kv);
+        let (inputs, logits) = build(&graph, &self.model, &self.kv, n_tokens, &n_kv);
         self.galloc.alloc(&graph)?;
 
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let pos: Vec<i32> = (first..first + n_tokens).map(|p| p as i32).collect();
-        let cells: Vec<i64> = (first..first + n_tokens).map(i64::from).collect();
+        let pos: Vec<i32> = (first..).take(tokens.len()).collect();
         inputs.tokens.write(&ids);
         inputs.pos.write(&pos);
-        inputs.kv_cells.write(&cells);
-        inputs.mask.write(&causal_mask(first, n_tokens, n_kv));
         inputs.out_ids.write(&[n_tokens as i32 - 1]);
+        for ((group, cells), slot) in inputs.kv.iter().zip(&self.kv.groups).zip(slots) {
+            let idxs: Vec<i64> = slot.iter().map(|&i| i64::from(i)).collect();
+            group.cells.write(&idxs);
+            group.mask.write(&cells.mask(first, n_tokens, group.n_kv as u32));
+        }
+        for (tensor, value) in inputs.filled.take() {
+            tensor.write(&vec![value; tensor.nbytes() / std::mem::size_of::<f32>()]);
+        }
 
         let bytes = self.galloc.buffer_size();
         if self.stats.compute_buffer_bytes_max == 0 {
@@ -225,32 +258,17 @@ fn validate(params: &ContextParams) -> Result<()> {
     Ok(())
 }
 
-fn build(graph: &Graph, model: &Model, kv: &KvCache, n_tokens: u32, n_kv: u32) -> (Inputs, crate::ggml::Tensor) {
-    let inputs = Inputs::new(graph, n_tokens.into(), n_kv.into(), 1);
+fn build(graph: &Graph, model: &Model, kv: &KvCache, n_tokens: u32, n_kv: &[u32]) -> (Inputs, crate::ggml::Tensor) {
+    let inputs = Inputs::new(graph, n_tokens.into(), n_kv, 1);
     let builder = GraphBuilder {
         graph,
         inputs,
         model,
         kv,
         n_tokens: n_tokens.into(),
-        n_kv: n_kv.into(),
     };
     let logits = model.hparams.arch.build(&builder);
     graph.mark_output(logits);
     graph.expand(logits);
     (builder.inputs, logits)
-}
-
-/// F16 bits of 0 and -inf.
-const MASK_VISIBLE: u16 = 0x0000;
-const MASK_HIDDEN: u16 = 0xFC00;
-
-/// Token `i` (at position `first + i`, in cell `first + i`) sees cells `0..=first + i`.
-fn causal_mask(first: u32, n_tokens: u32, n_kv: u32) -> Vec<u16> {
-    let mut mask = vec![MASK_HIDDEN; (n_tokens * n_kv) as usize];
-    for i in 0..n_tokens {
-        let row = (i * n_kv) as usize;
-        mask[row..row + (first + i + 1) as usize].fill(MASK_VISIBLE);
-    }
-    mask
 }

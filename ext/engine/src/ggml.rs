@@ -471,6 +471,10 @@ impl Graph {
         op!(self, sys::ggml_scale(self.c(), a.as_ptr(), s))
     }
 
+    pub fn tanh(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_tanh(self.c(), a.as_ptr()))
+    }
+
     pub fn rms_norm(&self, a: Tensor, eps: f32) -> Tensor {
         op!(self, sys::ggml_rms_norm(self.c(), a.as_ptr(), eps))
     }
@@ -519,7 +523,7 @@ impl Graph {
 
     /// RoPE without YaRN or frequency factors: the plain rotary embedding of
     /// llama.cpp's defaults (ext_factor 0, attn_factor 1, beta 32/1).
-    pub fn rope(&self, x: Tensor, pos: Tensor, rope: &crate::hparams::Rope, freq_base: f32) -> Tensor {
+    pub fn rope(&self, x: Tensor, pos: Tensor, rope: &crate::hparams::Rope) -> Tensor {
         op!(
             self,
             sys::ggml_rope_ext(
@@ -530,7 +534,7 @@ impl Graph {
                 rope.n_dims as i32,
                 rope.mode as i32,
                 rope.n_ctx_orig as i32,
-                freq_base,
+                rope.freq_base,
                 rope.freq_scale,
                 0.0,
                 1.0,

@@ -25,6 +25,17 @@ pub struct Rope {
     pub freq_scale: f32,
 }
 
+/// Sliding-window attention on some layers (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`):
+/// on those layers a token at position `p` attends only to positions `p - window + 1 ..= p`,
+/// its keys live in a cache of their own sized to the window, and its rope has its own base.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Swa {
+    pub window: u32,
+    /// Which layers slide; the others attend to the whole context.
+    pub layers: Vec<bool>,
+    pub rope: Rope,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct HParams {
     pub arch: Arch,
@@ -39,6 +50,9 @@ pub struct HParams {
     pub head_dim_v: u32,
     pub rms_eps: f32,
     pub rope: Rope,
+    pub swa: Option<Swa>,
+    /// Logits become `cap * tanh(logits / cap)` (gemma3's `final_logit_softcapping`).
+    pub final_logit_softcap: Option<f32>,
     /// `general.name`, `general.size_label` and the file type's name, for display.
     pub name: Option<String>,
     pub size_label: Option<String>,
@@ -52,6 +66,18 @@ impl HParams {
 
     pub fn n_embd_v_gqa(&self) -> u32 {
         self.head_dim_v * self.n_head_kv
+    }
+
+    pub fn is_swa(&self, il: usize) -> bool {
+        self.swa.as_ref().is_some_and(|swa| swa.layers[il])
+    }
+
+    /// The rotary embedding of layer `il`: sliding layers have their own.
+    pub fn layer_rope(&self, il: usize) -> &Rope {
+        match &self.swa {
+            Some(swa) if swa.layers[il] => &swa.rope,
+            _ => &self.rope,
+        }
     }
 
     /// Reads and validates the hyper-parameters of `arch`; `n_vocab` comes from the
@@ -108,6 +134,20 @@ impl HParams {
                 arch.name()
             )));
         }
+        let rope = Rope {
+            mode: arch.rope_mode(),
+            n_dims: rope_dims,
+            n_ctx_orig: n_ctx_train,
+            freq_base,
+            freq_scale: scaling.map_or(1.0, |f| 1.0 / f),
+        };
+        let (swa, final_logit_softcap) = match arch {
+            Arch::Gemma3 => (
+                read_swa(&keys, n_layer, 6, &rope)?,
+                keys.opt_f32("final_logit_softcapping")?.filter(|&c| c != 0.0),
+            ),
+            Arch::Llama | Arch::Qwen2 => (None, None),
+        };
         Ok(HParams {
             arch,
             n_layer,
@@ -120,13 +160,9 @@ impl HParams {
             head_dim_k,
             head_dim_v,
             rms_eps,
-            rope: Rope {
-                mode: arch.rope_mode(),
-                n_dims: rope_dims,
-                n_ctx_orig: n_ctx_train,
-                freq_base,
-                freq_scale: scaling.map_or(1.0, |f| 1.0 / f),
-            },
+            rope,
+            swa,
+            final_logit_softcap,
             name: gguf.get("general.name").and_then(Value::as_str).map(str::to_string),
             size_label: gguf
                 .get("general.size_label")
@@ -138,6 +174,52 @@ impl HParams {
                 .and_then(file_type_name),
         })
     }
+}
+
+/// The sliding window as llama.cpp's `load_swa_pattern` reads it: none unless
+/// `attention.sliding_window` is set and non-zero; which layers slide comes from
+/// `attention.sliding_window_pattern`, either one flag per layer or a period `n`
+/// (every `n`-th layer, counting from 1, is global; 0 means all slide), else
+/// `default_period`. Sliding layers rotate with `rope.freq_base_swa` (default
+/// 10000) and no frequency scaling.
+fn read_swa(keys: &Keys, n_layer: u32, default_period: u32, rope: &Rope) -> Result<Option<Swa>> {
+    let window = keys.opt_u32("attention.sliding_window")?.unwrap_or(0);
+    if window == 0 {
+        return Ok(None);
+    }
+    let layers = match keys.get("attention.sliding_window_pattern") {
+        Some((full, Value::Array(flags))) => {
+            let flags: Option<Vec<bool>> = flags
+                .iter()
+                .map(|f| f.as_bool().or_else(|| f.as_u64().map(|n| n != 0)))
+                .collect();
+            flags
+                .filter(|f| f.len() == n_layer as usize)
+                .ok_or_else(|| Error::Load(format!("{full} must hold one boolean or integer per layer ({n_layer})")))?
+        }
+        _ => {
+            let period = keys
+                .opt_u32("attention.sliding_window_pattern")?
+                .unwrap_or(default_period);
+            (0..n_layer).map(|il| period == 0 || il % period < period - 1).collect()
+        }
+    };
+    let freq_base = keys.opt_f32("rope.freq_base_swa")?.unwrap_or(10_000.0);
+    if !(freq_base.is_finite() && freq_base > 0.0) {
+        return Err(Error::Load(format!(
+            "{}: rope.freq_base_swa ({freq_base}) must be positive",
+            keys.prefix
+        )));
+    }
+    Ok(Some(Swa {
+        window,
+        layers,
+        rope: Rope {
+            freq_base,
+            freq_scale: 1.0,
+            ..rope.clone()
+        },
+    }))
 }
 
 struct Keys<'a> {

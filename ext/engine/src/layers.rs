@@ -4,6 +4,8 @@
 //! the ops (and their order of arguments) decide which kernels run and so the
 //! bits of the result.
 
+use std::cell::RefCell;
+
 use ggml_sys as sys;
 
 use crate::arch::LayerWeights;
@@ -18,24 +20,56 @@ pub struct Inputs {
     pub tokens: Tensor,
     /// I32 [n_tokens]
     pub pos: Tensor,
-    /// F16 [n_kv, n_tokens]: 0 where a token may attend a cell, -inf elsewhere.
-    pub mask: Tensor,
-    /// I64 [n_tokens]: the cache cell each token's K and V go to.
-    pub kv_cells: Tensor,
     /// I32 [n_outputs]: the rows whose logits are computed.
     pub out_ids: Tensor,
+    /// One per KV cache group (see [`crate::kv_cache`]).
+    pub kv: Vec<KvInputs>,
+    /// Inputs holding one value everywhere, filled after allocation: llama.cpp
+    /// feeds some constants as inputs rather than op parameters, and we mirror its ops.
+    pub filled: RefCell<Vec<(Tensor, f32)>>,
+}
+
+pub struct KvInputs {
+    /// How many cells of the group the graph attends over.
+    pub n_kv: i64,
+    /// F16 [n_kv, n_tokens]: 0 where a token may attend a cell, -inf elsewhere.
+    pub mask: Tensor,
+    /// I64 [n_tokens]: the cell each token's K and V go to.
+    pub cells: Tensor,
 }
 
 impl Inputs {
-    pub fn new(graph: &Graph, n_tokens: i64, n_kv: i64, n_outputs: i64) -> Inputs {
+    pub fn new(graph: &Graph, n_tokens: i64, n_kv: &[u32], n_outputs: i64) -> Inputs {
+        let kv = n_kv
+            .iter()
+            .enumerate()
+            .map(|(g, &n_kv)| KvInputs {
+                n_kv: n_kv.into(),
+                mask: graph.input(
+                    &format!("attn_inp_kq_mask_g{g}"),
+                    sys::GGML_TYPE_F16,
+                    &[n_kv.into(), n_tokens, 1, 1],
+                ),
+                cells: graph.input(&format!("inp_kv_cells_g{g}"), sys::GGML_TYPE_I64, &[n_tokens]),
+            })
+            .collect();
         Inputs {
             tokens: graph.input("inp_tokens", sys::GGML_TYPE_I32, &[n_tokens]),
             pos: graph.input("inp_pos", sys::GGML_TYPE_I32, &[n_tokens]),
-            mask: graph.input("attn_inp_kq_mask", sys::GGML_TYPE_F16, &[n_kv, n_tokens, 1, 1]),
-            kv_cells: graph.input("inp_kv_cells", sys::GGML_TYPE_I64, &[n_tokens]),
             out_ids: graph.input("inp_out_ids", sys::GGML_TYPE_I32, &[n_outputs]),
+            kv,
+            filled: RefCell::new(Vec::new()),
         }
     }
+}
+
+/// The activation of a gated feed-forward.
+#[derive(Debug, Clone, Copy)]
+pub enum Glu {
+    /// SwiGLU: llama, qwen2.
+    Silu,
+    /// GeGLU with ggml's tabulated GELU: gemma3.
+    Gelu,
 }
 
 pub struct GraphBuilder<'a> {
@@ -44,7 +78,6 @@ pub struct GraphBuilder<'a> {
     pub(crate) model: &'a Model,
     pub(crate) kv: &'a KvCache,
     pub n_tokens: i64,
-    pub n_kv: i64,
 }
 
 impl GraphBuilder<'_> {
@@ -60,6 +93,16 @@ impl GraphBuilder<'_> {
         self.graph
             .get_rows(self.model.weights().tok_embd, self.inputs.tokens)
             .set_name("inp_embd")
+    }
+
+    /// The embeddings times `scale`, multiplied by a [1, n_tokens] input filled with
+    /// it, as llama.cpp scales token rows.
+    pub fn embed_scaled(&self, scale: f32) -> Tensor {
+        let rows = self
+            .graph
+            .input("inp_scale_rows", sys::GGML_TYPE_F32, &[1, self.n_tokens]);
+        self.inputs.filled.borrow_mut().push((rows, scale));
+        self.graph.mul(self.embed(), rows).set_name("inp_scaled")
     }
 
     /// RMS norm times the weight (the CPU backend fuses the pair; values are the same).
@@ -91,25 +134,27 @@ impl GraphBuilder<'_> {
         (q, k, v)
     }
 
-    /// Stores K and V of the new tokens in the cache, attends over the first
-    /// `n_kv` cells with flash attention, and projects the result (wo, bo).
+    /// Stores K and V of the new tokens in the layer's cache cells, attends over
+    /// the first `n_kv` cells of its group with flash attention, and projects the
+    /// result (wo, bo).
     pub fn attention(&self, layer: &LayerWeights, il: usize, q: Tensor, k: Tensor, v: Tensor, kq_scale: f32) -> Tensor {
         let hp = self.hparams();
         let g = self.graph;
+        let group = &self.inputs.kv[self.kv.layer_group[il]];
         let (k_cache, v_cache) = (self.kv.k[il], self.kv.v[il]);
         for (cur, cache) in [(k, k_cache), (v, v_cache)] {
             let rows = g.view_2d(cur, cur.ne()[0] * cur.ne()[1], self.n_tokens, cur.nb()[2], 0);
-            g.expand(g.set_rows(cache, rows, self.inputs.kv_cells));
+            g.expand(g.set_rows(cache, rows, group.cells));
         }
         let cache_view = |cache: Tensor, head_dim: u32| {
             let row = |n: u64| unsafe { sys::ggml_row_size(cache.ggml_type(), n as i64) };
-            let width = cache.ne()[0] as u64;
+            let [width, cells, ..] = cache.ne().map(|n| n as u64);
             g.view_4d(
                 cache,
-                [head_dim.into(), hp.n_head_kv.into(), self.n_kv, 1],
+                [head_dim.into(), hp.n_head_kv.into(), group.n_kv, 1],
                 row(head_dim.into()),
                 row(width),
-                row(width * u64::from(self.kv.size)),
+                row(width * cells),
                 0,
             )
         };
@@ -118,7 +163,7 @@ impl GraphBuilder<'_> {
         let q = g.permute(q, [0, 2, 1, 3]);
         let k = g.permute(k, [0, 2, 1, 3]);
         let v = g.permute(v, [0, 2, 1, 3]);
-        let out = g.flash_attn(q, k, v, self.inputs.mask, kq_scale);
+        let out = g.flash_attn(q, k, v, group.mask, kq_scale);
         let out = g
             .reshape_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
             .set_name(&format!("kqv_out-{il}"));
@@ -142,11 +187,15 @@ impl GraphBuilder<'_> {
         }
     }
 
-    pub fn ffn_swiglu(&self, layer: &LayerWeights, x: Tensor, il: usize) -> Tensor {
+    /// The gated feed-forward: `down(act(gate(x)) * up(x))`.
+    pub fn ffn_gated(&self, layer: &LayerWeights, x: Tensor, il: usize, act: Glu) -> Tensor {
         let g = self.graph;
         let up = g.mul_mat(layer.ffn_up.expect("validated at load"), x);
         let gate = g.mul_mat(layer.ffn_gate.expect("validated at load"), x);
-        let act = g.swiglu_split(gate, up);
+        let act = match act {
+            Glu::Silu => g.swiglu_split(gate, up),
+            Glu::Gelu => g.geglu_split(gate, up),
+        };
         g.mul_mat(layer.ffn_down.expect("validated at load"), act)
             .set_name(&format!("ffn_out-{il}"))
     }

@@ -311,6 +311,7 @@ impl<'a> Loader<'a> {
             ffn_gate: Some(self.matrix(&n("ffn_gate.weight"), &[embd, ff])?),
             ffn_up: Some(self.matrix(&n("ffn_up.weight"), &[embd, ff])?),
             ffn_down: Some(self.matrix(&n("ffn_down.weight"), &[ff, embd])?),
+            ..LayerWeights::default()
         })
     }
 

@@ -88,3 +88,9 @@ fn qwen_1_5b_matches_llama_cpp() {
     .unwrap();
     check_goldens("qwen2.5-coder-1.5b.json", model);
 }
+
+#[test]
+fn gemma_3_270m_matches_llama_cpp() {
+    let model = Model::open(model_path("gemma-3-270m-q4_k_m.gguf"), &ModelParams::default()).unwrap();
+    check_goldens("gemma-3-270m.json", model);
+}

@@ -5,7 +5,7 @@
 use crate::arch::{load_embeddings, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::HParams;
-use crate::layers::GraphBuilder;
+use crate::layers::{Glu, GraphBuilder};
 use crate::model::Loader;
 use crate::Result;
 
@@ -38,12 +38,12 @@ pub(crate) fn llama_block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: 
     let hp = b.hparams();
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
     let (q, k, v) = b.qkv(layer, attn_in, il);
-    let q = b.graph.rope(q, b.inputs.pos, &hp.rope, hp.rope.freq_base);
-    let k = b.graph.rope(k, b.inputs.pos, &hp.rope, hp.rope.freq_base);
+    let q = b.graph.rope(q, b.inputs.pos, &hp.rope);
+    let k = b.graph.rope(k, b.inputs.pos, &hp.rope);
     let attn = b.attention(layer, il, q, k, v, kq_scale);
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);
     let ffn_in = b.graph.add(attn, residual).set_name(&format!("ffn_inp-{il}"));
     let ffn = b.norm(ffn_in, layer.ffn_norm, "ffn_norm", il);
-    let ffn = b.ffn_swiglu(layer, ffn, il);
+    let ffn = b.ffn_gated(layer, ffn, il, Glu::Silu);
     b.graph.add(ffn, ffn_in).set_name(&format!("l_out-{il}"))
 }

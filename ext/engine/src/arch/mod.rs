@@ -2,6 +2,7 @@
 //! built from the shared pieces in [`crate::layers`]. Adding an architecture is
 //! one file here and one arm in [`Arch`].
 
+mod gemma3;
 mod llama;
 mod qwen2;
 
@@ -15,6 +16,7 @@ use crate::{Error, Result};
 pub enum Arch {
     Llama,
     Qwen2,
+    Gemma3,
 }
 
 impl Arch {
@@ -22,8 +24,9 @@ impl Arch {
         match name {
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
+            "gemma3" => Ok(Arch::Gemma3),
             other => Err(Error::Load(format!(
-                "unsupported architecture '{other}' (supported: llama, qwen2)"
+                "unsupported architecture '{other}' (supported: llama, qwen2, gemma3)"
             ))),
         }
     }
@@ -32,13 +35,14 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Gemma3 => "gemma3",
         }
     }
 
     pub fn rope_mode(self) -> RopeMode {
         match self {
             Arch::Llama => RopeMode::Norm,
-            Arch::Qwen2 => RopeMode::Neox,
+            Arch::Qwen2 | Arch::Gemma3 => RopeMode::Neox,
         }
     }
 
@@ -46,6 +50,7 @@ impl Arch {
         match self {
             Arch::Llama => llama::load(loader, hp),
             Arch::Qwen2 => qwen2::load(loader, hp),
+            Arch::Gemma3 => gemma3::load(loader, hp),
         }
     }
 
@@ -53,6 +58,7 @@ impl Arch {
     pub(crate) fn build(self, b: &GraphBuilder) -> Tensor {
         match self {
             Arch::Llama | Arch::Qwen2 => llama::build(b),
+            Arch::Gemma3 => gemma3::build(b),
         }
     }
 }
@@ -69,10 +75,17 @@ pub struct LayerWeights {
     pub bv: Option<Tensor>,
     pub wo: Option<Tensor>,
     pub bo: Option<Tensor>,
+    /// Per-head RMS norms of Q and K before rope.
+    pub attn_q_norm: Option<Tensor>,
+    pub attn_k_norm: Option<Tensor>,
+    /// The norm of the attention output before its residual add.
+    pub attn_post_norm: Option<Tensor>,
     pub ffn_norm: Option<Tensor>,
     pub ffn_gate: Option<Tensor>,
     pub ffn_up: Option<Tensor>,
     pub ffn_down: Option<Tensor>,
+    /// The norm of the feed-forward output before its residual add.
+    pub ffn_post_norm: Option<Tensor>,
 }
 
 pub struct Weights {
