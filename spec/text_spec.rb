@@ -92,6 +92,16 @@ RSpec.describe "text in, text out" do
       expect(reply).not_to include("<|im_end|>")
     end
 
+    it "keeps earlier turns in the KV cache instead of evaluating them again" do
+      messages = [{ role: "user", content: "Write a Ruby method that reverses a string." }]
+      reply = model.chat(messages, max_tokens: 16)
+      messages += [{ role: "assistant", content: reply }, { role: "user", content: "Now handle nil." }]
+      model.chat(messages, max_tokens: 4)
+      expect(model.stats[:reused_prompt_tokens]).to be > 20
+      model.generate(model.chat_prompt(messages), max_tokens: 4)
+      expect(model.stats[:reused_prompt_tokens]).to eq(0)
+    end
+
     it "takes a template for a model that has none" do
       Elelem.open(SpecModels.canary) do |canary|
         expect(canary.chat_template).to be_nil

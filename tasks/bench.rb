@@ -23,6 +23,7 @@ module Bench
   TARGETS = {
     "pp512 t/s" => [:min, 0.95], "tg128 t/s" => [:min, 1.0], "tg32@depth t/s" => [:min, 1.0],
     "ttft16 ms" => [:max, 1.0], "open warm ms" => [:max, 1.0],
+    "chat turn-2 ttft ms (cached vs cold, both elelem)" => [:max, 1.0],
     "open cold ms" => [:max, 1.0], "peak RSS MiB" => [:max, 1.0], "compute buffer MiB" => [:max, 1.0],
     "KV cache MiB" => [:max, 1.0]
   }.freeze
@@ -74,6 +75,17 @@ module Bench
       ids = Bench.random_ids(model, TTFT_PROMPT, 16)
       t = Bench.now
       model.generate(ids, max_tokens: 1)
+      (Bench.now - t) * 1000
+    end
+
+    # Time to first token of a chat's second turn, with the first turn's keys and
+    # values kept (`reuse_prefix`) and without.
+    def second_turn_ttft_ms(model, reuse:)
+      messages = [{ role: "user", content: "Write a Ruby method that reverses a string." }]
+      messages += [{ role: "assistant", content: model.chat(messages, max_tokens: 48) },
+                   { role: "user", content: "Now make it handle nil." }]
+      t = Bench.now
+      model.generate(model.chat_prompt(messages), max_tokens: 1, reuse_prefix: reuse)
       (Bench.now - t) * 1000
     end
 
@@ -150,8 +162,16 @@ module Bench
       interleaved(rows, "ttft16 ms", -> { Ours.ttft_ms(model) },
                   -> { 1000.0 * TTFT_PROMPT / Peer.bench(path, threads, pp: TTFT_PROMPT)["pp"] })
       rows.concat(memory_rows(model.stats))
+      prefix_reuse_row(rows, model)
     end
     rows
+  end
+
+  # Beyond the peer: the second turn of a chat with and without the first turn's cache.
+  def prefix_reuse_row(rows, model)
+    interleaved(rows, "chat turn-2 ttft ms (cached vs cold, both elelem)",
+                -> { Ours.second_turn_ttft_ms(model, reuse: true) },
+                -> { Ours.second_turn_ttft_ms(model, reuse: false) })
   end
 
   def memory_rows(stats)

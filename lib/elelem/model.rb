@@ -47,6 +47,9 @@ module Elelem
     # @param repeat_last_n [Integer] how many recent tokens count as recent
     # @param seed [Integer, nil] the random seed; the same seed gives the same text
     # @param stop [String, Array<String>, nil] strings that end the generation (never emitted)
+    # @param reuse_prefix [Boolean] keep the cached keys and values of the prompt's prefix shared
+    #   with the previous call instead of evaluating it again (faster; the text is then what
+    #   llama.cpp gives with its prompt cache rather than a fresh evaluation's)
     # @yieldparam piece [String, Integer] each new piece of text, or each id for an ids prompt
     # @return [String, Array<Integer>]
     # @raise [ArgumentError] for ids that are not Integers in the vocabulary, or bad options
@@ -74,7 +77,8 @@ module Elelem
     end
 
     # Answers a conversation: renders `messages` with the model's chat template (or
-    # `template:`), generates the assistant's turn and returns it.
+    # `template:`), generates the assistant's turn and returns it. Earlier turns are
+    # not evaluated again (`reuse_prefix: true` unless given).
     #
     # @param messages [Array<Hash>] `{ role: "user", content: "..." }` hashes (String keys too)
     # @param template [String, nil] a Jinja chat template to use instead of the model's
@@ -83,7 +87,7 @@ module Elelem
     # @return [String] the reply
     # @raise [Elelem::Error] when the model has no template and none is given
     def chat(messages, template: nil, **options, &block)
-      generate(chat_prompt(messages, template:), **options, &block)
+      generate(chat_prompt(messages, template:), reuse_prefix: true, **options, &block)
     end
 
     # The prompt {#chat} sends for `messages`, with the generation prompt appended.

@@ -13,7 +13,7 @@ module Elelem
     # Sampling and stopping options, with their defaults (greedy: temperature 0).
     GENERATION_DEFAULTS = {
       max_tokens: 32, ignore_eos: false, temperature: 0.0, top_k: 40, top_p: 0.95, min_p: 0.05,
-      repeat_penalty: 1.0, repeat_last_n: 64, seed: nil, stop: nil
+      repeat_penalty: 1.0, repeat_last_n: 64, seed: nil, stop: nil, reuse_prefix: false
     }.freeze
 
     module_function
@@ -38,7 +38,8 @@ module Elelem
       opts = GENERATION_DEFAULTS.merge(options)
       { max_tokens: 0..MAX_N_CTX, top_k: 0.., repeat_last_n: 0..MAX_N_CTX }.each { |k, r| integer(k, opts[k], r) }
       %i[temperature top_p min_p repeat_penalty].each { |k| opts[k] = float(k, opts[k]) }
-      opts.merge(seed: seed(opts[:seed]), stop: stops(opts[:stop]), ignore_eos: opts[:ignore_eos] ? true : false)
+      opts.merge(seed: seed(opts[:seed]), stop: stops(opts[:stop]), ignore_eos: opts[:ignore_eos] ? true : false,
+                 reuse_prefix: opts[:reuse_prefix] ? true : false)
     end
 
     # A random seed unless one is given: the same seed gives the same text.

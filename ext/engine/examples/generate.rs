@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     let params = GenerateParams {
         max_tokens,
-        ignore_eos: false,
+        ..Default::default()
     };
     let (ids, reason) = generate(&mut ctx, &prompt, params, sampler::greedy)?;
     let ids: Vec<String> = ids.iter().map(u32::to_string).collect();

@@ -41,6 +41,8 @@ pub struct DecodeStats {
     /// when the buffer reserved up front never had to grow.
     pub compute_buffer_bytes_min: usize,
     pub compute_buffer_bytes_max: usize,
+    /// Prompt tokens whose K and V were kept from the previous sequence.
+    pub reused_tokens: u64,
 }
 
 /// One sequence over a model: the KV cache, the graph allocator that owns the
@@ -53,6 +55,8 @@ pub struct Context {
     galloc: Gallocr,
     arena: GraphArena,
     n_past: u32,
+    /// The tokens whose K and V the cache holds, in order.
+    cached: Vec<u32>,
     logits: Vec<f32>,
     abort: Arc<AtomicBool>,
     stats: DecodeStats,
@@ -81,6 +85,7 @@ impl Context {
             galloc,
             arena: GraphArena::new(MAX_NODES),
             n_past: 0,
+            cached: Vec::new(),
             logits: vec![0.0; n_vocab],
             abort,
             stats: DecodeStats::default(),
@@ -116,7 +121,39 @@ impl Context {
     pub fn clear(&mut self) {
         self.kv.clear();
         self.n_past = 0;
+        self.cached.clear();
         self.stats = DecodeStats::default();
+    }
+
+    /// Starts a new sequence that will begin with `prompt`, keeping the K and V of
+    /// the longest prefix it shares with the cached one; at least one token is left
+    /// to evaluate, for its logits. Returns how many tokens were kept. A model with
+    /// sliding-window layers always starts afresh: its ring may no longer hold the
+    /// window a shorter prefix needs.
+    pub fn restart_with_prefix(&mut self, prompt: &[u32]) -> usize {
+        let shared = if self.model.hparams.swa.is_some() {
+            0
+        } else {
+            let common = self.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+            common.min(prompt.len().saturating_sub(1))
+        };
+        if shared == 0 {
+            self.clear();
+            return 0;
+        }
+        // What llama.cpp's llama_memory_seq_rm(seq, shared, -1) does: positions from
+        // `shared` on are forgotten, and their cells are the next ones filled.
+        self.kv
+            .groups
+            .iter_mut()
+            .for_each(|cells| cells.truncate(shared as i32));
+        self.cached.truncate(shared);
+        self.n_past = shared as u32;
+        self.stats = DecodeStats {
+            reused_tokens: shared as u64,
+            ..DecodeStats::default()
+        };
+        shared
     }
 
     pub fn stats(&self) -> DecodeStats {
@@ -231,6 +268,7 @@ impl Context {
         self.backend.compute(&graph)?;
         logits.read_f32(0, &mut self.logits);
         self.n_past += n_tokens;
+        self.cached.extend_from_slice(tokens);
         Ok(())
     }
 }

@@ -10,6 +10,11 @@ pub struct GenerateParams {
     pub max_tokens: u32,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Keep the K and V of the prompt's prefix shared with the previous sequence
+    /// (a chat's earlier turns) instead of evaluating it again. The continuation is
+    /// then llama.cpp's with its prompt cache, not a fresh evaluation's: the
+    /// remaining tokens are evaluated in smaller batches, which rounds differently.
+    pub reuse_prefix: bool,
 }
 
 /// Why generation ended.
@@ -44,13 +49,19 @@ pub struct Generator<'c> {
 }
 
 impl<'c> Generator<'c> {
-    /// Starts a fresh sequence: clears the context and evaluates `prompt`.
+    /// Starts a sequence with `prompt`: a fresh one, or one that keeps the prefix
+    /// shared with the previous sequence when `params.reuse_prefix`.
     pub fn start(ctx: &'c mut Context, prompt: &[u32], params: GenerateParams) -> Result<Generator<'c>> {
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("the prompt is empty".into()));
         }
-        ctx.clear();
-        ctx.decode(prompt)?;
+        let kept = if params.reuse_prefix {
+            ctx.restart_with_prefix(prompt)
+        } else {
+            ctx.clear();
+            0
+        };
+        ctx.decode(&prompt[kept..])?;
         let stop = (params.max_tokens == 0).then_some(StopReason::Length);
         Ok(Generator {
             ctx,

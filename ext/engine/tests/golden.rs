@@ -43,6 +43,7 @@ fn check_goldens(golden: &str, model: Model) {
         let gen = GenerateParams {
             max_tokens: case["max_tokens"].as_u64().unwrap() as u32,
             ignore_eos: case["ignore_eos"].as_bool().unwrap_or(false),
+            reuse_prefix: false,
         };
         let (out, _) = generate(&mut ctx, &ids(&case["prompt"]), gen, sampler::greedy).unwrap();
         assert_eq!(out, ids(&case["output"]), "{golden} case {}", case["name"]);

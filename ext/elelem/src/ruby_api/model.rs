@@ -221,6 +221,7 @@ impl Model {
             h.aset(sym("weights_bytes"), ctx.model().weights_bytes())?;
             h.aset(sym("repacked_weights_bytes"), ctx.model().repacked_bytes())?;
             h.aset(sym("n_past"), ctx.n_past())?;
+            h.aset(sym("reused_prompt_tokens"), s.reused_tokens)?;
             h.aset(sym("prompt_tokens"), s.prompt_tokens)?;
             h.aset(sym("prompt_seconds"), s.prompt_seconds)?;
             h.aset(sym("prompt_tokens_per_s"), rate(s.prompt_tokens, s.prompt_seconds))?;
@@ -270,6 +271,7 @@ fn text_params(ruby: &Ruby, opts: RHash) -> Result<engine::TextParams, Error> {
         generate: engine::GenerateParams {
             max_tokens: u32::try_convert(get("max_tokens")?)?,
             ignore_eos: bool::try_convert(get("ignore_eos")?)?,
+            reuse_prefix: bool::try_convert(get("reuse_prefix")?)?,
         },
         sampler,
         stop: Vec::<String>::try_convert(get("stop")?)?,

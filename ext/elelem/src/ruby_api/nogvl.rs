@@ -46,23 +46,25 @@ where
         work: Some(work),
         result: None,
     };
-    unsafe {
-        rb_sys::rb_nogvl(
-            Some(run::<F, R>),
-            &mut call as *mut Call<F, R> as *mut c_void,
-            Some(unblock),
-            abort as *const AtomicBool as *mut c_void,
-            (rb_sys::RB_NOGVL_INTR_FAIL | rb_sys::RB_NOGVL_UBF_ASYNC_SAFE) as i32,
-        );
-    }
-    // Delivers Ctrl-C, Thread#raise/#kill and Timeout as Ruby exceptions, now that no
-    // native work is in flight.
-    ruby.thread_check_ints()?;
-    match call.result {
-        Some(Ok(r)) => Ok(r),
-        Some(Err(_)) => Err(errors::panicked(ruby)),
-        // Ruby had an interrupt pending and did not run the work; thread_check_ints
-        // consumed it without raising (e.g. a trap handler), so report the interruption.
-        None => Err(Error::new(ruby.exception_interrupt(), "interrupted")),
+    loop {
+        unsafe {
+            rb_sys::rb_nogvl(
+                Some(run::<F, R>),
+                &mut call as *mut Call<F, R> as *mut c_void,
+                Some(unblock),
+                abort as *const AtomicBool as *mut c_void,
+                (rb_sys::RB_NOGVL_INTR_FAIL | rb_sys::RB_NOGVL_UBF_ASYNC_SAFE) as i32,
+            );
+        }
+        // Delivers Ctrl-C, Thread#raise/#kill and Timeout as Ruby exceptions, now that no
+        // native work is in flight.
+        ruby.thread_check_ints()?;
+        match call.result.take() {
+            Some(Ok(r)) => return Ok(r),
+            Some(Err(_)) => return Err(errors::panicked(ruby)),
+            // An interrupt that raises nothing (a thread switch, a trap handler) was
+            // pending, so Ruby did not run the work; it is handled now: run it.
+            None => continue,
+        }
     }
 }
