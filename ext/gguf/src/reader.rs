@@ -41,15 +41,44 @@ impl TensorInfo {
 
 enum Bytes {
     Mapped(Mmap),
-    Owned(Vec<u8>),
+    Owned(Aligned),
 }
 
 impl Bytes {
     fn as_slice(&self) -> &[u8] {
         match self {
             Bytes::Mapped(m) => m,
-            Bytes::Owned(v) => v,
+            Bytes::Owned(a) => a.as_slice(),
         }
+    }
+}
+
+/// An in-memory copy of a file that starts on a 64-byte boundary, as a mapping
+/// starts on a page: ggml refuses (aborts on) tensor data that is not aligned.
+struct Aligned {
+    blocks: Vec<Block>,
+    len: usize,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Block([u8; 64]);
+
+impl Aligned {
+    fn new(bytes: &[u8]) -> Aligned {
+        let mut blocks = vec![Block([0; 64]); bytes.len().div_ceil(64)];
+        for (block, chunk) in blocks.iter_mut().zip(bytes.chunks(64)) {
+            block.0[..chunk.len()].copy_from_slice(chunk);
+        }
+        Aligned {
+            blocks,
+            len: bytes.len(),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `blocks` is `len` (rounded up to 64) initialized bytes with no padding.
+        unsafe { std::slice::from_raw_parts(self.blocks.as_ptr().cast::<u8>(), self.len) }
     }
 }
 
@@ -84,19 +113,20 @@ impl Gguf {
             path: path.display().to_string(),
             source,
         };
-        let file = File::open(path).map_err(io)?;
-        if file.metadata().map_err(io)?.is_dir() {
-            return Err(io(std::io::Error::other("is a directory")));
+        // Checked before opening: opening a FIFO or a device can block forever.
+        if !std::fs::metadata(path).map_err(io)?.is_file() {
+            return Err(io(std::io::Error::other("not a regular file")));
         }
+        let file = File::open(path).map_err(io)?;
         // SAFETY: the map is read-only; a file truncated under us by another process
         // is the one hazard no reader of mapped files can rule out.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         Gguf::from_bytes_inner(Bytes::Mapped(map))
     }
 
-    /// Validates an in-memory GGUF (tests, fuzzing).
-    pub fn from_bytes(bytes: Vec<u8>) -> Result<Gguf> {
-        Gguf::from_bytes_inner(Bytes::Owned(bytes))
+    /// Validates an in-memory GGUF (tests, fuzzing), copying it to aligned memory.
+    pub fn from_bytes(bytes: impl AsRef<[u8]>) -> Result<Gguf> {
+        Gguf::from_bytes_inner(Bytes::Owned(Aligned::new(bytes.as_ref())))
     }
 
     fn from_bytes_inner(bytes: Bytes) -> Result<Gguf> {
@@ -258,7 +288,7 @@ impl<'a> Parser<'a> {
         validate_layout(&tensors, data_len)?;
 
         Ok(Gguf {
-            bytes: Bytes::Owned(Vec::new()),
+            bytes: Bytes::Owned(Aligned::new(&[])),
             version,
             metadata,
             index,

@@ -84,3 +84,33 @@ fn missing_file_names_the_path() {
     let err = Gguf::open("/nonexistent/model.gguf").unwrap_err().to_string();
     assert!(err.contains("/nonexistent/model.gguf"), "{err}");
 }
+
+#[test]
+fn in_memory_tensor_data_is_aligned_like_a_mapping() {
+    let bytes = sample().to_bytes();
+    for shift in 0..4 {
+        // Copies that start at odd addresses must still give aligned tensor data.
+        let mut padded = vec![0u8; shift];
+        padded.extend_from_slice(&bytes);
+        let g = Gguf::from_bytes(&padded[shift..]).unwrap();
+        assert_eq!(g.file_bytes().as_ptr() as usize % 32, 0);
+    }
+}
+
+#[test]
+fn refuses_what_is_not_a_regular_file() {
+    let err = Gguf::open("/tmp").unwrap_err().to_string();
+    assert!(err.contains("not a regular file"), "{err}");
+    // Opening a FIFO for reading would wait for a writer forever.
+    let dir = std::env::temp_dir().join(format!("elelem-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("model.gguf");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let err = Gguf::open(&fifo).unwrap_err().to_string();
+    assert!(err.contains("not a regular file"), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
