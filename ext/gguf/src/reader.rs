@@ -8,10 +8,16 @@ use crate::{GgufError, Result, TensorType, Value, ValueType, DEFAULT_ALIGNMENT, 
 
 /// Bounds that keep a hostile header from asking for more memory than the file
 /// could justify: every element costs at least one byte of file, but a parsed
-/// [`Value`] costs far more than one byte of memory.
-const MAX_ARRAY_LEN: u64 = 1 << 24;
+/// [`Value`] costs 32 bytes of memory, so array elements are budgeted for the
+/// whole file, four times the million of the largest vocabularies.
+const MAX_ARRAY_ELEMENTS: u64 = 1 << 22;
 const MAX_ARRAY_DEPTH: usize = 2;
 const MAX_STRING_LEN: u64 = 1 << 24;
+/// Real models have dozens of keys and at most tens of thousands of tensors.
+const MAX_KEYS: u64 = 1 << 16;
+const MAX_TENSORS: u64 = 1 << 20;
+/// Counts come from the file: vectors grow as entries actually parse, from at most this.
+const MAX_PREALLOCATED: u64 = 1 << 10;
 
 /// Where a tensor lives in the data section, and what it is.
 #[derive(Debug, Clone, PartialEq)]
@@ -179,11 +185,16 @@ impl Gguf {
 struct Parser<'a> {
     bytes: &'a [u8],
     pos: u64,
+    array_elements_left: u64,
 }
 
 impl<'a> Parser<'a> {
     fn new(bytes: &'a [u8]) -> Self {
-        Parser { bytes, pos: 0 }
+        Parser {
+            bytes,
+            pos: 0,
+            array_elements_left: MAX_ARRAY_ELEMENTS,
+        }
     }
 
     fn remaining(&self) -> u64 {
@@ -240,19 +251,19 @@ impl<'a> Parser<'a> {
         let n_kv = self.u64("metadata count")?;
         // The smallest key-value pair takes 8 (key length) + 4 (type) + 1 bytes, the
         // smallest tensor info 8 + 4 + 4 + 8: counts beyond what the file holds are lies.
-        if n_kv > self.remaining() / 13 {
+        if n_kv > self.remaining() / 13 || n_kv > MAX_KEYS {
             return Err(malformed(format!(
-                "metadata count {n_kv} is larger than the file could hold"
+                "metadata count {n_kv} is larger than the file could hold (or {MAX_KEYS})"
             )));
         }
-        if n_tensors > self.remaining() / 24 {
+        if n_tensors > self.remaining() / 24 || n_tensors > MAX_TENSORS {
             return Err(malformed(format!(
-                "tensor count {n_tensors} is larger than the file could hold"
+                "tensor count {n_tensors} is larger than the file could hold (or {MAX_TENSORS})"
             )));
         }
 
-        let mut metadata = Vec::with_capacity(n_kv as usize);
-        let mut index = HashMap::with_capacity(n_kv as usize);
+        let mut metadata = Vec::with_capacity(n_kv.min(MAX_PREALLOCATED) as usize);
+        let mut index = HashMap::with_capacity(n_kv.min(MAX_PREALLOCATED) as usize);
         for i in 0..n_kv {
             let key = self.string(&format!("metadata key #{i}"))?;
             let type_id = self.u32(&format!("type of {key}"))?;
@@ -273,8 +284,8 @@ impl<'a> Parser<'a> {
             }
         };
 
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
-        let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+        let mut tensors = Vec::with_capacity(n_tensors.min(MAX_PREALLOCATED) as usize);
+        let mut tensor_index = HashMap::with_capacity(n_tensors.min(MAX_PREALLOCATED) as usize);
         for i in 0..n_tensors {
             let info = self.tensor_info(i, alignment)?;
             if tensor_index.insert(info.name.clone(), tensors.len()).is_some() {
@@ -329,12 +340,14 @@ impl<'a> Parser<'a> {
                     .ok_or_else(|| malformed(format!("{key}: unknown array element type {elem_type}")))?
                     .scalar_size()
                     .unwrap_or(8);
-                if len > MAX_ARRAY_LEN || len > self.remaining() / min_elem {
+                if len > self.array_elements_left || len > self.remaining() / min_elem {
                     return Err(malformed(format!(
-                        "{key}: array length {len} is larger than the file could hold"
+                        "{key}: array length {len} is larger than the file could hold \
+                         (or the {MAX_ARRAY_ELEMENTS} array elements allowed in all)"
                     )));
                 }
-                let mut items = Vec::with_capacity(len as usize);
+                self.array_elements_left -= len;
+                let mut items = Vec::with_capacity(len.min(MAX_PREALLOCATED) as usize);
                 for _ in 0..len {
                     items.push(self.value(elem_type, key, depth + 1)?);
                 }

@@ -114,3 +114,14 @@ fn refuses_what_is_not_a_regular_file() {
     assert!(err.contains("not a regular file"), "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn array_elements_are_budgeted_for_the_whole_file() {
+    let mut w = GgufWriter::new();
+    // Each array is within any per-array bound; together they exceed the file's budget.
+    for i in 0..3 {
+        w.set(&format!("a{i}"), Value::Array(vec![Value::U8(0); 1448 << 10]));
+    }
+    let err = Gguf::from_bytes(w.to_bytes()).unwrap_err().to_string();
+    assert!(err.contains("a2: array length"), "{err}");
+}
