@@ -7,8 +7,10 @@ use crate::kv_cache::{Cells, KvCache};
 use crate::layers::{GraphBuilder, Inputs};
 use crate::{Error, Model, Result};
 
-/// The most graph nodes a forward pass may have (llama.cpp sizes its graphs the same way).
-const MAX_NODES: usize = 8192;
+/// The fewest graph nodes a forward pass is given room for; models with many
+/// weights get 8 per weight, as llama.cpp sizes its graphs. A graph that outgrew
+/// its arena would make ggml abort.
+const MIN_NODES: usize = 8192;
 /// The prompt is evaluated in micro-batches of at most this many tokens, as llama.cpp's n_ubatch.
 pub const DEFAULT_UBATCH: u32 = 512;
 
@@ -77,13 +79,14 @@ impl Context {
         // SAFETY: the flag is an Arc the context holds for as long as the backend lives.
         unsafe { backend.set_abort_flag(Arc::as_ptr(&abort)) };
         let n_vocab = model.hparams.n_vocab as usize;
+        let model_weights = model.n_weights();
         let mut ctx = Context {
             model,
             params,
             backend,
             kv,
             galloc,
-            arena: GraphArena::new(MAX_NODES),
+            arena: GraphArena::new(MIN_NODES.max(8 * model_weights)),
             n_past: 0,
             cached: Vec::new(),
             logits: vec![0.0; n_vocab],

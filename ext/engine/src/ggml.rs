@@ -612,6 +612,13 @@ pub fn system_info() -> String {
     on.join(" ")
 }
 
+/// Whether the CPU backend can multiply weights of `ty`. Some types exist only as
+/// the other operand's format (Q8_1, Q8_K): a matmul over them calls a null kernel.
+pub fn cpu_has_vec_dot(ty: sys::ggml_type) -> bool {
+    init_once();
+    unsafe { (*sys::ggml_get_type_traits_cpu(ty)).vec_dot.is_some() }
+}
+
 pub fn type_size(ty: sys::ggml_type) -> usize {
     unsafe { sys::ggml_type_size(ty) }
 }

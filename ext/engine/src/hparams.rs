@@ -6,6 +6,10 @@ use elelem_gguf::{Gguf, Value};
 use crate::arch::Arch;
 use crate::{Error, Result};
 
+/// The largest layer count or tensor width accepted: far beyond any real model,
+/// small enough that no size computed from them overflows.
+const MAX_WIDTH: u64 = 1 << 20;
+
 /// How pairs of dimensions are rotated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
@@ -119,18 +123,29 @@ impl HParams {
         let rms_eps = keys.f32("attention.layer_norm_rms_epsilon")?;
         let n_layer = keys.u32("block_count")?;
         let n_ff = keys.u32("feed_forward_length")?;
+        // Products in u64: a hostile head count times head size may wrap a u32 into
+        // a width that matches the tensors while the graph uses the real factors.
+        let width = |heads: u32, head_dim: u32| u64::from(heads) * u64::from(head_dim);
         for (what, v) in [
-            ("block_count", n_layer),
-            ("feed_forward_length", n_ff),
-            ("embedding_length", n_embd),
+            ("block_count", u64::from(n_layer)),
+            ("feed_forward_length", u64::from(n_ff)),
+            ("embedding_length", u64::from(n_embd)),
+            ("attention.head_count × key_length", width(n_head, head_dim_k)),
+            ("attention.head_count_kv × key_length", width(n_head_kv, head_dim_k)),
+            ("attention.head_count_kv × value_length", width(n_head_kv, head_dim_v)),
         ] {
-            if v == 0 || v > 1 << 20 {
-                return Err(Error::Load(format!("{}: {what} = {v} is out of range", arch.name())));
+            if v == 0 || v > MAX_WIDTH {
+                return Err(Error::Load(format!(
+                    "{}: {what} = {v} is out of range (1 to {MAX_WIDTH})",
+                    arch.name()
+                )));
             }
         }
-        if !(freq_base.is_finite() && freq_base > 0.0 && rms_eps.is_finite() && rms_eps > 0.0) {
+        let positive = |v: f32| v.is_finite() && v > 0.0;
+        if !(positive(freq_base) && positive(rms_eps) && scaling.is_none_or(positive)) {
             return Err(Error::Load(format!(
-                "{}: rope.freq_base ({freq_base}) and layer_norm_rms_epsilon ({rms_eps}) must be positive",
+                "{}: rope.freq_base ({freq_base}), rope.scaling.factor ({scaling:?}) and \
+                 layer_norm_rms_epsilon ({rms_eps}) must be positive and finite",
                 arch.name()
             )));
         }

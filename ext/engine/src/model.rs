@@ -30,6 +30,7 @@ pub struct Model {
     chat_template: Option<String>,
     weights_bytes: usize,
     repacked_bytes: usize,
+    n_weights: usize,
     // Declared after `weights` so the tensors' buffers and the mapping outlive nothing
     // that points into them: buffers reference `gguf`'s mapping.
     _buffers: Vec<Buffer>,
@@ -88,6 +89,7 @@ impl Model {
             chat_template,
             weights_bytes: placed.weights_bytes,
             repacked_bytes: placed.repacked_bytes,
+            n_weights: placed.n_weights,
             _buffers: placed.buffers,
             _contexts: placed.contexts,
             _gguf: gguf,
@@ -102,6 +104,11 @@ impl Model {
     /// Bytes of weights copied into repacked layouts (the rest is the mapping itself).
     pub fn repacked_bytes(&self) -> usize {
         self.repacked_bytes
+    }
+
+    /// How many weight tensors the graphs use.
+    pub fn n_weights(&self) -> usize {
+        self.n_weights
     }
 
     /// Whether `token` ends a generation (llama.cpp's end-of-generation set).
@@ -180,6 +187,7 @@ struct Placed {
     contexts: Vec<ggml::Context>,
     weights_bytes: usize,
     repacked_bytes: usize,
+    n_weights: usize,
 }
 
 impl<'a> Loader<'a> {
@@ -217,16 +225,17 @@ impl<'a> Loader<'a> {
             )));
         }
         let ty = info.tensor_type;
+        let ggml_type = ty.id() as sys::ggml_type;
         let type_ok = match usage {
             Usage::Vector => ty == TensorType::F32,
-            Usage::Matrix | Usage::Rows => !matches!(ty.name(), "I8" | "I16" | "I32" | "I64" | "F64"),
+            // Rows too: a tied output head multiplies the embeddings.
+            Usage::Matrix | Usage::Rows => ggml::cpu_has_vec_dot(ggml_type),
         };
         if !type_ok {
             return Err(Error::Load(format!(
                 "tensor {name} has type {ty}, which is not usable here"
             )));
         }
-        let ggml_type = ty.id() as sys::ggml_type;
         let ne: Vec<i64> = info.ne().iter().map(|&d| d as i64).collect();
         let buft = match usage {
             Usage::Matrix => self.matmul_buft(ggml_type, &ne)?,
@@ -356,6 +365,7 @@ impl<'a> Loader<'a> {
         }
         Ok(Placed {
             buffers,
+            n_weights: self.planned.len(),
             contexts: self.contexts,
             weights_bytes: weights_bytes + repacked_bytes,
             repacked_bytes,
