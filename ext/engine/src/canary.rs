@@ -1,30 +1,58 @@
 //! The tiny llama canary: a deterministic, seeded ~0.6M-parameter llama model
 //! (vocab 512, embd 64, 5 layers, 8 heads, 4 KV heads) with a SentencePiece-style
 //! vocabulary, written by our own GGUF writer. llama.cpp loads it too, so its
-//! golden comes from the reference like the real models'.
+//! golden comes from the reference like the real models'. The same recipe in
+//! other [`Shape`]s gives the small models the hostile-file corpus starts from.
 
-use elelem_gguf::{GgufWriter, Value};
+use elelem_gguf::{GgufWriter, TensorType, Value};
+use ggml_sys as sys;
 
-pub const N_VOCAB: u64 = 512;
-pub const N_EMBD: u64 = 64;
-pub const N_LAYER: u32 = 5;
-pub const N_HEAD: u32 = 8;
-pub const N_HEAD_KV: u32 = 4;
-pub const N_FF: u64 = 512;
 pub const SEED: u64 = 0x005e_ede1_e1e4;
 
+/// A model the recipe can write.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// "llama", or "qwen2" (which adds Q, K and V biases).
+    pub arch: &'static str,
+    pub n_vocab: u64,
+    pub n_embd: u64,
+    pub n_layer: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub n_ff: u64,
+    /// The attention and feed-forward weights (quantized by ggml when not F32).
+    pub matrix_type: TensorType,
+    /// The token embeddings and the output head.
+    pub embd_type: TensorType,
+}
+
+pub const CANARY: Shape = Shape {
+    arch: "llama",
+    n_vocab: 512,
+    n_embd: 64,
+    n_layer: 5,
+    n_head: 8,
+    n_head_kv: 4,
+    n_ff: 512,
+    matrix_type: TensorType::F32,
+    embd_type: TensorType::F32,
+};
+
 /// SplitMix64: tiny, seedable, and the same everywhere.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next_f32(&mut self) -> f32 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        // Uniform in [-1, 1).
-        (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    fn next_f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 
     /// Weights scaled like a trained network's, 1/sqrt(fan_in), so activations stay O(1).
@@ -36,58 +64,115 @@ impl Rng {
     fn around_one(&mut self, n: u64) -> Vec<f32> {
         (0..n).map(|_| 1.0 + 0.1 * self.next_f32()).collect()
     }
+
+    fn small(&mut self, n: u64) -> Vec<f32> {
+        (0..n).map(|_| 0.1 * self.next_f32()).collect()
+    }
 }
 
 /// The canary as GGUF bytes.
 pub fn canary_gguf() -> Vec<u8> {
+    writer(&CANARY).to_bytes()
+}
+
+/// A seeded model of `shape`, ready to write or to alter first.
+pub fn writer(shape: &Shape) -> GgufWriter {
+    let &Shape {
+        arch,
+        n_vocab,
+        n_embd,
+        n_layer,
+        n_head,
+        n_head_kv,
+        n_ff,
+        ..
+    } = shape;
     let mut rng = Rng(SEED);
     let mut w = GgufWriter::new();
     let s = |v: &str| Value::String(v.to_string());
-    w.set("general.architecture", s("llama"))
-        .set("general.name", s("elelem tiny llama canary"))
+    let key = |k: &str| format!("{arch}.{k}");
+    w.set("general.architecture", s(arch))
+        .set("general.name", s(&format!("elelem tiny {arch} canary")))
         .set("general.file_type", Value::U32(0))
-        .set("llama.context_length", Value::U32(2048))
-        .set("llama.embedding_length", Value::U32(N_EMBD as u32))
-        .set("llama.block_count", Value::U32(N_LAYER))
-        .set("llama.feed_forward_length", Value::U32(N_FF as u32))
-        .set("llama.attention.head_count", Value::U32(N_HEAD))
-        .set("llama.attention.head_count_kv", Value::U32(N_HEAD_KV))
-        .set("llama.rope.dimension_count", Value::U32(N_EMBD as u32 / N_HEAD))
-        .set("llama.rope.freq_base", Value::F32(10000.0))
-        .set("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
-    set_vocab(&mut w);
+        .set(&key("context_length"), Value::U32(2048))
+        .set(&key("embedding_length"), Value::U32(n_embd as u32))
+        .set(&key("block_count"), Value::U32(n_layer))
+        .set(&key("feed_forward_length"), Value::U32(n_ff as u32))
+        .set(&key("attention.head_count"), Value::U32(n_head))
+        .set(&key("attention.head_count_kv"), Value::U32(n_head_kv))
+        .set(&key("rope.dimension_count"), Value::U32(n_embd as u32 / n_head))
+        .set(&key("rope.freq_base"), Value::F32(10000.0))
+        .set(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5));
+    set_vocab(&mut w, n_vocab);
 
-    let kv_dim = N_EMBD / u64::from(N_HEAD) * u64::from(N_HEAD_KV);
-    w.add_f32("token_embd.weight", &[N_EMBD, N_VOCAB], &rng.matrix(N_EMBD, N_VOCAB));
-    for il in 0..N_LAYER {
+    let kv_dim = n_embd / u64::from(n_head) * u64::from(n_head_kv);
+    add_matrix(&mut w, &mut rng, "token_embd.weight", shape.embd_type, n_embd, n_vocab);
+    for il in 0..n_layer {
         let n = |t: &str| format!("blk.{il}.{t}");
-        w.add_f32(&n("attn_norm.weight"), &[N_EMBD], &rng.around_one(N_EMBD));
-        w.add_f32(&n("attn_q.weight"), &[N_EMBD, N_EMBD], &rng.matrix(N_EMBD, N_EMBD));
-        w.add_f32(&n("attn_k.weight"), &[N_EMBD, kv_dim], &rng.matrix(N_EMBD, kv_dim));
-        w.add_f32(&n("attn_v.weight"), &[N_EMBD, kv_dim], &rng.matrix(N_EMBD, kv_dim));
-        w.add_f32(&n("attn_output.weight"), &[N_EMBD, N_EMBD], &rng.matrix(N_EMBD, N_EMBD));
-        w.add_f32(&n("ffn_norm.weight"), &[N_EMBD], &rng.around_one(N_EMBD));
-        w.add_f32(&n("ffn_gate.weight"), &[N_EMBD, N_FF], &rng.matrix(N_EMBD, N_FF));
-        w.add_f32(&n("ffn_up.weight"), &[N_EMBD, N_FF], &rng.matrix(N_EMBD, N_FF));
-        w.add_f32(&n("ffn_down.weight"), &[N_FF, N_EMBD], &rng.matrix(N_FF, N_EMBD));
+        let ty = shape.matrix_type;
+        w.add_f32(&n("attn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, n_embd);
+        add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, kv_dim);
+        add_matrix(&mut w, &mut rng, &n("attn_v.weight"), ty, n_embd, kv_dim);
+        if arch == "qwen2" {
+            w.add_f32(&n("attn_q.bias"), &[n_embd], &rng.small(n_embd));
+            w.add_f32(&n("attn_k.bias"), &[kv_dim], &rng.small(kv_dim));
+            w.add_f32(&n("attn_v.bias"), &[kv_dim], &rng.small(kv_dim));
+        }
+        add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, n_embd, n_embd);
+        w.add_f32(&n("ffn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, n_ff);
+        add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
+        add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
     }
-    w.add_f32("output_norm.weight", &[N_EMBD], &rng.around_one(N_EMBD));
-    w.add_f32("output.weight", &[N_EMBD, N_VOCAB], &rng.matrix(N_EMBD, N_VOCAB));
-    w.to_bytes()
+    w.add_f32("output_norm.weight", &[n_embd], &rng.around_one(n_embd));
+    add_matrix(&mut w, &mut rng, "output.weight", shape.embd_type, n_embd, n_vocab);
+    w
 }
 
-/// A SentencePiece vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then
-/// printable pieces (single characters and a few words) to fill 512.
-fn set_vocab(w: &mut GgufWriter) {
+/// Adds a seeded `fan_in` × `fan_out` weight of type `ty`, quantized by ggml itself.
+fn add_matrix(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: TensorType, fan_in: u64, fan_out: u64) {
+    let values = rng.matrix(fan_in, fan_out);
+    let dims = [fan_in, fan_out];
+    if ty == TensorType::F32 {
+        w.add_f32(name, &dims, &values);
+        return;
+    }
+    let (row, rows) = (fan_in, fan_out);
+    let size = ty.row_bytes(row).expect("rows fill whole blocks") * rows;
+    let mut data = vec![0u8; size as usize];
+    let ggml_type = ty.id() as sys::ggml_type;
+    crate::ggml::init_once();
+    let written = unsafe {
+        sys::ggml_quantize_chunk(
+            ggml_type,
+            values.as_ptr(),
+            data.as_mut_ptr().cast(),
+            0,
+            rows as i64,
+            row as i64,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(written as u64, size, "{name} as {ty}");
+    w.add_tensor(name, &dims, ty, data);
+}
+
+/// A SentencePiece vocabulary: <unk>, <s>, </s>, the 256 byte tokens (in
+/// vocabularies of 512 or more), then printable pieces (a few words and single
+/// characters) to fill `n_vocab`.
+fn set_vocab(w: &mut GgufWriter, n_vocab: u64) {
     const NORMAL: i32 = 1;
     const UNKNOWN: i32 = 2;
     const CONTROL: i32 = 3;
     const BYTE: i32 = 6;
     let mut tokens = vec!["<unk>".to_string(), "<s>".to_string(), "</s>".to_string()];
     let mut types = vec![UNKNOWN, CONTROL, CONTROL];
-    for b in 0..=255u8 {
-        tokens.push(format!("<0x{b:02X}>"));
-        types.push(BYTE);
+    if n_vocab >= 512 {
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            types.push(BYTE);
+        }
     }
     let words = [
         "▁the",
@@ -108,7 +193,7 @@ fn set_vocab(w: &mut GgufWriter) {
         .chain(chars.clone())
         .chain(chars.map(|c| format!("▁{c}")));
     for piece in pieces {
-        if tokens.len() as u64 == N_VOCAB {
+        if tokens.len() as u64 == n_vocab {
             break;
         }
         if tokens.contains(&piece) {
@@ -118,7 +203,7 @@ fn set_vocab(w: &mut GgufWriter) {
         types.push(NORMAL);
     }
     let mut i = 0;
-    while (tokens.len() as u64) < N_VOCAB {
+    while (tokens.len() as u64) < n_vocab {
         tokens.push(format!("▁w{i}"));
         types.push(NORMAL);
         i += 1;

@@ -568,7 +568,7 @@ static INIT: std::sync::Once = std::sync::Once::new();
 
 /// Process-wide ggml setup: the CPU feature tables, and ggml's log routed to
 /// stderr only when `ELELEM_DEBUG` is set (ggml logs freely otherwise).
-fn init_once() {
+pub(crate) fn init_once() {
     INIT.call_once(|| unsafe {
         sys::ggml_cpu_init();
         if std::env::var_os("ELELEM_DEBUG").is_none() {

@@ -30,7 +30,19 @@ impl GgufWriter {
         self
     }
 
-    /// Adds a tensor; `data` must hold exactly its bytes.
+    pub fn remove(&mut self, key: &str) -> &mut Self {
+        self.metadata.retain(|(k, _)| k != key);
+        self
+    }
+
+    /// Removes every tensor called `name`.
+    pub fn remove_tensor(&mut self, name: &str) -> &mut Self {
+        self.tensors.retain(|t| t.name != name);
+        self
+    }
+
+    /// Adds a tensor; `data` should hold exactly its bytes (the writer does not
+    /// check, so tests can write files that lie).
     pub fn add_tensor(&mut self, name: &str, dims: &[u64], tensor_type: TensorType, data: Vec<u8>) -> &mut Self {
         self.tensors.push(PendingTensor {
             name: name.to_string(),
