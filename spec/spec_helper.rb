@@ -25,6 +25,16 @@ module SpecModels
     CANARY
   end
 
+  # The hostile-file corpus and its manifest (see elelem_engine::hostile).
+  def hostile_corpus
+    dir = File.join(ROOT, "tmp", "hostile")
+    unless File.exist?(File.join(dir, "manifest.tsv"))
+      system("cargo", "run", "--quiet", "--release", "--locked", "-p", "elelem-engine", "--example",
+             "write_hostile_corpus", "--", dir, chdir: ROOT, exception: true)
+    end
+    dir
+  end
+
   def golden(name)
     JSON.parse(File.read(File.join(ROOT, "spec", "fixtures", "goldens", "#{name}.json")))
   end

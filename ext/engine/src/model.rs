@@ -68,7 +68,12 @@ impl Model {
             .get(1)
             .and_then(|&n| u32::try_from(n).ok())
             .filter(|&n| n > 0)
-            .ok_or_else(|| Error::Load(format!("token_embd.weight has shape {:?}", embd.dims)))?;
+            .ok_or_else(|| {
+                Error::Load(format!(
+                    "tensor token_embd.weight has shape {:?}, expected [n_embd, n_vocab]",
+                    embd.dims
+                ))
+            })?;
         let hparams = HParams::read(&gguf, arch, n_vocab)?;
         validate_vocab(&gguf, n_vocab)?;
 

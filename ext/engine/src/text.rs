@@ -49,7 +49,10 @@ impl<'c> TextGenerator<'c> {
         if params.stop.iter().any(String::is_empty) {
             return Err(Error::InvalidArgument("stop strings must not be empty".into()));
         }
-        ctx.model().tokenizer()?;
+        // Without a usable tokenizer ids still generate, with no text; stop strings need text.
+        if !params.stop.is_empty() {
+            ctx.model().tokenizer()?;
+        }
         let mut sampler = Sampler::new(params.sampler);
         prompt.iter().for_each(|&t| sampler.accept(t));
         let generator = Generator::start(ctx, prompt, params.generate)?;
@@ -76,10 +79,11 @@ impl<'c> TextGenerator<'c> {
         };
         self.sampler.accept(token);
         let model = self.generator.model();
-        let tokenizer = model.tokenizer()?;
-        if !(model.is_eog(token) && self.generator.stop_reason() == Some(StopReason::Eos)) {
-            self.held
-                .push_str(&self.utf8.push(tokenizer.token_to_piece(token, false)));
+        if let Ok(tokenizer) = model.tokenizer() {
+            if !(model.is_eog(token) && self.generator.stop_reason() == Some(StopReason::Eos)) {
+                self.held
+                    .push_str(&self.utf8.push(tokenizer.token_to_piece(token, false)));
+            }
         }
         Ok(Some(self.release()))
     }

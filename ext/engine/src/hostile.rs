@@ -1,0 +1,561 @@
+//! Hostile GGUF files: a corpus built with our own writer from small valid
+//! models, for the tests that show a file can never crash, hang or leak the
+//! process, only open and run or be refused with [`Error::Load`] naming the
+//! problem: the mutation test in `cargo test`, the Ruby spec, and the fuzzer's
+//! seeds.
+//!
+//! - [`seeds`]: valid models (llama and qwen2; F32, F16, Q8_0 and K-quants;
+//!   tied and untied output heads).
+//! - [`structured`]: one deliberate flaw each, with words the error must contain.
+//! - [`mutations`]: byte-level damage to a seed: truncations, every header byte
+//!   overwritten with extreme values, random bytes.
+//! - [`exercise`]: what every file is put through: parse, validate, load,
+//!   generate, sample, tokenize, render its chat template.
+
+use std::sync::Arc;
+
+use elelem_gguf::{Gguf, GgufWriter, TensorType, Value};
+
+use crate::canary::{self, Rng, Shape};
+use crate::chat::{self, Message};
+use crate::sampler::{self, Sampler, SamplerParams};
+use crate::{generate, Context, ContextParams, GenerateParams, Model, Result};
+
+/// What a file must do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Open and generate.
+    Runs,
+    /// Fail to open with [`Error::Load`](crate::Error::Load), the message containing this.
+    Rejected(&'static str),
+    /// Either: byte-level damage may land where it does no harm.
+    Either,
+}
+
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub name: String,
+    pub bytes: Vec<u8>,
+    pub expect: Expect,
+}
+
+/// Two layers of a 16-wide llama with a 64-token vocabulary: about 25 KB.
+pub const MICRO: Shape = Shape {
+    arch: "llama",
+    n_vocab: 64,
+    n_embd: 16,
+    n_layer: 2,
+    n_head: 4,
+    n_head_kv: 2,
+    n_ff: 32,
+    matrix_type: TensorType::F32,
+    embd_type: TensorType::F32,
+};
+
+const QWEN2: Shape = Shape { arch: "qwen2", ..MICRO };
+/// Rows of 32 for Q8_0 blocks.
+const Q8_0: Shape = Shape {
+    n_embd: 32,
+    n_ff: 64,
+    matrix_type: TensorType::Q8_0,
+    embd_type: TensorType::F16,
+    ..MICRO
+};
+/// Rows of 256 for K-quant blocks; the Q4_K weights take the CPU backend's repacked layout.
+const K_QUANTS: Shape = Shape {
+    arch: "qwen2",
+    n_embd: 256,
+    n_ff: 256,
+    n_layer: 1,
+    matrix_type: TensorType::Q4_K,
+    embd_type: TensorType::Q6_K,
+    ..MICRO
+};
+
+/// The valid models everything else starts from.
+pub fn seeds() -> Vec<Case> {
+    let mut tied = canary::writer(&MICRO);
+    tied.remove_tensor("output.weight");
+    [
+        ("llama-f32", canary::writer(&MICRO)),
+        ("llama-tied-output", tied),
+        ("qwen2-f32", canary::writer(&QWEN2)),
+        ("llama-q8_0-f16", canary::writer(&Q8_0)),
+        ("qwen2-q4_k-q6_k", canary::writer(&K_QUANTS)),
+    ]
+    .into_iter()
+    .map(|(name, w)| Case {
+        name: name.into(),
+        bytes: w.to_bytes(),
+        expect: Expect::Runs,
+    })
+    .collect()
+}
+
+/// Files with one flaw each: every check of the loader, and what must still run.
+pub fn structured() -> Vec<Case> {
+    use Expect::{Rejected, Runs};
+    use Value::{String as S, F32, I32, U32, U64};
+    let k = |key: &str| format!("llama.{key}");
+    let g = |key: &str| key.to_string();
+    let text = |t: &str| Some(S(t.into()));
+    let array = |v: Value, n: usize| Some(Value::Array(vec![v; n]));
+    let vocabulary = |n: usize| Some(Value::Array((0..n).map(|i| S(format!("t{i}"))).collect()));
+    let runaway = "{% for i in range(99999) %}{% for j in range(99999) %}x{% endfor %}{% endfor %}";
+    let doubling = "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}";
+    // (case, expectation, key, value or None to remove the key)
+    #[rustfmt::skip]
+    let metadata = vec![
+        ("no-architecture", Rejected("general.architecture"), g("general.architecture"), None),
+        ("architecture-not-a-string", Rejected("general.architecture"), g("general.architecture"), Some(U32(1))),
+        ("unknown-architecture", Rejected("unsupported architecture 'mamba'"),
+            g("general.architecture"), text("mamba")),
+        ("no-embedding-length", Rejected("llama.embedding_length"), k("embedding_length"), None),
+        ("embedding-length-a-string", Rejected("embedding_length must be an unsigned"),
+            k("embedding_length"), text("16")),
+        ("embedding-length-negative", Rejected("embedding_length must be an unsigned"),
+            k("embedding_length"), Some(I32(-16))),
+        ("embedding-length-zero", Rejected("embedding_length 0"), k("embedding_length"), Some(U32(0))),
+        ("embedding-length-not-the-tensors", Rejected("token_embd.weight has shape"),
+            k("embedding_length"), Some(U32(32))),
+        ("no-heads", Rejected("attention.head_count"), k("attention.head_count"), Some(U32(0))),
+        ("kv-heads-zero", Rejected("head_count_kv (0) must divide"), k("attention.head_count_kv"), Some(U32(0))),
+        ("kv-heads-not-dividing-heads", Rejected("head_count_kv (3) must divide"),
+            k("attention.head_count_kv"), Some(U32(3))),
+        ("heads-not-dividing-width", Rejected("split embedding_length 16 evenly"),
+            k("attention.head_count"), Some(U32(6))),
+        ("odd-head-size", Rejected("key_length 3"), k("attention.key_length"), Some(U32(3))),
+        // 4 heads × 0x4000_0004 wraps to 16 in 32 bits, the width the tensors have.
+        ("head-width-wrapping-32-bits", Rejected("head_count × key_length"),
+            k("attention.key_length"), Some(U32(0x4000_0004))),
+        ("value-width-huge", Rejected("head_count_kv × value_length"), k("attention.value_length"), Some(U32(1 << 30))),
+        ("rope-dims-zero", Rejected("rope.dimension_count 0"), k("rope.dimension_count"), Some(U32(0))),
+        ("rope-dims-odd", Rejected("rope.dimension_count 3"), k("rope.dimension_count"), Some(U32(3))),
+        ("rope-dims-beyond-head", Rejected("rope.dimension_count 1000"), k("rope.dimension_count"), Some(U32(1000))),
+        ("rope-freq-base-nan", Rejected("rope.freq_base (NaN)"), k("rope.freq_base"), Some(F32(f32::NAN))),
+        ("rope-freq-base-negative", Rejected("rope.freq_base (-1)"), k("rope.freq_base"), Some(F32(-1.0))),
+        ("rope-freq-base-zero", Rejected("rope.freq_base (0)"), k("rope.freq_base"), Some(F32(0.0))),
+        ("rope-freq-base-infinite", Rejected("rope.freq_base (inf)"), k("rope.freq_base"), Some(F32(f32::INFINITY))),
+        ("rope-freq-base-a-string", Rejected("rope.freq_base must be a float"), k("rope.freq_base"), text("1e4")),
+        ("rope-scaling-nan", Rejected("rope.scaling.factor (Some(NaN))"),
+            k("rope.scaling.factor"), Some(F32(f32::NAN))),
+        ("rope-scaling-negative", Rejected("rope.scaling.factor (Some(-2.0))"),
+            k("rope.scaling.factor"), Some(F32(-2.0))),
+        ("rms-epsilon-nan", Rejected("layer_norm_rms_epsilon (NaN)"),
+            k("attention.layer_norm_rms_epsilon"), Some(F32(f32::NAN))),
+        ("rms-epsilon-zero", Rejected("layer_norm_rms_epsilon (0)"),
+            k("attention.layer_norm_rms_epsilon"), Some(F32(0.0))),
+        ("rms-epsilon-negative", Rejected("layer_norm_rms_epsilon (-1)"),
+            k("attention.layer_norm_rms_epsilon"), Some(F32(-1.0))),
+        ("no-rms-epsilon", Rejected("llama.attention.layer_norm_rms_epsilon"),
+            k("attention.layer_norm_rms_epsilon"), None),
+        ("no-context-length", Rejected("llama.context_length"), k("context_length"), None),
+        ("no-layers", Rejected("block_count = 0"), k("block_count"), Some(U32(0))),
+        ("more-layers-than-tensors", Rejected("missing tensor blk.2.attn_norm.weight"), k("block_count"), Some(U32(3))),
+        ("layers-huge", Rejected("block_count = 2147483648"), k("block_count"), Some(U32(1 << 31))),
+        ("feed-forward-not-the-tensors", Rejected("ffn_gate.weight has shape"),
+            k("feed_forward_length"), Some(U32(33))),
+        ("alignment-zero", Rejected("general.alignment"), g("general.alignment"), Some(U32(0))),
+        ("alignment-not-a-power-of-two", Rejected("general.alignment"), g("general.alignment"), Some(U32(48))),
+        ("alignment-not-u32", Rejected("general.alignment"), g("general.alignment"), Some(U64(32))),
+        ("alignment-beyond-the-offsets", Rejected("not aligned to 1048576"),
+            g("general.alignment"), Some(U32(1 << 20))),
+        ("vocabulary-not-an-array", Rejected("tokens has 0 entries"), g("tokenizer.ggml.tokens"), text("a")),
+        ("vocabulary-shorter-than-embeddings", Rejected("tokens has 63 entries"),
+            g("tokenizer.ggml.tokens"), vocabulary(63)),
+        ("scores-shorter-than-vocabulary", Rejected("scores has 63 entries"),
+            g("tokenizer.ggml.scores"), array(F32(0.0), 63)),
+        ("types-shorter-than-vocabulary", Rejected("token_type has 63 entries"),
+            g("tokenizer.ggml.token_type"), array(I32(1), 63)),
+        // The tokenizer cannot be used, but ids still can.
+        ("tokens-not-strings", Runs, g("tokenizer.ggml.tokens"), array(U32(0), 64)),
+        ("tokens-duplicated", Runs, g("tokenizer.ggml.tokens"), array(S("a".into()), 64)),
+        ("tokens-empty", Runs, g("tokenizer.ggml.tokens"), array(S(String::new()), 64)),
+        ("no-tokenizer-model", Runs, g("tokenizer.ggml.model"), None),
+        ("unknown-tokenizer-model", Runs, g("tokenizer.ggml.model"), text("bert")),
+        ("bos-out-of-range", Runs, g("tokenizer.ggml.bos_token_id"), Some(U32(1 << 30))),
+        ("eos-out-of-range", Runs, g("tokenizer.ggml.eos_token_id"), Some(U32(u32::MAX))),
+        // A template's failure is the caller's to see, when it renders.
+        ("chat-template-runaway", Runs, g("tokenizer.chat_template"), text(runaway)),
+        ("chat-template-doubling", Runs, g("tokenizer.chat_template"), text(doubling)),
+        ("chat-template-malformed", Runs, g("tokenizer.chat_template"), text("{% for %}{{")),
+    ];
+    let mut cases: Vec<Case> = metadata
+        .into_iter()
+        .map(|(name, expect, key, value)| {
+            edited(name, expect, &MICRO, |w| {
+                match value {
+                    Some(v) => w.set(&key, v),
+                    None => w.remove(&key),
+                };
+            })
+        })
+        .collect();
+
+    for (name, message) in [
+        ("token_embd.weight", "missing tensor token_embd.weight"),
+        ("output_norm.weight", "missing tensor output_norm.weight"),
+        ("blk.0.ffn_down.weight", "missing tensor blk.0.ffn_down.weight"),
+        ("blk.1.attn_q.weight", "missing tensor blk.1.attn_q.weight"),
+        ("blk.1.attn_norm.weight", "missing tensor blk.1.attn_norm.weight"),
+    ] {
+        cases.push(edited(&format!("missing-{name}"), Rejected(message), &MICRO, |w| {
+            w.remove_tensor(name);
+        }));
+    }
+    cases.push(edited(
+        "qwen2-missing-bias",
+        Rejected("missing tensor blk.0.attn_k.bias"),
+        &QWEN2,
+        |w| {
+            w.remove_tensor("blk.0.attn_k.bias");
+        },
+    ));
+    for (name, dims, message) in [
+        (
+            "blk.0.attn_k.weight",
+            &[8, 16][..],
+            "tensor blk.0.attn_k.weight has shape [8, 16], expected [16, 8]",
+        ),
+        (
+            "blk.0.attn_norm.weight",
+            &[16, 2],
+            "tensor blk.0.attn_norm.weight has shape [16, 2], expected [16]",
+        ),
+        (
+            "token_embd.weight",
+            &[1024],
+            "tensor token_embd.weight has shape [1024]",
+        ),
+        (
+            "output.weight",
+            &[16, 63],
+            "tensor output.weight has shape [16, 63], expected [16, 64]",
+        ),
+    ] {
+        cases.push(edited(&format!("misshapen-{name}"), Rejected(message), &MICRO, |w| {
+            w.remove_tensor(name);
+            w.add_f32(name, dims, &vec![0.5; dims.iter().product::<u64>() as usize]);
+        }));
+    }
+    cases.push(edited(
+        "embeddings-fewer-than-vocabulary",
+        Rejected("tokenizer.ggml.tokens has 64 entries but token_embd.weight has 63 rows"),
+        &MICRO,
+        |w| {
+            w.remove_tensor("token_embd.weight").remove_tensor("output.weight");
+            w.add_f32("token_embd.weight", &[16, 63], &[0.5; 16 * 63]);
+        },
+    ));
+    // A trailing dimension of one is the same shape to ggml.
+    cases.push(edited("norm-with-unit-dimensions", Runs, &MICRO, |w| {
+        w.remove_tensor("blk.0.attn_norm.weight");
+        w.add_f32("blk.0.attn_norm.weight", &[16, 1, 1], &[1.0; 16]);
+    }));
+    let retyped = |case: &str, shape: &Shape, name: &'static str, ty: u32, expect: Expect| {
+        let ty = TensorType::from_id(ty).expect("a known type");
+        edited(case, expect, shape, move |w| {
+            let dims = [shape.n_embd, shape.n_ff];
+            let size = ty.row_bytes(dims[0]).expect("whole blocks") * dims[1];
+            w.remove_tensor(name);
+            w.add_tensor(name, &dims, ty, vec![0x3c; size as usize]);
+        })
+    };
+    cases.push(retyped(
+        "gate-as-i32",
+        &MICRO,
+        "blk.0.ffn_gate.weight",
+        26,
+        Rejected("has type I32, which is not usable"),
+    ));
+    cases.push(retyped(
+        "gate-as-q8_1",
+        &Q8_0,
+        "blk.0.ffn_gate.weight",
+        9,
+        Rejected("has type Q8_1, which is not usable"),
+    ));
+    cases.push(retyped(
+        "gate-as-q8_k",
+        &K_QUANTS,
+        "blk.0.ffn_gate.weight",
+        15,
+        Rejected("has type Q8_K, which is not usable"),
+    ));
+    cases.push(retyped("gate-as-bf16", &MICRO, "blk.0.ffn_gate.weight", 30, Runs));
+    cases.push(retyped("gate-as-iq4_nl", &Q8_0, "blk.0.ffn_gate.weight", 20, Runs));
+    cases.push(edited(
+        "norm-as-f16",
+        Rejected("attn_norm.weight has type F16, which is not usable"),
+        &MICRO,
+        |w| {
+            w.remove_tensor("blk.0.attn_norm.weight");
+            w.add_tensor("blk.0.attn_norm.weight", &[16], TensorType::F16, vec![0; 32]);
+        },
+    ));
+    cases.push(edited(
+        "duplicate-tensor",
+        Rejected("duplicate tensor name blk.0.attn_norm.weight"),
+        &MICRO,
+        |w| {
+            w.add_f32("blk.0.attn_norm.weight", &[16], &[1.0; 16]);
+        },
+    ));
+    cases.push(edited("dimensions-overflowing", Rejected("overflow"), &MICRO, |w| {
+        w.add_tensor("huge", &[1 << 40, 1 << 40], TensorType::F32, Vec::new());
+    }));
+    cases.push(edited("dimension-zero", Rejected("out of range"), &MICRO, |w| {
+        w.add_tensor("empty", &[16, 0], TensorType::F32, Vec::new());
+    }));
+    cases.push(edited("five-dimensions", Rejected("5 dimensions"), &MICRO, |w| {
+        w.add_tensor("5d", &[1, 1, 1, 1, 1], TensorType::F32, vec![0; 4]);
+    }));
+    cases.push(edited(
+        "row-not-whole-blocks",
+        Rejected("not a multiple of Q8_0's block size 32"),
+        &MICRO,
+        |w| {
+            w.add_tensor("ragged", &[16], TensorType::Q8_0, vec![0; 34]);
+        },
+    ));
+    // Graphs of more nodes than the smallest arena holds.
+    cases.push(edited(
+        "many-layers",
+        Runs,
+        &Shape {
+            n_embd: 8,
+            n_head: 2,
+            n_head_kv: 1,
+            n_ff: 8,
+            n_layer: 1200,
+            ..MICRO
+        },
+        |_| {},
+    ));
+
+    let micro = canary::writer(&MICRO).to_bytes();
+    let (q_type, q_offset) = tensor_fields(&micro, "blk.0.attn_q.weight");
+    let (_, k_offset) = tensor_fields(&micro, "blk.0.attn_k.weight");
+    let q_data = read_u64(&micro, q_offset);
+    // Where the value of general.name (its type, then its length and text) starts.
+    let name_value = after_string(&micro, "general.name");
+    let [n_tensors, n_kv] = [8, 16].map(|at| read_u64(&micro, at));
+    let le32 = |v: u32| v.to_le_bytes().to_vec();
+    let le64 = |v: u64| v.to_le_bytes().to_vec();
+    // (case, expectation, where, the bytes written there)
+    #[rustfmt::skip]
+    let patches = vec![
+        ("magic", Rejected("not a GGUF file"), 0, b"GGML".to_vec()),
+        ("version-9", Rejected("unsupported GGUF version 9"), 4, le32(9)),
+        ("tensor-count-huge", Rejected("tensor count"), 8, le64(u64::MAX)),
+        ("tensor-count-one-more", Rejected(""), 8, le64(n_tensors + 1)),
+        ("metadata-count-huge", Rejected("metadata count"), 16, le64(1 << 40)),
+        ("metadata-count-one-more", Rejected(""), 16, le64(n_kv + 1)),
+        ("type-removed", Rejected("unknown tensor type 4"), q_type, le32(4)),
+        ("type-unknown", Rejected("unknown tensor type 99"), q_type, le32(99)),
+        ("type-huge", Rejected("unknown tensor type 4294967295"), q_type, le32(u32::MAX)),
+        ("offset-misaligned", Rejected("is not aligned to 32"), q_offset, le64(q_data + 4)),
+        ("offset-beyond-the-file", Rejected("outside the data section"), q_offset, le64(u64::MAX - 31)),
+        ("offsets-overlapping", Rejected("overlap"), k_offset, le64(q_data)),
+        ("value-type-unknown", Rejected("unknown value type 13"), name_value, le32(13)),
+        ("string-length-huge", Rejected("string length"), name_value + 4, le64(u64::MAX)),
+        ("not-utf8", Rejected("not valid UTF-8"), name_value - 1, vec![0xff]),
+        ("array-length-huge", Rejected("array length"),
+            after_string(&micro, "tokenizer.ggml.scores") + 8, le64(1 << 60)),
+        ("bool-byte", Rejected("bool byte is 7"), after_string(&micro, "tokenizer.ggml.add_bos_token") + 4, vec![7]),
+        // As long as the key it replaces, so only the key changes.
+        ("duplicate-key", Rejected("duplicate metadata key llama.block_count"),
+            after_string(&micro, "general.file_type") - 17, b"llama.block_count".to_vec()),
+    ];
+    cases.extend(patches.into_iter().map(|(name, expect, at, value)| {
+        let mut bytes = micro.clone();
+        put(&mut bytes, at, &value);
+        Case {
+            name: name.into(),
+            bytes,
+            expect,
+        }
+    }));
+
+    // Weights the numbers of which are garbage: generation must go on, every id in range.
+    let filled = |name: &str, which: &dyn Fn(&str) -> bool, value: f32| Case {
+        name: name.into(),
+        bytes: fill_f32(&micro, which, value),
+        expect: Runs,
+    };
+    cases.push(filled("nan-weights", &|_| true, f32::NAN));
+    cases.push(filled(
+        "infinite-embeddings",
+        &|n| n == "token_embd.weight",
+        f32::INFINITY,
+    ));
+    cases.push(filled("nan-norms", &|n| n.contains("norm"), f32::NAN));
+    cases.push(filled("huge-output-head", &|n| n == "output.weight", f32::MAX));
+    let mut q8 = canary::writer(&Q8_0).to_bytes();
+    let g = Gguf::from_bytes(&q8).expect("a seed");
+    let q = g.tensor("blk.0.attn_q.weight").expect("present");
+    let start = (g.data_offset() + q.offset) as usize;
+    for block in q8[start..start + q.size as usize].chunks_mut(34) {
+        block[..2].copy_from_slice(&0x7e00u16.to_le_bytes());
+    }
+    cases.push(Case {
+        name: "q8_0-nan-scales".into(),
+        bytes: q8,
+        expect: Runs,
+    });
+    cases
+}
+
+/// Byte-level damage to `seed`: truncated at every length through the header
+/// and at every 61st byte of the data; every header position overwritten with
+/// each extreme value; and `n_random` copies with a few random bytes changed.
+pub fn mutations(seed: &Case, n_random: usize) -> Vec<Case> {
+    const EXTREMES: [&[u8]; 6] = [
+        &[0xff; 8],
+        &[0; 8],
+        &[0xff, 0xff, 0xff, 0x7f],
+        &[0, 0, 0, 0x80],
+        &[0, 0, 0, 0, 1, 0, 0, 0],
+        &[0x01],
+    ];
+    let bytes = &seed.bytes;
+    let header = Gguf::from_bytes(bytes).expect("seeds are valid").data_offset() as usize;
+    let mutant = |what: String, bytes: Vec<u8>| Case {
+        name: format!("{}-{what}", seed.name),
+        bytes,
+        expect: Expect::Either,
+    };
+    let mut out = Vec::new();
+    for len in (0..header + 64).chain((header + 64..bytes.len()).step_by(61)) {
+        out.push(mutant(format!("truncated-{len}"), bytes[..len].to_vec()));
+    }
+    for at in 0..header {
+        for (i, value) in EXTREMES.iter().enumerate() {
+            let mut b = bytes.clone();
+            put(&mut b, at, &value[..value.len().min(bytes.len() - at)]);
+            out.push(mutant(format!("at-{at}-extreme-{i}"), b));
+        }
+    }
+    let mut rng = Rng(canary::SEED ^ bytes.len() as u64);
+    for i in 0..n_random {
+        let mut b = bytes.clone();
+        for _ in 0..1 + rng.next_u64() % 4 {
+            // Mostly the header, where the structure is.
+            let span = if rng.next_u64() % 4 == 0 { b.len() } else { header };
+            let at = (rng.next_u64() % span as u64) as usize;
+            b[at] = rng.next_u64() as u8;
+        }
+        out.push(mutant(format!("random-{i}"), b));
+    }
+    out
+}
+
+/// Every seed, every structured case, and the mutations of the F32 seeds.
+pub fn corpus(n_random: usize) -> Vec<Case> {
+    let seeds = seeds();
+    let mutated: Vec<Case> = seeds
+        .iter()
+        .filter(|s| s.name.ends_with("f32"))
+        .flat_map(|s| mutations(s, n_random))
+        .collect();
+    seeds.into_iter().chain(structured()).chain(mutated).collect()
+}
+
+/// Opens a file from memory and, if it opens, runs it: a short generation
+/// over two micro-batches, a sampled draw, tokenizing and rendering its chat
+/// template when it has them. Panics if any id leaves the vocabulary.
+pub fn exercise(bytes: &[u8]) -> Result<Vec<u32>> {
+    let model = Arc::new(Model::from_gguf(Gguf::from_bytes(bytes)?)?);
+    let n_vocab = model.hparams.n_vocab;
+    let params = ContextParams {
+        n_ctx: 16,
+        n_threads: 1,
+        n_ubatch: 4,
+    };
+    let mut ctx = Context::new(Arc::clone(&model), params)?;
+    let prompt: Vec<u32> = (0..6).map(|i| i * 7 % n_vocab).collect();
+    let params = GenerateParams {
+        max_tokens: 3,
+        ignore_eos: true,
+    };
+    let (mut tokens, _) = generate(&mut ctx, &prompt, params, sampler::greedy)?;
+    let mut sampler = Sampler::new(SamplerParams {
+        temperature: 0.8,
+        repeat_penalty: 1.1,
+        ..Default::default()
+    });
+    prompt.iter().for_each(|&t| sampler.accept(t));
+    tokens.push(sampler.sample(ctx.logits()));
+    if let Ok(tokenizer) = model.tokenizer() {
+        let ids = tokenizer.tokenize("Hello, world! <s> \u{e9}\u{1F600}", true, true);
+        tokenizer.detokenize(&ids, true);
+        tokens.extend(ids);
+    }
+    assert!(
+        tokens.iter().all(|&t| t < n_vocab),
+        "an id outside the vocabulary: {tokens:?}"
+    );
+    if let Some(template) = model.chat_template() {
+        let hi = Message {
+            role: "user".into(),
+            content: "hi".into(),
+        };
+        // A template's own failure is the caller's to see; it must just end.
+        let _ = chat::render(template, &[hi], true, "<s>", "</s>");
+    }
+    Ok(tokens)
+}
+
+fn edited(name: &str, expect: Expect, shape: &Shape, edit: impl FnOnce(&mut GgufWriter)) -> Case {
+    let mut w = canary::writer(shape);
+    edit(&mut w);
+    Case {
+        name: name.into(),
+        bytes: w.to_bytes(),
+        expect,
+    }
+}
+
+fn put(bytes: &mut [u8], at: usize, value: &[u8]) {
+    bytes[at..at + value.len()].copy_from_slice(value);
+}
+
+fn read_u64(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+/// Where the length-prefixed string `s` ends in the header.
+fn after_string(bytes: &[u8], s: &str) -> usize {
+    let mut needle = (s.len() as u64).to_le_bytes().to_vec();
+    needle.extend_from_slice(s.as_bytes());
+    bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap_or_else(|| panic!("{s} is in the header"))
+        + needle.len()
+}
+
+/// Where a tensor's type and offset fields are.
+fn tensor_fields(bytes: &[u8], name: &str) -> (usize, usize) {
+    let at = after_string(bytes, name);
+    let n_dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let ty = at + 4 + 8 * n_dims;
+    (ty, ty + 4)
+}
+
+/// `bytes` with every F32 value of the tensors `which` picks set to `value`.
+fn fill_f32(bytes: &[u8], which: &dyn Fn(&str) -> bool, value: f32) -> Vec<u8> {
+    let g = Gguf::from_bytes(bytes).expect("a seed");
+    let mut out = bytes.to_vec();
+    for t in g
+        .tensors()
+        .iter()
+        .filter(|t| t.tensor_type == TensorType::F32 && which(&t.name))
+    {
+        let start = (g.data_offset() + t.offset) as usize;
+        for v in out[start..start + t.size as usize].chunks_mut(4) {
+            v.copy_from_slice(&value.to_le_bytes());
+        }
+    }
+    out
+}
