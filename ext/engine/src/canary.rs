@@ -12,7 +12,8 @@ pub const SEED: u64 = 0x005e_ede1_e1e4;
 /// A model the recipe can write.
 #[derive(Debug, Clone)]
 pub struct Shape {
-    /// "llama", or "qwen2" (which adds Q, K and V biases).
+    /// "llama"; "qwen2" adds Q, K and V biases; "gemma3" adds Q and K norms,
+    /// post-norms, a sliding window and a logit soft-cap.
     pub arch: &'static str,
     pub n_vocab: u64,
     pub n_embd: u64,
@@ -103,6 +104,10 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         .set(&key("rope.dimension_count"), Value::U32(n_embd as u32 / n_head))
         .set(&key("rope.freq_base"), Value::F32(10000.0))
         .set(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5));
+    if arch == "gemma3" {
+        w.set(&key("attention.sliding_window"), Value::U32(4))
+            .set(&key("final_logit_softcapping"), Value::F32(30.0));
+    }
     set_vocab(&mut w, n_vocab);
 
     let kv_dim = n_embd / u64::from(n_head) * u64::from(n_head_kv);
@@ -120,6 +125,13 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32(&n("attn_v.bias"), &[kv_dim], &rng.small(kv_dim));
         }
         add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, n_embd, n_embd);
+        if arch == "gemma3" {
+            let head = n_embd / u64::from(n_head);
+            w.add_f32(&n("attn_q_norm.weight"), &[head], &rng.around_one(head));
+            w.add_f32(&n("attn_k_norm.weight"), &[head], &rng.around_one(head));
+            w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+            w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        }
         w.add_f32(&n("ffn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, n_ff);
         add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);

@@ -4,8 +4,8 @@
 //! problem: the mutation test in `cargo test`, the Ruby spec, and the fuzzer's
 //! seeds.
 //!
-//! - [`seeds`]: valid models (llama and qwen2; F32, F16, Q8_0 and K-quants;
-//!   tied and untied output heads).
+//! - [`seeds`]: valid models (llama, qwen2 and gemma3; F32, F16, Q8_0 and
+//!   K-quants; tied and untied output heads).
 //! - [`structured`]: one deliberate flaw each, with words the error must contain.
 //! - [`mutations`]: byte-level damage to a seed: truncations, every header byte
 //!   overwritten with extreme values, random bytes.
@@ -53,6 +53,10 @@ pub const MICRO: Shape = Shape {
 };
 
 const QWEN2: Shape = Shape { arch: "qwen2", ..MICRO };
+const GEMMA3: Shape = Shape {
+    arch: "gemma3",
+    ..MICRO
+};
 /// Rows of 32 for Q8_0 blocks.
 const Q8_0: Shape = Shape {
     n_embd: 32,
@@ -80,6 +84,7 @@ pub fn seeds() -> Vec<Case> {
         ("llama-f32", canary::writer(&MICRO)),
         ("llama-tied-output", tied),
         ("qwen2-f32", canary::writer(&QWEN2)),
+        ("gemma3-f32", canary::writer(&GEMMA3)),
         ("llama-q8_0-f16", canary::writer(&Q8_0)),
         ("qwen2-q4_k-q6_k", canary::writer(&K_QUANTS)),
     ]
@@ -203,6 +208,29 @@ pub fn structured() -> Vec<Case> {
             w.remove_tensor(name);
         }));
     }
+    let gemma = |key: &str| format!("gemma3.{key}");
+    #[rustfmt::skip]
+    let gemma3 = vec![
+        ("gemma3-window-huge", Runs, gemma("attention.sliding_window"), U32(u32::MAX)),
+        ("gemma3-pattern-not-per-layer", Rejected("sliding_window_pattern must hold one boolean or integer per layer"),
+            gemma("attention.sliding_window_pattern"), Value::Array(vec![Value::Bool(true); 3])),
+        ("gemma3-pattern-all-global", Runs, gemma("attention.sliding_window_pattern"), U32(1)),
+        ("gemma3-swa-freq-base-nan", Rejected("rope.freq_base_swa (NaN)"), gemma("rope.freq_base_swa"), F32(f32::NAN)),
+        ("gemma3-softcap-nan", Runs, gemma("final_logit_softcapping"), F32(f32::NAN)),
+    ];
+    cases.extend(gemma3.into_iter().map(|(name, expect, key, value)| {
+        edited(name, expect, &GEMMA3, |w| {
+            w.set(&key, value);
+        })
+    }));
+    cases.push(edited(
+        "gemma3-missing-q-norm",
+        Rejected("missing tensor blk.0.attn_q_norm.weight"),
+        &GEMMA3,
+        |w| {
+            w.remove_tensor("blk.0.attn_q_norm.weight");
+        },
+    ));
     cases.push(edited(
         "qwen2-missing-bias",
         Rejected("missing tensor blk.0.attn_k.bias"),
@@ -450,12 +478,12 @@ pub fn mutations(seed: &Case, n_random: usize) -> Vec<Case> {
     out
 }
 
-/// Every seed, every structured case, and the mutations of the F32 seeds.
+/// Every seed, every structured case, and the mutations of the F32 llama and gemma3.
 pub fn corpus(n_random: usize) -> Vec<Case> {
     let seeds = seeds();
     let mutated: Vec<Case> = seeds
         .iter()
-        .filter(|s| s.name.ends_with("f32"))
+        .filter(|s| ["llama-f32", "gemma3-f32"].contains(&s.name.as_str()))
         .flat_map(|s| mutations(s, n_random))
         .collect();
     seeds.into_iter().chain(structured()).chain(mutated).collect()
@@ -474,11 +502,15 @@ pub fn exercise(bytes: &[u8]) -> Result<Vec<u32>> {
     };
     let mut ctx = Context::new(Arc::clone(&model), params)?;
     let prompt: Vec<u32> = (0..6).map(|i| i * 7 % n_vocab).collect();
-    let params = GenerateParams {
+    let params = |reuse_prefix| GenerateParams {
         max_tokens: 3,
         ignore_eos: true,
+        reuse_prefix,
     };
-    let (mut tokens, _) = generate(&mut ctx, &prompt, params, sampler::greedy)?;
+    let (mut tokens, _) = generate(&mut ctx, &prompt, params(false), sampler::greedy)?;
+    // A second turn that shares the first's prompt, keeping its cache.
+    let turn: Vec<u32> = prompt.iter().chain(&tokens).copied().collect();
+    tokens.extend(generate(&mut ctx, &turn, params(true), sampler::greedy)?.0);
     let mut sampler = Sampler::new(SamplerParams {
         temperature: 0.8,
         repeat_penalty: 1.1,
