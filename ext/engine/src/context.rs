@@ -1,4 +1,4 @@
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -171,8 +171,10 @@ impl Context {
         self.kv.bytes()
     }
 
-    /// A flag that, once set (from any thread), stops the current computation
-    /// between two graph nodes with [`Error::Aborted`]. `decode` clears it on entry.
+    /// A flag that, once set (from any thread), stops the computation between two
+    /// graph nodes with [`Error::Aborted`], and every later one until it is cleared.
+    /// Whoever sets it clears it before the next call: were `decode` to clear it,
+    /// an interrupt that came just before would be lost.
     pub fn abort_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.abort)
     }
@@ -202,7 +204,6 @@ impl Context {
                 self.params.n_ctx
             )));
         }
-        self.abort.store(false, Ordering::Relaxed);
         let start = Instant::now();
         for chunk in tokens.chunks(self.params.n_ubatch as usize) {
             self.eval(chunk)?;

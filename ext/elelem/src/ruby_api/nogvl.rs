@@ -47,6 +47,10 @@ where
         result: None,
     };
     loop {
+        // Cleared before, not inside, the call: an interrupt from now on either is
+        // pending when Ruby enters the call (which then does not run the work) or
+        // sets the flag while the work runs.
+        abort.store(false, Ordering::Relaxed);
         unsafe {
             rb_sys::rb_nogvl(
                 Some(run::<F, R>),
