@@ -24,7 +24,7 @@ module Elelem
 
         Options.integer(:n_ctx, n_ctx, 1..MAX_N_CTX)
         Options.integer(:n_threads, n_threads, 1..MAX_THREADS)
-        Options.integer(:n_gpu_layers, n_gpu_layers, 0..)
+        Options.integer(:n_gpu_layers, n_gpu_layers, 0..Options::MAX_U32)
         model = _open(path, n_ctx, n_threads, n_gpu_layers)
         model.send(:after_open)
         model
@@ -94,8 +94,7 @@ module Elelem
     # @return [String]
     def chat_prompt(messages, template: nil, add_generation_prompt: true)
       pairs = Options.messages(messages)
-      raise ArgumentError, "template must be a String" unless template.nil? || template.is_a?(String)
-
+      template = Options.text(:template, template) unless template.nil?
       synchronize { _render_chat(pairs, template, add_generation_prompt ? true : false) }
     end
 
@@ -109,9 +108,8 @@ module Elelem
     # @param parse_special [Boolean] read special-token text (`<|im_start|>`) as those tokens
     # @return [Array<Integer>]
     def tokenize(text, add_special: true, parse_special: true)
-      raise ArgumentError, "text must be a String, got #{text.class}" unless text.is_a?(String)
-
-      synchronize { _tokenize(text.encode(Encoding::UTF_8), add_special ? true : false, parse_special ? true : false) }
+      text = Options.text(:text, text)
+      synchronize { _tokenize(text, add_special ? true : false, parse_special ? true : false) }
     end
 
     # The text of token ids.
@@ -134,6 +132,7 @@ module Elelem
 
     # Frees the model's native memory now. Idempotent.
     # @return [nil]
+    # @raise [Elelem::Error] when called from the block of a generation on this model
     def close
       synchronize { _close }
       nil

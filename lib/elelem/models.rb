@@ -95,6 +95,10 @@ module Elelem
       # Resolves a model argument: an existing path, or a known name (fetched on first use).
       # @return [String]
       def resolve(name_or_path)
+        unless name_or_path.is_a?(String)
+          raise ArgumentError, "a model name or path must be a String, got #{name_or_path.class}"
+        end
+
         return name_or_path if File.exist?(name_or_path)
         return fetch(name_or_path) if names.include?(name_or_path)
 

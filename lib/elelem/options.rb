@@ -9,6 +9,8 @@ module Elelem
     MAX_N_CTX = 1 << 20
     # Seeds are unsigned 64-bit.
     MAX_SEED = (1 << 64) - 1
+    # Counts and ids the native side holds in 32 bits.
+    MAX_U32 = (1 << 32) - 1
 
     # Sampling and stopping options, with their defaults (greedy: temperature 0).
     GENERATION_DEFAULTS = {
@@ -25,9 +27,21 @@ module Elelem
     end
 
     def float(name, value)
-      raise ArgumentError, "#{name} must be a number, got #{value.inspect}" unless value.is_a?(Numeric)
+      return value.to_f if value.is_a?(Numeric) && value.real?
 
-      value.to_f
+      raise ArgumentError, "#{name} must be a real number, got #{value.inspect}"
+    end
+
+    # `value` as a UTF-8 String; binary Strings are taken to hold UTF-8 bytes.
+    def text(name, value)
+      raise ArgumentError, "#{name} must be a String, got #{value.class}" unless value.is_a?(String)
+
+      utf8 = value.encoding == Encoding::BINARY ? value.dup.force_encoding(Encoding::UTF_8) : value.encode("UTF-8")
+      return utf8 if utf8.valid_encoding?
+
+      raise ArgumentError, "#{name} is not valid UTF-8: #{value.inspect[0, 40]}"
+    rescue EncodingError => e
+      raise ArgumentError, "#{name} cannot be converted to UTF-8 (#{e.message})"
     end
 
     # The full option set the native side expects.
@@ -36,7 +50,8 @@ module Elelem
       raise ArgumentError, "unknown option#{"s" if unknown.size > 1}: #{unknown.join(", ")}" unless unknown.empty?
 
       opts = GENERATION_DEFAULTS.merge(options)
-      { max_tokens: 0..MAX_N_CTX, top_k: 0.., repeat_last_n: 0..MAX_N_CTX }.each { |k, r| integer(k, opts[k], r) }
+      ranges = { max_tokens: 0..MAX_N_CTX, top_k: 0..MAX_U32, repeat_last_n: 0..MAX_N_CTX }
+      ranges.each { |k, r| integer(k, opts[k], r) }
       %i[temperature top_p min_p repeat_penalty].each { |k| opts[k] = float(k, opts[k]) }
       opts.merge(seed: seed(opts[:seed]), stop: stops(opts[:stop]), ignore_eos: opts[:ignore_eos] ? true : false,
                  reuse_prefix: opts[:reuse_prefix] ? true : false)
@@ -49,7 +64,7 @@ module Elelem
 
     def stops(stop)
       list = Array(stop)
-      return list if list.all? { |s| s.is_a?(String) && !s.empty? }
+      return list.map { |s| text(:stop, s) } if list.all? { |s| s.is_a?(String) && !s.empty? }
 
       raise ArgumentError, "stop must be a non-empty String or an Array of them, got #{stop.inspect}"
     end
@@ -59,7 +74,7 @@ module Elelem
       return ids(prompt) unless prompt.is_a?(String)
       raise ArgumentError, "prompt is empty" if prompt.empty?
 
-      prompt.encode(Encoding::UTF_8)
+      text(:prompt, prompt)
     end
 
     def ids(list, allow_empty: false)
@@ -69,8 +84,12 @@ module Elelem
       end
       raise ArgumentError, "prompt is empty" if list.empty? && !allow_empty
 
-      bad = list.find { |id| !id.is_a?(Integer) }
-      raise ArgumentError, "token ids must be Integers, got #{bad.inspect}" unless bad.nil?
+      bad = list.grep_v(Integer)
+      raise ArgumentError, "token ids must be Integers, got #{bad.first.inspect}" unless bad.empty?
+
+      # The native side knows the vocabulary; this keeps every id within its integer type.
+      bad = list.reject { |id| id.between?(0, MAX_U32) }
+      raise ArgumentError, "token id #{bad.first} is out of range" unless bad.empty?
 
       list
     end
@@ -82,6 +101,7 @@ module Elelem
       list.map { |m| message(m) }
     end
 
+    # One message Hash as `[role, content]`, both UTF-8.
     def message(msg)
       unless msg.is_a?(Hash)
         raise ArgumentError,
@@ -90,13 +110,8 @@ module Elelem
 
       role = msg[:role] || msg["role"]
       content = msg[:content] || msg["content"]
-      unless role.is_a?(String) || role.is_a?(Symbol)
-        raise ArgumentError,
-              "message role must be a String, got #{role.inspect}"
-      end
-      raise ArgumentError, "message content must be a String, got #{content.inspect}" unless content.is_a?(String)
-
-      [role.to_s, content]
+      role = role.to_s if role.is_a?(Symbol)
+      [text("message role", role), text("message content", content)]
     end
   end
 end

@@ -2,7 +2,11 @@
 //! (lib/elelem/model.rb) validates options, serializes calls with a Mutex and
 //! offers the friendly API; these are its native primitives.
 
-use std::sync::{Arc, Mutex};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use elelem_engine as engine;
 use magnus::{function, method, prelude::*, Error, RArray, RHash, RModule, RString, Ruby, TryConvert, Value};
@@ -23,8 +27,11 @@ pub struct Model {
 }
 
 impl Model {
-    fn open(ruby: &Ruby, path: String, n_ctx: u32, n_threads: usize, n_gpu_layers: u32) -> Result<Model, Error> {
-        let never = std::sync::atomic::AtomicBool::new(false);
+    /// `path` is taken as bytes: file names need not be UTF-8.
+    fn open(ruby: &Ruby, path: RString, n_ctx: u32, n_threads: usize, n_gpu_layers: u32) -> Result<Model, Error> {
+        // SAFETY: copied at once, before any Ruby code can run.
+        let path = PathBuf::from(OsStr::from_bytes(unsafe { path.as_slice() }));
+        let never = AtomicBool::new(false);
         let loaded = without_gvl(ruby, &never, || -> engine::Result<Loaded> {
             let model = engine::Model::open(&path, &engine::ModelParams { n_gpu_layers })?;
             let params = engine::ContextParams {
@@ -35,7 +42,7 @@ impl Model {
             let ctx = engine::Context::new(Arc::new(model), params)?;
             Ok(Loaded {
                 ctx,
-                path: path.clone(),
+                path: path.display().to_string(),
             })
         })?
         .map_err(|e| engine_error(ruby, e))?;
@@ -44,8 +51,20 @@ impl Model {
         })
     }
 
+    /// The state, unless a call on this thread holds it already (a method called
+    /// from the streaming block): waiting would deadlock, so that is an error.
+    fn state(&self, ruby: &Ruby) -> Result<MutexGuard<'_, Option<Loaded>>, Error> {
+        match self.state.try_lock() {
+            Ok(guard) => Ok(guard),
+            Err(TryLockError::WouldBlock) => Err(errors::busy(ruby)),
+            // Panics are caught before they can unwind through a guard; if one ever
+            // did, every call starts from a clean sequence anyway.
+            Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+        }
+    }
+
     fn with_loaded<R>(&self, ruby: &Ruby, f: impl FnOnce(&mut Loaded) -> Result<R, Error>) -> Result<R, Error> {
-        let mut guard = self.state.try_lock().map_err(|_| errors::busy(ruby))?;
+        let mut guard = self.state(ruby)?;
         let loaded = guard.as_mut().ok_or_else(|| errors::closed(ruby))?;
         f(loaded)
     }
@@ -157,26 +176,23 @@ impl Model {
                 .into_iter()
                 .map(|(role, content)| engine::chat::Message { role, content })
                 .collect();
-            engine::chat::render(
-                &template,
-                &messages,
-                add_generation_prompt,
-                &special(tokenizer.bos()),
-                &special(tokenizer.eos()),
-            )
+            let (bos, eos) = (special(tokenizer.bos()), special(tokenizer.eos()));
+            // Bounded by the template's fuel, not by the abort flag.
+            let never = AtomicBool::new(false);
+            without_gvl(ruby, &never, || {
+                engine::chat::render(&template, &messages, add_generation_prompt, &bos, &eos)
+            })?
             .map_err(|e| engine_error(ruby, e))
         })
     }
 
-    fn close(&self) -> bool {
-        match self.state.lock() {
-            Ok(mut guard) => guard.take().is_some(),
-            Err(poisoned) => poisoned.into_inner().take().is_some(),
-        }
+    fn close(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
+        Ok(rb_self.state(ruby)?.take().is_some())
     }
 
-    fn is_closed(&self) -> bool {
-        self.state.try_lock().map(|g| g.is_none()).unwrap_or(false)
+    /// A model busy in a call on this thread is open.
+    fn is_closed(ruby: &Ruby, rb_self: &Self) -> bool {
+        rb_self.state(ruby).is_ok_and(|g| g.is_none())
     }
 
     fn info(ruby: &Ruby, rb_self: &Self) -> Result<RHash, Error> {
@@ -280,16 +296,19 @@ fn text_params(ruby: &Ruby, opts: RHash) -> Result<engine::TextParams, Error> {
 
 pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     let class = elelem.define_class("Model", ruby.class_object())?;
-    class.define_singleton_method("_open", function!(Model::open, 4))?;
-    class.define_method("_run", method!(Model::run, 3))?;
-    class.define_method("_tokenize", method!(Model::tokenize, 3))?;
-    class.define_method("_detokenize", method!(Model::detokenize, 2))?;
-    class.define_method("_token_to_piece", method!(Model::token_to_piece, 2))?;
-    class.define_method("_chat_template", method!(Model::chat_template, 0))?;
-    class.define_method("_render_chat", method!(Model::render_chat, 3))?;
-    class.define_method("_close", method!(Model::close, 0))?;
-    class.define_method("_closed?", method!(Model::is_closed, 0))?;
-    class.define_method("_info", method!(Model::info, 0))?;
-    class.define_method("_stats", method!(Model::stats, 0))?;
+    // The natives are private: callers go through the Ruby methods that check arguments.
+    class
+        .singleton_class()?
+        .define_private_method("_open", function!(Model::open, 4))?;
+    class.define_private_method("_run", method!(Model::run, 3))?;
+    class.define_private_method("_tokenize", method!(Model::tokenize, 3))?;
+    class.define_private_method("_detokenize", method!(Model::detokenize, 2))?;
+    class.define_private_method("_token_to_piece", method!(Model::token_to_piece, 2))?;
+    class.define_private_method("_chat_template", method!(Model::chat_template, 0))?;
+    class.define_private_method("_render_chat", method!(Model::render_chat, 3))?;
+    class.define_private_method("_close", method!(Model::close, 0))?;
+    class.define_private_method("_closed?", method!(Model::is_closed, 0))?;
+    class.define_private_method("_info", method!(Model::info, 0))?;
+    class.define_private_method("_stats", method!(Model::stats, 0))?;
     Ok(())
 }
