@@ -469,7 +469,11 @@ pub fn mutations(seed: &Case, n_random: usize) -> Vec<Case> {
         let mut b = bytes.clone();
         for _ in 0..1 + rng.next_u64() % 4 {
             // Mostly the header, where the structure is.
-            let span = if rng.next_u64() % 4 == 0 { b.len() } else { header };
+            let span = if rng.next_u64().is_multiple_of(4) {
+                b.len()
+            } else {
+                header
+            };
             let at = (rng.next_u64() % span as u64) as usize;
             b[at] = rng.next_u64() as u8;
         }
