@@ -14,6 +14,7 @@ require_relative "elelem/options"
 require_relative "elelem/completion"
 require_relative "elelem/model"
 require_relative "elelem/models"
+require_relative "elelem/bench"
 
 # Run GGUF language models on ggml from Ruby.
 #

@@ -46,4 +46,13 @@ RSpec.describe Elelem::CLI do
     expect(out.scan("> ").size).to eq(3)
     expect(out.split("> ").last(2).first).to include("Ada")
   end
+
+  it "benchmarks a model, deeper contexts included" do
+    status, out, = run("bench", "-m", SpecModels.canary, "--pp", "64", "--tg", "16", "--depth", "100,300", "-r", "1")
+    expect(status).to eq(0)
+    expect(out.lines.first).to start_with("#<Elelem::Model llama")
+    rates = out.lines.drop(1).to_h { |line| [line.split[0], Float(line.split[1])] }
+    expect(rates.keys).to eq(%w[pp64 tg16 ttft16 tg32@100 tg32@300])
+    expect(rates.values).to all(be_positive)
+  end
 end

@@ -5,10 +5,12 @@ require "json"
 require "open3"
 require_relative "reference"
 
-# `rake bench`: elelem, through its public Ruby API, side by side with llama.cpp
-# (the reference built from the same pinned source, its defaults) in one run,
-# interleaved A B A B after a warm-up, medians of BENCH_REPS (default 3).
-# A benchmark, not a test: it prints a table of ratios and writes tmp/bench.json.
+# `rake bench`: elelem, through its public Ruby API (Elelem::Bench), side by
+# side with llama.cpp (the reference built from the same pinned source, its
+# defaults, kept loaded in a `serve` process) in one run: each figure measured
+# A B A B after a warm-up, medians of BENCH_REPS (default 3).
+# A benchmark, not a test: it prints a table of ratios and writes tmp/bench.json
+# and tmp/bench.md.
 module Bench
   MODELS = %w[qwen2.5-coder-0.5b qwen2.5-coder-1.5b gemma-3-270m].freeze
   N_CTX = 4096
@@ -22,10 +24,9 @@ module Bench
   # speeds, lower for times and memory.
   TARGETS = {
     "pp512 t/s" => [:min, 0.95], "tg128 t/s" => [:min, 1.0], "tg32@depth t/s" => [:min, 1.0],
-    "ttft16 ms" => [:max, 1.0], "open warm ms" => [:max, 1.0],
+    "ttft16 ms" => [:max, 1.0], "open warm ms" => [:max, 1.0], "open cold ms" => [:max, 1.0],
     "chat turn-2 ttft ms (cached vs cold, both elelem)" => [:max, 1.0],
-    "open cold ms" => [:max, 1.0], "peak RSS MiB" => [:max, 1.0], "compute buffer MiB" => [:max, 1.0],
-    "KV cache MiB" => [:max, 1.0]
+    "peak RSS MiB" => [:max, 1.0], "compute buffer MiB" => [:max, 1.0], "KV cache MiB" => [:max, 1.0]
   }.freeze
 
   module_function
@@ -42,81 +43,59 @@ module Bench
     values.sort[values.size / 2]
   end
 
-  def now
-    Process.clock_gettime(Process::CLOCK_MONOTONIC)
-  end
+  # llama.cpp, kept loaded in a tools/reference `serve` process: the same
+  # questions as Elelem::Bench, answered without a reload between repetitions.
+  class Peer
+    attr_reader :load_ms
 
-  def random_ids(model, count, seed)
-    rng = Random.new(seed)
-    vocab = model.info[:n_vocab]
-    Array.new(count) { rng.rand(vocab) }
-  end
-
-  # elelem, through its public Ruby API.
-  module Ours
-    module_function
-
-    def pp(model, tokens)
-      ids = Bench.random_ids(model, tokens, tokens)
-      t = Bench.now
-      model.generate(ids, max_tokens: 1)
-      tokens / (Bench.now - t)
+    def self.open(path, threads, n_ctx)
+      peer = new(path, threads, n_ctx)
+      yield peer
+    ensure
+      peer&.close
     end
 
-    # Decode speed from the first generated token to the last, as Ruby sees them arrive.
-    def tg(model, tokens, depth)
-      stamps = []
-      prompt = Bench.random_ids(model, [depth, 1].max, depth + 1)
-      model.generate(prompt, max_tokens: tokens + 1, ignore_eos: true) { stamps << Bench.now }
-      tokens / (stamps.last - stamps.first)
+    def initialize(path, threads, n_ctx)
+      @io = IO.popen([Reference::BINARY, "serve", path, threads.to_s, n_ctx.to_s], "r+")
+      @load_ms = Float(@io.gets.to_s[/\Aload_ms (\S+)/, 1])
     end
 
-    def ttft_ms(model)
-      ids = Bench.random_ids(model, TTFT_PROMPT, 16)
-      t = Bench.now
-      model.generate(ids, max_tokens: 1)
-      (Bench.now - t) * 1000
+    def prompt_rate(tokens)
+      ask("pp #{tokens}")
     end
 
-    # Time to first token of a chat's second turn, with the first turn's keys and
-    # values kept (`reuse_prefix`) and without.
-    def second_turn_ttft_ms(model, reuse:)
-      messages = [{ role: "user", content: "Write a Ruby method that reverses a string." }]
-      messages += [{ role: "assistant", content: model.chat(messages, max_tokens: 48) },
-                   { role: "user", content: "Now make it handle nil." }]
-      t = Bench.now
-      model.generate(model.chat_prompt(messages), max_tokens: 1, reuse_prefix: reuse)
-      (Bench.now - t) * 1000
+    def first_token_ms(tokens)
+      1000.0 * tokens / prompt_rate(tokens)
     end
 
-    def open_ms(path, threads)
-      t = Bench.now
-      Elelem.open(path, n_ctx: N_CTX, n_threads: threads).close
-      (Bench.now - t) * 1000
+    def decode_rate(tokens, depth: 0)
+      ask("tg #{tokens} #{depth}")
+    end
+
+    def close
+      @io.close
+      raise "reference serve failed" unless $CHILD_STATUS.success?
+    end
+
+    private
+
+    def ask(line)
+      @io.puts(line)
+      answer = @io.gets.to_s
+      raise "reference serve: #{line} -> #{answer.inspect}" unless answer.start_with?(line[0, 2])
+
+      Float(answer.split[1])
     end
   end
 
-  # llama.cpp, through tools/reference/reference.cpp.
-  module Peer
-    module_function
+  # The compute buffer and KV cache llama.cpp reports in its log.
+  def peer_memory(path)
+    log, status = Open3.capture2e({ "ELELEM_REFERENCE_VERBOSE" => "1" }, Reference::BINARY, "generate", path,
+                                  "1,2,3", "2", N_CTX.to_s, "2")
+    raise "reference generate failed" unless status.success?
 
-    # `shape` is { n_ctx:, pp:, tg:, depth: }.
-    def bench(path, threads, shape)
-      args = [shape[:n_ctx] || N_CTX, shape[:pp] || 0, shape[:tg] || 0, shape[:depth] || 0]
-      Reference.run("bench", path, threads, *args, 1).lines.to_h do |line|
-        key, value = line.split
-        [key, Float(value)]
-      end
-    end
-
-    def memory(path)
-      log, status = Open3.capture2e({ "ELELEM_REFERENCE_VERBOSE" => "1" }, Reference::BINARY, "generate", path,
-                                    "1,2,3", "2", N_CTX.to_s, "2")
-      raise "reference generate failed" unless status.success?
-
-      mib = ->(re) { log.scan(re).flatten.sum(&:to_f) }
-      { kv: mib.call(/KV buffer size =\s*([\d.]+) MiB/), compute: mib.call(/CPU compute buffer size =\s*([\d.]+) MiB/) }
-    end
+    mib = ->(re) { log.scan(re).flatten.sum(&:to_f) }
+    { kv: mib.call(/KV buffer size =\s*([\d.]+) MiB/), compute: mib.call(/CPU compute buffer size =\s*([\d.]+) MiB/) }
   end
 
   def drop_caches
@@ -143,35 +122,54 @@ module Bench
      peak_rss_mib(Reference::BINARY, "generate", path, ids, RSS_TOKENS.to_s, N_CTX.to_s, threads.to_s, "1")]
   end
 
-  def interleaved(rows, label, elelem, reference)
-    ours = []
-    theirs = []
-    reps.times do
-      ours << elelem.call
-      theirs << reference.call
+  # One row: `measure` asked of elelem and of llama.cpp in turn, reps times.
+  def interleaved(label, ours, theirs, &measure)
+    pairs = Array.new(reps) { [measure.call(ours), measure.call(theirs)] }
+    { "metric" => label, "elelem" => median(pairs.map(&:first)), "llama.cpp" => median(pairs.map(&:last)) }
+  end
+
+  def with_both(path, threads, n_ctx)
+    Elelem.open(path, n_ctx:, n_threads: threads) do |model|
+      Peer.open(path, threads, n_ctx) do |peer|
+        ours = Elelem::Bench.new(model)
+        [ours, peer].each { |side| side.prompt_rate(64) && side.decode_rate(8) } # warm-up
+        yield model, ours, peer
+      end
     end
-    rows << { "metric" => label, "elelem" => median(ours), "llama.cpp" => median(theirs) }
   end
 
   def speed_rows(path, threads)
-    rows = []
-    Elelem.open(path, n_ctx: N_CTX, n_threads: threads) do |model|
-      Ours.pp(model, 64) && Ours.tg(model, 8, 0) # warm-up
-      interleaved(rows, "pp512 t/s", -> { Ours.pp(model, PP) }, -> { Peer.bench(path, threads, pp: PP)["pp"] })
-      interleaved(rows, "tg128 t/s", -> { Ours.tg(model, TG, 0) }, -> { Peer.bench(path, threads, tg: TG)["tg"] })
-      interleaved(rows, "ttft16 ms", -> { Ours.ttft_ms(model) },
-                  -> { 1000.0 * TTFT_PROMPT / Peer.bench(path, threads, pp: TTFT_PROMPT)["pp"] })
-      rows.concat(memory_rows(model.stats))
-      prefix_reuse_row(rows, model)
+    with_both(path, threads, N_CTX) do |model, ours, peer|
+      rows = [interleaved("pp#{PP} t/s", ours, peer) { |side| side.prompt_rate(PP) },
+              interleaved("tg#{TG} t/s", ours, peer) { |side| side.decode_rate(TG) },
+              interleaved("ttft#{TTFT_PROMPT} ms", ours, peer) { |side| side.first_token_ms(TTFT_PROMPT) }]
+      overhead = median(Array.new(reps) { ours.ruby_overhead_us(TG) })
+      rows << { "metric" => "Ruby overhead µs/token", "elelem" => overhead }
+      rows += memory_rows(model.stats)
+      rows << prefix_reuse_row(ours) if model.chat_template
+      rows
     end
-    rows
+  end
+
+  # Decode after 1024 then 4096 tokens of context: each side fills its
+  # context once and keeps it between repetitions (a sliding-window model
+  # refills, on both sides).
+  def depth_rows(path, threads)
+    depths = list("BENCH_DEPTHS", DEPTHS).map(&:to_i)
+    return [] if depths.empty?
+
+    with_both(path, threads, depths.max + 256) do |_model, ours, peer|
+      depths.sort.map do |depth|
+        interleaved("tg#{TG_DEPTH}@#{depth} t/s", ours, peer) { |side| side.decode_rate(TG_DEPTH, depth:) }
+      end
+    end
   end
 
   # Beyond the peer: the second turn of a chat with and without the first turn's cache.
-  def prefix_reuse_row(rows, model)
-    interleaved(rows, "chat turn-2 ttft ms (cached vs cold, both elelem)",
-                -> { Ours.second_turn_ttft_ms(model, reuse: true) },
-                -> { Ours.second_turn_ttft_ms(model, reuse: false) })
+  def prefix_reuse_row(ours)
+    pairs = Array.new(reps) { [ours.second_turn_ms(reuse: true), ours.second_turn_ms(reuse: false)] }
+    { "metric" => "chat turn-2 ttft ms (cached vs cold, both elelem)",
+      "elelem" => median(pairs.map(&:first)), "llama.cpp" => median(pairs.map(&:last)) }
   end
 
   def memory_rows(stats)
@@ -179,48 +177,49 @@ module Bench
      { "metric" => "KV cache MiB", "elelem" => stats[:kv_cache_bytes] / 1_048_576.0 }]
   end
 
-  def depth_rows(path, threads)
-    list("BENCH_DEPTHS", DEPTHS).map(&:to_i).map do |depth|
-      n_ctx = depth + 256
-      Elelem.open(path, n_ctx:, n_threads: threads) do |model|
-        rows = []
-        interleaved(rows, "tg#{TG_DEPTH}@#{depth} t/s", -> { Ours.tg(model, TG_DEPTH, depth) },
-                    -> { Peer.bench(path, threads, n_ctx:, tg: TG_DEPTH, depth:)["tg"] })
-        rows.first
-      end
-    end
-  end
-
   def open_rows(path, threads)
-    rows = []
-    interleaved(rows, "open warm ms", -> { Ours.open_ms(path, threads) },
-                -> { Peer.bench(path, threads, {})["load_ms"] })
-    if drop_caches
-      interleaved(rows, "open cold ms", -> { drop_caches && Ours.open_ms(path, threads) },
-                  -> { drop_caches && Peer.bench(path, threads, {})["load_ms"] })
-    end
+    ours = -> { Elelem::Bench.open_ms(path, n_ctx: N_CTX, n_threads: threads) }
+    theirs = -> { Peer.open(path, threads, N_CTX, &:load_ms) }
+    rows = [interleaved("open warm ms", ours, theirs, &:call)]
+    rows << interleaved("open cold ms", ours, theirs) { |side| drop_caches && side.call } if drop_caches
     rows
   end
 
   def model_rows(name, threads)
     path = Elelem::Models.fetch(name)
+    before = cpu_times
     rows = speed_rows(path, threads) + depth_rows(path, threads)
     if threads == 2
       rows += open_rows(path, threads)
       ours, theirs = rss_pair(path, threads)
       rows << { "metric" => "peak RSS MiB", "elelem" => ours, "llama.cpp" => theirs }
-      memory = Peer.memory(path)
+      memory = peer_memory(path)
       rows.find { |r| r["metric"] == "KV cache MiB" }["llama.cpp"] = memory[:kv]
       rows.find { |r| r["metric"] == "compute buffer MiB" }["llama.cpp"] = memory[:compute]
     end
+    rows << { "metric" => "CPU stolen by the host %", "elelem" => stolen_percent(before, cpu_times) }
     rows.map { |r| r.merge("model" => name, "threads" => threads) }
   end
 
-  def verdict(row)
-    kind, target = TARGETS.fetch(row["metric"].sub(/@\d+/, "@depth"))
-    return ["", ""] unless row["elelem"] && row["llama.cpp"]&.positive?
+  # /proc/stat's first line: user nice system idle iowait irq softirq steal ...
+  def cpu_times
+    File.read("/proc/stat").lines.first.split.drop(1).map(&:to_i)
+  end
 
-    ratio = row["elelem"] / row["llama.cpp"]
+  def stolen_percent(before, after)
+    delta = after.zip(before).map { |a, b| a - b }
+    100.0 * delta[7] / delta.take(8).sum
+  end
+
+  def ratio(row)
+    row["elelem"] / row["llama.cpp"] if row["elelem"] && row["llama.cpp"]&.positive?
+  end
+
+  def verdict(row)
+    kind, target = TARGETS[row["metric"].sub(/@\d+/, "@depth")]
+    ratio = ratio(row)
+    return [ratio ? format("%.2f", ratio) : "", ""] unless kind && ratio
+
     met = kind == :min ? ratio >= target : ratio <= target
     [format("%.2f", ratio), "#{kind == :min ? "≥" : "≤"} #{target} #{met ? "yes" : "NO"}"]
   end
@@ -229,7 +228,7 @@ module Bench
     header = "| model | threads | metric | elelem | llama.cpp | ratio | target |\n|---|---|---|---|---|---|---|\n"
     header + rows.map do |r|
       ratio, target = verdict(r)
-      fmt = ->(v) { v ? format("%.1f", v) : "n/a" }
+      fmt = ->(v) { v ? format("%.1f", v) : "" }
       "| #{r["model"]} | #{r["threads"]} | #{r["metric"]} | #{fmt.call(r["elelem"])} | " \
         "#{fmt.call(r["llama.cpp"])} | #{ratio} | #{target} |"
     end.join("\n")
@@ -243,7 +242,7 @@ module Bench
   def run
     Reference.build
     models = list("BENCH_MODELS", MODELS)
-    rows = models.product(list("BENCH_THREADS", %w[1 2]).map(&:to_i)).flat_map do |name, threads|
+    rows = models.product(list("BENCH_THREADS", %w[2 1]).map(&:to_i)).flat_map do |name, threads|
       warn "bench: #{name}, #{threads} thread(s)"
       model_rows(name, threads)
     end

@@ -18,13 +18,15 @@ module Reference
 
   module_function
 
+  # Configures once (llama.cpp's build takes minutes); later calls only bring
+  # the driver up to date.
   def build
-    return BINARY if File.executable?(BINARY)
-
-    llama = File.join(VendorGgml.package_dir, "llama.cpp")
-    FileUtils.mkdir_p(BUILD)
-    system("cmake", "-S", File.join(ROOT, "tools", "reference"), "-B", BUILD, "-DCMAKE_BUILD_TYPE=Release",
-           "-DLLAMA_CPP_DIR=#{llama}", exception: true)
+    unless File.exist?(File.join(BUILD, "CMakeCache.txt"))
+      llama = File.join(VendorGgml.package_dir, "llama.cpp")
+      FileUtils.mkdir_p(BUILD)
+      system("cmake", "-S", File.join(ROOT, "tools", "reference"), "-B", BUILD, "-DCMAKE_BUILD_TYPE=Release",
+             "-DLLAMA_CPP_DIR=#{llama}", exception: true)
+    end
     system("cmake", "--build", BUILD, "--target", "elelem-reference", "-j", Etc.nprocessors.to_s, exception: true)
     BINARY
   end

@@ -13,6 +13,7 @@ module Elelem
       "chat" => "chat with the model (Ctrl-D ends, Ctrl-C stops the current reply)",
       "tokenize" => "print the token ids of TEXT",
       "info" => "describe a model",
+      "bench" => "measure prompt and decode speed (medians; `rake bench` adds llama.cpp beside it)",
       "fetch" => "download a known model (#{Models.names.join(", ")})"
     }.freeze
 
@@ -130,6 +131,39 @@ module Elelem
         @out.puts model.inspect
         model.info.each { |k, v| @out.puts format("  %-15<k>s %<v>s", k:, v:) }
       end
+    end
+
+    def cmd_bench(argv)
+      opts = { pp: 512, tg: 128, depths: [], reps: 3 }
+      parser = parser("bench [-m MODEL] [options]", opts)
+      parser.on("--pp N", Integer, "prompt tokens (default 512)") { |n| opts[:pp] = n }
+      parser.on("--tg N", Integer, "decoded tokens (default 128)") { |n| opts[:tg] = n }
+      parser.on("--depth LIST", Array, "also decode 32 tokens after this many of context, e.g. 1024,4096") do |list|
+        opts[:depths] = list.map { |d| Integer(d) }
+      end
+      parser.on("-r", "--reps N", Integer, "repetitions (default 3)") { |n| opts[:reps] = n }
+      catch(:done) do
+        parser.parse(argv)
+        run_bench(opts)
+      end
+    end
+
+    def run_bench(opts)
+      opts[:n_ctx] ||= [Model::DEFAULT_N_CTX, opts[:depths].max.to_i + 64].max
+      open_model(opts) do |model|
+        bench = Bench.new(model)
+        bench.prompt_rate(16) && bench.decode_rate(4) # warm-up
+        @out.puts "#{model.inspect}, #{model.info[:n_threads]} thread(s), medians of #{opts[:reps]}"
+        bench_line("pp#{opts[:pp]}", "t/s", opts) { bench.prompt_rate(opts[:pp]) }
+        bench_line("tg#{opts[:tg]}", "t/s", opts) { bench.decode_rate(opts[:tg]) }
+        bench_line("ttft16", "ms", opts) { bench.first_token_ms(16) }
+        opts[:depths].each { |depth| bench_line("tg32@#{depth}", "t/s", opts) { bench.decode_rate(32, depth:) } }
+      end
+    end
+
+    def bench_line(label, unit, opts, &)
+      values = Array.new(opts[:reps], &).sort
+      @out.puts format("  %-12<label>s %10.1<value>f %<unit>s", label:, value: values[values.size / 2], unit:)
     end
 
     def cmd_fetch(argv)

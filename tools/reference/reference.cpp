@@ -24,10 +24,13 @@
 //   elelem-reference chat MODEL FILE
 //       FILE holds lines "role<TAB>hex(content)"; prints the hex of the prompt
 //       rendered by llama_chat_apply_template with add_generation_prompt.
-//   elelem-reference bench MODEL N_THREADS N_CTX PP TG DEPTH REPS
-//       Prints "load_ms <ms>" (model load and context creation), then
-//       "pp <t/s>" and "tg <t/s>" medians measured the way llama-bench does
-//       (a fresh sequence per repetition, DEPTH tokens of context first).
+//   elelem-reference serve MODEL N_THREADS N_CTX
+//       Prints "load_ms <ms>" (model load and context creation), then answers
+//       one line per line read, random token ids throughout:
+//         "pp N"       -> "pp <t/s>": N tokens as one prompt of a fresh sequence
+//         "tg N DEPTH" -> "tg <t/s>": N tokens decoded one at a time after DEPTH
+//                         tokens of context, which the next "tg" keeps as far
+//                         as it reaches (refilled for sliding-window models)
 //
 // The context mirrors llama-completion's defaults: flash attention auto, F16
 // KV cache, n_batch 2048, n_ubatch 512, swa_full false, the prompt fed with
@@ -271,52 +274,65 @@ static int cmd_chat(int argc, char ** argv) {
     return 0;
 }
 
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
+// The sequence `serve` grows and cuts back: positions [0, filled) hold context
+// tokens that a later `tg` at a depth up to `filled` can keep.
+struct Session {
+    llama_context * ctx;
+    int n_vocab;
+    bool refill;  // sliding-window layers: a cut-back cache may miss the window, so start afresh
+    int filled = 0;
 
-static int cmd_bench(int argc, char ** argv) {
-    if (argc < 9) return 2;
-    int n_threads = atoi(argv[3]), n_ctx = atoi(argv[4]), pp = atoi(argv[5]), tg = atoi(argv[6]);
-    int depth = atoi(argv[7]), reps = atoi(argv[8]);
+    void random_prompt(int n) {
+        std::vector<llama_token> ids(n);
+        for (auto & id : ids) id = std::rand() % n_vocab;
+        decode_prompt(ctx, ids, 2048);
+    }
+    void clear() { llama_memory_clear(llama_get_memory(ctx), true); filled = 0; }
+
+    double pp(int n) {
+        clear();
+        auto t0 = std::chrono::steady_clock::now();
+        random_prompt(n);
+        llama_synchronize(ctx);
+        return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+
+    double tg(int n, int depth) {
+        if (refill) clear();
+        filled = std::min(filled, depth);
+        llama_memory_seq_rm(llama_get_memory(ctx), 0, filled, -1);
+        if (depth > filled) random_prompt(depth - filled);
+        filled = depth;
+        llama_token id = std::rand() % n_vocab;
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < n; ++i) {
+            if (llama_decode(ctx, llama_batch_get_one(&id, 1))) { fprintf(stderr, "decode failed\n"); exit(1); }
+            llama_synchronize(ctx);
+        }
+        return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+};
+
+static int cmd_serve(int argc, char ** argv) {
+    if (argc < 5) return 2;
+    int n_threads = atoi(argv[3]), n_ctx = atoi(argv[4]);
     auto t_load = std::chrono::steady_clock::now();
     llama_model * model = load(argv[2], false);
-    const llama_vocab * vocab = llama_model_get_vocab(model);
-    int n_vocab = llama_vocab_n_tokens(vocab);
     llama_context * ctx = make_context(model, n_ctx, n_threads);
     printf("load_ms %.3f\n", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count());
+    fflush(stdout);
     std::srand(42);
-    auto random_tokens = [&](int n) {
-        std::vector<llama_token> t(n);
-        for (auto & x : t) x = std::rand() % n_vocab;
-        return t;
-    };
-    std::vector<double> pp_rates, tg_rates;
-    for (int r = 0; r <= reps; ++r) {  // repetition 0 is the warm-up
-        llama_memory_clear(llama_get_memory(ctx), true);
-        if (depth > 0) { auto d = random_tokens(depth); decode_prompt(ctx, d, 2048); }
-        if (pp > 0) {
-            auto p = random_tokens(pp);
-            auto t0 = std::chrono::steady_clock::now();
-            decode_prompt(ctx, p, 2048);
-            llama_synchronize(ctx);
-            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (r) pp_rates.push_back(pp / s);
-        }
-        if (tg > 0) {
-            llama_token id = std::rand() % n_vocab;
-            auto t0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < tg; ++i) {
-                if (llama_decode(ctx, llama_batch_get_one(&id, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
-                llama_synchronize(ctx);
-            }
-            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (r) tg_rates.push_back(tg / s);
-        }
+    Session session{ctx, llama_vocab_n_tokens(llama_model_get_vocab(model)), llama_model_n_swa(model) > 0};
+    char line[128], what[8];
+    while (fgets(line, sizeof line, stdin)) {
+        int n = 0, depth = 0;
+        int fields = sscanf(line, "%7s %d %d", what, &n, &depth);
+        bool ok = fields >= 2 && n > 0 && depth >= 0 && (long) n + depth <= n_ctx;
+        if (ok && !strcmp(what, "pp")) printf("pp %.3f\n", session.pp(n));
+        else if (ok && !strcmp(what, "tg")) printf("tg %.3f\n", session.tg(n, depth));
+        else printf("error %s", line);
+        fflush(stdout);
     }
-    if (!pp_rates.empty()) printf("pp %.3f\n", median(pp_rates));
-    if (!tg_rates.empty()) printf("tg %.3f\n", median(tg_rates));
     llama_free(ctx);
     llama_model_free(model);
     return 0;
@@ -343,7 +359,7 @@ int main(int argc, char ** argv) {
     else if (!strcmp(cmd, "detokenize")) rc = cmd_detokenize(argc, argv);
     else if (!strcmp(cmd, "vocab")) rc = cmd_vocab(argc, argv);
     else if (!strcmp(cmd, "chat")) rc = cmd_chat(argc, argv);
-    else if (!strcmp(cmd, "bench")) rc = cmd_bench(argc, argv);
+    else if (!strcmp(cmd, "serve")) rc = cmd_serve(argc, argv);
     if (rc == 2) fprintf(stderr, "usage: see the header of tools/reference/reference.cpp\n");
     llama_backend_free();
     return rc;
