@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use elelem_gguf::{Gguf, TensorInfo, TensorType, Value};
+use elelem_gguf::{FileBytes, Gguf, TensorInfo, TensorType, Value};
 use elelem_tokenizer::Tokenizer;
 use ggml_sys as sys;
 
@@ -32,10 +32,10 @@ pub struct Model {
     repacked_bytes: usize,
     n_weights: usize,
     // Declared after `weights` so the tensors' buffers and the mapping outlive nothing
-    // that points into them: buffers reference `gguf`'s mapping.
+    // that points into them: buffers reference the file's mapping.
     _buffers: Vec<Buffer>,
     _contexts: Vec<ggml::Context>,
-    _gguf: Gguf,
+    _file: FileBytes,
 }
 
 impl std::fmt::Debug for Model {
@@ -87,6 +87,8 @@ impl Model {
             .get("tokenizer.chat_template")
             .and_then(Value::as_str)
             .map(str::to_string);
+        // Everything before the tensor data has been read into our own structures.
+        gguf.release(0..gguf.data_offset() as usize);
         Ok(Model {
             hparams,
             weights,
@@ -97,7 +99,7 @@ impl Model {
             n_weights: placed.n_weights,
             _buffers: placed.buffers,
             _contexts: placed.contexts,
-            _gguf: gguf,
+            _file: gguf.into_file_bytes(),
         })
     }
 
@@ -352,6 +354,12 @@ impl<'a> Loader<'a> {
             weights_bytes += p.info.size as usize;
         }
         buffers.push(mapped);
+        let mapped_names: std::collections::HashSet<&str> = self
+            .planned
+            .iter()
+            .filter(|p| p.buft == plain)
+            .map(|p| p.info.name.as_str())
+            .collect();
         let mut repacked_bytes = 0;
         for (i, ctx) in self.contexts.iter().enumerate().take(plain) {
             let mine: Vec<&Planned> = self.planned.iter().filter(|p| p.buft == i).collect();
@@ -364,6 +372,12 @@ impl<'a> Loader<'a> {
             for p in mine {
                 let data = self.gguf.tensor_data(&p.info);
                 unsafe { sys::ggml_backend_tensor_set(p.tensor.as_ptr(), data.as_ptr().cast(), 0, data.len()) };
+                // Read once into the new layout: unless a mapped tensor reads the same
+                // bytes, their pages need not stay resident (llama.cpp keeps them).
+                if !mapped_names.contains(p.info.name.as_str()) {
+                    let start = (self.gguf.data_offset() + p.info.offset) as usize;
+                    self.gguf.release(start..start + data.len());
+                }
             }
             repacked_bytes += buffer.size();
             buffers.push(buffer);

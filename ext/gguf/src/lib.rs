@@ -12,7 +12,7 @@ mod types;
 mod value;
 mod writer;
 
-pub use reader::{Gguf, TensorInfo};
+pub use reader::{FileBytes, Gguf, TensorInfo};
 pub use types::TensorType;
 pub use value::{Value, ValueType};
 pub use writer::GgufWriter;

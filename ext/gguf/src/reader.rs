@@ -57,6 +57,34 @@ impl Bytes {
             Bytes::Owned(a) => a.as_slice(),
         }
     }
+
+    fn release(&self, range: std::ops::Range<usize>) {
+        let Bytes::Mapped(map) = self else { return };
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(0);
+        if page == 0 || range.end > map.len() {
+            return;
+        }
+        // Whole pages only (a mapping starts on a page): the pages at the edges hold
+        // bytes of the neighbours too.
+        let start = range.start.next_multiple_of(page);
+        let end = range.end / page * page;
+        if end > start {
+            // SAFETY: the map is read-only and file-backed, so DONTNEED loses nothing:
+            // a later read faults the same bytes back in from the file.
+            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
+    }
+}
+
+/// A GGUF file's bytes without its parsed metadata: what a loaded model keeps
+/// alive (its weights point into the mapping) once it has read what it needs.
+pub struct FileBytes(Bytes);
+
+impl FileBytes {
+    pub fn as_slice(&self) -> &[u8] {
+        self.0.as_slice()
+    }
 }
 
 /// An in-memory copy of a file that starts on a 64-byte boundary, as a mapping
@@ -173,6 +201,19 @@ impl Gguf {
     /// Where the data section starts in the file.
     pub fn data_offset(&self) -> u64 {
         self.data_offset
+    }
+
+    /// Drops the pages of `range` from the process's resident set, for bytes read
+    /// once (metadata, weights copied into another layout): the page cache keeps
+    /// them, and reading them again faults them back in. Only whole pages inside the
+    /// range go; a GGUF in owned memory is left as it is.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        self.bytes.release(range);
+    }
+
+    /// Keeps the file's bytes, dropping the parsed metadata and tensor index.
+    pub fn into_file_bytes(self) -> FileBytes {
+        FileBytes(self.bytes)
     }
 
     /// A tensor's bytes (bounds were validated at open).

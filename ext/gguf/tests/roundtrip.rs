@@ -125,3 +125,22 @@ fn array_elements_are_budgeted_for_the_whole_file() {
     let err = Gguf::from_bytes(w.to_bytes()).unwrap_err().to_string();
     assert!(err.contains("a2: array length"), "{err}");
 }
+
+#[test]
+fn released_pages_read_back_the_same() {
+    let mut w = sample();
+    let big: Vec<f32> = (0..64 * 1024).map(|i| i as f32).collect();
+    w.add_f32("big", &[64 * 1024], &big);
+    let path = std::env::temp_dir().join(format!("elelem-release-{}.gguf", std::process::id()));
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    let g = Gguf::open(&path).unwrap();
+    let before = g.file_bytes().to_vec();
+    let info = g.tensor("big").unwrap();
+    let start = (g.data_offset() + info.offset) as usize;
+    g.release(start..start + info.size as usize);
+    g.release(0..g.file_bytes().len());
+    assert_eq!(g.file_bytes(), &before[..]);
+    let bytes = g.into_file_bytes();
+    assert_eq!(bytes.as_slice(), &before[..]);
+    std::fs::remove_file(&path).unwrap();
+}
