@@ -21,6 +21,7 @@ mod bpe;
 mod merge;
 mod spm;
 mod stream;
+mod texts;
 mod unicode;
 mod unicode_data;
 mod vocab;
@@ -50,6 +51,8 @@ pub enum TokenizerError {
     UnsupportedAttributes(String),
     #[error("the vocabulary holds the same token text twice")]
     DuplicateTokens,
+    #[error("the token texts add up to more than 4 GiB")]
+    TooLarge,
     #[error("the vocabulary asks for a {0} token but has none")]
     MissingSpecial(&'static str),
     #[error("cannot index the special tokens: {0}")]
@@ -286,7 +289,7 @@ impl Tokenizer {
             if !parse_special && self.vocab.attrs[id as usize] & (CONTROL | UNKNOWN) != 0 {
                 continue;
             }
-            let needle = self.vocab.texts[id as usize].as_str();
+            let needle = &self.vocab.texts[id as usize];
             let mut split = Vec::with_capacity(fragments.len() + 2);
             for fragment in fragments {
                 let Fragment::Text(range) = fragment else {

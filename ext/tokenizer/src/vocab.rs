@@ -2,8 +2,10 @@
 //! `llama_vocab::impl::load` derives them: from the token types and ids in
 //! the metadata, then patched by its rules keyed on token text.
 
-use std::collections::{BTreeSet, HashMap};
+use std::borrow::Cow;
+use std::collections::BTreeSet;
 
+use crate::texts::Texts;
 use crate::{SpecialIds, TokenizerError, VocabKind, VocabSpec};
 
 // llama.cpp's `llama_token_attr` bits.
@@ -93,8 +95,7 @@ const EOG_TEXTS: &[&str] = &[
 const ALWAYS_RENDERED: &[&str] = &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
 
 pub(crate) struct Vocab {
-    pub(crate) texts: Vec<String>,
-    pub(crate) ids: HashMap<String, u32>,
+    pub(crate) texts: Texts,
     pub(crate) scores: Vec<f32>,
     pub(crate) attrs: Vec<u32>,
     pub(crate) bos: Option<u32>,
@@ -110,22 +111,13 @@ impl Vocab {
         let n = spec.tokens.len();
         let is_bpe = matches!(spec.kind, VocabKind::Bpe { .. });
 
-        let texts: Vec<String> = spec
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                if t.is_empty() {
-                    format!("[EMPTY_{i}]")
-                } else {
-                    t.clone()
-                }
-            })
-            .collect();
-        let ids: HashMap<String, u32> = texts.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-        if ids.len() != n {
-            return Err(TokenizerError::DuplicateTokens);
-        }
+        let texts = Texts::new(spec.tokens.iter().enumerate().map(|(i, t)| {
+            if t.is_empty() {
+                Cow::Owned(format!("[EMPTY_{i}]"))
+            } else {
+                Cow::Borrowed(t.as_str())
+            }
+        }))?;
 
         let scores = match &spec.scores {
             Some(s) if s.len() < n => return Err(TokenizerError::ShortArray("scores")),
@@ -172,7 +164,7 @@ impl Vocab {
         // order; ascending ids pick the same one whenever there is only one.
         for (id, text) in texts.iter().enumerate() {
             for (role, candidates) in roles.iter_mut() {
-                if role.is_none() && candidates.contains(&text.as_str()) {
+                if role.is_none() && candidates.contains(&text) {
                     *role = Some(id as u32);
                     attrs[id] |= CONTROL;
                 }
@@ -185,20 +177,20 @@ impl Vocab {
 
         let mut eog: BTreeSet<u32> = [fim_pad, fim_rep, fim_sep].into_iter().flatten().collect();
         for (id, text) in texts.iter().enumerate() {
-            if EOG_TEXTS.contains(&text.as_str()) {
+            if EOG_TEXTS.contains(&text) {
                 eog.insert(id as u32);
                 attrs[id] |= CONTROL;
             }
         }
-        for (attr, text) in attrs.iter_mut().zip(&texts) {
-            if ALWAYS_RENDERED.contains(&text.as_str()) {
+        for (attr, text) in attrs.iter_mut().zip(texts.iter()) {
+            if ALWAYS_RENDERED.contains(&text) {
                 *attr = USER_DEFINED;
             }
         }
         eog.extend([eos, eot, eom].into_iter().flatten());
 
         // gpt-oss and solar-open: "<|end|>" ends a message, not generation.
-        let eog_with = |eog: &BTreeSet<u32>, text: &str| eog.iter().find(|&&id| texts[id as usize] == text).copied();
+        let eog_with = |eog: &BTreeSet<u32>, text: &str| eog.iter().find(|&&id| &texts[id as usize] == text).copied();
         if let Some(end) = eog_with(&eog, "<|end|>") {
             let has = |t: &str| eog_with(&eog, t).is_some();
             if (has("<|return|>") && (has("<|call|>") || has("<|calls|>")))
@@ -228,7 +220,6 @@ impl Vocab {
 
         Ok(Vocab {
             texts,
-            ids,
             scores,
             attrs,
             bos,
@@ -241,7 +232,7 @@ impl Vocab {
     }
 
     pub(crate) fn id(&self, text: &str) -> Option<u32> {
-        self.ids.get(text).copied()
+        self.texts.id(text)
     }
 }
 
