@@ -421,6 +421,10 @@ pub struct Graph {
     graph: *mut sys::ggml_cgraph,
 }
 
+// SAFETY: the cgraph lives in the context's memory and only its owner uses it,
+// from one thread at a time (a context kept between passes may move threads).
+unsafe impl Send for Graph {}
+
 macro_rules! op {
     ($self:ident, $call:expr) => {
         Tensor::from_raw(unsafe { $call }).expect("ggml ops only fail on invalid arguments, which callers validate")

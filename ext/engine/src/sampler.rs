@@ -265,7 +265,9 @@ mod tests {
             for _ in 0..300 {
                 let logits: Vec<f32> = (0..len)
                     .map(|_| {
-                        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        state = state
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
                         match (state >> 60) % 9 {
                             0 => f32::NAN,
                             1 => f32::NEG_INFINITY,
