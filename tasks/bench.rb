@@ -143,7 +143,7 @@ module Bench
       rows = [interleaved("pp#{PP} t/s", ours, peer) { |side| side.prompt_rate(PP) },
               interleaved("tg#{TG} t/s", ours, peer) { |side| side.decode_rate(TG) },
               interleaved("ttft#{TTFT_PROMPT} ms", ours, peer) { |side| side.first_token_ms(TTFT_PROMPT) }]
-      overhead = median(Array.new(reps) { ours.ruby_overhead_us(TG) })
+      overhead = median(Array.new(reps) { ours.ruby_overhead_us(RSS_TOKENS) })
       rows << { "metric" => "Ruby overhead µs/token", "elelem" => overhead }
       rows += memory_rows(model.stats)
       rows << prefix_reuse_row(ours) if model.chat_template
