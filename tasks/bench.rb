@@ -10,7 +10,7 @@ require_relative "reference"
 # defaults, kept loaded in a `serve` process) in one run: each figure measured
 # A B A B after a warm-up, medians of BENCH_REPS (default 3).
 # A benchmark, not a test: it prints a table of ratios and writes tmp/bench.json
-# and tmp/bench.md.
+# and tmp/bench.md. At 2 threads every figure; at 1, the speeds without depth.
 module Bench
   MODELS = %w[qwen2.5-coder-0.5b qwen2.5-coder-1.5b gemma-3-270m].freeze
   N_CTX = 4096
@@ -188,9 +188,9 @@ module Bench
   def model_rows(name, threads)
     path = Elelem::Models.fetch(name)
     before = cpu_times
-    rows = speed_rows(path, threads) + depth_rows(path, threads)
+    rows = speed_rows(path, threads)
     if threads == 2
-      rows += open_rows(path, threads)
+      rows += depth_rows(path, threads) + open_rows(path, threads)
       ours, theirs = rss_pair(path, threads)
       rows << { "metric" => "peak RSS MiB", "elelem" => ours, "llama.cpp" => theirs }
       memory = peer_memory(path)
@@ -239,17 +239,24 @@ module Bench
     "#{cpu}, #{Etc.nprocessors} cores, #{`uname -sr`.strip}, load before: #{File.read("/proc/loadavg").split.first}"
   end
 
+  # Two threads first (the targets are set there), then one; the report is
+  # rewritten after each model, so a long run that is stopped keeps what it measured.
   def run
     Reference.build
-    models = list("BENCH_MODELS", MODELS)
-    rows = models.product(list("BENCH_THREADS", %w[2 1]).map(&:to_i)).flat_map do |name, threads|
-      warn "bench: #{name}, #{threads} thread(s)"
-      model_rows(name, threads)
+    report = { "machine" => machine, "time" => Time.now.utc.to_s, "reps" => reps, "rows" => [] }
+    threads = list("BENCH_THREADS", %w[2 1]).map(&:to_i)
+    threads.product(list("BENCH_MODELS", MODELS)).each do |n, name|
+      warn "bench: #{name}, #{n} thread(s)"
+      report["rows"] += model_rows(name, n)
+      write(report)
     end
-    report = { "machine" => machine, "time" => Time.now.utc.to_s, "reps" => reps, "rows" => rows }
-    FileUtils.mkdir_p(File.join(Reference::ROOT, "tmp"))
-    File.write(File.join(Reference::ROOT, "tmp", "bench.json"), JSON.pretty_generate(report))
-    File.write(File.join(Reference::ROOT, "tmp", "bench.md"), "#{report["machine"]}\n\n#{table(rows)}\n")
-    puts report["machine"], "", table(rows)
+    puts report["machine"], "", table(report["rows"])
+  end
+
+  def write(report)
+    dir = File.join(Reference::ROOT, "tmp")
+    FileUtils.mkdir_p(dir)
+    File.write(File.join(dir, "bench.json"), JSON.pretty_generate(report))
+    File.write(File.join(dir, "bench.md"), "#{report["machine"]}\n\n#{table(report["rows"])}\n")
   end
 end
