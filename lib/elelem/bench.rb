@@ -50,14 +50,16 @@ module Elelem
       tokens / (stamps.last - stamps.first)
     end
 
-    # What the Ruby side adds to each decoded token: the time between tokens as
-    # Ruby sees them minus the engine's own decode time (see {Model#stats}).
+    # What the Ruby side adds to each decoded token: the time between the first
+    # and the last token as the stream yields them, less the engine's own time
+    # for the forward passes in between (see {Model#stats}), per token.
     # @param tokens [Integer]
     # @return [Float] microseconds per token
     def ruby_overhead_us(tokens)
-      rate = decode_rate(tokens)
-      stats = @model.stats
-      1e6 * ((1.0 / rate) - (stats[:decode_seconds] / stats[:decode_tokens]))
+      stamps = []
+      # Two prompt tokens count as a prompt, so the decode time is exactly the steps between the stamps.
+      @model.generate(random_ids(2), max_tokens: tokens + 1, ignore_eos: true) { stamps << now }
+      1e6 * (stamps.last - stamps.first - @model.stats[:decode_seconds]) / tokens
     end
 
     # Time to the first token of a chat's second turn, with the first turn's

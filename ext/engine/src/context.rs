@@ -286,7 +286,12 @@ impl Context {
         for ((group, cells), slot) in inputs.kv.iter().zip(&self.kv.groups).zip(slots) {
             let idxs: Vec<i64> = slot.iter().map(|&i| i64::from(i)).collect();
             group.cells.write(&idxs);
-            group.mask.write(&cells.mask(first, n_tokens, group.n_kv as u32));
+            let mut row = vec![0u16; group.n_kv as usize];
+            assert_eq!(group.mask.nbytes(), std::mem::size_of_val(&row[..]) * n_tokens as usize);
+            for (i, query) in (first..first + n_tokens as i32).enumerate() {
+                cells.mask_row(query, &mut row);
+                group.mask.write_at(i * std::mem::size_of_val(&row[..]), &row);
+            }
         }
         for &(tensor, value) in inputs.filled.borrow().iter() {
             tensor.write(&vec![value; tensor.nbytes() / std::mem::size_of::<f32>()]);

@@ -68,6 +68,13 @@ impl Tensor {
         unsafe { sys::ggml_backend_tensor_set(self.as_ptr(), data.as_ptr().cast(), 0, bytes) };
     }
 
+    /// Writes `data` at byte `offset`, through the backend buffer.
+    pub fn write_at<T: Copy>(self, offset: usize, data: &[T]) {
+        let bytes = std::mem::size_of_val(data);
+        assert!(offset + bytes <= self.nbytes(), "input range for {}", self.name());
+        unsafe { sys::ggml_backend_tensor_set(self.as_ptr(), data.as_ptr().cast(), offset, bytes) };
+    }
+
     /// Reads `out.len()` elements starting at byte `offset`, through the backend buffer.
     pub fn read_f32(self, offset: usize, out: &mut [f32]) {
         assert!(offset + std::mem::size_of_val(out) <= self.nbytes());

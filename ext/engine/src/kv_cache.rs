@@ -157,18 +157,17 @@ impl Cells {
         self.size().min(KV_PAD.max(used_end.div_ceil(KV_PAD) * KV_PAD))
     }
 
-    /// The F16 mask [n_kv, n_tokens] of tokens at positions `first..`: a cell is
-    /// visible if it holds a position at or before the token's, within the window.
-    pub fn mask(&self, first: i32, n_tokens: u32, n_kv: u32) -> Vec<u16> {
-        let mut mask = vec![MASK_HIDDEN; n_tokens as usize * n_kv as usize];
-        for (row, query) in mask.chunks_exact_mut(n_kv as usize).zip(first..) {
-            for (m, &key) in row.iter_mut().zip(&self.pos) {
-                if key >= 0 && key <= query && !self.outside_window(key, query) {
-                    *m = MASK_VISIBLE;
-                }
+    /// One row of the F16 mask [n_kv, n_tokens], for the token at position `query`
+    /// over the first `row.len()` cells: a cell is visible if it holds a position at
+    /// or before the token's, within the window. Row by row, because the whole mask
+    /// of a micro-batch deep in a large context would be a second copy of up to a GiB.
+    pub fn mask_row(&self, query: i32, row: &mut [u16]) {
+        row.fill(MASK_HIDDEN);
+        for (m, &key) in row.iter_mut().zip(&self.pos) {
+            if key >= 0 && key <= query && !self.outside_window(key, query) {
+                *m = MASK_VISIBLE;
             }
         }
-        mask
     }
 }
 
@@ -272,7 +271,8 @@ mod tests {
         assert_eq!(taken[0], (0..512).collect::<Vec<_>>());
         assert_eq!(taken[1], (512..700).collect::<Vec<_>>());
         assert_eq!(cells.n_kv(), 768);
-        let mask = cells.mask(699, 1, 768);
+        let mut mask = [0; 768];
+        cells.mask_row(699, &mut mask);
         assert!(mask[..700].iter().all(|&m| m == MASK_VISIBLE));
         assert!(mask[700..].iter().all(|&m| m == MASK_HIDDEN));
     }
@@ -288,7 +288,8 @@ mod tests {
         // Decoding continues around the ring, always over the oldest position.
         assert_eq!(feed(&mut cells, 1100, 1, 1)[0], [76]);
         let query = 1100;
-        let mask = cells.mask(query, 1, 1024);
+        let mut mask = [0; 1024];
+        cells.mask_row(query, &mut mask);
         for (idx, &m) in mask.iter().enumerate() {
             let key = cells.pos[idx];
             assert_eq!(m == MASK_VISIBLE, query - key < 512, "cell {idx} at {key}");
