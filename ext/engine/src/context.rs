@@ -293,6 +293,8 @@ impl Context {
                 group.mask.write_at(i * std::mem::size_of_val(&row[..]), &row);
             }
         }
+        // Every pass, constants too: the allocator lends an input's memory to later
+        // tensors once its last reader has run, so a reused graph finds it overwritten.
         for &(tensor, value) in inputs.filled.borrow().iter() {
             tensor.write(&vec![value; tensor.nbytes() / std::mem::size_of::<f32>()]);
         }
