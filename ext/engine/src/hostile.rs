@@ -422,8 +422,7 @@ pub fn structured() -> Vec<Case> {
     let mut q8 = canary::writer(&Q8_0).to_bytes();
     let g = Gguf::from_bytes(&q8).expect("a seed");
     let q = g.tensor("blk.0.attn_q.weight").expect("present");
-    let start = (g.data_offset() + q.offset) as usize;
-    for block in q8[start..start + q.size as usize].chunks_mut(34) {
+    for block in q8[g.tensor_range(q)].chunks_mut(34) {
         block[..2].copy_from_slice(&0x7e00u16.to_le_bytes());
     }
     cases.push(Case {
@@ -588,8 +587,7 @@ fn fill_f32(bytes: &[u8], which: &dyn Fn(&str) -> bool, value: f32) -> Vec<u8> {
         .iter()
         .filter(|t| t.tensor_type == TensorType::F32 && which(&t.name))
     {
-        let start = (g.data_offset() + t.offset) as usize;
-        for v in out[start..start + t.size as usize].chunks_mut(4) {
+        for v in out[g.tensor_range(t)].chunks_mut(4) {
             v.copy_from_slice(&value.to_le_bytes());
         }
     }

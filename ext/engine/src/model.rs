@@ -375,8 +375,7 @@ impl<'a> Loader<'a> {
                 // Read once into the new layout: unless a mapped tensor reads the same
                 // bytes, their pages need not stay resident (llama.cpp keeps them).
                 if !mapped_names.contains(p.info.name.as_str()) {
-                    let start = (self.gguf.data_offset() + p.info.offset) as usize;
-                    self.gguf.release(start..start + data.len());
+                    self.gguf.release(self.gguf.tensor_range(&p.info));
                 }
             }
             repacked_bytes += buffer.size();

@@ -216,10 +216,15 @@ impl Gguf {
         FileBytes(self.bytes)
     }
 
-    /// A tensor's bytes (bounds were validated at open).
-    pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
+    /// Where a tensor's bytes lie in the file (bounds were validated at open).
+    pub fn tensor_range(&self, info: &TensorInfo) -> std::ops::Range<usize> {
         let start = (self.data_offset + info.offset) as usize;
-        &self.file_bytes()[start..start + info.size as usize]
+        start..start + info.size as usize
+    }
+
+    /// A tensor's bytes.
+    pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
+        &self.file_bytes()[self.tensor_range(info)]
     }
 }
 

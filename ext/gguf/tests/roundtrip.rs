@@ -135,9 +135,7 @@ fn released_pages_read_back_the_same() {
     std::fs::write(&path, w.to_bytes()).unwrap();
     let g = Gguf::open(&path).unwrap();
     let before = g.file_bytes().to_vec();
-    let info = g.tensor("big").unwrap();
-    let start = (g.data_offset() + info.offset) as usize;
-    g.release(start..start + info.size as usize);
+    g.release(g.tensor_range(g.tensor("big").unwrap()));
     g.release(0..g.file_bytes().len());
     assert_eq!(g.file_bytes(), &before[..]);
     let bytes = g.into_file_bytes();
