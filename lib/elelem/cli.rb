@@ -86,12 +86,12 @@ module Elelem
       Elelem.open(path, **opts.slice(:n_ctx, :n_threads), &)
     end
 
-    def parse(argv, banner, sampling: false)
-      opts = {}
-      catch(:done) do
-        rest = parser(banner, opts, sampling:).parse(argv)
-        return [opts, rest]
-      end
+    # The command's own options, if any, come from the block (given the parser and the options hash).
+    def parse(argv, banner, sampling: false, defaults: {})
+      opts = defaults.dup
+      options = parser(banner, opts, sampling:)
+      yield options, opts if block_given?
+      catch(:done) { return [opts, options.parse(argv)] }
       nil
     end
 
@@ -134,18 +134,15 @@ module Elelem
     end
 
     def cmd_bench(argv)
-      opts = { pp: 512, tg: 128, depths: [], reps: 3 }
-      parser = parser("bench [-m MODEL] [options]", opts)
-      parser.on("--pp N", Integer, "prompt tokens (default 512)") { |n| opts[:pp] = n }
-      parser.on("--tg N", Integer, "decoded tokens (default 128)") { |n| opts[:tg] = n }
-      parser.on("--depth LIST", Array, "also decode 32 tokens after this many of context, e.g. 1024,4096") do |list|
-        opts[:depths] = list.map { |d| Integer(d) }
+      opts, = parse(argv, "bench [-m MODEL] [options]", defaults: { pp: 512, tg: 128, depths: [], reps: 3 }) do |o, op|
+        o.on("--pp N", Integer, "prompt tokens (default 512)") { |n| op[:pp] = n }
+        o.on("--tg N", Integer, "decoded tokens (default 128)") { |n| op[:tg] = n }
+        o.on("--depth LIST", Array, "also decode 32 tokens after this many of context, e.g. 1024,4096") do |list|
+          op[:depths] = list.map { |d| Integer(d) }
+        end
+        o.on("-r", "--reps N", Integer, "repetitions (default 3)") { |n| op[:reps] = n }
       end
-      parser.on("-r", "--reps N", Integer, "repetitions (default 3)") { |n| opts[:reps] = n }
-      catch(:done) do
-        parser.parse(argv)
-        run_bench(opts)
-      end
+      run_bench(opts) if opts
     end
 
     def run_bench(opts)
