@@ -11,6 +11,7 @@
 //!   [`layers`].
 
 pub mod arch;
+mod build_profile;
 pub mod canary;
 pub mod chat;
 mod context;
@@ -25,6 +26,7 @@ mod model;
 pub mod sampler;
 mod text;
 
+pub use build_profile::{cpu_model, BuildProfile};
 pub use context::{Context, ContextParams, DecodeStats};
 pub use elelem_tokenizer::Tokenizer;
 pub use error::{Error, Result};

@@ -4,6 +4,22 @@
 
 use std::collections::VecDeque;
 
+/// How far the greedy choice is ahead of the runner-up (0 on a tie). Where it is
+/// small, a different rounding anywhere in the pass can change the token: the
+/// goldens' failure messages print it.
+pub fn top_two_margin(logits: &[f32]) -> f32 {
+    let (mut first, mut second) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &l in logits {
+        if l > first {
+            second = first;
+            first = l;
+        } else if l > second {
+            second = l;
+        }
+    }
+    first - second
+}
+
 /// The index of the largest logit; the lowest index wins ties, as llama.cpp's
 /// greedy sampler. NaN never wins, so the result is always a valid id.
 pub fn greedy(logits: &[f32]) -> u32 {

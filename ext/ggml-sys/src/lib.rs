@@ -6,3 +6,14 @@ include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
 /// The version of the vendored ggml, as its CMake would report it.
 pub const GGML_VERSION: &str = env!("ELELEM_GGML_VERSION");
+
+/// The flags the CPU backend was compiled with (`-march=native` unless told otherwise).
+pub const GGML_CPU_FLAGS: &str = env!("ELELEM_GGML_CPU_FLAGS");
+
+/// The compiler that built ggml, e.g. `gcc 12.2.0`.
+pub const GGML_COMPILER: &str = env!("ELELEM_GGML_COMPILER");
+
+/// The instruction-set macros, without underscores, that the CPU backend's flags
+/// defined and ggml's CPU sources test (e.g. `AVX2 AVX512F AVX512FP16 F16C FMA`):
+/// they decide which kernels were compiled, and so the bits of every result.
+pub const GGML_ISA: &str = env!("ELELEM_GGML_ISA");

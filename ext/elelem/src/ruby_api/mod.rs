@@ -2,11 +2,27 @@ mod errors;
 mod model;
 mod nogvl;
 
-use magnus::{function, prelude::*, Error, Ruby};
+use magnus::{function, prelude::*, Error, RHash, Ruby};
 
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
     let elelem = ruby.define_module("Elelem")?;
     elelem.define_singleton_method("ggml_version", function!(elelem_engine::ggml_version, 0))?;
     elelem.define_singleton_method("system_info", function!(elelem_engine::system_info, 0))?;
+    elelem.define_singleton_method("build_profile", function!(build_profile, 0))?;
     model::init(ruby, &elelem)
+}
+
+/// `Elelem.build_profile`: what decides the bits of this build's results.
+fn build_profile(ruby: &Ruby) -> Result<RHash, Error> {
+    let profile = elelem_engine::BuildProfile::current();
+    let h = ruby.hash_new();
+    let sym = |k: &str| ruby.to_symbol(k);
+    h.aset(sym("id"), profile.id())?;
+    h.aset(sym("arch"), profile.arch)?;
+    h.aset(sym("ggml"), profile.ggml_version)?;
+    h.aset(sym("compiler"), profile.compiler)?;
+    h.aset(sym("isa"), profile.isa)?;
+    h.aset(sym("cpu_flags"), profile.cpu_flags)?;
+    h.aset(sym("cpu"), elelem_engine::cpu_model())?;
+    Ok(h)
 }
