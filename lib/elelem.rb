@@ -15,6 +15,7 @@ require_relative "elelem/completion"
 require_relative "elelem/model"
 require_relative "elelem/models"
 require_relative "elelem/bench"
+require_relative "elelem/golden"
 
 # Run GGUF language models on ggml from Ruby.
 #
@@ -22,6 +23,20 @@ require_relative "elelem/bench"
 #     model.generate([785, 6722, 315], max_tokens: 16)  # => Array of token ids
 #   end
 module Elelem
+  # @!method self.build_profile
+  #   What decides the bits of this build's results: ggml's version, the compiler, and the
+  #   instruction-set macros ggml's CPU backend was compiled under (`-march=native` picks them
+  #   from the build machine's CPU). Builds with the same `:id` give the same greedy ids on any
+  #   CPU; {Golden} keeps one recording per id.
+  #   @return [Hash] `:id`, `:arch`, `:ggml`, `:compiler`, `:isa` (Array), `:cpu_flags`, and
+  #     `:cpu` (this CPU's model name, when the OS says)
+
+  # @!method self.ggml_version
+  #   @return [String] the vendored ggml's version
+
+  # @!method self.system_info
+  #   @return [String] the CPU features ggml's CPU backend was compiled for, llama.cpp's way
+
   class << self
     # Opens a GGUF model.
     #

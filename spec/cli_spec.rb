@@ -31,11 +31,11 @@ RSpec.describe Elelem::CLI do
   end
 
   it "streams a generation" do
-    golden = SpecModels.golden("qwen2.5-coder-0.5b")["cases"].find { |c| c["name"] == "prose" }
+    golden = SpecModels.golden("qwen2.5-coder-0.5b")
     status, out, = run("generate", "-m", SpecModels.path("qwen2.5-coder-0.5b"), "-t", "2", "-n", "32",
-                       golden["prompt_text"])
+                       golden.find("prose")["prompt_text"])
     expect(status).to eq(0)
-    expect(out).to eq("#{golden["output_text"]}\n")
+    expect(out).to eq("#{golden.output("prose")["text"]}\n")
   end
 
   it "chats, keeping the history" do

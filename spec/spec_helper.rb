@@ -2,6 +2,11 @@
 
 require "json"
 require "elelem"
+require "elelem/rspec"
+
+# Our goldens come from the reference llama.cpp only (`rake goldens` records a profile
+# the fixtures lack into Golden::CACHE_DIR), never from elelem: recording is switched off.
+ENV.delete(Elelem::Golden::RECORD_ENV)
 
 ROOT = File.expand_path("..", __dir__)
 CANARY = File.join(ROOT, "tmp", "canary.gguf")
@@ -35,8 +40,12 @@ module SpecModels
     dir
   end
 
-  def golden(name)
+  def fixture(name)
     JSON.parse(File.read(File.join(ROOT, "spec", "fixtures", "goldens", "#{name}.json")))
+  end
+
+  def golden(name)
+    Elelem::Golden.new(File.join(ROOT, "spec", "fixtures", "goldens", "#{name}.json"), cache: Elelem::Golden::CACHE_DIR)
   end
 end
 

@@ -6,26 +6,26 @@ RSpec.describe "text in, text out" do
   qwen = SpecModels.path("qwen2.5-coder-0.5b")
   golden = SpecModels.golden("qwen2.5-coder-0.5b")
 
-  before(:all) { @model = Elelem.open(qwen, n_ctx: golden["n_ctx"], n_threads: golden["n_threads"]) }
+  before(:all) { @model = Elelem.open(qwen, n_ctx: golden.n_ctx, n_threads: golden.n_threads) }
   after(:all) { @model.close }
 
   let(:model) { @model }
 
-  golden["cases"].reject { |c| c["name"] == "long" }.each do |c|
+  golden.cases.reject { |c| c["name"] == "long" }.each do |c|
     it "generates llama.cpp's text for the #{c["name"]} prompt, streamed in pieces that add up" do
       expect(model.tokenize(c["prompt_text"])).to eq(c["prompt"])
       pieces = []
       text = model.generate(c["prompt_text"], max_tokens: c["max_tokens"]) { |piece| pieces << piece }
-      expect(text).to eq(c["output_text"])
+      expect(text).to eq(golden.output(c["name"])["text"])
       expect(pieces.join).to eq(text)
       expect(pieces).to all(be_valid_encoding)
     end
   end
 
   it "returns a Completion that says why it stopped" do
-    c = golden["cases"].first
+    c = golden.cases.first
     completion = model.complete(c["prompt_text"], max_tokens: 8)
-    expect(completion.tokens).to eq(c["output"].first(8))
+    expect(completion.tokens).to eq(golden.output(c["name"])["ids"].first(8))
     expect(completion.text).to eq(model.detokenize(completion.tokens, special: false))
     expect(completion.finish_reason).to eq(:length)
     expect(completion.prompt_tokens).to eq(c["prompt"].size)
@@ -33,8 +33,8 @@ RSpec.describe "text in, text out" do
   end
 
   it "honours stop strings, never emitting them" do
-    c = golden["cases"].find { |x| x["name"] == "code" }
-    full = c["output_text"]
+    c = golden.find("code")
+    full = golden.output("code")["text"]
     stop = full[20, 6]
     pieces = []
     completion = model.complete(c["prompt_text"], max_tokens: 32, stop: [stop, "never appears"]) { |p| pieces << p }
@@ -60,11 +60,12 @@ RSpec.describe "text in, text out" do
   end
 
   it "has a lazy form" do
-    c = golden["cases"].first
+    c = golden.cases.first
+    text = golden.output(c["name"])["text"]
     pieces = model.each_token(c["prompt_text"], max_tokens: 32)
     expect(pieces).to be_a(Enumerator)
-    expect(pieces.first(3).join).to eq(c["output_text"][0, pieces.first(3).join.size])
-    expect(pieces.to_a.join).to eq(c["output_text"])
+    expect(pieces.first(3).join).to eq(text[0, pieces.first(3).join.size])
+    expect(pieces.to_a.join).to eq(text)
   end
 
   it "rejects bad sampling options" do
@@ -76,7 +77,7 @@ RSpec.describe "text in, text out" do
   end
 
   describe "chat" do
-    chat = SpecModels.golden("chat-qwen2.5-coder-0.5b")
+    chat = SpecModels.fixture("chat-qwen2.5-coder-0.5b")
 
     it "renders the model's ChatML template to llama.cpp's prompt tokens" do
       prompt = model.chat_prompt(chat["messages"])

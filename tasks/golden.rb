@@ -4,7 +4,9 @@ require "tempfile"
 require_relative "reference"
 
 # The golden prompts. Their ids and continuations come only from the reference
-# (llama.cpp), never from elelem: `rake golden` rewrites spec/fixtures/goldens.
+# (llama.cpp), never from elelem, and hold for the build profile they were recorded
+# under (see Elelem::Golden): `rake golden` records this profile into
+# spec/fixtures/goldens, `rake goldens` a profile they lack into a cache.
 module Goldens
   NOTES = (1..40).map do |i|
     "Note #{i}: the function parse_#{i}(input) reads #{i * 7} bytes, checks the header, and returns " \
@@ -65,46 +67,64 @@ module Goldens
     { "messages" => CHAT_MESSAGES, "prompt_text" => text, "prompt" => Reference.tokenize(model_path, text) }
   end
 
-  def write(name, model_path, cases)
-    FileUtils.mkdir_p(Reference::GOLDENS)
-    doc = {
-      "model" => File.basename(model_path),
-      "reference" => "llama.cpp from llama-cpp-sys-2 0.1.161 (tools/reference), greedy",
-      "n_ctx" => Reference::N_CTX,
-      "n_threads" => Reference::N_THREADS,
-      "cases" => cases
-    }
-    path = File.join(Reference::GOLDENS, "#{name}.json")
-    File.write(path, "#{JSON.pretty_generate(doc)}\n")
-    puts "wrote #{path} (#{cases.size} cases)"
+  FIXTURES = [*MODELS.keys, "tiny-llama-canary"].freeze
+
+  def fixture(name)
+    File.join(Reference::GOLDENS, "#{name}.json")
   end
 
-  def text_case(model_path, name, text)
-    ids = Reference.tokenize(model_path, text)
-    output, output_text = Reference.generate(model_path, ids)
-    { "name" => name, "prompt_text" => text, "prompt" => ids, "max_tokens" => Reference::N_PREDICT,
-      "output" => output, "output_text" => output_text }
+  def model_path(name)
+    name == "tiny-llama-canary" ? File.join(Reference::ROOT, "tmp", "canary.gguf") : Elelem::Models.fetch(name)
+  end
+
+  # Records llama.cpp's ids for every case of `golden` under this build's profile.
+  def record(golden, name)
+    Reference.check_profile!
+    Elelem.open(model_path(name), n_ctx: Reference::N_CTX, n_threads: Reference::N_THREADS) do |model|
+      golden.record(model, reference: Reference::BINARY)
+    end
+    puts "recorded #{File.basename(golden.path)} for build profile #{Elelem.build_profile[:id]}"
+  end
+
+  # `rake golden`: the cases (text prompts tokenized by the reference) and this build
+  # profile's recording, written into the fixtures; other profiles' recordings stay.
+  def run
+    Reference.build
+    MODELS.merge("tiny-llama-canary" => CANARY_PROMPTS).each do |name, prompts|
+      golden = Elelem::Golden.new(fixture(name))
+      prompts.each do |case_name, prompt|
+        next if golden.find(case_name)
+
+        text = prompt if prompt.is_a?(String)
+        ids = text ? Reference.tokenize(model_path(name), text) : prompt
+        golden.add_case(case_name, ids, max_tokens: Reference::N_PREDICT, ignore_eos: text.nil?, prompt_text: text)
+      end
+      record(golden, name)
+    end
+    write_chat
+  end
+
+  # `rake goldens`: for a build profile the fixtures have no recording of, records one
+  # from the reference llama.cpp built here into Golden::CACHE_DIR (once per machine).
+  def ensure_recorded
+    missing = FIXTURES.map { |name| [name, Elelem::Golden.new(fixture(name), cache: Elelem::Golden::CACHE_DIR)] }
+                      .reject { |_, golden| golden.recorded? }
+    profile = Elelem.build_profile
+    if missing.empty?
+      puts "goldens: every fixture has a recording for build profile #{profile[:id]}"
+      return
+    end
+    puts "goldens: no recording for build profile #{profile[:id]} (#{profile[:isa].join(" ")}) on " \
+         "#{profile[:cpu]}: recording from the reference llama.cpp into #{Elelem::Golden::CACHE_DIR}"
+    started = Time.now
+    Reference.build
+    missing.each { |name, golden| record(golden, name) }
+    puts format("goldens: recorded in %.0f s", Time.now - started)
   end
 
   def write_chat
     path = File.join(Reference::GOLDENS, "chat-qwen2.5-coder-0.5b.json")
     File.write(path, "#{JSON.pretty_generate(chat_case(Elelem::Models.fetch("qwen2.5-coder-0.5b")))}\n")
     puts "wrote #{path}"
-  end
-
-  def run
-    Reference.build
-    MODELS.each do |name, prompts|
-      path = Elelem::Models.fetch(name)
-      write(name, path, prompts.map { |case_name, text| text_case(path, case_name, text) })
-    end
-    write_chat
-    canary = File.join(Reference::ROOT, "tmp", "canary.gguf")
-    cases = CANARY_PROMPTS.map do |case_name, ids|
-      output, = Reference.generate(canary, ids, ignore_eos: true)
-      { "name" => case_name, "prompt" => ids, "max_tokens" => Reference::N_PREDICT, "ignore_eos" => true,
-        "output" => output }
-    end
-    write("tiny-llama-canary", canary, cases)
   end
 end

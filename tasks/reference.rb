@@ -46,9 +46,13 @@ module Reference
     end
   end
 
-  # Greedy ids and their text, as llama-completion would print them.
-  def generate(model, ids, n_predict: N_PREDICT, ignore_eos: false)
-    out = run("generate", model, ids.join(","), n_predict, N_CTX, N_THREADS, ignore_eos ? 1 : 0).lines
-    [out[0].split.map(&:to_i), [out[1].to_s.strip].pack("H*").force_encoding(Encoding::UTF_8)]
+  # The reference is built natively (GGML_NATIVE, ggml's default), so its recordings are
+  # labelled with this build's profile only when this build is native too.
+  def check_profile!
+    flags = Elelem.build_profile[:cpu_flags]
+    return if flags == "-march=native"
+
+    raise "elelem was built with #{flags.inspect}, the reference with -march=native: its recordings " \
+          "would carry the wrong build profile (rebuild without ELELEM_CPU_FLAGS / ELELEM_PORTABLE)"
   end
 end

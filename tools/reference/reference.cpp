@@ -9,7 +9,8 @@
 //   elelem-reference generate MODEL IDS N_PREDICT [N_CTX] [N_THREADS] [IGNORE_EOS]
 //       IDS is comma-separated prompt token ids. Prints the greedy ids (one
 //       line, space-separated), then the hex of their text (token_to_piece,
-//       special=false, as llama-completion prints them).
+//       special=false, as llama-completion prints them), then, one per step,
+//       the margin of the greedy choice over the runner-up logit.
 //   elelem-reference tokenize MODEL FILE [ADD_SPECIAL] [PARSE_SPECIAL]
 //       FILE holds one hex-encoded UTF-8 string per line; prints one line of
 //       token ids per input line.
@@ -39,6 +40,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -146,6 +148,17 @@ static std::string detokenize(const llama_vocab * vocab, const std::vector<llama
     return text;
 }
 
+// How far the greedy choice is ahead of the runner-up: where it is small, a
+// different rounding anywhere in the pass can change the token.
+static float top_two_margin(const float * logits, int n) {
+    float first = -INFINITY, second = -INFINITY;
+    for (int i = 0; i < n; ++i) {
+        if (logits[i] > first) { second = first; first = logits[i]; }
+        else if (logits[i] > second) second = logits[i];
+    }
+    return first - second;
+}
+
 static int cmd_generate(int argc, char ** argv) {
     if (argc < 5) return 2;
     int n_predict = atoi(argv[4]);
@@ -159,8 +172,11 @@ static int cmd_generate(int argc, char ** argv) {
     std::vector<llama_token> prompt = parse_ids(argv[3]);
     decode_prompt(ctx, prompt, 2048);
     std::vector<llama_token> out;
+    std::vector<float> margins;
     std::string text;
+    const int n_vocab = llama_vocab_n_tokens(vocab);
     for (int i = 0; i < n_predict; ++i) {
+        margins.push_back(top_two_margin(llama_get_logits_ith(ctx, -1), n_vocab));
         llama_token id = llama_sampler_sample(smpl, ctx, -1);
         out.push_back(id);
         if (!ignore_eos && llama_vocab_is_eog(vocab, id)) break;
@@ -170,6 +186,8 @@ static int cmd_generate(int argc, char ** argv) {
     }
     for (size_t i = 0; i < out.size(); ++i) printf(i ? " %d" : "%d", out[i]);
     printf("\n%s\n", to_hex(text).c_str());
+    for (size_t i = 0; i < margins.size(); ++i) printf(i ? " %.9g" : "%.9g", margins[i]);
+    printf("\n");
     llama_sampler_free(smpl);
     llama_free(ctx);
     llama_model_free(model);

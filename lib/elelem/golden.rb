@@ -1,0 +1,258 @@
+# frozen_string_literal: true
+
+require "digest"
+require "fileutils"
+require "json"
+require "open3"
+require "time"
+require_relative "golden/mismatch"
+
+module Elelem
+  # A golden file: prompts, how they are decoded (greedy), and the token ids
+  # recorded for them per build profile.
+  #
+  # Greedy ids are exact only between builds that compile the same kernels: the
+  # same ggml, compiler and instruction-set macros ({Elelem.build_profile}).
+  # `-march=native` compiles other kernels on other CPUs (AVX512-FP16 makes flash
+  # attention accumulate in half precision, for one), and where the top two logits
+  # are close another rounding picks another token. So a golden file keeps one
+  # recording per profile, and a check uses the recording of the running build's
+  # profile, never another's. A profile without a recording is recorded (from
+  # elelem, or from llama.cpp through the reference driver) or the check fails
+  # saying so.
+  #
+  #   golden = Elelem::Golden.new("spec/goldens/qwen.json")
+  #   golden.add_case("fib", model.tokenize("def fib(n):"), max_tokens: 16, prompt_text: "def fib(n):")
+  #   golden.record(model)                 # this profile's ids, from elelem
+  #   golden.check(model, "fib")           # => nil, or a Golden::Mismatch
+  class Golden
+    # The `format` field of the files this class reads and writes.
+    FORMAT = "elelem-golden/1"
+    # Set to 1 to record what is missing instead of failing ({Elelem::RSpec}).
+    RECORD_ENV = "ELELEM_RECORD_GOLDENS"
+    # Where recordings made on this machine are kept when a {Golden} is given `cache:`
+    # (`$ELELEM_GOLDEN_CACHE`, or `~/.cache/elelem/goldens`).
+    CACHE_DIR = ENV.fetch("ELELEM_GOLDEN_CACHE") { File.join(Dir.home, ".cache", "elelem", "goldens") }
+
+    class << self
+      # Whether {RECORD_ENV} asks for missing recordings to be made.
+      # @return [Boolean]
+      def record_missing?
+        ENV.fetch(RECORD_ENV, "") == "1"
+      end
+
+      # The SHA-256 of a model file (memoized by path, size and modification time).
+      # @return [String] hex
+      def sha256(path)
+        stat = File.stat(path)
+        (@sha256 ||= {})[[File.expand_path(path), stat.size, stat.mtime]] ||= Digest::SHA256.file(path).hexdigest
+      end
+    end
+
+    # @return [String] the golden file
+    attr_reader :path
+
+    # Opens `path` (which need not exist yet).
+    # @param cache [String, nil] a directory of recordings made on this machine, kept outside the
+    #   file (e.g. `~/.cache/...` in CI); {#record} writes there when given
+    # @raise [Elelem::Error] when the file is not a golden file
+    def initialize(path, cache: nil)
+      @path = path.to_s
+      @cache = cache && File.join(cache.to_s, Elelem.build_profile[:id], File.basename(@path))
+      @doc = File.exist?(@path) ? read(@path) : { "format" => FORMAT, "cases" => [], "recordings" => {} }
+      @cached = @cache && File.exist?(@cache) ? read(@cache)["recordings"] : {}
+    end
+
+    # @return [Integer, nil] the context size the ids were recorded with
+    def n_ctx
+      @doc["n_ctx"]
+    end
+
+    # @return [Integer, nil] the thread count the ids were recorded with (llama.cpp's bits depend on it)
+    def n_threads
+      @doc["n_threads"]
+    end
+
+    # @return [Array<Hash>] the cases: `"name"`, `"prompt"` (ids), `"max_tokens"`, `"ignore_eos"`,
+    #   and `"prompt_text"` where the prompt was text
+    def cases
+      @doc["cases"]
+    end
+
+    # The case named `name`, or the one with these prompt ids and settings.
+    # @return [Hash, nil]
+    def find(name = nil, prompt: nil, max_tokens: nil, ignore_eos: false)
+      return cases.find { |c| c["name"] == name } if name
+
+      cases.find { |c| c.values_at("prompt", "max_tokens", "ignore_eos") == [prompt, max_tokens, ignore_eos] }
+    end
+
+    # Adds a case (its recordings are made by {#record}).
+    # @return [Hash] the case
+    # @raise [ArgumentError] when a case of that name exists
+    def add_case(name, prompt, max_tokens:, ignore_eos: false, prompt_text: nil)
+      raise ArgumentError, "#{@path} already has a case named #{name.inspect}" if find(name)
+
+      c = { "name" => name, "prompt_text" => prompt_text, "prompt" => prompt, "max_tokens" => max_tokens,
+            "ignore_eos" => ignore_eos }.compact
+      cases << c
+      c
+    end
+
+    # The recording for the running build's profile (from the file or the cache).
+    # @return [Hash, nil] with `"outputs"` by case name, `"recorder"`, `"cpu"`, `"build"`
+    def recording
+      id = Elelem.build_profile[:id]
+      @doc["recordings"][id] || @cached[id]
+    end
+
+    # Whether the running build's profile has a recording of every case.
+    # @return [Boolean]
+    def recorded?
+      outputs = recording&.fetch("outputs")
+      !outputs.nil? && cases.all? { |c| outputs.key?(c["name"]) }
+    end
+
+    # The profiles something was recorded for, with the CPU each was recorded on.
+    # @return [Hash{String => String}]
+    def recorded_profiles
+      @doc["recordings"].merge(@cached).transform_values { |r| r["cpu"].to_s }
+    end
+
+    # What was recorded for a case under the running build's profile.
+    # @return [Hash] `"ids"`, `"text"` and, when recorded from llama.cpp, `"margins"`
+    # @raise [Elelem::Error] when this profile has no recording of the case
+    def output(name)
+      recorded_output(find(name) || raise(Error, "#{@path} has no case named #{name.inspect}"))
+    end
+
+    # Checks one case against this profile's recording.
+    # @param model [Model] opened with the file's `n_ctx` and `n_threads`
+    # @return [Mismatch, nil]
+    # @raise [Elelem::Error] when the model, its settings or the recording do not fit the file
+    def check(model, name)
+      c = find(name)
+      expected = output(name)
+      check_model(model.info)
+      actual = model.generate(c["prompt"], max_tokens: c["max_tokens"], ignore_eos: c["ignore_eos"])
+      return if actual == expected["ids"]
+
+      step = (0...[actual.size, expected["ids"].size].max).find { |i| actual[i] != expected["ids"][i] }
+      Mismatch.new(case_name: name, step:, expected: expected["ids"], actual:,
+                   reference_margin: expected["margins"]&.at(step), recording:, profile: Elelem.build_profile)
+    end
+
+    # Records every case (or those named) for the running build's profile and saves.
+    # @param model [Model] the model to record from (its file, with `reference:`)
+    # @param reference [String, nil] an `elelem-reference` driver (tools/reference) to record
+    #   llama.cpp's ids instead of elelem's; it must be built natively like this build
+    # @param only [Array<String>, nil] the names of the cases to record
+    # @return [self]
+    def record(model, reference: nil, only: nil)
+      info = model.info
+      settle_model(info)
+      rec = (recording || new_recording(reference)).merge("recorded_at" => Time.now.utc.iso8601)
+      cases.each do |c|
+        next if only && !only.include?(c["name"])
+
+        rec["outputs"][c["name"]] = reference ? reference_output(reference, info, c) : elelem_output(model, c)
+      end
+      save(rec)
+    end
+
+    private
+
+    def read(path)
+      doc = JSON.parse(File.read(path))
+      raise Error, "#{path} is not an elelem golden file (#{FORMAT})" unless doc["format"] == FORMAT
+
+      doc
+    end
+
+    def recorded_output(kase)
+      rec = recording
+      output = rec && rec["outputs"][kase["name"]]
+      return output if output
+
+      others = recorded_profiles.map { |id, cpu| "#{id} (#{cpu})" }.join(", ")
+      raise Error, "#{@path}: no recording of case #{kase["name"].inspect} for this build profile " \
+                   "#{Elelem.build_profile[:id]} (#{Elelem.build_profile[:isa].join(" ")}; " \
+                   "recorded: #{others.empty? ? "none" : others}). Greedy ids hold only within a profile: " \
+                   "record this one (#{RECORD_ENV}=1, or Golden#record with reference: for llama.cpp's)"
+    end
+
+    def check_model(info)
+      sha = @doc.dig("model", "sha256")
+      if sha && Golden.sha256(info[:path]) != sha
+        raise Error, "#{@path} was recorded with another model file (sha256 #{sha}), not #{info[:path]}"
+      end
+
+      %w[n_ctx n_threads].each do |key|
+        next if @doc[key].nil? || @doc[key] == info[key.to_sym]
+
+        raise Error, "#{@path} was recorded with #{key} #{@doc[key]}; the model has #{info[key.to_sym]} " \
+                     "(open it with #{key}: #{@doc[key]})"
+      end
+    end
+
+    # The first recording settles the model and its settings; later ones must match them.
+    def settle_model(info)
+      return check_model(info) if @doc["model"]
+
+      @doc["model"] = { "file" => File.basename(info[:path]), "sha256" => Golden.sha256(info[:path]) }
+      @doc["n_ctx"] = info[:n_ctx]
+      @doc["n_threads"] = info[:n_threads]
+    end
+
+    def new_recording(reference)
+      profile = Elelem.build_profile
+      recorder = reference ? "llama.cpp (#{File.basename(reference)}, greedy)" : "elelem #{VERSION} (greedy)"
+      { "build" => profile.except(:id, :cpu).transform_keys(&:to_s), "cpu" => profile[:cpu],
+        "recorder" => recorder, "outputs" => {} }
+    end
+
+    def elelem_output(model, kase)
+      ids = model.generate(kase["prompt"], max_tokens: kase["max_tokens"], ignore_eos: kase["ignore_eos"])
+      { "ids" => ids, "text" => model.detokenize(ids, special: false) }
+    end
+
+    # The driver prints the ids, the hex of their text, and each step's top-two margin.
+    def reference_output(driver, info, kase)
+      args = [driver, "generate", info[:path], kase["prompt"].join(","), kase["max_tokens"], info[:n_ctx],
+              info[:n_threads], kase["ignore_eos"] ? 1 : 0].map(&:to_s)
+      out, err, status = Open3.capture3(*args)
+      raise Error, "the reference driver failed (#{status}): #{err.lines.last(3).join}" unless status.success?
+
+      ids, hex, margins = out.lines.map(&:strip)
+      { "ids" => ids.split.map(&:to_i), "text" => utf8([hex].pack("H*")), "margins" => margins.split.map(&:to_f) }
+        .compact
+    end
+
+    # A synthetic vocabulary's pieces need not be UTF-8: such text is left out.
+    def utf8(bytes)
+      text = bytes.force_encoding(Encoding::UTF_8)
+      text if text.valid_encoding?
+    end
+
+    def save(rec)
+      id = Elelem.build_profile[:id]
+      if @cache
+        @cached[id] = rec
+        write(@cache, @doc.merge("recordings" => { id => rec }))
+      else
+        @doc["recordings"][id] = rec
+      end
+      write(@path, @doc) # new cases, or this recording
+      self
+    end
+
+    # Writes only what changed, so checking in CI leaves a committed file as it is.
+    def write(path, doc)
+      text = "#{JSON.pretty_generate(doc.slice("format", "model", "n_ctx", "n_threads", "cases", "recordings"))}\n"
+      return if File.exist?(path) && File.read(path) == text
+
+      FileUtils.mkdir_p(File.dirname(path))
+      File.write(path, text)
+    end
+  end
+end
