@@ -82,20 +82,20 @@ fn check_goldens(golden: &str, model: Model) {
         .unwrap();
         let expected = ids(&rec["outputs"][name]["ids"]);
         if let Some(step) = (0..out.len().max(expected.len())).find(|&i| out.get(i) != expected.get(i)) {
+            let show = |id: Option<&u32>| id.map_or("nothing".to_string(), u32::to_string);
+            let recorded_margin = &rec["outputs"][name]["margins"][step];
             panic!(
-                "{golden} case {name:?}: the ids differ first at step {step} (0-based): expected {:?}, got {:?}\n  \
-                 top-two logit margin there: the recorder's {}, ours {:?} (a small margin: a rounding \
+                "{golden} case {name:?}: the ids differ first at step {step} (0-based): expected {}, got {}\n  \
+                 top-two logit margin there: the recorder's {}, ours {} (a small margin: a rounding \
                  difference flipped a near tie)\n  recorded by {} on {} (this CPU: {}), build profile {} \
                  (this build's)\n  expected: {expected:?}\n  actual:   {out:?}",
-                expected.get(step),
-                out.get(step),
-                rec["outputs"][name]["margins"]
-                    .get(step)
-                    .map_or("not recorded".into(), |m| m.to_string()),
-                margins.get(step),
-                rec["recorder"],
-                rec["cpu"],
-                cpu_model().unwrap_or_default(),
+                show(expected.get(step)),
+                show(out.get(step)),
+                recorded_margin.as_f64().map_or("not recorded".into(), |m| format!("{m:.4}")),
+                margins.get(step).map_or("none".into(), |m| format!("{m:.4}")),
+                rec["recorder"].as_str().unwrap_or("?"),
+                rec["cpu"].as_str().unwrap_or("an unknown CPU"),
+                cpu_model().unwrap_or_else(|| "unknown".into()),
                 profile.id()
             );
         }
