@@ -91,7 +91,9 @@ fn check_goldens(golden: &str, model: Model) {
                  (this build's)\n  expected: {expected:?}\n  actual:   {out:?}",
                 show(expected.get(step)),
                 show(out.get(step)),
-                recorded_margin.as_f64().map_or("not recorded".into(), |m| format!("{m:.4}")),
+                recorded_margin
+                    .as_f64()
+                    .map_or("not recorded".into(), |m| format!("{m:.4}")),
                 margins.get(step).map_or("none".into(), |m| format!("{m:.4}")),
                 rec["recorder"].as_str().unwrap_or("?"),
                 rec["cpu"].as_str().unwrap_or("an unknown CPU"),
