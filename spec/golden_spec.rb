@@ -8,6 +8,8 @@ require "spec_helper"
 RSpec.describe "golden generations" do
   {
     "tiny-llama-canary" => -> { SpecModels.canary },
+    "tiny-llama3" => -> { SpecModels.synthetic("tiny-llama3") },
+    "tiny-qwen3" => -> { SpecModels.synthetic("tiny-qwen3") },
     "qwen2.5-coder-0.5b" => -> { SpecModels.path("qwen2.5-coder-0.5b") },
     "qwen2.5-coder-1.5b" => -> { SpecModels.path("qwen2.5-coder-1.5b") },
     "gemma-3-270m" => -> { SpecModels.path("gemma-3-270m") }

@@ -9,7 +9,7 @@ require "elelem/rspec"
 ENV.delete(Elelem::Golden::RECORD_ENV)
 
 ROOT = File.expand_path("..", __dir__)
-CANARY = File.join(ROOT, "tmp", "canary.gguf")
+SYNTHETIC_DIR = File.join(ROOT, "tmp", "synthetic")
 
 # Helpers shared by the specs: real models must be present (no silent skips).
 module SpecModels
@@ -22,12 +22,18 @@ module SpecModels
     path
   end
 
-  def canary
-    unless File.exist?(CANARY)
+  # A small random-weight model of elelem_engine::canary::SYNTHETIC, written by our writer.
+  def synthetic(name)
+    path = File.join(SYNTHETIC_DIR, "#{name}.gguf")
+    unless File.exist?(path)
       system("cargo", "run", "--quiet", "--release", "--locked", "-p", "elelem-engine", "--example",
-             "write_canary", "--", CANARY, chdir: ROOT, exception: true)
+             "write_synthetic", "--", SYNTHETIC_DIR, chdir: ROOT, exception: true)
     end
-    CANARY
+    path
+  end
+
+  def canary
+    synthetic("tiny-llama-canary")
   end
 
   # The hostile-file corpus and its manifest (see elelem_engine::hostile).

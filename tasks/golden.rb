@@ -41,7 +41,7 @@ module Goldens
     "gemma-3-270m" => GEMMA_PROMPTS
   }.freeze
 
-  # The canary's prompts are ids: its vocabulary is synthetic.
+  # The synthetic models' prompts are ids: their vocabulary is made up.
   CANARY_PROMPTS = {
     "short" => [1, 50, 60, 70, 80],
     "long" => [1] + (0...700).map { |i| 3 + ((i * 7919) % 509) }
@@ -67,14 +67,18 @@ module Goldens
     { "messages" => CHAT_MESSAGES, "prompt_text" => text, "prompt" => Reference.tokenize(model_path, text) }
   end
 
-  FIXTURES = [*MODELS.keys, "tiny-llama-canary"].freeze
+  # The small random-weight models (rake canary writes them); their prompts are ids.
+  SYNTHETIC = %w[tiny-llama-canary tiny-llama3 tiny-qwen3].freeze
+  FIXTURES = [*MODELS.keys, *SYNTHETIC].freeze
 
   def fixture(name)
     File.join(Reference::GOLDENS, "#{name}.json")
   end
 
   def model_path(name)
-    name == "tiny-llama-canary" ? File.join(Reference::ROOT, "tmp", "canary.gguf") : Elelem::Models.fetch(name)
+    return Elelem::Models.fetch(name) unless SYNTHETIC.include?(name)
+
+    File.join(Reference::ROOT, "tmp", "synthetic", "#{name}.gguf")
   end
 
   # Records llama.cpp's ids for every case of `golden` under this build's profile.
@@ -90,7 +94,7 @@ module Goldens
   # profile's recording, written into the fixtures; other profiles' recordings stay.
   def run
     Reference.build
-    MODELS.merge("tiny-llama-canary" => CANARY_PROMPTS).each do |name, prompts|
+    MODELS.merge(SYNTHETIC.to_h { |name| [name, CANARY_PROMPTS] }).each do |name, prompts|
       golden = Elelem::Golden.new(fixture(name))
       prompts.each do |case_name, prompt|
         next if golden.find(case_name)

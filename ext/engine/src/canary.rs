@@ -12,9 +12,11 @@ pub const SEED: u64 = 0x005e_ede1_e1e4;
 /// A model the recipe can write.
 #[derive(Debug, Clone)]
 pub struct Shape {
-    /// "llama"; "qwen2" adds Q, K and V biases; "gemma3" adds Q and K norms,
-    /// post-norms, a sliding window and a logit soft-cap.
+    /// "llama"; "qwen2" adds Q, K and V biases; "qwen3" adds Q and K norms;
+    /// "gemma3" adds Q and K norms, post-norms, a sliding window and a logit soft-cap.
     pub arch: &'static str,
+    /// Adds `rope_freqs.weight`: Llama 3.1's rope scaling, one factor per rotated pair.
+    pub rope_freqs: bool,
     pub n_vocab: u64,
     pub n_embd: u64,
     pub n_layer: u32,
@@ -29,6 +31,7 @@ pub struct Shape {
 
 pub const CANARY: Shape = Shape {
     arch: "llama",
+    rope_freqs: false,
     n_vocab: 512,
     n_embd: 64,
     n_layer: 5,
@@ -38,6 +41,37 @@ pub const CANARY: Shape = Shape {
     matrix_type: TensorType::F32,
     embd_type: TensorType::F32,
 };
+
+/// Llama 3.1's shape in small: grouped-query attention (4 query heads a KV head),
+/// 16-wide heads, and `rope_freqs`.
+pub const LLAMA3: Shape = Shape {
+    arch: "llama",
+    rope_freqs: true,
+    n_vocab: 512,
+    n_embd: 128,
+    n_layer: 4,
+    n_head: 8,
+    n_head_kv: 2,
+    n_ff: 384,
+    matrix_type: TensorType::F32,
+    embd_type: TensorType::F32,
+};
+
+/// Qwen3's shape in small, its matrices in Q8_0 and its embeddings in F16.
+pub const QWEN3: Shape = Shape {
+    arch: "qwen3",
+    rope_freqs: false,
+    matrix_type: TensorType::Q8_0,
+    embd_type: TensorType::F16,
+    ..LLAMA3
+};
+
+/// The small random-weight models whose goldens come from the reference, by golden name.
+pub const SYNTHETIC: &[(&str, Shape)] = &[
+    ("tiny-llama-canary", CANARY),
+    ("tiny-llama3", LLAMA3),
+    ("tiny-qwen3", QWEN3),
+];
 
 /// SplitMix64: tiny, seedable, and the same everywhere.
 pub(crate) struct Rng(pub(crate) u64);
@@ -69,11 +103,6 @@ impl Rng {
     fn small(&mut self, n: u64) -> Vec<f32> {
         (0..n).map(|_| 0.1 * self.next_f32()).collect()
     }
-}
-
-/// The canary as GGUF bytes.
-pub fn canary_gguf() -> Vec<u8> {
-    writer(&CANARY).to_bytes()
 }
 
 /// A seeded model of `shape`, ready to write or to alter first.
@@ -125,10 +154,12 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32(&n("attn_v.bias"), &[kv_dim], &rng.small(kv_dim));
         }
         add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, n_embd, n_embd);
-        if arch == "gemma3" {
+        if arch == "gemma3" || arch == "qwen3" {
             let head = n_embd / u64::from(n_head);
             w.add_f32(&n("attn_q_norm.weight"), &[head], &rng.around_one(head));
             w.add_f32(&n("attn_k_norm.weight"), &[head], &rng.around_one(head));
+        }
+        if arch == "gemma3" {
             w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
             w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         }
@@ -136,6 +167,13 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, n_ff);
         add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
         add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
+    }
+    if shape.rope_freqs {
+        // Llama 3.1's factors run from 1 (high frequencies) to 8 (the lowest); these
+        // span that range over the pairs, so every pair is scaled differently.
+        let pairs = n_embd / u64::from(n_head) / 2;
+        let factors: Vec<f32> = (0..pairs).map(|i| 1.0 + 7.0 * i as f32 / (pairs - 1) as f32).collect();
+        w.add_f32("rope_freqs.weight", &[pairs], &factors);
     }
     w.add_f32("output_norm.weight", &[n_embd], &rng.around_one(n_embd));
     add_matrix(&mut w, &mut rng, "output.weight", shape.embd_type, n_embd, n_vocab);

@@ -534,14 +534,15 @@ impl Graph {
 
     /// RoPE without YaRN or frequency factors: the plain rotary embedding of
     /// llama.cpp's defaults (ext_factor 0, attn_factor 1, beta 32/1).
-    pub fn rope(&self, x: Tensor, pos: Tensor, rope: &crate::hparams::Rope) -> Tensor {
+    /// `freq_factors` divides each pair's frequency (llama3's `rope_freqs`).
+    pub fn rope(&self, x: Tensor, pos: Tensor, rope: &crate::hparams::Rope, freq_factors: Option<Tensor>) -> Tensor {
         op!(
             self,
             sys::ggml_rope_ext(
                 self.c(),
                 x.as_ptr(),
                 pos.as_ptr(),
-                std::ptr::null_mut(),
+                freq_factors.map_or(std::ptr::null_mut(), |f| f.as_ptr()),
                 rope.n_dims as i32,
                 rope.mode as i32,
                 rope.n_ctx_orig as i32,

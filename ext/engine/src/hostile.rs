@@ -42,6 +42,7 @@ pub struct Case {
 /// Two layers of a 16-wide llama with a 64-token vocabulary: about 25 KB.
 pub const MICRO: Shape = Shape {
     arch: "llama",
+    rope_freqs: false,
     n_vocab: 64,
     n_embd: 16,
     n_layer: 2,
@@ -53,6 +54,11 @@ pub const MICRO: Shape = Shape {
 };
 
 const QWEN2: Shape = Shape { arch: "qwen2", ..MICRO };
+const QWEN3: Shape = Shape { arch: "qwen3", ..MICRO };
+const LLAMA3: Shape = Shape {
+    rope_freqs: true,
+    ..MICRO
+};
 const GEMMA3: Shape = Shape {
     arch: "gemma3",
     ..MICRO
@@ -84,6 +90,8 @@ pub fn seeds() -> Vec<Case> {
         ("llama-f32", canary::writer(&MICRO)),
         ("llama-tied-output", tied),
         ("qwen2-f32", canary::writer(&QWEN2)),
+        ("qwen3-f32", canary::writer(&QWEN3)),
+        ("llama3-rope-freqs", canary::writer(&LLAMA3)),
         ("gemma3-f32", canary::writer(&GEMMA3)),
         ("llama-q8_0-f16", canary::writer(&Q8_0)),
         ("qwen2-q4_k-q6_k", canary::writer(&K_QUANTS)),
@@ -146,6 +154,12 @@ pub fn structured() -> Vec<Case> {
             k("rope.scaling.factor"), Some(F32(f32::NAN))),
         ("rope-scaling-negative", Rejected("rope.scaling.factor (Some(-2.0))"),
             k("rope.scaling.factor"), Some(F32(-2.0))),
+        ("rope-scaling-yarn", Rejected("rope.scaling.type 'yarn' is not supported"),
+            k("rope.scaling.type"), text("yarn")),
+        ("rope-scaling-none", Runs, k("rope.scaling.type"), text("none")),
+        ("rope-scaling-type-not-a-string", Rejected("rope.scaling.type must be a string"),
+            k("rope.scaling.type"), Some(U32(1))),
+        ("mixture-of-experts", Rejected("a mixture of experts (8 experts)"), k("expert_count"), Some(U32(8))),
         ("rms-epsilon-nan", Rejected("layer_norm_rms_epsilon (NaN)"),
             k("attention.layer_norm_rms_epsilon"), Some(F32(f32::NAN))),
         ("rms-epsilon-zero", Rejected("layer_norm_rms_epsilon (0)"),
@@ -229,6 +243,40 @@ pub fn structured() -> Vec<Case> {
         &GEMMA3,
         |w| {
             w.remove_tensor("blk.0.attn_q_norm.weight");
+        },
+    ));
+    cases.push(edited(
+        "qwen3-missing-k-norm",
+        Rejected("missing tensor blk.1.attn_k_norm.weight"),
+        &QWEN3,
+        |w| {
+            w.remove_tensor("blk.1.attn_k_norm.weight");
+        },
+    ));
+    // Tensors a graph would not read change llama.cpp's math or make it refuse the file.
+    cases.push(edited(
+        "qwen2-with-rope-freqs",
+        Rejected("tensor rope_freqs.weight is not part of elelem's qwen2 graph"),
+        &QWEN2,
+        |w| {
+            w.add_f32("rope_freqs.weight", &[2], &[1.0, 2.0]);
+        },
+    ));
+    cases.push(edited(
+        "llama-with-fused-qkv",
+        Rejected("tensor blk.0.attn_qkv.weight is not part of elelem's llama graph"),
+        &MICRO,
+        |w| {
+            w.add_f32("blk.0.attn_qkv.weight", &[16, 32], &[0.5; 16 * 32]);
+        },
+    ));
+    cases.push(edited(
+        "llama3-rope-freqs-misshapen",
+        Rejected("tensor rope_freqs.weight has shape [3], expected [2]"),
+        &LLAMA3,
+        |w| {
+            w.remove_tensor("rope_freqs.weight");
+            w.add_f32("rope_freqs.weight", &[3], &[1.0, 2.0, 4.0]);
         },
     ));
     cases.push(edited(

@@ -110,6 +110,12 @@ impl HParams {
                 arch.name()
             )));
         }
+        if let Some(n_expert) = keys.opt_u32("expert_count")?.filter(|&n| n > 0) {
+            return Err(Error::Load(format!(
+                "{}: a mixture of experts ({n_expert} experts) is not supported for this architecture",
+                arch.name()
+            )));
+        }
         let n_ctx_train = keys.u32("context_length")?;
         let rope_dims = keys.opt_u32("rope.dimension_count")?.unwrap_or(head_dim_k);
         if rope_dims == 0 || rope_dims > head_dim_k || rope_dims % 2 != 0 {
@@ -119,7 +125,18 @@ impl HParams {
             )));
         }
         let freq_base = keys.opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
-        let scaling = keys.opt_f32("rope.scaling.factor")?.filter(|&f| f != 0.0 && f != 1.0);
+        // llama.cpp's default type is linear; "none" ignores the factor. YaRN and LongRoPE
+        // change the rotation in ways not implemented here: refused, never approximated.
+        let scaling = match keys.opt_str("rope.scaling.type")?.unwrap_or("linear") {
+            "linear" => keys.opt_f32("rope.scaling.factor")?.filter(|&f| f != 0.0 && f != 1.0),
+            "none" => None,
+            other => {
+                return Err(Error::Load(format!(
+                    "{}: rope.scaling.type '{other}' is not supported (only linear and none)",
+                    arch.name()
+                )))
+            }
+        };
         let rms_eps = keys.f32("attention.layer_norm_rms_epsilon")?;
         let n_layer = keys.u32("block_count")?;
         let n_ff = keys.u32("feed_forward_length")?;
@@ -161,7 +178,7 @@ impl HParams {
                 read_swa(&keys, n_layer, 6, &rope)?,
                 keys.opt_f32("final_logit_softcapping")?.filter(|&c| c != 0.0),
             ),
-            Arch::Llama | Arch::Qwen2 => (None, None),
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => (None, None),
         };
         Ok(HParams {
             arch,
@@ -261,6 +278,16 @@ impl Keys<'_> {
 
     fn u32(&self, key: &str) -> Result<u32> {
         self.opt_u32(key)?.ok_or_else(|| missing(self.prefix, key))
+    }
+
+    fn opt_str(&self, key: &str) -> Result<Option<&str>> {
+        match self.gguf.get(&format!("{}.{key}", self.prefix)) {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| Error::Load(format!("{}.{key} must be a string, got {v:?}", self.prefix))),
+        }
     }
 
     fn opt_f32(&self, key: &str) -> Result<Option<f32>> {

@@ -105,6 +105,12 @@ impl GraphBuilder<'_> {
         self.graph.mul(self.embed(), rows).set_name("inp_scaled")
     }
 
+    /// Rotates Q or K by position, with the model's frequency factors if it has them.
+    pub fn rope(&self, x: Tensor, rope: &crate::hparams::Rope) -> Tensor {
+        self.graph
+            .rope(x, self.inputs.pos, rope, self.model.weights().rope_freqs)
+    }
+
     /// RMS norm times the weight (the CPU backend fuses the pair; values are the same).
     pub fn norm(&self, x: Tensor, weight: Option<Tensor>, name: &str, il: usize) -> Tensor {
         let y = self.graph.rms_norm(x, self.hparams().rms_eps);

@@ -80,6 +80,7 @@ impl Model {
         let device = CpuDevice::get()?;
         let mut loader = Loader::new(&gguf, &device)?;
         let weights = arch.load(&mut loader, &hparams)?;
+        loader.check_all_used(arch)?;
         let placed = loader.place()?;
         let tokenizer =
             Tokenizer::from_gguf(&gguf).map_err(|e| format!("this model's tokenizer is not supported: {e}"));
@@ -329,6 +330,21 @@ impl<'a> Loader<'a> {
             ffn_down: Some(self.matrix(&n("ffn_down.weight"), &[ff, embd])?),
             ..LayerWeights::default()
         })
+    }
+
+    /// Like llama.cpp (which counts the tensors it loaded), refuses a file with tensors
+    /// the architecture does not read: they would change the math in its graph
+    /// (`rope_freqs`, a fused `attn_qkv`, experts), and ignoring them would decode wrong.
+    fn check_all_used(&self, arch: Arch) -> Result<()> {
+        let used: std::collections::HashSet<&str> = self.planned.iter().map(|p| p.info.name.as_str()).collect();
+        match self.gguf.tensors().iter().find(|t| !used.contains(t.name.as_str())) {
+            Some(unused) => Err(Error::Load(format!(
+                "tensor {} is not part of elelem's {} graph (llama.cpp would use it or refuse the file)",
+                unused.name,
+                arch.name()
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Gives every declared tensor its memory: the plain ones point straight into

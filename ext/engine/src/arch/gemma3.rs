@@ -41,6 +41,7 @@ pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         output_norm,
         output,
         output_bias: None,
+        rope_freqs: None,
         layers,
     })
 }
@@ -73,9 +74,9 @@ fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, attn_scal
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
     let (q, k, v) = b.qkv(layer, attn_in, il);
     let q = b.norm(q, layer.attn_q_norm, "Qcur_normed", il);
-    let q = g.rope(q, b.inputs.pos, rope);
+    let q = b.rope(q, rope);
     let k = b.norm(k, layer.attn_k_norm, "Kcur_normed", il);
-    let k = g.rope(k, b.inputs.pos, rope);
+    let k = b.rope(k, rope);
     let q = g.scale(q, attn_scale);
     let attn = b.attention(layer, il, q, k, v, 1.0);
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);

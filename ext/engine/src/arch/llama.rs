@@ -1,6 +1,8 @@
-//! llama (also Mistral, TinyLlama and other llama-shaped models): pre-norm
-//! blocks, grouped-query attention with NORM rope (consecutive pairs rotated),
-//! a SwiGLU feed-forward. Biases are optional.
+//! llama (Llama 2 and 3, Mistral, TinyLlama and other llama-shaped models):
+//! pre-norm blocks, grouped-query attention with NORM rope (consecutive pairs
+//! rotated), a SwiGLU feed-forward. Biases are optional. Llama 3.1+ files carry
+//! `rope_freqs.weight`, the llama3 rope scaling as one factor per rotated pair,
+//! applied in every layer.
 
 use crate::arch::{load_embeddings, LayerWeights, Weights};
 use crate::ggml::Tensor;
@@ -11,6 +13,7 @@ use crate::Result;
 
 pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
+    let rope_freqs = loader.optional_vector("rope_freqs.weight", u64::from(hp.rope.n_dims / 2))?;
     let layers = (0..hp.n_layer)
         .map(|il| loader.llama_block(hp, il, false))
         .collect::<Result<_>>()?;
@@ -19,6 +22,7 @@ pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         output_norm,
         output,
         output_bias: None,
+        rope_freqs,
         layers,
     })
 }
@@ -35,12 +39,18 @@ pub(crate) fn build(b: &GraphBuilder) -> Tensor {
 
 /// The block llama and qwen2 share: norm → attention → residual → norm → SwiGLU → residual.
 pub(crate) fn llama_block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
-    let hp = b.hparams();
+    let rope = &b.hparams().rope;
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
     let (q, k, v) = b.qkv(layer, attn_in, il);
-    let q = b.graph.rope(q, b.inputs.pos, &hp.rope);
-    let k = b.graph.rope(k, b.inputs.pos, &hp.rope);
+    let q = b.rope(q, rope);
+    let k = b.rope(k, rope);
     let attn = b.attention(layer, il, q, k, v, kq_scale);
+    ffn_residual(b, layer, il, attn, x)
+}
+
+/// The second half of llama's block: the attention's residual add, then norm →
+/// SwiGLU → residual (the output rows selected first in the last layer).
+pub(crate) fn ffn_residual(b: &GraphBuilder, layer: &LayerWeights, il: usize, attn: Tensor, x: Tensor) -> Tensor {
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);
     let ffn_in = b.graph.add(attn, residual).set_name(&format!("ffn_inp-{il}"));
     let ffn = b.norm(ffn_in, layer.ffn_norm, "ffn_norm", il);

@@ -5,6 +5,7 @@
 mod gemma3;
 mod llama;
 mod qwen2;
+mod qwen3;
 
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, RopeMode};
@@ -16,6 +17,7 @@ use crate::{Error, Result};
 pub enum Arch {
     Llama,
     Qwen2,
+    Qwen3,
     Gemma3,
 }
 
@@ -24,9 +26,10 @@ impl Arch {
         match name {
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
+            "qwen3" => Ok(Arch::Qwen3),
             "gemma3" => Ok(Arch::Gemma3),
             other => Err(Error::Load(format!(
-                "unsupported architecture '{other}' (supported: llama, qwen2, gemma3)"
+                "unsupported architecture '{other}' (supported: llama, qwen2, qwen3, gemma3)"
             ))),
         }
     }
@@ -35,6 +38,7 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
         }
     }
@@ -42,7 +46,7 @@ impl Arch {
     pub fn rope_mode(self) -> RopeMode {
         match self {
             Arch::Llama => RopeMode::Norm,
-            Arch::Qwen2 | Arch::Gemma3 => RopeMode::Neox,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => RopeMode::Neox,
         }
     }
 
@@ -50,6 +54,7 @@ impl Arch {
         match self {
             Arch::Llama => llama::load(loader, hp),
             Arch::Qwen2 => qwen2::load(loader, hp),
+            Arch::Qwen3 => qwen3::load(loader, hp),
             Arch::Gemma3 => gemma3::load(loader, hp),
         }
     }
@@ -58,6 +63,7 @@ impl Arch {
     pub(crate) fn build(self, b: &GraphBuilder) -> Tensor {
         match self {
             Arch::Llama | Arch::Qwen2 => llama::build(b),
+            Arch::Qwen3 => qwen3::build(b),
             Arch::Gemma3 => gemma3::build(b),
         }
     }
@@ -94,6 +100,8 @@ pub struct Weights {
     /// The output head; `token_embd.weight` when the model ties them.
     pub output: Tensor,
     pub output_bias: Option<Tensor>,
+    /// F32 [rope dims / 2]: divides each rotated pair's frequency (llama3 rope scaling).
+    pub rope_freqs: Option<Tensor>,
     pub layers: Vec<LayerWeights>,
 }
 

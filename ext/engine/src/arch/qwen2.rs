@@ -19,6 +19,7 @@ pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         output_norm,
         output,
         output_bias,
+        rope_freqs: None,
         layers,
     })
 }
