@@ -173,14 +173,7 @@ impl HParams {
             freq_base,
             freq_scale: scaling.map_or(1.0, |f| 1.0 / f),
         };
-        let (swa, final_logit_softcap) = match arch {
-            Arch::Gemma3 => (
-                read_swa(&keys, n_layer, 6, &rope)?,
-                keys.opt_f32("final_logit_softcapping")?.filter(|&c| c != 0.0),
-            ),
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => (None, None),
-        };
-        Ok(HParams {
+        let mut hp = HParams {
             arch,
             n_layer,
             n_embd,
@@ -193,8 +186,8 @@ impl HParams {
             head_dim_v,
             rms_eps,
             rope,
-            swa,
-            final_logit_softcap,
+            swa: None,
+            final_logit_softcap: None,
             name: gguf.get("general.name").and_then(Value::as_str).map(str::to_string),
             size_label: gguf
                 .get("general.size_label")
@@ -204,7 +197,9 @@ impl HParams {
                 .get("general.file_type")
                 .and_then(Value::as_u64)
                 .and_then(file_type_name),
-        })
+        };
+        arch.read_hparams(&keys, &mut hp)?;
+        Ok(hp)
     }
 }
 
@@ -214,7 +209,7 @@ impl HParams {
 /// (every `n`-th layer, counting from 1, is global; 0 means all slide), else
 /// `default_period`. Sliding layers rotate with `rope.freq_base_swa` (default
 /// 10000) and no frequency scaling.
-fn read_swa(keys: &Keys, n_layer: u32, default_period: u32, rope: &Rope) -> Result<Option<Swa>> {
+pub(crate) fn read_swa(keys: &Keys, n_layer: u32, default_period: u32, rope: &Rope) -> Result<Option<Swa>> {
     let window = keys.opt_u32("attention.sliding_window")?.unwrap_or(0);
     if window == 0 {
         return Ok(None);
@@ -254,7 +249,8 @@ fn read_swa(keys: &Keys, n_layer: u32, default_period: u32, rope: &Rope) -> Resu
     }))
 }
 
-struct Keys<'a> {
+/// The keys of one architecture (`<arch>.<key>`), read with the checks their types need.
+pub(crate) struct Keys<'a> {
     gguf: &'a Gguf,
     prefix: &'a str,
 }
@@ -265,7 +261,7 @@ impl Keys<'_> {
         self.gguf.get(&full).map(|v| (full, v))
     }
 
-    fn opt_u32(&self, key: &str) -> Result<Option<u32>> {
+    pub(crate) fn opt_u32(&self, key: &str) -> Result<Option<u32>> {
         match self.get(key) {
             None => Ok(None),
             Some((full, v)) => v
@@ -290,7 +286,7 @@ impl Keys<'_> {
         }
     }
 
-    fn opt_f32(&self, key: &str) -> Result<Option<f32>> {
+    pub(crate) fn opt_f32(&self, key: &str) -> Result<Option<f32>> {
         match self.get(key) {
             None => Ok(None),
             Some((full, v)) => v

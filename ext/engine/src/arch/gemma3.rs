@@ -11,14 +11,29 @@
 //!   projection, before its post-norm.
 //! - The output head is usually the embeddings (tied); the logits may be soft-capped.
 
-use crate::arch::{load_embeddings, LayerWeights, Weights};
+use crate::arch::{load_embeddings, ArchSpec, LayerWeights, Weights};
 use crate::ggml::Tensor;
-use crate::hparams::HParams;
+use crate::hparams::{read_swa, HParams, Keys, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
 use crate::model::Loader;
 use crate::Result;
 
-pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+pub(crate) const ARCH: ArchSpec = ArchSpec {
+    name: "gemma3",
+    rope_mode: RopeMode::Neox,
+    read_hparams,
+    load,
+    build,
+};
+
+/// Five of every six layers slide unless the file says otherwise; the logit soft-cap if set.
+fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
+    hp.swa = read_swa(keys, hp.n_layer, 6, &hp.rope)?;
+    hp.final_logit_softcap = keys.opt_f32("final_logit_softcapping")?.filter(|&c| c != 0.0);
+    Ok(())
+}
+
+fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
     let embd = u64::from(hp.n_embd);
     let head = u64::from(hp.head_dim_k);
@@ -46,7 +61,7 @@ pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     })
 }
 
-pub(crate) fn build(b: &GraphBuilder) -> Tensor {
+fn build(b: &GraphBuilder) -> Tensor {
     let hp = b.hparams();
     // Gemma 3 27B scales by its embedding width per head, the others by the head size.
     let attn_scale = if hp.n_layer == 62 {

@@ -4,14 +4,22 @@
 //! `rope_freqs.weight`, the llama3 rope scaling as one factor per rotated pair,
 //! applied in every layer.
 
-use crate::arch::{load_embeddings, LayerWeights, Weights};
+use crate::arch::{load_embeddings, no_extra_hparams, ArchSpec, LayerWeights, Weights};
 use crate::ggml::Tensor;
-use crate::hparams::HParams;
+use crate::hparams::{HParams, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
 use crate::model::Loader;
 use crate::Result;
 
-pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+pub(crate) const ARCH: ArchSpec = ArchSpec {
+    name: "llama",
+    rope_mode: RopeMode::Norm,
+    read_hparams: no_extra_hparams,
+    load,
+    build,
+};
+
+fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
     let rope_freqs = loader.optional_vector("rope_freqs.weight", u64::from(hp.rope.n_dims / 2))?;
     let layers = (0..hp.n_layer)

@@ -1,6 +1,7 @@
-//! One module per architecture: which tensors it needs, and its forward graph
-//! built from the shared pieces in [`crate::layers`]. Adding an architecture is
-//! one file here and one arm in [`Arch`].
+//! One module per architecture: its extra hyper-parameters, which tensors it
+//! needs, and its forward graph built from the shared pieces in [`crate::layers`],
+//! gathered in its `ARCH`. Adding an architecture is one file here and one line
+//! in [`REGISTRY`].
 
 mod gemma3;
 mod llama;
@@ -8,65 +9,84 @@ mod qwen2;
 mod qwen3;
 
 use crate::ggml::Tensor;
-use crate::hparams::{HParams, RopeMode};
+use crate::hparams::{HParams, Keys, RopeMode};
 use crate::layers::GraphBuilder;
 use crate::model::Loader;
 use crate::{Error, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arch {
-    Llama,
-    Qwen2,
-    Qwen3,
-    Gemma3,
+/// Every architecture elelem runs, by its `general.architecture` name.
+const REGISTRY: &[&ArchSpec] = &[&llama::ARCH, &qwen2::ARCH, &qwen3::ARCH, &gemma3::ARCH];
+
+/// What makes an architecture: each module's `ARCH`.
+pub struct ArchSpec {
+    /// Its `general.architecture` in GGUF files, and the prefix of its keys.
+    pub name: &'static str,
+    pub rope_mode: RopeMode,
+    /// Reads the hyper-parameters beyond the common ones into `hp` (sliding
+    /// windows, soft-caps, multipliers).
+    pub(crate) read_hparams: fn(&Keys, &mut HParams) -> Result<()>,
+    /// Declares its weights (a missing or misshapen one is a load error).
+    pub(crate) load: fn(&mut Loader, &HParams) -> Result<Weights>,
+    /// Builds the forward pass and returns the logits of the output rows.
+    pub(crate) build: fn(&GraphBuilder) -> Tensor,
 }
+
+/// An architecture of the [`REGISTRY`].
+#[derive(Clone, Copy)]
+pub struct Arch(&'static ArchSpec);
+
+impl std::fmt::Debug for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl PartialEq for Arch {
+    fn eq(&self, other: &Arch) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for Arch {}
 
 impl Arch {
     pub fn from_name(name: &str) -> Result<Arch> {
-        match name {
-            "llama" => Ok(Arch::Llama),
-            "qwen2" => Ok(Arch::Qwen2),
-            "qwen3" => Ok(Arch::Qwen3),
-            "gemma3" => Ok(Arch::Gemma3),
-            other => Err(Error::Load(format!(
-                "unsupported architecture '{other}' (supported: llama, qwen2, qwen3, gemma3)"
-            ))),
+        match REGISTRY.iter().find(|spec| spec.name == name) {
+            Some(spec) => Ok(Arch(spec)),
+            None => {
+                let names: Vec<&str> = REGISTRY.iter().map(|spec| spec.name).collect();
+                Err(Error::Load(format!(
+                    "unsupported architecture '{name}' (supported: {})",
+                    names.join(", ")
+                )))
+            }
         }
     }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-            Arch::Qwen3 => "qwen3",
-            Arch::Gemma3 => "gemma3",
-        }
+        self.0.name
     }
 
     pub fn rope_mode(self) -> RopeMode {
-        match self {
-            Arch::Llama => RopeMode::Norm,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => RopeMode::Neox,
-        }
+        self.0.rope_mode
+    }
+
+    pub(crate) fn read_hparams(self, keys: &Keys, hp: &mut HParams) -> Result<()> {
+        (self.0.read_hparams)(keys, hp)
     }
 
     pub(crate) fn load(self, loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-        match self {
-            Arch::Llama => llama::load(loader, hp),
-            Arch::Qwen2 => qwen2::load(loader, hp),
-            Arch::Qwen3 => qwen3::load(loader, hp),
-            Arch::Gemma3 => gemma3::load(loader, hp),
-        }
+        (self.0.load)(loader, hp)
     }
 
-    /// Builds the forward pass and returns the logits of the output rows.
     pub(crate) fn build(self, b: &GraphBuilder) -> Tensor {
-        match self {
-            Arch::Llama | Arch::Qwen2 => llama::build(b),
-            Arch::Qwen3 => qwen3::build(b),
-            Arch::Gemma3 => gemma3::build(b),
-        }
+        (self.0.build)(b)
     }
+}
+
+/// For architectures with no hyper-parameters beyond the common ones.
+pub(crate) fn no_extra_hparams(_: &Keys, _: &mut HParams) -> Result<()> {
+    Ok(())
 }
 
 /// The weights of one transformer block; each architecture fills what it has.

@@ -3,12 +3,20 @@
 //! head rotated together), and usually an untied output head. The forward
 //! graph is llama's: only the weights differ.
 
-use crate::arch::{load_embeddings, Weights};
-use crate::hparams::HParams;
+use crate::arch::{llama, load_embeddings, no_extra_hparams, ArchSpec, Weights};
+use crate::hparams::{HParams, RopeMode};
 use crate::model::Loader;
 use crate::Result;
 
-pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+pub(crate) const ARCH: ArchSpec = ArchSpec {
+    name: "qwen2",
+    rope_mode: RopeMode::Neox,
+    read_hparams: no_extra_hparams,
+    load,
+    build: llama::build,
+};
+
+fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
     let output_bias = loader.optional_vector("output.bias", u64::from(hp.n_vocab))?;
     let layers = (0..hp.n_layer)

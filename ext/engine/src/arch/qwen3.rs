@@ -2,14 +2,22 @@
 //! per-head RMS norm of Q and of K before NEOX rope.
 
 use crate::arch::llama::ffn_residual;
-use crate::arch::{load_embeddings, LayerWeights, Weights};
+use crate::arch::{load_embeddings, no_extra_hparams, ArchSpec, LayerWeights, Weights};
 use crate::ggml::Tensor;
-use crate::hparams::HParams;
+use crate::hparams::{HParams, RopeMode};
 use crate::layers::GraphBuilder;
 use crate::model::Loader;
 use crate::Result;
 
-pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+pub(crate) const ARCH: ArchSpec = ArchSpec {
+    name: "qwen3",
+    rope_mode: RopeMode::Neox,
+    read_hparams: no_extra_hparams,
+    load,
+    build,
+};
+
+fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
     let head = u64::from(hp.head_dim_k);
     let layers = (0..hp.n_layer)
@@ -32,7 +40,7 @@ pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     })
 }
 
-pub(crate) fn build(b: &GraphBuilder) -> Tensor {
+fn build(b: &GraphBuilder) -> Tensor {
     let kq_scale = 1.0 / (b.hparams().head_dim_k as f32).sqrt();
     let mut x = b.embed();
     for (il, layer) in b.layers().iter().enumerate() {
