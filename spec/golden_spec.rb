@@ -6,14 +6,9 @@ require "spec_helper"
 # recording for this build profile: committed (spec/fixtures/goldens) or, for a profile
 # with none, recorded from the reference llama.cpp built here by `rake goldens`.
 RSpec.describe "golden generations" do
-  {
-    "tiny-llama-canary" => -> { SpecModels.canary },
-    "tiny-llama3" => -> { SpecModels.synthetic("tiny-llama3") },
-    "tiny-qwen3" => -> { SpecModels.synthetic("tiny-qwen3") },
-    "qwen2.5-coder-0.5b" => -> { SpecModels.path("qwen2.5-coder-0.5b") },
-    "qwen2.5-coder-1.5b" => -> { SpecModels.path("qwen2.5-coder-1.5b") },
-    "gemma-3-270m" => -> { SpecModels.path("gemma-3-270m") }
-  }.each do |name, path|
+  # Every golden file: a known model's, or a synthetic model's (rake canary writes them).
+  SpecModels.golden_names.each do |name|
+    path = -> { Elelem::Models.names.include?(name) ? SpecModels.path(name) : SpecModels.synthetic(name) }
     context name do
       golden = SpecModels.golden(name)
 

@@ -50,6 +50,12 @@ module SpecModels
     JSON.parse(File.read(File.join(ROOT, "spec", "fixtures", "goldens", "#{name}.json")))
   end
 
+  # The golden files' names (the chat template's fixture is not one).
+  def golden_names
+    Dir[File.join(ROOT, "spec", "fixtures", "goldens", "*.json")].map { |f| File.basename(f, ".json") }
+                                                                 .reject { |n| n.start_with?("chat-") }.sort
+  end
+
   def golden(name)
     Elelem::Golden.new(File.join(ROOT, "spec", "fixtures", "goldens", "#{name}.json"), cache: Elelem::Golden::CACHE_DIR)
   end

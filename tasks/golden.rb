@@ -67,18 +67,26 @@ module Goldens
     { "messages" => CHAT_MESSAGES, "prompt_text" => text, "prompt" => Reference.tokenize(model_path, text) }
   end
 
-  # The small random-weight models (rake canary writes them); their prompts are ids.
-  SYNTHETIC = %w[tiny-llama-canary tiny-llama3 tiny-qwen3].freeze
-  FIXTURES = [*MODELS.keys, *SYNTHETIC].freeze
+  # The small random-weight models of elelem_engine::canary::SYNTHETIC, as `rake canary`
+  # writes them; their prompts are ids.
+  SYNTHETIC_DIR = File.join(Reference::ROOT, "tmp", "synthetic")
+
+  def synthetic
+    Dir[File.join(SYNTHETIC_DIR, "*.gguf")].map { |f| File.basename(f, ".gguf") }.sort
+  end
+
+  def fixtures
+    [*MODELS.keys, *synthetic]
+  end
 
   def fixture(name)
     File.join(Reference::GOLDENS, "#{name}.json")
   end
 
   def model_path(name)
-    return Elelem::Models.fetch(name) unless SYNTHETIC.include?(name)
+    return Elelem::Models.fetch(name) unless synthetic.include?(name)
 
-    File.join(Reference::ROOT, "tmp", "synthetic", "#{name}.gguf")
+    File.join(SYNTHETIC_DIR, "#{name}.gguf")
   end
 
   # Records llama.cpp's ids for every case of `golden` under this build's profile.
@@ -94,7 +102,7 @@ module Goldens
   # profile's recording, written into the fixtures; other profiles' recordings stay.
   def run
     Reference.build
-    MODELS.merge(SYNTHETIC.to_h { |name| [name, CANARY_PROMPTS] }).each do |name, prompts|
+    MODELS.merge(synthetic.to_h { |name| [name, CANARY_PROMPTS] }).each do |name, prompts|
       golden = Elelem::Golden.new(fixture(name))
       prompts.each do |case_name, prompt|
         next if golden.find(case_name)
@@ -111,7 +119,7 @@ module Goldens
   # `rake goldens`: for a build profile the fixtures have no recording of, records one
   # from the reference llama.cpp built here into Golden::CACHE_DIR (once per machine).
   def ensure_recorded
-    missing = FIXTURES.map { |name| [name, Elelem::Golden.new(fixture(name), cache: Elelem::Golden::CACHE_DIR)] }
+    missing = fixtures.map { |name| [name, Elelem::Golden.new(fixture(name), cache: Elelem::Golden::CACHE_DIR)] }
                       .reject { |_, golden| golden.recorded? }
     profile = Elelem.build_profile
     if missing.empty?
