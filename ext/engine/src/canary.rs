@@ -13,7 +13,8 @@ pub const SEED: u64 = 0x005e_ede1_e1e4;
 #[derive(Debug, Clone)]
 pub struct Shape {
     /// "llama"; "qwen2" adds Q, K and V biases; "qwen3" adds Q and K norms;
-    /// "gemma3" adds Q and K norms, post-norms, a sliding window and a logit soft-cap.
+    /// "gemma3" adds Q and K norms, post-norms, a sliding window and a logit soft-cap;
+    /// "olmo2" has post-norms instead of pre-norms and Q and K norms over all heads.
     pub arch: &'static str,
     /// Adds `rope_freqs.weight`: Llama 3.1's rope scaling, one factor per rotated pair.
     pub rope_freqs: bool,
@@ -66,11 +67,19 @@ pub const QWEN3: Shape = Shape {
     ..LLAMA3
 };
 
+/// OLMo 2's shape in small.
+pub const OLMO2: Shape = Shape {
+    arch: "olmo2",
+    rope_freqs: false,
+    ..LLAMA3
+};
+
 /// The small random-weight models whose goldens come from the reference, by golden name.
 pub const SYNTHETIC: &[(&str, Shape)] = &[
     ("tiny-llama-canary", CANARY),
     ("tiny-llama3", LLAMA3),
     ("tiny-qwen3", QWEN3),
+    ("tiny-olmo2", OLMO2),
 ];
 
 /// SplitMix64: tiny, seedable, and the same everywhere.
@@ -144,7 +153,10 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     for il in 0..n_layer {
         let n = |t: &str| format!("blk.{il}.{t}");
         let ty = shape.matrix_type;
-        w.add_f32(&n("attn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        let olmo2 = arch == "olmo2";
+        if !olmo2 {
+            w.add_f32(&n("attn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        }
         add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, n_embd);
         add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, kv_dim);
         add_matrix(&mut w, &mut rng, &n("attn_v.weight"), ty, n_embd, kv_dim);
@@ -159,11 +171,17 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32(&n("attn_q_norm.weight"), &[head], &rng.around_one(head));
             w.add_f32(&n("attn_k_norm.weight"), &[head], &rng.around_one(head));
         }
-        if arch == "gemma3" {
+        if olmo2 {
+            w.add_f32(&n("attn_q_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+            w.add_f32(&n("attn_k_norm.weight"), &[kv_dim], &rng.around_one(kv_dim));
+        }
+        if arch == "gemma3" || olmo2 {
             w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
             w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         }
-        w.add_f32(&n("ffn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        if !olmo2 {
+            w.add_f32(&n("ffn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        }
         add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, n_ff);
         add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
         add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);

@@ -55,6 +55,7 @@ pub const MICRO: Shape = Shape {
 
 const QWEN2: Shape = Shape { arch: "qwen2", ..MICRO };
 const QWEN3: Shape = Shape { arch: "qwen3", ..MICRO };
+const OLMO2: Shape = Shape { arch: "olmo2", ..MICRO };
 const LLAMA3: Shape = Shape {
     rope_freqs: true,
     ..MICRO
@@ -91,6 +92,7 @@ pub fn seeds() -> Vec<Case> {
         ("llama-tied-output", tied),
         ("qwen2-f32", canary::writer(&QWEN2)),
         ("qwen3-f32", canary::writer(&QWEN3)),
+        ("olmo2-f32", canary::writer(&OLMO2)),
         ("llama3-rope-freqs", canary::writer(&LLAMA3)),
         ("gemma3-f32", canary::writer(&GEMMA3)),
         ("llama-q8_0-f16", canary::writer(&Q8_0)),
@@ -251,6 +253,22 @@ pub fn structured() -> Vec<Case> {
         &QWEN3,
         |w| {
             w.remove_tensor("blk.1.attn_k_norm.weight");
+        },
+    ));
+    cases.push(edited(
+        "olmo3-sliding-window",
+        Rejected("olmo2: a sliding window (OLMo 3) is not supported"),
+        &OLMO2,
+        |w| {
+            w.set("olmo2.attention.sliding_window", Value::U32(4));
+        },
+    ));
+    cases.push(edited(
+        "olmo2-with-pre-norm",
+        Rejected("tensor blk.0.attn_norm.weight is not part of elelem's olmo2 graph"),
+        &OLMO2,
+        |w| {
+            w.add_f32("blk.0.attn_norm.weight", &[16], &[1.0; 16]);
         },
     ));
     // Tensors a graph would not read change llama.cpp's math or make it refuse the file.

@@ -124,20 +124,36 @@ impl GraphBuilder<'_> {
     /// Q, K and V projections (plus biases where the model has them), shaped
     /// [head_dim, n_heads, n_tokens].
     pub fn qkv(&self, layer: &LayerWeights, x: Tensor, il: usize) -> (Tensor, Tensor, Tensor) {
+        let (q, k, v) = self.qkv_rows(layer, x);
+        self.heads(q, k, v, il)
+    }
+
+    /// Q, K and V as rows of the full width, [width, n_tokens] (biases added).
+    pub fn qkv_rows(&self, layer: &LayerWeights, x: Tensor) -> (Tensor, Tensor, Tensor) {
+        let project = |w: Option<Tensor>, b: Option<Tensor>| {
+            let t = self.graph.mul_mat(w.expect("validated at load"), x);
+            b.map_or(t, |b| self.graph.add(t, b))
+        };
+        (
+            project(layer.wq, layer.bq),
+            project(layer.wk, layer.bk),
+            project(layer.wv, layer.bv),
+        )
+    }
+
+    /// Rows of Q, K and V split into heads: [head_dim, n_heads, n_tokens].
+    pub fn heads(&self, q: Tensor, k: Tensor, v: Tensor, il: usize) -> (Tensor, Tensor, Tensor) {
         let hp = self.hparams();
-        let project = |w: Option<Tensor>, b: Option<Tensor>, head_dim: u32, n_head: u32, name: &str| {
-            let mut t = self.graph.mul_mat(w.expect("validated at load"), x);
-            if let Some(b) = b {
-                t = self.graph.add(t, b);
-            }
+        let split = |t: Tensor, head_dim: u32, n_head: u32, name: &str| {
             self.graph
                 .reshape_3d(t, head_dim.into(), n_head.into(), self.n_tokens)
                 .set_name(&format!("{name}-{il}"))
         };
-        let q = project(layer.wq, layer.bq, hp.head_dim_k, hp.n_head, "Qcur");
-        let k = project(layer.wk, layer.bk, hp.head_dim_k, hp.n_head_kv, "Kcur");
-        let v = project(layer.wv, layer.bv, hp.head_dim_v, hp.n_head_kv, "Vcur");
-        (q, k, v)
+        (
+            split(q, hp.head_dim_k, hp.n_head, "Qcur"),
+            split(k, hp.head_dim_k, hp.n_head_kv, "Kcur"),
+            split(v, hp.head_dim_v, hp.n_head_kv, "Vcur"),
+        )
     }
 
     /// Stores K and V of the new tokens in the layer's cache cells, attends over

@@ -298,15 +298,29 @@ impl<'a> Loader<'a> {
         self.declare(name, &[len], Usage::Vector, false)
     }
 
-    /// The block of llama and its kin: norms, Q/K/V/O (biases required when
-    /// `qkv_bias`, else optional), and a gated feed-forward.
+    /// The block of llama and its kin: norms, [`Loader::attention`], and a gated feed-forward.
     pub fn llama_block(&mut self, hp: &HParams, il: u32, qkv_bias: bool) -> Result<LayerWeights> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let embd = u64::from(hp.n_embd);
+        let ff = u64::from(hp.n_ff);
+        Ok(LayerWeights {
+            attn_norm: Some(self.vector(&n("attn_norm.weight"), embd)?),
+            ffn_norm: Some(self.vector(&n("ffn_norm.weight"), embd)?),
+            ffn_gate: Some(self.matrix(&n("ffn_gate.weight"), &[embd, ff])?),
+            ffn_up: Some(self.matrix(&n("ffn_up.weight"), &[embd, ff])?),
+            ffn_down: Some(self.matrix(&n("ffn_down.weight"), &[ff, embd])?),
+            ..self.attention(hp, il, qkv_bias)?
+        })
+    }
+
+    /// The attention projections: Q, K, V and O, with biases on Q, K and V required
+    /// when `qkv_bias`, else optional, and an optional bias on O.
+    pub fn attention(&mut self, hp: &HParams, il: u32, qkv_bias: bool) -> Result<LayerWeights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         let embd = u64::from(hp.n_embd);
         let q_dim = u64::from(hp.head_dim_k * hp.n_head);
         let k_dim = u64::from(hp.n_embd_k_gqa());
         let v_dim = u64::from(hp.n_embd_v_gqa());
-        let ff = u64::from(hp.n_ff);
         let bias = |l: &mut Self, name: &str, len: u64| {
             if qkv_bias {
                 l.vector(name, len).map(Some)
@@ -315,7 +329,6 @@ impl<'a> Loader<'a> {
             }
         };
         Ok(LayerWeights {
-            attn_norm: Some(self.vector(&n("attn_norm.weight"), embd)?),
             wq: Some(self.matrix(&n("attn_q.weight"), &[embd, q_dim])?),
             wk: Some(self.matrix(&n("attn_k.weight"), &[embd, k_dim])?),
             wv: Some(self.matrix(&n("attn_v.weight"), &[embd, v_dim])?),
@@ -324,10 +337,6 @@ impl<'a> Loader<'a> {
             bv: bias(self, &n("attn_v.bias"), v_dim)?,
             wo: Some(self.matrix(&n("attn_output.weight"), &[q_dim, embd])?),
             bo: self.optional_vector(&n("attn_output.bias"), embd)?,
-            ffn_norm: Some(self.vector(&n("ffn_norm.weight"), embd)?),
-            ffn_gate: Some(self.matrix(&n("ffn_gate.weight"), &[embd, ff])?),
-            ffn_up: Some(self.matrix(&n("ffn_up.weight"), &[embd, ff])?),
-            ffn_down: Some(self.matrix(&n("ffn_down.weight"), &[ff, embd])?),
             ..LayerWeights::default()
         })
     }

@@ -5,6 +5,7 @@
 
 mod gemma3;
 mod llama;
+mod olmo2;
 mod qwen2;
 mod qwen3;
 
@@ -15,7 +16,7 @@ use crate::model::Loader;
 use crate::{Error, Result};
 
 /// Every architecture elelem runs, by its `general.architecture` name.
-const REGISTRY: &[&ArchSpec] = &[&llama::ARCH, &qwen2::ARCH, &qwen3::ARCH, &gemma3::ARCH];
+const REGISTRY: &[&ArchSpec] = &[&llama::ARCH, &qwen2::ARCH, &qwen3::ARCH, &gemma3::ARCH, &olmo2::ARCH];
 
 /// What makes an architecture: each module's `ARCH`.
 pub struct ArchSpec {

@@ -1,0 +1,90 @@
+//! olmo2 (OLMo 2). What differs from llama:
+//! - No norm before attention or before the feed-forward; instead the attention
+//!   and feed-forward outputs are RMS-normed before their residual adds.
+//! - Q and K are RMS-normed over their whole width (all heads together), before
+//!   they are split into heads and rotated (NEOX).
+//! - The output head is never tied to the embeddings.
+//!
+//! OLMo 3 files (this architecture with a sliding window) are refused.
+
+use crate::arch::{ArchSpec, LayerWeights, Weights};
+use crate::ggml::Tensor;
+use crate::hparams::{HParams, Keys, RopeMode};
+use crate::layers::{Glu, GraphBuilder};
+use crate::model::Loader;
+use crate::{Error, Result};
+
+pub(crate) const ARCH: ArchSpec = ArchSpec {
+    name: "olmo2",
+    rope_mode: RopeMode::Neox,
+    read_hparams,
+    load,
+    build,
+};
+
+fn read_hparams(keys: &Keys, _: &mut HParams) -> Result<()> {
+    match keys.opt_u32("attention.sliding_window")? {
+        Some(window) if window > 0 => Err(Error::Load("olmo2: a sliding window (OLMo 3) is not supported".into())),
+        _ => Ok(()),
+    }
+}
+
+fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+    let (embd, vocab) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
+    let ff = u64::from(hp.n_ff);
+    let tok_embd = loader.rows("token_embd.weight", &[embd, vocab])?;
+    let output_norm = loader.vector("output_norm.weight", embd)?;
+    let output = loader.matrix("output.weight", &[embd, vocab])?;
+    let layers = (0..hp.n_layer)
+        .map(|il| {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            Ok(LayerWeights {
+                attn_q_norm: Some(loader.vector(&n("attn_q_norm.weight"), u64::from(hp.head_dim_k * hp.n_head))?),
+                attn_k_norm: Some(loader.vector(&n("attn_k_norm.weight"), u64::from(hp.n_embd_k_gqa()))?),
+                attn_post_norm: Some(loader.vector(&n("post_attention_norm.weight"), embd)?),
+                ffn_gate: Some(loader.matrix(&n("ffn_gate.weight"), &[embd, ff])?),
+                ffn_up: Some(loader.matrix(&n("ffn_up.weight"), &[embd, ff])?),
+                ffn_down: Some(loader.matrix(&n("ffn_down.weight"), &[ff, embd])?),
+                ffn_post_norm: Some(loader.vector(&n("post_ffw_norm.weight"), embd)?),
+                // llama.cpp's olmo2 graph adds no attention output bias.
+                bo: None,
+                ..loader.attention(hp, il, false)?
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok(Weights {
+        tok_embd,
+        output_norm,
+        output,
+        output_bias: None,
+        rope_freqs: None,
+        layers,
+    })
+}
+
+fn build(b: &GraphBuilder) -> Tensor {
+    let kq_scale = 1.0 / (b.hparams().head_dim_k as f32).sqrt();
+    let mut x = b.embed();
+    for (il, layer) in b.layers().iter().enumerate() {
+        x = block(b, layer, il, x, kq_scale);
+    }
+    b.logits(x)
+}
+
+fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
+    let g = b.graph;
+    let rope = &b.hparams().rope;
+    let (q, k, v) = b.qkv_rows(layer, x);
+    let q = b.norm(q, layer.attn_q_norm, "Qcur_normed", il);
+    let k = b.norm(k, layer.attn_k_norm, "Kcur_normed", il);
+    let (q, k, v) = b.heads(q, k, v, il);
+    let q = b.rope(q, rope);
+    let k = b.rope(k, rope);
+    let attn = b.attention(layer, il, q, k, v, kq_scale);
+    let (attn, residual) = b.select_outputs_if_last(il, attn, x);
+    let attn = b.norm(attn, layer.attn_post_norm, "attn_post_norm", il);
+    let ffn_inp = g.add(attn, residual).set_name(&format!("ffn_inp-{il}"));
+    let ffn = b.ffn_gated(layer, ffn_inp, il, Glu::Silu);
+    let ffn = b.norm(ffn, layer.ffn_post_norm, "ffn_post_norm", il);
+    g.add(ffn, ffn_inp).set_name(&format!("l_out-{il}"))
+}
