@@ -14,7 +14,8 @@ pub const SEED: u64 = 0x005e_ede1_e1e4;
 pub struct Shape {
     /// "llama"; "qwen2" adds Q, K and V biases; "qwen3" adds Q and K norms;
     /// "gemma3" adds Q and K norms, post-norms, a sliding window and a logit soft-cap;
-    /// "olmo2" has post-norms instead of pre-norms and Q and K norms over all heads.
+    /// "olmo2" has post-norms instead of pre-norms and Q and K norms over all heads;
+    /// "gemma2" has post-norms, a sliding window, both soft-caps and a tied output head.
     pub arch: &'static str,
     /// Adds `rope_freqs.weight`: Llama 3.1's rope scaling, one factor per rotated pair.
     pub rope_freqs: bool,
@@ -80,7 +81,16 @@ pub const SYNTHETIC: &[(&str, Shape)] = &[
     ("tiny-llama3", LLAMA3),
     ("tiny-qwen3", QWEN3),
     ("tiny-olmo2", OLMO2),
+    ("tiny-gemma2", GEMMA2),
 ];
+
+/// Gemma 2's shape in small: a window of 4 on every other layer, and an attention
+/// soft-cap low enough to bite (without it the goldens leave llama.cpp's ids).
+pub const GEMMA2: Shape = Shape {
+    arch: "gemma2",
+    rope_freqs: false,
+    ..LLAMA3
+};
 
 /// SplitMix64: tiny, seedable, and the same everywhere.
 pub(crate) struct Rng(pub(crate) u64);
@@ -146,6 +156,11 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.set(&key("attention.sliding_window"), Value::U32(4))
             .set(&key("final_logit_softcapping"), Value::F32(30.0));
     }
+    if arch == "gemma2" {
+        w.set(&key("attention.sliding_window"), Value::U32(4))
+            .set(&key("attn_logit_softcapping"), Value::F32(0.5))
+            .set(&key("final_logit_softcapping"), Value::F32(30.0));
+    }
     set_vocab(&mut w, n_vocab);
 
     let kv_dim = n_embd / u64::from(n_head) * u64::from(n_head_kv);
@@ -175,7 +190,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32(&n("attn_q_norm.weight"), &[n_embd], &rng.around_one(n_embd));
             w.add_f32(&n("attn_k_norm.weight"), &[kv_dim], &rng.around_one(kv_dim));
         }
-        if arch == "gemma3" || olmo2 {
+        if arch == "gemma3" || arch == "gemma2" || olmo2 {
             w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
             w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         }
@@ -194,7 +209,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.add_f32("rope_freqs.weight", &[pairs], &factors);
     }
     w.add_f32("output_norm.weight", &[n_embd], &rng.around_one(n_embd));
-    add_matrix(&mut w, &mut rng, "output.weight", shape.embd_type, n_embd, n_vocab);
+    if arch != "gemma2" {
+        add_matrix(&mut w, &mut rng, "output.weight", shape.embd_type, n_embd, n_vocab);
+    }
     w
 }
 

@@ -556,8 +556,17 @@ impl Graph {
         )
     }
 
-    /// Flash attention with F32 accumulation, as llama.cpp sets it.
-    pub fn flash_attn(&self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: f32) -> Tensor {
+    /// Flash attention with F32 accumulation, as llama.cpp sets it; a non-zero
+    /// `logit_softcap` caps the scores at `cap * tanh(score / cap)`.
+    pub fn flash_attn(
+        &self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor,
+        kq_scale: f32,
+        logit_softcap: f32,
+    ) -> Tensor {
         let out = op!(
             self,
             sys::ggml_flash_attn_ext(
@@ -568,7 +577,7 @@ impl Graph {
                 mask.as_ptr(),
                 kq_scale,
                 0.0,
-                0.0
+                logit_softcap
             )
         );
         unsafe { sys::ggml_flash_attn_ext_set_prec(out.as_ptr(), sys::GGML_PREC_F32) };

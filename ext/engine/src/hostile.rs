@@ -56,6 +56,10 @@ pub const MICRO: Shape = Shape {
 const QWEN2: Shape = Shape { arch: "qwen2", ..MICRO };
 const QWEN3: Shape = Shape { arch: "qwen3", ..MICRO };
 const OLMO2: Shape = Shape { arch: "olmo2", ..MICRO };
+const GEMMA2: Shape = Shape {
+    arch: "gemma2",
+    ..MICRO
+};
 const LLAMA3: Shape = Shape {
     rope_freqs: true,
     ..MICRO
@@ -93,6 +97,7 @@ pub fn seeds() -> Vec<Case> {
         ("qwen2-f32", canary::writer(&QWEN2)),
         ("qwen3-f32", canary::writer(&QWEN3)),
         ("olmo2-f32", canary::writer(&OLMO2)),
+        ("gemma2-f32", canary::writer(&GEMMA2)),
         ("llama3-rope-freqs", canary::writer(&LLAMA3)),
         ("gemma3-f32", canary::writer(&GEMMA3)),
         ("llama-q8_0-f16", canary::writer(&Q8_0)),
@@ -253,6 +258,14 @@ pub fn structured() -> Vec<Case> {
         &QWEN3,
         |w| {
             w.remove_tensor("blk.1.attn_k_norm.weight");
+        },
+    ));
+    cases.push(edited(
+        "gemma2-with-untied-output",
+        Rejected("tensor output.weight is not part of elelem's gemma2 graph"),
+        &GEMMA2,
+        |w| {
+            w.add_f32("output.weight", &[16, 64], &[0.5; 16 * 64]);
         },
     ));
     cases.push(edited(

@@ -55,8 +55,11 @@ pub struct HParams {
     pub rms_eps: f32,
     pub rope: Rope,
     pub swa: Option<Swa>,
-    /// Logits become `cap * tanh(logits / cap)` (gemma3's `final_logit_softcapping`).
+    /// Logits become `cap * tanh(logits / cap)` (gemma's `final_logit_softcapping`).
     pub final_logit_softcap: Option<f32>,
+    /// Attention scores become `cap * tanh(score / cap)` inside flash attention
+    /// (gemma2's `attn_logit_softcapping`).
+    pub attn_logit_softcap: Option<f32>,
     /// `general.name`, `general.size_label` and the file type's name, for display.
     pub name: Option<String>,
     pub size_label: Option<String>,
@@ -188,6 +191,7 @@ impl HParams {
             rope,
             swa: None,
             final_logit_softcap: None,
+            attn_logit_softcap: None,
             name: gguf.get("general.name").and_then(Value::as_str).map(str::to_string),
             size_label: gguf
                 .get("general.size_label")
@@ -204,13 +208,19 @@ impl HParams {
 }
 
 /// The sliding window as llama.cpp's `load_swa_pattern` reads it: none unless
-/// `attention.sliding_window` is set and non-zero; which layers slide comes from
-/// `attention.sliding_window_pattern`, either one flag per layer or a period `n`
-/// (every `n`-th layer, counting from 1, is global; 0 means all slide), else
-/// `default_period`. Sliding layers rotate with `rope.freq_base_swa` (default
-/// 10000) and no frequency scaling.
-pub(crate) fn read_swa(keys: &Keys, n_layer: u32, default_period: u32, rope: &Rope) -> Result<Option<Swa>> {
-    let window = keys.opt_u32("attention.sliding_window")?.unwrap_or(0);
+/// `attention.sliding_window` (else `default_window`) is non-zero; which layers slide
+/// comes from `attention.sliding_window_pattern`, either one flag per layer or a
+/// period `n` (every `n`-th layer, counting from 1, is global; 0 means all slide),
+/// else `default_period`. Sliding layers rotate with `swa_rope`, its base replaced by
+/// `rope.freq_base_swa` when the file has it.
+pub(crate) fn read_swa(
+    keys: &Keys,
+    n_layer: u32,
+    default_window: u32,
+    default_period: u32,
+    swa_rope: Rope,
+) -> Result<Option<Swa>> {
+    let window = keys.opt_u32("attention.sliding_window")?.unwrap_or(default_window);
     if window == 0 {
         return Ok(None);
     }
@@ -231,7 +241,7 @@ pub(crate) fn read_swa(keys: &Keys, n_layer: u32, default_period: u32, rope: &Ro
             (0..n_layer).map(|il| period == 0 || il % period < period - 1).collect()
         }
     };
-    let freq_base = keys.opt_f32("rope.freq_base_swa")?.unwrap_or(10_000.0);
+    let freq_base = keys.opt_f32("rope.freq_base_swa")?.unwrap_or(swa_rope.freq_base);
     if !(freq_base.is_finite() && freq_base > 0.0) {
         return Err(Error::Load(format!(
             "{}: rope.freq_base_swa ({freq_base}) must be positive",
@@ -241,11 +251,7 @@ pub(crate) fn read_swa(keys: &Keys, n_layer: u32, default_period: u32, rope: &Ro
     Ok(Some(Swa {
         window,
         layers,
-        rope: Rope {
-            freq_base,
-            freq_scale: 1.0,
-            ..rope.clone()
-        },
+        rope: Rope { freq_base, ..swa_rope },
     }))
 }
 

@@ -185,7 +185,7 @@ impl GraphBuilder<'_> {
         let q = g.permute(q, [0, 2, 1, 3]);
         let k = g.permute(k, [0, 2, 1, 3]);
         let v = g.permute(v, [0, 2, 1, 3]);
-        let out = g.flash_attn(q, k, v, group.mask, kq_scale);
+        let out = g.flash_attn(q, k, v, group.mask, kq_scale, hp.attn_logit_softcap.unwrap_or(0.0));
         let out = g
             .reshape_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
             .set_name(&format!("kqv_out-{il}"));
@@ -227,9 +227,13 @@ impl GraphBuilder<'_> {
         let w = self.model.weights();
         let x = self.graph.rms_norm(x, self.hparams().rms_eps);
         let x = self.graph.mul(x, w.output_norm).set_name("result_norm");
-        let mut logits = self.graph.mul_mat(w.output, x);
+        let g = self.graph;
+        let mut logits = g.mul_mat(w.output, x);
         if let Some(b) = w.output_bias {
-            logits = self.graph.add(logits, b);
+            logits = g.add(logits, b);
+        }
+        if let Some(cap) = self.hparams().final_logit_softcap {
+            logits = g.scale(g.tanh(g.scale(logits, 1.0 / cap)), cap);
         }
         logits.set_name("result_output")
     }

@@ -11,10 +11,10 @@
 //!   projection, before its post-norm.
 //! - The output head is usually the embeddings (tied); the logits may be soft-capped.
 
-use crate::arch::{load_embeddings, ArchSpec, LayerWeights, Weights};
+use crate::arch::{gemma2, load_embeddings, ArchSpec, LayerWeights, Weights};
 use crate::ggml::Tensor;
-use crate::hparams::{read_swa, HParams, Keys, RopeMode};
-use crate::layers::{Glu, GraphBuilder};
+use crate::hparams::{read_swa, HParams, Keys, Rope, RopeMode};
+use crate::layers::GraphBuilder;
 use crate::model::Loader;
 use crate::Result;
 
@@ -26,9 +26,15 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     build,
 };
 
-/// Five of every six layers slide unless the file says otherwise; the logit soft-cap if set.
+/// Five of every six layers slide unless the file says otherwise, rotating with a base
+/// of 10000 and no scaling unless it says otherwise; the logit soft-cap if set.
 fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
-    hp.swa = read_swa(keys, hp.n_layer, 6, &hp.rope)?;
+    let swa_rope = Rope {
+        freq_base: 10_000.0,
+        freq_scale: 1.0,
+        ..hp.rope.clone()
+    };
+    hp.swa = read_swa(keys, hp.n_layer, 0, 6, swa_rope)?;
     hp.final_logit_softcap = keys.opt_f32("final_logit_softcapping")?.filter(|&c| c != 0.0);
     Ok(())
 }
@@ -63,42 +69,10 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
 
 fn build(b: &GraphBuilder) -> Tensor {
     let hp = b.hparams();
-    // Gemma 3 27B scales by its embedding width per head, the others by the head size.
-    let attn_scale = if hp.n_layer == 62 {
-        1.0 / ((hp.n_embd / hp.n_head) as f32).sqrt()
-    } else {
-        1.0 / (hp.head_dim_k as f32).sqrt()
-    };
+    let attn_scale = gemma2::attn_scale(hp, 62);
     let mut x = b.embed_scaled((hp.n_embd as f32).sqrt());
     for (il, layer) in b.layers().iter().enumerate() {
-        x = block(b, layer, il, x, attn_scale);
+        x = gemma2::block(b, layer, il, x, attn_scale);
     }
-    let logits = b.logits(x);
-    match hp.final_logit_softcap {
-        Some(cap) => {
-            let g = b.graph;
-            g.scale(g.tanh(g.scale(logits, 1.0 / cap)), cap)
-        }
-        None => logits,
-    }
-}
-
-fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, attn_scale: f32) -> Tensor {
-    let g = b.graph;
-    let rope = b.hparams().layer_rope(il);
-    let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
-    let (q, k, v) = b.qkv(layer, attn_in, il);
-    let q = b.norm(q, layer.attn_q_norm, "Qcur_normed", il);
-    let q = b.rope(q, rope);
-    let k = b.norm(k, layer.attn_k_norm, "Kcur_normed", il);
-    let k = b.rope(k, rope);
-    let q = g.scale(q, attn_scale);
-    let attn = b.attention(layer, il, q, k, v, 1.0);
-    let (attn, residual) = b.select_outputs_if_last(il, attn, x);
-    let attn = b.norm(attn, layer.attn_post_norm, "attn_post_norm", il);
-    let sa_out = g.add(attn, residual).set_name(&format!("sa_out-{il}"));
-    let ffn = b.norm(sa_out, layer.ffn_norm, "ffn_norm", il);
-    let ffn = b.ffn_gated(layer, ffn, il, Glu::Gelu);
-    let ffn = b.norm(ffn, layer.ffn_post_norm, "ffn_post_norm", il);
-    g.add(ffn, sa_out).set_name(&format!("l_out-{il}"))
+    b.logits(x)
 }

@@ -3,6 +3,7 @@
 //! gathered in its `ARCH`. Adding an architecture is one file here and one line
 //! in [`REGISTRY`].
 
+mod gemma2;
 mod gemma3;
 mod llama;
 mod olmo2;
@@ -16,7 +17,14 @@ use crate::model::Loader;
 use crate::{Error, Result};
 
 /// Every architecture elelem runs, by its `general.architecture` name.
-const REGISTRY: &[&ArchSpec] = &[&llama::ARCH, &qwen2::ARCH, &qwen3::ARCH, &gemma3::ARCH, &olmo2::ARCH];
+const REGISTRY: &[&ArchSpec] = &[
+    &llama::ARCH,
+    &qwen2::ARCH,
+    &qwen3::ARCH,
+    &gemma2::ARCH,
+    &gemma3::ARCH,
+    &olmo2::ARCH,
+];
 
 /// What makes an architecture: each module's `ARCH`.
 pub struct ArchSpec {

@@ -1,0 +1,111 @@
+//! gemma2 (Gemma 2). What differs from llama:
+//! - The embeddings are scaled by sqrt(n_embd) (`ggml_scale`, unlike gemma3's
+//!   multiply by a filled input).
+//! - Every other layer (the even ones) attends through a sliding window, 4096
+//!   unless the file says otherwise, rotating like the global layers unless it
+//!   gives them a base of their own.
+//! - Q is scaled by the attention scale, and flash attention soft-caps the scores
+//!   (`attn_logit_softcapping`, 50 unless set); the logits are soft-capped too
+//!   (`final_logit_softcapping`, 30 unless set).
+//! - The attention and feed-forward outputs are RMS-normed again before their
+//!   residual adds, and the feed-forward is GeGLU.
+//! - The output head is always the embeddings.
+
+use crate::arch::{ArchSpec, LayerWeights, Weights};
+use crate::ggml::Tensor;
+use crate::hparams::{read_swa, HParams, Keys, RopeMode};
+use crate::layers::{Glu, GraphBuilder};
+use crate::model::Loader;
+use crate::Result;
+
+pub(crate) const ARCH: ArchSpec = ArchSpec {
+    name: "gemma2",
+    rope_mode: RopeMode::Neox,
+    read_hparams,
+    load,
+    build,
+};
+
+fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
+    hp.swa = read_swa(keys, hp.n_layer, 4096, 2, hp.rope.clone())?;
+    hp.attn_logit_softcap = Some(keys.opt_f32("attn_logit_softcapping")?.unwrap_or(50.0));
+    hp.final_logit_softcap = Some(keys.opt_f32("final_logit_softcapping")?.unwrap_or(30.0));
+    Ok(())
+}
+
+fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+    let (embd, vocab) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
+    let tok_embd = loader.rows("token_embd.weight", &[embd, vocab])?;
+    let output_norm = loader.vector("output_norm.weight", embd)?;
+    let output = loader.matrix("token_embd.weight", &[embd, vocab])?;
+    let layers = (0..hp.n_layer)
+        .map(|il| {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            Ok(LayerWeights {
+                attn_post_norm: Some(loader.vector(&n("post_attention_norm.weight"), embd)?),
+                ffn_post_norm: Some(loader.vector(&n("post_ffw_norm.weight"), embd)?),
+                // llama.cpp's gemma2 graph adds no attention output bias.
+                bo: None,
+                ..loader.llama_block(hp, il, false)?
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok(Weights {
+        tok_embd,
+        output_norm,
+        output,
+        output_bias: None,
+        rope_freqs: None,
+        layers,
+    })
+}
+
+fn build(b: &GraphBuilder) -> Tensor {
+    let hp = b.hparams();
+    let attn_scale = attn_scale(hp, 46);
+    let mut x = b.graph.scale(b.embed(), (hp.n_embd as f32).sqrt());
+    for (il, layer) in b.layers().iter().enumerate() {
+        x = block(b, layer, il, x, attn_scale);
+    }
+    b.logits(x)
+}
+
+/// 1/sqrt(head size), except in the 27B models (`n_layer_27b` layers), which scale by
+/// the embedding width per head.
+pub(crate) fn attn_scale(hp: &HParams, n_layer_27b: u32) -> f32 {
+    let width = if hp.n_layer == n_layer_27b {
+        hp.n_embd / hp.n_head
+    } else {
+        hp.head_dim_k
+    };
+    1.0 / (width as f32).sqrt()
+}
+
+/// The block of Gemma 2 and 3: norm → attention (Q and K normed per head first where
+/// the layer has the norms, as Gemma 3's do) → post-norm → residual → norm → GeGLU →
+/// post-norm → residual.
+pub(crate) fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, attn_scale: f32) -> Tensor {
+    let g = b.graph;
+    let rope = b.hparams().layer_rope(il);
+    let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
+    let (q, k, v) = b.qkv(layer, attn_in, il);
+    let q = match layer.attn_q_norm {
+        Some(norm) => b.norm(q, Some(norm), "Qcur_normed", il),
+        None => q,
+    };
+    let q = b.rope(q, rope);
+    let k = match layer.attn_k_norm {
+        Some(norm) => b.norm(k, Some(norm), "Kcur_normed", il),
+        None => k,
+    };
+    let k = b.rope(k, rope);
+    let q = g.scale(q, attn_scale);
+    let attn = b.attention(layer, il, q, k, v, 1.0);
+    let (attn, residual) = b.select_outputs_if_last(il, attn, x);
+    let attn = b.norm(attn, layer.attn_post_norm, "attn_post_norm", il);
+    let sa_out = g.add(attn, residual).set_name(&format!("sa_out-{il}"));
+    let ffn = b.norm(sa_out, layer.ffn_norm, "ffn_norm", il);
+    let ffn = b.ffn_gated(layer, ffn, il, Glu::Gelu);
+    let ffn = b.norm(ffn, layer.ffn_post_norm, "ffn_post_norm", il);
+    g.add(ffn, sa_out).set_name(&format!("l_out-{il}"))
+}
