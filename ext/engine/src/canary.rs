@@ -15,7 +15,9 @@ pub struct Shape {
     /// "llama"; "qwen2" adds Q, K and V biases; "qwen3" adds Q and K norms;
     /// "gemma3" adds Q and K norms, post-norms, a sliding window and a logit soft-cap;
     /// "olmo2" has post-norms instead of pre-norms and Q and K norms over all heads;
-    /// "gemma2" has post-norms, a sliding window, both soft-caps and a tied output head.
+    /// "gemma2" has post-norms, a sliding window, both soft-caps and a tied output head;
+    /// "granite" is llama with multipliers; "smollm3" is llama without rope in every
+    /// fourth layer.
     pub arch: &'static str,
     /// Adds `rope_freqs.weight`: Llama 3.1's rope scaling, one factor per rotated pair.
     pub rope_freqs: bool,
@@ -82,7 +84,27 @@ pub const SYNTHETIC: &[(&str, Shape)] = &[
     ("tiny-qwen3", QWEN3),
     ("tiny-olmo2", OLMO2),
     ("tiny-gemma2", GEMMA2),
+    ("tiny-granite", GRANITE),
+    ("tiny-smollm3", SMOLLM3),
 ];
+
+/// Granite's shape in small, with multipliers of the sizes Granite 3 uses for its width.
+pub const GRANITE: Shape = Shape {
+    arch: "granite",
+    rope_freqs: false,
+    ..LLAMA3
+};
+
+/// SmolLM3's shape in small: its fourth and eighth layers have no rope.
+pub const SMOLLM3: Shape = Shape {
+    arch: "smollm3",
+    rope_freqs: false,
+    n_layer: 8,
+    n_embd: 64,
+    n_head: 4,
+    n_head_kv: 1,
+    ..LLAMA3
+};
 
 /// Gemma 2's shape in small: a window of 4 on every other layer, and an attention
 /// soft-cap low enough to bite (without it the goldens leave llama.cpp's ids).
@@ -155,6 +177,12 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     if arch == "gemma3" {
         w.set(&key("attention.sliding_window"), Value::U32(4))
             .set(&key("final_logit_softcapping"), Value::F32(30.0));
+    }
+    if arch == "granite" {
+        w.set(&key("logit_scale"), Value::F32(4.0))
+            .set(&key("embedding_scale"), Value::F32(6.0))
+            .set(&key("residual_scale"), Value::F32(0.5))
+            .set(&key("attention.scale"), Value::F32(0.125));
     }
     if arch == "gemma2" {
         w.set(&key("attention.sliding_window"), Value::U32(4))

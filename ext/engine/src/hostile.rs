@@ -60,6 +60,14 @@ const GEMMA2: Shape = Shape {
     arch: "gemma2",
     ..MICRO
 };
+const GRANITE: Shape = Shape {
+    arch: "granite",
+    ..MICRO
+};
+const SMOLLM3: Shape = Shape {
+    arch: "smollm3",
+    ..MICRO
+};
 const LLAMA3: Shape = Shape {
     rope_freqs: true,
     ..MICRO
@@ -98,6 +106,8 @@ pub fn seeds() -> Vec<Case> {
         ("qwen3-f32", canary::writer(&QWEN3)),
         ("olmo2-f32", canary::writer(&OLMO2)),
         ("gemma2-f32", canary::writer(&GEMMA2)),
+        ("granite-f32", canary::writer(&GRANITE)),
+        ("smollm3-f32", canary::writer(&SMOLLM3)),
         ("llama3-rope-freqs", canary::writer(&LLAMA3)),
         ("gemma3-f32", canary::writer(&GEMMA3)),
         ("llama-q8_0-f16", canary::writer(&Q8_0)),
@@ -268,6 +278,29 @@ pub fn structured() -> Vec<Case> {
             w.add_f32("output.weight", &[16, 64], &[0.5; 16 * 64]);
         },
     ));
+    let granite = |key: &str| format!("granite.{key}");
+    #[rustfmt::skip]
+    let granite_flaws = vec![
+        ("granite-no-logit-scale", Rejected("missing required metadata key granite.logit_scale"),
+            granite("logit_scale"), None),
+        ("granite-logit-scale-zero", Rejected("logit_scale must be finite and non-zero"),
+            granite("logit_scale"), Some(F32(0.0))),
+        ("granite-logit-scale-nan", Rejected("logit_scale must be finite and non-zero"),
+            granite("logit_scale"), Some(F32(f32::NAN))),
+        ("granite-embedding-scale-zero-is-unset", Runs, granite("embedding_scale"), Some(F32(0.0))),
+        ("granite-without-rope", Rejected("files without rope"), granite("rope.scaling.finetuned"),
+            Some(Value::Bool(false))),
+        ("granite-deepstack", Rejected("deepstack embeddings are not supported"), granite("deepstack_mapping"),
+            Some(Value::Array(vec![I32(-1), I32(0)]))),
+    ];
+    cases.extend(granite_flaws.into_iter().map(|(name, expect, key, value)| {
+        edited(name, expect, &GRANITE, |w| {
+            match value {
+                Some(v) => w.set(&key, v),
+                None => w.remove(&key),
+            };
+        })
+    }));
     cases.push(edited(
         "olmo3-sliding-window",
         Rejected("olmo2: a sliding window (OLMo 3) is not supported"),

@@ -60,6 +60,15 @@ pub struct HParams {
     /// Attention scores become `cap * tanh(score / cap)` inside flash attention
     /// (gemma2's `attn_logit_softcapping`).
     pub attn_logit_softcap: Option<f32>,
+    /// Granite's multipliers: of the embeddings, of each block's attention and
+    /// feed-forward outputs before their residual adds, the divisor of the logits,
+    /// and the attention scale in place of 1/sqrt(head size).
+    pub embedding_scale: Option<f32>,
+    pub residual_scale: Option<f32>,
+    pub logit_scale: Option<f32>,
+    pub attention_scale: Option<f32>,
+    /// Every `n`-th layer (counting from 1) attends without rotary embeddings (SmolLM3's NoPE).
+    pub no_rope_every: Option<u32>,
     /// `general.name`, `general.size_label` and the file type's name, for display.
     pub name: Option<String>,
     pub size_label: Option<String>,
@@ -77,6 +86,11 @@ impl HParams {
 
     pub fn is_swa(&self, il: usize) -> bool {
         self.swa.as_ref().is_some_and(|swa| swa.layers[il])
+    }
+
+    /// Whether layer `il` rotates Q and K.
+    pub fn rotates(&self, il: usize) -> bool {
+        self.no_rope_every.is_none_or(|n| !(il + 1).is_multiple_of(n as usize))
     }
 
     /// The rotary embedding of layer `il`: sliding layers have their own.
@@ -192,6 +206,11 @@ impl HParams {
             swa: None,
             final_logit_softcap: None,
             attn_logit_softcap: None,
+            embedding_scale: None,
+            residual_scale: None,
+            logit_scale: None,
+            attention_scale: None,
+            no_rope_every: None,
             name: gguf.get("general.name").and_then(Value::as_str).map(str::to_string),
             size_label: gguf
                 .get("general.size_label")
@@ -302,7 +321,21 @@ impl Keys<'_> {
         }
     }
 
-    fn f32(&self, key: &str) -> Result<f32> {
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    pub(crate) fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some((full, v)) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| Error::Load(format!("{full} must be a boolean, got {v:?}"))),
+        }
+    }
+
+    pub(crate) fn f32(&self, key: &str) -> Result<f32> {
         self.opt_f32(key)?.ok_or_else(|| missing(self.prefix, key))
     }
 }

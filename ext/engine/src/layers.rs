@@ -89,10 +89,14 @@ impl GraphBuilder<'_> {
         &self.model.weights().layers
     }
 
+    /// The token embeddings (times the model's embedding multiplier, if it has one).
     pub fn embed(&self) -> Tensor {
-        self.graph
-            .get_rows(self.model.weights().tok_embd, self.inputs.tokens)
-            .set_name("inp_embd")
+        let x = self.graph.get_rows(self.model.weights().tok_embd, self.inputs.tokens);
+        match self.hparams().embedding_scale {
+            Some(scale) => self.graph.scale(x, scale),
+            None => x,
+        }
+        .set_name("inp_embd")
     }
 
     /// The embeddings times `scale`, multiplied by a [1, n_tokens] input filled with
@@ -231,6 +235,9 @@ impl GraphBuilder<'_> {
         let mut logits = g.mul_mat(w.output, x);
         if let Some(b) = w.output_bias {
             logits = g.add(logits, b);
+        }
+        if let Some(divisor) = self.hparams().logit_scale {
+            logits = g.scale(logits, 1.0 / divisor);
         }
         if let Some(cap) = self.hparams().final_logit_softcap {
             logits = g.scale(g.tanh(g.scale(logits, 1.0 / cap)), cap);

@@ -11,7 +11,7 @@
 //!   projection, before its post-norm.
 //! - The output head is usually the embeddings (tied); the logits may be soft-capped.
 
-use crate::arch::{gemma2, load_embeddings, ArchSpec, LayerWeights, Weights};
+use crate::arch::{gemma2, load_llama_like, ArchSpec, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{read_swa, HParams, Keys, Rope, RopeMode};
 use crate::layers::GraphBuilder;
@@ -40,30 +40,19 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
 }
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
     let embd = u64::from(hp.n_embd);
     let head = u64::from(hp.head_dim_k);
-    let layers = (0..hp.n_layer)
-        .map(|il| {
-            let n = |s: &str| format!("blk.{il}.{s}");
-            Ok(LayerWeights {
-                attn_q_norm: Some(loader.vector(&n("attn_q_norm.weight"), head)?),
-                attn_k_norm: Some(loader.vector(&n("attn_k_norm.weight"), head)?),
-                attn_post_norm: Some(loader.vector(&n("post_attention_norm.weight"), embd)?),
-                ffn_post_norm: Some(loader.vector(&n("post_ffw_norm.weight"), embd)?),
-                // llama.cpp's gemma3 graph adds no attention output bias.
-                bo: None,
-                ..loader.llama_block(hp, il, false)?
-            })
+    load_llama_like(loader, hp, |l, il| {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        Ok(LayerWeights {
+            attn_q_norm: Some(l.vector(&n("attn_q_norm.weight"), head)?),
+            attn_k_norm: Some(l.vector(&n("attn_k_norm.weight"), head)?),
+            attn_post_norm: Some(l.vector(&n("post_attention_norm.weight"), embd)?),
+            ffn_post_norm: Some(l.vector(&n("post_ffw_norm.weight"), embd)?),
+            // llama.cpp's gemma3 graph adds no attention output bias.
+            bo: None,
+            ..l.llama_block(hp, il, false)?
         })
-        .collect::<Result<_>>()?;
-    Ok(Weights {
-        tok_embd,
-        output_norm,
-        output,
-        output_bias: None,
-        rope_freqs: None,
-        layers,
     })
 }
 

@@ -4,7 +4,7 @@
 //! `rope_freqs.weight`, the llama3 rope scaling as one factor per rotated pair,
 //! applied in every layer.
 
-use crate::arch::{load_embeddings, no_extra_hparams, ArchSpec, LayerWeights, Weights};
+use crate::arch::{load_llama_like, no_extra_hparams, ArchSpec, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
@@ -19,25 +19,21 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     build,
 };
 
-fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
-    let rope_freqs = loader.optional_vector("rope_freqs.weight", u64::from(hp.rope.n_dims / 2))?;
-    let layers = (0..hp.n_layer)
-        .map(|il| loader.llama_block(hp, il, false))
-        .collect::<Result<_>>()?;
+pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+    let weights = load_llama_like(loader, hp, |l, il| l.llama_block(hp, il, false))?;
     Ok(Weights {
-        tok_embd,
-        output_norm,
-        output,
-        output_bias: None,
-        rope_freqs,
-        layers,
+        rope_freqs: loader.optional_vector("rope_freqs.weight", u64::from(hp.rope.n_dims / 2))?,
+        ..weights
     })
 }
 
+/// llama's graph, with the knobs its kin set in the hyper-parameters: an attention
+/// scale, layers without rope, multipliers (see [`HParams`]).
 pub(crate) fn build(b: &GraphBuilder) -> Tensor {
     let hp = b.hparams();
-    let kq_scale = 1.0 / (hp.head_dim_k as f32).sqrt();
+    let kq_scale = hp
+        .attention_scale
+        .unwrap_or_else(|| 1.0 / (hp.head_dim_k as f32).sqrt());
     let mut x = b.embed();
     for (il, layer) in b.layers().iter().enumerate() {
         x = llama_block(b, layer, il, x, kq_scale);
@@ -47,21 +43,30 @@ pub(crate) fn build(b: &GraphBuilder) -> Tensor {
 
 /// The block llama and qwen2 share: norm → attention → residual → norm → SwiGLU → residual.
 pub(crate) fn llama_block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
-    let rope = &b.hparams().rope;
+    let hp = b.hparams();
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
     let (q, k, v) = b.qkv(layer, attn_in, il);
-    let q = b.rope(q, rope);
-    let k = b.rope(k, rope);
+    let (q, k) = if hp.rotates(il) {
+        (b.rope(q, &hp.rope), b.rope(k, &hp.rope))
+    } else {
+        (q, k)
+    };
     let attn = b.attention(layer, il, q, k, v, kq_scale);
     ffn_residual(b, layer, il, attn, x)
 }
 
 /// The second half of llama's block: the attention's residual add, then norm →
-/// SwiGLU → residual (the output rows selected first in the last layer).
+/// SwiGLU → residual (the output rows selected first in the last layer; both
+/// outputs scaled first where the model has a residual multiplier).
 pub(crate) fn ffn_residual(b: &GraphBuilder, layer: &LayerWeights, il: usize, attn: Tensor, x: Tensor) -> Tensor {
+    let g = b.graph;
+    let scaled = |t: Tensor| match b.hparams().residual_scale {
+        Some(scale) => g.scale(t, scale),
+        None => t,
+    };
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);
-    let ffn_in = b.graph.add(attn, residual).set_name(&format!("ffn_inp-{il}"));
+    let ffn_in = g.add(scaled(attn), residual).set_name(&format!("ffn_inp-{il}"));
     let ffn = b.norm(ffn_in, layer.ffn_norm, "ffn_norm", il);
     let ffn = b.ffn_gated(layer, ffn, il, Glu::Silu);
-    b.graph.add(ffn, ffn_in).set_name(&format!("l_out-{il}"))
+    g.add(scaled(ffn), ffn_in).set_name(&format!("l_out-{il}"))
 }

@@ -5,10 +5,12 @@
 
 mod gemma2;
 mod gemma3;
+mod granite;
 mod llama;
 mod olmo2;
 mod qwen2;
 mod qwen3;
+mod smollm3;
 
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, Keys, RopeMode};
@@ -24,6 +26,8 @@ const REGISTRY: &[&ArchSpec] = &[
     &gemma2::ARCH,
     &gemma3::ARCH,
     &olmo2::ARCH,
+    &granite::ARCH,
+    &smollm3::ARCH,
 ];
 
 /// What makes an architecture: each module's `ARCH`.
@@ -144,4 +148,24 @@ pub(crate) fn load_embeddings(loader: &mut Loader, hp: &HParams) -> Result<(Tens
         None => loader.matrix("token_embd.weight", &[embd, vocab])?,
     };
     Ok((tok_embd, output_norm, output))
+}
+
+/// The weights of a llama-like model: [`load_embeddings`], then `layer(loader, il)`
+/// for each block; no output bias and no rope factors (set them after, where the
+/// architecture has them).
+pub(crate) fn load_llama_like(
+    loader: &mut Loader,
+    hp: &HParams,
+    mut layer: impl FnMut(&mut Loader, u32) -> Result<LayerWeights>,
+) -> Result<Weights> {
+    let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
+    let layers = (0..hp.n_layer).map(|il| layer(loader, il)).collect::<Result<_>>()?;
+    Ok(Weights {
+        tok_embd,
+        output_norm,
+        output,
+        output_bias: None,
+        rope_freqs: None,
+        layers,
+    })
 }

@@ -3,7 +3,7 @@
 //! head rotated together), and usually an untied output head. The forward
 //! graph is llama's: only the weights differ.
 
-use crate::arch::{llama, load_embeddings, no_extra_hparams, ArchSpec, Weights};
+use crate::arch::{llama, load_llama_like, no_extra_hparams, ArchSpec, Weights};
 use crate::hparams::{HParams, RopeMode};
 use crate::model::Loader;
 use crate::Result;
@@ -17,17 +17,9 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
-    let output_bias = loader.optional_vector("output.bias", u64::from(hp.n_vocab))?;
-    let layers = (0..hp.n_layer)
-        .map(|il| loader.llama_block(hp, il, true))
-        .collect::<Result<_>>()?;
+    let weights = load_llama_like(loader, hp, |l, il| l.llama_block(hp, il, true))?;
     Ok(Weights {
-        tok_embd,
-        output_norm,
-        output,
-        output_bias,
-        rope_freqs: None,
-        layers,
+        output_bias: loader.optional_vector("output.bias", u64::from(hp.n_vocab))?,
+        ..weights
     })
 }

@@ -2,7 +2,7 @@
 //! per-head RMS norm of Q and of K before NEOX rope.
 
 use crate::arch::llama::ffn_residual;
-use crate::arch::{load_embeddings, no_extra_hparams, ArchSpec, LayerWeights, Weights};
+use crate::arch::{load_llama_like, no_extra_hparams, ArchSpec, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, RopeMode};
 use crate::layers::GraphBuilder;
@@ -18,25 +18,14 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
     let head = u64::from(hp.head_dim_k);
-    let layers = (0..hp.n_layer)
-        .map(|il| {
-            let n = |s: &str| format!("blk.{il}.{s}");
-            Ok(LayerWeights {
-                attn_q_norm: Some(loader.vector(&n("attn_q_norm.weight"), head)?),
-                attn_k_norm: Some(loader.vector(&n("attn_k_norm.weight"), head)?),
-                ..loader.llama_block(hp, il, false)?
-            })
+    load_llama_like(loader, hp, |l, il| {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        Ok(LayerWeights {
+            attn_q_norm: Some(l.vector(&n("attn_q_norm.weight"), head)?),
+            attn_k_norm: Some(l.vector(&n("attn_k_norm.weight"), head)?),
+            ..l.llama_block(hp, il, false)?
         })
-        .collect::<Result<_>>()?;
-    Ok(Weights {
-        tok_embd,
-        output_norm,
-        output,
-        output_bias: None,
-        rope_freqs: None,
-        layers,
     })
 }
 

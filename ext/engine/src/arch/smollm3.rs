@@ -1,0 +1,25 @@
+//! smollm3 (SmolLM3): llama's graph, except that every fourth layer attends
+//! without rotary embeddings (NoPE). Its files carry no rope factors.
+
+use crate::arch::{llama, load_llama_like, ArchSpec, Weights};
+use crate::hparams::{HParams, Keys, RopeMode};
+use crate::model::Loader;
+use crate::Result;
+
+pub(crate) const ARCH: ArchSpec = ArchSpec {
+    name: "smollm3",
+    rope_mode: RopeMode::Norm,
+    read_hparams,
+    load,
+    build: llama::build,
+};
+
+/// llama.cpp fixes the period (`n_no_rope_layer_step`); the file does not state it.
+fn read_hparams(_: &Keys, hp: &mut HParams) -> Result<()> {
+    hp.no_rope_every = Some(4);
+    Ok(())
+}
+
+fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+    load_llama_like(loader, hp, |l, il| l.llama_block(hp, il, false))
+}
