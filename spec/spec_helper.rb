@@ -22,7 +22,7 @@ module SpecModels
     path
   end
 
-  # A small random-weight model of elelem_engine::canary::SYNTHETIC, written by our writer.
+  # A small random-weight model of elelem_engine::canary::synthetic(), written by our writer.
   def synthetic(name)
     path = File.join(SYNTHETIC_DIR, "#{name}.gguf")
     unless File.exist?(path)

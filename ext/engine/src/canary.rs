@@ -77,16 +77,53 @@ pub const OLMO2: Shape = Shape {
     ..LLAMA3
 };
 
-/// The small random-weight models whose goldens come from the reference, by golden name.
-pub const SYNTHETIC: &[(&str, Shape)] = &[
-    ("tiny-llama-canary", CANARY),
-    ("tiny-llama3", LLAMA3),
-    ("tiny-qwen3", QWEN3),
-    ("tiny-olmo2", OLMO2),
-    ("tiny-gemma2", GEMMA2),
-    ("tiny-granite", GRANITE),
-    ("tiny-smollm3", SMOLLM3),
+/// The small random-weight models whose goldens come from the reference, by golden
+/// name: one per architecture's shape, and one per weight type the CPU backend can
+/// multiply (a llama whose matrices are all of that type).
+pub fn synthetic() -> Vec<(String, Shape)> {
+    let by_arch = [
+        ("tiny-llama-canary", CANARY),
+        ("tiny-llama3", LLAMA3),
+        ("tiny-qwen3", QWEN3),
+        ("tiny-olmo2", OLMO2),
+        ("tiny-gemma2", GEMMA2),
+        ("tiny-granite", GRANITE),
+        ("tiny-smollm3", SMOLLM3),
+    ];
+    let by_type = WEIGHT_TYPES.iter().map(|&id| {
+        let ty = TensorType::from_id(id).expect("a ggml type");
+        let shape = Shape {
+            matrix_type: ty,
+            ..WEIGHTS
+        };
+        (format!("tiny-weights-{}", ty.name().to_lowercase()), shape)
+    });
+    by_arch
+        .into_iter()
+        .map(|(name, shape)| (name.to_string(), shape))
+        .chain(by_type)
+        .collect()
+}
+
+/// The ggml ids of the weight types with a model each: every type the CPU backend has
+/// a dot product for, but F32 (the canary's) and the Q8_K/Q8_1 activation types.
+const WEIGHT_TYPES: &[u32] = &[
+    1, 30, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 16, 17, 22, 18, 21, 19, 29, 20, 23, 34, 35, 39,
 ];
+
+/// The shape of the weight-type models: rows of 256, so that every block size fits.
+const WEIGHTS: Shape = Shape {
+    arch: "llama",
+    rope_freqs: false,
+    n_vocab: 512,
+    n_embd: 256,
+    n_layer: 2,
+    n_head: 4,
+    n_head_kv: 2,
+    n_ff: 512,
+    matrix_type: TensorType::F32,
+    embd_type: TensorType::F32,
+};
 
 /// Granite's shape in small, with multipliers of the sizes Granite 3 uses for its width.
 pub const GRANITE: Shape = Shape {
@@ -256,6 +293,13 @@ fn add_matrix(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: TensorType, fan
     let mut data = vec![0u8; size as usize];
     let ggml_type = ty.id() as sys::ggml_type;
     crate::ggml::init_once();
+    // The IQ1/IQ2 types cannot be quantized without importance weights: uniform ones.
+    let importance = vec![1.0f32; row as usize];
+    let imatrix = if unsafe { sys::ggml_quantize_requires_imatrix(ggml_type) } {
+        importance.as_ptr()
+    } else {
+        std::ptr::null()
+    };
     let written = unsafe {
         sys::ggml_quantize_chunk(
             ggml_type,
@@ -264,7 +308,7 @@ fn add_matrix(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: TensorType, fan
             0,
             rows as i64,
             row as i64,
-            std::ptr::null(),
+            imatrix,
         )
     };
     assert_eq!(written as u64, size, "{name} as {ty}");
