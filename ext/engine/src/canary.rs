@@ -17,7 +17,7 @@ pub struct Shape {
     /// "olmo2" has post-norms instead of pre-norms and Q and K norms over all heads;
     /// "gemma2" has post-norms, a sliding window, both soft-caps and a tied output head;
     /// "granite" is llama with multipliers; "smollm3" is llama without rope in every
-    /// fourth layer.
+    /// fourth layer; "qwen3moe" is qwen3 with a mixture of experts.
     pub arch: &'static str,
     /// Adds `rope_freqs.weight`: Llama 3.1's rope scaling, one factor per rotated pair.
     pub rope_freqs: bool,
@@ -31,6 +31,10 @@ pub struct Shape {
     pub matrix_type: TensorType,
     /// The token embeddings and the output head.
     pub embd_type: TensorType,
+    /// A mixture of `n_expert` experts, `n_expert_used` per token, instead of one
+    /// feed-forward (0: none); each expert is `n_ff` wide.
+    pub n_expert: u32,
+    pub n_expert_used: u32,
 }
 
 pub const CANARY: Shape = Shape {
@@ -44,6 +48,8 @@ pub const CANARY: Shape = Shape {
     n_ff: 512,
     matrix_type: TensorType::F32,
     embd_type: TensorType::F32,
+    n_expert: 0,
+    n_expert_used: 0,
 };
 
 /// Llama 3.1's shape in small: grouped-query attention (4 query heads a KV head),
@@ -59,6 +65,8 @@ pub const LLAMA3: Shape = Shape {
     n_ff: 384,
     matrix_type: TensorType::F32,
     embd_type: TensorType::F32,
+    n_expert: 0,
+    n_expert_used: 0,
 };
 
 /// Qwen3's shape in small, its matrices in Q8_0 and its embeddings in F16.
@@ -67,6 +75,16 @@ pub const QWEN3: Shape = Shape {
     rope_freqs: false,
     matrix_type: TensorType::Q8_0,
     embd_type: TensorType::F16,
+    ..LLAMA3
+};
+
+/// Qwen3-MoE's shape in small: 8 experts of width 64, 2 per token.
+pub const QWEN3MOE: Shape = Shape {
+    arch: "qwen3moe",
+    rope_freqs: false,
+    n_ff: 64,
+    n_expert: 8,
+    n_expert_used: 2,
     ..LLAMA3
 };
 
@@ -85,6 +103,7 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ("tiny-llama-canary", CANARY),
         ("tiny-llama3", LLAMA3),
         ("tiny-qwen3", QWEN3),
+        ("tiny-qwen3moe", QWEN3MOE),
         ("tiny-olmo2", OLMO2),
         ("tiny-gemma2", GEMMA2),
         ("tiny-granite", GRANITE),
@@ -123,6 +142,8 @@ const WEIGHTS: Shape = Shape {
     n_ff: 512,
     matrix_type: TensorType::F32,
     embd_type: TensorType::F32,
+    n_expert: 0,
+    n_expert_used: 0,
 };
 
 /// Granite's shape in small, with multipliers of the sizes Granite 3 uses for its width.
@@ -215,6 +236,11 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.set(&key("attention.sliding_window"), Value::U32(4))
             .set(&key("final_logit_softcapping"), Value::F32(30.0));
     }
+    if shape.n_expert > 0 {
+        w.set(&key("expert_count"), Value::U32(shape.n_expert))
+            .set(&key("expert_used_count"), Value::U32(shape.n_expert_used))
+            .set(&key("expert_feed_forward_length"), Value::U32(n_ff as u32));
+    }
     if arch == "granite" {
         w.set(&key("logit_scale"), Value::F32(4.0))
             .set(&key("embedding_scale"), Value::F32(6.0))
@@ -246,7 +272,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32(&n("attn_v.bias"), &[kv_dim], &rng.small(kv_dim));
         }
         add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, n_embd, n_embd);
-        if arch == "gemma3" || arch == "qwen3" {
+        if arch == "gemma3" || arch.starts_with("qwen3") {
             let head = n_embd / u64::from(n_head);
             w.add_f32(&n("attn_q_norm.weight"), &[head], &rng.around_one(head));
             w.add_f32(&n("attn_k_norm.weight"), &[head], &rng.around_one(head));
@@ -262,9 +288,29 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         if !olmo2 {
             w.add_f32(&n("ffn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         }
-        add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, n_ff);
-        add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
-        add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
+        if shape.n_expert > 0 {
+            let n_expert = u64::from(shape.n_expert);
+            add_matrix(
+                &mut w,
+                &mut rng,
+                &n("ffn_gate_inp.weight"),
+                TensorType::F32,
+                n_embd,
+                n_expert,
+            );
+            for (name, fan_in, fan_out) in [("gate", n_embd, n_ff), ("up", n_embd, n_ff), ("down", n_ff, n_embd)] {
+                let values = rng.matrix(fan_in, fan_out * n_expert);
+                w.add_f32(
+                    &n(&format!("ffn_{name}_exps.weight")),
+                    &[fan_in, fan_out, n_expert],
+                    &values,
+                );
+            }
+        } else {
+            add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, n_ff);
+            add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
+            add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
+        }
     }
     if shape.rope_freqs {
         // Llama 3.1's factors run from 1 (high frequencies) to 8 (the lowest); these

@@ -470,6 +470,39 @@ impl Graph {
         op!(self, sys::ggml_mul_mat(self.c(), w.as_ptr(), x.as_ptr()))
     }
 
+    /// `w[ids[i, t]] · x[:, i, t]` for each selected expert `i` of each token `t`.
+    pub fn mul_mat_id(&self, w: Tensor, x: Tensor, ids: Tensor) -> Tensor {
+        op!(
+            self,
+            sys::ggml_mul_mat_id(self.c(), w.as_ptr(), x.as_ptr(), ids.as_ptr())
+        )
+    }
+
+    pub fn soft_max(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_soft_max(self.c(), a.as_ptr()))
+    }
+
+    /// The indices of the `k` largest values of each row, largest first.
+    pub fn argsort_top_k(&self, a: Tensor, k: i32) -> Tensor {
+        op!(self, sys::ggml_argsort_top_k(self.c(), a.as_ptr(), k))
+    }
+
+    pub fn sum_rows(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_sum_rows(self.c(), a.as_ptr()))
+    }
+
+    pub fn clamp(&self, a: Tensor, min: f32, max: f32) -> Tensor {
+        op!(self, sys::ggml_clamp(self.c(), a.as_ptr(), min, max))
+    }
+
+    pub fn div(&self, a: Tensor, b: Tensor) -> Tensor {
+        op!(self, sys::ggml_div(self.c(), a.as_ptr(), b.as_ptr()))
+    }
+
+    pub fn cont(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_cont(self.c(), a.as_ptr()))
+    }
+
     pub fn add(&self, a: Tensor, b: Tensor) -> Tensor {
         op!(self, sys::ggml_add(self.c(), a.as_ptr(), b.as_ptr()))
     }

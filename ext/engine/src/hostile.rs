@@ -51,6 +51,8 @@ pub const MICRO: Shape = Shape {
     n_ff: 32,
     matrix_type: TensorType::F32,
     embd_type: TensorType::F32,
+    n_expert: 0,
+    n_expert_used: 0,
 };
 
 const QWEN2: Shape = Shape { arch: "qwen2", ..MICRO };
@@ -66,6 +68,12 @@ const GRANITE: Shape = Shape {
 };
 const SMOLLM3: Shape = Shape {
     arch: "smollm3",
+    ..MICRO
+};
+const QWEN3MOE: Shape = Shape {
+    arch: "qwen3moe",
+    n_expert: 4,
+    n_expert_used: 2,
     ..MICRO
 };
 const LLAMA3: Shape = Shape {
@@ -108,6 +116,7 @@ pub fn seeds() -> Vec<Case> {
         ("gemma2-f32", canary::writer(&GEMMA2)),
         ("granite-f32", canary::writer(&GRANITE)),
         ("smollm3-f32", canary::writer(&SMOLLM3)),
+        ("qwen3moe-f32", canary::writer(&QWEN3MOE)),
         ("llama3-rope-freqs", canary::writer(&LLAMA3)),
         ("gemma3-f32", canary::writer(&GEMMA3)),
         ("llama-q8_0-f16", canary::writer(&Q8_0)),
@@ -301,6 +310,28 @@ pub fn structured() -> Vec<Case> {
             };
         })
     }));
+    let moe = |key: &str| format!("qwen3moe.{key}");
+    #[rustfmt::skip]
+    let moe_flaws = vec![
+        ("moe-more-used-than-experts", Rejected("expert_used_count (5) 1 to it"), moe("expert_used_count"), U32(5)),
+        ("moe-none-used", Rejected("expert_used_count (0) 1 to it"), moe("expert_used_count"), U32(0)),
+        ("moe-experts-huge", Rejected("expert_count (100000) must be 1 to 512"), moe("expert_count"), U32(100_000)),
+        ("moe-expert-width-not-the-tensors", Rejected("ffn_gate_exps.weight has shape"),
+            moe("expert_feed_forward_length"), U32(7)),
+    ];
+    cases.extend(moe_flaws.into_iter().map(|(name, expect, key, value)| {
+        edited(name, expect, &QWEN3MOE, |w| {
+            w.set(&key, value);
+        })
+    }));
+    cases.push(edited(
+        "moe-missing-router",
+        Rejected("missing tensor blk.1.ffn_gate_inp.weight"),
+        &QWEN3MOE,
+        |w| {
+            w.remove_tensor("blk.1.ffn_gate_inp.weight");
+        },
+    ));
     cases.push(edited(
         "olmo3-sliding-window",
         Rejected("olmo2: a sliding window (OLMo 3) is not supported"),

@@ -69,6 +69,10 @@ pub struct HParams {
     pub attention_scale: Option<f32>,
     /// Every `n`-th layer (counting from 1) attends without rotary embeddings (SmolLM3's NoPE).
     pub no_rope_every: Option<u32>,
+    /// A mixture of experts: how many, how many each token uses, and each one's width.
+    pub n_expert: u32,
+    pub n_expert_used: u32,
+    pub n_ff_exp: u32,
     /// `general.name`, `general.size_label` and the file type's name, for display.
     pub name: Option<String>,
     pub size_label: Option<String>,
@@ -127,7 +131,8 @@ impl HParams {
                 arch.name()
             )));
         }
-        if let Some(n_expert) = keys.opt_u32("expert_count")?.filter(|&n| n > 0) {
+        let n_expert = keys.opt_u32("expert_count")?.unwrap_or(0);
+        if n_expert > 0 && !arch.has_experts() {
             return Err(Error::Load(format!(
                 "{}: a mixture of experts ({n_expert} experts) is not supported for this architecture",
                 arch.name()
@@ -211,6 +216,9 @@ impl HParams {
             logit_scale: None,
             attention_scale: None,
             no_rope_every: None,
+            n_expert,
+            n_expert_used: 0,
+            n_ff_exp: 0,
             name: gguf.get("general.name").and_then(Value::as_str).map(str::to_string),
             size_label: gguf
                 .get("general.size_label")

@@ -226,6 +226,36 @@ impl GraphBuilder<'_> {
             .set_name(&format!("ffn_out-{il}"))
     }
 
+    /// A mixture of experts with SwiGLU experts, as llama.cpp's `build_moe_ffn` builds
+    /// it for softmax gating with normalized weights: the router's softmax picks each
+    /// row's `n_expert_used` likeliest experts, their probabilities are renormalized
+    /// to sum to one, and the experts' outputs, so weighted, are added in rank order.
+    pub fn ffn_moe(&self, layer: &LayerWeights, x: Tensor, il: usize) -> Tensor {
+        let g = self.graph;
+        let hp = self.hparams();
+        let expect = |t: Option<Tensor>| t.expect("validated at load");
+        let [n_embd, n_rows, ..] = x.ne();
+        let (n_expert, n_used) = (i64::from(hp.n_expert), i64::from(hp.n_expert_used));
+        let probs = g.soft_max(g.mul_mat(expect(layer.ffn_gate_inp), x));
+        let selected = g.argsort_top_k(probs, hp.n_expert_used as i32);
+        let weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n_rows), selected);
+        let weights = g.reshape_2d(weights, n_used, n_rows);
+        let sum = g.clamp(g.sum_rows(weights), 6.103_515_6e-5, f32::INFINITY);
+        let weights = g.reshape_3d(g.div(weights, sum), 1, n_used, n_rows);
+        let x = g.reshape_3d(x, n_embd, 1, n_rows);
+        let up = g.mul_mat_id(expect(layer.ffn_up_exps), x, selected);
+        let gate = g.mul_mat_id(expect(layer.ffn_gate_exps), x, selected);
+        let experts = g.mul_mat_id(expect(layer.ffn_down_exps), g.swiglu_split(gate, up), selected);
+        let experts = g.mul(experts, weights);
+        let [nb1, nb2] = [experts.nb()[1], experts.nb()[2]];
+        let out = (1..n_used as usize).fold(g.view_2d(experts, n_embd, n_rows, nb2, 0), |sum, i| {
+            g.add(sum, g.view_2d(experts, n_embd, n_rows, nb2, i * nb1))
+        });
+        // llama.cpp returns a contiguous tensor when there is nothing to add.
+        let out = if n_used == 1 { g.cont(out) } else { out };
+        out.set_name(&format!("ffn_moe_out-{il}"))
+    }
+
     /// Final norm and the output head.
     pub fn logits(&self, x: Tensor) -> Tensor {
         let w = self.model.weights();

@@ -170,6 +170,8 @@ enum Usage {
     Rows,
     /// Multiplied or added element-wise (norms, biases): F32.
     Vector,
+    /// The `a` of `ggml_mul_mat_id(a, x, ids)`, experts stacked: may be repacked.
+    Experts { n_used: u32 },
 }
 
 struct Planned {
@@ -237,7 +239,7 @@ impl<'a> Loader<'a> {
         let type_ok = match usage {
             Usage::Vector => ty == TensorType::F32,
             // Rows too: a tied output head multiplies the embeddings.
-            Usage::Matrix | Usage::Rows => ggml::cpu_has_vec_dot(ggml_type),
+            Usage::Matrix | Usage::Rows | Usage::Experts { .. } => ggml::cpu_has_vec_dot(ggml_type),
         };
         if !type_ok {
             return Err(Error::Load(format!(
@@ -246,7 +248,8 @@ impl<'a> Loader<'a> {
         }
         let ne: Vec<i64> = info.ne().iter().map(|&d| d as i64).collect();
         let buft = match usage {
-            Usage::Matrix => self.matmul_buft(ggml_type, &ne)?,
+            Usage::Matrix => self.matmul_buft(ggml_type, &ne, None)?,
+            Usage::Experts { n_used } => self.matmul_buft(ggml_type, &ne, Some(n_used))?,
             Usage::Rows | Usage::Vector => self.device.weight_bufts.len() - 1,
         };
         if let Some(&t) = self.by_key.get(&(name.to_string(), buft)) {
@@ -263,13 +266,25 @@ impl<'a> Loader<'a> {
     }
 
     /// The first weight buffer type whose layout the CPU backend can multiply with
-    /// this weight's shape, as llama.cpp's `weight_buft_supported` decides it.
-    fn matmul_buft(&self, ggml_type: sys::ggml_type, ne: &[i64]) -> Result<usize> {
+    /// this weight's shape, as llama.cpp's `weight_buft_supported` decides it: probed
+    /// with a 512-token `mul_mat`, or for experts (`n_used` of them per token) a
+    /// `mul_mat_id`.
+    fn matmul_buft(&self, ggml_type: sys::ggml_type, ne: &[i64], n_used: Option<u32>) -> Result<usize> {
         let plain = self.device.weight_bufts.len() - 1;
-        let probe = ggml::Context::new_no_alloc(3)?;
+        let probe = ggml::Context::new_no_alloc(4)?;
         let weight = probe.new_tensor(ggml_type, ne)?;
-        let x = probe.new_tensor(sys::GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]])?;
-        let op = Tensor::from_raw(unsafe { sys::ggml_mul_mat(probe.as_ptr(), weight.as_ptr(), x.as_ptr()) })?;
+        let op = match n_used {
+            None => {
+                let x = probe.new_tensor(sys::GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]])?;
+                unsafe { sys::ggml_mul_mat(probe.as_ptr(), weight.as_ptr(), x.as_ptr()) }
+            }
+            Some(n_used) => {
+                let x = probe.new_tensor(sys::GGML_TYPE_F32, &[ne[0], n_used.into(), 512])?;
+                let ids = probe.new_tensor(sys::GGML_TYPE_I32, &[n_used.into(), 512])?;
+                unsafe { sys::ggml_mul_mat_id(probe.as_ptr(), weight.as_ptr(), x.as_ptr(), ids.as_ptr()) }
+            }
+        };
+        let op = Tensor::from_raw(op)?;
         Ok((0..plain)
             .find(|&i| {
                 self.device
@@ -284,6 +299,13 @@ impl<'a> Loader<'a> {
 
     pub fn optional_matrix(&mut self, name: &str, shape: &[u64]) -> Result<Option<Tensor>> {
         self.declare(name, shape, Usage::Matrix, false)
+    }
+
+    /// Stacked experts, `n_used` of which each token multiplies.
+    pub fn experts(&mut self, name: &str, shape: &[u64], n_used: u32) -> Result<Tensor> {
+        Ok(self
+            .declare(name, shape, Usage::Experts { n_used }, true)?
+            .expect("required"))
     }
 
     pub fn rows(&mut self, name: &str, shape: &[u64]) -> Result<Tensor> {

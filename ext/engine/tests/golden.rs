@@ -153,3 +153,52 @@ fn gemma_3_270m_matches_llama_cpp() {
     let model = Model::open(model_path("gemma-3-270m-q4_k_m.gguf"), &ModelParams::default()).unwrap();
     check_goldens("gemma-3-270m.json", model);
 }
+
+/// The goldens' long prompt reaches every expert of `tiny-qwen3moe`: silencing any one
+/// expert (its down projection zeroed in every layer) changes the logits.
+#[test]
+fn the_long_prompt_routes_to_every_expert() {
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("spec/fixtures/goldens/tiny-qwen3moe.json")).unwrap(),
+    )
+    .unwrap();
+    let long = doc["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "long")
+        .unwrap();
+    let prompt: Vec<u32> = long["prompt"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    let shape = canary::QWEN3MOE;
+    let logits = |w: &elelem_gguf::GgufWriter| {
+        let model = Model::from_gguf(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap()).unwrap();
+        let params = ContextParams {
+            n_ctx: 1024,
+            n_threads: 2,
+            ..Default::default()
+        };
+        let mut ctx = Context::new(Arc::new(model), params).unwrap();
+        ctx.decode(&prompt).unwrap().to_vec()
+    };
+    let all = logits(&canary::writer(&shape));
+    let expert_bytes = (shape.n_ff * shape.n_embd * 4) as usize;
+    for expert in 0..shape.n_expert as usize {
+        let mut silenced = canary::writer(&shape);
+        for il in 0..shape.n_layer {
+            let down = silenced
+                .tensor_data_mut(&format!("blk.{il}.ffn_down_exps.weight"))
+                .unwrap();
+            down[expert * expert_bytes..(expert + 1) * expert_bytes].fill(0);
+        }
+        assert_ne!(
+            logits(&silenced),
+            all,
+            "no token of the prompt was routed to expert {expert}"
+        );
+    }
+}

@@ -53,6 +53,14 @@ impl GgufWriter {
         self
     }
 
+    /// The bytes of the first tensor called `name`, to alter in place.
+    pub fn tensor_data_mut(&mut self, name: &str) -> Option<&mut [u8]> {
+        self.tensors
+            .iter_mut()
+            .find(|t| t.name == name)
+            .map(|t| t.data.as_mut_slice())
+    }
+
     /// Adds an F32 tensor from values.
     pub fn add_f32(&mut self, name: &str, dims: &[u64], values: &[f32]) -> &mut Self {
         let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();

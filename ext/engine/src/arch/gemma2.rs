@@ -24,6 +24,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     read_hparams,
     load,
     build,
+    experts: false,
 };
 
 fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {

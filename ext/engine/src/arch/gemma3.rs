@@ -24,6 +24,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     read_hparams,
     load,
     build,
+    experts: false,
 };
 
 /// Five of every six layers slide unless the file says otherwise, rotating with a base

@@ -16,6 +16,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     read_hparams,
     load: llama::load,
     build: llama::build,
+    experts: false,
 };
 
 fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {

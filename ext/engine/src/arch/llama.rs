@@ -17,6 +17,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     read_hparams: no_extra_hparams,
     load,
     build,
+    experts: false,
 };
 
 pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
@@ -56,7 +57,7 @@ pub(crate) fn llama_block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: 
 }
 
 /// The second half of llama's block: the attention's residual add, then norm →
-/// SwiGLU → residual (the output rows selected first in the last layer; both
+/// SwiGLU (or a mixture of SwiGLU experts) → residual (the output rows selected first in the last layer; both
 /// outputs scaled first where the model has a residual multiplier).
 pub(crate) fn ffn_residual(b: &GraphBuilder, layer: &LayerWeights, il: usize, attn: Tensor, x: Tensor) -> Tensor {
     let g = b.graph;
@@ -67,6 +68,9 @@ pub(crate) fn ffn_residual(b: &GraphBuilder, layer: &LayerWeights, il: usize, at
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);
     let ffn_in = g.add(scaled(attn), residual).set_name(&format!("ffn_inp-{il}"));
     let ffn = b.norm(ffn_in, layer.ffn_norm, "ffn_norm", il);
-    let ffn = b.ffn_gated(layer, ffn, il, Glu::Silu);
+    let ffn = match layer.ffn_gate_inp {
+        Some(_) => b.ffn_moe(layer, ffn, il),
+        None => b.ffn_gated(layer, ffn, il, Glu::Silu),
+    };
     g.add(scaled(ffn), ffn_in).set_name(&format!("l_out-{il}"))
 }

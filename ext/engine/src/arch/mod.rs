@@ -10,6 +10,7 @@ mod llama;
 mod olmo2;
 mod qwen2;
 mod qwen3;
+mod qwen3moe;
 mod smollm3;
 
 use crate::ggml::Tensor;
@@ -23,6 +24,7 @@ const REGISTRY: &[&ArchSpec] = &[
     &llama::ARCH,
     &qwen2::ARCH,
     &qwen3::ARCH,
+    &qwen3moe::ARCH,
     &gemma2::ARCH,
     &gemma3::ARCH,
     &olmo2::ARCH,
@@ -42,6 +44,9 @@ pub struct ArchSpec {
     pub(crate) load: fn(&mut Loader, &HParams) -> Result<Weights>,
     /// Builds the forward pass and returns the logits of the output rows.
     pub(crate) build: fn(&GraphBuilder) -> Tensor,
+    /// Whether its feed-forwards may be a mixture of experts (`expert_count` > 0);
+    /// elsewhere such a file is refused.
+    pub experts: bool,
 }
 
 /// An architecture of the [`REGISTRY`].
@@ -82,6 +87,10 @@ impl Arch {
 
     pub fn rope_mode(self) -> RopeMode {
         self.0.rope_mode
+    }
+
+    pub fn has_experts(self) -> bool {
+        self.0.experts
     }
 
     pub(crate) fn read_hparams(self, keys: &Keys, hp: &mut HParams) -> Result<()> {
@@ -125,6 +134,12 @@ pub struct LayerWeights {
     pub ffn_down: Option<Tensor>,
     /// The norm of the feed-forward output before its residual add.
     pub ffn_post_norm: Option<Tensor>,
+    /// A mixture of experts instead of one feed-forward: the router [n_embd, n_expert]
+    /// and the experts' stacked weights [.., .., n_expert].
+    pub ffn_gate_inp: Option<Tensor>,
+    pub ffn_gate_exps: Option<Tensor>,
+    pub ffn_up_exps: Option<Tensor>,
+    pub ffn_down_exps: Option<Tensor>,
 }
 
 pub struct Weights {

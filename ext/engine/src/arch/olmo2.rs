@@ -20,6 +20,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     read_hparams,
     load,
     build,
+    experts: false,
 };
 
 fn read_hparams(keys: &Keys, _: &mut HParams) -> Result<()> {

@@ -14,6 +14,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     read_hparams: no_extra_hparams,
     load,
     build: llama::build,
+    experts: false,
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {

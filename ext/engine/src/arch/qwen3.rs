@@ -15,6 +15,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     read_hparams: no_extra_hparams,
     load,
     build,
+    experts: false,
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
@@ -29,7 +30,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     })
 }
 
-fn build(b: &GraphBuilder) -> Tensor {
+pub(crate) fn build(b: &GraphBuilder) -> Tensor {
     let kq_scale = 1.0 / (b.hparams().head_dim_k as f32).sqrt();
     let mut x = b.embed();
     for (il, layer) in b.layers().iter().enumerate() {

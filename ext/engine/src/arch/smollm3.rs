@@ -12,6 +12,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     read_hparams,
     load,
     build: llama::build,
+    experts: false,
 };
 
 /// llama.cpp fixes the period (`n_no_rope_layer_step`); the file does not state it.
