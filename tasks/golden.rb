@@ -67,7 +67,7 @@ module Goldens
     { "messages" => CHAT_MESSAGES, "prompt_text" => text, "prompt" => Reference.tokenize(model_path, text) }
   end
 
-  # The small random-weight models of elelem_engine::canary::SYNTHETIC, as `rake canary`
+  # The small random-weight models of elelem_engine::canary::synthetic(), as `rake canary`
   # writes them; their prompts are ids.
   SYNTHETIC_DIR = File.join(Reference::ROOT, "tmp", "synthetic")
 
