@@ -7,7 +7,7 @@ Gem::Specification.new do |spec|
   spec.version = Elelem::VERSION
   spec.summary = "Run GGUF language models from Ruby, on ggml, as fast as llama.cpp"
   spec.description = "A native extension in Rust that runs GGUF models (llama, qwen2, qwen3, qwen3moe, gemma2, " \
-                     "gemma3, olmo2, granite, smollm3) on the ggml tensor library's CPU backend, with greedy " \
+                     "gemma3, olmo2, granite, smollm3, phi3) on the ggml tensor library's CPU backend, with greedy " \
                      "decoding identical to llama.cpp's."
   spec.authors = ["The elelem developers"]
   spec.license = "MIT"

@@ -17,7 +17,8 @@ pub struct Shape {
     /// "olmo2" has post-norms instead of pre-norms and Q and K norms over all heads;
     /// "gemma2" has post-norms, a sliding window, both soft-caps and a tied output head;
     /// "granite" is llama with multipliers; "smollm3" is llama without rope in every
-    /// fourth layer; "qwen3moe" is qwen3 with a mixture of experts.
+    /// fourth layer; "qwen3moe" is qwen3 with a mixture of experts; "phi3" fuses Q, K
+    /// and V, and the gate and up projections.
     pub arch: &'static str,
     /// Adds `rope_freqs.weight`: Llama 3.1's rope scaling, one factor per rotated pair.
     pub rope_freqs: bool,
@@ -88,6 +89,13 @@ pub const QWEN3MOE: Shape = Shape {
     ..LLAMA3
 };
 
+/// Phi-3's shape in small.
+pub const PHI3: Shape = Shape {
+    arch: "phi3",
+    rope_freqs: false,
+    ..LLAMA3
+};
+
 /// OLMo 2's shape in small.
 pub const OLMO2: Shape = Shape {
     arch: "olmo2",
@@ -108,6 +116,7 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ("tiny-gemma2", GEMMA2),
         ("tiny-granite", GRANITE),
         ("tiny-smollm3", SMOLLM3),
+        ("tiny-phi3", PHI3),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");
@@ -221,7 +230,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     let s = |v: &str| Value::String(v.to_string());
     let key = |k: &str| format!("{arch}.{k}");
     w.set("general.architecture", s(arch))
-        .set("general.name", s(&format!("elelem tiny {arch} canary")))
+        .set("general.name", s(&display_name(arch)))
         .set("general.file_type", Value::U32(0))
         .set(&key("context_length"), Value::U32(2048))
         .set(&key("embedding_length"), Value::U32(n_embd as u32))
@@ -263,9 +272,14 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         if !olmo2 {
             w.add_f32(&n("attn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         }
-        add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, n_embd);
-        add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, kv_dim);
-        add_matrix(&mut w, &mut rng, &n("attn_v.weight"), ty, n_embd, kv_dim);
+        let phi3 = arch == "phi3";
+        if phi3 {
+            add_matrix(&mut w, &mut rng, &n("attn_qkv.weight"), ty, n_embd, n_embd + 2 * kv_dim);
+        } else {
+            add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, n_embd);
+            add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, kv_dim);
+            add_matrix(&mut w, &mut rng, &n("attn_v.weight"), ty, n_embd, kv_dim);
+        }
         if arch == "qwen2" {
             w.add_f32(&n("attn_q.bias"), &[n_embd], &rng.small(n_embd));
             w.add_f32(&n("attn_k.bias"), &[kv_dim], &rng.small(kv_dim));
@@ -306,6 +320,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                     &values,
                 );
             }
+        } else if phi3 {
+            add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, 2 * n_ff);
+            add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
         } else {
             add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, n_ff);
             add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
@@ -324,6 +341,15 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         add_matrix(&mut w, &mut rng, "output.weight", shape.embd_type, n_embd, n_vocab);
     }
     w
+}
+
+/// `general.name`. llama.cpp gives the vocabulary of a model whose name says "phi3"
+/// Phi-3's token attributes, which needs tokens this made-up vocabulary lacks.
+fn display_name(arch: &str) -> String {
+    match arch {
+        "phi3" => "elelem tiny canary, Phi 3 shaped".into(),
+        _ => format!("elelem tiny {arch} canary"),
+    }
 }
 
 /// Adds a seeded `fan_in` × `fan_out` weight of type `ty`, quantized by ggml itself.

@@ -531,6 +531,23 @@ impl Graph {
         op!(self, sys::ggml_geglu_split(self.c(), gate.as_ptr(), up.as_ptr()))
     }
 
+    /// SwiGLU of one tensor: silu of its first half times its second half.
+    pub fn swiglu(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_swiglu(self.c(), a.as_ptr()))
+    }
+
+    /// GeGLU of one tensor: gelu of its first half times its second half.
+    pub fn geglu(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_geglu(self.c(), a.as_ptr()))
+    }
+
+    pub fn view_3d(&self, a: Tensor, ne: [i64; 3], nb1: usize, nb2: usize, offset: usize) -> Tensor {
+        op!(
+            self,
+            sys::ggml_view_3d(self.c(), a.as_ptr(), ne[0], ne[1], ne[2], nb1, nb2, offset)
+        )
+    }
+
     pub fn reshape_2d(&self, a: Tensor, ne0: i64, ne1: i64) -> Tensor {
         op!(self, sys::ggml_reshape_2d(self.c(), a.as_ptr(), ne0, ne1))
     }

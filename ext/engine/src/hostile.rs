@@ -70,6 +70,7 @@ const SMOLLM3: Shape = Shape {
     arch: "smollm3",
     ..MICRO
 };
+const PHI3: Shape = Shape { arch: "phi3", ..MICRO };
 const QWEN3MOE: Shape = Shape {
     arch: "qwen3moe",
     n_expert: 4,
@@ -117,6 +118,7 @@ pub fn seeds() -> Vec<Case> {
         ("granite-f32", canary::writer(&GRANITE)),
         ("smollm3-f32", canary::writer(&SMOLLM3)),
         ("qwen3moe-f32", canary::writer(&QWEN3MOE)),
+        ("phi3-f32", canary::writer(&PHI3)),
         ("llama3-rope-freqs", canary::writer(&LLAMA3)),
         ("gemma3-f32", canary::writer(&GEMMA3)),
         ("llama-q8_0-f16", canary::writer(&Q8_0)),
@@ -325,6 +327,22 @@ pub fn structured() -> Vec<Case> {
         })
     }));
     cases.push(edited(
+        "phi3-longrope",
+        Rejected("rope.scaling.type 'longrope' is not supported"),
+        &PHI3,
+        |w| {
+            w.set("phi3.rope.scaling.type", Value::String("longrope".into()));
+        },
+    ));
+    cases.push(edited(
+        "phi3-rope-factors",
+        Rejected("tensor rope_factors_long.weight is not part of elelem's phi3 graph"),
+        &PHI3,
+        |w| {
+            w.add_f32("rope_factors_long.weight", &[2], &[1.0, 2.0]);
+        },
+    ));
+    cases.push(edited(
         "moe-missing-router",
         Rejected("missing tensor blk.1.ffn_gate_inp.weight"),
         &QWEN3MOE,
@@ -358,8 +376,8 @@ pub fn structured() -> Vec<Case> {
         },
     ));
     cases.push(edited(
-        "llama-with-fused-qkv",
-        Rejected("tensor blk.0.attn_qkv.weight is not part of elelem's llama graph"),
+        "llama-with-fused-and-separate-qkv",
+        Rejected("tensor blk.0.attn_q.weight is not part of elelem's llama graph"),
         &MICRO,
         |w| {
             w.add_f32("blk.0.attn_qkv.weight", &[16, 32], &[0.5; 16 * 32]);

@@ -128,8 +128,32 @@ impl GraphBuilder<'_> {
     /// Q, K and V projections (plus biases where the model has them), shaped
     /// [head_dim, n_heads, n_tokens].
     pub fn qkv(&self, layer: &LayerWeights, x: Tensor, il: usize) -> (Tensor, Tensor, Tensor) {
-        let (q, k, v) = self.qkv_rows(layer, x);
-        self.heads(q, k, v, il)
+        let Some(wqkv) = layer.wqkv else {
+            let (q, k, v) = self.qkv_rows(layer, x);
+            return self.heads(q, k, v, il);
+        };
+        // One fused projection: Q, K and V are views of its rows, as llama.cpp takes them.
+        let g = self.graph;
+        let hp = self.hparams();
+        let qkv = g.mul_mat(wqkv, x);
+        let qkv = layer.bqkv.map_or(qkv, |b| g.add(qkv, b));
+        let row = |n: u32| unsafe { sys::ggml_row_size(qkv.ggml_type(), n.into()) };
+        let view = |head_dim: u32, n_head: u32, offset: usize, name: &str| {
+            g.view_3d(
+                qkv,
+                [head_dim.into(), n_head.into(), self.n_tokens],
+                row(head_dim),
+                qkv.nb()[1],
+                offset,
+            )
+            .set_name(&format!("{name}-{il}"))
+        };
+        let q_width = hp.head_dim_k * hp.n_head;
+        (
+            view(hp.head_dim_k, hp.n_head, 0, "Qcur"),
+            view(hp.head_dim_k, hp.n_head_kv, row(q_width), "Kcur"),
+            view(hp.head_dim_v, hp.n_head_kv, row(q_width + hp.n_embd_k_gqa()), "Vcur"),
+        )
     }
 
     /// Q, K and V as rows of the full width, [width, n_tokens] (biases added).
@@ -214,13 +238,16 @@ impl GraphBuilder<'_> {
     }
 
     /// The gated feed-forward: `down(act(gate(x)) * up(x))`.
+    /// Without `ffn_gate`, `ffn_up` is the gate and the up projection fused, twice as
+    /// wide (phi3): the activation takes its first half as the gate.
     pub fn ffn_gated(&self, layer: &LayerWeights, x: Tensor, il: usize, act: Glu) -> Tensor {
         let g = self.graph;
         let up = g.mul_mat(layer.ffn_up.expect("validated at load"), x);
-        let gate = g.mul_mat(layer.ffn_gate.expect("validated at load"), x);
-        let act = match act {
-            Glu::Silu => g.swiglu_split(gate, up),
-            Glu::Gelu => g.geglu_split(gate, up),
+        let act = match (layer.ffn_gate.map(|w| g.mul_mat(w, x)), act) {
+            (Some(gate), Glu::Silu) => g.swiglu_split(gate, up),
+            (Some(gate), Glu::Gelu) => g.geglu_split(gate, up),
+            (None, Glu::Silu) => g.swiglu(up),
+            (None, Glu::Gelu) => g.geglu(up),
         };
         g.mul_mat(layer.ffn_down.expect("validated at load"), act)
             .set_name(&format!("ffn_out-{il}"))

@@ -350,6 +350,18 @@ impl<'a> Loader<'a> {
                 l.optional_vector(name, len)
             }
         };
+        // As llama.cpp's create_tensor_qkv: one fused projection where the file has it
+        // (then separate Q/K/V tensors are unused, and so refused), else three.
+        let qkv_dim = q_dim + k_dim + v_dim;
+        if let Some(wqkv) = self.optional_matrix(&n("attn_qkv.weight"), &[embd, qkv_dim])? {
+            return Ok(LayerWeights {
+                wqkv: Some(wqkv),
+                bqkv: bias(self, &n("attn_qkv.bias"), qkv_dim)?,
+                wo: Some(self.matrix(&n("attn_output.weight"), &[q_dim, embd])?),
+                bo: self.optional_vector(&n("attn_output.bias"), embd)?,
+                ..LayerWeights::default()
+            });
+        }
         Ok(LayerWeights {
             wq: Some(self.matrix(&n("attn_q.weight"), &[embd, q_dim])?),
             wk: Some(self.matrix(&n("attn_k.weight"), &[embd, k_dim])?),

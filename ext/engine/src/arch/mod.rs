@@ -8,6 +8,7 @@ mod gemma3;
 mod granite;
 mod llama;
 mod olmo2;
+mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen3moe;
@@ -30,6 +31,7 @@ const REGISTRY: &[&ArchSpec] = &[
     &olmo2::ARCH,
     &granite::ARCH,
     &smollm3::ARCH,
+    &phi3::ARCH,
 ];
 
 /// What makes an architecture: each module's `ARCH`.
@@ -121,6 +123,9 @@ pub struct LayerWeights {
     pub bq: Option<Tensor>,
     pub bk: Option<Tensor>,
     pub bv: Option<Tensor>,
+    /// Q, K and V fused into one projection (and its bias), instead of the three.
+    pub wqkv: Option<Tensor>,
+    pub bqkv: Option<Tensor>,
     pub wo: Option<Tensor>,
     pub bo: Option<Tensor>,
     /// Per-head RMS norms of Q and K before rope.

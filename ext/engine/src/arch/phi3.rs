@@ -1,0 +1,60 @@
+//! phi3 (Phi-3, Phi-4-mini): llama's pre-norm block with Q, K and V fused in one
+//! projection (`attn_qkv`), the gate and up projections fused in one twice as wide
+//! (`ffn_up`, SwiGLU over its two halves), NEOX rope, and Q scaled by
+//! 1/sqrt(head size) before flash attention. A sliding window in the file is
+//! ignored, as llama.cpp ignores it; LongRoPE (`rope.scaling.type` longrope, the
+//! `rope_factors_long/short` tensors) is refused.
+
+use crate::arch::{load_llama_like, no_extra_hparams, ArchSpec, LayerWeights, Weights};
+use crate::ggml::Tensor;
+use crate::hparams::{HParams, RopeMode};
+use crate::layers::{Glu, GraphBuilder};
+use crate::model::Loader;
+use crate::Result;
+
+pub(crate) const ARCH: ArchSpec = ArchSpec {
+    name: "phi3",
+    rope_mode: RopeMode::Neox,
+    read_hparams: no_extra_hparams,
+    load,
+    build,
+    experts: false,
+};
+
+fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+    let (embd, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
+    load_llama_like(loader, hp, |l, il| {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        Ok(LayerWeights {
+            attn_norm: Some(l.vector(&n("attn_norm.weight"), embd)?),
+            ffn_norm: Some(l.vector(&n("ffn_norm.weight"), embd)?),
+            ffn_up: Some(l.matrix(&n("ffn_up.weight"), &[embd, 2 * ff])?),
+            ffn_down: Some(l.matrix(&n("ffn_down.weight"), &[ff, embd])?),
+            ..l.attention(hp, il, false)?
+        })
+    })
+}
+
+fn build(b: &GraphBuilder) -> Tensor {
+    let q_scale = 1.0 / (b.hparams().head_dim_k as f32).sqrt();
+    let mut x = b.embed();
+    for (il, layer) in b.layers().iter().enumerate() {
+        x = block(b, layer, il, x, q_scale);
+    }
+    b.logits(x)
+}
+
+fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, q_scale: f32) -> Tensor {
+    let g = b.graph;
+    let rope = &b.hparams().rope;
+    let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
+    let (q, k, v) = b.qkv(layer, attn_in, il);
+    let q = g.scale(b.rope(q, rope), q_scale);
+    let k = b.rope(k, rope);
+    let attn = b.attention(layer, il, q, k, v, 1.0);
+    let (attn, residual) = b.select_outputs_if_last(il, attn, x);
+    let ffn_in = g.add(attn, residual).set_name(&format!("ffn_inp-{il}"));
+    let ffn = b.norm(ffn_in, layer.ffn_norm, "ffn_norm", il);
+    let ffn = b.ffn_gated(layer, ffn, il, Glu::Silu);
+    g.add(ffn_in, ffn).set_name(&format!("l_out-{il}"))
+}
