@@ -68,10 +68,15 @@ module Elelem
       Completion.new(**result.slice(:text, :tokens, :finish_reason, :prompt_tokens), timings:)
     end
 
-    # Yields each piece of generated text; without a block, an Enumerator of them.
-    # @return [Enumerator, String]
+    # Yields each piece of generated text; without a block, a {Pieces} enumerator of them.
+    #
+    # Iterating the enumerator with a block (`each`, `map`, `first(3)`, `lazy`) streams
+    # as the block form does. External iteration (`next`, `peek`) generates the whole
+    # continuation on its first call and then hands out the pieces: a paused enumerator
+    # never holds the model, and dropping it releases nothing because it holds nothing.
+    # @return [Pieces, String] the enumerator, or with a block the generated text
     def each_token(prompt, **options, &block)
-      return enum_for(:each_token, prompt, **options) unless block
+      return Pieces.new { |pieces| each_token(prompt, **options) { |piece| pieces << piece } } unless block
 
       run(prompt, options, text: true, &block)[:text]
     end
@@ -126,7 +131,12 @@ module Elelem
       synchronize { _token_to_piece(id, special ? true : false) }
     end
 
-    # Why the last generation stopped: `:eos`, `:length` or `:context_full`.
+    # Why the last generation on this model stopped: `:stop` (a stop string), `:eos`,
+    # `:length`, `:context_full`, or `:interrupted` when the call did not finish: an
+    # exception (Ctrl-C, `Thread#raise`, `Timeout`, an error raised in the block) or a
+    # `break` (`return`, `throw`) out of the block ended it. `nil` before the first
+    # generation, and when the last call was refused before generating (bad ids, a
+    # prompt longer than `n_ctx`, a closed model).
     # @return [Symbol, nil]
     attr_reader :last_stop_reason
 
@@ -169,20 +179,51 @@ module Elelem
 
     def after_open
       @lock = Thread::Mutex.new
+      @holder = nil
     end
 
     def synchronize(&block)
-      @lock.owned? ? block.call : @lock.synchronize(&block)
+      return block.call if @lock.owned?
+
+      held = @holder
+      # Another Fiber of this thread holds the model (an Enumerator paused mid-generation,
+      # e.g. `enum_for(:generate, ...).next`): without a scheduler to run it, waiting would
+      # never end, so say so at once.
+      if held&.first == Thread.current && Fiber.scheduler.nil?
+        raise Error, "the model is held by a paused Fiber of this thread (an Enumerator stopped mid-way?); " \
+                     "finish it first, or use each_token, whose enumerator never holds the model"
+      end
+
+      @lock.synchronize do
+        @holder = [Thread.current, Fiber.current]
+        block.call
+      ensure
+        @holder = nil
+      end
     end
 
     def run(prompt, options, text:, &block)
       opts = Options.generation(options)
       prompt = Options.prompt(prompt)
       synchronize do
-        result = _run(prompt, opts, text, &block)
-        @last_stop_reason = result[:finish_reason]
-        result
+        @last_stop_reason = :interrupted
+        generate_now(prompt, opts, text, &block).tap { |result| @last_stop_reason = result[:finish_reason] }
       end
+    end
+
+    # Runs the native generation; a refusal raised by elelem itself (not by the block)
+    # leaves no stop reason, since nothing was generated.
+    def generate_now(prompt, opts, text, &block)
+      in_block = false
+      yielder = block && proc do |piece|
+        in_block = true
+        block.call(piece)
+        in_block = false
+      end
+      _run(prompt, opts, text, &yielder)
+    rescue ArgumentError, ContextFullError, ClosedError, NoMemoryError
+      @last_stop_reason = nil unless in_block
+      raise
     end
 
     def timings
