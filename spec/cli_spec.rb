@@ -25,6 +25,25 @@ RSpec.describe Elelem::CLI do
     expect(err).to start_with("elelem: ")
   end
 
+  it "reads PROMPT from standard input when none is given, or when it is -" do
+    qwen = SpecModels.path("qwen2.5-coder-0.5b")
+    expected = run("generate", "-m", qwen, "-t", "2", "-n", "8", "def hello")
+    expect(expected[0]).to eq(0)
+    expect(run("generate", "-m", qwen, "-t", "2", "-n", "8", input: "def hello\n")).to eq(expected)
+    expect(run("generate", "-m", qwen, "-t", "2", "-n", "8", "-", input: "def hello\n")).to eq(expected)
+    expect(run("tokenize", "-m", qwen, "-", input: "def hello")[1]).to eq("750 23811\n")
+  end
+
+  it "describes the default model when none is named, and refuses extra arguments" do
+    status, out, = run("info")
+    expect(status).to eq(0)
+    expect(out).to start_with("#<Elelem::Model qwen2")
+    expect(out).to include(Elelem::Models.path(Elelem::Models::DEFAULT))
+    status, _, err = run("info", "-m", SpecModels.canary, "other.gguf")
+    expect([status, err]).to eq([1, "elelem: needless argument: other.gguf\n"])
+    expect(run("chat", "-m", SpecModels.canary, "hello")[0]).to eq(1)
+  end
+
   it "tokenizes" do
     _, out, = run("tokenize", "-m", SpecModels.path("qwen2.5-coder-0.5b"), "def hello")
     expect(out).to eq("750 23811\n")

@@ -82,7 +82,7 @@ module Elelem
     end
 
     def open_model(opts, &)
-      path = Models.resolve(opts.fetch(:model, Models::DEFAULT))
+      path = Models.resolve(opts[:model] || Models::DEFAULT)
       Elelem.open(path, **opts.slice(:n_ctx, :n_threads), &)
     end
 
@@ -95,12 +95,23 @@ module Elelem
       nil
     end
 
-    def cmd_generate(argv)
-      opts, rest = parse(argv, "generate [-m MODEL] [options] PROMPT", sampling: true)
-      return if opts.nil?
-      raise OptionParser::MissingArgument, "PROMPT" if rest.empty?
+    # The words of `rest` as one text, or standard input when there are none or just `-`.
+    def text_argument(rest, name)
+      return rest.join(" ") unless rest.empty? || rest == ["-"]
+      raise OptionParser::MissingArgument, "#{name} (or pipe it in)" if rest.empty? && @in.tty?
 
-      prompt = rest.join(" ")
+      @in.read.chomp
+    end
+
+    def no_arguments(rest)
+      raise OptionParser::NeedlessArgument, rest.join(" ") unless rest.empty?
+    end
+
+    def cmd_generate(argv)
+      opts, rest = parse(argv, "generate [-m MODEL] [options] [PROMPT | -]", sampling: true)
+      return if opts.nil?
+
+      prompt = text_argument(rest, "PROMPT")
       open_model(opts) do |model|
         prompt = model.chat_prompt([{ role: "user", content: prompt }]) if opts[:chat]
         model.generate(prompt, max_tokens: 256, **opts[:gen]) { |piece| @out.print(piece) && @out.flush }
@@ -109,24 +120,28 @@ module Elelem
     end
 
     def cmd_chat(argv)
-      opts, = parse(argv, "chat [-m MODEL] [options]", sampling: true)
+      opts, rest = parse(argv, "chat [-m MODEL] [options]", sampling: true)
       return if opts.nil?
+
+      no_arguments(rest)
 
       open_model(opts) { |model| Chat.new(model, @out, @err, @in, max_tokens: 512, **opts[:gen]).run }
     end
 
     def cmd_tokenize(argv)
-      opts, rest = parse(argv, "tokenize [-m MODEL] TEXT")
+      opts, rest = parse(argv, "tokenize [-m MODEL] [TEXT | -]")
       return if opts.nil?
 
-      open_model(opts.merge(n_ctx: 16)) { |model| @out.puts model.tokenize(rest.join(" ")).join(" ") }
+      text = text_argument(rest, "TEXT")
+      open_model(opts.merge(n_ctx: 16)) { |model| @out.puts model.tokenize(text).join(" ") }
     end
 
     def cmd_info(argv)
-      opts, rest = parse(argv, "info [MODEL]")
+      opts, rest = parse(argv, "info [-m MODEL | MODEL]")
       return if opts.nil?
 
-      opts[:model] ||= rest.first
+      opts[:model] ||= rest.shift
+      no_arguments(rest)
       open_model(opts.merge(n_ctx: opts.fetch(:n_ctx, 256))) do |model|
         @out.puts model.inspect
         model.info.each { |k, v| @out.puts format("  %-15<k>s %<v>s", k:, v:) }
@@ -134,7 +149,8 @@ module Elelem
     end
 
     def cmd_bench(argv)
-      opts, = parse(argv, "bench [-m MODEL] [options]", defaults: { pp: 512, tg: 128, depths: [], reps: 3 }) do |o, op|
+      defaults = { pp: 512, tg: 128, depths: [], reps: 3 }
+      opts, rest = parse(argv, "bench [-m MODEL] [options]", defaults:) do |o, op|
         o.on("--pp N", Integer, "prompt tokens (default 512)") { |n| op[:pp] = n }
         o.on("--tg N", Integer, "decoded tokens (default 128)") { |n| op[:tg] = n }
         o.on("--depth LIST", Array, "also decode 32 tokens after this many of context, e.g. 1024,4096") do |list|
@@ -142,7 +158,10 @@ module Elelem
         end
         o.on("-r", "--reps N", Integer, "repetitions (default 3)") { |n| op[:reps] = n }
       end
-      run_bench(opts) if opts
+      return if opts.nil?
+
+      no_arguments(rest)
+      run_bench(opts)
     end
 
     def run_bench(opts)
