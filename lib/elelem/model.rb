@@ -25,9 +25,21 @@ module Elelem
         Options.integer(:n_ctx, n_ctx, 1..MAX_N_CTX)
         Options.integer(:n_threads, n_threads, 1..MAX_THREADS)
         Options.integer(:n_gpu_layers, n_gpu_layers, 0..Options::MAX_U32)
-        model = _open(path, n_ctx, n_threads, n_gpu_layers)
+        model = _open(known(path), n_ctx, n_threads, n_gpu_layers)
         model.send(:after_open)
         model
+      rescue Elelem::LoadError => e
+        raise unless e.message.include?("No such file")
+
+        raise Elelem::LoadError, "#{e.message} (known model names open too, fetched on first use: " \
+                                 "#{Models.names.join(", ")}; see Elelem::Models.list)"
+      end
+
+      private
+
+      # A known model's name (unless a file has that name) is that model's path, fetched on first use.
+      def known(path)
+        Models.names.include?(path) && !File.exist?(path) ? Models.fetch(path) : path
       end
     end
 
@@ -82,28 +94,63 @@ module Elelem
     end
 
     # Answers a conversation: renders `messages` with the model's chat template (or
-    # `template:`), generates the assistant's turn and returns it. Earlier turns are
-    # not evaluated again (`reuse_prefix: true` unless given).
+    # `template:`), generates the assistant's turn and returns it. The reply runs to the
+    # end of the turn, up to 1024 tokens unless `max_tokens:` says otherwise
+    # ({Options::CHAT_DEFAULTS}), and earlier turns are not evaluated again
+    # (`reuse_prefix: true` unless given).
     #
-    # @param messages [Array<Hash>] `{ role: "user", content: "..." }` hashes (String keys too)
-    # @param template [String, nil] a Jinja chat template to use instead of the model's
+    # @param messages [Array<Hash>] `{ role: "user", content: "..." }` hashes (String keys
+    #   too); roles are `system`, `user`, `assistant` and `tool`; a content is a String or an
+    #   Array of text parts (`{ type: "text", text: "..." }` or Strings), joined by newlines
+    # @param template [String, nil] a Jinja chat template to use instead of the model's; a GGUF
+    #   without one gets llama.cpp's built-in format for its architecture where there is one
+    #   (gemma3), else this is required
+    # @param system [String, nil] a system message to put first
+    # @param parse_special [Boolean] read special-token text in message contents (`<|im_end|>`)
+    #   as those tokens. Off by default: contents are plain text, so a user cannot end a turn or
+    #   open a system one; only the template's own markup is special. Set it for trusted content only.
     # @param options see {#generate}
     # @yieldparam piece [String] each new piece of the reply
     # @return [String] the reply
     # @raise [Elelem::Error] when the model has no template and none is given
-    def chat(messages, template: nil, **options, &block)
-      generate(chat_prompt(messages, template:), reuse_prefix: true, **options, &block)
+    # @raise [ArgumentError] for an unknown role or a content that is not text
+    def chat(messages, template: nil, system: nil, parse_special: false, **options, &block)
+      ids = chat_tokens(messages, template:, system:, parse_special:)
+      run(ids, Options::CHAT_DEFAULTS.merge(options), text: true, &block)[:text]
     end
 
-    # The prompt {#chat} sends for `messages`, with the generation prompt appended.
+    # The prompt {#chat} sends for `messages`, as text (with the generation prompt appended
+    # unless told otherwise); see {#chat} for the arguments.
     # @return [String]
-    def chat_prompt(messages, template: nil, add_generation_prompt: true)
-      pairs = Options.messages(messages)
+    def chat_prompt(messages, template: nil, system: nil, add_generation_prompt: true)
+      pairs = Options.messages(messages, system)
       template = Options.text(:template, template) unless template.nil?
       synchronize { _render_chat(pairs, template, add_generation_prompt ? true : false) }
     end
 
-    # @return [String, nil] the GGUF's Jinja chat template
+    # The token ids {#chat} evaluates for `messages`: {#chat_prompt} tokenized with the
+    # contents as plain text (unless `parse_special`); see {#chat} for the arguments.
+    # @return [Array<Integer>]
+    def chat_tokens(messages, template: nil, system: nil, parse_special: false)
+      pairs = Options.messages(messages, system)
+      template = Options.text(:template, template) unless template.nil?
+      synchronize { _chat_ids(pairs, template, parse_special ? true : false) }
+    end
+
+    # How many tokens a text or a conversation takes: `tokenize(text).size`, or for an
+    # Array of messages `chat_tokens(messages, **chat).size` (what {#chat} evaluates).
+    # @param text_or_messages [String, Array<Hash>]
+    # @param chat [Hash] `template:`, `system:`, `parse_special:` as {#chat} takes them
+    # @return [Integer]
+    def count_tokens(text_or_messages, **chat)
+      return chat_tokens(text_or_messages, **chat).size if text_or_messages.is_a?(Array)
+      raise ArgumentError, "count_tokens takes no chat options for a text" unless chat.empty?
+
+      tokenize(text_or_messages).size
+    end
+
+    # @return [String, nil] the GGUF's Jinja chat template (nil when it has none, even where
+    #   {#chat} has a built-in format to fall back on)
     def chat_template
       synchronize { _chat_template }
     end
@@ -180,6 +227,11 @@ module Elelem
     def after_open
       @lock = Thread::Mutex.new
       @holder = nil
+      i = info
+      return unless i[:n_ctx] > i[:n_ctx_train]
+
+      warn "elelem: n_ctx #{i[:n_ctx]} is above the #{i[:n_ctx_train]} tokens #{i[:name] || i[:architecture]} " \
+           "was trained on; past those, expect poor text"
     end
 
     def synchronize(&block)
