@@ -59,6 +59,10 @@ RSpec.describe "chat" do
       expect(end_of_turn.size).to eq(1)
       expect(gemma.chat_tokens(messages).count(end_of_turn.first)).to eq(3)
       expect(gemma.chat(messages, max_tokens: 2)).to be_a(String)
+      golden = SpecModels.golden("gemma-3-270m")["cases"].find { |c| c["name"] == "chat" }
+      user = [{ role: "user", content: "Write a Ruby method that reverses a string." }]
+      expect(gemma.chat_prompt(user)).to eq(golden["prompt_text"])
+      expect(gemma.chat_tokens(user)).to eq(golden["prompt"]) # llama.cpp's ids for its own gemma format
     end
   end
 end
