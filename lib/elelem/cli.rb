@@ -103,10 +103,11 @@ module Elelem
       if opts[:chat] || opts[:system] || opts[:template]
         prompt = model.chat_tokens([{ role: "user", content: prompt }], **opts.slice(:system, :template))
       end
-      stream = opts[:json] ? nil : ->(piece) { @out.print(piece) && @out.flush }
+      stream = opts[:json] ? nil : ->(piece) { @out.print(piece).then { @out.flush } }
       completion = model.complete(prompt, **gen, &stream)
-      CLI.stop_note(@err, completion.finish_reason, gen[:max_tokens])
       @out.puts(opts[:json] ? JSON.generate(summary(model, completion, gen)) : "")
+      @out.flush
+      CLI.stop_note(@err, completion.finish_reason, gen[:max_tokens])
     end
 
     def summary(model, completion, gen)
