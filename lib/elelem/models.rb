@@ -110,8 +110,9 @@ module Elelem
       end
 
       def pip_install(python, requirement, target)
-        ok = system(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                    "--no-compile", "--target", target, requirement)
+        # Installing into a scratch --target is harmless as root: pip's warning about it is noise.
+        ok = system({ "PIP_ROOT_USER_ACTION" => "ignore" }, python, "-m", "pip", "install", "--quiet",
+                    "--disable-pip-version-check", "--no-deps", "--no-compile", "--target", target, requirement)
         raise Elelem::Error, "pip could not download #{requirement}" unless ok
       end
 
