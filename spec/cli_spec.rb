@@ -101,6 +101,8 @@ RSpec.describe Elelem::CLI do
     expect(chat).to include("(default 1024)", "(default 0.7)", "1 is off (default 1.1)")
     expect(chat).not_to include("--json")
     expect(fetch).not_to include("--model", "--temp")
+    expect(run("info", "--help")[1]).to include("context size (default 256)")
+    expect(run("tokenize", "--help")[1]).not_to include("--ctx")
   end
 
   it "prints one JSON object with --json, and notes on stderr where output stopped short" do

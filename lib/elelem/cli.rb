@@ -129,7 +129,7 @@ module Elelem
     end
 
     def cmd_tokenize(argv)
-      opts, rest = parse(argv, "tokenize [-m MODEL] [TEXT | -]")
+      opts, rest = parse(argv, "tokenize [-m MODEL] [TEXT | -]", ctx: nil)
       return if opts.nil?
 
       text = text_argument(rest, "TEXT")
@@ -137,12 +137,12 @@ module Elelem
     end
 
     def cmd_info(argv)
-      opts, rest = parse(argv, "info [-m MODEL | MODEL]")
+      opts, rest = parse(argv, "info [-m MODEL | MODEL]", ctx: 256, defaults: { n_ctx: 256 })
       return if opts.nil?
 
       opts[:model] ||= rest.shift
       no_arguments(rest)
-      open_model(opts.merge(n_ctx: opts.fetch(:n_ctx, 256))) do |model|
+      open_model(opts) do |model|
         @out.puts model.inspect
         model.info.each { |k, v| @out.puts format("  %-15<k>s %<v>s", k:, v:) }
       end
@@ -150,7 +150,8 @@ module Elelem
 
     def cmd_bench(argv)
       defaults = { pp: 512, tg: 128, depths: [], reps: 3 }
-      opts, rest = parse(argv, "bench [-m MODEL] [options]", defaults:) do |o, op|
+      ctx = "#{Model::DEFAULT_N_CTX}, or the deepest --depth + 64"
+      opts, rest = parse(argv, "bench [-m MODEL] [options]", ctx:, defaults:) do |o, op|
         o.on("--pp N", Integer, "prompt tokens (default 512)") { |n| op[:pp] = n }
         o.on("--tg N", Integer, "decoded tokens (default 128)") { |n| op[:tg] = n }
         o.on("--depth LIST", Array, "also decode 32 tokens after this many of context, e.g. 1024,4096") do |list|

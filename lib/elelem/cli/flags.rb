@@ -7,10 +7,11 @@ module Elelem
     private
 
     # The options every command that opens a model takes, then the command's own.
-    def parser(banner, opts, model: true)
+    # `ctx` is the context size the command uses unless told, as its help says it; nil: no -c.
+    def parser(banner, opts, model:, ctx:)
       OptionParser.new do |o|
         o.banner = "usage: elelem #{banner}"
-        model_options(o, opts) if model
+        model_options(o, opts, ctx) if model
         yield o if block_given?
         o.on("-h", "--help", "this help") do
           @out.puts o
@@ -19,11 +20,11 @@ module Elelem
       end
     end
 
-    def model_options(parser, opts)
+    def model_options(parser, opts, ctx)
       parser.on("-m", "--model MODEL", "a .gguf path or a known model name (default #{Models::DEFAULT})") do |m|
         opts[:model] = m
       end
-      parser.on("-c", "--ctx N", Integer, "context size (default #{Model::DEFAULT_N_CTX})") { |n| opts[:n_ctx] = n }
+      parser.on("-c", "--ctx N", Integer, "context size (default #{ctx})") { |n| opts[:n_ctx] = n } if ctx
       parser.on("-t", "--threads N", Integer, "CPU threads (default #{Etc.nprocessors})") { |n| opts[:n_threads] = n }
     end
 
@@ -56,9 +57,9 @@ module Elelem
     end
 
     # The command's own options, if any, come from the block (given the parser and the options hash).
-    def parse(argv, banner, model: true, defaults: {})
+    def parse(argv, banner, model: true, ctx: Model::DEFAULT_N_CTX, defaults: {})
       opts = defaults.dup
-      options = parser(banner, opts, model:) { |o| yield o, opts if block_given? }
+      options = parser(banner, opts, model:, ctx:) { |o| yield o, opts if block_given? }
       catch(:done) { return [opts, options.parse(argv)] }
       nil
     end
