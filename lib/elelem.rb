@@ -12,6 +12,7 @@ end
 
 require_relative "elelem/options"
 require_relative "elelem/completion"
+require_relative "elelem/pieces"
 require_relative "elelem/model"
 require_relative "elelem/models"
 require_relative "elelem/bench"
@@ -19,7 +20,7 @@ require_relative "elelem/golden"
 
 # Run GGUF language models on ggml from Ruby.
 #
-#   Elelem.open(Elelem::Models.path("qwen2.5-coder-0.5b")) do |model|
+#   Elelem.open("qwen2.5-coder-0.5b") do |model|
 #     model.generate([785, 6722, 315], max_tokens: 16)  # => Array of token ids
 #   end
 module Elelem
@@ -40,14 +41,18 @@ module Elelem
   class << self
     # Opens a GGUF model.
     #
-    # @param path [String] the .gguf file
+    #   Elelem.open("qwen2.5-coder-0.5b") { |model| model.generate("def hello") }
+    #
+    # @param path [String] the .gguf file, or a known model's name ({Models.list}), fetched
+    #   on first use (a file of that name wins)
     # @param n_ctx [Integer] the most tokens a sequence may hold
     # @param n_threads [Integer] CPU threads for the forward pass
     # @param n_gpu_layers [Integer] layers to offload to a GPU; this build is CPU-only and,
     #   like llama.cpp, runs every layer on the CPU (see {Model#info})
     # @yieldparam model [Model] closed when the block returns or raises
     # @return [Model, Object] the model, or the block's value
-    # @raise [Elelem::LoadError] when the file is missing, malformed or unsupported
+    # @raise [Elelem::LoadError] when the file is missing (the message names the known models),
+    #   malformed or unsupported
     def open(path, n_ctx: Model::DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0)
       model = Model.open(path, n_ctx:, n_threads:, n_gpu_layers:)
       return model unless block_given?

@@ -2,12 +2,14 @@
 
 require "spec_helper"
 require "tmpdir"
+require "timeout"
 
 RSpec.describe Elelem::Model do
   let(:model) { Elelem.open(SpecModels.canary, n_ctx: 64, n_threads: 2) }
   let(:prompt) { [1, 50, 60, 70, 80] }
 
-  after { model.close }
+  # Bounded, so that a model left locked fails the example instead of hanging the suite.
+  after { Timeout.timeout(20) { model.close } }
 
   def healthy!
     expect(Elelem.open(SpecModels.canary, n_threads: 1) { |m| m.generate(prompt, max_tokens: 2) }.size).to eq(2)
@@ -36,6 +38,68 @@ RSpec.describe Elelem::Model do
 
   it "runs on the CPU when GPU layers are asked for, as llama.cpp does" do
     Elelem.open(SpecModels.canary, n_gpu_layers: 99) { |m| expect(m.info[:n_gpu_layers]).to eq(0) }
+  end
+
+  describe "each_token's enumerator" do
+    # A regression would hang: each call gets a deadline instead.
+    def soon(&)
+      Timeout.timeout(20, &)
+    end
+
+    it "never holds the model while paused between pieces" do
+      pieces = model.each_token("the canary", max_tokens: 5, ignore_eos: true)
+      first = soon { pieces.next }
+      expect(soon { model.generate(prompt, max_tokens: 2).size }).to eq(2)
+      expect(soon { model.info[:n_vocab] }).to eq(512)
+      rest = Array.new(4) { soon { pieces.next } }
+      expect { pieces.next }.to raise_error(StopIteration)
+      expect([first, *rest].join).to eq(model.generate("the canary", max_tokens: 5, ignore_eos: true))
+      expect(soon { model.close }).to be_nil
+    end
+
+    it "releases everything when dropped mid-way" do
+      2.times { model.each_token("the canary", max_tokens: 5).next }
+      GC.start
+      expect(soon { model.generate(prompt, max_tokens: 2).size }).to eq(2)
+      expect(soon { model.close }).to be_nil
+      expect(model).to be_closed
+    end
+
+    it "streams when iterated with a block, and stops early" do
+      expect(model.each_token("the canary", max_tokens: 8, ignore_eos: true).first(2).size).to eq(2)
+      expect(model.stats[:decode_tokens]).to be < 8
+    end
+
+    it "raises at once, instead of hanging, when another paused Fiber holds the model" do
+      held = model.enum_for(:generate, "the canary", max_tokens: 5, ignore_eos: true)
+      held.next
+      expect { soon { model.info } }.to raise_error(Elelem::Error, /paused Fiber/)
+      loop { held.next } # to its end (StopIteration ends the loop), which lets the model go
+      expect(soon { model.info[:n_vocab] }).to eq(512)
+    end
+  end
+
+  describe "last_stop_reason" do
+    it "says why the last generation stopped, :interrupted when it did not finish" do
+      expect(model.last_stop_reason).to be_nil
+      model.generate(prompt, max_tokens: 2, ignore_eos: true)
+      expect(model.last_stop_reason).to eq(:length)
+      model.generate(prompt, max_tokens: 5, ignore_eos: true) { break }
+      expect(model.last_stop_reason).to eq(:interrupted)
+      model.generate(prompt, max_tokens: 2, ignore_eos: true)
+      expect { model.generate(prompt, max_tokens: 5) { raise IOError } }.to raise_error(IOError)
+      expect(model.last_stop_reason).to eq(:interrupted)
+      model.generate(prompt, max_tokens: 2, ignore_eos: true)
+      expect { Timeout.timeout(0.05) { model.generate(prompt, max_tokens: 5) { sleep 1 } } }
+        .to raise_error(Timeout::Error)
+      expect(model.last_stop_reason).to eq(:interrupted)
+    end
+
+    it "is nil when the call was refused before generating" do
+      model.generate(prompt, max_tokens: 2, ignore_eos: true)
+      expect { model.generate([1] * 65) }.to raise_error(Elelem::ContextFullError)
+      expect(model.last_stop_reason).to be_nil
+    end
   end
 
   describe "the block form" do

@@ -70,7 +70,7 @@ module Elelem
       messages = [{ role: "user", content: "Write a Ruby method that reverses a string." }]
       messages += [{ role: "assistant", content: @model.chat(messages, max_tokens: 48) },
                    { role: "user", content: "Now make it handle nil." }]
-      prompt = @model.chat_prompt(messages)
+      prompt = @model.chat_tokens(messages) # what chat evaluates
       1000 * seconds { @model.generate(prompt, max_tokens: 1, reuse_prefix: reuse) }
     end
 

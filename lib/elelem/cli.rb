@@ -1,25 +1,35 @@
 # frozen_string_literal: true
 
+require "json"
 require "optparse"
 require_relative "../elelem"
 require_relative "cli/chat"
+require_relative "cli/flags"
 
 module Elelem
-  # The `elelem` command: generate, chat, tokenize, info, fetch.
+  # The `elelem` command: generate, chat, tokenize, info, bench, fetch.
   class CLI
     # The subcommands and what each does.
     COMMANDS = {
-      "generate" => "stream a continuation of PROMPT",
-      "chat" => "chat with the model (Ctrl-D ends, Ctrl-C stops the current reply)",
+      "generate" => "stream a continuation of PROMPT (or of standard input)",
+      "chat" => "chat with the model (Ctrl-D or /quit ends, Ctrl-C stops the current reply)",
       "tokenize" => "print the token ids of TEXT",
       "info" => "describe a model",
       "bench" => "measure prompt and decode speed (medians; `rake bench` adds llama.cpp beside it)",
       "fetch" => "download a known model (#{Models.names.join(", ")})"
     }.freeze
 
+    # The sampling each command uses unless told otherwise: `generate` is greedy, as
+    # {Model#generate}; `chat` samples (with a seed it shows) and penalizes repeats, since
+    # greedy small models loop on long answers.
+    SAMPLING = {
+      "generate" => Options::GENERATION_DEFAULTS.merge(max_tokens: 256),
+      "chat" => Options::GENERATION_DEFAULTS.merge(Options::CHAT_DEFAULTS, temperature: 0.7, repeat_penalty: 1.1)
+    }.freeze
+
     # @param out [IO] where answers go
-    # @param err [IO] where progress and errors go
-    # @param input [IO] where chat reads the user's lines
+    # @param err [IO] where progress, notes and errors go
+    # @param input [IO] where chat reads the user's lines, and generate a prompt not given
     def initialize(out, err, input)
       @out = out
       @err = err
@@ -30,8 +40,8 @@ module Elelem
     # @return [Integer] the exit status
     def run(argv)
       command = argv.shift
-      return usage(command.nil? ? 1 : 0) if command.nil? || %w[-h --help help].include?(command)
-      raise OptionParser::InvalidArgument, "unknown command #{command}" unless COMMANDS.key?(command)
+      status = not_a_command(command)
+      return status if status
 
       send(:"cmd_#{command}", argv)
       0
@@ -45,96 +55,103 @@ module Elelem
 
     private
 
+    # Help and version (a status), nothing for a command, or an error for an unknown one.
+    def not_a_command(command)
+      return usage(command.nil? ? 1 : 0) if command.nil? || %w[-h --help help].include?(command)
+      return @out.puts("elelem #{VERSION} (ggml #{Elelem.ggml_version})") || 0 if %w[-v --version].include?(command)
+      raise OptionParser::InvalidArgument, "unknown command #{command}" unless COMMANDS.key?(command)
+    end
+
     def usage(status)
       io = status.zero? ? @out : @err
-      io.puts "usage: elelem COMMAND [options] (elelem COMMAND --help)"
+      io.puts "usage: elelem COMMAND [options] (elelem COMMAND --help), elelem --version"
       COMMANDS.each { |name, what| io.puts format("  %-9<name>s %<what>s", name:, what:) }
       status
     end
 
-    def parser(banner, opts, sampling: false)
-      OptionParser.new do |o|
-        o.banner = "usage: elelem #{banner}"
-        o.on("-m", "--model MODEL", "a .gguf path or a known model name (default #{Models::DEFAULT})") do |m|
-          opts[:model] = m
-        end
-        o.on("-c", "--ctx N", Integer, "context size (default 4096)") { |n| opts[:n_ctx] = n }
-        o.on("-t", "--threads N", Integer, "CPU threads") { |n| opts[:n_threads] = n }
-        sampling_options(o, opts) if sampling
-        o.on("-h", "--help", "this help") do
-          @out.puts o
-          throw :done
-        end
-      end
-    end
-
-    def sampling_options(parser, opts)
-      gen = opts[:gen] = {}
-      parser.on("-n", "--max-tokens N", Integer, "tokens to generate (default 256)") { |n| gen[:max_tokens] = n }
-      parser.on("--temp T", Float, "temperature (default 0: greedy)") { |t| gen[:temperature] = t }
-      parser.on("--top-k K", Integer) { |k| gen[:top_k] = k }
-      parser.on("--top-p P", Float) { |p| gen[:top_p] = p }
-      parser.on("--min-p P", Float) { |p| gen[:min_p] = p }
-      parser.on("--repeat-penalty R", Float) { |r| gen[:repeat_penalty] = r }
-      parser.on("--seed S", Integer) { |s| gen[:seed] = s }
-      parser.on("--stop TEXT", "stop at TEXT (repeatable)") { |s| (gen[:stop] ||= []) << s }
-      parser.on("--chat", "send PROMPT as a user message through the chat template") { opts[:chat] = true }
-    end
-
     def open_model(opts, &)
-      path = Models.resolve(opts.fetch(:model, Models::DEFAULT))
+      path = Models.resolve(opts[:model] || Models::DEFAULT)
       Elelem.open(path, **opts.slice(:n_ctx, :n_threads), &)
     end
 
-    # The command's own options, if any, come from the block (given the parser and the options hash).
-    def parse(argv, banner, sampling: false, defaults: {})
-      opts = defaults.dup
-      options = parser(banner, opts, sampling:)
-      yield options, opts if block_given?
-      catch(:done) { return [opts, options.parse(argv)] }
-      nil
+    # The words of `rest` as one text, or standard input when there are none or just `-`.
+    def text_argument(rest, name)
+      return rest.join(" ") unless rest.empty? || rest == ["-"]
+      raise OptionParser::MissingArgument, "#{name} (or pipe it in)" if rest.empty? && @in.tty?
+
+      @in.read.chomp
+    end
+
+    def no_arguments(rest)
+      raise OptionParser::NeedlessArgument, rest.join(" ") unless rest.empty?
     end
 
     def cmd_generate(argv)
-      opts, rest = parse(argv, "generate [-m MODEL] [options] PROMPT", sampling: true)
-      return if opts.nil?
-      raise OptionParser::MissingArgument, "PROMPT" if rest.empty?
-
-      prompt = rest.join(" ")
-      open_model(opts) do |model|
-        prompt = model.chat_prompt([{ role: "user", content: prompt }]) if opts[:chat]
-        model.generate(prompt, max_tokens: 256, **opts[:gen]) { |piece| @out.print(piece) && @out.flush }
-        @out.puts
+      opts, rest = parse(argv, "generate [-m MODEL] [options] [PROMPT | -]") do |o, op|
+        sampling_options(o, op, "generate")
+        o.on("--chat", "send PROMPT as a user message through the chat template") { op[:chat] = true }
+        o.on("--json", "print one JSON object: text, finish reason, token counts, timings") { op[:json] = true }
       end
+      return if opts.nil?
+
+      prompt = text_argument(rest, "PROMPT")
+      open_model(opts) { |model| generate(model, prompt, opts) }
+    end
+
+    def generate(model, prompt, opts)
+      gen = SAMPLING["generate"].slice(:max_tokens).merge(opts[:gen], seed: Options.seed(opts[:gen][:seed]))
+      if opts[:chat] || opts[:system] || opts[:template]
+        prompt = model.chat_tokens([{ role: "user", content: prompt }], **opts.slice(:system, :template))
+      end
+      stream = opts[:json] ? nil : ->(piece) { @out.print(piece).then { @out.flush } }
+      completion = model.complete(prompt, **gen, &stream)
+      @out.puts(opts[:json] ? JSON.generate(summary(model, completion, gen)) : "")
+      @out.flush
+      CLI.stop_note(@err, completion.finish_reason, gen[:max_tokens])
+    end
+
+    def summary(model, completion, gen)
+      { text: completion.text, finish_reason: completion.finish_reason, prompt_tokens: completion.prompt_tokens,
+        completion_tokens: completion.tokens.size, seed: gen[:seed], model: model.info[:path],
+        timings: completion.timings }
     end
 
     def cmd_chat(argv)
-      opts, = parse(argv, "chat [-m MODEL] [options]", sampling: true)
+      opts, rest = parse(argv, "chat [-m MODEL] [options]") { |o, op| sampling_options(o, op, "chat") }
       return if opts.nil?
 
-      open_model(opts) { |model| Chat.new(model, @out, @err, @in, max_tokens: 512, **opts[:gen]).run }
+      no_arguments(rest)
+      gen = SAMPLING["chat"].slice(:max_tokens, :temperature, :repeat_penalty).merge(opts[:gen])
+      gen[:seed] = Options.seed(gen[:seed])
+      open_model(opts) do |model|
+        Chat.new(model, [@out, @err, @in], **opts.slice(:system, :template), generation: gen).run
+      end
     end
 
     def cmd_tokenize(argv)
-      opts, rest = parse(argv, "tokenize [-m MODEL] TEXT")
+      opts, rest = parse(argv, "tokenize [-m MODEL] [TEXT | -]", ctx: nil)
       return if opts.nil?
 
-      open_model(opts.merge(n_ctx: 16)) { |model| @out.puts model.tokenize(rest.join(" ")).join(" ") }
+      text = text_argument(rest, "TEXT")
+      open_model(opts.merge(n_ctx: 16)) { |model| @out.puts model.tokenize(text).join(" ") }
     end
 
     def cmd_info(argv)
-      opts, rest = parse(argv, "info [MODEL]")
+      opts, rest = parse(argv, "info [-m MODEL | MODEL]", ctx: 256, defaults: { n_ctx: 256 })
       return if opts.nil?
 
-      opts[:model] ||= rest.first
-      open_model(opts.merge(n_ctx: opts.fetch(:n_ctx, 256))) do |model|
+      opts[:model] ||= rest.shift
+      no_arguments(rest)
+      open_model(opts) do |model|
         @out.puts model.inspect
         model.info.each { |k, v| @out.puts format("  %-15<k>s %<v>s", k:, v:) }
       end
     end
 
     def cmd_bench(argv)
-      opts, = parse(argv, "bench [-m MODEL] [options]", defaults: { pp: 512, tg: 128, depths: [], reps: 3 }) do |o, op|
+      defaults = { pp: 512, tg: 128, depths: [], reps: 3 }
+      ctx = "#{Model::DEFAULT_N_CTX}, or the deepest --depth + 64"
+      opts, rest = parse(argv, "bench [-m MODEL] [options]", ctx:, defaults:) do |o, op|
         o.on("--pp N", Integer, "prompt tokens (default 512)") { |n| op[:pp] = n }
         o.on("--tg N", Integer, "decoded tokens (default 128)") { |n| op[:tg] = n }
         o.on("--depth LIST", Array, "also decode 32 tokens after this many of context, e.g. 1024,4096") do |list|
@@ -142,7 +159,10 @@ module Elelem
         end
         o.on("-r", "--reps N", Integer, "repetitions (default 3)") { |n| op[:reps] = n }
       end
-      run_bench(opts) if opts
+      return if opts.nil?
+
+      no_arguments(rest)
+      run_bench(opts)
     end
 
     def run_bench(opts)
@@ -164,7 +184,7 @@ module Elelem
     end
 
     def cmd_fetch(argv)
-      opts, rest = parse(argv, "fetch NAME")
+      opts, rest = parse(argv, "fetch NAME...", model: false)
       return if opts.nil?
       raise OptionParser::MissingArgument, "NAME (one of #{Models.names.join(", ")})" if rest.empty?
 

@@ -7,7 +7,10 @@ module Elelem
     attr_reader :text
     # @return [Array<Integer>] the generated token ids
     attr_reader :tokens
-    # @return [Symbol] `:stop` (a stop string), `:eos`, `:length` or `:context_full`
+    # Why generation stopped: `:stop` (a stop string), `:eos`, `:length` or `:context_full`.
+    # Never `:interrupted`: a call that does not finish (an exception, a `break` out of the
+    # block) returns no Completion; {Model#last_stop_reason} then says `:interrupted`.
+    # @return [Symbol]
     attr_reader :finish_reason
     # @return [Integer] tokens in the prompt
     attr_reader :prompt_tokens

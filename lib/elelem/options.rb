@@ -18,6 +18,13 @@ module Elelem
       repeat_penalty: 1.0, repeat_last_n: 64, seed: nil, stop: nil, reuse_prefix: false
     }.freeze
 
+    # What {Model#chat} changes: a reply runs to the end of the turn, bounded so that a
+    # model that never ends its turn stops, and earlier turns stay in the KV cache.
+    CHAT_DEFAULTS = { max_tokens: 1024, reuse_prefix: true }.freeze
+
+    # The roles a message may have.
+    ROLES = %w[system user assistant tool].freeze
+
     module_function
 
     def integer(name, value, range)
@@ -94,11 +101,16 @@ module Elelem
       list
     end
 
-    # `[[role, content], ...]` from message Hashes with Symbol or String keys.
-    def messages(list)
+    # `[[role, content], ...]` from message Hashes with Symbol or String keys, after
+    # a system message made of `system` when given.
+    def messages(list, system = nil)
       raise ArgumentError, "messages must be a non-empty Array of Hashes" unless list.is_a?(Array) && !list.empty?
 
-      list.map { |m| message(m) }
+      pairs = list.map { |m| message(m) }
+      return pairs if system.nil?
+      raise ArgumentError, "system: given, and the messages start with a system message" if pairs[0][0] == "system"
+
+      [["system", text(:system, system)], *pairs]
     end
 
     # One message Hash as `[role, content]`, both UTF-8.
@@ -109,9 +121,31 @@ module Elelem
       end
 
       role = msg[:role] || msg["role"]
-      content = msg[:content] || msg["content"]
       role = role.to_s if role.is_a?(Symbol)
-      [text("message role", role), text("message content", content)]
+      role = text("message role", role)
+      unless ROLES.include?(role)
+        raise ArgumentError, "unknown message role #{role.inspect} (known: #{ROLES.join(", ")})"
+      end
+
+      [role, content(msg.key?(:content) ? msg[:content] : msg["content"])]
+    end
+
+    # A content String, or an Array of text parts (`{ type: "text", text: "..." }` or
+    # Strings, as OpenAI's API and ruby_llm take them) joined by newlines.
+    def content(value)
+      return text("message content", value) unless value.is_a?(Array)
+
+      value.map { |part| text("message content", part_text(part)) }.join("\n")
+    end
+
+    def part_text(part)
+      return part if part.is_a?(String)
+
+      type = part.is_a?(Hash) && (part[:type] || part["type"]).to_s
+      return part[:text] || part["text"] if type == "text"
+
+      raise ArgumentError, "message content parts must be text (a String or { type: \"text\", text: ... }), " \
+                           "got #{part.inspect[0, 60]}"
     end
   end
 end

@@ -221,7 +221,16 @@ impl KvCache {
                     .set_name(&format!("cache_v_l{il}")),
             );
         }
-        let buffer = Buffer::alloc_ctx_tensors(&ctx, backend.default_buft(), "KV cache")?;
+        // F16 keys and values: what failing to allocate them would cost, so the error says.
+        let bytes: u64 = layer_group
+            .iter()
+            .map(|&g| u64::from(hp.n_embd_k_gqa() + hp.n_embd_v_gqa()) * u64::from(groups[g].size()) * 2)
+            .sum();
+        let what = format!(
+            "KV cache ({bytes} bytes, {:.1} MiB, for n_ctx {n_ctx}; a smaller n_ctx needs less)",
+            bytes as f64 / f64::from(1 << 20)
+        );
+        let buffer = Buffer::alloc_ctx_tensors(&ctx, backend.default_buft(), &what)?;
         buffer.clear(0);
         Ok(KvCache {
             k,

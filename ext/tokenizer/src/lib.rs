@@ -180,13 +180,28 @@ impl Tokenizer {
     /// `parse_special` turns control-token text into those tokens
     /// (user-defined tokens are always split out, as in llama.cpp).
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        let whole = 0..text.len();
+        let plain = if parse_special {
+            &[]
+        } else {
+            std::slice::from_ref(&whole)
+        };
+        self.tokenize_with_plain(text, add_special, plain)
+    }
+
+    /// [`tokenize`](Self::tokenize) with special-token parsing everywhere but in
+    /// the `plain` byte ranges (a chat's message contents), which are read as
+    /// `parse_special` false reads text. Text on both sides of a range's edge is
+    /// tokenized together, so a text without special-token text inside the
+    /// ranges gives exactly the tokens of `tokenize(text, add_special, true)`.
+    pub fn tokenize_with_plain(&self, text: &str, add_special: bool, plain: &[Range<usize>]) -> Vec<u32> {
         let mut out = Vec::new();
         let v = &self.vocab;
         if add_special && v.add_bos {
             out.extend(v.bos);
         }
         let mut after_special = true;
-        for fragment in self.partition(text, parse_special) {
+        for fragment in self.partition(text, plain) {
             match fragment {
                 Fragment::Token(id) => {
                     out.push(id);
@@ -275,8 +290,9 @@ impl Tokenizer {
     /// llama.cpp's `tokenizer_st_partition`: for each special token, longest
     /// first, split every remaining text fragment at its occurrences. Tokens
     /// absent from the whole text cannot split any part of it, so only the
-    /// ones present are visited.
-    fn partition(&self, text: &str, parse_special: bool) -> Vec<Fragment> {
+    /// ones present are visited. Control and unknown tokens are not split out
+    /// where they overlap a `plain` range.
+    fn partition(&self, text: &str, plain: &[Range<usize>]) -> Vec<Fragment> {
         let mut fragments = Vec::new();
         if !text.is_empty() {
             fragments.push(Fragment::Text(0..text.len()));
@@ -286,9 +302,7 @@ impl Tokenizer {
             present[m.pattern().as_usize()] = true;
         }
         for (&id, _) in self.special.iter().zip(present).filter(|&(_, present)| present) {
-            if !parse_special && self.vocab.attrs[id as usize] & (CONTROL | UNKNOWN) != 0 {
-                continue;
-            }
+            let guarded = self.vocab.attrs[id as usize] & (CONTROL | UNKNOWN) != 0;
             let needle = &self.vocab.texts[id as usize];
             let mut split = Vec::with_capacity(fragments.len() + 2);
             for fragment in fragments {
@@ -297,12 +311,16 @@ impl Tokenizer {
                     continue;
                 };
                 let mut start = range.start;
-                while let Some(at) = text[start..range.end].find(needle) {
-                    if at > 0 {
-                        split.push(Fragment::Text(start..start + at));
+                for (at, _) in text[range.clone()].match_indices(needle) {
+                    let (at, end) = (range.start + at, range.start + at + needle.len());
+                    if guarded && plain.iter().any(|p| p.start < end && at < p.end) {
+                        continue;
+                    }
+                    if at > start {
+                        split.push(Fragment::Text(start..at));
                     }
                     split.push(Fragment::Token(id));
-                    start += at + needle.len();
+                    start = end;
                 }
                 if start < range.end {
                     split.push(Fragment::Text(start..range.end));

@@ -158,31 +158,25 @@ impl Model {
         add_generation_prompt: bool,
     ) -> Result<String, Error> {
         rb_self.with_loaded(ruby, |loaded| {
-            let model = loaded.ctx.model();
-            let template = template
-                .or_else(|| model.chat_template().map(str::to_string))
-                .ok_or_else(|| {
-                    Error::new(
-                        ruby.get_inner(&errors::ERROR),
-                        "this model has no chat template (tokenizer.chat_template); pass one with template:",
-                    )
-                })?;
-            let tokenizer = model.tokenizer().map_err(|e| engine_error(ruby, e))?;
-            let special = |id: Option<u32>| {
-                id.map(|t| String::from_utf8_lossy(tokenizer.token_to_piece(t, true)).into_owned())
-                    .unwrap_or_default()
-            };
-            let messages: Vec<engine::chat::Message> = messages
-                .into_iter()
-                .map(|(role, content)| engine::chat::Message { role, content })
-                .collect();
-            let (bos, eos) = (special(tokenizer.bos()), special(tokenizer.eos()));
-            // Bounded by the template's fuel, not by the abort flag.
-            let never = AtomicBool::new(false);
-            without_gvl(ruby, &never, || {
-                engine::chat::render(&template, &messages, add_generation_prompt, &bos, &eos)
-            })?
-            .map_err(|e| engine_error(ruby, e))
+            Ok(render(ruby, loaded, messages, template, add_generation_prompt)?.text)
+        })
+    }
+
+    /// The token ids of the prompt `render_chat` renders, the generation prompt
+    /// included. Unless `parse_special`, the messages' contents are plain text: a
+    /// `<|im_end|>` typed by a user stays text, only the template's markup is special.
+    fn chat_ids(
+        ruby: &Ruby,
+        rb_self: &Self,
+        messages: Vec<(String, String)>,
+        template: Option<String>,
+        parse_special: bool,
+    ) -> Result<RArray, Error> {
+        rb_self.with_loaded(ruby, |loaded| {
+            let rendered = render(ruby, loaded, messages, template, true)?;
+            let tokenizer = loaded.ctx.model().tokenizer().map_err(|e| engine_error(ruby, e))?;
+            let plain = if parse_special { &[][..] } else { &rendered.contents[..] };
+            Ok(ruby.ary_from_vec(tokenizer.tokenize_with_plain(&rendered.text, true, plain)))
         })
     }
 
@@ -249,6 +243,43 @@ impl Model {
     }
 }
 
+/// Renders with `template`, else the GGUF's own, else llama.cpp's built-in format
+/// for the architecture.
+fn render(
+    ruby: &Ruby,
+    loaded: &Loaded,
+    messages: Vec<(String, String)>,
+    template: Option<String>,
+    add_generation_prompt: bool,
+) -> Result<engine::chat::Rendered, Error> {
+    let model = loaded.ctx.model();
+    let template = template
+        .or_else(|| model.chat_template().map(str::to_string))
+        .or_else(|| engine::chat::builtin_template(model.hparams.arch.name()).map(str::to_string))
+        .ok_or_else(|| {
+            Error::new(
+                ruby.get_inner(&errors::ERROR),
+                "this model has no chat template (tokenizer.chat_template); pass one with template:",
+            )
+        })?;
+    let tokenizer = model.tokenizer().map_err(|e| engine_error(ruby, e))?;
+    let special = |id: Option<u32>| {
+        id.map(|t| String::from_utf8_lossy(tokenizer.token_to_piece(t, true)).into_owned())
+            .unwrap_or_default()
+    };
+    let messages: Vec<engine::chat::Message> = messages
+        .into_iter()
+        .map(|(role, content)| engine::chat::Message { role, content })
+        .collect();
+    let (bos, eos) = (special(tokenizer.bos()), special(tokenizer.eos()));
+    // Bounded by the template's fuel, not by the abort flag.
+    let never = AtomicBool::new(false);
+    without_gvl(ruby, &never, || {
+        engine::chat::render(&template, &messages, add_generation_prompt, &bos, &eos)
+    })?
+    .map_err(|e| engine_error(ruby, e))
+}
+
 fn checked_ids(ruby: &Ruby, ctx: &engine::Context, ids: &[i64]) -> Result<Vec<u32>, Error> {
     let n_vocab = ctx.model().hparams.n_vocab;
     ids.iter()
@@ -306,6 +337,7 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     class.define_private_method("_token_to_piece", method!(Model::token_to_piece, 2))?;
     class.define_private_method("_chat_template", method!(Model::chat_template, 0))?;
     class.define_private_method("_render_chat", method!(Model::render_chat, 3))?;
+    class.define_private_method("_chat_ids", method!(Model::chat_ids, 3))?;
     class.define_private_method("_close", method!(Model::close, 0))?;
     class.define_private_method("_closed?", method!(Model::is_closed, 0))?;
     class.define_private_method("_info", method!(Model::info, 0))?;

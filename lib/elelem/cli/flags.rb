@@ -1,0 +1,67 @@
+# frozen_string_literal: true
+
+module Elelem
+  # The `elelem` command's option parsing: each command lists only its own flags,
+  # with the defaults it really uses.
+  class CLI
+    private
+
+    # The options every command that opens a model takes, then the command's own.
+    # `ctx` is the context size the command uses unless told, as its help says it; nil: no -c.
+    def parser(banner, opts, model:, ctx:)
+      OptionParser.new do |o|
+        o.banner = "usage: elelem #{banner}"
+        model_options(o, opts, ctx) if model
+        yield o if block_given?
+        o.on("-h", "--help", "this help") do
+          @out.puts o
+          throw :done
+        end
+      end
+    end
+
+    def model_options(parser, opts, ctx)
+      parser.on("-m", "--model MODEL", "a .gguf path or a known model name (default #{Models::DEFAULT})") do |m|
+        opts[:model] = m
+      end
+      parser.on("-c", "--ctx N", Integer, "context size (default #{ctx})") { |n| opts[:n_ctx] = n } if ctx
+      parser.on("-t", "--threads N", Integer, "CPU threads (default #{Etc.nprocessors})") { |n| opts[:n_threads] = n }
+    end
+
+    # The sampling flags: the flag, its type, the option it sets, what it is.
+    SAMPLING_FLAGS = [
+      ["-n", "--max-tokens N", Integer, :max_tokens, "tokens to generate"],
+      [nil, "--temp T", Float, :temperature, "temperature, 0 is greedy"],
+      [nil, "--top-k K", Integer, :top_k, "sample among the K likeliest tokens, 0 is all"],
+      [nil, "--top-p P", Float, :top_p, "... whose probabilities add up to P"],
+      [nil, "--min-p P", Float, :min_p, "... at least P times the likeliest's probability"],
+      [nil, "--repeat-penalty R", Float, :repeat_penalty, "penalty on recent tokens, 1 is off"]
+    ].freeze
+
+    def sampling_options(parser, opts, command)
+      gen = opts[:gen] = {}
+      defaults = SAMPLING.fetch(command)
+      SAMPLING_FLAGS.each do |short, long, type, key, what|
+        parser.on(*[short, long].compact, type, "#{what} (default #{defaults[key]})") { |v| gen[key] = v }
+      end
+      parser.on("--seed S", Integer, "random seed (default: a random one)") { |s| gen[:seed] = s }
+      parser.on("--stop TEXT", "stop at TEXT (repeatable)") { |s| (gen[:stop] ||= []) << s }
+      chat_options(parser, opts)
+    end
+
+    def chat_options(parser, opts)
+      parser.on("--system TEXT", "a system message (generate: implies --chat)") { |s| opts[:system] = s }
+      parser.on("--template FILE", "a Jinja chat template instead of the model's (generate: implies --chat)") do |f|
+        opts[:template] = File.read(f)
+      end
+    end
+
+    # The command's own options, if any, come from the block (given the parser and the options hash).
+    def parse(argv, banner, model: true, ctx: Model::DEFAULT_N_CTX, defaults: {})
+      opts = defaults.dup
+      options = parser(banner, opts, model:, ctx:) { |o| yield o, opts if block_given? }
+      catch(:done) { return [opts, options.parse(argv)] }
+      nil
+    end
+  end
+end
