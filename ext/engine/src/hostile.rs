@@ -227,17 +227,7 @@ pub fn structured() -> Vec<Case> {
         ("chat-template-doubling", Runs, g("tokenizer.chat_template"), text(doubling)),
         ("chat-template-malformed", Runs, g("tokenizer.chat_template"), text("{% for %}{{")),
     ];
-    let mut cases: Vec<Case> = metadata
-        .into_iter()
-        .map(|(name, expect, key, value)| {
-            edited(name, expect, &MICRO, |w| {
-                match value {
-                    Some(v) => w.set(&key, v),
-                    None => w.remove(&key),
-                };
-            })
-        })
-        .collect();
+    let mut cases = keyed(&MICRO, metadata);
 
     for (name, message) in [
         ("token_embd.weight", "missing tensor token_embd.weight"),
@@ -253,18 +243,14 @@ pub fn structured() -> Vec<Case> {
     let gemma = |key: &str| format!("gemma3.{key}");
     #[rustfmt::skip]
     let gemma3 = vec![
-        ("gemma3-window-huge", Runs, gemma("attention.sliding_window"), U32(u32::MAX)),
+        ("gemma3-window-huge", Runs, gemma("attention.sliding_window"), Some(U32(u32::MAX))),
         ("gemma3-pattern-not-per-layer", Rejected("sliding_window_pattern must hold one boolean or integer per layer"),
-            gemma("attention.sliding_window_pattern"), Value::Array(vec![Value::Bool(true); 3])),
-        ("gemma3-pattern-all-global", Runs, gemma("attention.sliding_window_pattern"), U32(1)),
-        ("gemma3-swa-freq-base-nan", Rejected("rope.freq_base_swa (NaN)"), gemma("rope.freq_base_swa"), F32(f32::NAN)),
-        ("gemma3-softcap-nan", Runs, gemma("final_logit_softcapping"), F32(f32::NAN)),
+            gemma("attention.sliding_window_pattern"), Some(Value::Array(vec![Value::Bool(true); 3]))),
+        ("gemma3-pattern-all-global", Runs, gemma("attention.sliding_window_pattern"), Some(U32(1))),
+        ("gemma3-swa-freq-base-nan", Rejected("rope.freq_base_swa (NaN)"), gemma("rope.freq_base_swa"), Some(F32(f32::NAN))),
+        ("gemma3-softcap-nan", Runs, gemma("final_logit_softcapping"), Some(F32(f32::NAN))),
     ];
-    cases.extend(gemma3.into_iter().map(|(name, expect, key, value)| {
-        edited(name, expect, &GEMMA3, |w| {
-            w.set(&key, value);
-        })
-    }));
+    cases.extend(keyed(&GEMMA3, gemma3));
     cases.push(edited(
         "gemma3-missing-q-norm",
         Rejected("missing tensor blk.0.attn_q_norm.weight"),
@@ -304,28 +290,17 @@ pub fn structured() -> Vec<Case> {
         ("granite-deepstack", Rejected("deepstack embeddings are not supported"), granite("deepstack_mapping"),
             Some(Value::Array(vec![I32(-1), I32(0)]))),
     ];
-    cases.extend(granite_flaws.into_iter().map(|(name, expect, key, value)| {
-        edited(name, expect, &GRANITE, |w| {
-            match value {
-                Some(v) => w.set(&key, v),
-                None => w.remove(&key),
-            };
-        })
-    }));
+    cases.extend(keyed(&GRANITE, granite_flaws));
     let moe = |key: &str| format!("qwen3moe.{key}");
     #[rustfmt::skip]
     let moe_flaws = vec![
-        ("moe-more-used-than-experts", Rejected("expert_used_count (5) 1 to it"), moe("expert_used_count"), U32(5)),
-        ("moe-none-used", Rejected("expert_used_count (0) 1 to it"), moe("expert_used_count"), U32(0)),
-        ("moe-experts-huge", Rejected("expert_count (100000) must be 1 to 512"), moe("expert_count"), U32(100_000)),
+        ("moe-more-used-than-experts", Rejected("expert_used_count (5) 1 to it"), moe("expert_used_count"), Some(U32(5))),
+        ("moe-none-used", Rejected("expert_used_count (0) 1 to it"), moe("expert_used_count"), Some(U32(0))),
+        ("moe-experts-huge", Rejected("expert_count (100000) must be 1 to 512"), moe("expert_count"), Some(U32(100_000))),
         ("moe-expert-width-not-the-tensors", Rejected("ffn_gate_exps.weight has shape"),
-            moe("expert_feed_forward_length"), U32(7)),
+            moe("expert_feed_forward_length"), Some(U32(7))),
     ];
-    cases.extend(moe_flaws.into_iter().map(|(name, expect, key, value)| {
-        edited(name, expect, &QWEN3MOE, |w| {
-            w.set(&key, value);
-        })
-    }));
+    cases.extend(keyed(&QWEN3MOE, moe_flaws));
     cases.push(edited(
         "phi3-longrope",
         Rejected("rope.scaling.type 'longrope' is not supported"),
@@ -700,6 +675,21 @@ pub fn exercise(bytes: &[u8]) -> Result<Vec<u32>> {
         let _ = chat::render(template, &[hi], true, "<s>", "</s>");
     }
     Ok(tokens)
+}
+
+/// Cases that each set one metadata key of a `shape` model, or remove it (`None`).
+fn keyed(shape: &Shape, edits: Vec<(&str, Expect, String, Option<Value>)>) -> Vec<Case> {
+    edits
+        .into_iter()
+        .map(|(name, expect, key, value)| {
+            edited(name, expect, shape, |w| {
+                match value {
+                    Some(v) => w.set(&key, v),
+                    None => w.remove(&key),
+                };
+            })
+        })
+        .collect()
 }
 
 fn edited(name: &str, expect: Expect, shape: &Shape, edit: impl FnOnce(&mut GgufWriter)) -> Case {

@@ -92,6 +92,11 @@ impl HParams {
         self.swa.as_ref().is_some_and(|swa| swa.layers[il])
     }
 
+    /// The usual attention scale, 1/sqrt(head size).
+    pub fn kq_scale(&self) -> f32 {
+        1.0 / (self.head_dim_k as f32).sqrt()
+    }
+
     /// Whether layer `il` rotates Q and K.
     pub fn rotates(&self, il: usize) -> bool {
         self.no_rope_every.is_none_or(|n| !(il + 1).is_multiple_of(n as usize))

@@ -335,6 +335,17 @@ impl<'a> Loader<'a> {
         })
     }
 
+    /// `layer` with per-head RMS norms of Q and of K (`attn_q_norm`, `attn_k_norm`,
+    /// one head wide).
+    pub fn with_head_norms(&mut self, hp: &HParams, il: u32, layer: LayerWeights) -> Result<LayerWeights> {
+        let head = u64::from(hp.head_dim_k);
+        Ok(LayerWeights {
+            attn_q_norm: Some(self.vector(&format!("blk.{il}.attn_q_norm.weight"), head)?),
+            attn_k_norm: Some(self.vector(&format!("blk.{il}.attn_k_norm.weight"), head)?),
+            ..layer
+        })
+    }
+
     /// The attention projections: Q, K, V and O, with biases on Q, K and V required
     /// when `qkv_bias`, else optional, and an optional bias on O.
     pub fn attention(&mut self, hp: &HParams, il: u32, qkv_bias: bool) -> Result<LayerWeights> {

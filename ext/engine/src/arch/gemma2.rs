@@ -11,7 +11,7 @@
 //!   residual adds, and the feed-forward is GeGLU.
 //! - The output head is always the embeddings.
 
-use crate::arch::{ArchSpec, LayerWeights, Weights};
+use crate::arch::{load_llama_like, run_layers, ArchSpec, Head, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{read_swa, HParams, Keys, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
@@ -35,40 +35,27 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
 }
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let (embd, vocab) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
-    let tok_embd = loader.rows("token_embd.weight", &[embd, vocab])?;
-    let output_norm = loader.vector("output_norm.weight", embd)?;
-    let output = loader.matrix("token_embd.weight", &[embd, vocab])?;
-    let layers = (0..hp.n_layer)
-        .map(|il| {
-            let n = |s: &str| format!("blk.{il}.{s}");
-            Ok(LayerWeights {
-                attn_post_norm: Some(loader.vector(&n("post_attention_norm.weight"), embd)?),
-                ffn_post_norm: Some(loader.vector(&n("post_ffw_norm.weight"), embd)?),
-                // llama.cpp's gemma2 graph adds no attention output bias.
-                bo: None,
-                ..loader.llama_block(hp, il, false)?
-            })
-        })
-        .collect::<Result<_>>()?;
-    Ok(Weights {
-        tok_embd,
-        output_norm,
-        output,
-        output_bias: None,
-        rope_freqs: None,
-        layers,
+    load_llama_like(loader, hp, Head::Tied, |l, il| layer(l, hp, il))
+}
+
+/// A Gemma block's weights: llama's with post-norms, and no attention output bias
+/// (llama.cpp's gemma graphs add none).
+pub(crate) fn layer(l: &mut Loader, hp: &HParams, il: u32) -> Result<LayerWeights> {
+    let embd = u64::from(hp.n_embd);
+    let n = |s: &str| format!("blk.{il}.{s}");
+    Ok(LayerWeights {
+        attn_post_norm: Some(l.vector(&n("post_attention_norm.weight"), embd)?),
+        ffn_post_norm: Some(l.vector(&n("post_ffw_norm.weight"), embd)?),
+        bo: None,
+        ..l.llama_block(hp, il, false)?
     })
 }
 
 fn build(b: &GraphBuilder) -> Tensor {
     let hp = b.hparams();
     let attn_scale = attn_scale(hp, 46);
-    let mut x = b.graph.scale(b.embed(), (hp.n_embd as f32).sqrt());
-    for (il, layer) in b.layers().iter().enumerate() {
-        x = block(b, layer, il, x, attn_scale);
-    }
-    b.logits(x)
+    let x = b.graph.scale(b.embed(), (hp.n_embd as f32).sqrt());
+    run_layers(b, x, |layer, il, x| block(b, layer, il, x, attn_scale))
 }
 
 /// 1/sqrt(head size), except in the 27B models (`n_layer_27b` layers), which scale by

@@ -11,7 +11,7 @@
 //!   projection, before its post-norm.
 //! - The output head is usually the embeddings (tied); the logits may be soft-capped.
 
-use crate::arch::{gemma2, load_llama_like, ArchSpec, LayerWeights, Weights};
+use crate::arch::{gemma2, load_llama_like, run_layers, ArchSpec, Head, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{read_swa, HParams, Keys, Rope, RopeMode};
 use crate::layers::GraphBuilder;
@@ -41,28 +41,15 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
 }
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let embd = u64::from(hp.n_embd);
-    let head = u64::from(hp.head_dim_k);
-    load_llama_like(loader, hp, |l, il| {
-        let n = |s: &str| format!("blk.{il}.{s}");
-        Ok(LayerWeights {
-            attn_q_norm: Some(l.vector(&n("attn_q_norm.weight"), head)?),
-            attn_k_norm: Some(l.vector(&n("attn_k_norm.weight"), head)?),
-            attn_post_norm: Some(l.vector(&n("post_attention_norm.weight"), embd)?),
-            ffn_post_norm: Some(l.vector(&n("post_ffw_norm.weight"), embd)?),
-            // llama.cpp's gemma3 graph adds no attention output bias.
-            bo: None,
-            ..l.llama_block(hp, il, false)?
-        })
+    load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
+        let layer = gemma2::layer(l, hp, il)?;
+        l.with_head_norms(hp, il, layer)
     })
 }
 
 fn build(b: &GraphBuilder) -> Tensor {
     let hp = b.hparams();
     let attn_scale = gemma2::attn_scale(hp, 62);
-    let mut x = b.embed_scaled((hp.n_embd as f32).sqrt());
-    for (il, layer) in b.layers().iter().enumerate() {
-        x = gemma2::block(b, layer, il, x, attn_scale);
-    }
-    b.logits(x)
+    let x = b.embed_scaled((hp.n_embd as f32).sqrt());
+    run_layers(b, x, |layer, il, x| gemma2::block(b, layer, il, x, attn_scale))
 }

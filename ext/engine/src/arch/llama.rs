@@ -4,7 +4,7 @@
 //! `rope_freqs.weight`, the llama3 rope scaling as one factor per rotated pair,
 //! applied in every layer.
 
-use crate::arch::{load_llama_like, no_extra_hparams, ArchSpec, LayerWeights, Weights};
+use crate::arch::{load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
@@ -21,7 +21,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
 };
 
 pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let weights = load_llama_like(loader, hp, |l, il| l.llama_block(hp, il, false))?;
+    let weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| l.llama_block(hp, il, false))?;
     Ok(Weights {
         rope_freqs: loader.optional_vector("rope_freqs.weight", u64::from(hp.rope.n_dims / 2))?,
         ..weights
@@ -32,14 +32,8 @@ pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
 /// scale, layers without rope, multipliers (see [`HParams`]).
 pub(crate) fn build(b: &GraphBuilder) -> Tensor {
     let hp = b.hparams();
-    let kq_scale = hp
-        .attention_scale
-        .unwrap_or_else(|| 1.0 / (hp.head_dim_k as f32).sqrt());
-    let mut x = b.embed();
-    for (il, layer) in b.layers().iter().enumerate() {
-        x = llama_block(b, layer, il, x, kq_scale);
-    }
-    b.logits(x)
+    let kq_scale = hp.attention_scale.unwrap_or_else(|| hp.kq_scale());
+    run_layers(b, b.embed(), |layer, il, x| llama_block(b, layer, il, x, kq_scale))
 }
 
 /// The block llama and qwen2 share: norm → attention → residual → norm → SwiGLU → residual.

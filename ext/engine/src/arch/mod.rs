@@ -158,27 +158,38 @@ pub struct Weights {
     pub layers: Vec<LayerWeights>,
 }
 
-/// The tensors every llama-like model has outside its blocks.
-pub(crate) fn load_embeddings(loader: &mut Loader, hp: &HParams) -> Result<(Tensor, Tensor, Tensor)> {
-    let (embd, vocab) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
-    let tok_embd = loader.rows("token_embd.weight", &[embd, vocab])?;
-    let output_norm = loader.vector("output_norm.weight", embd)?;
-    let output = match loader.optional_matrix("output.weight", &[embd, vocab])? {
-        Some(t) => t,
-        None => loader.matrix("token_embd.weight", &[embd, vocab])?,
-    };
-    Ok((tok_embd, output_norm, output))
+/// Where an architecture's output head comes from.
+#[derive(Clone, Copy)]
+pub(crate) enum Head {
+    /// `output.weight`, or the embeddings when the file has none.
+    TiedIfAbsent,
+    /// Always the embeddings.
+    Tied,
+    /// Always `output.weight`.
+    Own,
 }
 
-/// The weights of a llama-like model: [`load_embeddings`], then `layer(loader, il)`
-/// for each block; no output bias and no rope factors (set them after, where the
-/// architecture has them).
+/// The weights of a llama-like model: the embeddings, the output norm and `head`,
+/// then `layer(loader, il)` for each block; no output bias and no rope factors (set
+/// them after, where the architecture has them).
 pub(crate) fn load_llama_like(
     loader: &mut Loader,
     hp: &HParams,
+    head: Head,
     mut layer: impl FnMut(&mut Loader, u32) -> Result<LayerWeights>,
 ) -> Result<Weights> {
-    let (tok_embd, output_norm, output) = load_embeddings(loader, hp)?;
+    let (embd, vocab) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
+    let tok_embd = loader.rows("token_embd.weight", &[embd, vocab])?;
+    let output_norm = loader.vector("output_norm.weight", embd)?;
+    let output = match head {
+        Head::TiedIfAbsent => loader.optional_matrix("output.weight", &[embd, vocab])?,
+        Head::Tied => None,
+        Head::Own => Some(loader.matrix("output.weight", &[embd, vocab])?),
+    };
+    let output = match output {
+        Some(t) => t,
+        None => loader.matrix("token_embd.weight", &[embd, vocab])?,
+    };
     let layers = (0..hp.n_layer).map(|il| layer(loader, il)).collect::<Result<_>>()?;
     Ok(Weights {
         tok_embd,
@@ -188,4 +199,18 @@ pub(crate) fn load_llama_like(
         rope_freqs: None,
         layers,
     })
+}
+
+/// Runs `block` over every layer from the embeddings `x`, then the output head.
+pub(crate) fn run_layers(
+    b: &GraphBuilder,
+    x: Tensor,
+    block: impl Fn(&LayerWeights, usize, Tensor) -> Tensor,
+) -> Tensor {
+    let x = b
+        .layers()
+        .iter()
+        .enumerate()
+        .fold(x, |x, (il, layer)| block(layer, il, x));
+    b.logits(x)
 }

@@ -7,7 +7,7 @@
 //!
 //! OLMo 3 files (this architecture with a sliding window) are refused.
 
-use crate::arch::{ArchSpec, LayerWeights, Weights};
+use crate::arch::{load_llama_like, run_layers, ArchSpec, Head, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, Keys, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
@@ -31,45 +31,27 @@ fn read_hparams(keys: &Keys, _: &mut HParams) -> Result<()> {
 }
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let (embd, vocab) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
-    let ff = u64::from(hp.n_ff);
-    let tok_embd = loader.rows("token_embd.weight", &[embd, vocab])?;
-    let output_norm = loader.vector("output_norm.weight", embd)?;
-    let output = loader.matrix("output.weight", &[embd, vocab])?;
-    let layers = (0..hp.n_layer)
-        .map(|il| {
-            let n = |s: &str| format!("blk.{il}.{s}");
-            Ok(LayerWeights {
-                attn_q_norm: Some(loader.vector(&n("attn_q_norm.weight"), u64::from(hp.head_dim_k * hp.n_head))?),
-                attn_k_norm: Some(loader.vector(&n("attn_k_norm.weight"), u64::from(hp.n_embd_k_gqa()))?),
-                attn_post_norm: Some(loader.vector(&n("post_attention_norm.weight"), embd)?),
-                ffn_gate: Some(loader.matrix(&n("ffn_gate.weight"), &[embd, ff])?),
-                ffn_up: Some(loader.matrix(&n("ffn_up.weight"), &[embd, ff])?),
-                ffn_down: Some(loader.matrix(&n("ffn_down.weight"), &[ff, embd])?),
-                ffn_post_norm: Some(loader.vector(&n("post_ffw_norm.weight"), embd)?),
-                // llama.cpp's olmo2 graph adds no attention output bias.
-                bo: None,
-                ..loader.attention(hp, il, false)?
-            })
+    let (embd, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
+    load_llama_like(loader, hp, Head::Own, |l, il| {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        Ok(LayerWeights {
+            attn_q_norm: Some(l.vector(&n("attn_q_norm.weight"), u64::from(hp.head_dim_k * hp.n_head))?),
+            attn_k_norm: Some(l.vector(&n("attn_k_norm.weight"), u64::from(hp.n_embd_k_gqa()))?),
+            attn_post_norm: Some(l.vector(&n("post_attention_norm.weight"), embd)?),
+            ffn_gate: Some(l.matrix(&n("ffn_gate.weight"), &[embd, ff])?),
+            ffn_up: Some(l.matrix(&n("ffn_up.weight"), &[embd, ff])?),
+            ffn_down: Some(l.matrix(&n("ffn_down.weight"), &[ff, embd])?),
+            ffn_post_norm: Some(l.vector(&n("post_ffw_norm.weight"), embd)?),
+            // llama.cpp's olmo2 graph adds no attention output bias.
+            bo: None,
+            ..l.attention(hp, il, false)?
         })
-        .collect::<Result<_>>()?;
-    Ok(Weights {
-        tok_embd,
-        output_norm,
-        output,
-        output_bias: None,
-        rope_freqs: None,
-        layers,
     })
 }
 
 fn build(b: &GraphBuilder) -> Tensor {
-    let kq_scale = 1.0 / (b.hparams().head_dim_k as f32).sqrt();
-    let mut x = b.embed();
-    for (il, layer) in b.layers().iter().enumerate() {
-        x = block(b, layer, il, x, kq_scale);
-    }
-    b.logits(x)
+    let kq_scale = b.hparams().kq_scale();
+    run_layers(b, b.embed(), |layer, il, x| block(b, layer, il, x, kq_scale))
 }
 
 fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {

@@ -5,7 +5,7 @@
 //! ignored, as llama.cpp ignores it; LongRoPE (`rope.scaling.type` longrope, the
 //! `rope_factors_long/short` tensors) is refused.
 
-use crate::arch::{load_llama_like, no_extra_hparams, ArchSpec, LayerWeights, Weights};
+use crate::arch::{load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
@@ -23,7 +23,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let (embd, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
-    load_llama_like(loader, hp, |l, il| {
+    load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let n = |s: &str| format!("blk.{il}.{s}");
         Ok(LayerWeights {
             attn_norm: Some(l.vector(&n("attn_norm.weight"), embd)?),
@@ -36,12 +36,8 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
 }
 
 fn build(b: &GraphBuilder) -> Tensor {
-    let q_scale = 1.0 / (b.hparams().head_dim_k as f32).sqrt();
-    let mut x = b.embed();
-    for (il, layer) in b.layers().iter().enumerate() {
-        x = block(b, layer, il, x, q_scale);
-    }
-    b.logits(x)
+    let q_scale = b.hparams().kq_scale();
+    run_layers(b, b.embed(), |layer, il, x| block(b, layer, il, x, q_scale))
 }
 
 fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, q_scale: f32) -> Tensor {

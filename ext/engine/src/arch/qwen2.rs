@@ -3,7 +3,7 @@
 //! head rotated together), and usually an untied output head. The forward
 //! graph is llama's: only the weights differ.
 
-use crate::arch::{llama, load_llama_like, no_extra_hparams, ArchSpec, Weights};
+use crate::arch::{llama, load_llama_like, no_extra_hparams, ArchSpec, Head, Weights};
 use crate::hparams::{HParams, RopeMode};
 use crate::model::Loader;
 use crate::Result;
@@ -18,7 +18,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let weights = load_llama_like(loader, hp, |l, il| l.llama_block(hp, il, true))?;
+    let weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| l.llama_block(hp, il, true))?;
     Ok(Weights {
         output_bias: loader.optional_vector("output.bias", u64::from(hp.n_vocab))?,
         ..weights

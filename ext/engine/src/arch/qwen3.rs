@@ -2,7 +2,7 @@
 //! per-head RMS norm of Q and of K before NEOX rope.
 
 use crate::arch::llama::ffn_residual;
-use crate::arch::{load_llama_like, no_extra_hparams, ArchSpec, LayerWeights, Weights};
+use crate::arch::{load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, RopeMode};
 use crate::layers::GraphBuilder;
@@ -19,24 +19,15 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let head = u64::from(hp.head_dim_k);
-    load_llama_like(loader, hp, |l, il| {
-        let n = |s: &str| format!("blk.{il}.{s}");
-        Ok(LayerWeights {
-            attn_q_norm: Some(l.vector(&n("attn_q_norm.weight"), head)?),
-            attn_k_norm: Some(l.vector(&n("attn_k_norm.weight"), head)?),
-            ..l.llama_block(hp, il, false)?
-        })
+    load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
+        let layer = l.llama_block(hp, il, false)?;
+        l.with_head_norms(hp, il, layer)
     })
 }
 
 pub(crate) fn build(b: &GraphBuilder) -> Tensor {
-    let kq_scale = 1.0 / (b.hparams().head_dim_k as f32).sqrt();
-    let mut x = b.embed();
-    for (il, layer) in b.layers().iter().enumerate() {
-        x = block(b, layer, il, x, kq_scale);
-    }
-    b.logits(x)
+    let kq_scale = b.hparams().kq_scale();
+    run_layers(b, b.embed(), |layer, il, x| block(b, layer, il, x, kq_scale))
 }
 
 fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {

@@ -4,7 +4,7 @@
 //! experts per token, weighted by their renormalized probabilities. There is no
 //! shared expert.
 
-use crate::arch::{load_llama_like, qwen3, ArchSpec, LayerWeights, Weights};
+use crate::arch::{load_llama_like, qwen3, ArchSpec, Head, LayerWeights, Weights};
 use crate::hparams::{HParams, Keys, RopeMode};
 use crate::model::Loader;
 use crate::{Error, Result};
@@ -42,21 +42,19 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let embd = u64::from(hp.n_embd);
-    let head = u64::from(hp.head_dim_k);
     let (ff, n_expert) = (u64::from(hp.n_ff_exp), u64::from(hp.n_expert));
-    load_llama_like(loader, hp, |l, il| {
+    load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let n = |s: &str| format!("blk.{il}.{s}");
         let used = hp.n_expert_used;
-        Ok(LayerWeights {
+        let layer = LayerWeights {
             attn_norm: Some(l.vector(&n("attn_norm.weight"), embd)?),
-            attn_q_norm: Some(l.vector(&n("attn_q_norm.weight"), head)?),
-            attn_k_norm: Some(l.vector(&n("attn_k_norm.weight"), head)?),
             ffn_norm: Some(l.vector(&n("ffn_norm.weight"), embd)?),
             ffn_gate_inp: Some(l.matrix(&n("ffn_gate_inp.weight"), &[embd, n_expert])?),
             ffn_gate_exps: Some(l.experts(&n("ffn_gate_exps.weight"), &[embd, ff, n_expert], used)?),
             ffn_up_exps: Some(l.experts(&n("ffn_up_exps.weight"), &[embd, ff, n_expert], used)?),
             ffn_down_exps: Some(l.experts(&n("ffn_down_exps.weight"), &[ff, embd, n_expert], used)?),
             ..l.attention(hp, il, false)?
-        })
+        };
+        l.with_head_norms(hp, il, layer)
     })
 }

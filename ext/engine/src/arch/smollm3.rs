@@ -1,7 +1,7 @@
 //! smollm3 (SmolLM3): llama's graph, except that every fourth layer attends
 //! without rotary embeddings (NoPE). Its files carry no rope factors.
 
-use crate::arch::{llama, load_llama_like, ArchSpec, Weights};
+use crate::arch::{llama, load_llama_like, ArchSpec, Head, Weights};
 use crate::hparams::{HParams, Keys, RopeMode};
 use crate::model::Loader;
 use crate::Result;
@@ -22,5 +22,5 @@ fn read_hparams(_: &Keys, hp: &mut HParams) -> Result<()> {
 }
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    load_llama_like(loader, hp, |l, il| l.llama_block(hp, il, false))
+    load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| l.llama_block(hp, il, false))
 }
