@@ -1,8 +1,8 @@
 //! Byte-level BPE as llama.cpp's `llm_tokenizer_bpe_session` runs it for the
-//! `qwen2` pre-tokenizer.
+//! `qwen2` and `llama3` pre-tokenizers.
 //!
-//! The split is a port of llama.cpp's `unicode_regex_split_custom_qwen2`, not
-//! a regex: llama.cpp itself does not run the pattern through a regex engine
+//! The split is a port of llama.cpp's `unicode_regex_split_custom_qwen2` (and
+//! `_llama3`, the same matcher with digits in runs of up to three), not a regex: llama.cpp itself does not run the pattern through a regex engine
 //! for this pre-tokenizer but through that hand-written matcher, over its own
 //! Unicode tables (`unicode_data.rs`), and a regex crate classifies code
 //! points by a different Unicode version.
@@ -14,7 +14,44 @@ use crate::merge::merge;
 use crate::unicode::{ByteLevel, Flags};
 use crate::vocab::Vocab;
 
+/// The pre-tokenizers elelem has, by the `tokenizer.ggml.pre` names llama.cpp maps to them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pre {
+    Qwen2,
+    Llama3,
+}
+
+impl Pre {
+    pub fn from_name(name: &str) -> Option<Pre> {
+        match name {
+            "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" => Some(Pre::Qwen2),
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2"
+            | "jina-v5-nano" => Some(Pre::Llama3),
+            _ => None,
+        }
+    }
+
+    /// The longest run of digits one word holds.
+    fn max_digits(self) -> usize {
+        match self {
+            Pre::Qwen2 => 1,
+            Pre::Llama3 => 3,
+        }
+    }
+
+    /// llama.cpp's `ignore_merges`: a word that is a token is that token, unmerged.
+    fn ignore_merges(self) -> bool {
+        self == Pre::Llama3
+    }
+
+    /// Whether BOS is added unless `tokenizer.ggml.add_bos_token` says otherwise.
+    pub(crate) fn adds_bos(self) -> bool {
+        self == Pre::Llama3
+    }
+}
+
 pub(crate) struct Bpe {
+    pre: Pre,
     /// Every string that appears on either side of a merge, interned.
     pieces: HashMap<String, u32>,
     /// `(left, right)` interned → rank (the merge's line number).
@@ -23,7 +60,7 @@ pub(crate) struct Bpe {
 }
 
 impl Bpe {
-    pub(crate) fn new(merges: &[String]) -> Bpe {
+    pub(crate) fn new(pre: Pre, merges: &[String]) -> Bpe {
         let mut pieces = HashMap::new();
         let mut ranks = HashMap::with_capacity(merges.len());
         for (rank, merge) in merges.iter().enumerate() {
@@ -41,6 +78,7 @@ impl Bpe {
             ranks.entry(pair).or_insert(rank as u32);
         }
         Bpe {
+            pre,
             pieces,
             ranks,
             byte_level: ByteLevel::new(),
@@ -53,7 +91,7 @@ impl Bpe {
 
     pub(crate) fn tokenize(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
         let mut encoded = String::new();
-        for word in split_qwen2(text) {
+        for word in split(text, self.pre.max_digits()) {
             encoded.clear();
             self.byte_level.encode(word.as_bytes(), &mut encoded);
             self.merge_word(vocab, &encoded, out);
@@ -66,6 +104,12 @@ impl Bpe {
     }
 
     fn merge_word(&self, vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
+        if self.pre.ignore_merges() {
+            if let Some(id) = vocab.id(word) {
+                out.push(id);
+                return;
+            }
+        }
         // Lower ranks merge first.
         let symbols = merge(word, |left, right, _| self.rank(left, right).map(Reverse));
         for range in symbols {
@@ -84,10 +128,11 @@ impl Bpe {
     }
 }
 
-/// `unicode_regex_split_custom_qwen2`: the words of the pattern
-/// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+/// `unicode_regex_split_custom_qwen2` (`max_digits` 1) and `_llama3` (3): the words
+/// of the pattern
+/// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
 /// matched the way llama.cpp's matcher does.
-pub(crate) fn split_qwen2(text: &str) -> Vec<&str> {
+pub(crate) fn split(text: &str, max_digits: usize) -> Vec<&str> {
     let chars: Vec<(usize, char)> = text.char_indices().collect();
     let flags: Vec<Flags> = chars.iter().map(|&(_, c)| Flags::of(c)).collect();
     let n = chars.len();
@@ -128,9 +173,13 @@ pub(crate) fn split_qwen2(text: &str) -> Vec<&str> {
                 break 'matched end;
             }
 
-            // \p{N}
+            // \p{N}{1,max_digits}
             if f.is_number() {
-                break 'matched pos + 1;
+                let mut end = pos + 1;
+                while end - pos < max_digits && flag(end).is_number() {
+                    end += 1;
+                }
+                break 'matched end;
             }
 
             // <space>?[^\s\p{L}\p{N}]+[\r\n]*
@@ -184,23 +233,20 @@ fn contraction_letter(c: Option<char>) -> Option<char> {
 
 #[cfg(test)]
 mod tests {
-    use super::split_qwen2;
+    use super::split;
 
     #[test]
     fn split_follows_llama_cpp() {
-        assert_eq!(split_qwen2("Hello world"), ["Hello", " world"]);
-        assert_eq!(
-            split_qwen2("I'M here, they'Ll"),
-            ["I", "'M", " here", ",", " they", "'Ll"]
-        );
-        assert_eq!(split_qwen2("x  = 12"), ["x", " ", " =", " ", "1", "2"]);
-        assert_eq!(split_qwen2("a \n\n b"), ["a", " \n\n", " b"]);
-        assert_eq!(split_qwen2("end   "), ["end", "   "]);
-        assert_eq!(split_qwen2("\tif"), ["\tif"]);
-        assert_eq!(split_qwen2("e\u{301}t"), ["e", "\u{301}t"]);
-        assert_eq!(split_qwen2("e\u{301}\u{302} x"), ["e", "\u{301}\u{302}", " x"]);
-        assert_eq!(split_qwen2("'"), ["'"]);
-        assert_eq!(split_qwen2("?!\r\nok"), ["?!\r\n", "ok"]);
-        assert_eq!(split_qwen2(""), Vec::<&str>::new());
+        assert_eq!(split("Hello world", 1), ["Hello", " world"]);
+        assert_eq!(split("I'M here, they'Ll", 1), ["I", "'M", " here", ",", " they", "'Ll"]);
+        assert_eq!(split("x  = 12", 1), ["x", " ", " =", " ", "1", "2"]);
+        assert_eq!(split("a \n\n b", 1), ["a", " \n\n", " b"]);
+        assert_eq!(split("end   ", 1), ["end", "   "]);
+        assert_eq!(split("\tif", 1), ["\tif"]);
+        assert_eq!(split("e\u{301}t", 1), ["e", "\u{301}t"]);
+        assert_eq!(split("e\u{301}\u{302} x", 1), ["e", "\u{301}\u{302}", " x"]);
+        assert_eq!(split("'", 1), ["'"]);
+        assert_eq!(split("?!\r\nok", 1), ["?!\r\n", "ok"]);
+        assert_eq!(split("", 1), Vec::<&str>::new());
     }
 }

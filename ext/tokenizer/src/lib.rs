@@ -33,6 +33,7 @@ use aho_corasick::AhoCorasick;
 pub use stream::Utf8Stream;
 
 use bpe::Bpe;
+pub use bpe::Pre;
 use vocab::{Vocab, BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED};
 
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +46,7 @@ pub enum TokenizerError {
     ShortArray(&'static str),
     #[error("tokenizer.ggml.model {0:?} is not supported (only \"gpt2\" and \"llama\")")]
     UnsupportedModel(String),
-    #[error("tokenizer.ggml.pre {0:?} is not supported for gpt2 vocabularies (only qwen2)")]
+    #[error("tokenizer.ggml.pre {0:?} is not supported for gpt2 vocabularies (only qwen2 and llama3 and their kin)")]
     UnsupportedPre(String),
     #[error("llama.cpp gives this model ({0}) token attributes that are not implemented")]
     UnsupportedAttributes(String),
@@ -131,11 +132,8 @@ impl Tokenizer {
         let vocab = Vocab::new(spec)?;
         let algorithm = match &spec.kind {
             VocabKind::Bpe { pre, merges } => {
-                // llama.cpp's names for the QWEN2 pre-tokenizer type.
-                if !matches!(pre.as_str(), "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2") {
-                    return Err(TokenizerError::UnsupportedPre(pre.clone()));
-                }
-                Algorithm::Bpe(Box::new(Bpe::new(merges)))
+                let pre = Pre::from_name(pre).ok_or_else(|| TokenizerError::UnsupportedPre(pre.clone()))?;
+                Algorithm::Bpe(Box::new(Bpe::new(pre, merges)))
             }
             VocabKind::Spm => {
                 let byte_tokens = std::array::from_fn(|b| {

@@ -208,7 +208,11 @@ impl Vocab {
             }
         }
 
-        let (default_add_bos, default_add_space_prefix) = if is_bpe { (false, false) } else { (true, true) };
+        let default_add_bos = match &spec.kind {
+            VocabKind::Bpe { pre, .. } => crate::Pre::from_name(pre).is_some_and(crate::Pre::adds_bos),
+            VocabKind::Spm => true,
+        };
+        let default_add_space_prefix = !is_bpe;
         let add_bos = spec.add_bos.unwrap_or(default_add_bos);
         let add_eos = spec.add_eos.unwrap_or(false);
         if add_bos && bos.is_none() {

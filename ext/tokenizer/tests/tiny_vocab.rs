@@ -225,14 +225,32 @@ fn bpe_merges_by_rank_within_words() {
     assert_eq!((t.bos(), t.add_bos()), (Some(11), false));
 }
 
+/// llama3's pre-tokenizer: digits in runs of up to three, a word that is a token
+/// taken whole without merges (llama.cpp's `ignore_merges`), BOS added by default.
 #[test]
-fn bpe_refuses_other_pre_tokenizers() {
-    let mut spec = bpe(&[], &[]);
+fn llama3_splits_digits_in_threes_and_takes_whole_words() {
+    let mut spec = bpe(&["ab", "123"], &[]);
     spec.kind = VocabKind::Bpe {
         pre: "llama-bpe".to_owned(),
         merges: Vec::new(),
     };
-    assert!(matches!(Tokenizer::new(&spec), Err(TokenizerError::UnsupportedPre(p)) if p == "llama-bpe"));
+    let t = Tokenizer::new(&spec).unwrap();
+    assert_eq!(t.tokenize("ab", false, false), [256]);
+    assert_eq!(
+        t.tokenize("12345", false, false),
+        [257, u32::from(b'4'), u32::from(b'5')]
+    );
+    assert!(t.add_bos());
+}
+
+#[test]
+fn bpe_refuses_other_pre_tokenizers() {
+    let mut spec = bpe(&[], &[]);
+    spec.kind = VocabKind::Bpe {
+        pre: "falcon".to_owned(),
+        merges: Vec::new(),
+    };
+    assert!(matches!(Tokenizer::new(&spec), Err(TokenizerError::UnsupportedPre(p)) if p == "falcon"));
 }
 
 fn gguf(entries: &[(&str, Value)]) -> Gguf {
@@ -284,9 +302,9 @@ fn from_gguf_refuses_what_it_does_not_implement() {
 
     assert!(matches!(err(&base("bert")), TokenizerError::UnsupportedModel(m) if m == "bert"));
     assert!(matches!(err(&base("gpt2")), TokenizerError::UnsupportedPre(p) if p.is_empty()));
-    let mut llama3 = base("gpt2");
-    llama3.push(("tokenizer.ggml.pre", Value::String("llama-bpe".into())));
-    assert!(matches!(err(&llama3), TokenizerError::UnsupportedPre(_)));
+    let mut falcon = base("gpt2");
+    falcon.push(("tokenizer.ggml.pre", Value::String("falcon".into())));
+    assert!(matches!(err(&falcon), TokenizerError::UnsupportedPre(_)));
     let mut phi3 = base("llama");
     phi3.push(("general.name", Value::String("Phi-3 Mini".into())));
     assert!(matches!(err(&phi3), TokenizerError::UnsupportedAttributes(_)));

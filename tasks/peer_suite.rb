@@ -1,0 +1,54 @@
+# frozen_string_literal: true
+
+require "digest"
+require "fileutils"
+require "rubygems/package"
+require "zlib"
+
+# llama.cpp's own test material, from the PyPI source distribution of
+# llama-cpp-python 0.3.36 (its vendor/llama.cpp is llama.cpp's full tree), into the
+# git-ignored vendor/llama.cpp: the tokenizer suite's vocab-only GGUFs with their
+# .inp/.out cases. Never committed; the download is checksum-pinned and cached.
+module PeerSuite
+  ROOT = File.expand_path("..", __dir__)
+  DEST = File.join(ROOT, "vendor", "llama.cpp")
+  SDIST = "llama_cpp_python-0.3.36.tar.gz"
+  SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+  CACHE = File.join(Dir.home, ".cache", "elelem", "peer")
+  # What is taken from the tree.
+  WANTED = %r{\Allama_cpp_python-0\.3\.36/vendor/llama\.cpp/(models/ggml-vocab-[^/]+)\z}
+
+  module_function
+
+  def run
+    marker = File.join(DEST, "SOURCE")
+    return puts("vendor/llama.cpp is present (#{File.read(marker).strip})") if File.exist?(marker)
+
+    extract(download)
+    File.write(marker, "#{SDIST} (PyPI, sha256 #{SHA256})\n")
+    puts "vendor/llama.cpp: #{Dir[File.join(DEST, "models", "*")].size} files of llama.cpp's tokenizer suite"
+  end
+
+  def download
+    path = File.join(CACHE, SDIST)
+    unless File.exist?(path) && Digest::SHA256.file(path).hexdigest == SHA256
+      FileUtils.mkdir_p(CACHE)
+      system("python3", "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python",
+             "llama-cpp-python==0.3.36", "-d", CACHE, exception: true)
+    end
+    actual = Digest::SHA256.file(path).hexdigest
+    raise "#{path}: sha256 #{actual}, expected #{SHA256}" unless actual == SHA256
+
+    path
+  end
+
+  def extract(tarball)
+    FileUtils.mkdir_p(File.join(DEST, "models"))
+    Zlib::GzipReader.open(tarball) do |gz|
+      Gem::Package::TarReader.new(gz).each do |entry|
+        relative = entry.full_name[WANTED, 1] or next
+        File.binwrite(File.join(DEST, relative), entry.read) if entry.file?
+      end
+    end
+  end
+end
