@@ -582,9 +582,9 @@ impl Graph {
         )
     }
 
-    /// RoPE without YaRN or frequency factors: the plain rotary embedding of
-    /// llama.cpp's defaults (ext_factor 0, attn_factor 1, beta 32/1).
-    /// `freq_factors` divides each pair's frequency (llama3's `rope_freqs`).
+    /// RoPE without YaRN: the rotary embedding of llama.cpp's defaults (ext_factor 0,
+    /// attn_factor 1, beta 32/1); `freq_factors`, where given, divides each pair's
+    /// frequency (llama3's `rope_freqs`).
     pub fn rope(&self, x: Tensor, pos: Tensor, rope: &crate::hparams::Rope, freq_factors: Option<Tensor>) -> Tensor {
         op!(
             self,

@@ -315,12 +315,12 @@ impl Keys<'_> {
     }
 
     fn opt_str(&self, key: &str) -> Result<Option<&str>> {
-        match self.gguf.get(&format!("{}.{key}", self.prefix)) {
+        match self.get(key) {
             None => Ok(None),
-            Some(v) => v
+            Some((full, v)) => v
                 .as_str()
                 .map(Some)
-                .ok_or_else(|| Error::Load(format!("{}.{key} must be a string, got {v:?}", self.prefix))),
+                .ok_or_else(|| Error::Load(format!("{full} must be a string, got {v:?}"))),
         }
     }
 

@@ -115,6 +115,11 @@ impl GraphBuilder<'_> {
             .rope(x, self.inputs.pos, rope, self.model.weights().rope_freqs)
     }
 
+    /// [`GraphBuilder::norm`] where the layer has the weight (per-head Q/K norms), else `x`.
+    pub fn norm_if(&self, x: Tensor, weight: Option<Tensor>, name: &str, il: usize) -> Tensor {
+        weight.map_or(x, |w| self.norm(x, Some(w), name, il))
+    }
+
     /// RMS norm times the weight (the CPU backend fuses the pair; values are the same).
     pub fn norm(&self, x: Tensor, weight: Option<Tensor>, name: &str, il: usize) -> Tensor {
         let y = self.graph.rms_norm(x, self.hparams().rms_eps);

@@ -77,16 +77,8 @@ pub(crate) fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor
     let rope = b.hparams().layer_rope(il);
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
     let (q, k, v) = b.qkv(layer, attn_in, il);
-    let q = match layer.attn_q_norm {
-        Some(norm) => b.norm(q, Some(norm), "Qcur_normed", il),
-        None => q,
-    };
-    let q = b.rope(q, rope);
-    let k = match layer.attn_k_norm {
-        Some(norm) => b.norm(k, Some(norm), "Kcur_normed", il),
-        None => k,
-    };
-    let k = b.rope(k, rope);
+    let q = b.rope(b.norm_if(q, layer.attn_q_norm, "Qcur_normed", il), rope);
+    let k = b.rope(b.norm_if(k, layer.attn_k_norm, "Kcur_normed", il), rope);
     let q = g.scale(q, attn_scale);
     let attn = b.attention(layer, il, q, k, v, 1.0);
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);

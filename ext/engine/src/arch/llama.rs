@@ -36,11 +36,14 @@ pub(crate) fn build(b: &GraphBuilder) -> Tensor {
     run_layers(b, b.embed(), |layer, il, x| llama_block(b, layer, il, x, kq_scale))
 }
 
-/// The block llama and qwen2 share: norm → attention → residual → norm → SwiGLU → residual.
+/// The block llama and its kin share: norm → attention (Q and K normed per head first
+/// where the layer has the norms, as qwen3's do) → residual → norm → SwiGLU → residual.
 pub(crate) fn llama_block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
     let hp = b.hparams();
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
     let (q, k, v) = b.qkv(layer, attn_in, il);
+    let q = b.norm_if(q, layer.attn_q_norm, "Qcur_normed", il);
+    let k = b.norm_if(k, layer.attn_k_norm, "Kcur_normed", il);
     let (q, k) = if hp.rotates(il) {
         (b.rope(q, &hp.rope), b.rope(k, &hp.rope))
     } else {
@@ -51,8 +54,9 @@ pub(crate) fn llama_block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: 
 }
 
 /// The second half of llama's block: the attention's residual add, then norm →
-/// SwiGLU (or a mixture of SwiGLU experts) → residual (the output rows selected first in the last layer; both
-/// outputs scaled first where the model has a residual multiplier).
+/// SwiGLU (or a mixture of SwiGLU experts) → residual. In the last layer the output
+/// rows are selected first; both outputs are scaled first where the model has a
+/// residual multiplier.
 pub(crate) fn ffn_residual(b: &GraphBuilder, layer: &LayerWeights, il: usize, attn: Tensor, x: Tensor) -> Tensor {
     let g = b.graph;
     let scaled = |t: Tensor| match b.hparams().residual_scale {

@@ -5,10 +5,11 @@
 //! ignored, as llama.cpp ignores it; LongRoPE (`rope.scaling.type` longrope, the
 //! `rope_factors_long/short` tensors) is refused.
 
+use crate::arch::llama::ffn_residual;
 use crate::arch::{load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, RopeMode};
-use crate::layers::{Glu, GraphBuilder};
+use crate::layers::GraphBuilder;
 use crate::model::Loader;
 use crate::Result;
 
@@ -48,9 +49,5 @@ fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, q_scale: 
     let q = g.scale(b.rope(q, rope), q_scale);
     let k = b.rope(k, rope);
     let attn = b.attention(layer, il, q, k, v, 1.0);
-    let (attn, residual) = b.select_outputs_if_last(il, attn, x);
-    let ffn_in = g.add(attn, residual).set_name(&format!("ffn_inp-{il}"));
-    let ffn = b.norm(ffn_in, layer.ffn_norm, "ffn_norm", il);
-    let ffn = b.ffn_gated(layer, ffn, il, Glu::Silu);
-    g.add(ffn_in, ffn).set_name(&format!("l_out-{il}"))
+    ffn_residual(b, layer, il, attn, x)
 }

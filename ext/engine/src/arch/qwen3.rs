@@ -1,11 +1,9 @@
-//! qwen3 (Qwen3 dense models): llama's block with no Q, K or V biases, and a
-//! per-head RMS norm of Q and of K before NEOX rope.
+//! qwen3 (Qwen3 dense models): llama's graph with no Q, K or V biases, and a
+//! per-head RMS norm of Q and of K before NEOX rope (llama's block applies the
+//! norms a layer has).
 
-use crate::arch::llama::ffn_residual;
-use crate::arch::{load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, LayerWeights, Weights};
-use crate::ggml::Tensor;
+use crate::arch::{llama, load_llama_like, no_extra_hparams, ArchSpec, Head, Weights};
 use crate::hparams::{HParams, RopeMode};
-use crate::layers::GraphBuilder;
 use crate::model::Loader;
 use crate::Result;
 
@@ -14,7 +12,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     rope_mode: RopeMode::Neox,
     read_hparams: no_extra_hparams,
     load,
-    build,
+    build: llama::build,
     experts: false,
 };
 
@@ -23,21 +21,4 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let layer = l.llama_block(hp, il, false)?;
         l.with_head_norms(hp, il, layer)
     })
-}
-
-pub(crate) fn build(b: &GraphBuilder) -> Tensor {
-    let kq_scale = b.hparams().kq_scale();
-    run_layers(b, b.embed(), |layer, il, x| block(b, layer, il, x, kq_scale))
-}
-
-fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
-    let rope = &b.hparams().rope;
-    let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
-    let (q, k, v) = b.qkv(layer, attn_in, il);
-    let q = b.norm(q, layer.attn_q_norm, "Qcur_normed", il);
-    let q = b.rope(q, rope);
-    let k = b.norm(k, layer.attn_k_norm, "Kcur_normed", il);
-    let k = b.rope(k, rope);
-    let attn = b.attention(layer, il, q, k, v, kq_scale);
-    ffn_residual(b, layer, il, attn, x)
 }

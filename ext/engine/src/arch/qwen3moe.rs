@@ -4,7 +4,7 @@
 //! experts per token, weighted by their renormalized probabilities. There is no
 //! shared expert.
 
-use crate::arch::{load_llama_like, qwen3, ArchSpec, Head, LayerWeights, Weights};
+use crate::arch::{llama, load_llama_like, ArchSpec, Head, LayerWeights, Weights};
 use crate::hparams::{HParams, Keys, RopeMode};
 use crate::model::Loader;
 use crate::{Error, Result};
@@ -14,7 +14,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     rope_mode: RopeMode::Neox,
     read_hparams,
     load,
-    build: qwen3::build,
+    build: llama::build,
     experts: true,
 };
 
