@@ -64,14 +64,10 @@ module Elelem
     end
 
     # @return [Integer, nil] the context size the ids were recorded with
-    def n_ctx
-      @doc["n_ctx"]
-    end
+    def n_ctx = @doc["n_ctx"]
 
     # @return [Integer, nil] the thread count the ids were recorded with (llama.cpp's bits depend on it)
-    def n_threads
-      @doc["n_threads"]
-    end
+    def n_threads = @doc["n_threads"]
 
     # @return [Array<Hash>] the cases: `"name"`, `"prompt"` (ids), `"max_tokens"`, `"ignore_eos"`,
     #   and `"prompt_text"` where the prompt was text
@@ -123,7 +119,7 @@ module Elelem
     # @return [Hash] `"ids"`, `"text"` and, when recorded from llama.cpp, `"margins"`
     # @raise [Elelem::Error] when this profile has no recording of the case
     def output(name)
-      recorded_output(find(name) || raise(Error, "#{@path} has no case named #{name.inspect}"))
+      recorded_output(named(name))
     end
 
     # Checks one case against this profile's recording.
@@ -131,10 +127,10 @@ module Elelem
     # @return [Mismatch, nil]
     # @raise [Elelem::Error] when the model, its settings or the recording do not fit the file
     def check(model, name)
-      c = find(name)
-      expected = output(name)
+      kase = named(name)
+      expected = recorded_output(kase)
       check_model(model.info)
-      actual = model.generate(c["prompt"], max_tokens: c["max_tokens"], ignore_eos: c["ignore_eos"])
+      actual = decode(model, kase)
       return if actual == expected["ids"]
 
       step = (0...[actual.size, expected["ids"].size].max).find { |i| actual[i] != expected["ids"][i] }
@@ -161,6 +157,12 @@ module Elelem
     end
 
     private
+
+    def named(name) = find(name) || raise(Error, "#{@path} has no case named #{name.inspect}")
+
+    def decode(model, kase)
+      model.generate(kase["prompt"], max_tokens: kase["max_tokens"], ignore_eos: kase["ignore_eos"])
+    end
 
     def read(path)
       doc = JSON.parse(File.read(path))
@@ -212,7 +214,7 @@ module Elelem
     end
 
     def elelem_output(model, kase)
-      ids = model.generate(kase["prompt"], max_tokens: kase["max_tokens"], ignore_eos: kase["ignore_eos"])
+      ids = decode(model, kase)
       { "ids" => ids, "text" => model.detokenize(ids, special: false) }
     end
 
