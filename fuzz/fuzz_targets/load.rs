@@ -2,7 +2,8 @@
 //! Anything else (a panic, a ggml abort, a crash, another error) is a finding.
 #![no_main]
 
-use elelem_engine::{hostile, Error};
+use elelem_engine::Error;
+use elelem_testkit::hostile;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

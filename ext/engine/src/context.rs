@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
-use crate::kv_cache::{Cells, KvCache};
+use crate::kv_cache::{Cells, KvCache, KV_PAD};
 use crate::layers::{GraphBuilder, Inputs};
 use crate::{Error, Model, Result};
 
@@ -117,7 +117,7 @@ impl Context {
         let n_tokens = self.params.n_ubatch.min(self.params.n_ctx);
         let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::size).collect();
         let graph = self.arena.graph()?;
-        build(&graph, &self.model, &self.kv, n_tokens, &n_kv);
+        build(&graph, &self.model, &self.kv, self.params.n_ctx, n_tokens, &n_kv);
         self.galloc.reserve(&graph)
     }
 
@@ -264,7 +264,7 @@ impl Context {
             // The arena holds one graph at a time, and the allocator lays out one.
             self.last_graph = None;
             let graph = self.arena.graph()?;
-            let (inputs, logits) = build(&graph, &self.model, &self.kv, n_tokens, &n_kv);
+            let (inputs, logits) = build(&graph, &self.model, &self.kv, self.params.n_ctx, n_tokens, &n_kv);
             self.galloc.alloc(&graph)?;
             self.last_graph = Some(BuiltGraph {
                 n_tokens,
@@ -336,7 +336,7 @@ fn validate(params: &ContextParams) -> Result<()> {
     Ok(())
 }
 
-fn build(graph: &Graph, model: &Model, kv: &KvCache, n_tokens: u32, n_kv: &[u32]) -> (Inputs, Tensor) {
+fn build(graph: &Graph, model: &Model, kv: &KvCache, n_ctx: u32, n_tokens: u32, n_kv: &[u32]) -> (Inputs, Tensor) {
     let inputs = Inputs::new(graph, n_tokens.into(), n_kv, 1);
     let builder = GraphBuilder {
         graph,
@@ -344,6 +344,8 @@ fn build(graph: &Graph, model: &Model, kv: &KvCache, n_tokens: u32, n_kv: &[u32]
         model,
         kv,
         n_tokens: n_tokens.into(),
+        // llama.cpp pads the context to whole cache pages before comparing it.
+        n_ctx_seq: n_ctx.div_ceil(KV_PAD) * KV_PAD,
     };
     let logits = model.hparams.arch.build(&builder);
     graph.mark_output(logits);

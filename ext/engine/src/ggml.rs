@@ -582,9 +582,8 @@ impl Graph {
         )
     }
 
-    /// RoPE without YaRN: the rotary embedding of llama.cpp's defaults (ext_factor 0,
-    /// attn_factor 1, beta 32/1); `freq_factors`, where given, divides each pair's
-    /// frequency (llama3's `rope_freqs`).
+    /// The rotary embedding `rope` describes (YaRN included); `freq_factors`, where
+    /// given, divides each pair's frequency (llama3's `rope_freqs`, LongRoPE's factors).
     pub fn rope(&self, x: Tensor, pos: Tensor, rope: &crate::hparams::Rope, freq_factors: Option<Tensor>) -> Tensor {
         op!(
             self,
@@ -598,10 +597,10 @@ impl Graph {
                 rope.n_ctx_orig as i32,
                 rope.freq_base,
                 rope.freq_scale,
-                0.0,
-                1.0,
-                32.0,
-                1.0,
+                rope.ext_factor,
+                rope.attn_factor,
+                rope.beta_fast,
+                rope.beta_slow,
             )
         )
     }
@@ -639,7 +638,7 @@ static INIT: std::sync::Once = std::sync::Once::new();
 
 /// Process-wide ggml setup: the CPU feature tables, and ggml's log routed to
 /// stderr only when `ELELEM_DEBUG` is set (ggml logs freely otherwise).
-pub(crate) fn init_once() {
+pub fn init_once() {
     INIT.call_once(|| unsafe {
         sys::ggml_cpu_init();
         if std::env::var_os("ELELEM_DEBUG").is_none() {
@@ -688,12 +687,4 @@ pub fn system_info() -> String {
 pub fn cpu_has_vec_dot(ty: sys::ggml_type) -> bool {
     init_once();
     unsafe { (*sys::ggml_get_type_traits_cpu(ty)).vec_dot.is_some() }
-}
-
-pub fn type_size(ty: sys::ggml_type) -> usize {
-    unsafe { sys::ggml_type_size(ty) }
-}
-
-pub fn blck_size(ty: sys::ggml_type) -> i64 {
-    unsafe { sys::ggml_blck_size(ty) }
 }

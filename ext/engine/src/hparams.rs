@@ -20,13 +20,24 @@ pub enum RopeMode {
     Neox = 2,
 }
 
+/// The rotary embedding, with the scaling the file declares (`rope.scaling.type`):
+/// linear scales every frequency by `freq_scale`; YaRN (`ext_factor` 1) blends
+/// scaled and unscaled frequencies between `beta_slow` and `beta_fast` rotations
+/// over `n_ctx_orig` and corrects the magnitude by `attn_factor`; LongRoPE's factors
+/// are tensors (see [`crate::arch::RopeFactors`]) and its `attn_factor` a key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rope {
     pub mode: RopeMode,
     pub n_dims: u32,
+    /// The context the model was trained with before any extension (llama.cpp's
+    /// `n_ctx_orig_yarn`).
     pub n_ctx_orig: u32,
     pub freq_base: f32,
     pub freq_scale: f32,
+    pub ext_factor: f32,
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
 }
 
 /// Sliding-window attention on some layers (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`):
@@ -152,18 +163,6 @@ impl HParams {
             )));
         }
         let freq_base = keys.opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
-        // llama.cpp's default type is linear; "none" ignores the factor. YaRN and LongRoPE
-        // change the rotation in ways not implemented here: refused, never approximated.
-        let scaling = match keys.opt_str("rope.scaling.type")?.unwrap_or("linear") {
-            "linear" => keys.opt_f32("rope.scaling.factor")?.filter(|&f| f != 0.0 && f != 1.0),
-            "none" => None,
-            other => {
-                return Err(Error::Load(format!(
-                    "{}: rope.scaling.type '{other}' is not supported (only linear and none)",
-                    arch.name()
-                )))
-            }
-        };
         let rms_eps = keys.f32("attention.layer_norm_rms_epsilon")?;
         let n_layer = keys.u32("block_count")?;
         let n_ff = keys.u32("feed_forward_length")?;
@@ -186,20 +185,13 @@ impl HParams {
             }
         }
         let positive = |v: f32| v.is_finite() && v > 0.0;
-        if !(positive(freq_base) && positive(rms_eps) && scaling.is_none_or(positive)) {
+        if !(positive(freq_base) && positive(rms_eps)) {
             return Err(Error::Load(format!(
-                "{}: rope.freq_base ({freq_base}), rope.scaling.factor ({scaling:?}) and \
-                 layer_norm_rms_epsilon ({rms_eps}) must be positive and finite",
+                "{}: rope.freq_base ({freq_base}) and layer_norm_rms_epsilon ({rms_eps}) must be positive and finite",
                 arch.name()
             )));
         }
-        let rope = Rope {
-            mode: arch.rope_mode(),
-            n_dims: rope_dims,
-            n_ctx_orig: n_ctx_train,
-            freq_base,
-            freq_scale: scaling.map_or(1.0, |f| 1.0 / f),
-        };
+        let rope = read_rope_scaling(&keys, arch.rope_mode(), rope_dims, n_ctx_train, freq_base)?;
         let mut hp = HParams {
             arch,
             n_layer,
@@ -237,6 +229,64 @@ impl HParams {
         arch.read_hparams(&keys, &mut hp)?;
         Ok(hp)
     }
+}
+
+/// The rotary embedding as llama.cpp's `llama_model::load_hparams` and
+/// `llama_context`'s constructor set it up from `rope.scaling.*`: the factor (or the
+/// old `rope.scale_linear`) divides the frequencies, except with type `none`; YaRN
+/// turns on the blend (`ext_factor` 1) and the magnitude correction, which ggml's
+/// kernel multiplies by `1 + 0.1 ln(factor)` again, so llama.cpp divides that out
+/// here; `rope.scaling.attn_factor` multiplies it (LongRoPE's). The arithmetic is
+/// llama.cpp's, in f32, so the bits agree.
+fn read_rope_scaling(keys: &Keys, mode: RopeMode, n_dims: u32, n_ctx_train: u32, freq_base: f32) -> Result<Rope> {
+    let scaling = keys.opt_str("rope.scaling.type")?.unwrap_or("linear");
+    if !["none", "linear", "yarn", "longrope"].contains(&scaling) {
+        return Err(Error::Load(format!(
+            "{}.rope.scaling.type '{scaling}' is not one llama.cpp knows (none, linear, yarn, longrope)",
+            keys.prefix
+        )));
+    }
+    let factor = match keys.opt_f32("rope.scaling.factor")? {
+        Some(f) => Some(f),
+        None => keys.opt_f32("rope.scale_linear")?,
+    }
+    .unwrap_or(0.0);
+    let attn_factor_key = keys.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
+    let n_ctx_orig = keys
+        .opt_u32("rope.scaling.original_context_length")?
+        .filter(|&n| n != 0)
+        .unwrap_or(n_ctx_train);
+    if !(factor.is_finite() && factor >= 0.0 && attn_factor_key.is_finite() && attn_factor_key > 0.0) {
+        return Err(Error::Load(format!(
+            "{}: rope.scaling.factor ({factor}) must be finite and not negative, rope.scaling.attn_factor \
+             ({attn_factor_key}) positive and finite",
+            keys.prefix
+        )));
+    }
+    let freq_scale = if scaling == "none" || factor == 0.0 {
+        1.0
+    } else {
+        1.0 / factor
+    };
+    let ext_factor = if scaling == "yarn" { 1.0 } else { 0.0 };
+    let mut attn_factor = 1.0f32;
+    if ext_factor != 0.0 {
+        let factor = 1.0 / freq_scale;
+        attn_factor = if factor <= 1.0 { 1.0 } else { 0.1 * factor.ln() + 1.0 };
+        attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
+    }
+    attn_factor *= attn_factor_key;
+    Ok(Rope {
+        mode,
+        n_dims,
+        n_ctx_orig,
+        freq_base,
+        freq_scale,
+        ext_factor,
+        attn_factor,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+    })
 }
 
 /// The sliding window as llama.cpp's `load_swa_pattern` reads it: none unless

@@ -78,6 +78,8 @@ pub struct GraphBuilder<'a> {
     pub(crate) model: &'a Model,
     pub(crate) kv: &'a KvCache,
     pub n_tokens: i64,
+    /// The cells a sequence may use (llama.cpp's `n_ctx_seq`): picks LongRoPE's factors.
+    pub n_ctx_seq: u32,
 }
 
 impl GraphBuilder<'_> {
@@ -109,10 +111,15 @@ impl GraphBuilder<'_> {
         self.graph.mul(self.embed(), rows).set_name("inp_scaled")
     }
 
-    /// Rotates Q or K by position, with the model's frequency factors if it has them.
+    /// Rotates Q or K by position, with the frequency factors the model has for this
+    /// context's length.
     pub fn rope(&self, x: Tensor, rope: &crate::hparams::Rope) -> Tensor {
-        self.graph
-            .rope(x, self.inputs.pos, rope, self.model.weights().rope_freqs)
+        let factors = self
+            .model
+            .weights()
+            .rope_factors
+            .for_context(self.n_ctx_seq, rope.n_ctx_orig);
+        self.graph.rope(x, self.inputs.pos, rope, factors)
     }
 
     /// [`GraphBuilder::norm`] where the layer has the weight (per-head Q/K norms), else `x`.

@@ -12,13 +12,11 @@
 
 pub mod arch;
 mod build_profile;
-pub mod canary;
 pub mod chat;
 mod context;
 mod error;
 mod generate;
 pub mod ggml;
-pub mod hostile;
 pub mod hparams;
 mod kv_cache;
 pub mod layers;

@@ -4,7 +4,7 @@
 //! `rope_freqs.weight`, the llama3 rope scaling as one factor per rotated pair,
 //! applied in every layer.
 
-use crate::arch::{load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, LayerWeights, Weights};
+use crate::arch::{load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, LayerWeights, RopeFactors, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
@@ -23,7 +23,10 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
 pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| l.llama_block(hp, il, false))?;
     Ok(Weights {
-        rope_freqs: loader.optional_vector("rope_freqs.weight", u64::from(hp.rope.n_dims / 2))?,
+        rope_factors: RopeFactors {
+            freqs: loader.optional_vector("rope_freqs.weight", u64::from(hp.rope.n_dims / 2))?,
+            ..RopeFactors::default()
+        },
         ..weights
     })
 }

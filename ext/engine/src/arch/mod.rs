@@ -153,9 +153,29 @@ pub struct Weights {
     /// The output head; `token_embd.weight` when the model ties them.
     pub output: Tensor,
     pub output_bias: Option<Tensor>,
-    /// F32 [rope dims / 2]: divides each rotated pair's frequency (llama3 rope scaling).
-    pub rope_freqs: Option<Tensor>,
+    /// Per-pair divisors of the rotary frequencies, where the model has them.
+    pub rope_factors: RopeFactors,
     pub layers: Vec<LayerWeights>,
+}
+
+/// F32 [rope dims / 2] tensors that divide each rotated pair's frequency: Llama 3.1's
+/// `rope_freqs` (llama3 rope scaling), or LongRoPE's `rope_factors_long` and
+/// `rope_factors_short` (Phi-3.5, Phi-4-mini), of which a context picks one.
+#[derive(Default, Clone, Copy)]
+pub struct RopeFactors {
+    pub freqs: Option<Tensor>,
+    pub long: Option<Tensor>,
+    pub short: Option<Tensor>,
+}
+
+impl RopeFactors {
+    /// The factors a context of `n_ctx_seq` cells rotates with, as llama.cpp's
+    /// `get_rope_factors` picks them: `rope_freqs` if present, else LongRoPE's long
+    /// factors when the context is longer than the model's original one, else the short.
+    pub fn for_context(&self, n_ctx_seq: u32, n_ctx_orig: u32) -> Option<Tensor> {
+        self.freqs
+            .or(if n_ctx_seq > n_ctx_orig { self.long } else { self.short })
+    }
 }
 
 /// Where an architecture's output head comes from.
@@ -196,7 +216,7 @@ pub(crate) fn load_llama_like(
         output_norm,
         output,
         output_bias: None,
-        rope_freqs: None,
+        rope_factors: RopeFactors::default(),
         layers,
     })
 }

@@ -2,11 +2,12 @@
 //! projection (`attn_qkv`), the gate and up projections fused in one twice as wide
 //! (`ffn_up`, SwiGLU over its two halves), NEOX rope, and Q scaled by
 //! 1/sqrt(head size) before flash attention. A sliding window in the file is
-//! ignored, as llama.cpp ignores it; LongRoPE (`rope.scaling.type` longrope, the
-//! `rope_factors_long/short` tensors) is refused.
+//! ignored, as llama.cpp ignores it. Phi-3.5 and Phi-4-mini carry LongRoPE: long and
+//! short frequency factors (`rope_factors_long/short`), the long ones used when the
+//! context is longer than the original one, and `rope.scaling.attn_factor`.
 
 use crate::arch::llama::ffn_residual;
-use crate::arch::{load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, LayerWeights, Weights};
+use crate::arch::{load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, LayerWeights, RopeFactors, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, RopeMode};
 use crate::layers::GraphBuilder;
@@ -24,7 +25,13 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let (embd, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
-    load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
+    let pairs = u64::from(hp.rope.n_dims / 2);
+    let rope_factors = RopeFactors {
+        long: loader.optional_vector("rope_factors_long.weight", pairs)?,
+        short: loader.optional_vector("rope_factors_short.weight", pairs)?,
+        ..RopeFactors::default()
+    };
+    let weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let n = |s: &str| format!("blk.{il}.{s}");
         Ok(LayerWeights {
             attn_norm: Some(l.vector(&n("attn_norm.weight"), embd)?),
@@ -33,6 +40,10 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
             ffn_down: Some(l.matrix(&n("ffn_down.weight"), &[ff, embd])?),
             ..l.attention(hp, il, false)?
         })
+    })?;
+    Ok(Weights {
+        rope_factors,
+        ..weights
     })
 }
 

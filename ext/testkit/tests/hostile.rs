@@ -1,11 +1,11 @@
-//! Every hostile file of the corpus (see `elelem_engine::hostile`) either opens
+//! Every hostile file of the corpus (see `elelem_testkit::hostile`) either opens
 //! and runs or is refused with a load error naming the problem; none panics,
 //! aborts or hangs. Deterministic: the same files every run.
 
 use std::time::Instant;
 
-use elelem_engine::hostile::{self, Expect};
 use elelem_engine::Error;
+use elelem_testkit::hostile::{self, Expect};
 
 /// Random mutants per seed, on top of the systematic ones.
 const N_RANDOM: usize = 2000;

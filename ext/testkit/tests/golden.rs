@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use elelem_engine::{
-    canary, cpu_model, generate, sampler, BuildProfile, Context, ContextParams, GenerateParams, Model, ModelParams,
+    cpu_model, generate, sampler, BuildProfile, Context, ContextParams, GenerateParams, Model, ModelParams,
 };
+use elelem_testkit::canary;
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -174,7 +175,7 @@ fn the_long_prompt_routes_to_every_expert() {
         .iter()
         .map(|x| x.as_u64().unwrap() as u32)
         .collect();
-    let shape = canary::QWEN3MOE;
+    let shape = canary::shape("tiny-qwen3moe").unwrap();
     let logits = |w: &elelem_gguf::GgufWriter| {
         let model = Model::from_gguf(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap()).unwrap();
         let params = ContextParams {

@@ -16,17 +16,17 @@ use std::sync::Arc;
 
 use elelem_gguf::{Gguf, GgufWriter, TensorType, Value};
 
-use crate::canary::{self, Rng, Shape};
-use crate::chat::{self, Message};
-use crate::sampler::{self, Sampler, SamplerParams};
-use crate::{generate, Context, ContextParams, GenerateParams, Model, Result};
+use crate::canary::{self, Family, Rng, Shape};
+use elelem_engine::chat::{self, Message};
+use elelem_engine::sampler::{self, Sampler, SamplerParams};
+use elelem_engine::{generate, Context, ContextParams, GenerateParams, Model, Result};
 
 /// What a file must do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
     /// Open and generate.
     Runs,
-    /// Fail to open with [`Error::Load`](crate::Error::Load), the message containing this.
+    /// Fail to open with [`Error::Load`](elelem_engine::Error::Load), the message containing this.
     Rejected(&'static str),
     /// Either: byte-level damage may land where it does no harm.
     Either,
@@ -41,8 +41,7 @@ pub struct Case {
 
 /// Two layers of a 16-wide llama with a 64-token vocabulary: about 25 KB.
 pub const MICRO: Shape = Shape {
-    arch: "llama",
-    rope_freqs: false,
+    family: canary::LLAMA,
     n_vocab: 64,
     n_embd: 16,
     n_layer: 2,
@@ -55,36 +54,25 @@ pub const MICRO: Shape = Shape {
     n_expert_used: 0,
 };
 
-const QWEN2: Shape = Shape { arch: "qwen2", ..MICRO };
-const QWEN3: Shape = Shape { arch: "qwen3", ..MICRO };
-const OLMO2: Shape = Shape { arch: "olmo2", ..MICRO };
-const GEMMA2: Shape = Shape {
-    arch: "gemma2",
-    ..MICRO
-};
-const GRANITE: Shape = Shape {
-    arch: "granite",
-    ..MICRO
-};
-const SMOLLM3: Shape = Shape {
-    arch: "smollm3",
-    ..MICRO
-};
-const PHI3: Shape = Shape { arch: "phi3", ..MICRO };
+/// A family in the micro shape.
+const fn micro(family: Family) -> Shape {
+    Shape { family, ..MICRO }
+}
+
+const QWEN2: Shape = micro(canary::QWEN2);
+const QWEN3: Shape = micro(canary::QWEN3);
+const OLMO2: Shape = micro(canary::OLMO2);
+const GEMMA2: Shape = micro(canary::GEMMA2);
+const GRANITE: Shape = micro(canary::GRANITE);
+const SMOLLM3: Shape = micro(canary::SMOLLM3);
+const PHI3: Shape = micro(canary::PHI3);
 const QWEN3MOE: Shape = Shape {
-    arch: "qwen3moe",
     n_expert: 4,
     n_expert_used: 2,
-    ..MICRO
+    ..micro(canary::QWEN3MOE)
 };
-const LLAMA3: Shape = Shape {
-    rope_freqs: true,
-    ..MICRO
-};
-const GEMMA3: Shape = Shape {
-    arch: "gemma3",
-    ..MICRO
-};
+const LLAMA3: Shape = micro(canary::LLAMA31);
+const GEMMA3: Shape = micro(canary::GEMMA3);
 /// Rows of 32 for Q8_0 blocks.
 const Q8_0: Shape = Shape {
     n_embd: 32,
@@ -95,7 +83,7 @@ const Q8_0: Shape = Shape {
 };
 /// Rows of 256 for K-quant blocks; the Q4_K weights take the CPU backend's repacked layout.
 const K_QUANTS: Shape = Shape {
-    arch: "qwen2",
+    family: canary::QWEN2,
     n_embd: 256,
     n_ff: 256,
     n_layer: 1,
@@ -178,12 +166,13 @@ pub fn structured() -> Vec<Case> {
         ("rope-freq-base-zero", Rejected("rope.freq_base (0)"), k("rope.freq_base"), Some(F32(0.0))),
         ("rope-freq-base-infinite", Rejected("rope.freq_base (inf)"), k("rope.freq_base"), Some(F32(f32::INFINITY))),
         ("rope-freq-base-a-string", Rejected("rope.freq_base must be a float"), k("rope.freq_base"), text("1e4")),
-        ("rope-scaling-nan", Rejected("rope.scaling.factor (Some(NaN))"),
+        ("rope-scaling-nan", Rejected("rope.scaling.factor (NaN) must be finite"),
             k("rope.scaling.factor"), Some(F32(f32::NAN))),
-        ("rope-scaling-negative", Rejected("rope.scaling.factor (Some(-2.0))"),
+        ("rope-scaling-negative", Rejected("rope.scaling.factor (-2) must be finite and not negative"),
             k("rope.scaling.factor"), Some(F32(-2.0))),
-        ("rope-scaling-yarn", Rejected("rope.scaling.type 'yarn' is not supported"),
-            k("rope.scaling.type"), text("yarn")),
+        ("rope-scaling-yarn", Runs, k("rope.scaling.type"), text("yarn")),
+        ("rope-scaling-unknown", Rejected("rope.scaling.type 'dynamic' is not one llama.cpp knows"),
+            k("rope.scaling.type"), text("dynamic")),
         ("rope-scaling-none", Runs, k("rope.scaling.type"), text("none")),
         ("rope-scaling-type-not-a-string", Rejected("rope.scaling.type must be a string"),
             k("rope.scaling.type"), Some(U32(1))),
@@ -302,16 +291,18 @@ pub fn structured() -> Vec<Case> {
     ];
     cases.extend(keyed(&QWEN3MOE, moe_flaws));
     cases.push(edited(
-        "phi3-longrope",
-        Rejected("rope.scaling.type 'longrope' is not supported"),
+        "phi3-longrope-factors-misshapen",
+        Rejected("rope_factors_long.weight"),
         &PHI3,
         |w| {
             w.set("phi3.rope.scaling.type", Value::String("longrope".into()));
+            w.add_f32("rope_factors_long.weight", &[3], &[1.0, 2.0, 3.0]);
         },
     ));
     cases.push(edited(
-        "phi3-rope-factors",
-        Rejected("tensor rope_factors_long.weight is not part of elelem's phi3 graph"),
+        // Factors without a LongRoPE scaling type: used all the same, as llama.cpp does.
+        "phi3-rope-factors-alone",
+        Runs,
         &PHI3,
         |w| {
             w.add_f32("rope_factors_long.weight", &[2], &[1.0, 2.0]);

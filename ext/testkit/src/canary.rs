@@ -1,27 +1,210 @@
-//! The tiny llama canary: a deterministic, seeded ~0.6M-parameter llama model
-//! (vocab 512, embd 64, 5 layers, 8 heads, 4 KV heads) with a SentencePiece-style
-//! vocabulary, written by our own GGUF writer. llama.cpp loads it too, so its
-//! golden comes from the reference like the real models'. The same recipe in
-//! other [`Shape`]s gives the small models the hostile-file corpus starts from.
+//! Seeded random-weight models written by our own GGUF writer, which llama.cpp
+//! loads too, so their goldens come from the reference like the real models':
+//! the tiny llama canary (vocab 512, embd 64, 5 layers, 8 heads, 4 KV heads, a
+//! SentencePiece-style vocabulary), one small model per architecture's
+//! [`Family`], and one per weight type. The same recipe in other [`Shape`]s gives
+//! the small models the hostile-file corpus starts from.
 
 use elelem_gguf::{GgufWriter, TensorType, Value};
 use ggml_sys as sys;
 
 pub const SEED: u64 = 0x005e_ede1_e1e4;
 
-/// A model the recipe can write.
+/// What an architecture's files hold beyond a llama's: everything the recipe does
+/// differently for it, as data (a new architecture is a new `Family` constant).
+#[derive(Debug, Clone, Copy)]
+pub struct Family {
+    /// `general.architecture`, and the prefix of its keys.
+    pub arch: &'static str,
+    /// `general.name`.
+    pub name: &'static str,
+    /// Q, K and V biases (qwen2).
+    pub qkv_bias: bool,
+    /// Q, K and V in one `attn_qkv`, the gate and up projections in one `ffn_up`
+    /// twice as wide (phi3).
+    pub fused: bool,
+    pub qk_norm: QkNorm,
+    pub norms: Norms,
+    /// No `output.weight`: the head is the embeddings.
+    pub tied_head: bool,
+    pub rope_factors: RopeFactors,
+    /// Keys beyond the common ones, without the `<arch>.` prefix.
+    pub keys: &'static [(&'static str, Key)],
+}
+
+/// Norms of Q and K before rope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkNorm {
+    None,
+    /// One weight as wide as a head, shared by the heads (qwen3, gemma3).
+    PerHead,
+    /// One weight over all the heads (olmo2).
+    Full,
+}
+
+/// Where the blocks' RMS norms sit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Norms {
+    /// Before attention and feed-forward (llama).
+    Pre,
+    /// Before, and after each before its residual add (gemma2, gemma3).
+    PreAndPost,
+    /// After only (olmo2).
+    Post,
+}
+
+/// Frequency-factor tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeFactors {
+    None,
+    /// Llama 3.1's `rope_freqs.weight`.
+    Llama3,
+    /// LongRoPE's `rope_factors_long.weight` and `rope_factors_short.weight` (Phi-3.5, Phi-4-mini).
+    LongRope,
+}
+
+/// A key's value in a [`Family`].
+#[derive(Debug, Clone, Copy)]
+pub enum Key {
+    U32(u32),
+    F32(f32),
+    Str(&'static str),
+}
+
+impl Key {
+    fn value(self) -> Value {
+        match self {
+            Key::U32(v) => Value::U32(v),
+            Key::F32(v) => Value::F32(v),
+            Key::Str(v) => Value::String(v.to_string()),
+        }
+    }
+}
+
+pub const LLAMA: Family = Family {
+    arch: "llama",
+    name: "elelem tiny llama canary",
+    qkv_bias: false,
+    fused: false,
+    qk_norm: QkNorm::None,
+    norms: Norms::Pre,
+    tied_head: false,
+    rope_factors: RopeFactors::None,
+    keys: &[],
+};
+pub const LLAMA31: Family = Family {
+    rope_factors: RopeFactors::Llama3,
+    ..LLAMA
+};
+pub const QWEN2: Family = Family {
+    arch: "qwen2",
+    name: "elelem tiny qwen2 canary",
+    qkv_bias: true,
+    ..LLAMA
+};
+pub const QWEN3: Family = Family {
+    arch: "qwen3",
+    name: "elelem tiny qwen3 canary",
+    qk_norm: QkNorm::PerHead,
+    ..LLAMA
+};
+/// Qwen3 as its long-context files declare it: YaRN, 4 times its original context.
+pub const QWEN3_YARN: Family = Family {
+    keys: &[
+        ("rope.scaling.type", Key::Str("yarn")),
+        ("rope.scaling.factor", Key::F32(4.0)),
+        ("rope.scaling.original_context_length", Key::U32(512)),
+    ],
+    ..QWEN3
+};
+pub const QWEN3MOE: Family = Family {
+    arch: "qwen3moe",
+    name: "elelem tiny qwen3moe canary",
+    ..QWEN3
+};
+pub const OLMO2: Family = Family {
+    arch: "olmo2",
+    name: "elelem tiny olmo2 canary",
+    qk_norm: QkNorm::Full,
+    norms: Norms::Post,
+    ..LLAMA
+};
+/// A window of 4 on every other layer, and an attention soft-cap low enough to bite
+/// (without it the goldens leave llama.cpp's ids).
+pub const GEMMA2: Family = Family {
+    arch: "gemma2",
+    name: "elelem tiny gemma2 canary",
+    norms: Norms::PreAndPost,
+    tied_head: true,
+    keys: &[
+        ("attention.sliding_window", Key::U32(4)),
+        ("attn_logit_softcapping", Key::F32(0.5)),
+        ("final_logit_softcapping", Key::F32(30.0)),
+    ],
+    ..LLAMA
+};
+pub const GEMMA3: Family = Family {
+    arch: "gemma3",
+    name: "elelem tiny gemma3 canary",
+    qk_norm: QkNorm::PerHead,
+    norms: Norms::PreAndPost,
+    keys: &[
+        ("attention.sliding_window", Key::U32(4)),
+        ("final_logit_softcapping", Key::F32(30.0)),
+    ],
+    ..LLAMA
+};
+/// Multipliers of the sizes Granite 3 uses for its width.
+pub const GRANITE: Family = Family {
+    arch: "granite",
+    name: "elelem tiny granite canary",
+    keys: &[
+        ("logit_scale", Key::F32(4.0)),
+        ("embedding_scale", Key::F32(6.0)),
+        ("residual_scale", Key::F32(0.5)),
+        ("attention.scale", Key::F32(0.125)),
+    ],
+    ..LLAMA
+};
+/// Its fourth and eighth layers have no rope (the default period).
+pub const SMOLLM3: Family = Family {
+    arch: "smollm3",
+    name: "elelem tiny smollm3 canary",
+    ..LLAMA
+};
+/// Not named after its architecture: llama.cpp gives the vocabulary of a model whose
+/// name says "phi3" Phi-3's token attributes, which need tokens this vocabulary lacks.
+pub const PHI3: Family = Family {
+    arch: "phi3",
+    name: "elelem tiny canary, Phi 3 shaped",
+    fused: true,
+    ..LLAMA
+};
+/// Phi-3 as Phi-3.5 and Phi-4-mini ship: LongRoPE over an original context of 4096,
+/// so that a context of 4096 (the goldens') rotates with the short factors.
+pub const PHI3_LONGROPE: Family = Family {
+    rope_factors: RopeFactors::LongRope,
+    keys: &[
+        ("rope.scaling.type", Key::Str("longrope")),
+        ("rope.scaling.attn_factor", Key::F32(1.19)),
+        ("rope.scaling.original_context_length", Key::U32(4096)),
+    ],
+    ..PHI3
+};
+/// The same with an original context of 64, so the goldens' context takes the long factors.
+pub const PHI3_LONGROPE_LONG: Family = Family {
+    keys: &[
+        ("rope.scaling.type", Key::Str("longrope")),
+        ("rope.scaling.attn_factor", Key::F32(1.19)),
+        ("rope.scaling.original_context_length", Key::U32(64)),
+    ],
+    ..PHI3_LONGROPE
+};
+
+/// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
 pub struct Shape {
-    /// "llama"; "qwen2" adds Q, K and V biases; "qwen3" adds Q and K norms;
-    /// "gemma3" adds Q and K norms, post-norms, a sliding window and a logit soft-cap;
-    /// "olmo2" has post-norms instead of pre-norms and Q and K norms over all heads;
-    /// "gemma2" has post-norms, a sliding window, both soft-caps and a tied output head;
-    /// "granite" is llama with multipliers; "smollm3" is llama without rope in every
-    /// fourth layer; "qwen3moe" is qwen3 with a mixture of experts; "phi3" fuses Q, K
-    /// and V, and the gate and up projections.
-    pub arch: &'static str,
-    /// Adds `rope_freqs.weight`: Llama 3.1's rope scaling, one factor per rotated pair.
-    pub rope_freqs: bool,
+    pub family: Family,
     pub n_vocab: u64,
     pub n_embd: u64,
     pub n_layer: u32,
@@ -39,8 +222,7 @@ pub struct Shape {
 }
 
 pub const CANARY: Shape = Shape {
-    arch: "llama",
-    rope_freqs: false,
+    family: LLAMA,
     n_vocab: 512,
     n_embd: 64,
     n_layer: 5,
@@ -56,8 +238,7 @@ pub const CANARY: Shape = Shape {
 /// Llama 3.1's shape in small: grouped-query attention (4 query heads a KV head),
 /// 16-wide heads, and `rope_freqs`.
 pub const LLAMA3: Shape = Shape {
-    arch: "llama",
-    rope_freqs: true,
+    family: LLAMA31,
     n_vocab: 512,
     n_embd: 128,
     n_layer: 4,
@@ -70,38 +251,10 @@ pub const LLAMA3: Shape = Shape {
     n_expert_used: 0,
 };
 
-/// Qwen3's shape in small, its matrices in Q8_0 and its embeddings in F16.
-pub const QWEN3: Shape = Shape {
-    arch: "qwen3",
-    rope_freqs: false,
-    matrix_type: TensorType::Q8_0,
-    embd_type: TensorType::F16,
-    ..LLAMA3
-};
-
-/// Qwen3-MoE's shape in small: 8 experts of width 64, 2 per token.
-pub const QWEN3MOE: Shape = Shape {
-    arch: "qwen3moe",
-    rope_freqs: false,
-    n_ff: 64,
-    n_expert: 8,
-    n_expert_used: 2,
-    ..LLAMA3
-};
-
-/// Phi-3's shape in small.
-pub const PHI3: Shape = Shape {
-    arch: "phi3",
-    rope_freqs: false,
-    ..LLAMA3
-};
-
-/// OLMo 2's shape in small.
-pub const OLMO2: Shape = Shape {
-    arch: "olmo2",
-    rope_freqs: false,
-    ..LLAMA3
-};
+/// A family in Llama 3's small shape.
+const fn small(family: Family) -> Shape {
+    Shape { family, ..LLAMA3 }
+}
 
 /// The small random-weight models whose goldens come from the reference, by golden
 /// name: one per architecture's shape, and one per weight type the CPU backend can
@@ -110,13 +263,40 @@ pub fn synthetic() -> Vec<(String, Shape)> {
     let by_arch = [
         ("tiny-llama-canary", CANARY),
         ("tiny-llama3", LLAMA3),
-        ("tiny-qwen3", QWEN3),
-        ("tiny-qwen3moe", QWEN3MOE),
-        ("tiny-olmo2", OLMO2),
-        ("tiny-gemma2", GEMMA2),
-        ("tiny-granite", GRANITE),
-        ("tiny-smollm3", SMOLLM3),
-        ("tiny-phi3", PHI3),
+        // Qwen3's matrices in Q8_0 and its embeddings in F16.
+        (
+            "tiny-qwen3",
+            Shape {
+                matrix_type: TensorType::Q8_0,
+                embd_type: TensorType::F16,
+                ..small(QWEN3_YARN)
+            },
+        ),
+        // 8 experts of width 64, 2 per token.
+        (
+            "tiny-qwen3moe",
+            Shape {
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(QWEN3MOE)
+            },
+        ),
+        ("tiny-olmo2", small(OLMO2)),
+        ("tiny-gemma2", small(GEMMA2)),
+        ("tiny-granite", small(GRANITE)),
+        (
+            "tiny-smollm3",
+            Shape {
+                n_layer: 8,
+                n_embd: 64,
+                n_head: 4,
+                n_head_kv: 1,
+                ..small(SMOLLM3)
+            },
+        ),
+        ("tiny-phi3", small(PHI3_LONGROPE)),
+        ("tiny-phi3-long", small(PHI3_LONGROPE_LONG)),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");
@@ -133,6 +313,11 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         .collect()
 }
 
+/// The synthetic model of that golden name.
+pub fn shape(name: &str) -> Option<Shape> {
+    synthetic().into_iter().find(|(n, _)| n == name).map(|(_, shape)| shape)
+}
+
 /// The ggml ids of the weight types with a model each: every type the CPU backend has
 /// a dot product for, but F32 (the canary's) and the Q8_K/Q8_1 activation types.
 const WEIGHT_TYPES: &[u32] = &[
@@ -141,8 +326,7 @@ const WEIGHT_TYPES: &[u32] = &[
 
 /// The shape of the weight-type models: rows of 256, so that every block size fits.
 const WEIGHTS: Shape = Shape {
-    arch: "llama",
-    rope_freqs: false,
+    family: LLAMA,
     n_vocab: 512,
     n_embd: 256,
     n_layer: 2,
@@ -155,37 +339,11 @@ const WEIGHTS: Shape = Shape {
     n_expert_used: 0,
 };
 
-/// Granite's shape in small, with multipliers of the sizes Granite 3 uses for its width.
-pub const GRANITE: Shape = Shape {
-    arch: "granite",
-    rope_freqs: false,
-    ..LLAMA3
-};
-
-/// SmolLM3's shape in small: its fourth and eighth layers have no rope.
-pub const SMOLLM3: Shape = Shape {
-    arch: "smollm3",
-    rope_freqs: false,
-    n_layer: 8,
-    n_embd: 64,
-    n_head: 4,
-    n_head_kv: 1,
-    ..LLAMA3
-};
-
-/// Gemma 2's shape in small: a window of 4 on every other layer, and an attention
-/// soft-cap low enough to bite (without it the goldens leave llama.cpp's ids).
-pub const GEMMA2: Shape = Shape {
-    arch: "gemma2",
-    rope_freqs: false,
-    ..LLAMA3
-};
-
 /// SplitMix64: tiny, seedable, and the same everywhere.
-pub(crate) struct Rng(pub(crate) u64);
+pub struct Rng(pub u64);
 
 impl Rng {
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -216,7 +374,7 @@ impl Rng {
 /// A seeded model of `shape`, ready to write or to alter first.
 pub fn writer(shape: &Shape) -> GgufWriter {
     let &Shape {
-        arch,
+        family,
         n_vocab,
         n_embd,
         n_layer,
@@ -225,12 +383,13 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         n_ff,
         ..
     } = shape;
+    let arch = family.arch;
     let mut rng = Rng(SEED);
     let mut w = GgufWriter::new();
     let s = |v: &str| Value::String(v.to_string());
     let key = |k: &str| format!("{arch}.{k}");
     w.set("general.architecture", s(arch))
-        .set("general.name", s(&display_name(arch)))
+        .set("general.name", s(family.name))
         .set("general.file_type", Value::U32(0))
         .set(&key("context_length"), Value::U32(2048))
         .set(&key("embedding_length"), Value::U32(n_embd as u32))
@@ -241,65 +400,57 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         .set(&key("rope.dimension_count"), Value::U32(n_embd as u32 / n_head))
         .set(&key("rope.freq_base"), Value::F32(10000.0))
         .set(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5));
-    if arch == "gemma3" {
-        w.set(&key("attention.sliding_window"), Value::U32(4))
-            .set(&key("final_logit_softcapping"), Value::F32(30.0));
+    for &(name, value) in family.keys {
+        w.set(&key(name), value.value());
     }
     if shape.n_expert > 0 {
         w.set(&key("expert_count"), Value::U32(shape.n_expert))
             .set(&key("expert_used_count"), Value::U32(shape.n_expert_used))
             .set(&key("expert_feed_forward_length"), Value::U32(n_ff as u32));
     }
-    if arch == "granite" {
-        w.set(&key("logit_scale"), Value::F32(4.0))
-            .set(&key("embedding_scale"), Value::F32(6.0))
-            .set(&key("residual_scale"), Value::F32(0.5))
-            .set(&key("attention.scale"), Value::F32(0.125));
-    }
-    if arch == "gemma2" {
-        w.set(&key("attention.sliding_window"), Value::U32(4))
-            .set(&key("attn_logit_softcapping"), Value::F32(0.5))
-            .set(&key("final_logit_softcapping"), Value::F32(30.0));
-    }
     set_vocab(&mut w, n_vocab);
 
-    let kv_dim = n_embd / u64::from(n_head) * u64::from(n_head_kv);
+    let head = n_embd / u64::from(n_head);
+    let kv_dim = head * u64::from(n_head_kv);
+    let (pre_norms, post_norms) = match family.norms {
+        Norms::Pre => (true, false),
+        Norms::PreAndPost => (true, true),
+        Norms::Post => (false, true),
+    };
     add_matrix(&mut w, &mut rng, "token_embd.weight", shape.embd_type, n_embd, n_vocab);
     for il in 0..n_layer {
         let n = |t: &str| format!("blk.{il}.{t}");
         let ty = shape.matrix_type;
-        let olmo2 = arch == "olmo2";
-        if !olmo2 {
+        if pre_norms {
             w.add_f32(&n("attn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         }
-        let phi3 = arch == "phi3";
-        if phi3 {
+        if family.fused {
             add_matrix(&mut w, &mut rng, &n("attn_qkv.weight"), ty, n_embd, n_embd + 2 * kv_dim);
         } else {
             add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, n_embd);
             add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, kv_dim);
             add_matrix(&mut w, &mut rng, &n("attn_v.weight"), ty, n_embd, kv_dim);
         }
-        if arch == "qwen2" {
+        if family.qkv_bias {
             w.add_f32(&n("attn_q.bias"), &[n_embd], &rng.small(n_embd));
             w.add_f32(&n("attn_k.bias"), &[kv_dim], &rng.small(kv_dim));
             w.add_f32(&n("attn_v.bias"), &[kv_dim], &rng.small(kv_dim));
         }
         add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, n_embd, n_embd);
-        if arch == "gemma3" || arch.starts_with("qwen3") {
-            let head = n_embd / u64::from(n_head);
-            w.add_f32(&n("attn_q_norm.weight"), &[head], &rng.around_one(head));
-            w.add_f32(&n("attn_k_norm.weight"), &[head], &rng.around_one(head));
+        let qk_norm_widths = match family.qk_norm {
+            QkNorm::None => None,
+            QkNorm::PerHead => Some((head, head)),
+            QkNorm::Full => Some((n_embd, kv_dim)),
+        };
+        if let Some((q_width, k_width)) = qk_norm_widths {
+            w.add_f32(&n("attn_q_norm.weight"), &[q_width], &rng.around_one(q_width));
+            w.add_f32(&n("attn_k_norm.weight"), &[k_width], &rng.around_one(k_width));
         }
-        if olmo2 {
-            w.add_f32(&n("attn_q_norm.weight"), &[n_embd], &rng.around_one(n_embd));
-            w.add_f32(&n("attn_k_norm.weight"), &[kv_dim], &rng.around_one(kv_dim));
-        }
-        if arch == "gemma3" || arch == "gemma2" || olmo2 {
+        if post_norms {
             w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
             w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         }
-        if !olmo2 {
+        if pre_norms {
             w.add_f32(&n("ffn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         }
         if shape.n_expert > 0 {
@@ -320,7 +471,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                     &values,
                 );
             }
-        } else if phi3 {
+        } else if family.fused {
             add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, 2 * n_ff);
             add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
         } else {
@@ -329,27 +480,31 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
         }
     }
-    if shape.rope_freqs {
-        // Llama 3.1's factors run from 1 (high frequencies) to 8 (the lowest); these
-        // span that range over the pairs, so every pair is scaled differently.
-        let pairs = n_embd / u64::from(n_head) / 2;
-        let factors: Vec<f32> = (0..pairs).map(|i| 1.0 + 7.0 * i as f32 / (pairs - 1) as f32).collect();
-        w.add_f32("rope_freqs.weight", &[pairs], &factors);
+    let pairs = head / 2;
+    // Llama 3.1's factors run from 1 (high frequencies) to 8 (the lowest); these span
+    // that range over the pairs, so every pair is scaled differently. LongRoPE's short
+    // factors stay near 1; its long ones differ from them on every pair, so that the
+    // goldens tell which were used from the first positions on.
+    let ramp = |low: f32, high: f32| -> Vec<f32> {
+        (0..pairs)
+            .map(|i| low + (high - low) * i as f32 / (pairs - 1) as f32)
+            .collect()
+    };
+    match family.rope_factors {
+        RopeFactors::None => {}
+        RopeFactors::Llama3 => {
+            w.add_f32("rope_freqs.weight", &[pairs], &ramp(1.0, 8.0));
+        }
+        RopeFactors::LongRope => {
+            w.add_f32("rope_factors_long.weight", &[pairs], &ramp(2.0, 16.0));
+            w.add_f32("rope_factors_short.weight", &[pairs], &ramp(1.0, 1.5));
+        }
     }
     w.add_f32("output_norm.weight", &[n_embd], &rng.around_one(n_embd));
-    if arch != "gemma2" {
+    if !family.tied_head {
         add_matrix(&mut w, &mut rng, "output.weight", shape.embd_type, n_embd, n_vocab);
     }
     w
-}
-
-/// `general.name`. llama.cpp gives the vocabulary of a model whose name says "phi3"
-/// Phi-3's token attributes, which needs tokens this made-up vocabulary lacks.
-fn display_name(arch: &str) -> String {
-    match arch {
-        "phi3" => "elelem tiny canary, Phi 3 shaped".into(),
-        _ => format!("elelem tiny {arch} canary"),
-    }
 }
 
 /// Adds a seeded `fan_in` × `fan_out` weight of type `ty`, quantized by ggml itself.
@@ -364,7 +519,7 @@ fn add_matrix(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: TensorType, fan
     let size = ty.row_bytes(row).expect("rows fill whole blocks") * rows;
     let mut data = vec![0u8; size as usize];
     let ggml_type = ty.id() as sys::ggml_type;
-    crate::ggml::init_once();
+    elelem_engine::ggml::init_once();
     // The IQ1/IQ2 types cannot be quantized without importance weights: uniform ones.
     let importance = vec![1.0f32; row as usize];
     let imatrix = if unsafe { sys::ggml_quantize_requires_imatrix(ggml_type) } {

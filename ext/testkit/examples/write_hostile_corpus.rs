@@ -5,7 +5,7 @@
 //! error, or `either`).
 use std::fmt::Write;
 
-use elelem_engine::hostile::{self, Expect};
+use elelem_testkit::hostile::{self, Expect};
 
 fn main() {
     let dir = std::path::PathBuf::from(std::env::args().nth(1).expect("usage: write_hostile_corpus DIR"));
