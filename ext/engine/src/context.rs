@@ -3,8 +3,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
+use crate::graph_inputs::{Batch, Inputs};
 use crate::kv_cache::{Cells, KvCache, KV_PAD};
-use crate::layers::{GraphBuilder, Inputs};
+use crate::layers::GraphBuilder;
 use crate::{Error, Model, Result};
 
 /// The fewest graph nodes a forward pass is given room for; models with many
@@ -47,12 +48,10 @@ pub struct DecodeStats {
     pub reused_tokens: u64,
 }
 
-/// The last graph built and allocated, kept for the next pass of the same shape
-/// (most decode steps): that pass only writes its inputs, as llama.cpp reuses
-/// its graphs. Building and allocating one costs ~0.4 ms, 1-2% of a token.
+/// The last graph built and allocated, kept for the next pass its inputs say it
+/// can serve (most decode steps): that pass only writes its inputs, as llama.cpp
+/// reuses its graphs. Building and allocating one costs ~0.4 ms, 1-2% of a token.
 struct BuiltGraph {
-    n_tokens: u32,
-    n_kv: Vec<u32>,
     graph: Graph,
     inputs: Inputs,
     logits: Tensor,
@@ -258,46 +257,23 @@ impl Context {
 
     fn compute(&mut self, tokens: &[u32], first: i32, slots: &[Vec<u32>]) -> Result<()> {
         let n_tokens = tokens.len() as u32;
-        let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::n_kv).collect();
-        let same_shape = |g: &BuiltGraph| g.n_tokens == n_tokens && g.n_kv == n_kv;
-        if !self.last_graph.as_ref().is_some_and(same_shape) {
+        let batch = Batch {
+            tokens,
+            first_pos: first,
+            slots,
+            kv: &self.kv,
+        };
+        if !self.last_graph.as_ref().is_some_and(|g| g.inputs.can_reuse(&batch)) {
             // The arena holds one graph at a time, and the allocator lays out one.
             self.last_graph = None;
+            let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::n_kv).collect();
             let graph = self.arena.graph()?;
             let (inputs, logits) = build(&graph, &self.model, &self.kv, self.params.n_ctx, n_tokens, &n_kv);
             self.galloc.alloc(&graph)?;
-            self.last_graph = Some(BuiltGraph {
-                n_tokens,
-                n_kv,
-                graph,
-                inputs,
-                logits,
-            });
+            self.last_graph = Some(BuiltGraph { graph, inputs, logits });
         }
-        let BuiltGraph {
-            graph, inputs, logits, ..
-        } = self.last_graph.as_ref().expect("built above");
-
-        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let pos: Vec<i32> = (first..).take(tokens.len()).collect();
-        inputs.tokens.write(&ids);
-        inputs.pos.write(&pos);
-        inputs.out_ids.write(&[n_tokens as i32 - 1]);
-        for ((group, cells), slot) in inputs.kv.iter().zip(&self.kv.groups).zip(slots) {
-            let idxs: Vec<i64> = slot.iter().map(|&i| i64::from(i)).collect();
-            group.cells.write(&idxs);
-            let mut row = vec![0u16; group.n_kv as usize];
-            assert_eq!(group.mask.nbytes(), std::mem::size_of_val(&row[..]) * n_tokens as usize);
-            for (i, query) in (first..first + n_tokens as i32).enumerate() {
-                cells.mask_row(query, &mut row);
-                group.mask.write_at(i * std::mem::size_of_val(&row[..]), &row);
-            }
-        }
-        // Every pass, constants too: the allocator lends an input's memory to later
-        // tensors once its last reader has run, so a reused graph finds it overwritten.
-        for &(tensor, value) in inputs.filled.borrow().iter() {
-            tensor.write(&vec![value; tensor.nbytes() / std::mem::size_of::<f32>()]);
-        }
+        let BuiltGraph { graph, inputs, logits } = self.last_graph.as_ref().expect("built above");
+        inputs.set(&batch);
 
         let bytes = self.galloc.buffer_size();
         if self.stats.compute_buffer_bytes_max == 0 {
@@ -337,7 +313,7 @@ fn validate(params: &ContextParams) -> Result<()> {
 }
 
 fn build(graph: &Graph, model: &Model, kv: &KvCache, n_ctx: u32, n_tokens: u32, n_kv: &[u32]) -> (Inputs, Tensor) {
-    let inputs = Inputs::new(graph, n_tokens.into(), n_kv, 1);
+    let inputs = Inputs::new(graph, n_tokens.into(), n_kv);
     let builder = GraphBuilder {
         graph,
         inputs,

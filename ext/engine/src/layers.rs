@@ -4,64 +4,14 @@
 //! the ops (and their order of arguments) decide which kernels run and so the
 //! bits of the result.
 
-use std::cell::RefCell;
-
 use ggml_sys as sys;
 
-use crate::arch::LayerWeights;
+use crate::arch::{AttentionWeights, FfnWeights, LayerWeights, QkvWeights};
 use crate::ggml::{Graph, Tensor};
+use crate::graph_inputs::{Filled, Inputs};
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
 use crate::model::Model;
-
-/// The per-pass inputs, written with `ggml_backend_tensor_set` after allocation.
-pub struct Inputs {
-    /// I32 [n_tokens]
-    pub tokens: Tensor,
-    /// I32 [n_tokens]
-    pub pos: Tensor,
-    /// I32 [n_outputs]: the rows whose logits are computed.
-    pub out_ids: Tensor,
-    /// One per KV cache group (see [`crate::kv_cache`]).
-    pub kv: Vec<KvInputs>,
-    /// Inputs holding one value everywhere, filled after allocation: llama.cpp
-    /// feeds some constants as inputs rather than op parameters, and we mirror its ops.
-    pub filled: RefCell<Vec<(Tensor, f32)>>,
-}
-
-pub struct KvInputs {
-    /// How many cells of the group the graph attends over.
-    pub n_kv: i64,
-    /// F16 [n_kv, n_tokens]: 0 where a token may attend a cell, -inf elsewhere.
-    pub mask: Tensor,
-    /// I64 [n_tokens]: the cell each token's K and V go to.
-    pub cells: Tensor,
-}
-
-impl Inputs {
-    pub fn new(graph: &Graph, n_tokens: i64, n_kv: &[u32], n_outputs: i64) -> Inputs {
-        let kv = n_kv
-            .iter()
-            .enumerate()
-            .map(|(g, &n_kv)| KvInputs {
-                n_kv: n_kv.into(),
-                mask: graph.input(
-                    &format!("attn_inp_kq_mask_g{g}"),
-                    sys::GGML_TYPE_F16,
-                    &[n_kv.into(), n_tokens, 1, 1],
-                ),
-                cells: graph.input(&format!("inp_kv_cells_g{g}"), sys::GGML_TYPE_I64, &[n_tokens]),
-            })
-            .collect();
-        Inputs {
-            tokens: graph.input("inp_tokens", sys::GGML_TYPE_I32, &[n_tokens]),
-            pos: graph.input("inp_pos", sys::GGML_TYPE_I32, &[n_tokens]),
-            out_ids: graph.input("inp_out_ids", sys::GGML_TYPE_I32, &[n_outputs]),
-            kv,
-            filled: RefCell::new(Vec::new()),
-        }
-    }
-}
 
 /// The activation of a gated feed-forward.
 #[derive(Debug, Clone, Copy)]
@@ -93,7 +43,7 @@ impl GraphBuilder<'_> {
 
     /// The token embeddings (times the model's embedding multiplier, if it has one).
     pub fn embed(&self) -> Tensor {
-        let x = self.graph.get_rows(self.model.weights().tok_embd, self.inputs.tokens);
+        let x = self.graph.get_rows(self.model.weights().tok_embd, self.inputs.tokens.0);
         match self.hparams().embedding_scale {
             Some(scale) => self.graph.scale(x, scale),
             None => x,
@@ -107,7 +57,10 @@ impl GraphBuilder<'_> {
         let rows = self
             .graph
             .input("inp_scale_rows", sys::GGML_TYPE_F32, &[1, self.n_tokens]);
-        self.inputs.filled.borrow_mut().push((rows, scale));
+        self.inputs.filled.borrow_mut().push(Filled {
+            tensor: rows,
+            value: scale,
+        });
         self.graph.mul(self.embed(), rows).set_name("inp_scaled")
     }
 
@@ -119,7 +72,7 @@ impl GraphBuilder<'_> {
             .weights()
             .rope_factors
             .for_context(self.n_ctx_seq, rope.n_ctx_orig);
-        self.graph.rope(x, self.inputs.pos, rope, factors)
+        self.graph.rope(x, self.inputs.pos.0, rope, factors)
     }
 
     /// [`GraphBuilder::norm`] where the layer has the weight (per-head Q/K norms), else `x`.
@@ -139,46 +92,68 @@ impl GraphBuilder<'_> {
 
     /// Q, K and V projections (plus biases where the model has them), shaped
     /// [head_dim, n_heads, n_tokens].
-    pub fn qkv(&self, layer: &LayerWeights, x: Tensor, il: usize) -> (Tensor, Tensor, Tensor) {
-        let Some(wqkv) = layer.wqkv else {
-            let (q, k, v) = self.qkv_rows(layer, x);
-            return self.heads(q, k, v, il);
-        };
-        // One fused projection: Q, K and V are views of its rows, as llama.cpp takes them.
-        let g = self.graph;
+    pub fn qkv(&self, attn: &AttentionWeights, x: Tensor, il: usize) -> (Tensor, Tensor, Tensor) {
         let hp = self.hparams();
-        let qkv = g.mul_mat(wqkv, x);
-        let qkv = layer.bqkv.map_or(qkv, |b| g.add(qkv, b));
-        let row = |n: u32| unsafe { sys::ggml_row_size(qkv.ggml_type(), n.into()) };
-        let view = |head_dim: u32, n_head: u32, offset: usize, name: &str| {
-            g.view_3d(
-                qkv,
-                [head_dim.into(), n_head.into(), self.n_tokens],
-                row(head_dim),
-                qkv.nb()[1],
-                offset,
-            )
-            .set_name(&format!("{name}-{il}"))
-        };
-        let q_width = hp.head_dim_k * hp.n_head;
-        (
-            view(hp.head_dim_k, hp.n_head, 0, "Qcur"),
-            view(hp.head_dim_k, hp.n_head_kv, row(q_width), "Kcur"),
-            view(hp.head_dim_v, hp.n_head_kv, row(q_width + hp.n_embd_k_gqa()), "Vcur"),
-        )
+        match attn.qkv {
+            QkvWeights::Separate { .. } => {
+                let (q, k, v) = self.qkv_rows(attn, x);
+                self.heads(q, k, v, il)
+            }
+            // One fused projection: Q, K and V are views of its rows, as llama.cpp takes them.
+            QkvWeights::Fused { wqkv, bqkv } => {
+                let g = self.graph;
+                let qkv = g.mul_mat(wqkv, x);
+                let qkv = bqkv.map_or(qkv, |b| g.add(qkv, b));
+                let row = |n: u32| unsafe { sys::ggml_row_size(qkv.ggml_type(), n.into()) };
+                let view = |head_dim: u32, n_head: u32, offset: usize, name: &str| {
+                    g.view_3d(
+                        qkv,
+                        [head_dim.into(), n_head.into(), self.n_tokens],
+                        row(head_dim),
+                        qkv.nb()[1],
+                        offset,
+                    )
+                    .set_name(&format!("{name}-{il}"))
+                };
+                let q_width = hp.head_dim_k * hp.n_head;
+                (
+                    view(hp.head_dim_k, hp.n_head, 0, "Qcur"),
+                    view(hp.head_dim_k, hp.n_head_kv, row(q_width), "Kcur"),
+                    view(hp.head_dim_v, hp.n_head_kv, row(q_width + hp.n_embd_k_gqa()), "Vcur"),
+                )
+            }
+        }
     }
 
-    /// Q, K and V as rows of the full width, [width, n_tokens] (biases added).
-    pub fn qkv_rows(&self, layer: &LayerWeights, x: Tensor) -> (Tensor, Tensor, Tensor) {
-        let project = |w: Option<Tensor>, b: Option<Tensor>| {
-            let t = self.graph.mul_mat(w.expect("validated at load"), x);
-            b.map_or(t, |b| self.graph.add(t, b))
-        };
-        (
-            project(layer.wq, layer.bq),
-            project(layer.wk, layer.bk),
-            project(layer.wv, layer.bv),
-        )
+    /// Q, K and V as rows of the full width, [width, n_tokens] (biases added); from a
+    /// fused projection, contiguous copies of its parts, as llama.cpp's `build_qkv`
+    /// makes them when it does not split heads.
+    pub fn qkv_rows(&self, attn: &AttentionWeights, x: Tensor) -> (Tensor, Tensor, Tensor) {
+        let g = self.graph;
+        match attn.qkv {
+            QkvWeights::Separate { wq, wk, wv, bq, bk, bv } => {
+                let project = |w: Tensor, b: Option<Tensor>| {
+                    let t = g.mul_mat(w, x);
+                    b.map_or(t, |b| g.add(t, b))
+                };
+                (project(wq, bq), project(wk, bk), project(wv, bv))
+            }
+            QkvWeights::Fused { wqkv, bqkv } => {
+                let hp = self.hparams();
+                let qkv = g.mul_mat(wqkv, x);
+                let qkv = bqkv.map_or(qkv, |b| g.add(qkv, b));
+                let row = |n: u32| unsafe { sys::ggml_row_size(qkv.ggml_type(), n.into()) };
+                let q_width = hp.head_dim_k * hp.n_head;
+                let part = |width: u32, offset: u32| {
+                    g.cont(g.view_2d(qkv, width.into(), self.n_tokens, qkv.nb()[1], row(offset)))
+                };
+                (
+                    part(q_width, 0),
+                    part(hp.n_embd_k_gqa(), q_width),
+                    part(hp.n_embd_v_gqa(), q_width + hp.n_embd_k_gqa()),
+                )
+            }
+        }
     }
 
     /// Rows of Q, K and V split into heads: [head_dim, n_heads, n_tokens].
@@ -199,7 +174,15 @@ impl GraphBuilder<'_> {
     /// Stores K and V of the new tokens in the layer's cache cells, attends over
     /// the first `n_kv` cells of its group with flash attention, and projects the
     /// result (wo, bo).
-    pub fn attention(&self, layer: &LayerWeights, il: usize, q: Tensor, k: Tensor, v: Tensor, kq_scale: f32) -> Tensor {
+    pub fn attention(
+        &self,
+        attn: &AttentionWeights,
+        il: usize,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        kq_scale: f32,
+    ) -> Tensor {
         let hp = self.hparams();
         let g = self.graph;
         let group = &self.inputs.kv[self.kv.layer_group[il]];
@@ -229,8 +212,8 @@ impl GraphBuilder<'_> {
         let out = g
             .reshape_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
             .set_name(&format!("kqv_out-{il}"));
-        let mut out = g.mul_mat(layer.wo.expect("validated at load"), out);
-        if let Some(bo) = layer.bo {
+        let mut out = g.mul_mat(attn.wo, out);
+        if let Some(bo) = attn.bo {
             out = g.add(out, bo);
         }
         out.set_name(&format!("attn_out-{il}"))
@@ -241,50 +224,59 @@ impl GraphBuilder<'_> {
     pub fn select_outputs_if_last(&self, il: usize, a: Tensor, b: Tensor) -> (Tensor, Tensor) {
         if il + 1 == self.layers().len() {
             (
-                self.graph.get_rows(a, self.inputs.out_ids),
-                self.graph.get_rows(b, self.inputs.out_ids),
+                self.graph.get_rows(a, self.inputs.out_ids.0),
+                self.graph.get_rows(b, self.inputs.out_ids.0),
             )
         } else {
             (a, b)
         }
     }
 
-    /// The gated feed-forward: `down(act(gate(x)) * up(x))`.
-    /// Without `ffn_gate`, `ffn_up` is the gate and the up projection fused, twice as
-    /// wide (phi3): the activation takes its first half as the gate.
-    pub fn ffn_gated(&self, layer: &LayerWeights, x: Tensor, il: usize, act: Glu) -> Tensor {
+    /// The feed-forward: gated with activation `act`, or a mixture of experts.
+    pub fn ffn(&self, ffn: &FfnWeights, x: Tensor, il: usize, act: Glu) -> Tensor {
         let g = self.graph;
-        let up = g.mul_mat(layer.ffn_up.expect("validated at load"), x);
-        let act = match (layer.ffn_gate.map(|w| g.mul_mat(w, x)), act) {
-            (Some(gate), Glu::Silu) => g.swiglu_split(gate, up),
-            (Some(gate), Glu::Gelu) => g.geglu_split(gate, up),
-            (None, Glu::Silu) => g.swiglu(up),
-            (None, Glu::Gelu) => g.geglu(up),
+        let out = match *ffn {
+            FfnWeights::Gated { gate, up, down } => {
+                let up = g.mul_mat(up, x);
+                let gate = g.mul_mat(gate, x);
+                let act = match act {
+                    Glu::Silu => g.swiglu_split(gate, up),
+                    Glu::Gelu => g.geglu_split(gate, up),
+                };
+                g.mul_mat(down, act)
+            }
+            FfnWeights::GatedFused { up, down } => {
+                let up = g.mul_mat(up, x);
+                let act = match act {
+                    Glu::Silu => g.swiglu(up),
+                    Glu::Gelu => g.geglu(up),
+                };
+                g.mul_mat(down, act)
+            }
+            FfnWeights::Experts { router, gate, up, down } => return self.ffn_moe([router, gate, up, down], x, il),
         };
-        g.mul_mat(layer.ffn_down.expect("validated at load"), act)
-            .set_name(&format!("ffn_out-{il}"))
+        out.set_name(&format!("ffn_out-{il}"))
     }
 
     /// A mixture of experts with SwiGLU experts, as llama.cpp's `build_moe_ffn` builds
     /// it for softmax gating with normalized weights: the router's softmax picks each
     /// row's `n_expert_used` likeliest experts, their probabilities are renormalized
     /// to sum to one, and the experts' outputs, so weighted, are added in rank order.
-    pub fn ffn_moe(&self, layer: &LayerWeights, x: Tensor, il: usize) -> Tensor {
+    fn ffn_moe(&self, [router, gate_exps, up_exps, down_exps]: [Tensor; 4], x: Tensor, il: usize) -> Tensor {
         let g = self.graph;
         let hp = self.hparams();
-        let expect = |t: Option<Tensor>| t.expect("validated at load");
         let [n_embd, n_rows, ..] = x.ne();
         let (n_expert, n_used) = (i64::from(hp.n_expert), i64::from(hp.n_expert_used));
-        let probs = g.soft_max(g.mul_mat(expect(layer.ffn_gate_inp), x));
+        let probs = g.soft_max(g.mul_mat(router, x));
         let selected = g.argsort_top_k(probs, hp.n_expert_used as i32);
         let weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n_rows), selected);
         let weights = g.reshape_2d(weights, n_used, n_rows);
         let sum = g.clamp(g.sum_rows(weights), 6.103_515_6e-5, f32::INFINITY);
         let weights = g.reshape_3d(g.div(weights, sum), 1, n_used, n_rows);
         let x = g.reshape_3d(x, n_embd, 1, n_rows);
-        let up = g.mul_mat_id(expect(layer.ffn_up_exps), x, selected);
-        let gate = g.mul_mat_id(expect(layer.ffn_gate_exps), x, selected);
-        let experts = g.mul_mat_id(expect(layer.ffn_down_exps), g.swiglu_split(gate, up), selected);
+        let up = g.mul_mat_id(up_exps, x, selected);
+        let gate = g.mul_mat_id(gate_exps, x, selected);
+        let experts = g.mul_mat_id(down_exps, g.swiglu_split(gate, up), selected);
         let experts = g.mul(experts, weights);
         let [nb1, nb2] = [experts.nb()[1], experts.nb()[2]];
         let out = (1..n_used as usize).fold(g.view_2d(experts, n_embd, n_rows, nb2, 0), |sum, i| {

@@ -17,6 +17,7 @@ mod context;
 mod error;
 mod generate;
 pub mod ggml;
+mod graph_inputs;
 pub mod hparams;
 mod kv_cache;
 pub mod layers;

@@ -9,7 +9,7 @@ use elelem_gguf::{FileBytes, Gguf, TensorInfo, TensorType, Value};
 use elelem_tokenizer::Tokenizer;
 use ggml_sys as sys;
 
-use crate::arch::{Arch, LayerWeights, Weights};
+use crate::arch::{Arch, AttentionWeights, FfnWeights, LayerWeights, QkvWeights, Weights};
 use crate::ggml::{self, Buffer, CpuDevice, Tensor};
 use crate::hparams::HParams;
 use crate::{Error, Result};
@@ -218,13 +218,9 @@ impl<'a> Loader<'a> {
         })
     }
 
-    fn declare(&mut self, name: &str, shape: &[u64], usage: Usage, required: bool) -> Result<Option<Tensor>> {
+    fn declare(&mut self, name: &str, shape: &[u64], usage: Usage) -> Result<Option<Tensor>> {
         let Some(info) = self.gguf.tensor(name) else {
-            return if required {
-                Err(Error::Load(format!("missing tensor {name}")))
-            } else {
-                Ok(None)
-            };
+            return Ok(None);
         };
         let mut expected = [1u64; 4];
         expected[..shape.len()].copy_from_slice(shape);
@@ -294,61 +290,68 @@ impl<'a> Loader<'a> {
     }
 
     pub fn matrix(&mut self, name: &str, shape: &[u64]) -> Result<Tensor> {
-        Ok(self.declare(name, shape, Usage::Matrix, true)?.expect("required"))
+        required(name, self.declare(name, shape, Usage::Matrix)?)
     }
 
     pub fn optional_matrix(&mut self, name: &str, shape: &[u64]) -> Result<Option<Tensor>> {
-        self.declare(name, shape, Usage::Matrix, false)
+        self.declare(name, shape, Usage::Matrix)
     }
 
     /// Stacked experts, `n_used` of which each token multiplies.
     pub fn experts(&mut self, name: &str, shape: &[u64], n_used: u32) -> Result<Tensor> {
-        Ok(self
-            .declare(name, shape, Usage::Experts { n_used }, true)?
-            .expect("required"))
+        required(name, self.declare(name, shape, Usage::Experts { n_used })?)
     }
 
     pub fn rows(&mut self, name: &str, shape: &[u64]) -> Result<Tensor> {
-        Ok(self.declare(name, shape, Usage::Rows, true)?.expect("required"))
+        required(name, self.declare(name, shape, Usage::Rows)?)
     }
 
     pub fn vector(&mut self, name: &str, len: u64) -> Result<Tensor> {
-        Ok(self.declare(name, &[len], Usage::Vector, true)?.expect("required"))
+        required(name, self.declare(name, &[len], Usage::Vector)?)
     }
 
     pub fn optional_vector(&mut self, name: &str, len: u64) -> Result<Option<Tensor>> {
-        self.declare(name, &[len], Usage::Vector, false)
+        self.declare(name, &[len], Usage::Vector)
     }
 
     /// The block of llama and its kin: norms, [`Loader::attention`], and a gated feed-forward.
     pub fn llama_block(&mut self, hp: &HParams, il: u32, qkv_bias: bool) -> Result<LayerWeights> {
-        let n = |s: &str| format!("blk.{il}.{s}");
         let embd = u64::from(hp.n_embd);
-        let ff = u64::from(hp.n_ff);
         Ok(LayerWeights {
-            attn_norm: Some(self.vector(&n("attn_norm.weight"), embd)?),
-            ffn_norm: Some(self.vector(&n("ffn_norm.weight"), embd)?),
-            ffn_gate: Some(self.matrix(&n("ffn_gate.weight"), &[embd, ff])?),
-            ffn_up: Some(self.matrix(&n("ffn_up.weight"), &[embd, ff])?),
-            ffn_down: Some(self.matrix(&n("ffn_down.weight"), &[ff, embd])?),
-            ..self.attention(hp, il, qkv_bias)?
+            attn_norm: Some(self.vector(&format!("blk.{il}.attn_norm.weight"), embd)?),
+            attn: self.attention(hp, il, qkv_bias)?,
+            attn_post_norm: None,
+            ffn_norm: Some(self.vector(&format!("blk.{il}.ffn_norm.weight"), embd)?),
+            ffn: self.gated_ffn(hp, il)?,
+            ffn_post_norm: None,
         })
     }
 
-    /// `layer` with per-head RMS norms of Q and of K (`attn_q_norm`, `attn_k_norm`,
+    /// `ffn_gate`, `ffn_up` and `ffn_down`, `feed_forward_length` wide.
+    pub fn gated_ffn(&mut self, hp: &HParams, il: u32) -> Result<FfnWeights> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let (embd, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
+        Ok(FfnWeights::Gated {
+            gate: self.matrix(&n("ffn_gate.weight"), &[embd, ff])?,
+            up: self.matrix(&n("ffn_up.weight"), &[embd, ff])?,
+            down: self.matrix(&n("ffn_down.weight"), &[ff, embd])?,
+        })
+    }
+
+    /// `attn` with per-head RMS norms of Q and of K (`attn_q_norm`, `attn_k_norm`,
     /// one head wide).
-    pub fn with_head_norms(&mut self, hp: &HParams, il: u32, layer: LayerWeights) -> Result<LayerWeights> {
+    pub fn with_head_norms(&mut self, hp: &HParams, il: u32, attn: AttentionWeights) -> Result<AttentionWeights> {
         let head = u64::from(hp.head_dim_k);
-        Ok(LayerWeights {
-            attn_q_norm: Some(self.vector(&format!("blk.{il}.attn_q_norm.weight"), head)?),
-            attn_k_norm: Some(self.vector(&format!("blk.{il}.attn_k_norm.weight"), head)?),
-            ..layer
+        Ok(AttentionWeights {
+            q_norm: Some(self.vector(&format!("blk.{il}.attn_q_norm.weight"), head)?),
+            k_norm: Some(self.vector(&format!("blk.{il}.attn_k_norm.weight"), head)?),
+            ..attn
         })
     }
 
     /// The attention projections: Q, K, V and O, with biases on Q, K and V required
-    /// when `qkv_bias`, else optional, and an optional bias on O.
-    pub fn attention(&mut self, hp: &HParams, il: u32, qkv_bias: bool) -> Result<LayerWeights> {
+    /// when `qkv_bias`, else optional, and an optional bias on O; no Q/K norms.
+    pub fn attention(&mut self, hp: &HParams, il: u32, qkv_bias: bool) -> Result<AttentionWeights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         let embd = u64::from(hp.n_embd);
         let q_dim = u64::from(hp.head_dim_k * hp.n_head);
@@ -364,25 +367,26 @@ impl<'a> Loader<'a> {
         // As llama.cpp's create_tensor_qkv: one fused projection where the file has it
         // (then separate Q/K/V tensors are unused, and so refused), else three.
         let qkv_dim = q_dim + k_dim + v_dim;
-        if let Some(wqkv) = self.optional_matrix(&n("attn_qkv.weight"), &[embd, qkv_dim])? {
-            return Ok(LayerWeights {
-                wqkv: Some(wqkv),
+        let qkv = match self.optional_matrix(&n("attn_qkv.weight"), &[embd, qkv_dim])? {
+            Some(wqkv) => QkvWeights::Fused {
+                wqkv,
                 bqkv: bias(self, &n("attn_qkv.bias"), qkv_dim)?,
-                wo: Some(self.matrix(&n("attn_output.weight"), &[q_dim, embd])?),
-                bo: self.optional_vector(&n("attn_output.bias"), embd)?,
-                ..LayerWeights::default()
-            });
-        }
-        Ok(LayerWeights {
-            wq: Some(self.matrix(&n("attn_q.weight"), &[embd, q_dim])?),
-            wk: Some(self.matrix(&n("attn_k.weight"), &[embd, k_dim])?),
-            wv: Some(self.matrix(&n("attn_v.weight"), &[embd, v_dim])?),
-            bq: bias(self, &n("attn_q.bias"), q_dim)?,
-            bk: bias(self, &n("attn_k.bias"), k_dim)?,
-            bv: bias(self, &n("attn_v.bias"), v_dim)?,
-            wo: Some(self.matrix(&n("attn_output.weight"), &[q_dim, embd])?),
+            },
+            None => QkvWeights::Separate {
+                wq: self.matrix(&n("attn_q.weight"), &[embd, q_dim])?,
+                wk: self.matrix(&n("attn_k.weight"), &[embd, k_dim])?,
+                wv: self.matrix(&n("attn_v.weight"), &[embd, v_dim])?,
+                bq: bias(self, &n("attn_q.bias"), q_dim)?,
+                bk: bias(self, &n("attn_k.bias"), k_dim)?,
+                bv: bias(self, &n("attn_v.bias"), v_dim)?,
+            },
+        };
+        Ok(AttentionWeights {
+            qkv,
+            q_norm: None,
+            k_norm: None,
+            wo: self.matrix(&n("attn_output.weight"), &[q_dim, embd])?,
             bo: self.optional_vector(&n("attn_output.bias"), embd)?,
-            ..LayerWeights::default()
         })
     }
 
@@ -459,4 +463,9 @@ impl<'a> Loader<'a> {
             repacked_bytes,
         })
     }
+}
+
+/// A tensor the architecture cannot do without: its absence is a load error.
+fn required(name: &str, tensor: Option<Tensor>) -> Result<Tensor> {
+    tensor.ok_or_else(|| Error::Load(format!("missing tensor {name}")))
 }

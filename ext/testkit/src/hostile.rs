@@ -300,6 +300,23 @@ pub fn structured() -> Vec<Case> {
         },
     ));
     cases.push(edited(
+        // A fused Q/K/V in a block that norms Q and K over their whole width: split
+        // into contiguous rows, as llama.cpp's build_qkv does without reshaping.
+        "olmo2-fused-qkv",
+        Runs,
+        &OLMO2,
+        |w| {
+            let (embd, kv) = (OLMO2.n_embd, OLMO2.n_embd / 2);
+            for il in 0..OLMO2.n_layer {
+                for part in ["q", "k", "v"] {
+                    w.remove_tensor(&format!("blk.{il}.attn_{part}.weight"));
+                }
+                let values = vec![0.05; (embd * (embd + 2 * kv)) as usize];
+                w.add_f32(&format!("blk.{il}.attn_qkv.weight"), &[embd, embd + 2 * kv], &values);
+            }
+        },
+    ));
+    cases.push(edited(
         // Factors without a LongRoPE scaling type: used all the same, as llama.cpp does.
         "phi3-rope-factors-alone",
         Runs,

@@ -11,7 +11,7 @@
 //!   residual adds, and the feed-forward is GeGLU.
 //! - The output head is always the embeddings.
 
-use crate::arch::{load_llama_like, run_layers, ArchSpec, Head, LayerWeights, Weights};
+use crate::arch::{load_llama_like, run_layers, ArchSpec, AttentionWeights, Head, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{read_swa, HParams, Keys, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
@@ -43,11 +43,12 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
 pub(crate) fn layer(l: &mut Loader, hp: &HParams, il: u32) -> Result<LayerWeights> {
     let embd = u64::from(hp.n_embd);
     let n = |s: &str| format!("blk.{il}.{s}");
+    let block = l.llama_block(hp, il, false)?;
     Ok(LayerWeights {
+        attn: AttentionWeights { bo: None, ..block.attn },
         attn_post_norm: Some(l.vector(&n("post_attention_norm.weight"), embd)?),
         ffn_post_norm: Some(l.vector(&n("post_ffw_norm.weight"), embd)?),
-        bo: None,
-        ..l.llama_block(hp, il, false)?
+        ..block
     })
 }
 
@@ -76,16 +77,16 @@ pub(crate) fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor
     let g = b.graph;
     let rope = b.hparams().layer_rope(il);
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
-    let (q, k, v) = b.qkv(layer, attn_in, il);
-    let q = b.rope(b.norm_if(q, layer.attn_q_norm, "Qcur_normed", il), rope);
-    let k = b.rope(b.norm_if(k, layer.attn_k_norm, "Kcur_normed", il), rope);
+    let (q, k, v) = b.qkv(&layer.attn, attn_in, il);
+    let q = b.rope(b.norm_if(q, layer.attn.q_norm, "Qcur_normed", il), rope);
+    let k = b.rope(b.norm_if(k, layer.attn.k_norm, "Kcur_normed", il), rope);
     let q = g.scale(q, attn_scale);
-    let attn = b.attention(layer, il, q, k, v, 1.0);
+    let attn = b.attention(&layer.attn, il, q, k, v, 1.0);
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);
     let attn = b.norm(attn, layer.attn_post_norm, "attn_post_norm", il);
     let sa_out = g.add(attn, residual).set_name(&format!("sa_out-{il}"));
     let ffn = b.norm(sa_out, layer.ffn_norm, "ffn_norm", il);
-    let ffn = b.ffn_gated(layer, ffn, il, Glu::Gelu);
+    let ffn = b.ffn(&layer.ffn, ffn, il, Glu::Gelu);
     let ffn = b.norm(ffn, layer.ffn_post_norm, "ffn_post_norm", il);
     g.add(ffn, sa_out).set_name(&format!("l_out-{il}"))
 }

@@ -11,7 +11,7 @@
 //!   projection, before its post-norm.
 //! - The output head is usually the embeddings (tied); the logits may be soft-capped.
 
-use crate::arch::{gemma2, load_llama_like, run_layers, ArchSpec, Head, Weights};
+use crate::arch::{gemma2, load_llama_like, run_layers, ArchSpec, Head, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{read_swa, HParams, Keys, Rope, RopeMode};
 use crate::layers::GraphBuilder;
@@ -43,7 +43,10 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let layer = gemma2::layer(l, hp, il)?;
-        l.with_head_norms(hp, il, layer)
+        Ok(LayerWeights {
+            attn: l.with_head_norms(hp, il, layer.attn)?,
+            ..layer
+        })
     })
 }
 

@@ -44,15 +44,15 @@ pub(crate) fn build(b: &GraphBuilder) -> Tensor {
 pub(crate) fn llama_block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
     let hp = b.hparams();
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
-    let (q, k, v) = b.qkv(layer, attn_in, il);
-    let q = b.norm_if(q, layer.attn_q_norm, "Qcur_normed", il);
-    let k = b.norm_if(k, layer.attn_k_norm, "Kcur_normed", il);
+    let (q, k, v) = b.qkv(&layer.attn, attn_in, il);
+    let q = b.norm_if(q, layer.attn.q_norm, "Qcur_normed", il);
+    let k = b.norm_if(k, layer.attn.k_norm, "Kcur_normed", il);
     let (q, k) = if hp.rotates(il) {
         (b.rope(q, &hp.rope), b.rope(k, &hp.rope))
     } else {
         (q, k)
     };
-    let attn = b.attention(layer, il, q, k, v, kq_scale);
+    let attn = b.attention(&layer.attn, il, q, k, v, kq_scale);
     ffn_residual(b, layer, il, attn, x)
 }
 
@@ -69,9 +69,6 @@ pub(crate) fn ffn_residual(b: &GraphBuilder, layer: &LayerWeights, il: usize, at
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);
     let ffn_in = g.add(scaled(attn), residual).set_name(&format!("ffn_inp-{il}"));
     let ffn = b.norm(ffn_in, layer.ffn_norm, "ffn_norm", il);
-    let ffn = match layer.ffn_gate_inp {
-        Some(_) => b.ffn_moe(layer, ffn, il),
-        None => b.ffn_gated(layer, ffn, il, Glu::Silu),
-    };
+    let ffn = b.ffn(&layer.ffn, ffn, il, Glu::Silu);
     g.add(scaled(ffn), ffn_in).set_name(&format!("l_out-{il}"))
 }

@@ -113,38 +113,62 @@ pub(crate) fn no_extra_hparams(_: &Keys, _: &mut HParams) -> Result<()> {
     Ok(())
 }
 
-/// The weights of one transformer block; each architecture fills what it has.
-#[derive(Default)]
+/// The weights of one transformer block. What every block has is required; the
+/// norms an architecture may lack are options the graph applies where present.
 pub struct LayerWeights {
+    /// Before attention (post-norm blocks, olmo2's, have none).
     pub attn_norm: Option<Tensor>,
-    pub wq: Option<Tensor>,
-    pub wk: Option<Tensor>,
-    pub wv: Option<Tensor>,
-    pub bq: Option<Tensor>,
-    pub bk: Option<Tensor>,
-    pub bv: Option<Tensor>,
-    /// Q, K and V fused into one projection (and its bias), instead of the three.
-    pub wqkv: Option<Tensor>,
-    pub bqkv: Option<Tensor>,
-    pub wo: Option<Tensor>,
-    pub bo: Option<Tensor>,
-    /// Per-head RMS norms of Q and K before rope.
-    pub attn_q_norm: Option<Tensor>,
-    pub attn_k_norm: Option<Tensor>,
-    /// The norm of the attention output before its residual add.
+    pub attn: AttentionWeights,
+    /// After attention, before its residual add (gemma2, gemma3, olmo2).
     pub attn_post_norm: Option<Tensor>,
+    /// Before the feed-forward.
     pub ffn_norm: Option<Tensor>,
-    pub ffn_gate: Option<Tensor>,
-    pub ffn_up: Option<Tensor>,
-    pub ffn_down: Option<Tensor>,
-    /// The norm of the feed-forward output before its residual add.
+    pub ffn: FfnWeights,
+    /// After the feed-forward, before its residual add.
     pub ffn_post_norm: Option<Tensor>,
-    /// A mixture of experts instead of one feed-forward: the router [n_embd, n_expert]
-    /// and the experts' stacked weights [.., .., n_expert].
-    pub ffn_gate_inp: Option<Tensor>,
-    pub ffn_gate_exps: Option<Tensor>,
-    pub ffn_up_exps: Option<Tensor>,
-    pub ffn_down_exps: Option<Tensor>,
+}
+
+/// Self-attention's projections.
+pub struct AttentionWeights {
+    pub qkv: QkvWeights,
+    /// RMS norms of Q and K before rope: one head wide (qwen3, gemma3) or over all
+    /// the heads (olmo2).
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    pub wo: Tensor,
+    pub bo: Option<Tensor>,
+}
+
+/// Q, K and V: three projections, or one fused (llama.cpp's `create_tensor_qkv`).
+pub enum QkvWeights {
+    Separate {
+        wq: Tensor,
+        wk: Tensor,
+        wv: Tensor,
+        bq: Option<Tensor>,
+        bk: Option<Tensor>,
+        bv: Option<Tensor>,
+    },
+    Fused {
+        wqkv: Tensor,
+        bqkv: Option<Tensor>,
+    },
+}
+
+/// The feed-forward of a block.
+pub enum FfnWeights {
+    /// `down(act(gate(x)) * up(x))`.
+    Gated { gate: Tensor, up: Tensor, down: Tensor },
+    /// The gate and up projections in one `up` twice as wide, the gate its first half (phi3).
+    GatedFused { up: Tensor, down: Tensor },
+    /// A mixture of SwiGLU experts: the router [n_embd, n_expert] and the experts'
+    /// stacked weights [.., .., n_expert].
+    Experts {
+        router: Tensor,
+        gate: Tensor,
+        up: Tensor,
+        down: Tensor,
+    },
 }
 
 pub struct Weights {

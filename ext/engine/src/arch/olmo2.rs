@@ -7,7 +7,7 @@
 //!
 //! OLMo 3 files (this architecture with a sliding window) are refused.
 
-use crate::arch::{load_llama_like, run_layers, ArchSpec, Head, LayerWeights, Weights};
+use crate::arch::{load_llama_like, run_layers, ArchSpec, AttentionWeights, Head, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, Keys, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
@@ -31,20 +31,23 @@ fn read_hparams(keys: &Keys, _: &mut HParams) -> Result<()> {
 }
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let (embd, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
+    let embd = u64::from(hp.n_embd);
     load_llama_like(loader, hp, Head::Own, |l, il| {
         let n = |s: &str| format!("blk.{il}.{s}");
+        let attn = l.attention(hp, il, false)?;
         Ok(LayerWeights {
-            attn_q_norm: Some(l.vector(&n("attn_q_norm.weight"), u64::from(hp.head_dim_k * hp.n_head))?),
-            attn_k_norm: Some(l.vector(&n("attn_k_norm.weight"), u64::from(hp.n_embd_k_gqa()))?),
+            attn_norm: None,
+            attn: AttentionWeights {
+                q_norm: Some(l.vector(&n("attn_q_norm.weight"), u64::from(hp.head_dim_k * hp.n_head))?),
+                k_norm: Some(l.vector(&n("attn_k_norm.weight"), u64::from(hp.n_embd_k_gqa()))?),
+                // llama.cpp's olmo2 graph adds no attention output bias.
+                bo: None,
+                ..attn
+            },
             attn_post_norm: Some(l.vector(&n("post_attention_norm.weight"), embd)?),
-            ffn_gate: Some(l.matrix(&n("ffn_gate.weight"), &[embd, ff])?),
-            ffn_up: Some(l.matrix(&n("ffn_up.weight"), &[embd, ff])?),
-            ffn_down: Some(l.matrix(&n("ffn_down.weight"), &[ff, embd])?),
+            ffn_norm: None,
+            ffn: l.gated_ffn(hp, il)?,
             ffn_post_norm: Some(l.vector(&n("post_ffw_norm.weight"), embd)?),
-            // llama.cpp's olmo2 graph adds no attention output bias.
-            bo: None,
-            ..l.attention(hp, il, false)?
         })
     })
 }
@@ -57,17 +60,17 @@ fn build(b: &GraphBuilder) -> Tensor {
 fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
     let g = b.graph;
     let rope = &b.hparams().rope;
-    let (q, k, v) = b.qkv_rows(layer, x);
-    let q = b.norm(q, layer.attn_q_norm, "Qcur_normed", il);
-    let k = b.norm(k, layer.attn_k_norm, "Kcur_normed", il);
+    let (q, k, v) = b.qkv_rows(&layer.attn, x);
+    let q = b.norm(q, layer.attn.q_norm, "Qcur_normed", il);
+    let k = b.norm(k, layer.attn.k_norm, "Kcur_normed", il);
     let (q, k, v) = b.heads(q, k, v, il);
     let q = b.rope(q, rope);
     let k = b.rope(k, rope);
-    let attn = b.attention(layer, il, q, k, v, kq_scale);
+    let attn = b.attention(&layer.attn, il, q, k, v, kq_scale);
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);
     let attn = b.norm(attn, layer.attn_post_norm, "attn_post_norm", il);
     let ffn_inp = g.add(attn, residual).set_name(&format!("ffn_inp-{il}"));
-    let ffn = b.ffn_gated(layer, ffn_inp, il, Glu::Silu);
+    let ffn = b.ffn(&layer.ffn, ffn_inp, il, Glu::Silu);
     let ffn = b.norm(ffn, layer.ffn_post_norm, "ffn_post_norm", il);
     g.add(ffn, ffn_inp).set_name(&format!("l_out-{il}"))
 }

@@ -7,7 +7,9 @@
 //! context is longer than the original one, and `rope.scaling.attn_factor`.
 
 use crate::arch::llama::ffn_residual;
-use crate::arch::{load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, LayerWeights, RopeFactors, Weights};
+use crate::arch::{
+    load_llama_like, no_extra_hparams, run_layers, ArchSpec, FfnWeights, Head, LayerWeights, RopeFactors, Weights,
+};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, RopeMode};
 use crate::layers::GraphBuilder;
@@ -35,10 +37,14 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         Ok(LayerWeights {
             attn_norm: Some(l.vector(&n("attn_norm.weight"), embd)?),
+            attn: l.attention(hp, il, false)?,
+            attn_post_norm: None,
             ffn_norm: Some(l.vector(&n("ffn_norm.weight"), embd)?),
-            ffn_up: Some(l.matrix(&n("ffn_up.weight"), &[embd, 2 * ff])?),
-            ffn_down: Some(l.matrix(&n("ffn_down.weight"), &[ff, embd])?),
-            ..l.attention(hp, il, false)?
+            ffn: FfnWeights::GatedFused {
+                up: l.matrix(&n("ffn_up.weight"), &[embd, 2 * ff])?,
+                down: l.matrix(&n("ffn_down.weight"), &[ff, embd])?,
+            },
+            ffn_post_norm: None,
         })
     })?;
     Ok(Weights {
@@ -56,9 +62,9 @@ fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, q_scale: 
     let g = b.graph;
     let rope = &b.hparams().rope;
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
-    let (q, k, v) = b.qkv(layer, attn_in, il);
+    let (q, k, v) = b.qkv(&layer.attn, attn_in, il);
     let q = g.scale(b.rope(q, rope), q_scale);
     let k = b.rope(k, rope);
-    let attn = b.attention(layer, il, q, k, v, 1.0);
+    let attn = b.attention(&layer.attn, il, q, k, v, 1.0);
     ffn_residual(b, layer, il, attn, x)
 }

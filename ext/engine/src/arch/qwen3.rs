@@ -2,7 +2,7 @@
 //! per-head RMS norm of Q and of K before NEOX rope (llama's block applies the
 //! norms a layer has).
 
-use crate::arch::{llama, load_llama_like, no_extra_hparams, ArchSpec, Head, Weights};
+use crate::arch::{llama, load_llama_like, no_extra_hparams, ArchSpec, Head, LayerWeights, Weights};
 use crate::hparams::{HParams, RopeMode};
 use crate::model::Loader;
 use crate::Result;
@@ -19,6 +19,9 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let layer = l.llama_block(hp, il, false)?;
-        l.with_head_norms(hp, il, layer)
+        Ok(LayerWeights {
+            attn: l.with_head_norms(hp, il, layer.attn)?,
+            ..layer
+        })
     })
 }

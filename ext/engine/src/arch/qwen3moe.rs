@@ -4,7 +4,7 @@
 //! experts per token, weighted by their renormalized probabilities. There is no
 //! shared expert.
 
-use crate::arch::{llama, load_llama_like, ArchSpec, Head, LayerWeights, Weights};
+use crate::arch::{llama, load_llama_like, ArchSpec, FfnWeights, Head, LayerWeights, Weights};
 use crate::hparams::{HParams, Keys, RopeMode};
 use crate::model::Loader;
 use crate::{Error, Result};
@@ -46,15 +46,19 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let n = |s: &str| format!("blk.{il}.{s}");
         let used = hp.n_expert_used;
-        let layer = LayerWeights {
+        let attn = l.attention(hp, il, false)?;
+        Ok(LayerWeights {
             attn_norm: Some(l.vector(&n("attn_norm.weight"), embd)?),
+            attn: l.with_head_norms(hp, il, attn)?,
+            attn_post_norm: None,
             ffn_norm: Some(l.vector(&n("ffn_norm.weight"), embd)?),
-            ffn_gate_inp: Some(l.matrix(&n("ffn_gate_inp.weight"), &[embd, n_expert])?),
-            ffn_gate_exps: Some(l.experts(&n("ffn_gate_exps.weight"), &[embd, ff, n_expert], used)?),
-            ffn_up_exps: Some(l.experts(&n("ffn_up_exps.weight"), &[embd, ff, n_expert], used)?),
-            ffn_down_exps: Some(l.experts(&n("ffn_down_exps.weight"), &[ff, embd, n_expert], used)?),
-            ..l.attention(hp, il, false)?
-        };
-        l.with_head_norms(hp, il, layer)
+            ffn: FfnWeights::Experts {
+                router: l.matrix(&n("ffn_gate_inp.weight"), &[embd, n_expert])?,
+                gate: l.experts(&n("ffn_gate_exps.weight"), &[embd, ff, n_expert], used)?,
+                up: l.experts(&n("ffn_up_exps.weight"), &[embd, ff, n_expert], used)?,
+                down: l.experts(&n("ffn_down_exps.weight"), &[ff, embd, n_expert], used)?,
+            },
+            ffn_post_norm: None,
+        })
     })
 }

@@ -1,0 +1,190 @@
+//! A forward pass's inputs as small objects, as llama.cpp's `llm_graph_input_*`: each
+//! is created with the graph (its tensors flagged as inputs), writes its own values
+//! for a micro-batch once the graph is allocated ([`GraphInput::set`]), and says
+//! whether a built graph can serve another micro-batch unchanged
+//! ([`GraphInput::can_reuse`]), so that most decode steps only write their inputs.
+
+use std::cell::RefCell;
+
+use ggml_sys as sys;
+
+use crate::ggml::{Graph, Tensor};
+use crate::kv_cache::{Cells, KvCache};
+
+/// One micro-batch: its tokens at consecutive positions from `first_pos`, and the
+/// cache cells each group put them in.
+pub(crate) struct Batch<'a> {
+    pub tokens: &'a [u32],
+    pub first_pos: i32,
+    /// Per cache group, the cell of each token.
+    pub slots: &'a [Vec<u32>],
+    pub kv: &'a KvCache,
+}
+
+impl Batch<'_> {
+    fn n_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
+    fn positions(&self) -> std::ops::Range<i32> {
+        self.first_pos..self.first_pos + self.tokens.len() as i32
+    }
+}
+
+pub(crate) trait GraphInput {
+    /// Writes this micro-batch's values into the allocated tensors.
+    fn set(&self, batch: &Batch);
+
+    /// Whether the graph built with this input can compute `batch` as it is.
+    fn can_reuse(&self, batch: &Batch) -> bool;
+}
+
+/// I32 [n_tokens]: the token ids (llama.cpp's `llm_graph_input_embd`).
+pub struct TokenIds(pub Tensor);
+
+impl GraphInput for TokenIds {
+    fn set(&self, batch: &Batch) {
+        let ids: Vec<i32> = batch.tokens.iter().map(|&t| t as i32).collect();
+        self.0.write(&ids);
+    }
+
+    fn can_reuse(&self, batch: &Batch) -> bool {
+        self.0.ne()[0] as usize == batch.n_tokens()
+    }
+}
+
+/// I32 [n_tokens]: each token's position (`llm_graph_input_pos`).
+pub struct Positions(pub Tensor);
+
+impl GraphInput for Positions {
+    fn set(&self, batch: &Batch) {
+        self.0.write(&batch.positions().collect::<Vec<i32>>());
+    }
+
+    fn can_reuse(&self, batch: &Batch) -> bool {
+        self.0.ne()[0] as usize == batch.n_tokens()
+    }
+}
+
+/// I32 [n_outputs]: the rows whose logits are computed, the batch's last
+/// (`llm_graph_input_out_ids`).
+pub struct OutputRows(pub Tensor);
+
+impl GraphInput for OutputRows {
+    fn set(&self, batch: &Batch) {
+        self.0.write(&[batch.n_tokens() as i32 - 1]);
+    }
+
+    fn can_reuse(&self, _: &Batch) -> bool {
+        true
+    }
+}
+
+/// A cache group's view for the pass (`llm_graph_input_attn_kv`): where each token's
+/// K and V go, and which cells each token may attend to.
+pub struct KvGroupInput {
+    /// Which of the cache's groups.
+    pub group: usize,
+    /// How many cells of the group the graph attends over.
+    pub n_kv: i64,
+    /// F16 [n_kv, n_tokens]: 0 where a token may attend a cell, -inf elsewhere.
+    pub mask: Tensor,
+    /// I64 [n_tokens]: the cell each token's K and V go to.
+    pub cells: Tensor,
+}
+
+impl GraphInput for KvGroupInput {
+    fn set(&self, batch: &Batch) {
+        let idxs: Vec<i64> = batch.slots[self.group].iter().map(|&i| i64::from(i)).collect();
+        self.cells.write(&idxs);
+        // Row by row: the whole mask of a micro-batch deep in a large context would be
+        // a second copy of up to a GiB.
+        let cells: &Cells = &batch.kv.groups[self.group];
+        let mut row = vec![0u16; self.n_kv as usize];
+        let row_bytes = std::mem::size_of_val(&row[..]);
+        assert_eq!(self.mask.nbytes(), row_bytes * batch.n_tokens());
+        for (i, query) in batch.positions().enumerate() {
+            cells.mask_row(query, &mut row);
+            self.mask.write_at(i * row_bytes, &row);
+        }
+    }
+
+    fn can_reuse(&self, batch: &Batch) -> bool {
+        self.cells.ne()[0] as usize == batch.n_tokens() && i64::from(batch.kv.groups[self.group].n_kv()) == self.n_kv
+    }
+}
+
+/// An input holding one value everywhere: llama.cpp feeds some constants as inputs
+/// rather than op parameters (Gemma 3's embedding scale), and we mirror its ops. Set
+/// every pass: the allocator lends an input's memory to later tensors once its last
+/// reader has run, so a reused graph finds it overwritten.
+pub struct Filled {
+    pub tensor: Tensor,
+    pub value: f32,
+}
+
+impl GraphInput for Filled {
+    fn set(&self, _: &Batch) {
+        let n = self.tensor.nbytes() / std::mem::size_of::<f32>();
+        self.tensor.write(&vec![self.value; n]);
+    }
+
+    fn can_reuse(&self, _: &Batch) -> bool {
+        true
+    }
+}
+
+/// Every input of a pass.
+pub struct Inputs {
+    pub tokens: TokenIds,
+    pub pos: Positions,
+    pub out_ids: OutputRows,
+    /// One per KV cache group (see [`crate::kv_cache`]).
+    pub kv: Vec<KvGroupInput>,
+    /// Added while the graph is built, by the pieces that need them.
+    pub filled: RefCell<Vec<Filled>>,
+}
+
+impl Inputs {
+    /// The inputs of a pass over `n_tokens` tokens attending over the first `n_kv`
+    /// cells of each cache group.
+    pub fn new(graph: &Graph, n_tokens: i64, n_kv: &[u32]) -> Inputs {
+        let kv = n_kv
+            .iter()
+            .enumerate()
+            .map(|(group, &n_kv)| KvGroupInput {
+                group,
+                n_kv: n_kv.into(),
+                mask: graph.input(
+                    &format!("attn_inp_kq_mask_g{group}"),
+                    sys::GGML_TYPE_F16,
+                    &[n_kv.into(), n_tokens, 1, 1],
+                ),
+                cells: graph.input(&format!("inp_kv_cells_g{group}"), sys::GGML_TYPE_I64, &[n_tokens]),
+            })
+            .collect();
+        Inputs {
+            tokens: TokenIds(graph.input("inp_tokens", sys::GGML_TYPE_I32, &[n_tokens])),
+            pos: Positions(graph.input("inp_pos", sys::GGML_TYPE_I32, &[n_tokens])),
+            out_ids: OutputRows(graph.input("inp_out_ids", sys::GGML_TYPE_I32, &[1])),
+            kv,
+            filled: RefCell::new(Vec::new()),
+        }
+    }
+
+    fn each(&self, mut f: impl FnMut(&dyn GraphInput) -> bool) -> bool {
+        let fixed: [&dyn GraphInput; 3] = [&self.tokens, &self.pos, &self.out_ids];
+        fixed.into_iter().all(&mut f) && self.kv.iter().all(|g| f(g)) && self.filled.borrow().iter().all(|i| f(i))
+    }
+
+    pub(crate) fn set(&self, batch: &Batch) {
+        self.each(|input| {
+            input.set(batch);
+            true
+        });
+    }
+
+    pub(crate) fn can_reuse(&self, batch: &Batch) -> bool {
+        self.each(|input| input.can_reuse(batch))
+    }
+}
