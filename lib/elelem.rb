@@ -13,6 +13,7 @@ end
 require_relative "elelem/options"
 require_relative "elelem/completion"
 require_relative "elelem/pieces"
+require_relative "elelem/tokenizer"
 require_relative "elelem/model"
 require_relative "elelem/models"
 require_relative "elelem/bench"

@@ -107,7 +107,7 @@ RSpec.describe "hostile calls" do
   end
 
   it "refuses calls on the model from its own streaming block, then carries on" do
-    calls = [-> { model.generate([1]) }, -> { model.tokenize("x") }, -> { model.close }, -> { model.info }]
+    calls = [-> { model.generate([1]) }, -> { model.close }, -> { model.info }]
     calls.each do |call|
       expect { model.generate(prompt, max_tokens: 3) { call.call } }.to raise_error(Elelem::Error, /busy/)
     end
@@ -115,10 +115,23 @@ RSpec.describe "hostile calls" do
     healthy!
   end
 
+  it "tokenizes from its own streaming block: the tokenizer takes no turn on the model" do
+    model.tokenizer
+    seen = []
+    model.generate(prompt, max_tokens: 3) { |id| seen << model.detokenize([id]) << model.tokenize("x") }
+    expect(seen.size).to eq(6)
+    healthy!
+  end
+
   it "keeps its natives private and cannot be built or copied behind Elelem.open's back" do
     expect { model._run(prompt, {}, false) }.to raise_error(NoMethodError)
     expect { model._close }.to raise_error(NoMethodError)
     expect { Elelem::Model._open(SpecModels.canary, 0, 0, 0) }.to raise_error(NoMethodError)
+    expect { Elelem::Tokenizer._open(SpecModels.canary) }.to raise_error(NoMethodError)
+    expect { model.tokenizer.send(:_detokenize, [2**40], true) }.to raise_error(RangeError)
+    [-> { Elelem::Tokenizer.new }, -> { model.tokenizer.dup }].each do |call|
+      expect(&call).to raise_error(TypeError, /allocator undefined/)
+    end
     [-> { Elelem::Model.new }, -> { Elelem::Model.allocate }, -> { model.dup }, -> { model.clone }].each do |call|
       expect(&call).to raise_error(TypeError, /allocator undefined/)
     end

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "pathname"
 require "spec_helper"
 
 # Token ids identical to the reference's llama-tokenize on a corpus of hard strings.
@@ -42,5 +43,56 @@ RSpec.describe "tokenizer parity with llama.cpp" do
         expect(pieces.join.force_encoding(Encoding::UTF_8)).to eq("日本語 🎉").or eq(" 日本語 🎉")
       end
     end
+  end
+end
+
+# Elelem::Tokenizer on its own: llama.cpp's vocab-only GGUFs (`rake peer_suite`), and a model's.
+RSpec.describe Elelem::Tokenizer do
+  vocab = ->(name) { File.join(ROOT, "vendor", "llama.cpp", "models", "ggml-vocab-#{name}.gguf") }
+
+  # The cases of a vocabulary, as llama.cpp's test-tokenizer-0 reads them.
+  def suite_cases(path)
+    sep = "\n__ggml_vocab_test__\n"
+    inputs = File.read("#{path}.inp").delete_suffix(sep).split(sep, -1)
+    outputs = File.readlines("#{path}.out", chomp: true).map { |l| l.split.map(&:to_i) }
+    inputs.zip(outputs)
+  end
+
+  it "opens a vocab-only GGUF and tokenizes as llama.cpp's own suite says" do
+    tok = described_class.open(vocab["llama-bpe"])
+    expect(tok.n_vocab).to eq(128_256)
+    expect([tok.bos, tok.eos, tok.add_bos?, tok.add_eos?]).to eq([128_000, 128_001, true, false])
+    expect(tok.inspect).to eq("#<Elelem::Tokenizer n_vocab=128256 bos=128000 eos=128001>")
+    suite_cases(vocab["llama-bpe"]).each do |text, ids|
+      expect(tok.tokenize(text, add_special: false, parse_special: false)).to eq(ids), text.inspect
+    end
+    expect(tok.tokenize("Hello")).to eq([128_000, 9906])
+    expect(tok.detokenize([9906, 1917])).to eq("Hello world")
+    expect(tok.token_to_piece(128_000)).to eq("<|begin_of_text|>")
+    expect(tok.token_to_piece(128_000, special: false)).to eq("")
+    expect(tok.eog?(128_001)).to be(true)
+    expect(tok.eog?(9906)).to be(false)
+  end
+
+  it "refuses what is not a vocabulary with LoadError, and bad arguments with ArgumentError" do
+    expect { described_class.open("/nonexistent.gguf") }.to raise_error(Elelem::LoadError, /nonexistent/)
+    expect { described_class.open(__FILE__) }.to raise_error(Elelem::LoadError)
+    expect { described_class.open(nil) }.to raise_error(ArgumentError)
+    tok = described_class.open(Pathname(vocab["llama-spm"]))
+    expect { tok.tokenize(nil) }.to raise_error(ArgumentError)
+    expect { tok.detokenize([tok.n_vocab]) }.to raise_error(ArgumentError, /out of range/)
+    expect { tok.token_to_piece(-1) }.to raise_error(ArgumentError)
+  end
+
+  it "is the model's, shared across threads and usable after the model is closed" do
+    model = Elelem.open(SpecModels.path("qwen2.5-coder-0.5b"), n_ctx: 256)
+    tok = model.tokenizer
+    expect(model.tokenizer).to equal(tok)
+    expect(tok.tokenize("def f():")).to eq(model.tokenize("def f():"))
+    results = Array.new(4) { |i| Thread.new { tok.tokenize("thread #{i} " * 50) } }.map(&:value)
+    expect(results.map(&:size).uniq.size).to eq(1)
+    model.close
+    expect(tok.detokenize(tok.tokenize("still here", add_special: false))).to eq("still here")
+    expect { model.tokenizer }.to raise_error(Elelem::ClosedError)
   end
 end

@@ -155,27 +155,35 @@ module Elelem
       synchronize { _chat_template }
     end
 
-    # Token ids of `text`, as llama.cpp's `llama-tokenize` gives them.
+    # The model's tokenizer. It takes no turn on the model: threads may tokenize while
+    # the model generates, and it stays usable after {#close}.
+    # @return [Tokenizer]
+    # @raise [Elelem::Error] when the model's vocabulary is not supported (ids still work)
+    def tokenizer
+      raise ClosedError, "the model is closed" if @closed
+
+      @tokenizer ||= synchronize { _tokenizer }
+    end
+
+    # Token ids of `text`; see {Tokenizer#tokenize}.
     # @param add_special [Boolean] add BOS/EOS where the model asks for them
     # @param parse_special [Boolean] read special-token text (`<|im_start|>`) as those tokens
     # @return [Array<Integer>]
     def tokenize(text, add_special: true, parse_special: true)
-      text = Options.text(:text, text)
-      synchronize { _tokenize(text, add_special ? true : false, parse_special ? true : false) }
+      tokenizer.tokenize(text, add_special:, parse_special:)
     end
 
-    # The text of token ids.
+    # The text of token ids; see {Tokenizer#detokenize}.
     # @param special [Boolean] render special tokens as their text
     # @return [String] UTF-8
     def detokenize(ids, special: true)
-      synchronize { _detokenize(Options.ids(ids, allow_empty: true), special ? true : false) }
+      tokenizer.detokenize(ids, special:)
     end
 
     # One token's bytes (which may be part of a character, hence a binary String).
     # @return [String]
     def token_to_piece(id, special: true)
-      Options.ids([id])
-      synchronize { _token_to_piece(id, special ? true : false) }
+      tokenizer.token_to_piece(id, special:)
     end
 
     # Why the last generation on this model stopped: `:stop` (a stop string), `:eos`,
@@ -192,6 +200,7 @@ module Elelem
     # @raise [Elelem::Error] when called from the block of a generation on this model
     def close
       synchronize { _close }
+      @closed = true
       nil
     end
 

@@ -34,6 +34,14 @@ pub use hparams::HParams;
 pub use model::{Model, ModelParams};
 pub use text::{FinishReason, TextGenerator, TextParams};
 
+/// The tokenizer of a GGUF file's vocabulary alone (a vocab-only GGUF, as
+/// llama.cpp's `vocab_only`, or any model file: no tensor is read). A file that is
+/// not a GGUF, or a vocabulary llama.cpp would refuse, is an [`Error::Load`].
+pub fn open_tokenizer(path: &std::path::Path) -> Result<Tokenizer> {
+    let gguf = elelem_gguf::Gguf::open(path).map_err(|e| Error::Load(format!("{}: {e}", path.display())))?;
+    Tokenizer::from_gguf(&gguf).map_err(|e| Error::Load(format!("{}: {e}", path.display())))
+}
+
 /// The vendored ggml's version.
 pub fn ggml_version() -> &'static str {
     ggml_sys::GGML_VERSION

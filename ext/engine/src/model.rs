@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use elelem_gguf::{FileBytes, Gguf, TensorInfo, TensorType, Value};
 use elelem_tokenizer::Tokenizer;
@@ -26,7 +27,7 @@ pub struct Model {
     pub hparams: HParams,
     pub(crate) weights: Weights,
     /// The tokenizer, or why the file's vocabulary cannot be used (ids still work then).
-    tokenizer: std::result::Result<Tokenizer, String>,
+    tokenizer: std::result::Result<Arc<Tokenizer>, String>,
     chat_template: Option<String>,
     weights_bytes: usize,
     repacked_bytes: usize,
@@ -82,8 +83,9 @@ impl Model {
         let weights = arch.load(&mut loader, &hparams)?;
         loader.check_all_used(arch)?;
         let placed = loader.place()?;
-        let tokenizer =
-            Tokenizer::from_gguf(&gguf).map_err(|e| format!("this model's tokenizer is not supported: {e}"));
+        let tokenizer = Tokenizer::from_gguf(&gguf)
+            .map(Arc::new)
+            .map_err(|e| format!("this model's tokenizer is not supported: {e}"));
         let chat_template = gguf
             .get("tokenizer.chat_template")
             .and_then(Value::as_str)
@@ -124,7 +126,8 @@ impl Model {
         self.tokenizer.as_ref().is_ok_and(|t| t.is_eog(token))
     }
 
-    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+    /// The model's tokenizer, shared: it outlives the model in whoever clones it.
+    pub fn tokenizer(&self) -> Result<&Arc<Tokenizer>> {
         self.tokenizer.as_ref().map_err(|e| Error::Tokenizer(e.clone()))
     }
 

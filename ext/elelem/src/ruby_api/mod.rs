@@ -1,6 +1,7 @@
 mod errors;
 mod model;
 mod nogvl;
+mod tokenizer;
 
 use magnus::{function, prelude::*, Error, RHash, Ruby};
 
@@ -9,6 +10,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     elelem.define_singleton_method("ggml_version", function!(elelem_engine::ggml_version, 0))?;
     elelem.define_singleton_method("system_info", function!(elelem_engine::system_info, 0))?;
     elelem.define_singleton_method("build_profile", function!(build_profile, 0))?;
+    tokenizer::init(ruby, &elelem)?;
     model::init(ruby, &elelem)
 }
 

@@ -13,6 +13,7 @@ use magnus::{function, method, prelude::*, Error, RArray, RHash, RModule, RStrin
 
 use super::errors::{self, engine_error};
 use super::nogvl::without_gvl;
+use super::tokenizer::Tokenizer;
 
 struct Loaded {
     ctx: engine::Context,
@@ -113,33 +114,11 @@ impl Model {
         })
     }
 
-    fn tokenize(
-        ruby: &Ruby,
-        rb_self: &Self,
-        text: String,
-        add_special: bool,
-        parse_special: bool,
-    ) -> Result<RArray, Error> {
+    /// The model's tokenizer, shared with it.
+    fn tokenizer(ruby: &Ruby, rb_self: &Self) -> Result<Tokenizer, Error> {
         rb_self.with_loaded(ruby, |loaded| {
             let tokenizer = loaded.ctx.model().tokenizer().map_err(|e| engine_error(ruby, e))?;
-            Ok(ruby.ary_from_vec(tokenizer.tokenize(&text, add_special, parse_special)))
-        })
-    }
-
-    fn detokenize(ruby: &Ruby, rb_self: &Self, ids: Vec<i64>, special: bool) -> Result<String, Error> {
-        rb_self.with_loaded(ruby, |loaded| {
-            let ids = checked_ids(ruby, &loaded.ctx, &ids)?;
-            let tokenizer = loaded.ctx.model().tokenizer().map_err(|e| engine_error(ruby, e))?;
-            Ok(String::from_utf8_lossy(&tokenizer.detokenize(&ids, special)).into_owned())
-        })
-    }
-
-    /// A token's bytes: a piece may hold part of a character, so the String is binary.
-    fn token_to_piece(ruby: &Ruby, rb_self: &Self, id: i64, special: bool) -> Result<RString, Error> {
-        rb_self.with_loaded(ruby, |loaded| {
-            let id = checked_ids(ruby, &loaded.ctx, &[id])?[0];
-            let tokenizer = loaded.ctx.model().tokenizer().map_err(|e| engine_error(ruby, e))?;
-            Ok(ruby.str_from_slice(tokenizer.token_to_piece(id, special)))
+            Ok(Tokenizer(Arc::clone(tokenizer)))
         })
     }
 
@@ -332,9 +311,7 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
         .singleton_class()?
         .define_private_method("_open", function!(Model::open, 4))?;
     class.define_private_method("_run", method!(Model::run, 3))?;
-    class.define_private_method("_tokenize", method!(Model::tokenize, 3))?;
-    class.define_private_method("_detokenize", method!(Model::detokenize, 2))?;
-    class.define_private_method("_token_to_piece", method!(Model::token_to_piece, 2))?;
+    class.define_private_method("_tokenizer", method!(Model::tokenizer, 0))?;
     class.define_private_method("_chat_template", method!(Model::chat_template, 0))?;
     class.define_private_method("_render_chat", method!(Model::render_chat, 3))?;
     class.define_private_method("_chat_ids", method!(Model::chat_ids, 3))?;
