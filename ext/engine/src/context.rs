@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
 use crate::graph_inputs::{Batch, Inputs};
-use crate::kv_cache::{Cells, KvCache, KV_PAD};
+use crate::kv_cache::{Cells, KvCache, SeqId, KV_PAD, MAX_SEQUENCES};
 use crate::layers::GraphBuilder;
 use crate::{Error, Model, Result};
 
@@ -17,10 +17,12 @@ pub const DEFAULT_UBATCH: u32 = 512;
 
 #[derive(Debug, Clone)]
 pub struct ContextParams {
-    /// The most tokens the sequence may hold.
+    /// The most tokens the context holds, all sequences together (one unified cache).
     pub n_ctx: u32,
     pub n_threads: usize,
     pub n_ubatch: u32,
+    /// How many sequences the context holds at once.
+    pub n_seq_max: u32,
 }
 
 impl Default for ContextParams {
@@ -29,11 +31,12 @@ impl Default for ContextParams {
             n_ctx: 4096,
             n_threads: 2,
             n_ubatch: DEFAULT_UBATCH,
+            n_seq_max: 1,
         }
     }
 }
 
-/// Counters of the work done since the sequence began.
+/// Counters of the work done since the context (or its single sequence) began.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct DecodeStats {
     pub prompt_tokens: u64,
@@ -48,6 +51,25 @@ pub struct DecodeStats {
     pub reused_tokens: u64,
 }
 
+/// One token of a batch: appended to sequence `seq` at its next position; its
+/// logits are computed when `output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchToken {
+    pub token: u32,
+    pub seq: SeqId,
+    pub output: bool,
+}
+
+/// A pass's tokens as [`Context::decode_batch`] lays them out: positions, sequences,
+/// output rows, and the cells each cache group gave them.
+struct Pass<'a> {
+    tokens: &'a [u32],
+    pos: &'a [i32],
+    seqs: &'a [SeqId],
+    out_rows: &'a [i32],
+    slots: &'a [Vec<u32>],
+}
+
 /// The last graph built and allocated, kept for the next pass its inputs say it
 /// can serve (most decode steps): that pass only writes its inputs, as llama.cpp
 /// reuses its graphs. Building and allocating one costs ~0.4 ms, 1-2% of a token.
@@ -57,8 +79,10 @@ struct BuiltGraph {
     logits: Tensor,
 }
 
-/// One sequence over a model: the KV cache, the graph allocator that owns the
-/// compute buffer, and the CPU backend the graphs run on.
+/// Sequences over a model: the KV cache they share, the graph allocator that owns
+/// the compute buffer, and the CPU backend the graphs run on. [`Context::decode_batch`]
+/// evaluates tokens of any of the sequences in one pass; the single-sequence methods
+/// ([`Context::decode`] and its kin) work on sequence 0.
 pub struct Context {
     model: Arc<Model>,
     params: ContextParams,
@@ -68,9 +92,9 @@ pub struct Context {
     last_graph: Option<BuiltGraph>,
     galloc: Gallocr,
     arena: GraphArena,
-    n_past: u32,
-    /// The tokens whose K and V the cache holds, in order.
-    cached: Vec<u32>,
+    /// Per sequence, the tokens whose K and V the cache holds, in order.
+    seqs: Vec<Vec<u32>>,
+    /// The logits of the last pass's output rows, one row of n_vocab each.
     logits: Vec<f32>,
     abort: Arc<AtomicBool>,
     stats: DecodeStats,
@@ -85,6 +109,7 @@ impl Context {
             &model.hparams,
             params.n_ctx,
             params.n_ubatch.min(params.n_ctx),
+            params.n_seq_max,
         )?;
         let galloc = Gallocr::new(backend.default_buft())?;
         let abort = Arc::new(AtomicBool::new(false));
@@ -94,29 +119,46 @@ impl Context {
         let model_weights = model.n_weights();
         let mut ctx = Context {
             model,
-            params,
             backend,
             kv,
             last_graph: None,
             galloc,
             arena: GraphArena::new(MIN_NODES.max(8 * model_weights)),
-            n_past: 0,
-            cached: Vec::new(),
+            seqs: vec![Vec::new(); params.n_seq_max as usize],
             logits: vec![0.0; n_vocab],
             abort,
             stats: DecodeStats::default(),
+            params,
         };
         ctx.reserve()?;
         Ok(ctx)
     }
 
+    /// The most output rows one pass computes: one per sequence.
+    fn max_outputs(&self) -> u32 {
+        self.params.n_seq_max.min(self.max_batch())
+    }
+
+    /// The most tokens one pass evaluates.
+    pub fn max_batch(&self) -> u32 {
+        self.params.n_ubatch.min(self.params.n_ctx)
+    }
+
     /// Sizes the compute buffer once, for the largest graph this context will build
-    /// (a full micro-batch attending over every cell), so it never grows later.
+    /// (a full micro-batch with an output row per sequence, attending over every
+    /// cell), so it never grows later.
     fn reserve(&mut self) -> Result<()> {
-        let n_tokens = self.params.n_ubatch.min(self.params.n_ctx);
         let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::size).collect();
         let graph = self.arena.graph()?;
-        build(&graph, &self.model, &self.kv, self.params.n_ctx, n_tokens, &n_kv);
+        build(
+            &graph,
+            &self.model,
+            &self.kv,
+            &self.params,
+            self.max_batch(),
+            self.max_outputs(),
+            &n_kv,
+        );
         self.galloc.reserve(&graph)
     }
 
@@ -128,43 +170,81 @@ impl Context {
         &self.params
     }
 
-    /// Tokens in the sequence so far.
+    /// Tokens in sequence 0 so far.
     pub fn n_past(&self) -> u32 {
-        self.n_past
+        self.seqs[0].len() as u32
     }
 
-    /// Forgets the sequence (the cache cells are simply reused).
+    /// The tokens whose K and V the cache holds for `seq`, in order.
+    pub fn seq_tokens(&self, seq: SeqId) -> &[u32] {
+        &self.seqs[seq as usize]
+    }
+
+    /// Forgets every sequence (the cache cells are simply reused).
     pub fn clear(&mut self) {
         self.kv.clear();
-        self.n_past = 0;
-        self.cached.clear();
+        self.seqs.iter_mut().for_each(Vec::clear);
         self.stats = DecodeStats::default();
     }
 
-    /// Starts a new sequence that will begin with `prompt`, keeping the K and V of
-    /// the longest prefix it shares with the cached one; at least one token is left
-    /// to evaluate, for its logits. Returns how many tokens were kept. A model with
-    /// sliding-window layers always starts afresh: its ring may no longer hold the
-    /// window a shorter prefix needs.
+    /// `seq` forgets its tokens from position `keep` on (llama.cpp's
+    /// `llama_memory_seq_rm(seq, keep, -1)`); their cells are the next ones filled.
+    pub fn seq_truncate(&mut self, seq: SeqId, keep: usize) {
+        let tokens = &mut self.seqs[seq as usize];
+        if keep < tokens.len() {
+            tokens.truncate(keep);
+            self.kv.seq_rm(seq, keep as i32);
+        }
+    }
+
+    /// `dst` becomes a copy of `src` (llama.cpp's `seq_rm(dst)` then `seq_cp(src, dst)`):
+    /// it shares `src`'s cells, and so its prefix, without evaluating anything.
+    pub fn seq_copy(&mut self, src: SeqId, dst: SeqId) {
+        if src == dst {
+            return;
+        }
+        self.seq_truncate(dst, 0);
+        self.kv.seq_cp(src, dst, 0, i32::MAX);
+        self.seqs[dst as usize] = self.seqs[src as usize].clone();
+    }
+
+    /// Every sequence but `seq` is forgotten (llama.cpp's `seq_keep`).
+    pub fn seq_keep(&mut self, seq: SeqId) {
+        self.kv.seq_keep(seq);
+        for (s, tokens) in self.seqs.iter_mut().enumerate() {
+            if s as SeqId != seq {
+                tokens.clear();
+            }
+        }
+    }
+
+    /// How many more cells the cache can take right now, in its smallest group.
+    pub fn free_cells(&self) -> u32 {
+        self.kv.free_cells()
+    }
+
+    /// How long a prefix of `prompt` sequence `seq` already holds, leaving at least
+    /// one token to evaluate (for its logits). A model with sliding-window layers
+    /// shares none: its ring may no longer hold the window a shorter prefix needs.
+    pub fn reusable_prefix(&self, seq: SeqId, prompt: &[u32]) -> usize {
+        if self.model.hparams.swa.is_some() {
+            return 0;
+        }
+        let cached = &self.seqs[seq as usize];
+        let common = cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        common.min(prompt.len().saturating_sub(1))
+    }
+
+    /// Starts sequence 0 anew with `prompt` in view, keeping the K and V of the
+    /// longest prefix it shares with the cached one ([`Context::reusable_prefix`]).
+    /// Returns how many tokens were kept.
     pub fn restart_with_prefix(&mut self, prompt: &[u32]) -> usize {
-        let shared = if self.model.hparams.swa.is_some() {
-            0
-        } else {
-            let common = self.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-            common.min(prompt.len().saturating_sub(1))
-        };
+        let shared = self.reusable_prefix(0, prompt);
         if shared == 0 {
             self.clear();
             return 0;
         }
-        // What llama.cpp's llama_memory_seq_rm(seq, shared, -1) does: positions from
-        // `shared` on are forgotten, and their cells are the next ones filled.
-        self.kv
-            .groups
-            .iter_mut()
-            .for_each(|cells| cells.truncate(shared as i32));
-        self.cached.truncate(shared);
-        self.n_past = shared as u32;
+        self.seq_truncate(0, shared);
         self.stats = DecodeStats {
             reused_tokens: shared as u64,
             ..DecodeStats::default()
@@ -192,75 +272,161 @@ impl Context {
         Arc::clone(&self.abort)
     }
 
-    /// The logits after the last decoded token.
+    /// The logits of the last pass's last output row (after [`Context::decode`], of its
+    /// last token).
     pub fn logits(&self) -> &[f32] {
-        &self.logits
+        let n_vocab = self.model.hparams.n_vocab as usize;
+        &self.logits[self.logits.len() - n_vocab..]
     }
 
-    /// Appends `tokens` to the sequence and returns the logits after its last token.
+    /// The logits of output row `i` of the last [`Context::decode_batch`] (the batch's
+    /// `i`-th token marked `output`).
+    pub fn output_logits(&self, i: usize) -> &[f32] {
+        let n_vocab = self.model.hparams.n_vocab as usize;
+        &self.logits[i * n_vocab..(i + 1) * n_vocab]
+    }
+
+    /// Appends `tokens` to sequence 0, in micro-batches, and returns the logits after
+    /// its last token.
     pub fn decode(&mut self, tokens: &[u32]) -> Result<&[f32]> {
         if tokens.is_empty() {
             return Err(Error::InvalidArgument("no tokens to decode".into()));
         }
-        let n_vocab = self.model.hparams.n_vocab;
-        if let Some(&bad) = tokens.iter().find(|&&t| t >= n_vocab) {
-            return Err(Error::InvalidArgument(format!(
-                "token id {bad} is out of range (vocabulary size {n_vocab})"
-            )));
-        }
-        let total = u64::from(self.n_past) + tokens.len() as u64;
-        if total > u64::from(self.params.n_ctx) {
-            return Err(Error::ContextFull(format!(
-                "{} tokens do not fit: the context holds {} of n_ctx {}",
-                tokens.len(),
-                self.n_past,
-                self.params.n_ctx
-            )));
-        }
+        self.check_fits(0, tokens.len())?;
         let start = Instant::now();
-        for chunk in tokens.chunks(self.params.n_ubatch as usize) {
-            self.eval(chunk)?;
+        for chunk in tokens.chunks(self.max_batch() as usize) {
+            let batch: Vec<BatchToken> = chunk
+                .iter()
+                .map(|&token| BatchToken {
+                    token,
+                    seq: 0,
+                    output: false,
+                })
+                .collect();
+            self.decode_batch(&batch)?;
         }
         let seconds = start.elapsed().as_secs_f64();
-        if tokens.len() > 1 {
-            self.stats.prompt_tokens += tokens.len() as u64;
+        self.count(tokens.len(), seconds);
+        Ok(self.logits())
+    }
+
+    /// Adds a pass's work to the counters: a prompt when it had several tokens.
+    pub fn count(&mut self, n_tokens: usize, seconds: f64) {
+        if n_tokens > 1 {
+            self.stats.prompt_tokens += n_tokens as u64;
             self.stats.prompt_seconds += seconds;
         } else {
             self.stats.decode_tokens += 1;
             self.stats.decode_seconds += seconds;
         }
-        Ok(&self.logits)
     }
 
-    /// One micro-batch: place it in the cache, build, allocate, fill inputs, compute,
-    /// read the last row's logits. On failure the cache forgets the batch's positions.
-    fn eval(&mut self, tokens: &[u32]) -> Result<()> {
-        let n_tokens = tokens.len() as u32;
-        let first = self.n_past as i32;
+    fn check_fits(&self, seq: SeqId, n_tokens: usize) -> Result<()> {
+        let held = self.seqs[seq as usize].len();
+        if (held + n_tokens) as u64 > u64::from(self.params.n_ctx) {
+            return Err(Error::ContextFull(format!(
+                "{n_tokens} tokens do not fit: the context holds {held} of n_ctx {}",
+                self.params.n_ctx
+            )));
+        }
+        Ok(())
+    }
+
+    /// One pass over tokens of any sequences (at most [`Context::max_batch`], each
+    /// appended to its sequence in batch order), computing the logits of those marked
+    /// `output` (else of the last token). On failure no sequence keeps any of them.
+    pub fn decode_batch(&mut self, batch: &[BatchToken]) -> Result<()> {
+        let n_vocab = self.model.hparams.n_vocab;
+        if batch.is_empty() || batch.len() > self.max_batch() as usize {
+            return Err(Error::InvalidArgument(format!(
+                "a batch holds 1 to {} tokens, got {}",
+                self.max_batch(),
+                batch.len()
+            )));
+        }
+        if let Some(t) = batch.iter().find(|t| t.token >= n_vocab) {
+            return Err(Error::InvalidArgument(format!(
+                "token id {} is out of range (vocabulary size {n_vocab})",
+                t.token
+            )));
+        }
+        if let Some(t) = batch.iter().find(|t| t.seq >= self.params.n_seq_max) {
+            return Err(Error::InvalidArgument(format!(
+                "sequence {} is out of range (the context holds {})",
+                t.seq, self.params.n_seq_max
+            )));
+        }
+        let mut out_rows: Vec<i32> = (0..batch.len() as i32).filter(|&i| batch[i as usize].output).collect();
+        if out_rows.len() > self.max_outputs() as usize {
+            return Err(Error::InvalidArgument(format!(
+                "a batch computes at most {} output rows, one per sequence",
+                self.max_outputs()
+            )));
+        }
+        if out_rows.is_empty() {
+            out_rows.push(batch.len() as i32 - 1);
+        }
+        let mut next: Vec<i32> = self.seqs.iter().map(|t| t.len() as i32).collect();
+        let pos: Vec<i32> = batch
+            .iter()
+            .map(|t| {
+                next[t.seq as usize] += 1;
+                next[t.seq as usize] - 1
+            })
+            .collect();
+        for (seq, &end) in next.iter().enumerate() {
+            self.check_fits(seq as SeqId, end as usize - self.seqs[seq].len())?;
+        }
         // Every group finds its cells before any takes them, as llama.cpp prepares a batch.
         let slots = self
             .kv
             .groups
             .iter()
-            .map(|cells| cells.find_slot(n_tokens))
+            .map(|cells| cells.find_slot(batch.len() as u32))
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| Error::Internal(format!("no KV cache cells for {n_tokens} tokens")))?;
+            .ok_or_else(|| {
+                Error::ContextFull(format!(
+                    "no room in the KV cache for {} tokens (n_ctx {} is shared by every sequence)",
+                    batch.len(),
+                    self.params.n_ctx
+                ))
+            })?;
+        let placed = pos.iter().zip(batch).map(|(&p, t)| (p, t.seq));
         for (cells, slot) in self.kv.groups.iter_mut().zip(&slots) {
-            cells.apply(slot, first);
+            cells.apply(slot, placed.clone());
         }
-        let result = self.compute(tokens, first, &slots);
-        if result.is_err() {
-            self.kv.groups.iter_mut().for_each(|cells| cells.truncate(first));
+        let tokens: Vec<u32> = batch.iter().map(|t| t.token).collect();
+        let seqs: Vec<SeqId> = batch.iter().map(|t| t.seq).collect();
+        let pass = Pass {
+            tokens: &tokens,
+            pos: &pos,
+            seqs: &seqs,
+            out_rows: &out_rows,
+            slots: &slots,
+        };
+        match self.compute(&pass) {
+            Ok(()) => {
+                for t in batch {
+                    self.seqs[t.seq as usize].push(t.token);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                for (seq, tokens) in self.seqs.iter().enumerate() {
+                    self.kv.seq_rm(seq as SeqId, tokens.len() as i32);
+                }
+                Err(e)
+            }
         }
-        result
     }
 
-    fn compute(&mut self, tokens: &[u32], first: i32, slots: &[Vec<u32>]) -> Result<()> {
-        let n_tokens = tokens.len() as u32;
+    fn compute(&mut self, pass: &Pass) -> Result<()> {
         let batch = Batch {
-            tokens,
-            first_pos: first,
-            slots,
+            tokens: pass.tokens,
+            pos: pass.pos,
+            seqs: pass.seqs,
+            out_rows: pass.out_rows,
+            slots: pass.slots,
             kv: &self.kv,
         };
         if !self.last_graph.as_ref().is_some_and(|g| g.inputs.can_reuse(&batch)) {
@@ -268,7 +434,9 @@ impl Context {
             self.last_graph = None;
             let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::n_kv).collect();
             let graph = self.arena.graph()?;
-            let (inputs, logits) = build(&graph, &self.model, &self.kv, self.params.n_ctx, n_tokens, &n_kv);
+            let n_tokens = batch.tokens.len() as u32;
+            let n_outputs = batch.out_rows.len() as u32;
+            let (inputs, logits) = build(&graph, &self.model, &self.kv, &self.params, n_tokens, n_outputs, &n_kv);
             self.galloc.alloc(&graph)?;
             self.last_graph = Some(BuiltGraph { graph, inputs, logits });
         }
@@ -282,9 +450,8 @@ impl Context {
         self.stats.compute_buffer_bytes_min = self.stats.compute_buffer_bytes_min.min(bytes);
         self.stats.compute_buffer_bytes_max = self.stats.compute_buffer_bytes_max.max(bytes);
         self.backend.compute(graph)?;
+        self.logits.resize(logits.nbytes() / std::mem::size_of::<f32>(), 0.0);
         logits.read_f32(0, &mut self.logits);
-        self.n_past += n_tokens;
-        self.cached.extend_from_slice(tokens);
         Ok(())
     }
 }
@@ -303,6 +470,12 @@ fn validate(params: &ContextParams) -> Result<()> {
             params.n_threads
         )));
     }
+    if params.n_seq_max == 0 || params.n_seq_max > MAX_SEQUENCES {
+        return Err(Error::InvalidArgument(format!(
+            "the number of sequences must be between 1 and {MAX_SEQUENCES}, got {}",
+            params.n_seq_max
+        )));
+    }
     if params.n_ubatch == 0 || params.n_ubatch > 8192 {
         return Err(Error::InvalidArgument(format!(
             "n_ubatch must be between 1 and 8192, got {}",
@@ -312,16 +485,25 @@ fn validate(params: &ContextParams) -> Result<()> {
     Ok(())
 }
 
-fn build(graph: &Graph, model: &Model, kv: &KvCache, n_ctx: u32, n_tokens: u32, n_kv: &[u32]) -> (Inputs, Tensor) {
-    let inputs = Inputs::new(graph, n_tokens.into(), n_kv);
+fn build(
+    graph: &Graph,
+    model: &Model,
+    kv: &KvCache,
+    params: &ContextParams,
+    n_tokens: u32,
+    n_outputs: u32,
+    n_kv: &[u32],
+) -> (Inputs, Tensor) {
+    let inputs = Inputs::new(graph, n_tokens.into(), n_outputs.into(), n_kv);
     let builder = GraphBuilder {
         graph,
         inputs,
         model,
         kv,
         n_tokens: n_tokens.into(),
-        // llama.cpp pads the context to whole cache pages before comparing it.
-        n_ctx_seq: n_ctx.div_ceil(KV_PAD) * KV_PAD,
+        // llama.cpp pads the context to whole cache pages before comparing it; the
+        // unified cache gives every sequence the whole context.
+        n_ctx_seq: params.n_ctx.div_ceil(KV_PAD) * KV_PAD,
     };
     let logits = model.hparams.arch.build(&builder);
     graph.mark_output(logits);

@@ -9,13 +9,15 @@ use std::cell::RefCell;
 use ggml_sys as sys;
 
 use crate::ggml::{Graph, Tensor};
-use crate::kv_cache::{Cells, KvCache};
+use crate::kv_cache::{Cells, KvCache, SeqId};
 
-/// One micro-batch: its tokens at consecutive positions from `first_pos`, and the
-/// cache cells each group put them in.
+/// One micro-batch: each token with its position and sequence, the rows whose
+/// logits are wanted, and the cache cells each group put the tokens in.
 pub(crate) struct Batch<'a> {
     pub tokens: &'a [u32],
-    pub first_pos: i32,
+    pub pos: &'a [i32],
+    pub seqs: &'a [SeqId],
+    pub out_rows: &'a [i32],
     /// Per cache group, the cell of each token.
     pub slots: &'a [Vec<u32>],
     pub kv: &'a KvCache,
@@ -24,10 +26,6 @@ pub(crate) struct Batch<'a> {
 impl Batch<'_> {
     fn n_tokens(&self) -> usize {
         self.tokens.len()
-    }
-
-    fn positions(&self) -> std::ops::Range<i32> {
-        self.first_pos..self.first_pos + self.tokens.len() as i32
     }
 }
 
@@ -58,7 +56,7 @@ pub struct Positions(pub Tensor);
 
 impl GraphInput for Positions {
     fn set(&self, batch: &Batch) {
-        self.0.write(&batch.positions().collect::<Vec<i32>>());
+        self.0.write(batch.pos);
     }
 
     fn can_reuse(&self, batch: &Batch) -> bool {
@@ -66,17 +64,16 @@ impl GraphInput for Positions {
     }
 }
 
-/// I32 [n_outputs]: the rows whose logits are computed, the batch's last
-/// (`llm_graph_input_out_ids`).
+/// I32 [n_outputs]: the rows whose logits are computed (`llm_graph_input_out_ids`).
 pub struct OutputRows(pub Tensor);
 
 impl GraphInput for OutputRows {
     fn set(&self, batch: &Batch) {
-        self.0.write(&[batch.n_tokens() as i32 - 1]);
+        self.0.write(batch.out_rows);
     }
 
-    fn can_reuse(&self, _: &Batch) -> bool {
-        true
+    fn can_reuse(&self, batch: &Batch) -> bool {
+        self.0.ne()[0] as usize == batch.out_rows.len()
     }
 }
 
@@ -103,8 +100,8 @@ impl GraphInput for KvGroupInput {
         let mut row = vec![0u16; self.n_kv as usize];
         let row_bytes = std::mem::size_of_val(&row[..]);
         assert_eq!(self.mask.nbytes(), row_bytes * batch.n_tokens());
-        for (i, query) in batch.positions().enumerate() {
-            cells.mask_row(query, &mut row);
+        for (i, (&query, &seq)) in batch.pos.iter().zip(batch.seqs).enumerate() {
+            cells.mask_row(query, seq, &mut row);
             self.mask.write_at(i * row_bytes, &row);
         }
     }
@@ -146,9 +143,9 @@ pub struct Inputs {
 }
 
 impl Inputs {
-    /// The inputs of a pass over `n_tokens` tokens attending over the first `n_kv`
-    /// cells of each cache group.
-    pub fn new(graph: &Graph, n_tokens: i64, n_kv: &[u32]) -> Inputs {
+    /// The inputs of a pass over `n_tokens` tokens with `n_outputs` output rows,
+    /// attending over the first `n_kv` cells of each cache group.
+    pub fn new(graph: &Graph, n_tokens: i64, n_outputs: i64, n_kv: &[u32]) -> Inputs {
         let kv = n_kv
             .iter()
             .enumerate()
@@ -166,7 +163,7 @@ impl Inputs {
         Inputs {
             tokens: TokenIds(graph.input("inp_tokens", sys::GGML_TYPE_I32, &[n_tokens])),
             pos: Positions(graph.input("inp_pos", sys::GGML_TYPE_I32, &[n_tokens])),
-            out_ids: OutputRows(graph.input("inp_out_ids", sys::GGML_TYPE_I32, &[1])),
+            out_ids: OutputRows(graph.input("inp_out_ids", sys::GGML_TYPE_I32, &[n_outputs])),
             kv,
             filled: RefCell::new(Vec::new()),
         }

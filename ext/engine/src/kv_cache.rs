@@ -1,14 +1,16 @@
 //! The KV cache: K and V of every layer, F16, and per group of layers the
-//! bookkeeping of which position each cell holds.
+//! bookkeeping of which position of which sequences each cell holds.
 //!
 //! Layers that attend to the whole context share one group of `n_ctx` cells.
 //! Sliding-window layers share another, smaller one that is reused as a ring,
-//! as llama.cpp's ISWA cache does: it holds the window plus one micro-batch,
-//! so its memory does not grow with the context. Which cell a token lands in
-//! decides the order flash attention accumulates in, so the cell choice below
-//! follows llama.cpp's `find_slot` / `apply_ubatch` step for step.
+//! as llama.cpp's ISWA cache does: it holds each sequence's window plus one
+//! micro-batch, so its memory does not grow with the context. All sequences
+//! share the cells of a group (llama.cpp's unified cache, `kv_unified`): a cell
+//! may hold one position for several sequences (a shared prefix). Which cell a
+//! token lands in decides the order flash attention accumulates in, so the cell
+//! choice below follows llama.cpp's `find_slot` / `apply_ubatch` step for step.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ggml::{self, Backend, Buffer, Tensor};
 use crate::hparams::HParams;
@@ -20,28 +22,38 @@ use ggml_sys as sys;
 /// padding keeps the flash-attention kernels, and so the bits, the same.
 pub(crate) const KV_PAD: u32 = 256;
 
+/// The most sequences one context holds (a cell's sequences are the bits of a u64).
+pub const MAX_SEQUENCES: u32 = 64;
+
 /// F16 bits of 0 and -inf.
 const MASK_VISIBLE: u16 = 0x0000;
 const MASK_HIDDEN: u16 = 0xFC00;
 
-/// The cells of one group, for a single sequence: llama.cpp's `llama_kv_cells`
-/// plus the head its slot search starts from.
+/// A sequence's index in a context, `0..n_seq_max`.
+pub type SeqId = u32;
+
+/// The cells of one group: llama.cpp's `llama_kv_cells` plus the head its slot
+/// search starts from.
 pub(crate) struct Cells {
     /// The position each cell holds, -1 when empty.
     pos: Vec<i32>,
+    /// The sequences each cell belongs to, one bit each; 0 when empty.
+    seqs: Vec<u64>,
     used: BTreeSet<u32>,
-    positions: BTreeSet<i32>,
+    /// Per sequence, how many cells hold each of its positions.
+    seq_pos: Vec<BTreeMap<i32, u32>>,
     head: u32,
     /// A key this many positions behind the query (or more) is invisible.
     window: Option<u32>,
 }
 
 impl Cells {
-    fn new(size: u32, window: Option<u32>) -> Cells {
+    fn new(size: u32, window: Option<u32>, n_seq: u32) -> Cells {
         Cells {
             pos: vec![-1; size as usize],
+            seqs: vec![0; size as usize],
             used: BTreeSet::new(),
-            positions: BTreeSet::new(),
+            seq_pos: vec![BTreeMap::new(); n_seq as usize],
             head: 0,
             window,
         }
@@ -53,8 +65,9 @@ impl Cells {
 
     pub fn clear(&mut self) {
         self.pos.fill(-1);
+        self.seqs.fill(0);
         self.used.clear();
-        self.positions.clear();
+        self.seq_pos.iter_mut().for_each(BTreeMap::clear);
         self.head = 0;
     }
 
@@ -63,22 +76,65 @@ impl Cells {
             .is_some_and(|w| i64::from(query) - i64::from(key) >= i64::from(w))
     }
 
+    /// The newest position of `seq` in the group, -1 when it has none.
+    pub fn seq_pos_max(&self, seq: SeqId) -> i32 {
+        self.seq_pos[seq as usize].last_key_value().map_or(-1, |(&p, _)| p)
+    }
+
+    /// The oldest position of `seq` in the group, -1 when it has none.
+    pub fn seq_pos_min(&self, seq: SeqId) -> i32 {
+        self.seq_pos[seq as usize].first_key_value().map_or(-1, |(&p, _)| p)
+    }
+
+    fn seq_add(&mut self, idx: u32, seq: SeqId) {
+        let bit = 1u64 << seq;
+        if self.seqs[idx as usize] & bit == 0 {
+            self.seqs[idx as usize] |= bit;
+            *self.seq_pos[seq as usize].entry(self.pos[idx as usize]).or_insert(0) += 1;
+        }
+    }
+
+    /// Takes `seq` out of cell `idx`; true when that left the cell empty.
+    fn seq_remove(&mut self, idx: u32, seq: SeqId) -> bool {
+        let i = idx as usize;
+        let bit = 1u64 << seq;
+        if self.seqs[i] & bit == 0 {
+            return false;
+        }
+        self.seqs[i] &= !bit;
+        let positions = &mut self.seq_pos[seq as usize];
+        let count = positions.get_mut(&self.pos[i]).expect("tracked with its cell");
+        *count -= 1;
+        if *count == 0 {
+            positions.remove(&self.pos[i]);
+        }
+        if self.seqs[i] == 0 {
+            self.pos[i] = -1;
+            self.used.remove(&idx);
+            return true;
+        }
+        false
+    }
+
+    /// Empties cell `idx`.
     fn remove(&mut self, idx: u32) {
-        let p = std::mem::replace(&mut self.pos[idx as usize], -1);
-        self.used.remove(&idx);
-        self.positions.remove(&p);
+        let mut seqs = self.seqs[idx as usize];
+        while seqs != 0 {
+            let seq = seqs.trailing_zeros();
+            self.seq_remove(idx, seq);
+            seqs &= seqs - 1;
+        }
     }
 
     /// The cells for the next `n_tokens` tokens, without taking them: empty cells,
-    /// or (sliding groups) cells no later token can see. The search starts at the
-    /// head, or at 0 when enough cells before the head are free, and wraps.
+    /// or (sliding groups) cells of one sequence that its next token can no longer
+    /// see. The search starts at the head, or at 0 when enough cells before the head
+    /// are free, and wraps.
     pub fn find_slot(&self, n_tokens: u32) -> Option<Vec<u32>> {
         let size = self.size();
         if n_tokens > size {
             return None;
         }
-        // The next position: every token of the batch comes at or after it.
-        let next = self.positions.last().map_or(0, |&p| p + 1);
         let mut head = self.head;
         if head > self.used.len() as u32 + 2 * n_tokens {
             head = 0;
@@ -93,8 +149,11 @@ impl Cells {
             let idx = head;
             head += 1;
             n_tested += 1;
-            let p = self.pos[idx as usize];
-            if p < 0 || self.outside_window(p, next) {
+            let seqs = self.seqs[idx as usize];
+            let usable = seqs == 0
+                || (seqs.count_ones() == 1
+                    && self.outside_window(self.pos[idx as usize], self.seq_pos_max(seqs.trailing_zeros()) + 1));
+            if usable {
                 idxs.push(idx);
             }
             if idxs.len() == n_tokens as usize {
@@ -106,44 +165,75 @@ impl Cells {
         }
     }
 
-    /// Puts positions `first..` in `idxs` (from [`Cells::find_slot`]). Positions
-    /// older than any it overwrote are dropped too, so the group always holds a
-    /// contiguous range; the next search starts after the last cell taken.
-    pub fn apply(&mut self, idxs: &[u32], first: i32) {
-        let mut newest_overwritten = -1;
-        for (&idx, p) in idxs.iter().zip(first..) {
+    /// Puts the tokens `(position, sequence)` in `idxs` (from [`Cells::find_slot`]).
+    /// A sequence whose positions were overwritten loses the older ones too, so each
+    /// holds a contiguous range; the next search starts after the last cell taken.
+    pub fn apply(&mut self, idxs: &[u32], tokens: impl Iterator<Item = (i32, SeqId)>) {
+        let mut newest_overwritten: BTreeMap<SeqId, i32> = BTreeMap::new();
+        for (&idx, (p, seq)) in idxs.iter().zip(tokens) {
             let old = self.pos[idx as usize];
             if old >= 0 {
-                newest_overwritten = newest_overwritten.max(old);
+                let owner = self.seqs[idx as usize].trailing_zeros();
+                let newest = newest_overwritten.entry(owner).or_insert(-1);
+                *newest = (*newest).max(old);
                 self.remove(idx);
             }
             self.pos[idx as usize] = p;
             self.used.insert(idx);
-            self.positions.insert(p);
+            self.seq_add(idx, seq);
         }
-        if self
-            .positions
-            .first()
-            .is_some_and(|&oldest| oldest <= newest_overwritten)
-        {
-            self.remove_range(0, newest_overwritten + 1);
+        for (seq, newest) in newest_overwritten {
+            if self.seq_pos_min(seq) >= 0 && self.seq_pos_min(seq) <= newest {
+                self.seq_rm(seq, self.seq_pos_min(seq), newest + 1);
+            }
         }
         self.head = idxs.last().map_or(self.head, |&i| i + 1);
     }
 
-    /// Forgets positions `first..`, and lets the next search start at the first
-    /// cell freed if that is before the head.
-    pub fn truncate(&mut self, first: i32) {
-        self.remove_range(first, i32::MAX);
-    }
-
-    fn remove_range(&mut self, p0: i32, p1: i32) {
+    /// llama.cpp's `seq_rm`: `seq` forgets its positions in `p0..p1`; cells left
+    /// empty are freed, and the next search starts at the first of them if that is
+    /// before the head.
+    pub fn seq_rm(&mut self, seq: SeqId, p0: i32, p1: i32) {
         let mut first_freed = None;
         for idx in 0..self.size() {
             let p = self.pos[idx as usize];
-            if p >= 0 && (p0..p1).contains(&p) {
-                self.remove(idx);
+            if p >= 0 && (p0..p1).contains(&p) && self.seq_remove(idx, seq) {
                 first_freed.get_or_insert(idx);
+            }
+        }
+        if let Some(idx) = first_freed.filter(|&i| i < self.head) {
+            self.head = idx;
+        }
+    }
+
+    /// llama.cpp's `seq_cp` within one cache: `dst` shares `src`'s cells of positions `p0..p1`.
+    pub fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: i32, p1: i32) {
+        if src == dst {
+            return;
+        }
+        for idx in 0..self.size() {
+            let p = self.pos[idx as usize];
+            if p >= 0 && (p0..p1).contains(&p) && self.seqs[idx as usize] & (1 << src) != 0 {
+                self.seq_add(idx, dst);
+            }
+        }
+    }
+
+    /// llama.cpp's `seq_keep`: every other sequence leaves its cells.
+    pub fn seq_keep(&mut self, seq: SeqId) {
+        let mut first_freed = None;
+        for idx in 0..self.size() {
+            let others = self.seqs[idx as usize] & !(1u64 << seq);
+            if others != 0 {
+                let was = self.seqs[idx as usize];
+                let mut rest = others;
+                while rest != 0 {
+                    self.seq_remove(idx, rest.trailing_zeros());
+                    rest &= rest - 1;
+                }
+                if was & (1u64 << seq) == 0 {
+                    first_freed.get_or_insert(idx);
+                }
             }
         }
         if let Some(idx) = first_freed.filter(|&i| i < self.head) {
@@ -157,14 +247,16 @@ impl Cells {
         self.size().min(KV_PAD.max(used_end.div_ceil(KV_PAD) * KV_PAD))
     }
 
-    /// One row of the F16 mask [n_kv, n_tokens], for the token at position `query`
-    /// over the first `row.len()` cells: a cell is visible if it holds a position at
-    /// or before the token's, within the window. Row by row, because the whole mask
-    /// of a micro-batch deep in a large context would be a second copy of up to a GiB.
-    pub fn mask_row(&self, query: i32, row: &mut [u16]) {
+    /// One row of the F16 mask [n_kv, n_tokens], for the token of `seq` at position
+    /// `query` over the first `row.len()` cells: a cell is visible if it holds a
+    /// position of `seq` at or before the token's, within the window. Row by row,
+    /// because the whole mask of a micro-batch deep in a large context would be a
+    /// second copy of up to a GiB.
+    pub fn mask_row(&self, query: i32, seq: SeqId, row: &mut [u16]) {
         row.fill(MASK_HIDDEN);
-        for (m, &key) in row.iter_mut().zip(&self.pos) {
-            if key >= 0 && key <= query && !self.outside_window(key, query) {
+        let bit = 1u64 << seq;
+        for ((m, &key), &seqs) in row.iter_mut().zip(&self.pos).zip(&self.seqs) {
+            if seqs & bit != 0 && key <= query && !self.outside_window(key, query) {
                 *m = MASK_VISIBLE;
             }
         }
@@ -186,9 +278,9 @@ pub(crate) struct KvCache {
 
 impl KvCache {
     /// `n_ubatch` is the most tokens one graph adds: the sliding group keeps that
-    /// many cells beyond the window so a micro-batch never overwrites a key one of
-    /// its own tokens still sees.
-    pub fn new(backend: &Backend, hp: &HParams, n_ctx: u32, n_ubatch: u32) -> Result<KvCache> {
+    /// many cells beyond the windows of its `n_seq` sequences, so a micro-batch never
+    /// overwrites a key one of its own tokens still sees.
+    pub fn new(backend: &Backend, hp: &HParams, n_ctx: u32, n_ubatch: u32, n_seq: u32) -> Result<KvCache> {
         let pad = |n: u32| n.div_ceil(KV_PAD) * KV_PAD;
         let full = pad(n_ctx);
         let mut groups = Vec::new();
@@ -199,9 +291,10 @@ impl KvCache {
                 *group_of_kind[usize::from(sliding)].get_or_insert_with(|| {
                     groups.push(match &hp.swa {
                         Some(swa) if sliding => {
-                            Cells::new(pad(full.min(swa.window.saturating_add(n_ubatch))), Some(swa.window))
+                            let ring = swa.window.saturating_mul(n_seq).saturating_add(n_ubatch);
+                            Cells::new(pad(full.min(ring)), Some(swa.window), n_seq)
                         }
-                        _ => Cells::new(full, None),
+                        _ => Cells::new(full, None, n_seq),
                     });
                     groups.len() - 1
                 })
@@ -246,9 +339,37 @@ impl KvCache {
         self.buffer.size()
     }
 
-    /// Forgets the sequence; the data stays, masked out until overwritten.
+    /// Forgets every sequence; the data stays, masked out until overwritten.
     pub fn clear(&mut self) {
         self.groups.iter_mut().for_each(Cells::clear);
+    }
+
+    /// How many cells are free in the fullest group (sliding groups count the cells
+    /// their windows have left behind as free: they are reused).
+    pub fn free_cells(&self) -> u32 {
+        self.groups
+            .iter()
+            .map(|cells| match cells.window {
+                Some(_) => cells.size(),
+                None => cells.size() - cells.used.len() as u32,
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// `seq` forgets its positions `p0..` in every group.
+    pub fn seq_rm(&mut self, seq: SeqId, p0: i32) {
+        self.groups.iter_mut().for_each(|cells| cells.seq_rm(seq, p0, i32::MAX));
+    }
+
+    /// `dst` shares `src`'s cells of positions `p0..p1` in every group.
+    pub fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: i32, p1: i32) {
+        self.groups.iter_mut().for_each(|cells| cells.seq_cp(src, dst, p0, p1));
+    }
+
+    /// Every sequence but `seq` leaves its cells, in every group.
+    pub fn seq_keep(&mut self, seq: SeqId) {
+        self.groups.iter_mut().for_each(|cells| cells.seq_keep(seq));
     }
 }
 
@@ -256,16 +377,16 @@ impl KvCache {
 mod tests {
     use super::*;
 
-    /// Fills `cells` with `n` more tokens in micro-batches of `ubatch`, returning
-    /// the cells each batch took.
-    fn feed(cells: &mut Cells, first: i32, n: u32, ubatch: u32) -> Vec<Vec<u32>> {
+    /// Fills `cells` with `n` more tokens of `seq` in micro-batches of `ubatch`,
+    /// returning the cells each batch took.
+    fn feed(cells: &mut Cells, seq: SeqId, first: i32, n: u32, ubatch: u32) -> Vec<Vec<u32>> {
         let mut taken = Vec::new();
         let mut p = first;
         let mut left = n;
         while left > 0 {
             let n_tok = left.min(ubatch);
             let idxs = cells.find_slot(n_tok).expect("a slot");
-            cells.apply(&idxs, p);
+            cells.apply(&idxs, (p..).map(|p| (p, seq)));
             taken.push(idxs);
             p += n_tok as i32;
             left -= n_tok;
@@ -275,13 +396,13 @@ mod tests {
 
     #[test]
     fn full_cache_cells_are_positions() {
-        let mut cells = Cells::new(1024, None);
-        let taken = feed(&mut cells, 0, 700, 512);
+        let mut cells = Cells::new(1024, None, 1);
+        let taken = feed(&mut cells, 0, 0, 700, 512);
         assert_eq!(taken[0], (0..512).collect::<Vec<_>>());
         assert_eq!(taken[1], (512..700).collect::<Vec<_>>());
         assert_eq!(cells.n_kv(), 768);
         let mut mask = [0; 768];
-        cells.mask_row(699, &mut mask);
+        cells.mask_row(699, 0, &mut mask);
         assert!(mask[..700].iter().all(|&m| m == MASK_VISIBLE));
         assert!(mask[700..].iter().all(|&m| m == MASK_HIDDEN));
     }
@@ -289,35 +410,85 @@ mod tests {
     #[test]
     fn sliding_cache_is_a_ring_over_the_window() {
         // llama.cpp's SWA cache for n_swa 512, n_ubatch 512: 1024 cells.
-        let mut cells = Cells::new(1024, Some(512));
-        let taken = feed(&mut cells, 0, 1100, 512);
+        let mut cells = Cells::new(1024, Some(512), 1);
+        let taken = feed(&mut cells, 0, 0, 1100, 512);
         // The third micro-batch wraps to the cells of positions 0..76.
         assert_eq!(taken[2], (0..76).collect::<Vec<_>>());
         assert_eq!(cells.n_kv(), 1024);
         // Decoding continues around the ring, always over the oldest position.
-        assert_eq!(feed(&mut cells, 1100, 1, 1)[0], [76]);
+        assert_eq!(feed(&mut cells, 0, 1100, 1, 1)[0], [76]);
         let query = 1100;
         let mut mask = [0; 1024];
-        cells.mask_row(query, &mut mask);
+        cells.mask_row(query, 0, &mut mask);
         for (idx, &m) in mask.iter().enumerate() {
             let key = cells.pos[idx];
             assert_eq!(m == MASK_VISIBLE, query - key < 512, "cell {idx} at {key}");
         }
         // A long prompt: each micro-batch reuses cells the window has left behind.
         cells.clear();
-        let taken = feed(&mut cells, 0, 2000, 512);
+        let taken = feed(&mut cells, 0, 0, 2000, 512);
         assert_eq!(taken[2], (0..512).collect::<Vec<_>>());
         assert_eq!(taken[3], (512..976).collect::<Vec<_>>());
         assert_eq!(cells.used.len(), 1024);
     }
 
     #[test]
-    fn truncate_frees_the_newest_positions() {
-        let mut cells = Cells::new(1024, Some(512));
-        feed(&mut cells, 0, 1100, 512);
-        cells.truncate(1090);
-        assert_eq!(cells.positions.last(), Some(&1089));
+    fn seq_rm_frees_the_newest_positions() {
+        let mut cells = Cells::new(1024, Some(512), 1);
+        feed(&mut cells, 0, 0, 1100, 512);
+        cells.seq_rm(0, 1090, i32::MAX);
+        assert_eq!(cells.seq_pos_max(0), 1089);
         assert_eq!(cells.head, 66);
-        assert_eq!(feed(&mut cells, 1090, 4, 4)[0], [66, 67, 68, 69]);
+        assert_eq!(feed(&mut cells, 0, 1090, 4, 4)[0], [66, 67, 68, 69]);
+    }
+
+    #[test]
+    fn sequences_see_only_their_own_cells_and_share_copied_ones() {
+        let mut cells = Cells::new(256, None, 3);
+        // A shared prefix of 4 in sequence 0, copied to 1; then each goes its own way.
+        feed(&mut cells, 0, 0, 4, 512);
+        cells.seq_cp(0, 1, 0, i32::MAX);
+        let a = feed(&mut cells, 0, 4, 2, 512);
+        let b = feed(&mut cells, 1, 4, 3, 512);
+        assert_eq!((a[0].clone(), b[0].clone()), (vec![4, 5], vec![6, 7, 8]));
+        let visible = |seq, query| {
+            let mut row = [0u16; 9];
+            cells.mask_row(query, seq, &mut row);
+            row.iter().map(|&m| m == MASK_VISIBLE).collect::<Vec<_>>()
+        };
+        let t = true;
+        let f = false;
+        assert_eq!(visible(0, 5), [t, t, t, t, t, t, f, f, f]);
+        assert_eq!(visible(1, 6), [t, t, t, t, f, f, t, t, t]);
+        assert_eq!(visible(2, 9), [f; 9]);
+        // Sequence 0 leaves: the shared prefix stays for 1, its own cells are freed.
+        cells.seq_rm(0, 0, i32::MAX);
+        assert_eq!(cells.used.len(), 7);
+        assert_eq!(cells.head, 4);
+        assert_eq!(
+            (cells.seq_pos_min(1), cells.seq_pos_max(1), cells.seq_pos_max(0)),
+            (0, 6, -1)
+        );
+        // Keeping 1 alone changes nothing more; keeping 2 frees everything.
+        cells.seq_keep(1);
+        assert_eq!(cells.used.len(), 7);
+        cells.seq_keep(2);
+        assert!(cells.used.is_empty());
+    }
+
+    #[test]
+    fn sliding_rings_track_each_sequence_window() {
+        // Two sequences in a ring of 256 cells with a window of 8.
+        let mut cells = Cells::new(256, Some(8), 2);
+        for step in 0..200 {
+            feed(&mut cells, 0, step, 1, 1);
+            feed(&mut cells, 1, step, 1, 1);
+        }
+        // Each sequence keeps at least its window, and the ring never fills.
+        for seq in 0..2 {
+            assert_eq!(cells.seq_pos_max(seq), 199);
+            assert!(cells.seq_pos_min(seq) <= 199 - 8);
+        }
+        assert!(cells.used.len() <= 256);
     }
 }
