@@ -17,7 +17,7 @@ use std::sync::Arc;
 use elelem_gguf::{Gguf, GgufWriter, TensorType, Value};
 
 use crate::canary::{self, Rng, Shape};
-use crate::chat::{self, Message};
+use crate::chat;
 use crate::sampler::{self, Sampler, SamplerParams};
 use crate::{generate, Context, ContextParams, GenerateParams, Model, Result};
 
@@ -667,12 +667,15 @@ pub fn exercise(bytes: &[u8]) -> Result<Vec<u32>> {
         "an id outside the vocabulary: {tokens:?}"
     );
     if let Some(template) = model.chat_template() {
-        let hi = Message {
-            role: "user".into(),
-            content: "hi".into(),
+        let input = chat::ChatInput {
+            messages: vec![chat::message("user", "hi")],
+            add_generation_prompt: true,
+            bos_token: "<s>".into(),
+            eos_token: "</s>".into(),
+            ..Default::default()
         };
         // A template's own failure is the caller's to see; it must just end.
-        let _ = chat::render(template, &[hi], true, "<s>", "</s>");
+        let _ = chat::render(template, &input);
     }
     Ok(tokens)
 }

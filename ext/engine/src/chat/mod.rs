@@ -1,0 +1,486 @@
+//! Chat templates: the GGUF's own Jinja template (`tokenizer.chat_template`)
+//! rendered with minijinja as Hugging Face transformers renders it with Python's
+//! jinja2 (`trim_blocks`, `lstrip_blocks`, loop controls, `raise_exception`,
+//! `strftime_now`, `{% generation %}`, its `tojson`, Python's methods and its way
+//! of printing values). A template is untrusted code from the file, so
+//! rendering runs in minijinja's sandbox with a fuel budget, which bounds both
+//! the instructions run and the bytes allocated, and a cap on the output's size,
+//! on a thread of its own whose stack holds the deepest value the fuel can build.
+//!
+//! The rendered prompt also says which of its bytes are message contents, so that
+//! a caller can tokenize those as plain text and the template's own markup as
+//! special tokens: the template is run a second time with each content between
+//! two marks. Where the marks change what the template does (it compares or
+//! slices a content), the contents are looked for in the first rendering instead.
+
+mod python;
+
+use std::ops::Range;
+use std::time::SystemTime;
+
+use indexmap::IndexMap;
+use minijinja::value::ValueKind;
+use minijinja::{Environment, ErrorKind, State, Template};
+
+use crate::{Error, Result};
+
+pub use minijinja::Value;
+pub use python::none;
+
+/// Fuel pays for one instruction or 64 bytes produced. Qwen's template spends about
+/// 250,000 on a 4 MB conversation (a million tokens, the largest context).
+const FUEL: u64 = 1_000_000;
+/// The longest prompt a template may produce.
+const MAX_OUTPUT: usize = 16 << 20;
+/// Values nest one level per few instructions, and printing, comparing or dropping
+/// them recurses once per level, up to 640 bytes of stack each: the fuel allows
+/// about 125,000 levels, 80 MB.
+const STACK: usize = 256 << 20;
+
+/// Noncharacters (never meant for interchange) that open and close a content
+/// in the rendered text; they are removed from contents beforehand.
+const OPEN: char = '\u{FDD0}';
+const CLOSE: char = '\u{FDD1}';
+
+/// llama.cpp's built-in Gemma format (`llm_chat_apply_template`, "gemma"): system
+/// messages are merged into the next user turn, "assistant" is "model", contents
+/// are trimmed, and the BOS comes from tokenizing, not from the template.
+const GEMMA: &str = "{%- set ns = namespace(system='') -%}\
+{%- for message in messages -%}\
+{%- if message['role'] == 'system' -%}{%- set ns.system = ns.system ~ (message['content'] | trim) -%}\
+{%- else -%}\
+{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}\
+{{- '<start_of_turn>' ~ role ~ '\\n' -}}\
+{%- if ns.system and role != 'model' -%}{{- ns.system ~ '\\n\\n' -}}{%- set ns.system = '' -%}{%- endif -%}\
+{{- (message['content'] | trim) ~ '<end_of_turn>\\n' -}}\
+{%- endif -%}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}";
+
+/// The template to use for an architecture whose GGUF carries none, where
+/// llama.cpp has a built-in format for it.
+pub fn builtin_template(arch: &str) -> Option<&'static str> {
+    match arch {
+        "gemma3" => Some(GEMMA),
+        _ => None,
+    }
+}
+
+/// What a template renders: the conversation and the variables around it, as
+/// transformers' `apply_chat_template` passes them.
+#[derive(Debug, Clone, Default)]
+pub struct ChatInput {
+    /// One map per message: `role`, `content` (a string, or a list of parts with
+    /// a `text`) and whatever else the caller gives (`tool_calls`, `tool_call_id`, ...).
+    pub messages: Vec<Value>,
+    pub add_generation_prompt: bool,
+    pub bos_token: String,
+    pub eos_token: String,
+    /// Other template variables (`tools`, `documents`, `enable_thinking`, ...);
+    /// they may replace `bos_token` and `eos_token`. `tools` and `documents` are
+    /// [`none`] unless given.
+    pub variables: Vec<(String, Value)>,
+    /// The time `strftime_now` formats, in local time; the current time if `None`.
+    pub now: Option<SystemTime>,
+}
+
+/// A map that keeps its keys in the order given, as a Python dict does.
+pub fn map<K: Into<Value>>(entries: impl IntoIterator<Item = (K, Value)>) -> Value {
+    Value::from(
+        entries
+            .into_iter()
+            .map(|(k, v)| (k.into(), v))
+            .collect::<IndexMap<Value, Value>>(),
+    )
+}
+
+/// A message of only a role and a text content.
+pub fn message(role: &str, content: &str) -> Value {
+    map([("role", Value::from(role)), ("content", Value::from(content))])
+}
+
+/// A rendered prompt and where the messages' contents lie in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub text: String,
+    /// Byte ranges of `text` that came from message contents, in order.
+    pub contents: Vec<Range<usize>>,
+}
+
+/// Renders `input` with `template`, as Hugging Face's `apply_chat_template` does.
+pub fn render(template: &str, input: &ChatInput) -> Result<Rendered> {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("elelem-chat-template".into())
+            .stack_size(STACK)
+            .spawn_scoped(scope, || render_here(template, input))
+            .map_err(|e| Error::OutOfMemory(format!("a thread to render the chat template: {e}")))?
+            .join()
+            .map_err(|_| Error::Internal("rendering the chat template panicked".into()))?
+    })
+}
+
+fn render_here(template: &str, input: &ChatInput) -> Result<Rendered> {
+    let env = environment(input.now.unwrap_or_else(SystemTime::now));
+    let source = generation_blocks_as_with(template);
+    let tmpl = env.template_from_str(&source).map_err(template_error)?;
+    let text = run(&tmpl, input, input.messages.clone())?;
+    let mut contents = Vec::new();
+    let marked: Vec<Value> = input
+        .messages
+        .iter()
+        .map(|m| marked_message(m, &mut contents))
+        .collect();
+    if contents.is_empty() {
+        return Ok(Rendered {
+            text,
+            contents: Vec::new(),
+        });
+    }
+    // The marked rendering may fail where the plain one did not (a template that
+    // measures a content): the contents are then looked for in the text.
+    match run(&tmpl, input, marked).map(|marked| unmark(&marked)) {
+        Ok(rendered) if rendered.text == text => Ok(rendered),
+        _ => Ok(Rendered {
+            contents: locate(&text, &contents),
+            text,
+        }),
+    }
+}
+
+fn run(tmpl: &Template, input: &ChatInput, messages: Vec<Value>) -> Result<String> {
+    let mut context: IndexMap<Value, Value> = IndexMap::new();
+    context.insert("messages".into(), Value::from(messages));
+    context.insert("tools".into(), python::none());
+    context.insert("documents".into(), python::none());
+    context.insert("add_generation_prompt".into(), Value::from(input.add_generation_prompt));
+    context.insert("bos_token".into(), Value::from(input.bos_token.as_str()));
+    context.insert("eos_token".into(), Value::from(input.eos_token.as_str()));
+    for (name, value) in &input.variables {
+        context.insert(Value::from(name.as_str()), value.clone());
+    }
+    let out = tmpl.render(Value::from(context)).map_err(template_error)?;
+    if out.len() > MAX_OUTPUT {
+        return Err(Error::InvalidArgument(format!(
+            "the chat template produced more than {MAX_OUTPUT} bytes"
+        )));
+    }
+    Ok(out)
+}
+
+/// The environment transformers renders chat templates in (its
+/// `_compile_jinja_template`), with the fuel budget on top.
+fn environment(now: SystemTime) -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_fuel(Some(FUEL));
+    env.set_syntax(
+        minijinja::syntax::SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .expect("the default delimiters are valid"),
+    );
+    minijinja_contrib::add_to_environment(&mut env);
+    env.set_unknown_method_callback(python_method);
+    // jinja2 prints values with Python's str(): None, True, ['a', 'b'].
+    env.set_formatter(|out, _state, value| {
+        match value.as_str() {
+            Some(s) => out.write_str(s),
+            None => out.write_str(&python::str(value)),
+        }
+        .map_err(minijinja::Error::from)
+    });
+    env.add_filter("string", |value: Value| python::str(&value));
+    env.add_test("none", |value: Value| python::is_none(&value));
+    env.add_test("sequence", |value: Value| python::is_sequence(&value));
+    python::add_generator_filters(&mut env);
+    env.add_filter("tojson", python::tojson);
+    env.add_filter("trim", trim);
+    env.add_function(
+        "raise_exception",
+        |msg: String| -> std::result::Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+        },
+    );
+    env.add_function("strftime_now", move |format: String| python::strftime(now, &format));
+    env
+}
+
+/// transformers' `{% generation %}...{% endgeneration %}` marks the assistant's
+/// text for its training masks and otherwise renders its body as it is, in a
+/// scope of its own (a call block). minijinja has no custom tags, so the tags
+/// become `{% with %}...{% endwith %}`, which does the same, whitespace control
+/// and all. Rewriting the source is the only way short of a fork of the parser.
+fn generation_blocks_as_with(template: &str) -> std::borrow::Cow<'_, str> {
+    if !template.contains("generation") {
+        return template.into();
+    }
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find("{%") {
+        out.push_str(&rest[..start]);
+        let tag = &rest[start..];
+        let end = tag.find("%}").map_or(tag.len(), |e| e + 2);
+        let inner = tag[2..end.saturating_sub(2).max(2)].trim_matches(|c: char| c == '-' || c == '+');
+        match inner.trim() {
+            "generation" => out.push_str(&tag[..end].replacen("generation", "with", 1)),
+            "endgeneration" => out.push_str(&tag[..end].replacen("endgeneration", "endwith", 1)),
+            _ => out.push_str(&tag[..end]),
+        }
+        rest = &tag[end..];
+    }
+    out.push_str(rest);
+    out.into()
+}
+
+/// Python's methods on strings, lists and dicts; `strip` and its kin see
+/// through a content's marks, as `trim` does.
+fn python_method(
+    state: &mut State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> std::result::Result<Value, minijinja::Error> {
+    if let (Some(inner), "strip" | "lstrip" | "rstrip") = (value.as_str().and_then(between_marks), method) {
+        let stripped = minijinja_contrib::pycompat::unknown_method_callback(state, &Value::from(inner), method, args)?;
+        return Ok(Value::from(marked(stripped.as_str().unwrap_or_default())));
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// jinja2's `trim`: `str(value).strip(chars)`, Python's whitespace by default; it
+/// must see through the marks, or it would trim nothing.
+fn trim(value: Value, chars: Option<String>) -> String {
+    let s = python::str(&value);
+    let trim = |s: &str| match &chars {
+        Some(chars) => s.trim_matches(|c| chars.contains(c)).to_string(),
+        None => s.trim_matches(python::is_space).to_string(),
+    };
+    match between_marks(&s) {
+        Some(inner) => marked(&trim(inner)),
+        None => trim(&s),
+    }
+}
+
+/// The message with its content marked (a string, or the `text` of each part),
+/// pushing each content it marks onto `contents`.
+fn marked_message(message: &Value, contents: &mut Vec<String>) -> Value {
+    let Ok(keys) = message.try_iter() else {
+        return message.clone();
+    };
+    if message.kind() != ValueKind::Map {
+        return message.clone();
+    }
+    let mut mark = |s: &str| {
+        if !s.is_empty() {
+            contents.push(s.to_string());
+        }
+        Value::from(marked(s))
+    };
+    map(keys.map(|key| {
+        let value = message.get_item(&key).unwrap_or_default();
+        let value = match (key.as_str(), value.kind()) {
+            (Some("content"), ValueKind::String) => mark(value.as_str().unwrap_or_default()),
+            (Some("content"), ValueKind::Seq) => Value::from(
+                value
+                    .try_iter()
+                    .into_iter()
+                    .flatten()
+                    .map(|part| marked_part(&part, &mut mark))
+                    .collect::<Vec<_>>(),
+            ),
+            _ => value,
+        };
+        (key, value)
+    }))
+}
+
+/// A content part with its text marked: a string, or a map's `text`.
+fn marked_part(part: &Value, mark: &mut impl FnMut(&str) -> Value) -> Value {
+    if let Some(s) = part.as_str() {
+        return mark(s);
+    }
+    if part.kind() != ValueKind::Map {
+        return part.clone();
+    }
+    map(part.try_iter().into_iter().flatten().map(|key| {
+        let value = part.get_item(&key).unwrap_or_default();
+        match (key.as_str(), value.as_str()) {
+            (Some("text"), Some(text)) => (key, mark(text)),
+            _ => (key, value),
+        }
+    }))
+}
+
+/// A content between marks; an empty one stays empty, so that templates testing
+/// whether there is content (`{% if message.content %}`) still see none.
+fn marked(content: &str) -> String {
+    if content.is_empty() {
+        return String::new();
+    }
+    let mut out = String::with_capacity(content.len() + 6);
+    out.push(OPEN);
+    out.extend(content.chars().filter(|&c| c != OPEN && c != CLOSE));
+    out.push(CLOSE);
+    out
+}
+
+fn between_marks(s: &str) -> Option<&str> {
+    s.strip_prefix(OPEN).and_then(|s| s.strip_suffix(CLOSE))
+}
+
+/// The text without marks, and the ranges they enclosed. A content runs from its
+/// opening mark to the next closing one, or to the end when a template cut that
+/// off: more of the text is then plain, never less.
+fn unmark(marked: &str) -> Rendered {
+    let mut text = String::with_capacity(marked.len());
+    let mut contents: Vec<Range<usize>> = Vec::new();
+    let mut open = None;
+    for c in marked.chars() {
+        match c {
+            OPEN => {
+                open.get_or_insert(text.len());
+            }
+            CLOSE => {
+                if let Some(start) = open.take() {
+                    contents.push(start..text.len());
+                }
+            }
+            _ => text.push(c),
+        }
+    }
+    if let Some(start) = open {
+        contents.push(start..text.len());
+    }
+    contents.retain(|r| !r.is_empty());
+    Rendered { text, contents }
+}
+
+/// Where the contents lie in `text`, each looked for (as it is, else trimmed, as
+/// templates often do) after the one before; those the template changed
+/// otherwise or left out are not found.
+fn locate(text: &str, contents: &[String]) -> Vec<Range<usize>> {
+    let mut from = 0;
+    let mut ranges = Vec::new();
+    for content in contents {
+        let trimmed = content.trim_matches(python::is_space);
+        let found = [content.as_str(), trimmed]
+            .into_iter()
+            .filter(|c| !c.is_empty())
+            .find_map(|c| text[from..].find(c).map(|at| (from + at, c.len())));
+        if let Some((start, len)) = found {
+            from = start + len;
+            ranges.push(start..from);
+        }
+    }
+    ranges
+}
+
+fn template_error(e: minijinja::Error) -> Error {
+    Error::Template(format!("chat template: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(role: &str, content: &str) -> Value {
+        message(role, content)
+    }
+
+    /// Renders `messages` with `bos` and `eos` and no other variables.
+    fn render_messages(template: &str, messages: &[Value], add_generation_prompt: bool, bos: &str) -> Result<Rendered> {
+        let input = ChatInput {
+            messages: messages.to_vec(),
+            add_generation_prompt,
+            bos_token: bos.into(),
+            ..Default::default()
+        };
+        render(template, &input)
+    }
+
+    #[test]
+    fn renders_chatml() {
+        let t = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+                 {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+        let out = render_messages(t, &[msg("user", "hi")], true, "").unwrap();
+        assert_eq!(out.text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+        assert_eq!(out.contents, vec![17..19]);
+    }
+
+    #[test]
+    fn marks_contents_even_through_trim_and_strip() {
+        let t = "[{{ messages[0].content | trim }}|{{ messages[1].content }}|{{ messages[2].content.strip() }}]";
+        let messages = [msg("user", "  ab "), msg("user", ""), msg("user", " c\n")];
+        let out = render_messages(t, &messages, false, "").unwrap();
+        assert_eq!(out.text, "[ab||c]");
+        assert_eq!(out.contents, [1..3, 5..6]);
+    }
+
+    #[test]
+    fn finds_the_contents_a_template_changes_by_looking_for_them() {
+        // A content holding a mark, and one the template measures: the marks would
+        // change the text, so the contents are looked for in it, trimmed or not.
+        let t = "[{{ messages[0].content | trim }}|{{ messages[1].content }}:{{ messages[1].content | length }}]";
+        let messages = [msg("user", "  a\u{FDD1}b "), msg("user", "cd")];
+        let out = render_messages(t, &messages, false, "").unwrap();
+        assert_eq!(out.text, "[a\u{FDD1}b|cd:2]");
+        assert_eq!(out.contents, [1..6, 7..9]);
+    }
+
+    #[test]
+    fn renders_llama_cpp_gemma_format() {
+        let messages = [
+            msg("system", " Be brief. "),
+            msg("user", "hi"),
+            msg("assistant", "hello "),
+            msg("user", "bye"),
+        ];
+        let out = render_messages(builtin_template("gemma3").unwrap(), &messages, true, "<bos>").unwrap();
+        assert_eq!(
+            out.text,
+            "<start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n<start_of_turn>model\nhello<end_of_turn>\n\
+             <start_of_turn>user\nbye<end_of_turn>\n<start_of_turn>model\n"
+        );
+    }
+
+    #[test]
+    fn runaway_templates_run_out_of_fuel() {
+        let t = "{% for i in range(50000) %}{% for j in range(50000) %}x{% endfor %}{% endfor %}";
+        let err = render_messages(t, &[], false, "").unwrap_err().to_string();
+        assert!(err.contains("fuel"), "{err}");
+    }
+
+    #[test]
+    fn memory_bombs_run_out_of_fuel() {
+        for t in [
+            "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+            "{{ '%1000000000000s'|format('x') }}",
+            "{{ ('x\n' * 1000)|indent(1000000000) }}",
+        ] {
+            let err = render_messages(t, &[], false, "").unwrap_err().to_string();
+            assert!(err.contains("fuel"), "{t}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_deepest_values_fuel_allows_fit_the_stack() {
+        // One nesting level per iteration, then recursion over all of them: printing,
+        // comparing, serializing, and dropping at the end.
+        let nest = "{% set ns = namespace(s=[], t=[]) %}{% for k in range(10) %}{% for i in range(100000) %}\
+                    {% set ns.s = [ns.s] %}{% endfor %}{% endfor %}";
+        for tail in ["{{ ns.s }}", "{{ ns.s == ns.t }}", "{{ ns.s|tojson }}", ""] {
+            let err = render_messages(&format!("{nest}{tail}"), &[], false, "").unwrap_err();
+            assert!(err.to_string().contains("fuel"), "{tail}: {err}");
+        }
+        let deepest = "{% set ns = namespace(s=[]) %}{% for k in range(2) %}{% for i in range(45000) %}\
+                       {% set ns.s = [ns.s] %}{% endfor %}{% endfor %}{{ ns.s|tojson|length }} {{ ns.s|string|length }}";
+        assert_eq!(render_messages(deepest, &[], false, "").unwrap().text, "180002 180002");
+    }
+
+    #[test]
+    fn raise_exception_is_an_error() {
+        let err = render_messages("{{ raise_exception('no system role') }}", &[], false, "").unwrap_err();
+        assert!(err.to_string().contains("no system role"));
+    }
+}
