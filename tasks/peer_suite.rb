@@ -21,7 +21,6 @@ module PeerSuite
   # What the marker says was taken; a tree from an older extraction lacks the templates.
   CONTENTS = "the tokenizer suite and models/templates"
 
-
   module_function
 
   def run

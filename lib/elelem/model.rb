@@ -124,12 +124,12 @@ module Elelem
     # @param parse_special [Boolean] read special-token text in message contents (`<|im_end|>`)
     #   as those tokens. Off by default: contents are plain text, so a user cannot end a turn or
     #   open a system one; only the template's own markup is special. Set it for trusted content only.
-    # @param tools [Array<Hash>, nil] tool definitions, OpenAI-style JSON schemas of functions,
-    #   the template's `tools`
-    # @param now [Time, nil] the time the template's `strftime_now` formats (in local time;
-    #   default the current time), to make a dated prompt reproducible
-    # @param options the options of {#generate}; any other keyword is a template variable,
-    #   passed through as it is (`enable_thinking: false`, `documents: [...]`)
+    # @param options the options of {#generate}; every other keyword is a template variable,
+    #   passed through as it is (`enable_thinking: false`, `documents: [...]`), but `now:`
+    # @option options [Array<Hash>] :tools tool definitions, OpenAI-style JSON schemas of
+    #   functions (`{ type: "function", function: { name:, description:, parameters: } }`)
+    # @option options [Time] :now the time the template's `strftime_now` formats (in local
+    #   time; default the current time), to make a dated prompt reproducible
     # @yieldparam piece [String] each new piece of the reply
     # @return [String] the reply
     # @raise [Elelem::Error] when the model has no template and none is given
@@ -137,31 +137,30 @@ module Elelem
     #   refusing a role it does not take)
     # @raise [ArgumentError] for an unknown role, a content that is not text, or a value a
     #   template cannot take
-    def chat(messages, template: nil, system: nil, parse_special: false, tools: nil, now: nil, **options, &block)
+    def chat(messages, template: nil, system: nil, parse_special: false, **options, &block)
       generation = options.slice(*Options::GENERATION_DEFAULTS.keys)
       variables = options.except(*Options::GENERATION_DEFAULTS.keys)
-      ids = chat_tokens(messages, template:, system:, parse_special:, tools:, now:, **variables)
+      ids = chat_tokens(messages, template:, system:, parse_special:, **variables)
       run(ids, Options::CHAT_DEFAULTS.merge(generation), text: true, &block)[:text]
     end
 
     # The prompt {#chat} sends for `messages`, as text (with the generation prompt appended
     # unless told otherwise); see {#chat} for the arguments.
-    # @param variables [Hash] template variables (`enable_thinking: false`, ...)
+    # @param variables [Hash] template variables (`tools:`, `enable_thinking: false`, ...) and `now:`
     # @return [String]
     # @raise [Elelem::TemplateError] when the template fails
-    def chat_prompt(messages, template: nil, system: nil, add_generation_prompt: true, tools: nil, now: nil,
-                    **variables)
-      args = chat_arguments(messages, template, system, tools, now, variables)
+    def chat_prompt(messages, template: nil, system: nil, add_generation_prompt: true, **variables)
+      args = chat_arguments(messages, template, system, variables)
       synchronize { _render_chat(args[0], args[1], add_generation_prompt ? true : false, *args[2..]) }
     end
 
     # The token ids {#chat} evaluates for `messages`: {#chat_prompt} tokenized with the
     # contents as plain text (unless `parse_special`); see {#chat} for the arguments.
-    # @param variables [Hash] template variables (`enable_thinking: false`, ...)
+    # @param variables [Hash] template variables (`tools:`, `enable_thinking: false`, ...) and `now:`
     # @return [Array<Integer>]
     # @raise [Elelem::TemplateError] when the template fails
-    def chat_tokens(messages, template: nil, system: nil, parse_special: false, tools: nil, now: nil, **variables)
-      args = chat_arguments(messages, template, system, tools, now, variables)
+    def chat_tokens(messages, template: nil, system: nil, parse_special: false, **variables)
+      args = chat_arguments(messages, template, system, variables)
       synchronize { _chat_ids(args[0], args[1], parse_special ? true : false, *args[2..]) }
     end
 
@@ -307,9 +306,10 @@ module Elelem
     end
 
     # The checked arguments of the native chat calls: messages, template, variables, now.
-    def chat_arguments(messages, template, system, tools, now, variables)
+    def chat_arguments(messages, template, system, variables)
       template = Options.text(:template, template) unless template.nil?
-      [Options.messages(messages, system), template, Options.variables(variables, tools), Options.now(now)]
+      [ChatOptions.messages(messages, system), template, ChatOptions.variables(variables.except(:now)),
+       ChatOptions.now(variables[:now])]
     end
 
     def timings

@@ -14,6 +14,11 @@ block that renders its body unchanged, a `tojson` without HTML escaping that
 takes json.dumps' ensure_ascii, indent, separators and sort_keys, and the globals
 `raise_exception` and `strftime_now`. Only "now" is pinned, so that both
 renderers format the same time.
+
+transformers hands a content given as a list of text parts to the template as
+it is; a template that takes only strings then prints the list. elelem joins
+the texts for such a template, as llama.cpp does; so does this script, deciding
+by jinja2's own rendering of a probe.
 """
 
 import json
@@ -60,20 +65,48 @@ def environment(now):
     return env
 
 
+PROBE = "content-part-probe"
+
+
+def takes_parts(template, render):
+    """Whether the template shows a content given as a list of text parts, rather
+    than printing the list (Python's repr of it) or failing."""
+    try:
+        text = render([{"role": "user", "content": [{"type": "text", "text": PROBE}]}])
+    except Exception:
+        return False
+    return PROBE in text and "'text'" not in text
+
+
+def joined(messages):
+    """Lists of text parts as one string, the texts joined by newlines: what
+    llama.cpp, and elelem, give a template that takes only strings."""
+    return [
+        {**m, "content": "\n".join(p["text"] for p in m["content"])} if isinstance(m.get("content"), list) else m
+        for m in messages
+    ]
+
+
 def render(env, source, conversation, bos_token, eos_token):
     try:
         template = env.from_string(source)
         variables = {"bos_token": bos_token, "eos_token": eos_token, **conversation.get("variables", {})}
         tools = variables.pop("tools", None)
         documents = variables.pop("documents", None)
-        text = template.render(
-            messages=conversation["messages"],
-            tools=tools,
-            documents=documents,
-            add_generation_prompt=conversation["add_generation_prompt"],
-            **variables,
-        )
-        return {"text": text}
+
+        def render_messages(messages):
+            return template.render(
+                messages=messages,
+                tools=tools,
+                documents=documents,
+                add_generation_prompt=conversation["add_generation_prompt"],
+                **variables,
+            )
+
+        messages = conversation["messages"]
+        if any(isinstance(m.get("content"), list) for m in messages) and not takes_parts(template, render_messages):
+            messages = joined(messages)
+        return {"text": render_messages(messages)}
     except Exception as e:  # every failure is a result: elelem must fail too
         return {"error": f"{type(e).__name__}: {e}"}
 

@@ -71,7 +71,8 @@ pub fn builtin_template(arch: &str) -> Option<&'static str> {
 #[derive(Debug, Clone, Default)]
 pub struct ChatInput {
     /// One map per message: `role`, `content` (a string, or a list of parts with
-    /// a `text`) and whatever else the caller gives (`tool_calls`, `tool_call_id`, ...).
+    /// a `text`, which a template that takes only strings gets joined by newlines)
+    /// and whatever else the caller gives (`tool_calls`, `tool_call_id`, ...).
     pub messages: Vec<Value>,
     pub add_generation_prompt: bool,
     pub bos_token: String,
@@ -124,13 +125,14 @@ fn render_here(template: &str, input: &ChatInput) -> Result<Rendered> {
     let env = environment(input.now.unwrap_or_else(SystemTime::now));
     let source = generation_blocks_as_with(template);
     let tmpl = env.template_from_str(&source).map_err(template_error)?;
-    let text = run(&tmpl, input, input.messages.clone())?;
+    let messages = if input.messages.iter().any(has_parts) && !takes_parts(&tmpl, input) {
+        input.messages.iter().map(parts_joined).collect()
+    } else {
+        input.messages.clone()
+    };
+    let text = run(&tmpl, input, messages.clone())?;
     let mut contents = Vec::new();
-    let marked: Vec<Value> = input
-        .messages
-        .iter()
-        .map(|m| marked_message(m, &mut contents))
-        .collect();
+    let marked: Vec<Value> = messages.iter().map(|m| marked_message(m, &mut contents)).collect();
     if contents.is_empty() {
         return Ok(Rendered {
             text,
@@ -146,6 +148,50 @@ fn render_here(template: &str, input: &ChatInput) -> Result<Rendered> {
             text,
         }),
     }
+}
+
+/// Text that a template printing a content part's `text` shows as it is.
+const PROBE: &str = "elelem-probe-7f3a";
+
+/// Whether the template renders a content given as a list of text parts (as
+/// Qwen3.5's and Gemma's do): it shows a probe part's text, not the list itself.
+fn takes_parts(tmpl: &Template, input: &ChatInput) -> bool {
+    let part = map([("type", Value::from("text")), ("text", Value::from(PROBE))]);
+    let probe = vec![map([
+        ("role", Value::from("user")),
+        ("content", Value::from(vec![part])),
+    ])];
+    run(tmpl, input, probe).is_ok_and(|text| text.contains(PROBE) && !text.contains("'text'"))
+}
+
+fn has_parts(message: &Value) -> bool {
+    message
+        .get_attr("content")
+        .is_ok_and(|content| content.kind() == ValueKind::Seq)
+}
+
+/// The message with a list of text parts as one string, the texts joined by
+/// newlines, for a template that takes only strings (as llama.cpp does).
+fn parts_joined(message: &Value) -> Value {
+    if !has_parts(message) {
+        return message.clone();
+    }
+    map(message.try_iter().into_iter().flatten().map(|key| {
+        let value = message.get_item(&key).unwrap_or_default();
+        if key.as_str() != Some("content") {
+            return (key, value);
+        }
+        let texts: Vec<String> = value
+            .try_iter()
+            .into_iter()
+            .flatten()
+            .map(|part| match part.as_str() {
+                Some(text) => text.to_string(),
+                None => part.get_attr("text").map(|t| python::str(&t)).unwrap_or_default(),
+            })
+            .collect();
+        (key, Value::from(texts.join("\n")))
+    }))
 }
 
 fn run(tmpl: &Template, input: &ChatInput, messages: Vec<Value>) -> Result<String> {
