@@ -503,6 +503,7 @@ mod tests {
             "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
             "{{ '%1000000000000s'|format('x') }}",
             "{{ ('x\n' * 1000)|indent(1000000000) }}",
+            "{{ [1]|tojson(indent=1000000000) }}",
         ] {
             let err = render_messages(t, &[], false, "").unwrap_err().to_string();
             assert!(err.contains("fuel"), "{t}: {err}");
@@ -522,6 +523,80 @@ mod tests {
         let deepest = "{% set ns = namespace(s=[]) %}{% for k in range(2) %}{% for i in range(45000) %}\
                        {% set ns.s = [ns.s] %}{% endfor %}{% endfor %}{{ ns.s|tojson|length }} {{ ns.s|string|length }}";
         assert_eq!(render_messages(deepest, &[], false, "").unwrap().text, "180002 180002");
+    }
+
+    /// 2026-03-14 09:26:53 in local time.
+    fn pinned_now() -> SystemTime {
+        // SAFETY: mktime reads and normalizes a zeroed tm we own.
+        let secs = unsafe {
+            let mut tm: libc::tm = std::mem::zeroed();
+            (tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec) = (126, 2, 14, 9, 26, 53);
+            tm.tm_isdst = -1;
+            libc::mktime(&mut tm)
+        };
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64)
+    }
+
+    fn render_with_transformers_setup(template: &str) -> Result<String> {
+        let input = ChatInput {
+            messages: vec![msg("user", "hi")],
+            now: Some(pinned_now()),
+            ..Default::default()
+        };
+        render(template, &input).map(|r| r.text)
+    }
+
+    #[test]
+    fn behaves_as_transformers_jinja2() {
+        // What Python's jinja2, set up as spec/support/jinja2_reference.py sets it up,
+        // gives for the same templates with `messages` and `tools=None`.
+        let cases = [
+            ("{% if true %}\n  x\n  {% endif %}\ny", "  x\ny"),
+            (
+                "{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}\
+                 {% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+                "02",
+            ),
+            ("{% set x = 1 %}{%- generation %}\n{% set x = 2 %}[{{ x }}]{% endgeneration -%}\n {{ x }}", "[2]1"),
+            ("{{ strftime_now('%d %b %Y %H:%M:%S.%f%z%Z') }}", "14 Mar 2026 09:26:53.000000"),
+            (
+                r#"{{ {"b": [1, 2.5, none, true, 1e-07], "a": "é<\n"}|tojson }}"#,
+                r#"{"b": [1, 2.5, null, true, 1e-07], "a": "é<\n"}"#,
+            ),
+            (
+                r#"{{ {"b": [1, {}], "a": []}|tojson(indent=2, sort_keys=true) }}"#,
+                "{\n  \"a\": [],\n  \"b\": [\n    1,\n    {}\n  ]\n}",
+            ),
+            (
+                r#"{{ {"b": [1, 2]}|tojson(separators=(",", ":"), ensure_ascii=true) }}|{{ "é😀"|tojson(ensure_ascii=true) }}"#,
+                r#"{"b":[1,2]}|"\u00e9\ud83d\ude00""#,
+            ),
+            (
+                r#"{{ [1, 'a', "it's", none, true, 2.0] }}|{{ {'k': none} }}|{{ none }}|{{ true }}|{{ 1.5e20 }}"#,
+                r#"[1, 'a', "it's", None, True, 2.0]|{'k': None}|None|True|1.5e+20"#,
+            ),
+            (
+                "{{ tools is none }}|{{ tools is iterable }}|{{ tools|tojson }}|{{ tools|string }}|{{ 'x' if tools else 'y' }}",
+                "True|False|null|None|y",
+            ),
+            (
+                "{{ messages|map(attribute='role')|list|tojson }}|\
+                 {{ 'yes' if messages|selectattr('role', 'equalto', 'bot') else 'no' }}|{{ tools|map('upper')|list }}",
+                r#"["user"]|yes|[]"#,
+            ),
+            ("{{ 'ab' is sequence }}|{{ {'a': 1} is sequence }}|{{ 3 is sequence }}", "True|True|False"),
+            ("{{ '  x \u{1c}'|trim }}|{{ 'xxaxx'|trim('x') }}", "x|a"),
+        ];
+        for (template, jinja2) in cases {
+            assert_eq!(render_with_transformers_setup(template).unwrap(), jinja2, "{template}");
+        }
+        // TypeError: 'NoneType' object is not iterable; generator is not JSON serializable.
+        for template in [
+            "{% for t in tools %}{% endfor %}",
+            "{{ messages|map(attribute='role')|tojson }}",
+        ] {
+            assert!(render_with_transformers_setup(template).is_err(), "{template}");
+        }
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use minijinja::value::{Enumerator, Kwargs, Object, ObjectRepr, Rest, ValueKind, ValueOrKwargs};
 use minijinja::{Error, ErrorKind, State, Value};
 
-/// The longest text `tojson` builds before giving up (the template's output is
-/// capped as well; this bounds the work before the cap is checked).
+/// The longest text `tojson` or `strftime_now` builds before giving up (the
+/// template's output is capped as well; this bounds the work before the cap is checked).
 const MAX_JSON: usize = 16 << 20;
 
 /// Python's `None` as the caller passes it (`tools` unless given, a `nil` content).
@@ -494,24 +494,31 @@ pub fn strftime(now: SystemTime, format: &str) -> Result<String, Error> {
             None => c_format.push('%'),
         }
     }
+    if c_format.is_empty() {
+        return Ok(String::new());
+    }
     let c_format = std::ffi::CString::new(c_format)
         .map_err(|_| Error::new(ErrorKind::InvalidOperation, "strftime_now: embedded null character"))?;
     let seconds = since_epoch.as_secs() as libc::time_t;
-    // SAFETY: plain C calls on owned buffers; localtime_r is the thread-safe form.
+    // Python's buffer grows up to 256 bytes per format byte, then it gives an empty
+    // string; this one stops where the prompt would be too long anyway.
+    let python_limit = 256 * format.len();
+    let mut size = 1024;
+    // SAFETY: plain C calls on buffers we own; localtime_r is the thread-safe form.
     unsafe {
         let mut tm: libc::tm = std::mem::zeroed();
         if libc::localtime_r(&seconds, &mut tm).is_null() {
             return Err(Error::new(ErrorKind::InvalidOperation, "strftime_now: no local time"));
         }
-        // Python's buffer grows up to 256 bytes per format byte, then gives an empty string.
-        let limit = 256 * format.len().max(1);
-        let mut size = 1024;
         loop {
             let mut buf = vec![0u8; size];
             let n = libc::strftime(buf.as_mut_ptr().cast(), size, c_format.as_ptr(), &tm);
-            if n > 0 || size >= limit {
+            if n > 0 || size >= python_limit {
                 buf.truncate(n);
                 return Ok(String::from_utf8_lossy(&buf).into_owned());
+            }
+            if size >= MAX_JSON {
+                return Err(too_long());
             }
             size *= 2;
         }
