@@ -55,6 +55,13 @@ RSpec.describe "chat templates" do
        { role: "user", content: "Thanks!" }],
       { tools: [weather, clock] }
     ],
+    # As OpenAI's clients send it: a null content beside the call.
+    "tool call with a null content" => [
+      [ask, { role: "assistant", content: nil,
+              tool_calls: [{ id: "x9Y8z7W6v", type: "function", function: { name: "get_time", arguments: {} } }] },
+       time.merge(tool_call_id: "x9Y8z7W6v")],
+      { tools: [clock] }
+    ],
     "tool round trip" => [
       [ask, { role: "assistant", content: "Let me check.",
               tool_calls: [{ id: "call_2", type: "function",

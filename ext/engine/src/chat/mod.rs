@@ -239,6 +239,7 @@ fn environment(now: SystemTime) -> Environment<'static> {
     env.add_filter("string", |value: Value| python::str(&value));
     env.add_test("none", |value: Value| python::is_none(&value));
     env.add_test("sequence", |value: Value| python::is_sequence(&value));
+    env.add_test("iterable", |value: Value| python::is_iterable(&value));
     python::add_generator_filters(&mut env);
     env.add_filter("tojson", python::tojson);
     env.add_filter("trim", trim);
@@ -585,15 +586,34 @@ mod tests {
                 r#"["user"]|yes|[]"#,
             ),
             ("{{ 'ab' is sequence }}|{{ {'a': 1} is sequence }}|{{ 3 is sequence }}", "True|True|False"),
+            (
+                "{{ tools|default(1) }}|{{ tools[0] }}|{{ tools.y }}|{{ tools|trim }}|{{ tools|lower }}|\
+                 {{ tools ~ 1 }}|{{ tools|map('x')|list }}",
+                "None|||None|none|None1|[]",
+            ),
             ("{{ '  x \u{1c}'|trim }}|{{ 'xxaxx'|trim('x') }}", "x|a"),
         ];
         for (template, jinja2) in cases {
-            assert_eq!(render_with_transformers_setup(template).unwrap(), jinja2, "{template}");
+            let ours = render_with_transformers_setup(template).unwrap_or_else(|e| panic!("{template}: {e}"));
+            assert_eq!(ours, jinja2, "{template}");
         }
-        // TypeError: 'NoneType' object is not iterable; generator is not JSON serializable.
+        // Where jinja2 raises: None is not iterable and has no length, nor has a
+        // generator, which is not JSON serializable either.
         for template in [
             "{% for t in tools %}{% endfor %}",
             "{{ messages|map(attribute='role')|tojson }}",
+            "{{ tools|length }}",
+            "{{ [1, 2]|select|length }}",
+            "{{ 1 in tools }}",
+            "{{ tools|list }}",
+            "{{ tools|join }}",
+            "{{ tools|first }}",
+            "{{ tools|count }}",
+            "{{ tools|last }}",
+            "{{ tools|sort }}",
+            "{{ tools|unique|list }}",
+            "{{ tools|batch(2)|list }}",
+            "{{ tools|sum }}",
         ] {
             assert!(render_with_transformers_setup(template).is_err(), "{template}");
         }

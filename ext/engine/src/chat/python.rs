@@ -15,18 +15,31 @@ const MAX_JSON: usize = 16 << 20;
 
 /// Python's `None` as the caller passes it (`tools` unless given, a `nil` content).
 /// minijinja's own none is iterable (as empty) and has a length; Python's is
-/// neither, and templates rely on that: `{% for tool in tools %}` raises, and
-/// `tools is iterable and tools | length > 0` is false.
+/// neither, and templates rely on that: `{% for tool in tools %}` and `'x' in
+/// tools` raise, and `tools is iterable and tools | length > 0` is false. It is an
+/// iterable whose only item is the error, so that whatever iterates it fails.
+/// (minijinja compares objects with its none as unequal: `tools == none` is false
+/// where Python says True; templates test `is none` instead.)
 #[derive(Debug)]
 pub struct PyNone;
 
 impl Object for PyNone {
     fn repr(self: &Arc<Self>) -> ObjectRepr {
-        ObjectRepr::Plain
+        ObjectRepr::Iterable
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::NonEnumerable
+        let error = Error::new(ErrorKind::InvalidOperation, "'NoneType' object is not iterable");
+        Enumerator::Values(vec![Value::from(error)])
+    }
+
+    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
+        None
+    }
+
+    /// `None[0]` and `None.x` are undefined in jinja2's sandbox, not an error.
+    fn get_value(self: &Arc<Self>, _key: &Value) -> Option<Value> {
+        Some(Value::UNDEFINED)
     }
 
     fn is_true(self: &Arc<Self>) -> bool {
@@ -60,6 +73,11 @@ impl Object for Generator {
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
         Enumerator::Values(self.0.clone())
+    }
+
+    /// A generator has no `len()`.
+    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
+        None
     }
 
     fn is_true(self: &Arc<Self>) -> bool {
@@ -110,6 +128,11 @@ pub fn add_generator_filters(env: &mut minijinja::Environment) {
             })
         },
     );
+}
+
+/// jinja2's `iterable` test: not None.
+pub fn is_iterable(value: &Value) -> bool {
+    !is_none(value) && value.try_iter().is_ok()
 }
 
 /// jinja2's `sequence` test: what has a length and items (strings and dicts too).
