@@ -38,7 +38,7 @@ const MAX_OUTPUT: usize = 16 << 20;
 const STACK: usize = 256 << 20;
 
 /// Noncharacters (never meant for interchange) that open and close a content
-/// in the rendered text; they are removed from contents beforehand.
+/// in the marked rendering; contents lose their own there.
 const OPEN: char = '\u{FDD0}';
 const CLOSE: char = '\u{FDD1}';
 
@@ -267,45 +267,71 @@ fn generation_blocks_as_with(template: &str) -> std::borrow::Cow<'_, str> {
     while let Some(start) = rest.find("{%") {
         out.push_str(&rest[..start]);
         let tag = &rest[start..];
-        let end = tag.find("%}").map_or(tag.len(), |e| e + 2);
-        let inner = tag[2..end.saturating_sub(2).max(2)].trim_matches(|c: char| c == '-' || c == '+');
-        match inner.trim() {
+        let Some(close) = tag[2..].find("%}").map(|e| e + 2) else {
+            break;
+        };
+        let end = close + 2;
+        match tag[2..close].trim_matches(|c: char| c == '-' || c == '+').trim() {
             "generation" => out.push_str(&tag[..end].replacen("generation", "with", 1)),
             "endgeneration" => out.push_str(&tag[..end].replacen("endgeneration", "endwith", 1)),
             _ => out.push_str(&tag[..end]),
         }
         rest = &tag[end..];
     }
+    // An unclosed tag stays as it is, for the parser to report.
     out.push_str(rest);
     out.into()
 }
 
-/// Python's methods on strings, lists and dicts; `strip` and its kin see
-/// through a content's marks, as `trim` does.
+/// Python's methods on strings, lists and dicts (minijinja-contrib's), but
+/// `strip` and its kin, which strip Python's whitespace and see through a
+/// content's marks, as `trim` does.
 fn python_method(
     state: &mut State,
     value: &Value,
     method: &str,
     args: &[Value],
 ) -> std::result::Result<Value, minijinja::Error> {
-    if let (Some(inner), "strip" | "lstrip" | "rstrip") = (value.as_str().and_then(between_marks), method) {
-        let stripped = minijinja_contrib::pycompat::unknown_method_callback(state, &Value::from(inner), method, args)?;
-        return Ok(Value::from(marked(stripped.as_str().unwrap_or_default())));
-    }
-    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+    let ends = match method {
+        "strip" => (true, true),
+        "lstrip" => (true, false),
+        "rstrip" => (false, true),
+        _ => return minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args),
+    };
+    let (Some(s), [] | [_]) = (value.as_str(), args) else {
+        return minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args);
+    };
+    let chars = match args.first() {
+        Some(chars) if !python::is_none(chars) => match chars.as_str() {
+            Some(chars) => Some(chars.to_string()),
+            None => {
+                return Err(minijinja::Error::new(
+                    ErrorKind::InvalidOperation,
+                    "strip arg must be None or str",
+                ))
+            }
+        },
+        _ => None,
+    };
+    Ok(Value::from(strip(s, chars.as_deref(), ends)))
 }
 
-/// jinja2's `trim`: `str(value).strip(chars)`, Python's whitespace by default; it
-/// must see through the marks, or it would trim nothing.
+/// jinja2's `trim`: `str(value).strip(chars)`.
 fn trim(value: Value, chars: Option<String>) -> String {
-    let s = python::str(&value);
-    let trim = |s: &str| match &chars {
-        Some(chars) => s.trim_matches(|c| chars.contains(c)).to_string(),
-        None => s.trim_matches(python::is_space).to_string(),
+    strip(&python::str(&value), chars.as_deref(), (true, true))
+}
+
+/// Python's `strip` at the `(start, end)` asked for: `chars`, else Python's
+/// whitespace. It must see through a content's marks, or it would strip nothing.
+fn strip(s: &str, chars: Option<&str>, (start, end): (bool, bool)) -> String {
+    let strip_ends = |s: &str| {
+        let stripped = |c: char| chars.map_or_else(|| python::is_space(c), |chars| chars.contains(c));
+        let s = if start { s.trim_start_matches(stripped) } else { s };
+        if end { s.trim_end_matches(stripped) } else { s }.to_string()
     };
-    match between_marks(&s) {
-        Some(inner) => marked(&trim(inner)),
-        None => trim(&s),
+    match between_marks(s) {
+        Some(inner) => marked(&strip_ends(inner)),
+        None => strip_ends(s),
     }
 }
 
@@ -592,6 +618,10 @@ mod tests {
                 "None|||None|none|None1|[]",
             ),
             ("{{ '  x \u{1c}'|trim }}|{{ 'xxaxx'|trim('x') }}", "x|a"),
+            (
+                "{{ ' x\u{1c}'.strip() }}|{{ 'xxaxx'.lstrip('x') }}|{{ ' a '.rstrip() }}|{{ 'ab'.strip(none) }}",
+                "x|axx| a|ab",
+            ),
         ];
         for (template, jinja2) in cases {
             let ours = render_with_transformers_setup(template).unwrap_or_else(|e| panic!("{template}: {e}"));
@@ -616,6 +646,19 @@ mod tests {
             "{{ tools|sum }}",
         ] {
             assert!(render_with_transformers_setup(template).is_err(), "{template}");
+        }
+    }
+
+    #[test]
+    fn rewrites_only_whole_generation_tags() {
+        assert_eq!(
+            generation_blocks_as_with("{%- generation -%}{{ 'generation' }}{%+ endgeneration %}{% if x %}"),
+            "{%- with -%}{{ 'generation' }}{%+ endwith %}{% if x %}"
+        );
+        for unclosed in ["{% generation", "{% 東", "{%"] {
+            assert_eq!(generation_blocks_as_with(unclosed), unclosed);
+            let err = render_messages(unclosed, &[], false, "").unwrap_err();
+            assert!(matches!(err, Error::Template(_)), "{unclosed}: {err}");
         }
     }
 
