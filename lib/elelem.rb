@@ -11,6 +11,7 @@ rescue ::LoadError => e
 end
 
 require_relative "elelem/options"
+require_relative "elelem/chat_options"
 require_relative "elelem/completion"
 require_relative "elelem/pieces"
 require_relative "elelem/tokenizer"

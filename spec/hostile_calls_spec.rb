@@ -78,13 +78,20 @@ RSpec.describe "hostile calls" do
     healthy!
   end
 
-  it "refuses bad conversations and templates" do
-    bad = [nil, [], [1], [{}], [{ role: 1, content: "x" }], [{ role: "user", content: nil }],
-           [{ role: "user", content: invalid_utf8 }], "hi"]
+  it "refuses bad conversations, template variables and templates" do
+    loop = [].tap { |a| a << a }
+    bad = [nil, [], [1], [{}], [{ role: 1, content: "x" }], [{ role: "user", content: 5 }],
+           [{ role: "user", content: invalid_utf8 }], [{ role: "user", content: "x", extra: alien }],
+           [{ role: "user", content: "x", tool_calls: loop }],
+           [{ role: "user", content: "x", tool_calls: [{ 1.5 => "key" }] }], "hi"]
     refuses(bad) { |m| model.chat_prompt(m, template: "{{ messages[0].content }}") }
     refuses(bad) { |m| model.chat(m, template: "{{ messages[0].content }}", max_tokens: 1) }
     messages = [{ role: "user", content: "hi" }]
-    refuses([1, invalid_utf8, "{% for %}", "{{ raise_exception('no') }}", alien]) do |t|
+    variables = [{ tools: "all" }, { tools: [1] }, { messages: [] }, { documents: alien }, { deep: loop },
+                 { big: 2**200 }, { text: invalid_utf8 }, { now: "today" }, { now: Time.at(-1) }]
+    refuses(variables) { |v| model.chat_prompt(messages, template: "{{ tools }}", **v) }
+    refuses([1, invalid_utf8, "{% for %}", "{{ raise_exception('no') }}", "{% for t in tools %}{% endfor %}",
+             "{{ strftime_now('%Y\0') }}", "{{ (messages|map(attribute='role'))|tojson }}", alien]) do |t|
       model.chat_prompt(messages, template: t)
     end
     refuses([nil]) { model.chat(messages) } # the canary has no template

@@ -7,6 +7,10 @@ module Elelem
   # The file is missing, unreadable, not a GGUF, malformed or of an unsupported architecture.
   class LoadError < Error; end
 
+  # A chat template failed to render: its syntax, a value it cannot use, or its own
+  # `raise_exception` (a template refusing a role it does not take, say).
+  class TemplateError < Error; end
+
   # A prompt does not fit the context window (`n_ctx`).
   class ContextFullError < Error; end
 

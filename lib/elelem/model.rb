@@ -99,9 +99,24 @@ module Elelem
     # ({Options::CHAT_DEFAULTS}), and earlier turns are not evaluated again
     # (`reuse_prefix: true` unless given).
     #
+    # The template is rendered as Hugging Face transformers renders it (Python's jinja2
+    # with `trim_blocks`, `lstrip_blocks`, `raise_exception`, `strftime_now`, ...): the
+    # prompt is the one the model's authors trained it on.
+    #
+    # @example A tool call and its result
+    #   weather = { type: "function", function: { name: "get_weather", description: "The weather in a city",
+    #               parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }
+    #   model.chat([{ role: "user", content: "Weather in Paris?" },
+    #               { role: "assistant", tool_calls: [{ type: "function",
+    #                 function: { name: "get_weather", arguments: { city: "Paris" } } }] },
+    #               { role: "tool", name: "get_weather", content: '{"celsius": 18}' }], tools: [weather])
+    #
     # @param messages [Array<Hash>] `{ role: "user", content: "..." }` hashes (String keys
-    #   too); roles are `system`, `user`, `assistant` and `tool`; a content is a String or an
-    #   Array of text parts (`{ type: "text", text: "..." }` or Strings), joined by newlines
+    #   too); roles are `system`, `user`, `assistant` and `tool`; a content is a String, nil
+    #   or an Array of text parts (`{ type: "text", text: "..." }` or Strings), joined by
+    #   newlines. Other keys reach the template as they are: an assistant's `tool_calls`
+    #   (`[{ id:, type: "function", function: { name:, arguments: } }]`, the arguments a
+    #   Hash or a JSON String), a tool result's `tool_call_id` and `name`, `reasoning_content`
     # @param template [String, nil] a Jinja chat template to use instead of the model's; a GGUF
     #   without one gets llama.cpp's built-in format for its architecture where there is one
     #   (gemma3), else this is required
@@ -109,38 +124,50 @@ module Elelem
     # @param parse_special [Boolean] read special-token text in message contents (`<|im_end|>`)
     #   as those tokens. Off by default: contents are plain text, so a user cannot end a turn or
     #   open a system one; only the template's own markup is special. Set it for trusted content only.
-    # @param options see {#generate}
+    # @param options the options of {#generate}; every other keyword is a template variable,
+    #   passed through as it is (`enable_thinking: false`, `documents: [...]`), but `now:`
+    # @option options [Array<Hash>] :tools tool definitions, OpenAI-style JSON schemas of
+    #   functions (`{ type: "function", function: { name:, description:, parameters: } }`)
+    # @option options [Time] :now the time the template's `strftime_now` formats (in local
+    #   time; default the current time), to make a dated prompt reproducible
     # @yieldparam piece [String] each new piece of the reply
     # @return [String] the reply
     # @raise [Elelem::Error] when the model has no template and none is given
-    # @raise [ArgumentError] for an unknown role or a content that is not text
+    # @raise [Elelem::TemplateError] when the template fails (its `raise_exception`, say,
+    #   refusing a role it does not take)
+    # @raise [ArgumentError] for an unknown role, a content that is not text, or a value a
+    #   template cannot take
     def chat(messages, template: nil, system: nil, parse_special: false, **options, &block)
-      ids = chat_tokens(messages, template:, system:, parse_special:)
-      run(ids, Options::CHAT_DEFAULTS.merge(options), text: true, &block)[:text]
+      generation = options.slice(*Options::GENERATION_DEFAULTS.keys)
+      variables = options.except(*Options::GENERATION_DEFAULTS.keys)
+      ids = chat_tokens(messages, template:, system:, parse_special:, **variables)
+      run(ids, Options::CHAT_DEFAULTS.merge(generation), text: true, &block)[:text]
     end
 
     # The prompt {#chat} sends for `messages`, as text (with the generation prompt appended
     # unless told otherwise); see {#chat} for the arguments.
+    # @param variables [Hash] template variables (`tools:`, `enable_thinking: false`, ...) and `now:`
     # @return [String]
-    def chat_prompt(messages, template: nil, system: nil, add_generation_prompt: true)
-      pairs = Options.messages(messages, system)
-      template = Options.text(:template, template) unless template.nil?
-      synchronize { _render_chat(pairs, template, add_generation_prompt ? true : false) }
+    # @raise [Elelem::TemplateError] when the template fails
+    def chat_prompt(messages, template: nil, system: nil, add_generation_prompt: true, **variables)
+      args = chat_arguments(messages, template, system, variables)
+      synchronize { _render_chat(args[0], args[1], add_generation_prompt ? true : false, *args[2..]) }
     end
 
     # The token ids {#chat} evaluates for `messages`: {#chat_prompt} tokenized with the
     # contents as plain text (unless `parse_special`); see {#chat} for the arguments.
+    # @param variables [Hash] template variables (`tools:`, `enable_thinking: false`, ...) and `now:`
     # @return [Array<Integer>]
-    def chat_tokens(messages, template: nil, system: nil, parse_special: false)
-      pairs = Options.messages(messages, system)
-      template = Options.text(:template, template) unless template.nil?
-      synchronize { _chat_ids(pairs, template, parse_special ? true : false) }
+    # @raise [Elelem::TemplateError] when the template fails
+    def chat_tokens(messages, template: nil, system: nil, parse_special: false, **variables)
+      args = chat_arguments(messages, template, system, variables)
+      synchronize { _chat_ids(args[0], args[1], parse_special ? true : false, *args[2..]) }
     end
 
     # How many tokens a text or a conversation takes: `tokenize(text).size`, or for an
     # Array of messages `chat_tokens(messages, **chat).size` (what {#chat} evaluates).
     # @param text_or_messages [String, Array<Hash>]
-    # @param chat [Hash] `template:`, `system:`, `parse_special:` as {#chat} takes them
+    # @param chat [Hash] the keywords {#chat_tokens} takes (`template:`, `system:`, `tools:`, ...)
     # @return [Integer]
     def count_tokens(text_or_messages, **chat)
       return chat_tokens(text_or_messages, **chat).size if text_or_messages.is_a?(Array)
@@ -285,6 +312,13 @@ module Elelem
     rescue ArgumentError, ContextFullError, ClosedError, NoMemoryError
       @last_stop_reason = nil unless in_block
       raise
+    end
+
+    # The checked arguments of the native chat calls: messages, template, variables, now.
+    def chat_arguments(messages, template, system, variables)
+      template = Options.text(:template, template) unless template.nil?
+      [ChatOptions.messages(messages, system), template, ChatOptions.variables(variables.except(:now)),
+       ChatOptions.now(variables[:now])]
     end
 
     def timings

@@ -22,9 +22,6 @@ module Elelem
     # model that never ends its turn stops, and earlier turns stay in the KV cache.
     CHAT_DEFAULTS = { max_tokens: 1024, reuse_prefix: true }.freeze
 
-    # The roles a message may have.
-    ROLES = %w[system user assistant tool].freeze
-
     module_function
 
     def integer(name, value, range)
@@ -99,53 +96,6 @@ module Elelem
       raise ArgumentError, "token id #{bad.first} is out of range" unless bad.empty?
 
       list
-    end
-
-    # `[[role, content], ...]` from message Hashes with Symbol or String keys, after
-    # a system message made of `system` when given.
-    def messages(list, system = nil)
-      raise ArgumentError, "messages must be a non-empty Array of Hashes" unless list.is_a?(Array) && !list.empty?
-
-      pairs = list.map { |m| message(m) }
-      return pairs if system.nil?
-      raise ArgumentError, "system: given, and the messages start with a system message" if pairs[0][0] == "system"
-
-      [["system", text(:system, system)], *pairs]
-    end
-
-    # One message Hash as `[role, content]`, both UTF-8.
-    def message(msg)
-      unless msg.is_a?(Hash)
-        raise ArgumentError,
-              "each message must be a Hash with :role and :content, got #{msg.inspect}"
-      end
-
-      role = msg[:role] || msg["role"]
-      role = role.to_s if role.is_a?(Symbol)
-      role = text("message role", role)
-      unless ROLES.include?(role)
-        raise ArgumentError, "unknown message role #{role.inspect} (known: #{ROLES.join(", ")})"
-      end
-
-      [role, content(msg.key?(:content) ? msg[:content] : msg["content"])]
-    end
-
-    # A content String, or an Array of text parts (`{ type: "text", text: "..." }` or
-    # Strings, as OpenAI's API and ruby_llm take them) joined by newlines.
-    def content(value)
-      return text("message content", value) unless value.is_a?(Array)
-
-      value.map { |part| text("message content", part_text(part)) }.join("\n")
-    end
-
-    def part_text(part)
-      return part if part.is_a?(String)
-
-      type = part.is_a?(Hash) && (part[:type] || part["type"]).to_s
-      return part[:text] || part["text"] if type == "text"
-
-      raise ArgumentError, "message content parts must be text (a String or { type: \"text\", text: ... }), " \
-                           "got #{part.inspect[0, 60]}"
     end
   end
 end

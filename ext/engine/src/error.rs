@@ -20,7 +20,7 @@ pub enum Error {
     /// The abort flag stopped the computation (an interrupt).
     #[error("interrupted")]
     Aborted,
-    /// The model has no usable tokenizer, or its chat template failed.
+    /// A chat template failed to compile or render.
     #[error("{0}")]
     Template(String),
     #[error("{0}")]

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use elelem_gguf::{Gguf, GgufWriter, TensorType, Value};
 
 use crate::canary::{self, Family, Rng, Shape};
-use elelem_engine::chat::{self, Message};
+use elelem_engine::chat;
 use elelem_engine::sampler::{self, Sampler, SamplerParams};
 use elelem_engine::{generate, Context, ContextParams, GenerateParams, Model, Result};
 
@@ -676,12 +676,15 @@ pub fn exercise(bytes: &[u8]) -> Result<Vec<u32>> {
         "an id outside the vocabulary: {tokens:?}"
     );
     if let Some(template) = model.chat_template() {
-        let hi = Message {
-            role: "user".into(),
-            content: "hi".into(),
+        let input = chat::ChatInput {
+            messages: vec![chat::message("user", "hi")],
+            add_generation_prompt: true,
+            bos_token: "<s>".into(),
+            eos_token: "</s>".into(),
+            ..Default::default()
         };
         // A template's own failure is the caller's to see; it must just end.
-        let _ = chat::render(template, &[hi], true, "<s>", "</s>");
+        let _ = chat::render(template, &input);
     }
     Ok(tokens)
 }

@@ -14,6 +14,7 @@ pub static ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "Er
 static LOAD_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "LoadError"));
 static CONTEXT_FULL: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "ContextFullError"));
 static CLOSED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "ClosedError"));
+static TEMPLATE: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "TemplateError"));
 static INTERRUPTED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "InterruptedError"));
 
 pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
@@ -24,7 +25,8 @@ pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
         E::ContextFull(_) => ruby.get_inner(&CONTEXT_FULL),
         E::Aborted => ruby.get_inner(&INTERRUPTED),
         E::OutOfMemory(_) => ruby.exception_no_mem_error(),
-        E::Internal(_) | E::Template(_) | E::Tokenizer(_) => ruby.get_inner(&ERROR),
+        E::Template(_) => ruby.get_inner(&TEMPLATE),
+        E::Internal(_) | E::Tokenizer(_) => ruby.get_inner(&ERROR),
     };
     Error::new(class, e.to_string())
 }

@@ -1,6 +1,7 @@
 mod errors;
 mod model;
 mod nogvl;
+mod template_value;
 mod tokenizer;
 
 use magnus::{function, prelude::*, Error, RHash, Ruby};

@@ -7,12 +7,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, UNIX_EPOCH};
 
 use elelem_engine as engine;
 use magnus::{function, method, prelude::*, Error, RArray, RHash, RModule, RString, Ruby, TryConvert, Value};
 
 use super::errors::{self, engine_error};
 use super::nogvl::without_gvl;
+use super::template_value;
 use super::tokenizer::Tokenizer;
 
 struct Loaded {
@@ -128,17 +130,20 @@ impl Model {
         })
     }
 
-    /// Renders `[[role, content], ...]` with `template` (or the model's own).
+    /// Renders `messages` (Hashes with String keys) with `template` (or the model's
+    /// own), with the template `variables` (a Hash) and `now` (`[seconds, nanoseconds]`
+    /// since the epoch, or nil for the current time) for `strftime_now`.
     fn render_chat(
         ruby: &Ruby,
         rb_self: &Self,
-        messages: Vec<(String, String)>,
+        messages: RArray,
         template: Option<String>,
         add_generation_prompt: bool,
+        variables: RHash,
+        now: Option<(u64, u32)>,
     ) -> Result<String, Error> {
-        rb_self.with_loaded(ruby, |loaded| {
-            Ok(render(ruby, loaded, messages, template, add_generation_prompt)?.text)
-        })
+        let chat = ChatRequest::new(ruby, messages, template, add_generation_prompt, variables, now)?;
+        rb_self.with_loaded(ruby, |loaded| Ok(render(ruby, loaded, chat)?.text))
     }
 
     /// The token ids of the prompt `render_chat` renders, the generation prompt
@@ -147,12 +152,15 @@ impl Model {
     fn chat_ids(
         ruby: &Ruby,
         rb_self: &Self,
-        messages: Vec<(String, String)>,
+        messages: RArray,
         template: Option<String>,
         parse_special: bool,
+        variables: RHash,
+        now: Option<(u64, u32)>,
     ) -> Result<RArray, Error> {
+        let chat = ChatRequest::new(ruby, messages, template, true, variables, now)?;
         rb_self.with_loaded(ruby, |loaded| {
-            let rendered = render(ruby, loaded, messages, template, true)?;
+            let rendered = render(ruby, loaded, chat)?;
             let tokenizer = loaded.ctx.model().tokenizer().map_err(|e| engine_error(ruby, e))?;
             let plain = if parse_special { &[][..] } else { &rendered.contents[..] };
             Ok(ruby.ary_from_vec(tokenizer.tokenize_with_plain(&rendered.text, true, plain)))
@@ -222,17 +230,41 @@ impl Model {
     }
 }
 
-/// Renders with `template`, else the GGUF's own, else llama.cpp's built-in format
-/// for the architecture.
-fn render(
-    ruby: &Ruby,
-    loaded: &Loaded,
-    messages: Vec<(String, String)>,
+/// A conversation to render, converted from Ruby; the model supplies the rest.
+struct ChatRequest {
     template: Option<String>,
-    add_generation_prompt: bool,
-) -> Result<engine::chat::Rendered, Error> {
+    input: engine::chat::ChatInput,
+}
+
+impl ChatRequest {
+    fn new(
+        ruby: &Ruby,
+        messages: RArray,
+        template: Option<String>,
+        add_generation_prompt: bool,
+        variables: RHash,
+        now: Option<(u64, u32)>,
+    ) -> Result<Self, Error> {
+        let messages = (0..messages.len())
+            .map(|i| template_value::to_template(ruby, messages.entry(i as isize)?))
+            .collect::<Result<Vec<_>, _>>()?;
+        let input = engine::chat::ChatInput {
+            messages,
+            add_generation_prompt,
+            variables: template_value::variables(ruby, variables)?,
+            now: now.map(|(secs, nanos)| UNIX_EPOCH + Duration::new(secs, nanos)),
+            ..Default::default()
+        };
+        Ok(ChatRequest { template, input })
+    }
+}
+
+/// Renders with the request's template, else the GGUF's own, else llama.cpp's
+/// built-in format for the architecture, with the model's BOS and EOS.
+fn render(ruby: &Ruby, loaded: &Loaded, chat: ChatRequest) -> Result<engine::chat::Rendered, Error> {
     let model = loaded.ctx.model();
-    let template = template
+    let template = chat
+        .template
         .or_else(|| model.chat_template().map(str::to_string))
         .or_else(|| engine::chat::builtin_template(model.hparams.arch.name()).map(str::to_string))
         .ok_or_else(|| {
@@ -246,17 +278,14 @@ fn render(
         id.map(|t| String::from_utf8_lossy(tokenizer.token_to_piece(t, true)).into_owned())
             .unwrap_or_default()
     };
-    let messages: Vec<engine::chat::Message> = messages
-        .into_iter()
-        .map(|(role, content)| engine::chat::Message { role, content })
-        .collect();
-    let (bos, eos) = (special(tokenizer.bos()), special(tokenizer.eos()));
+    let input = engine::chat::ChatInput {
+        bos_token: special(tokenizer.bos()),
+        eos_token: special(tokenizer.eos()),
+        ..chat.input
+    };
     // Bounded by the template's fuel, not by the abort flag.
     let never = AtomicBool::new(false);
-    without_gvl(ruby, &never, || {
-        engine::chat::render(&template, &messages, add_generation_prompt, &bos, &eos)
-    })?
-    .map_err(|e| engine_error(ruby, e))
+    without_gvl(ruby, &never, || engine::chat::render(&template, &input))?.map_err(|e| engine_error(ruby, e))
 }
 
 fn checked_ids(ruby: &Ruby, ctx: &engine::Context, ids: &[i64]) -> Result<Vec<u32>, Error> {
@@ -313,8 +342,8 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     class.define_private_method("_run", method!(Model::run, 3))?;
     class.define_private_method("_tokenizer", method!(Model::tokenizer, 0))?;
     class.define_private_method("_chat_template", method!(Model::chat_template, 0))?;
-    class.define_private_method("_render_chat", method!(Model::render_chat, 3))?;
-    class.define_private_method("_chat_ids", method!(Model::chat_ids, 3))?;
+    class.define_private_method("_render_chat", method!(Model::render_chat, 5))?;
+    class.define_private_method("_chat_ids", method!(Model::chat_ids, 5))?;
     class.define_private_method("_close", method!(Model::close, 0))?;
     class.define_private_method("_closed?", method!(Model::is_closed, 0))?;
     class.define_private_method("_info", method!(Model::info, 0))?;

@@ -1,0 +1,102 @@
+# frozen_string_literal: true
+
+module Elelem
+  # Checks a conversation and its template variables before they reach native code,
+  # so bad input is an ArgumentError naming what is wrong, never a crash.
+  # @api private
+  module ChatOptions
+    # The roles a message may have.
+    ROLES = %w[system user assistant tool].freeze
+
+    module_function
+
+    # The messages as a template sees them: Hashes with String keys, in their order,
+    # after a system message made of `system` when given. A role must be known and a
+    # content text (or nil, or absent, as for an assistant's tool calls); the other
+    # keys (`tool_calls`, `tool_call_id`, `name`, ...) pass through as they are.
+    def messages(list, system = nil)
+      raise ArgumentError, "messages must be a non-empty Array of Hashes" unless list.is_a?(Array) && !list.empty?
+
+      messages = list.map { |m| message(m) }
+      return messages if system.nil?
+      if messages[0]["role"] == "system"
+        raise ArgumentError, "system: given, and the messages start with a system message"
+      end
+
+      [{ "role" => "system", "content" => Options.text(:system, system) }, *messages]
+    end
+
+    # One message Hash with String keys, its role and content checked.
+    def message(msg)
+      unless msg.is_a?(Hash)
+        raise ArgumentError,
+              "each message must be a Hash with :role and :content, got #{msg.inspect}"
+      end
+
+      message = msg.to_h do |key, value|
+        key = key.to_s
+        case key
+        when "role" then [key, role(value)]
+        when "content" then [key, value.nil? ? nil : content(value)]
+        else [key, value]
+        end
+      end
+      raise ArgumentError, "a message has no role: #{msg.inspect[0, 60]}" unless message.key?("role")
+
+      message
+    end
+
+    def role(role)
+      role = role.to_s if role.is_a?(Symbol)
+      role = Options.text("message role", role)
+      return role if ROLES.include?(role)
+
+      raise ArgumentError, "unknown message role #{role.inspect} (known: #{ROLES.join(", ")})"
+    end
+
+    # A content String, or an Array of text parts (`{ type: "text", text: "..." }` or
+    # Strings, as OpenAI's API and ruby_llm take them) as `{ "type" => "text", "text" => ... }`.
+    def content(value)
+      return Options.text("message content", value) unless value.is_a?(Array)
+
+      value.map { |part| { "type" => "text", "text" => Options.text("message content", part_text(part)) } }
+    end
+
+    # Template variables from keywords: `tools`, `documents`, `enable_thinking`, ...
+    def variables(variables)
+      tools(variables[:tools]) unless variables[:tools].nil?
+      if variables.key?(:messages) || variables.key?("messages")
+        raise ArgumentError, "messages is the first argument, not a template variable"
+      end
+
+      variables
+    end
+
+    # OpenAI-style tool definitions (`{ type: "function", function: { name:, ... } }`),
+    # handed to the template as they are, as transformers does.
+    def tools(tools)
+      return tools if tools.is_a?(Array) && tools.all?(Hash)
+
+      raise ArgumentError, "tools must be an Array of Hashes (JSON schemas of functions), got #{tools.inspect[0, 60]}"
+    end
+
+    # `strftime_now`'s time as `[seconds, nanoseconds]` since the epoch (nil: the current time).
+    def now(time)
+      return nil if time.nil?
+      raise ArgumentError, "now must be a Time, got #{time.inspect}" unless time.is_a?(Time)
+      raise ArgumentError, "now must not be before 1970, got #{time}" if time.to_i.negative?
+
+      [time.to_i, time.nsec]
+    end
+
+    def part_text(part)
+      return part if part.is_a?(String)
+
+      type = part.is_a?(Hash) && (part[:type] || part["type"]).to_s
+      return part[:text] || part["text"] if type == "text"
+
+      raise ArgumentError, "message content parts must be text (a String or { type: \"text\", text: ... }), " \
+                           "got #{part.inspect[0, 60]}"
+    end
+  end
+end
