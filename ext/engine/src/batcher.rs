@@ -80,7 +80,7 @@ pub enum Event {
 pub struct Plan {
     pub batch: Vec<BatchToken>,
     /// Per request in the pass: how many of its prompt tokens it carries (0 for a
-    /// decode step), and its output row, if any.
+    /// decode step), and which of the pass's output rows is its, if any.
     members: Vec<(RequestId, usize, Option<usize>)>,
 }
 
@@ -286,6 +286,7 @@ impl<'a> Batcher<'a> {
         let mut budget = ctx.max_batch() as usize;
         let mut batch = Vec::new();
         let mut members = Vec::new();
+        let mut n_outputs = 0;
         let running: Vec<(SeqId, RequestId)> = self
             .slots
             .iter()
@@ -295,7 +296,8 @@ impl<'a> Batcher<'a> {
         for &(seq, id) in &running {
             let active = &self.requests[&id];
             if let (Some(token), true) = (active.pending, budget > 0) {
-                members.push((id, 0, Some(batch.len())));
+                members.push((id, 0, Some(n_outputs)));
+                n_outputs += 1;
                 batch.push(BatchToken {
                     token,
                     seq,
@@ -318,10 +320,12 @@ impl<'a> Batcher<'a> {
                 seq,
                 output: false,
             }));
-            let row = last.then(|| batch.len() - 1);
-            if let Some(row) = row {
-                batch[row].output = true;
-            }
+            let row = last.then(|| {
+                let end = batch.len() - 1;
+                batch[end].output = true;
+                n_outputs += 1;
+                n_outputs - 1
+            });
             members.push((id, n, row));
             budget -= n;
         }

@@ -51,6 +51,8 @@ struct Inner {
     ctx: Option<Context>,
     snapshot: ContextSnapshot,
     batcher: Batcher<'static>,
+    /// A thread is running a pass (and has the context).
+    stepping: bool,
     closed: bool,
 }
 
@@ -68,6 +70,7 @@ impl Scheduler {
                 snapshot: ContextSnapshot::of(&ctx),
                 ctx: Some(ctx),
                 batcher,
+                stepping: false,
                 closed: false,
             }),
         }
@@ -115,6 +118,9 @@ impl Scheduler {
                 if inner.closed {
                     return Err(Error::Closed);
                 }
+                if !inner.stepping {
+                    return Err(Error::Internal("the context was lost to a panic in a pass".into()));
+                }
                 inner = self.wait(inner);
                 continue;
             };
@@ -127,6 +133,7 @@ impl Scheduler {
             };
             self.stepper.store(id.0, Ordering::SeqCst);
             self.abort.store(false, Ordering::SeqCst);
+            inner.stepping = true;
             drop(inner);
             let start = Instant::now();
             // Checked after the stepper is published: an interrupt from here on aborts
@@ -140,6 +147,7 @@ impl Scheduler {
             self.stepper.store(0, Ordering::SeqCst);
             ctx.count(plan.batch.len(), seconds);
             inner = self.lock();
+            inner.stepping = false;
             inner.batcher.complete(&ctx, plan, result, seconds);
             inner.snapshot = ContextSnapshot::of(&ctx);
             if inner.closed {
@@ -149,6 +157,16 @@ impl Scheduler {
             }
             self.changed.notify_all();
         }
+    }
+
+    /// The next event of `id` if one is ready, without waiting or running a pass.
+    pub fn poll_event(&self, id: RequestId) -> Result<Option<Event>> {
+        self.lock().batcher.next_event(id)
+    }
+
+    /// Whether `id` has nothing more to give.
+    pub fn finished(&self, id: RequestId) -> bool {
+        self.lock().batcher.finished(id)
     }
 
     /// Sleeps until a pass completes or a request changes, or briefly: an interrupt
