@@ -19,12 +19,16 @@
 
 mod bpe;
 mod merge;
+mod regex;
+mod split;
 mod spm;
 mod stream;
 mod texts;
+mod ugm;
 mod unicode;
 mod unicode_data;
 mod vocab;
+mod wpm;
 
 use std::ops::Range;
 
@@ -32,9 +36,9 @@ use aho_corasick::AhoCorasick;
 
 pub use stream::Utf8Stream;
 
-use bpe::Bpe;
-pub use bpe::Pre;
-use vocab::{Vocab, BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED};
+use bpe::{Bpe, Pre, PreConfig};
+use ugm::Unigram;
+use vocab::{Defaults, Vocab, BYTE, CONTROL, LSTRIP, NORMAL, RSTRIP, UNKNOWN, USER_DEFINED};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
@@ -44,18 +48,30 @@ pub enum TokenizerError {
     WrongType(&'static str),
     #[error("`tokenizer.ggml.{0}` has fewer entries than there are tokens")]
     ShortArray(&'static str),
-    #[error("tokenizer.ggml.model {0:?} is not supported (only \"gpt2\" and \"llama\")")]
+    /// A `tokenizer.ggml.model` llama.cpp does not know either.
+    #[error("unknown tokenizer.ggml.model {0:?} (llama.cpp refuses it too)")]
+    UnknownModel(String),
+    /// A `tokenizer.ggml.model` llama.cpp runs but elelem does not implement.
+    #[error("tokenizer.ggml.model {0:?} is not implemented (elelem has gpt2, gemma4, llama, bert and t5)")]
     UnsupportedModel(String),
-    #[error("tokenizer.ggml.pre {0:?} is not supported for gpt2 vocabularies (only qwen2 and llama3 and their kin)")]
+    /// A `tokenizer.ggml.pre` llama.cpp does not know.
+    #[error("unknown tokenizer.ggml.pre {0:?} (llama.cpp refuses it too)")]
     UnsupportedPre(String),
-    #[error("llama.cpp gives this model ({0}) token attributes that are not implemented")]
-    UnsupportedAttributes(String),
+    /// A pre-tokenizer pattern llama.cpp's `std::regex` would throw on.
+    #[error("the pre-tokenizer pattern does not compile: {0}")]
+    Pattern(String),
     #[error("the vocabulary holds the same token text twice")]
     DuplicateTokens,
     #[error("the token texts add up to more than 4 GiB")]
     TooLarge,
     #[error("the vocabulary asks for a {0} token but has none")]
     MissingSpecial(&'static str),
+    /// llama.cpp patches this token's attributes by model name and fails to
+    /// load without it.
+    #[error("this model's attribute patches need the token {0:?}, which the vocabulary lacks")]
+    MissingToken(&'static str),
+    #[error("tokenizer.ggml.precompiled_charsmap is malformed: {0}")]
+    Charsmap(&'static str),
     #[error("cannot index the special tokens: {0}")]
     SpecialTokenIndex(#[from] aho_corasick::BuildError),
 }
@@ -65,22 +81,42 @@ pub enum TokenizerError {
 #[derive(Debug, Clone, Default)]
 pub struct VocabSpec {
     pub kind: VocabKind,
+    /// `tokenizer.ggml.model` as written (empty: the kind's usual name).
+    pub model: String,
+    /// `tokenizer.ggml.pre` as written.
+    pub pre: Option<String>,
+    /// `general.name` and `general.architecture`, which llama.cpp reads to
+    /// patch some models' token attributes.
+    pub name: Option<String>,
+    pub architecture: Option<String>,
     pub tokens: Vec<String>,
     pub scores: Option<Vec<f32>>,
     pub token_types: Option<Vec<i32>>,
     pub ids: SpecialIds,
     pub add_bos: Option<bool>,
     pub add_eos: Option<bool>,
+    pub add_sep: Option<bool>,
     pub add_space_prefix: Option<bool>,
+    pub remove_extra_whitespaces: Option<bool>,
+    /// `tokenizer.ggml.normalizer.lowercase` and `.strip_accents` (WordPiece).
+    pub normalizer_lowercase: Option<bool>,
+    pub normalizer_strip_accents: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default)]
 pub enum VocabKind {
-    /// `tokenizer.ggml.model = "gpt2"`, with `tokenizer.ggml.pre` and `.merges`.
+    /// Byte-level BPE, `tokenizer.ggml.model = "gpt2"` with
+    /// `tokenizer.ggml.pre` and `.merges` (also `"gemma4"`, whose
+    /// pre-tokenizer is always `gemma4`).
     Bpe { pre: String, merges: Vec<String> },
-    /// `tokenizer.ggml.model = "llama"`.
+    /// SentencePiece BPE, `tokenizer.ggml.model = "llama"`.
     #[default]
     Spm,
+    /// WordPiece, `tokenizer.ggml.model = "bert"`.
+    WordPiece,
+    /// Unigram, `tokenizer.ggml.model = "t5"`, with
+    /// `tokenizer.ggml.precompiled_charsmap` (empty if absent).
+    Unigram { precompiled_charsmap: Vec<u8> },
 }
 
 /// Special-token ids named by the metadata (`tokenizer.ggml.*_token_id`).
@@ -90,6 +126,10 @@ pub struct SpecialIds {
     pub eos: Option<u32>,
     pub eot: Option<u32>,
     pub eom: Option<u32>,
+    pub unk: Option<u32>,
+    pub sep: Option<u32>,
+    pub pad: Option<u32>,
+    pub mask: Option<u32>,
     pub fim_pre: Option<u32>,
     pub fim_suf: Option<u32>,
     pub fim_mid: Option<u32>,
@@ -101,6 +141,8 @@ pub struct SpecialIds {
 pub struct Tokenizer {
     vocab: Vocab,
     algorithm: Algorithm,
+    model: String,
+    pre: Option<String>,
     /// Ids llama.cpp splits out of raw text, longest text first.
     special: Vec<u32>,
     /// Finds which of `special` occur in a text at all (pattern i is
@@ -115,11 +157,75 @@ pub struct Tokenizer {
 enum Algorithm {
     Bpe(Box<Bpe>),
     Spm { byte_tokens: Box<[Option<u32>; 256]> },
+    WordPiece,
+    Unigram(Box<Unigram>),
 }
 
 enum Fragment {
     Text(Range<usize>),
     Token(u32),
+}
+
+impl VocabKind {
+    /// The `tokenizer.ggml.model` name of this kind.
+    fn model_name(&self) -> &'static str {
+        match self {
+            VocabKind::Bpe { .. } => "gpt2",
+            VocabKind::Spm => "llama",
+            VocabKind::WordPiece => "bert",
+            VocabKind::Unigram { .. } => "t5",
+        }
+    }
+}
+
+/// What llama.cpp's `load` sets for a model kind before the metadata speaks.
+fn defaults(spec: &VocabSpec, pre: Option<&PreConfig>) -> Defaults {
+    match (&spec.kind, pre) {
+        (VocabKind::Spm, _) => Defaults {
+            bos: Some(1),
+            eos: Some(2),
+            unk: Some(0),
+            add_bos: true,
+            add_space_prefix: true,
+            escape_whitespaces: true,
+            ..Defaults::default()
+        },
+        (VocabKind::WordPiece, _) => Defaults {
+            bos: Some(101),
+            unk: Some(100),
+            sep: Some(102),
+            pad: Some(0),
+            mask: Some(103),
+            add_bos: true,
+            add_sep: true,
+            clean_spaces: true,
+            escape_whitespaces: true,
+            ..Defaults::default()
+        },
+        (VocabKind::Unigram { .. }, _) => Defaults {
+            eos: Some(1),
+            unk: Some(2),
+            pad: Some(0),
+            add_eos: true,
+            escape_whitespaces: true,
+            ..Defaults::default()
+        },
+        (VocabKind::Bpe { .. }, pre) => {
+            let pre = pre.expect("a BPE vocabulary has a pre-tokenizer");
+            let gemma4 = spec.model == "gemma4";
+            let default_bos = (!gemma4 && !pre.no_default_bos).then_some(11);
+            Defaults {
+                bos: default_bos,
+                eos: (!gemma4).then_some(11),
+                add_bos: pre.add_bos,
+                add_sep: pre.add_sep,
+                clean_spaces: pre.clean_spaces,
+                escape_whitespaces: pre.escape_whitespaces,
+                force_add_bos: pre.pre == Pre::Gemma4,
+                ..Defaults::default()
+            }
+        }
+    }
 }
 
 impl Tokenizer {
@@ -129,11 +235,19 @@ impl Tokenizer {
     }
 
     pub fn new(spec: &VocabSpec) -> Result<Tokenizer, TokenizerError> {
-        let vocab = Vocab::new(spec)?;
+        let pre = match &spec.kind {
+            VocabKind::Bpe { pre, .. } => {
+                Some(PreConfig::from_name(pre).ok_or_else(|| TokenizerError::UnsupportedPre(pre.clone()))?)
+            }
+            _ => None,
+        };
+        let vocab = Vocab::new(spec, defaults(spec, pre.as_ref()))?;
         let algorithm = match &spec.kind {
-            VocabKind::Bpe { pre, merges } => {
-                let pre = Pre::from_name(pre).ok_or_else(|| TokenizerError::UnsupportedPre(pre.clone()))?;
-                Algorithm::Bpe(Box::new(Bpe::new(pre, merges)))
+            VocabKind::Bpe { merges, .. } => {
+                let pre = pre.as_ref().expect("set above for BPE");
+                Algorithm::Bpe(Box::new(
+                    Bpe::new(pre, merges).map_err(|e| TokenizerError::Pattern(e.0))?,
+                ))
             }
             VocabKind::Spm => {
                 let byte_tokens = std::array::from_fn(|b| {
@@ -146,14 +260,25 @@ impl Tokenizer {
                     byte_tokens: Box::new(byte_tokens),
                 }
             }
+            VocabKind::WordPiece => {
+                // llama.cpp asserts BOS and SEP when it adds them and would
+                // emit id -1 for unknown words without an UNK.
+                for (id, role) in [(vocab.bos, "BOS"), (vocab.sep, "SEP"), (vocab.unk, "UNK")] {
+                    id.ok_or(TokenizerError::MissingSpecial(role))?;
+                }
+                Algorithm::WordPiece
+            }
+            VocabKind::Unigram { precompiled_charsmap } => {
+                let unk = vocab.unk.ok_or(TokenizerError::MissingSpecial("UNK"))?;
+                Algorithm::Unigram(Box::new(Unigram::new(&vocab, unk, precompiled_charsmap)?))
+            }
         };
 
         let mut special: Vec<u32> = (0..vocab.texts.len() as u32)
             .filter(|&id| vocab.attrs[id as usize] & (CONTROL | USER_DEFINED | UNKNOWN) != 0)
             .collect();
         // llama.cpp uses an unstable sort here; the order among equally long
-        // texts only matters if two of them can overlap in one string, which
-        // neither supported vocabulary has.
+        // texts only matters if two of them can overlap in one string.
         special.sort_by_key(|&id| std::cmp::Reverse(vocab.texts[id as usize].len()));
         let special_index = AhoCorasick::new(special.iter().map(|&id| &vocab.texts[id as usize]))?;
 
@@ -167,6 +292,15 @@ impl Tokenizer {
         Ok(Tokenizer {
             vocab,
             algorithm,
+            model: if spec.model.is_empty() {
+                spec.kind.model_name().to_owned()
+            } else {
+                spec.model.clone()
+            },
+            pre: spec.pre.clone().or_else(|| match &spec.kind {
+                VocabKind::Bpe { pre, .. } => Some(pre.clone()),
+                _ => None,
+            }),
             special,
             special_index,
             pieces,
@@ -174,9 +308,9 @@ impl Tokenizer {
         })
     }
 
-    /// `llama_tokenize`: `add_special` adds BOS/EOS as the vocabulary asks;
-    /// `parse_special` turns control-token text into those tokens
-    /// (user-defined tokens are always split out, as in llama.cpp).
+    /// `llama_tokenize`: `add_special` adds BOS/EOS (WordPiece: BOS and SEP)
+    /// as the vocabulary asks; `parse_special` turns control-token text into
+    /// those tokens (user-defined tokens are always split out, as in llama.cpp).
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
         let whole = 0..text.len();
         let plain = if parse_special {
@@ -195,7 +329,8 @@ impl Tokenizer {
     pub fn tokenize_with_plain(&self, text: &str, add_special: bool, plain: &[Range<usize>]) -> Vec<u32> {
         let mut out = Vec::new();
         let v = &self.vocab;
-        if add_special && v.add_bos {
+        let word_piece = matches!(self.algorithm, Algorithm::WordPiece);
+        if add_special && (v.add_bos || word_piece) {
             out.extend(v.bos);
         }
         let mut after_special = true;
@@ -208,19 +343,28 @@ impl Tokenizer {
                 Fragment::Text(range) => {
                     let text = &text[range];
                     match &self.algorithm {
+                        Algorithm::Bpe(bpe) if v.escape_whitespaces => {
+                            bpe.tokenize(v, &text.replace(' ', "\u{2581}"), &mut out)
+                        }
                         Algorithm::Bpe(bpe) => bpe.tokenize(v, text, &mut out),
                         Algorithm::Spm { byte_tokens } => {
                             let prefix = if v.add_space_prefix && after_special { " " } else { "" };
                             let escaped = format!("{prefix}{text}").replace(' ', "\u{2581}");
                             spm::tokenize(v, byte_tokens, &escaped, &mut out);
                         }
+                        Algorithm::WordPiece => wpm::tokenize(v, text, &mut out),
+                        Algorithm::Unigram(unigram) => unigram.tokenize(v, text, &mut out),
                     }
                     after_special = false;
                 }
             }
         }
-        if add_special && v.add_eos {
-            out.extend(v.eos);
+        if add_special {
+            if word_piece {
+                out.extend(v.sep);
+            } else if v.add_eos {
+                out.extend(v.eos);
+            }
         }
         out
     }
@@ -243,6 +387,8 @@ impl Tokenizer {
     /// false: the pieces concatenated. When the vocabulary adds a space
     /// prefix, a leading space is dropped from the first token's piece (only
     /// the first token's, even when that piece is empty, e.g. a hidden BOS).
+    /// Vocabularies that clean up spaces (`clean_spaces`) then drop the
+    /// spaces llama.cpp drops around punctuation and contractions.
     pub fn detokenize(&self, ids: &[u32], special: bool) -> Vec<u8> {
         let mut out = Vec::new();
         let mut strip_space = self.vocab.add_space_prefix;
@@ -254,6 +400,9 @@ impl Tokenizer {
             };
             out.extend_from_slice(piece);
             strip_space = false;
+        }
+        if self.vocab.clean_spaces {
+            clean_spaces(&mut out);
         }
         out
     }
@@ -273,23 +422,39 @@ impl Tokenizer {
 
     /// Whether `tokenize(.., add_special = true, ..)` starts with BOS.
     pub fn add_bos(&self) -> bool {
-        self.vocab.add_bos
+        self.vocab.add_bos || matches!(self.algorithm, Algorithm::WordPiece)
     }
 
     /// Whether `tokenize(.., add_special = true, ..)` ends with EOS.
     pub fn add_eos(&self) -> bool {
-        self.vocab.add_eos
+        self.vocab.add_eos && !matches!(self.algorithm, Algorithm::WordPiece)
+    }
+
+    /// `llama_vocab_get_add_sep`: whether embedding callers append SEP.
+    pub fn add_sep(&self) -> bool {
+        self.vocab.add_sep
     }
 
     pub fn n_vocab(&self) -> usize {
         self.vocab.texts.len()
     }
 
+    /// `tokenizer.ggml.model` (`"gpt2"`, `"llama"`, `"bert"`, …).
+    pub fn model_name(&self) -> &str {
+        &self.model
+    }
+
+    /// `tokenizer.ggml.pre` as the metadata names it, if it does.
+    pub fn pre_name(&self) -> Option<&str> {
+        self.pre.as_deref()
+    }
+
     /// llama.cpp's `tokenizer_st_partition`: for each special token, longest
-    /// first, split every remaining text fragment at its occurrences. Tokens
-    /// absent from the whole text cannot split any part of it, so only the
-    /// ones present are visited. Control and unknown tokens are not split out
-    /// where they overlap a `plain` range.
+    /// first, split every remaining text fragment at its occurrences,
+    /// dropping the whitespace a token's LSTRIP/RSTRIP attribute strips.
+    /// Tokens absent from the whole text cannot split any part of it, so only
+    /// the ones present are visited. Control and unknown tokens are not split
+    /// out where they overlap a `plain` range.
     fn partition(&self, text: &str, plain: &[Range<usize>]) -> Vec<Fragment> {
         let mut fragments = Vec::new();
         if !text.is_empty() {
@@ -299,8 +464,12 @@ impl Tokenizer {
         for m in self.special_index.find_overlapping_iter(text) {
             present[m.pattern().as_usize()] = true;
         }
+        let bytes = text.as_bytes();
+        // `isspace` in the "C" locale.
+        let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
         for (&id, _) in self.special.iter().zip(present).filter(|&(_, present)| present) {
-            let guarded = self.vocab.attrs[id as usize] & (CONTROL | UNKNOWN) != 0;
+            let attr = self.vocab.attrs[id as usize];
+            let guarded = attr & (CONTROL | UNKNOWN) != 0;
             let needle = &self.vocab.texts[id as usize];
             let mut split = Vec::with_capacity(fragments.len() + 2);
             for fragment in fragments {
@@ -309,16 +478,31 @@ impl Tokenizer {
                     continue;
                 };
                 let mut start = range.start;
-                for (at, _) in text[range.clone()].match_indices(needle) {
-                    let (at, end) = (range.start + at, range.start + at + needle.len());
+                let mut search = range.start;
+                while let Some(found) = text[search..range.end].find(needle) {
+                    let at = search + found;
+                    let mut end = at + needle.len();
                     if guarded && plain.iter().any(|p| p.start < end && at < p.end) {
+                        search = end;
                         continue;
                     }
-                    if at > start {
-                        split.push(Fragment::Text(start..at));
+                    let mut left_end = at;
+                    if attr & LSTRIP != 0 {
+                        while left_end > start && is_space(bytes[left_end - 1]) {
+                            left_end -= 1;
+                        }
+                    }
+                    if left_end > start {
+                        split.push(Fragment::Text(start..left_end));
                     }
                     split.push(Fragment::Token(id));
+                    if attr & RSTRIP != 0 {
+                        while end < range.end && is_space(bytes[end]) {
+                            end += 1;
+                        }
+                    }
                     start = end;
+                    search = end;
                 }
                 if start < range.end {
                     split.push(Fragment::Text(start..range.end));
@@ -330,6 +514,54 @@ impl Tokenizer {
     }
 }
 
+/// The end of llama.cpp's `detokenize` with `clean_spaces`, pass for pass
+/// and in place as it does it: no space before `?!.,`, none around a lone
+/// `'`, none before `'s`, `'m`, `'re`, `'ve`.
+fn clean_spaces(text: &mut Vec<u8>) {
+    // First pass: " ?", " !", " .", " ,".
+    let total1 = text.len();
+    let mut total = usize::from(total1 > 0);
+    for i in 1..total1 {
+        let x = text[i];
+        if text[i - 1] == b' ' && matches!(x, b'?' | b'!' | b'.' | b',') {
+            total -= 1;
+        }
+        text[total] = x;
+        total += 1;
+    }
+    // Second pass: " ' " loses both spaces.
+    let total2 = total;
+    total = usize::from(total2 > 0);
+    let mut i = 1;
+    while i < total2 {
+        let x = text[i];
+        if x == b'\'' && i + 1 < total2 && text[i - 1] == b' ' && text[i + 1] == b' ' {
+            total -= 1;
+            i += 1;
+            text[i] = 0;
+        }
+        text[total] = x;
+        total += 1;
+        i += 1;
+    }
+    // Third pass: " 's", " 'm", " 're", " 've" lose their space.
+    let total3 = total;
+    total = usize::from(total3 > 0);
+    for i in 1..total3 {
+        let x = text[i];
+        if text[i - 1] == b' ' && x == b'\'' && i + 1 < total3 {
+            let x1 = text[i + 1];
+            let x2 = text.get(i + 2).copied().filter(|_| i + 2 < total3);
+            if matches!(x1, b's' | b'm') || matches!((x1, x2), (b'r', Some(b'e')) | (b'v', Some(b'e'))) {
+                total -= 1;
+            }
+        }
+        text[total] = x;
+        total += 1;
+    }
+    text.truncate(total);
+}
+
 /// Appends the piece llama.cpp caches for `id` (rendered with `special` true).
 fn render(vocab: &Vocab, algorithm: &Algorithm, id: usize, out: &mut Vec<u8>) {
     let attr = vocab.attrs[id];
@@ -338,8 +570,8 @@ fn render(vocab: &Vocab, algorithm: &Algorithm, id: usize, out: &mut Vec<u8>) {
         out.extend_from_slice(text.as_bytes());
     } else if attr & NORMAL != 0 {
         match algorithm {
-            Algorithm::Bpe(bpe) => bpe.byte_level().decode(text, out),
-            Algorithm::Spm { .. } => out.extend_from_slice(text.replace('\u{2581}', " ").as_bytes()),
+            Algorithm::Bpe(bpe) if !vocab.escape_whitespaces => bpe.byte_level().decode(text, out),
+            _ => out.extend_from_slice(text.replace('\u{2581}', " ").as_bytes()),
         }
     } else if attr & BYTE != 0 {
         // `<0xXX>`: llama.cpp reads the two hex digits with strtol.
@@ -387,24 +619,44 @@ impl VocabSpec {
                 .transpose()
         };
 
-        // llama.cpp patches token attributes by model name for these; refuse
-        // rather than tokenize them differently.
-        let name = string("general.name")?.unwrap_or("").to_lowercase();
-        let arch = string("general.architecture")?.unwrap_or("");
-        if ["phi-3", "phi3", "modern-bert"].iter().any(|n| name.contains(n))
-            || ["nomic-bert-moe", "jina-bert-v3"].iter().any(|a| arch.contains(a))
-        {
-            return Err(TokenizerError::UnsupportedAttributes(name));
-        }
-
         let model = string("tokenizer.ggml.model")?.ok_or(TokenizerError::MissingKey("tokenizer.ggml.model"))?;
+        let pre = string("tokenizer.ggml.pre")?.map(str::to_owned);
+        let merges = || strings("tokenizer.ggml.merges")?.ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"));
         let kind = match model {
+            // Kimi-K2 is the one BPE vocabulary llama.cpp loads without merges.
+            "gpt2" if pre.as_deref() == Some("kimi-k2") => VocabKind::Bpe {
+                pre: "kimi-k2".to_owned(),
+                merges: strings("tokenizer.ggml.merges")?.unwrap_or_default(),
+            },
             "gpt2" => VocabKind::Bpe {
-                pre: string("tokenizer.ggml.pre")?.unwrap_or("").to_owned(),
-                merges: strings("tokenizer.ggml.merges")?.ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?,
+                pre: pre.clone().unwrap_or_default(),
+                merges: merges()?,
+            },
+            // llama.cpp's Gemma 4 tokenizer: BPE whose pre-tokenizer is always gemma4.
+            "gemma4" => VocabKind::Bpe {
+                pre: "gemma4".to_owned(),
+                merges: merges()?,
             },
             "llama" => VocabKind::Spm,
-            other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
+            "bert" => VocabKind::WordPiece,
+            "t5" => VocabKind::Unigram {
+                precompiled_charsmap: match array("tokenizer.ggml.precompiled_charsmap")? {
+                    None => Vec::new(),
+                    Some(values) => values
+                        .iter()
+                        .map(|v| match v {
+                            Value::U8(b) => Some(*b),
+                            Value::I8(b) => Some(*b as u8),
+                            _ => None,
+                        })
+                        .collect::<Option<Vec<u8>>>()
+                        .ok_or(TokenizerError::WrongType("tokenizer.ggml.precompiled_charsmap"))?,
+                },
+            },
+            "no_vocab" | "none" | "rwkv" | "test" | "plamo2" | "hybriddna" | "whitespace" => {
+                return Err(TokenizerError::UnsupportedModel(model.to_owned()))
+            }
+            other => return Err(TokenizerError::UnknownModel(other.to_owned())),
         };
 
         let scores = array("tokenizer.ggml.scores")?
@@ -443,6 +695,10 @@ impl VocabSpec {
             eos: id("tokenizer.ggml.eos_token_id")?,
             eot: id("tokenizer.ggml.eot_token_id")?,
             eom: id("tokenizer.ggml.eom_token_id")?,
+            unk: id("tokenizer.ggml.unknown_token_id")?,
+            sep: id("tokenizer.ggml.seperator_token_id")?,
+            pad: id("tokenizer.ggml.padding_token_id")?,
+            mask: id("tokenizer.ggml.mask_token_id")?,
             fim_pre: fim("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id")?,
             fim_suf: fim("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id")?,
             fim_mid: fim("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id")?,
@@ -452,13 +708,29 @@ impl VocabSpec {
         };
         Ok(VocabSpec {
             kind,
+            model: model.to_owned(),
+            pre,
+            name: string("general.name")?.map(str::to_owned),
+            architecture: string("general.architecture")?.map(str::to_owned),
             tokens,
             scores,
             token_types,
             ids,
             add_bos: flag("tokenizer.ggml.add_bos_token")?,
             add_eos: flag("tokenizer.ggml.add_eos_token")?,
+            add_sep: flag("tokenizer.ggml.add_sep_token")?,
             add_space_prefix: flag("tokenizer.ggml.add_space_prefix")?,
+            remove_extra_whitespaces: flag("tokenizer.ggml.remove_extra_whitespaces")?,
+            normalizer_lowercase: flag("tokenizer.ggml.normalizer.lowercase")?,
+            normalizer_strip_accents: flag("tokenizer.ggml.normalizer.strip_accents")?,
+        })
+    }
+
+    /// `tokenizer.ggml.pre` as written, else the BPE pre-tokenizer's name.
+    pub(crate) fn pre_name(&self) -> Option<&str> {
+        self.pre.as_deref().or(match &self.kind {
+            VocabKind::Bpe { pre, .. } => Some(pre.as_str()),
+            _ => None,
         })
     }
 }

@@ -1,12 +1,18 @@
-//! The parts of llama.cpp's `src/unicode.cpp` the two tokenizers use: code
-//! point classes from llama.cpp's own tables, and GPT-2's byte ↔ char map.
+//! The parts of llama.cpp's `src/unicode.cpp` the tokenizers use: code point
+//! classes, lowercasing and NFD from llama.cpp's own tables, and GPT-2's
+//! byte ↔ char map.
 
-use crate::unicode_data::{CATEGORY_RANGES, WHITESPACE};
+use crate::unicode_data::{CATEGORY_RANGES, LOWERCASE, NFD_RANGES, WHITESPACE};
 
-const NUMBER: u8 = 0x02;
-const LETTER: u8 = 0x04;
+// `unicode_cpt_flags` category bits, as the table stores them.
+pub(crate) const NUMBER: u8 = 0x02;
+pub(crate) const LETTER: u8 = 0x04;
+pub(crate) const ACCENT_MARK: u8 = 0x10;
+pub(crate) const PUNCTUATION: u8 = 0x20;
+pub(crate) const SYMBOL: u8 = 0x40;
+pub(crate) const CONTROL: u8 = 0x80;
 
-/// llama.cpp's `unicode_cpt_flags`, reduced to what the qwen2 split reads.
+/// llama.cpp's `unicode_cpt_flags` (the category and whitespace bits).
 /// `Flags::default()` is its empty value, used past the end of a fragment.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
 pub(crate) struct Flags {
@@ -15,8 +21,8 @@ pub(crate) struct Flags {
 }
 
 impl Flags {
-    pub(crate) fn of(c: char) -> Flags {
-        let cp = c as u32;
+    /// `unicode_cpt_flags_from_cpt`.
+    pub(crate) fn of_code_point(cp: u32) -> Flags {
         let i = CATEGORY_RANGES.partition_point(|&(start, _)| start <= cp) - 1;
         Flags {
             category: CATEGORY_RANGES[i].1,
@@ -32,6 +38,27 @@ impl Flags {
         self.category & NUMBER != 0
     }
 
+    pub(crate) fn is_accent_mark(self) -> bool {
+        self.category & ACCENT_MARK != 0
+    }
+
+    pub(crate) fn is_punctuation(self) -> bool {
+        self.category & PUNCTUATION != 0
+    }
+
+    pub(crate) fn is_symbol(self) -> bool {
+        self.category & SYMBOL != 0
+    }
+
+    pub(crate) fn is_control(self) -> bool {
+        self.category & CONTROL != 0
+    }
+
+    /// `category_flag()`: the one category bit a code point has.
+    pub(crate) fn category(self) -> u8 {
+        self.category
+    }
+
     pub(crate) fn is_whitespace(self) -> bool {
         self.whitespace
     }
@@ -40,6 +67,23 @@ impl Flags {
     /// its table (the generator checks), so this only fails past the end.
     pub(crate) fn is_set(self) -> bool {
         self != Flags::default()
+    }
+}
+
+/// `unicode_tolower`: the table's lowercase, or the code point itself.
+pub(crate) fn to_lower(cp: u32) -> u32 {
+    LOWERCASE
+        .binary_search_by_key(&cp, |&(from, _)| from)
+        .map_or(cp, |i| LOWERCASE[i].1)
+}
+
+/// `unicode_cpts_normalize_nfd`: llama.cpp's "NFD" maps each code point to the
+/// first code point of its decomposition (no marks are added).
+pub(crate) fn nfd_first(cp: u32) -> u32 {
+    let i = NFD_RANGES.partition_point(|&(first, _, _)| first <= cp);
+    match i.checked_sub(1).map(|i| NFD_RANGES[i]) {
+        Some((first, last, to)) if first <= cp && cp <= last => to,
+        _ => cp,
     }
 }
 
@@ -99,16 +143,16 @@ mod tests {
 
     #[test]
     fn classes_follow_llama_cpp_tables() {
-        assert!(Flags::of('a').is_letter());
-        assert!(Flags::of('ß').is_letter());
-        assert!(Flags::of('界').is_letter());
-        assert!(Flags::of('7').is_number());
-        assert!(Flags::of('٣').is_number());
-        assert!(Flags::of(' ').is_whitespace());
-        assert!(Flags::of('\u{3000}').is_whitespace());
+        assert!(Flags::of_code_point(u32::from('a')).is_letter());
+        assert!(Flags::of_code_point(u32::from('ß')).is_letter());
+        assert!(Flags::of_code_point(u32::from('界')).is_letter());
+        assert!(Flags::of_code_point(u32::from('7')).is_number());
+        assert!(Flags::of_code_point(u32::from('٣')).is_number());
+        assert!(Flags::of_code_point(u32::from(' ')).is_whitespace());
+        assert!(Flags::of_code_point(u32::from('\u{3000}')).is_whitespace());
         // U+0301 COMBINING ACUTE ACCENT is a mark, not a letter.
-        assert!(!Flags::of('\u{301}').is_letter());
-        assert!(Flags::of('\u{10FFFF}').is_set());
+        assert!(!Flags::of_code_point(u32::from('\u{301}')).is_letter());
+        assert!(Flags::of_code_point(u32::from('\u{10FFFF}')).is_set());
         assert!(!Flags::default().is_set());
     }
 
