@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use crate::merge::merge;
 use crate::regex::PatternError;
 use crate::split::Splitter;
-use crate::unicode::ByteLevel;
+use crate::unicode::{code_points, push_utf8, ByteLevel};
 use crate::vocab::Vocab;
 
 /// llama.cpp's BPE pre-tokenizers (`LLAMA_VOCAB_PRE_TYPE_*`), one variant per
@@ -301,7 +301,7 @@ pub(crate) struct Bpe {
     ignore_merges: bool,
     splitter: Splitter,
     /// Every string that appears on either side of a merge, interned.
-    pieces: HashMap<String, u32>,
+    pieces: HashMap<Vec<u8>, u32>,
     /// `(left, right)` interned → rank (the merge's line number).
     ranks: HashMap<(u32, u32), u32>,
     byte_level: ByteLevel,
@@ -322,7 +322,7 @@ impl Bpe {
             };
             let mut intern = |s: &str| {
                 let next = pieces.len() as u32;
-                *pieces.entry(s.to_owned()).or_insert(next)
+                *pieces.entry(s.as_bytes().to_vec()).or_insert(next)
             };
             let pair = (intern(&merge[..space]), intern(&merge[space + 1..]));
             // The first rank wins, as with llama.cpp's unordered_map::emplace.
@@ -344,21 +344,33 @@ impl Bpe {
         &self.byte_level
     }
 
-    /// `llm_tokenizer_bpe_session::tokenize` of one text fragment.
-    pub(crate) fn tokenize(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
-        let byte_encode = self.pre.byte_encode();
-        let mut words: Vec<&str> = self.splitter.split(text).into_iter().map(|r| &text[r]).collect();
-        let metaspace;
+    /// `llm_tokenizer_bpe_session::tokenize` of one text fragment. The words
+    /// are built from the code points llama.cpp decodes, so invalid UTF-8
+    /// arrives as U+FFFD.
+    pub(crate) fn tokenize(&self, vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) {
+        let cpts = code_points(text);
+        let mut words: Vec<Vec<u8>> = self
+            .splitter
+            .split(&cpts)
+            .into_iter()
+            .map(|range| {
+                let mut word = Vec::new();
+                for &cp in &cpts[range] {
+                    push_utf8(cp, &mut word);
+                }
+                word
+            })
+            .collect();
         if self.pre == Pre::Mmbert {
-            metaspace = metaspace_words(&words);
-            words = metaspace.iter().map(String::as_str).collect();
+            words = metaspace_words(words);
         }
-        let mut encoded = String::new();
-        for word in words {
+        let byte_encode = self.pre.byte_encode();
+        let mut encoded = Vec::new();
+        for word in &words {
             let word = if byte_encode {
                 encoded.clear();
-                self.byte_level.encode(word.as_bytes(), &mut encoded);
-                encoded.as_str()
+                self.byte_level.encode(word, &mut encoded);
+                &encoded
             } else {
                 word
             };
@@ -366,15 +378,15 @@ impl Bpe {
         }
     }
 
-    fn rank(&self, left: &str, right: &str) -> Option<u32> {
+    fn rank(&self, left: &[u8], right: &[u8]) -> Option<u32> {
         let pair = (*self.pieces.get(left)?, *self.pieces.get(right)?);
         self.ranks.get(&pair).copied()
     }
 
-    fn merge_word(&self, vocab: &Vocab, word: &str, byte_encode: bool, out: &mut Vec<u32>) {
+    fn merge_word(&self, vocab: &Vocab, word: &[u8], byte_encode: bool, out: &mut Vec<u32>) {
         let whole_word_token = self.ignore_merges
             // Gemma 4's newline runs are tokens of their own, never merged.
-            || (matches!(self.pre, Pre::Gemma4 | Pre::Mmbert) && word.bytes().all(|b| b == b'\n'));
+            || (matches!(self.pre, Pre::Gemma4 | Pre::Mmbert) && word.iter().all(|&b| b == b'\n'));
         if whole_word_token {
             if let Some(id) = vocab.id(word) {
                 out.push(id);
@@ -390,11 +402,8 @@ impl Bpe {
                 // Only when the vocabulary lacks a byte char or a merge's
                 // result; llama.cpp then looks up each byte alone (`<0xXX>`
                 // without byte encoding) and drops the ones it lacks.
-                None if byte_encode => out.extend(
-                    text.bytes()
-                        .filter_map(|b| std::str::from_utf8(&[b]).ok().and_then(|s| vocab.id(s))),
-                ),
-                None => out.extend(text.bytes().filter_map(|b| vocab.id(&format!("<0x{b:02X}>")))),
+                None if byte_encode => out.extend(text.iter().filter_map(|&b| vocab.id([b]))),
+                None => out.extend(text.iter().filter_map(|b| vocab.id(format!("<0x{b:02X}>")))),
             }
         }
     }
@@ -402,24 +411,22 @@ impl Bpe {
 
 /// mmBERT's Metaspace step: a word that is not all newlines starts with `▁`
 /// (one is added if missing) and is cut before every further `▁`.
-fn metaspace_words(words: &[&str]) -> Vec<String> {
+fn metaspace_words(words: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let space = ESCAPED_SPACE.as_bytes();
     let mut out = Vec::new();
-    for &word in words {
-        if word.bytes().all(|b| b == b'\n') {
-            out.push(word.to_owned());
+    for mut word in words {
+        if word.iter().all(|&b| b == b'\n') {
+            out.push(word);
             continue;
         }
-        let word = if word.starts_with(ESCAPED_SPACE) {
-            word.to_owned()
-        } else {
-            format!("{ESCAPED_SPACE}{word}")
-        };
+        if !word.starts_with(space) {
+            word.splice(0..0, space.iter().copied());
+        }
         let mut start = 0;
         while start < word.len() {
-            let end = word[start + ESCAPED_SPACE.len()..]
-                .find(ESCAPED_SPACE)
-                .map_or(word.len(), |p| p + start + ESCAPED_SPACE.len());
-            out.push(word[start..end].to_owned());
+            let end = memchr::memmem::find(&word[start + space.len()..], space)
+                .map_or(word.len(), |p| p + start + space.len());
+            out.push(word[start..end].to_vec());
             start = end;
         }
     }

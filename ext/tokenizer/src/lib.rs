@@ -250,11 +250,10 @@ impl Tokenizer {
                 ))
             }
             VocabKind::Spm => {
+                // `byte_to_token`: `<0xXX>`, else the byte as a one-byte text.
                 let byte_tokens = std::array::from_fn(|b| {
                     let b = b as u8;
-                    vocab
-                        .id(&format!("<0x{b:02X}>"))
-                        .or_else(|| std::str::from_utf8(&[b]).ok().and_then(|s| vocab.id(s)))
+                    vocab.id(format!("<0x{b:02X}>")).or_else(|| vocab.id([b]))
                 });
                 Algorithm::Spm {
                     byte_tokens: Box::new(byte_tokens),
@@ -280,7 +279,7 @@ impl Tokenizer {
         // llama.cpp uses an unstable sort here; the order among equally long
         // texts only matters if two of them can overlap in one string.
         special.sort_by_key(|&id| std::cmp::Reverse(vocab.texts[id as usize].len()));
-        let special_index = AhoCorasick::new(special.iter().map(|&id| &vocab.texts[id as usize]))?;
+        let special_index = AhoCorasick::new(special.iter().map(|&id| vocab.texts[id as usize].as_bytes()))?;
 
         let mut pieces = Vec::new();
         let mut piece_starts = vec![0];
@@ -312,13 +311,20 @@ impl Tokenizer {
     /// as the vocabulary asks; `parse_special` turns control-token text into
     /// those tokens (user-defined tokens are always split out, as in llama.cpp).
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        self.tokenize_bytes(text.as_bytes(), add_special, parse_special)
+    }
+
+    /// [`tokenize`](Self::tokenize) of any bytes, as llama.cpp takes them:
+    /// invalid UTF-8 is read the way each of its tokenizers reads it (byte
+    /// tokens in SentencePiece, U+FFFD in the others).
+    pub fn tokenize_bytes(&self, text: &[u8], add_special: bool, parse_special: bool) -> Vec<u32> {
         let whole = 0..text.len();
         let plain = if parse_special {
             &[]
         } else {
             std::slice::from_ref(&whole)
         };
-        self.tokenize_with_plain(text, add_special, plain)
+        self.tokenize_fragments(text, add_special, plain)
     }
 
     /// [`tokenize`](Self::tokenize) with special-token parsing everywhere but in
@@ -327,6 +333,12 @@ impl Tokenizer {
     /// tokenized together, so a text without special-token text inside the
     /// ranges gives exactly the tokens of `tokenize(text, add_special, true)`.
     pub fn tokenize_with_plain(&self, text: &str, add_special: bool, plain: &[Range<usize>]) -> Vec<u32> {
+        self.tokenize_fragments(text.as_bytes(), add_special, plain)
+    }
+
+    /// `llama_vocab::impl::tokenize`: the special tokens split out, then each
+    /// text fragment through the vocabulary's tokenizer.
+    fn tokenize_fragments(&self, text: &[u8], add_special: bool, plain: &[Range<usize>]) -> Vec<u32> {
         let mut out = Vec::new();
         let v = &self.vocab;
         let word_piece = matches!(self.algorithm, Algorithm::WordPiece);
@@ -344,13 +356,12 @@ impl Tokenizer {
                     let text = &text[range];
                     match &self.algorithm {
                         Algorithm::Bpe(bpe) if v.escape_whitespaces => {
-                            bpe.tokenize(v, &text.replace(' ', "\u{2581}"), &mut out)
+                            bpe.tokenize(v, &escape_spaces(b"", text), &mut out)
                         }
                         Algorithm::Bpe(bpe) => bpe.tokenize(v, text, &mut out),
                         Algorithm::Spm { byte_tokens } => {
-                            let prefix = if v.add_space_prefix && after_special { " " } else { "" };
-                            let escaped = format!("{prefix}{text}").replace(' ', "\u{2581}");
-                            spm::tokenize(v, byte_tokens, &escaped, &mut out);
+                            let prefix: &[u8] = if v.add_space_prefix && after_special { b" " } else { b"" };
+                            spm::tokenize(v, byte_tokens, &escape_spaces(prefix, text), &mut out);
                         }
                         Algorithm::WordPiece => wpm::tokenize(v, text, &mut out),
                         Algorithm::Unigram(unigram) => unigram.tokenize(v, text, &mut out),
@@ -455,7 +466,7 @@ impl Tokenizer {
     /// Tokens absent from the whole text cannot split any part of it, so only
     /// the ones present are visited. Control and unknown tokens are not split
     /// out where they overlap a `plain` range.
-    fn partition(&self, text: &str, plain: &[Range<usize>]) -> Vec<Fragment> {
+    fn partition(&self, text: &[u8], plain: &[Range<usize>]) -> Vec<Fragment> {
         let mut fragments = Vec::new();
         if !text.is_empty() {
             fragments.push(Fragment::Text(0..text.len()));
@@ -464,13 +475,12 @@ impl Tokenizer {
         for m in self.special_index.find_overlapping_iter(text) {
             present[m.pattern().as_usize()] = true;
         }
-        let bytes = text.as_bytes();
         // `isspace` in the "C" locale.
         let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
         for (&id, _) in self.special.iter().zip(present).filter(|&(_, present)| present) {
             let attr = self.vocab.attrs[id as usize];
             let guarded = attr & (CONTROL | UNKNOWN) != 0;
-            let needle = &self.vocab.texts[id as usize];
+            let needle = memchr::memmem::Finder::new(self.vocab.texts[id as usize].as_bytes());
             let mut split = Vec::with_capacity(fragments.len() + 2);
             for fragment in fragments {
                 let Fragment::Text(range) = fragment else {
@@ -479,16 +489,16 @@ impl Tokenizer {
                 };
                 let mut start = range.start;
                 let mut search = range.start;
-                while let Some(found) = text[search..range.end].find(needle) {
+                while let Some(found) = needle.find(&text[search..range.end]) {
                     let at = search + found;
-                    let mut end = at + needle.len();
+                    let mut end = at + needle.needle().len();
                     if guarded && plain.iter().any(|p| p.start < end && at < p.end) {
                         search = end;
                         continue;
                     }
                     let mut left_end = at;
                     if attr & LSTRIP != 0 {
-                        while left_end > start && is_space(bytes[left_end - 1]) {
+                        while left_end > start && is_space(text[left_end - 1]) {
                             left_end -= 1;
                         }
                     }
@@ -497,7 +507,7 @@ impl Tokenizer {
                     }
                     split.push(Fragment::Token(id));
                     if attr & RSTRIP != 0 {
-                        while end < range.end && is_space(bytes[end]) {
+                        while end < range.end && is_space(text[end]) {
                             end += 1;
                         }
                     }
@@ -512,6 +522,19 @@ impl Tokenizer {
         }
         fragments
     }
+}
+
+/// `llama_escape_whitespace` of `prefix` + `text`: spaces become `▁`.
+fn escape_spaces(prefix: &[u8], text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + text.len() + 8);
+    for &b in prefix.iter().chain(text) {
+        if b == b' ' {
+            out.extend_from_slice("\u{2581}".as_bytes());
+        } else {
+            out.push(b);
+        }
+    }
+    out
 }
 
 /// The end of llama.cpp's `detokenize` with `clean_spaces`, pass for pass

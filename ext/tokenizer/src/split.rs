@@ -66,21 +66,16 @@ impl Splitter {
         Ok(Splitter { patterns })
     }
 
-    /// The words of `text`, as byte ranges.
-    pub(crate) fn split(&self, text: &str) -> Vec<Range<usize>> {
-        let cpts: Vec<u32> = text.chars().map(u32::from).collect();
+    /// The words of the code points `cpts`, as ranges of them.
+    pub(crate) fn split(&self, cpts: &[u32]) -> Vec<Range<usize>> {
         let flags: Vec<Flags> = cpts.iter().map(|&c| Flags::of_code_point(c)).collect();
         let uses = |collapsed: bool| {
             self.patterns
                 .iter()
                 .any(|p| matches!(p, Pattern::General { collapsed: c, .. } if *c == collapsed))
         };
-        let collapsed = if uses(true) {
-            collapse(&cpts, &flags)
-        } else {
-            Vec::new()
-        };
-        let wide = if uses(false) { widen(&cpts, &flags) } else { Vec::new() };
+        let collapsed = if uses(true) { collapse(cpts, &flags) } else { Vec::new() };
+        let wide = if uses(false) { widen(cpts, &flags) } else { Vec::new() };
 
         let mut lengths = vec![cpts.len()];
         for pattern in &self.patterns {
@@ -110,19 +105,12 @@ impl Splitter {
             lengths = next;
         }
 
-        let mut byte_at = text.char_indices().map(|(at, _)| at).chain([text.len()]);
-        let mut start = byte_at.next().unwrap_or(0);
+        let mut start = 0;
         lengths
             .into_iter()
             .map(|length| {
-                let end = if length == 0 {
-                    start
-                } else {
-                    byte_at.nth(length - 1).expect("lengths add up to the text")
-                };
-                let range = start..end;
-                start = end;
-                range
+                start += length;
+                start - length..start
             })
             .collect()
     }
@@ -595,9 +583,15 @@ fn is_han(cpt: u32) -> bool {
 mod tests {
     use super::Splitter;
 
-    fn words<'a>(patterns: &[&str], text: &'a str) -> Vec<&'a str> {
+    fn words(patterns: &[&str], text: &str) -> Vec<String> {
         let splitter = Splitter::new(patterns).unwrap();
-        splitter.split(text).into_iter().map(|r| &text[r]).collect()
+        let cpts: Vec<u32> = text.chars().map(u32::from).collect();
+        let chars: Vec<char> = text.chars().collect();
+        splitter
+            .split(&cpts)
+            .into_iter()
+            .map(|r| chars[r].iter().collect())
+            .collect()
     }
 
     const QWEN2: &str = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -615,7 +609,7 @@ mod tests {
         assert_eq!(split("e\u{301}\u{302} x"), ["e", "\u{301}\u{302}", " x"]);
         assert_eq!(split("'"), ["'"]);
         assert_eq!(split("?!\r\nok"), ["?!\r\n", "ok"]);
-        assert_eq!(split(""), Vec::<&str>::new());
+        assert!(split("").is_empty());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use crate::unicode::{code_point_at, utf8_len};
 use crate::vocab::{Vocab, NORMAL, UNUSED, USER_DEFINED};
 use crate::TokenizerError;
 
@@ -168,8 +169,8 @@ impl Unigram {
     }
 
     /// `llm_tokenizer_ugm_session::tokenize` of one text fragment.
-    pub(crate) fn tokenize(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
-        let normalized = self.normalize(vocab, text.as_bytes());
+    pub(crate) fn tokenize(&self, vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) {
+        let normalized = self.normalize(vocab, text);
         let len = normalized.len();
         if len == 0 {
             return;
@@ -303,13 +304,10 @@ impl Unigram {
         if let Some((length, replacement)) = self.charsmap.as_ref().and_then(|c| c.longest_match(input)) {
             return (replacement, length);
         }
-        // The input is UTF-8, so this is one whole code point.
-        let length = utf8_len(input[0]).min(input.len());
-        (&input[..length], length)
+        // One code point as it is, or one byte that starts none as U+FFFD.
+        match code_point_at(input) {
+            Some((_, length)) => (&input[..length], length),
+            None => ("\u{FFFD}".as_bytes(), 1),
+        }
     }
-}
-
-/// `unicode_len_utf8`: a sequence's length from its first byte.
-fn utf8_len(lead: u8) -> usize {
-    [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4][usize::from(lead >> 4)]
 }

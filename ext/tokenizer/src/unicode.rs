@@ -5,6 +5,7 @@
 use crate::unicode_data::{CATEGORY_RANGES, LOWERCASE, NFD_RANGES, WHITESPACE};
 
 // `unicode_cpt_flags` category bits, as the table stores them.
+const UNDEFINED: u8 = 0x01;
 pub(crate) const NUMBER: u8 = 0x02;
 pub(crate) const LETTER: u8 = 0x04;
 pub(crate) const ACCENT_MARK: u8 = 0x10;
@@ -21,8 +22,15 @@ pub(crate) struct Flags {
 }
 
 impl Flags {
-    /// `unicode_cpt_flags_from_cpt`.
+    /// `unicode_cpt_flags_from_cpt`: past U+10FFFF (which llama.cpp's UTF-8
+    /// decoder can yield) a code point is undefined.
     pub(crate) fn of_code_point(cp: u32) -> Flags {
+        if cp >= 0x110000 {
+            return Flags {
+                category: UNDEFINED,
+                whitespace: false,
+            };
+        }
         let i = CATEGORY_RANGES.partition_point(|&(start, _)| start <= cp) - 1;
         Flags {
             category: CATEGORY_RANGES[i].1,
@@ -87,6 +95,77 @@ pub(crate) fn nfd_first(cp: u32) -> u32 {
     }
 }
 
+/// `unicode_len_utf8`: a sequence's length from its first byte (1 for a
+/// stray continuation byte).
+pub(crate) fn utf8_len(lead: u8) -> usize {
+    [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4][usize::from(lead >> 4)]
+}
+
+/// `unicode_cpt_from_utf8`: the code point at the start of `bytes` and its
+/// length, `None` where llama.cpp throws. Laxer than UTF-8: it takes
+/// overlong forms, surrogates and leads up to 0xF7.
+pub(crate) fn code_point_at(bytes: &[u8]) -> Option<(u32, usize)> {
+    let lead = u32::from(*bytes.first()?);
+    let (len, bits) = if lead & 0x80 == 0 {
+        return Some((lead, 1));
+    } else if lead & 0x40 == 0 {
+        return None;
+    } else if lead & 0x20 == 0 {
+        (2, lead & 0x1F)
+    } else if lead & 0x10 == 0 {
+        (3, lead & 0x0F)
+    } else if lead & 0x08 == 0 {
+        (4, lead & 0x07)
+    } else {
+        return None;
+    };
+    let tail = bytes.get(1..len)?;
+    let cp = tail.iter().try_fold(bits, |cp, &b| {
+        (b & 0xC0 == 0x80).then_some((cp << 6) | u32::from(b & 0x3F))
+    })?;
+    Some((cp, len))
+}
+
+/// `unicode_cpts_from_utf8`: the code points of `bytes`, each byte that does
+/// not start a sequence read as U+FFFD.
+pub(crate) fn code_points(bytes: &[u8]) -> Vec<u32> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        match code_point_at(&bytes[at..]) {
+            Some((cp, len)) => {
+                out.push(cp);
+                at += len;
+            }
+            None => {
+                out.push(0xFFFD);
+                at += 1;
+            }
+        }
+    }
+    out
+}
+
+/// `unicode_cpt_to_utf8`, surrogates included. llama.cpp throws past
+/// U+10FFFF; such a code point (from a 0xF4–0xF7 lead) keeps the 4-byte form.
+pub(crate) fn push_utf8(cp: u32, out: &mut Vec<u8>) {
+    match cp {
+        0..=0x7F => out.push(cp as u8),
+        0x80..=0x7FF => out.extend([0xC0 | (cp >> 6) as u8, 0x80 | (cp & 0x3F) as u8]),
+        0x800..=0xFFFF => out.extend([
+            0xE0 | (cp >> 12) as u8,
+            0x80 | ((cp >> 6) & 0x3F) as u8,
+            0x80 | (cp & 0x3F) as u8,
+        ]),
+        _ => out.extend([
+            0xF0 | ((cp >> 18) & 0x07) as u8,
+            0x80 | ((cp >> 12) & 0x3F) as u8,
+            0x80 | ((cp >> 6) & 0x3F) as u8,
+            0x80 | (cp & 0x3F) as u8,
+        ]),
+    }
+}
+
 /// GPT-2's reversible byte ↔ printable char map (`unicode_byte_to_utf8` and
 /// `unicode_utf8_to_byte`): printable Latin-1 bytes stand for themselves, the
 /// rest take U+0100 onwards in byte order.
@@ -113,8 +192,11 @@ impl ByteLevel {
         ByteLevel { to_char, to_byte }
     }
 
-    pub(crate) fn encode(&self, bytes: &[u8], out: &mut String) {
-        out.extend(bytes.iter().map(|&b| self.to_char[usize::from(b)]));
+    pub(crate) fn encode(&self, bytes: &[u8], out: &mut Vec<u8>) {
+        for &b in bytes {
+            let mut utf8 = [0; 4];
+            out.extend_from_slice(self.to_char[usize::from(b)].encode_utf8(&mut utf8).as_bytes());
+        }
     }
 
     /// llama.cpp's `llama_decode_text`. A char outside the map is spelled out
@@ -142,6 +224,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn decodes_utf8_as_llama_cpp_does() {
+        assert_eq!(code_points("aé😀".as_bytes()), [0x61, 0xE9, 0x1F600]);
+        // Stray and truncated bytes are U+FFFD each; overlong forms and
+        // surrogates decode.
+        assert_eq!(code_points(b"\x80a\xE2\x82"), [0xFFFD, 0x61, 0xFFFD, 0xFFFD]);
+        assert_eq!(code_points(b"\xC0\x80\xED\xA0\x80"), [0, 0xD800]);
+        let mut bytes = Vec::new();
+        push_utf8(0xD800, &mut bytes);
+        assert_eq!(bytes, b"\xED\xA0\x80");
+    }
+
+    #[test]
     fn classes_follow_llama_cpp_tables() {
         assert!(Flags::of_code_point(u32::from('a')).is_letter());
         assert!(Flags::of_code_point(u32::from('ß')).is_letter());
@@ -159,11 +253,11 @@ mod tests {
     #[test]
     fn byte_map_matches_gpt2() {
         let map = ByteLevel::new();
-        let mut text = String::new();
+        let mut text = Vec::new();
         map.encode(b" hi\n\xAD\xFF", &mut text);
-        assert_eq!(text, "ĠhiĊŃÿ");
+        assert_eq!(text, "ĠhiĊŃÿ".as_bytes());
         let mut bytes = Vec::new();
-        map.decode(&text, &mut bytes);
+        map.decode(std::str::from_utf8(&text).unwrap(), &mut bytes);
         assert_eq!(bytes, b" hi\n\xAD\xFF");
     }
 

@@ -342,8 +342,9 @@ impl Vocab {
         true
     }
 
-    pub(crate) fn id(&self, text: &str) -> Option<u32> {
-        self.texts.id(text)
+    /// The token whose text is these bytes.
+    pub(crate) fn id(&self, text: impl AsRef<[u8]>) -> Option<u32> {
+        self.texts.id(text.as_ref())
     }
 }
 

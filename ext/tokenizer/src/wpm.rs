@@ -2,20 +2,22 @@
 //! normalize and cut the text into words, then take the longest tokens from
 //! the left of `▁` + word; a word with a gap becomes one unknown token.
 
-use crate::unicode::{nfd_first, to_lower, Flags};
+use crate::unicode::{code_points, nfd_first, push_utf8, to_lower, Flags};
 use crate::vocab::Vocab;
 
+/// Put before every word, as a SentencePiece-style word start.
+const PHANTOM_SPACE: &str = "\u{2581}";
+
 /// Tokenizes one text fragment into `out`.
-pub(crate) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
+pub(crate) fn tokenize(vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) {
     let unk = vocab.unk.expect("checked when the tokenizer was built");
-    for word in preprocess(text, vocab.lowercase, vocab.strip_accents) {
-        let word = format!("\u{2581}{word}");
+    for word in preprocess(&code_points(text), vocab.lowercase, vocab.strip_accents) {
+        let word = [PHANTOM_SPACE.as_bytes(), &word].concat();
         let start = out.len();
         let mut i = 0;
         while i < word.len() {
             let longest = (i + 1..=word.len().min(i + vocab.max_token_len + 1))
                 .rev()
-                .filter(|&j| word.is_char_boundary(j))
                 .find_map(|j| vocab.id(&word[i..j]).map(|id| (id, j)));
             match longest {
                 Some((id, end)) => {
@@ -39,18 +41,14 @@ pub(crate) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
 /// stripped through llama.cpp's one-code-point "NFD", lowercased, controls
 /// dropped) and its splitting: whitespace separates words, and punctuation,
 /// ASCII symbols and CJK ideographs are words of their own.
-fn preprocess(text: &str, lowercase: bool, strip_accents: bool) -> Vec<String> {
-    let mut words = vec![String::new()];
-    for c in text.chars() {
-        let cpt = if strip_accents {
-            nfd_first(u32::from(c))
-        } else {
-            u32::from(c)
-        };
+fn preprocess(cpts: &[u32], lowercase: bool, strip_accents: bool) -> Vec<Vec<u8>> {
+    let mut words = vec![Vec::new()];
+    for &cpt in cpts {
+        let cpt = if strip_accents { nfd_first(cpt) } else { cpt };
         let flags = Flags::of_code_point(cpt);
         if flags.is_whitespace() {
             if !words.last().expect("never empty").is_empty() {
-                words.push(String::new());
+                words.push(Vec::new());
             }
             continue;
         }
@@ -58,19 +56,18 @@ fn preprocess(text: &str, lowercase: bool, strip_accents: bool) -> Vec<String> {
             continue;
         }
         let shown = if lowercase { to_lower(cpt) } else { cpt };
-        let shown = char::from_u32(shown).expect("the tables map to scalar values");
         let last = words.last_mut().expect("never empty");
         if flags.is_punctuation() || (cpt < 0x7F && flags.is_symbol()) || is_chinese_char(cpt) {
             if !last.is_empty() {
-                words.push(String::new());
+                words.push(Vec::new());
             }
-            words.last_mut().expect("never empty").push(shown);
-            words.push(String::new());
+            push_utf8(shown, words.last_mut().expect("never empty"));
+            words.push(Vec::new());
         } else {
-            last.push(shown);
+            push_utf8(shown, last);
         }
     }
-    if words.last().is_some_and(String::is_empty) {
+    if words.last().is_some_and(Vec::is_empty) {
         words.pop();
     }
     words
@@ -93,12 +90,20 @@ fn is_chinese_char(cpt: u32) -> bool {
 mod tests {
     use super::preprocess;
 
+    fn words(text: &str, lowercase: bool, strip_accents: bool) -> Vec<String> {
+        let cpts: Vec<u32> = text.chars().map(u32::from).collect();
+        preprocess(&cpts, lowercase, strip_accents)
+            .into_iter()
+            .map(|w| String::from_utf8(w).unwrap())
+            .collect()
+    }
+
     #[test]
     fn preprocess_splits_like_bert() {
         assert_eq!(
-            preprocess("Héllo, WORLD!  a$b 中文", true, true),
+            words("Héllo, WORLD!  a$b 中文", true, true),
             ["hello", ",", "world", "!", "a", "$", "b", "中", "文"]
         );
-        assert_eq!(preprocess("Héllo", false, false), ["Héllo"]);
+        assert_eq!(words("Héllo", false, false), ["Héllo"]);
     }
 }
