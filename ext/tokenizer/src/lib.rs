@@ -269,7 +269,8 @@ impl Tokenizer {
             }
             VocabKind::Unigram { precompiled_charsmap } => {
                 let unk = vocab.unk.ok_or(TokenizerError::MissingSpecial("UNK"))?;
-                Algorithm::Unigram(Box::new(Unigram::new(&vocab, unk, precompiled_charsmap)?))
+                let attrs = vocab::type_attrs(spec)?;
+                Algorithm::Unigram(Box::new(Unigram::new(&vocab, &attrs, unk, precompiled_charsmap)?))
             }
         };
 

@@ -142,12 +142,15 @@ pub(crate) struct Unigram {
 }
 
 impl Unigram {
-    pub(crate) fn new(vocab: &Vocab, unk: u32, charsmap: &[u8]) -> Result<Unigram, TokenizerError> {
+    /// `attrs` are the token types' attributes: llama.cpp builds this
+    /// tokenizer before `load` patches any (so a control token named
+    /// "unused" is not matched, one typed unused is).
+    pub(crate) fn new(vocab: &Vocab, attrs: &[u32], unk: u32, charsmap: &[u8]) -> Result<Unigram, TokenizerError> {
         let mut tokens = Trie::new();
         let mut user_defined = Trie::new();
         let mut min_score = f32::MAX;
         for (id, text) in vocab.texts.iter().enumerate() {
-            let attr = vocab.attrs[id];
+            let attr = attrs[id];
             if attr & NORMAL != 0 {
                 min_score = min_score.min(vocab.scores[id]);
             }

@@ -158,11 +158,7 @@ impl Vocab {
             Some(s) => s[..n].to_vec(),
             None => vec![0.0; n],
         };
-        let mut attrs = match &spec.token_types {
-            Some(t) if t.len() < n => return Err(TokenizerError::ShortArray("token_type")),
-            Some(t) => t[..n].iter().map(|&ty| attr_of_type(ty)).collect(),
-            None => vec![NORMAL; n],
-        };
+        let mut attrs = type_attrs(spec)?;
 
         let ids_in = |id: Option<u32>| id.filter(|&id| (id as usize) < n);
         // Defaults first (dropped when out of range), then the metadata's id
@@ -346,6 +342,17 @@ impl Vocab {
     pub(crate) fn id(&self, text: impl AsRef<[u8]>) -> Option<u32> {
         self.texts.id(text.as_ref())
     }
+}
+
+/// The attributes the token types give, before `load` patches any: what
+/// llama.cpp's tokenizer objects see, as they are built first.
+pub(crate) fn type_attrs(spec: &VocabSpec) -> Result<Vec<u32>, TokenizerError> {
+    let n = spec.tokens.len();
+    Ok(match &spec.token_types {
+        Some(t) if t.len() < n => return Err(TokenizerError::ShortArray("token_type")),
+        Some(t) => t[..n].iter().map(|&ty| attr_of_type(ty)).collect(),
+        None => vec![NORMAL; n],
+    })
 }
 
 /// `llama_token_type` (GGUF `tokenizer.ggml.token_type`) → attribute bits.
