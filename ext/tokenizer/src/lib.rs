@@ -1,21 +1,29 @@
 //! Tokenizers that give the token ids of llama.cpp's `llama_tokenize` and the
-//! bytes of its `llama_token_to_piece` / `llama_detokenize`, for the two
-//! vocabulary kinds elelem runs:
+//! bytes of its `llama_token_to_piece` / `llama_detokenize`, for the
+//! vocabulary kinds llama.cpp's tokenizer suite exercises:
 //!
-//! * `gpt2` byte-level BPE with the `qwen2` pre-tokenizer (Qwen2.5), and
-//! * `llama` SentencePiece-style vocabularies (Gemma 3).
+//! * byte-level BPE (`tokenizer.ggml.model = "gpt2"`) with every pre-tokenizer
+//!   llama.cpp names (`tokenizer.ggml.pre`: qwen2, llama3, gpt-2, starcoder,
+//!   deepseek, falcon, gpt-4o, tekken, … and the default), and Gemma 4's
+//!   SentencePiece-style BPE (`"gemma4"`);
+//! * SentencePiece (`"llama"`), with the attribute patches llama.cpp gives
+//!   some models by name (phi-3);
+//! * WordPiece (`"bert"`) and Unigram (`"t5"`, with its precompiled charsmap).
 //!
-//! Other `tokenizer.ggml.model` / `tokenizer.ggml.pre` values are refused
-//! rather than approximated.
+//! What llama.cpp refuses is refused, and the few kinds it has that elelem
+//! does not (`rwkv`, `plamo2`, `hybriddna`, `whitespace`) are refused as such
+//! ([`TokenizerError`]); nothing is approximated.
 //!
 //! The algorithms are hand-written ports of llama.cpp's `src/llama-vocab.cpp`
 //! and `src/unicode.cpp` (llama-cpp-sys-2 0.1.161). Libraries such as
 //! `tokenizers` implement the upstream (Hugging Face / SentencePiece)
 //! semantics, which llama.cpp does not reproduce exactly: it splits special
 //! tokens out of the text first with its own rules and its own attribute
-//! patches, splits words with a hand-written matcher over its own Unicode
-//! tables, merges SentencePiece pairs by score alone, and renders pieces its
-//! own way. Matching llama.cpp is the requirement, so its code is mirrored.
+//! patches, splits words with hand-written matchers over its own Unicode
+//! tables or with C++ `std::regex` over "collapsed" text (mirrored by the small
+//! matcher in `regex.rs`), merges SentencePiece pairs by score alone, reads
+//! invalid UTF-8 its own way, and renders pieces its own way. Matching
+//! llama.cpp is the requirement, so its code is mirrored.
 
 mod bpe;
 mod merge;
@@ -40,6 +48,7 @@ use bpe::{Bpe, Pre, PreConfig};
 use ugm::Unigram;
 use vocab::{Defaults, Vocab, BYTE, CONTROL, LSTRIP, NORMAL, RSTRIP, UNKNOWN, USER_DEFINED};
 
+/// Why a vocabulary cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
     #[error("GGUF metadata has no `{0}`")]
@@ -103,6 +112,7 @@ pub struct VocabSpec {
     pub normalizer_strip_accents: Option<bool>,
 }
 
+/// The tokenizer a vocabulary asks for.
 #[derive(Debug, Clone, Default)]
 pub enum VocabKind {
     /// Byte-level BPE, `tokenizer.ggml.model = "gpt2"` with
@@ -128,8 +138,6 @@ pub struct SpecialIds {
     pub eom: Option<u32>,
     pub unk: Option<u32>,
     pub sep: Option<u32>,
-    pub pad: Option<u32>,
-    pub mask: Option<u32>,
     pub fim_pre: Option<u32>,
     pub fim_suf: Option<u32>,
     pub fim_mid: Option<u32>,
@@ -138,6 +146,8 @@ pub struct SpecialIds {
     pub fim_sep: Option<u32>,
 }
 
+/// A loaded vocabulary and its tokenizer, answering as llama.cpp's
+/// `llama_vocab` does.
 pub struct Tokenizer {
     vocab: Vocab,
     algorithm: Algorithm,
@@ -194,8 +204,6 @@ fn defaults(spec: &VocabSpec, pre: Option<&PreConfig>) -> Defaults {
             bos: Some(101),
             unk: Some(100),
             sep: Some(102),
-            pad: Some(0),
-            mask: Some(103),
             add_bos: true,
             add_sep: true,
             clean_spaces: true,
@@ -205,7 +213,6 @@ fn defaults(spec: &VocabSpec, pre: Option<&PreConfig>) -> Defaults {
         (VocabKind::Unigram { .. }, _) => Defaults {
             eos: Some(1),
             unk: Some(2),
-            pad: Some(0),
             add_eos: true,
             escape_whitespaces: true,
             ..Defaults::default()
@@ -234,6 +241,7 @@ impl Tokenizer {
         Tokenizer::new(&VocabSpec::from_gguf(file)?)
     }
 
+    /// Builds the tokenizer `spec` describes, as llama.cpp's `load` would.
     pub fn new(spec: &VocabSpec) -> Result<Tokenizer, TokenizerError> {
         let pre = match &spec.kind {
             VocabKind::Bpe { pre, .. } => {
@@ -424,10 +432,12 @@ impl Tokenizer {
         self.vocab.eog.contains(&id)
     }
 
+    /// The BOS token (`llama_vocab_bos`), if the vocabulary has one.
     pub fn bos(&self) -> Option<u32> {
         self.vocab.bos
     }
 
+    /// The EOS token (`llama_vocab_eos`), if the vocabulary has one.
     pub fn eos(&self) -> Option<u32> {
         self.vocab.eos
     }
@@ -447,6 +457,7 @@ impl Tokenizer {
         self.vocab.add_sep
     }
 
+    /// How many tokens the vocabulary has (`llama_vocab_n_tokens`).
     pub fn n_vocab(&self) -> usize {
         self.vocab.texts.len()
     }
@@ -721,8 +732,6 @@ impl VocabSpec {
             eom: id("tokenizer.ggml.eom_token_id")?,
             unk: id("tokenizer.ggml.unknown_token_id")?,
             sep: id("tokenizer.ggml.seperator_token_id")?,
-            pad: id("tokenizer.ggml.padding_token_id")?,
-            mask: id("tokenizer.ggml.mask_token_id")?,
             fim_pre: fim("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id")?,
             fim_suf: fim("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id")?,
             fim_mid: fim("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id")?,

@@ -106,8 +106,6 @@ pub(crate) struct Defaults {
     pub(crate) eos: Option<u32>,
     pub(crate) unk: Option<u32>,
     pub(crate) sep: Option<u32>,
-    pub(crate) pad: Option<u32>,
-    pub(crate) mask: Option<u32>,
     pub(crate) add_bos: bool,
     pub(crate) add_eos: bool,
     pub(crate) add_sep: bool,
@@ -170,8 +168,6 @@ impl Vocab {
             eom,
             unk,
             sep,
-            pad,
-            mask,
             fim_pre,
             fim_suf,
             fim_mid,
@@ -183,12 +179,6 @@ impl Vocab {
         let eos = ids_in(eos).or(ids_in(defaults.eos));
         let unk = ids_in(unk).or(ids_in(defaults.unk));
         let sep = ids_in(sep).or(ids_in(defaults.sep));
-        // Read as llama.cpp reads them, though only the tokenizers of other
-        // kinds (padding, masking) use them.
-        let _ = (
-            ids_in(pad).or(ids_in(defaults.pad)),
-            ids_in(mask).or(ids_in(defaults.mask)),
-        );
         let mut roles = [
             (ids_in(eot), EOT_TEXTS),
             (ids_in(eom), EOM_TEXTS),
