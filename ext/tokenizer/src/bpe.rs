@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use crate::merge::merge;
 use crate::regex::PatternError;
 use crate::split::Splitter;
-use crate::unicode::{code_points, push_utf8, ByteLevel};
+use crate::unicode::{code_points, push_utf8, to_lower, ByteLevel, Flags};
 use crate::vocab::Vocab;
 
 /// llama.cpp's BPE pre-tokenizers (`LLAMA_VOCAB_PRE_TYPE_*`), one variant per
@@ -299,6 +299,8 @@ impl Pre {
 pub(crate) struct Bpe {
     pre: Pre,
     ignore_merges: bool,
+    /// `tokenizer.ggml.model = "whitespace"`: whitespace only separates words.
+    whitespace_model: bool,
     splitter: Splitter,
     /// Every string that appears on either side of a merge, interned.
     pieces: HashMap<Vec<u8>, u32>,
@@ -311,7 +313,7 @@ pub(crate) struct Bpe {
 const ESCAPED_SPACE: &str = "\u{2581}";
 
 impl Bpe {
-    pub(crate) fn new(config: &PreConfig, merges: &[String]) -> Result<Bpe, PatternError> {
+    pub(crate) fn new(config: &PreConfig, merges: &[String], whitespace_model: bool) -> Result<Bpe, PatternError> {
         let mut pieces = HashMap::new();
         let mut ranks = HashMap::with_capacity(merges.len());
         for (rank, merge) in merges.iter().enumerate() {
@@ -333,6 +335,7 @@ impl Bpe {
         Ok(Bpe {
             pre: config.pre,
             ignore_merges: config.ignore_merges,
+            whitespace_model,
             splitter: Splitter::new(&patterns)?,
             pieces,
             ranks,
@@ -344,10 +347,34 @@ impl Bpe {
         &self.byte_level
     }
 
+    /// Tokenizes one text fragment: `llm_tokenizer_bpe_session::tokenize`, or
+    /// for the whitespace model `llm_tokenizer_whitespace_session`'s, which
+    /// drops whitespace, lowercases as the normalizer says and runs the BPE
+    /// session on each run of the rest.
+    pub(crate) fn tokenize(&self, vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) {
+        if !self.whitespace_model {
+            return self.tokenize_words(vocab, text, out);
+        }
+        let mut segment = Vec::new();
+        for cp in code_points(text) {
+            if Flags::of_code_point(cp).is_whitespace() {
+                if !segment.is_empty() {
+                    self.tokenize_words(vocab, &segment, out);
+                    segment.clear();
+                }
+            } else {
+                push_utf8(if vocab.lowercase { to_lower(cp) } else { cp }, &mut segment);
+            }
+        }
+        if !segment.is_empty() {
+            self.tokenize_words(vocab, &segment, out);
+        }
+    }
+
     /// `llm_tokenizer_bpe_session::tokenize` of one text fragment. The words
     /// are built from the code points llama.cpp decodes, so invalid UTF-8
     /// arrives as U+FFFD.
-    pub(crate) fn tokenize(&self, vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) {
+    fn tokenize_words(&self, vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) {
         let cpts = code_points(text);
         let mut words: Vec<Vec<u8>> = self
             .splitter

@@ -4,14 +4,15 @@
 //!
 //! * byte-level BPE (`tokenizer.ggml.model = "gpt2"`) with every pre-tokenizer
 //!   llama.cpp names (`tokenizer.ggml.pre`: qwen2, llama3, gpt-2, starcoder,
-//!   deepseek, falcon, gpt-4o, tekken, … and the default), and Gemma 4's
-//!   SentencePiece-style BPE (`"gemma4"`);
+//!   deepseek, falcon, gpt-4o, tekken, … and the default), the `"whitespace"`
+//!   model's BPE between whitespace, and Gemma 4's SentencePiece-style BPE
+//!   (`"gemma4"`);
 //! * SentencePiece (`"llama"`), with the attribute patches llama.cpp gives
 //!   some models by name (phi-3);
 //! * WordPiece (`"bert"`) and Unigram (`"t5"`, with its precompiled charsmap).
 //!
 //! What llama.cpp refuses is refused, and the few kinds it has that elelem
-//! does not (`rwkv`, `plamo2`, `hybriddna`, `whitespace`) are refused as such
+//! does not (`rwkv`, `plamo2`, `hybriddna`) are refused as such
 //! ([`TokenizerError`]); nothing is approximated.
 //!
 //! The algorithms are hand-written ports of llama.cpp's `src/llama-vocab.cpp`
@@ -61,7 +62,7 @@ pub enum TokenizerError {
     #[error("unknown tokenizer.ggml.model {0:?} (llama.cpp refuses it too)")]
     UnknownModel(String),
     /// A `tokenizer.ggml.model` llama.cpp runs but elelem does not implement.
-    #[error("tokenizer.ggml.model {0:?} is not implemented (elelem has gpt2, gemma4, llama, bert and t5)")]
+    #[error("tokenizer.ggml.model {0:?} is not implemented (elelem has gpt2, whitespace, gemma4, llama, bert and t5)")]
     UnsupportedModel(String),
     /// A `tokenizer.ggml.pre` llama.cpp does not know.
     #[error("unknown tokenizer.ggml.pre {0:?} (llama.cpp refuses it too)")]
@@ -116,7 +117,8 @@ pub struct VocabSpec {
 #[derive(Debug, Clone, Default)]
 pub enum VocabKind {
     /// Byte-level BPE, `tokenizer.ggml.model = "gpt2"` with
-    /// `tokenizer.ggml.pre` and `.merges` (also `"gemma4"`, whose
+    /// `tokenizer.ggml.pre` and `.merges`; also `"whitespace"` (words between
+    /// whitespace, [`VocabSpec::model`] says which) and `"gemma4"` (whose
     /// pre-tokenizer is always `gemma4`).
     Bpe { pre: String, merges: Vec<String> },
     /// SentencePiece BPE, `tokenizer.ggml.model = "llama"`.
@@ -229,6 +231,7 @@ fn defaults(spec: &VocabSpec, pre: Option<&PreConfig>) -> Defaults {
                 clean_spaces: pre.clean_spaces,
                 escape_whitespaces: pre.escape_whitespaces,
                 force_add_bos: pre.pre == Pre::Gemma4,
+                keep_case: pre.pre == Pre::Whitespace,
                 ..Defaults::default()
             }
         }
@@ -253,8 +256,9 @@ impl Tokenizer {
         let algorithm = match &spec.kind {
             VocabKind::Bpe { merges, .. } => {
                 let pre = pre.as_ref().expect("set above for BPE");
+                let whitespace_model = spec.model == "whitespace";
                 Algorithm::Bpe(Box::new(
-                    Bpe::new(pre, merges).map_err(|e| TokenizerError::Pattern(e.0))?,
+                    Bpe::new(pre, merges, whitespace_model).map_err(|e| TokenizerError::Pattern(e.0))?,
                 ))
             }
             VocabKind::Spm => {
@@ -659,11 +663,11 @@ impl VocabSpec {
         let merges = || strings("tokenizer.ggml.merges")?.ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"));
         let kind = match model {
             // Kimi-K2 is the one BPE vocabulary llama.cpp loads without merges.
-            "gpt2" if pre.as_deref() == Some("kimi-k2") => VocabKind::Bpe {
+            "gpt2" | "whitespace" if pre.as_deref() == Some("kimi-k2") => VocabKind::Bpe {
                 pre: "kimi-k2".to_owned(),
                 merges: strings("tokenizer.ggml.merges")?.unwrap_or_default(),
             },
-            "gpt2" => VocabKind::Bpe {
+            "gpt2" | "whitespace" => VocabKind::Bpe {
                 pre: pre.clone().unwrap_or_default(),
                 merges: merges()?,
             },
@@ -688,7 +692,7 @@ impl VocabSpec {
                         .ok_or(TokenizerError::WrongType("tokenizer.ggml.precompiled_charsmap"))?,
                 },
             },
-            "no_vocab" | "none" | "rwkv" | "test" | "plamo2" | "hybriddna" | "whitespace" => {
+            "no_vocab" | "none" | "rwkv" | "test" | "plamo2" | "hybriddna" => {
                 return Err(TokenizerError::UnsupportedModel(model.to_owned()))
             }
             other => return Err(TokenizerError::UnknownModel(other.to_owned())),

@@ -114,6 +114,9 @@ pub(crate) struct Defaults {
     pub(crate) escape_whitespaces: bool,
     /// Gemma 4: BOS is added whatever the metadata says.
     pub(crate) force_add_bos: bool,
+    /// The normalizer keeps case unless the metadata says otherwise (the
+    /// `whitespace` pre-tokenizer); it lowercases otherwise.
+    pub(crate) keep_case: bool,
 }
 
 pub(crate) struct Vocab {
@@ -132,7 +135,8 @@ pub(crate) struct Vocab {
     pub(crate) clean_spaces: bool,
     pub(crate) escape_whitespaces: bool,
     pub(crate) remove_extra_whitespaces: bool,
-    /// BERT's normalizer: lowercase, and strip accents (NFD, marks dropped).
+    /// The normalizer (WordPiece, the whitespace model): lowercase, and strip
+    /// accents (NFD, marks dropped; WordPiece only).
     pub(crate) lowercase: bool,
     pub(crate) strip_accents: bool,
     /// The longest token text, in bytes (`max_token_len`).
@@ -255,7 +259,7 @@ impl Vocab {
             return Err(TokenizerError::MissingSpecial("EOS"));
         }
 
-        let lowercase = spec.normalizer_lowercase.unwrap_or(true);
+        let lowercase = spec.normalizer_lowercase.unwrap_or(!defaults.keep_case);
         let max_token_len = texts.iter().map(str::len).max().unwrap_or(0);
         let mut vocab = Vocab {
             texts,

@@ -253,6 +253,29 @@ fn bpe_refuses_pre_tokenizers_llama_cpp_does_not_know() {
     assert!(matches!(Tokenizer::new(&spec), Err(TokenizerError::UnsupportedPre(p)) if p == "nonesuch"));
 }
 
+/// The whitespace model (jina-embeddings-v2-base-zh): whitespace only
+/// separates words, each merged on its raw UTF-8; the normalizer keeps case
+/// unless the metadata asks otherwise.
+#[test]
+fn the_whitespace_model_merges_the_words_between_whitespace() {
+    let mut spec = VocabSpec {
+        kind: VocabKind::Bpe {
+            pre: "whitespace".to_owned(),
+            merges: vec!["a b".to_owned(), "ab c".to_owned()],
+        },
+        model: "whitespace".to_owned(),
+        tokens: ["a", "b", "c", "ab", "abc", "A"].map(str::to_owned).to_vec(),
+        ..VocabSpec::default()
+    };
+    let t = Tokenizer::new(&spec).unwrap();
+    assert_eq!(t.model_name(), "whitespace");
+    assert_eq!(t.tokenize("abc \n ab\tc", false, false), [4, 3, 2]);
+    assert_eq!(t.tokenize("Ab", false, false), [5, 1]);
+    spec.normalizer_lowercase = Some(true);
+    let t = Tokenizer::new(&spec).unwrap();
+    assert_eq!(t.tokenize("Ab", false, false), [3]);
+}
+
 fn gguf(entries: &[(&str, Value)]) -> Gguf {
     let mut w = GgufWriter::new();
     for (key, value) in entries {
