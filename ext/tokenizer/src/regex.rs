@@ -9,14 +9,17 @@
 //! code points or one-byte category placeholders rather than UTF-8. This is a
 //! small backtracking matcher over `u32` units for the subset of the grammar
 //! llama.cpp's patterns use: literals, escapes, classes, groups, lookahead,
-//! anchors, word boundaries and greedy or lazy quantifiers.
+//! anchors, word boundaries and greedy or lazy quantifiers. Patterns are
+//! parsed to a tree ([`Node`]) and compiled to a program whose choice points
+//! are kept on a heap stack, so any length of text can be matched.
 
 /// A compiled pattern.
 #[derive(Debug)]
 pub(crate) struct Regex {
-    root: Node,
+    program: Program,
 }
 
+/// A parsed pattern.
 #[derive(Debug)]
 enum Node {
     /// One unit from a set (a literal, a class, `.`).
@@ -62,7 +65,7 @@ fn is_word(unit: u32) -> bool {
     matches!(unit, 0x30..=0x39 | 0x41..=0x5A | 0x61..=0x7A | 0x5F)
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 struct Set {
     negate: bool,
     ranges: Vec<(u32, u32)>,
@@ -111,7 +114,9 @@ impl Regex {
         if parser.at < pattern.len() {
             return Err(parser.error("unbalanced `)`"));
         }
-        Ok(Regex { root })
+        Ok(Regex {
+            program: Program::compile(&root),
+        })
     }
 
     /// `unicode_regex_split_stl` for one fragment: the lengths of the matches
@@ -159,104 +164,286 @@ impl Regex {
     fn search(&self, text: &[u32], from: usize, anchored_non_empty: bool) -> Option<(usize, usize)> {
         let last_start = if anchored_non_empty { from } else { text.len() };
         (from..=last_start).find_map(|start| {
-            let mut end = None;
-            let matcher = Matcher { text };
-            matcher.run(&self.root, start, &mut |at| {
-                if anchored_non_empty && at == start {
-                    return false;
-                }
-                end = Some(at);
-                true
-            });
-            end.map(|end| (start, end))
+            self.program
+                .run(text, start, anchored_non_empty)
+                .map(|end| (start, end))
         })
     }
 }
 
-struct Matcher<'a> {
-    text: &'a [u32],
+/// The pattern as a program for a backtracking machine whose choice points
+/// live on a heap stack, so a long run of text costs memory, not native
+/// stack (libstdc++ recurses, and overflows, where this does not).
+#[derive(Debug)]
+struct Program {
+    insts: Vec<Inst>,
+    /// Registers for the empty-iteration checks of loops.
+    registers: usize,
 }
 
-impl Matcher<'_> {
-    /// Matches `node` at `at`, then calls `next` with where it ended, trying
-    /// the ways to match in ECMAScript's order until `next` accepts one.
-    fn run(&self, node: &Node, at: usize, next: &mut dyn FnMut(usize) -> bool) -> bool {
+#[derive(Debug)]
+enum Inst {
+    Unit(Set),
+    /// A repeated single unit: the run is counted once, its lengths are the
+    /// choices.
+    UnitRepeat {
+        set: Set,
+        min: u32,
+        max: u32,
+        greedy: bool,
+    },
+    /// Go on at `first`; on failure, at `second`.
+    Split {
+        first: usize,
+        second: usize,
+    },
+    Jump(usize),
+    /// Remember where an optional iteration starts.
+    Mark(usize),
+    /// ECMAScript's rule: an optional iteration that matched nothing fails.
+    Progress(usize),
+    Lookahead {
+        program: Box<Program>,
+        negate: bool,
+    },
+    Start,
+    End,
+    WordBoundary {
+        negate: bool,
+    },
+    Match,
+}
+
+/// A choice point, or a register value to restore on the way back.
+enum Frame {
+    Try {
+        pc: usize,
+        at: usize,
+    },
+    Restore {
+        register: usize,
+        value: usize,
+    },
+    /// The other lengths of a [`Inst::UnitRepeat`] run.
+    Lengths {
+        pc: usize,
+        start: usize,
+        len: usize,
+        min: usize,
+        run: usize,
+        greedy: bool,
+    },
+}
+
+impl Program {
+    fn compile(root: &Node) -> Program {
+        let mut program = Program {
+            insts: Vec::new(),
+            registers: 0,
+        };
+        program.emit(root);
+        program.insts.push(Inst::Match);
+        program
+    }
+
+    fn emit(&mut self, node: &Node) {
         match node {
-            Node::Unit(set) => at < self.text.len() && set.contains(self.text[at]) && next(at + 1),
-            Node::Concat(nodes) => self.sequence(nodes, at, next),
-            Node::Alternation(options) => options.iter().any(|option| self.run(option, at, next)),
+            Node::Unit(set) => self.insts.push(Inst::Unit(set.clone())),
+            Node::Concat(nodes) => nodes.iter().for_each(|n| self.emit(n)),
+            Node::Alternation(options) => {
+                // Split(option, next split) … each option jumps to the end.
+                let mut jumps = Vec::new();
+                for (i, option) in options.iter().enumerate() {
+                    let split = self.insts.len();
+                    let last = i + 1 == options.len();
+                    if !last {
+                        self.insts.push(Inst::Split { first: 0, second: 0 });
+                    }
+                    let start = self.insts.len();
+                    self.emit(option);
+                    if !last {
+                        jumps.push(self.insts.len());
+                        self.insts.push(Inst::Jump(0));
+                        let second = self.insts.len();
+                        self.insts[split] = Inst::Split { first: start, second };
+                    }
+                }
+                let end = self.insts.len();
+                for jump in jumps {
+                    self.insts[jump] = Inst::Jump(end);
+                }
+            }
             Node::Repeat { node, min, max, greedy } => match &**node {
-                Node::Unit(set) => self.repeat_unit(set, *min, *max, *greedy, at, next),
-                node => self.repeat(node, *min, *max, *greedy, 0, at, next),
+                Node::Unit(set) => self.insts.push(Inst::UnitRepeat {
+                    set: set.clone(),
+                    min: *min,
+                    max: *max,
+                    greedy: *greedy,
+                }),
+                node => self.emit_repeat(node, *min, *max, *greedy),
             },
-            Node::Lookahead { node, negate } => self.run(node, at, &mut |_| true) != *negate && next(at),
-            Node::Start => at == 0 && next(at),
-            Node::End => at == self.text.len() && next(at),
-            Node::WordBoundary { negate } => {
-                let before = at > 0 && is_word(self.text[at - 1]);
-                let after = at < self.text.len() && is_word(self.text[at]);
-                (before != after) != *negate && next(at)
+            Node::Lookahead { node, negate } => self.insts.push(Inst::Lookahead {
+                program: Box::new(Program::compile(node)),
+                negate: *negate,
+            }),
+            Node::Start => self.insts.push(Inst::Start),
+            Node::End => self.insts.push(Inst::End),
+            Node::WordBoundary { negate } => self.insts.push(Inst::WordBoundary { negate: *negate }),
+        }
+    }
+
+    /// `min` copies, then the optional iterations: a loop when unbounded,
+    /// else `max - min` copies that each give up to the end.
+    fn emit_repeat(&mut self, node: &Node, min: u32, max: u32, greedy: bool) {
+        for _ in 0..min {
+            self.emit(node);
+        }
+        let register = self.registers;
+        self.registers += 1;
+        let split = |first: usize, second: usize| {
+            if greedy {
+                Inst::Split { first, second }
+            } else {
+                Inst::Split {
+                    first: second,
+                    second: first,
+                }
+            }
+        };
+        if max == u32::MAX {
+            let top = self.insts.len();
+            self.insts.push(Inst::Jump(0)); // the split, once the exit is known
+            self.insts.push(Inst::Mark(register));
+            self.emit(node);
+            self.insts.push(Inst::Progress(register));
+            self.insts.push(Inst::Jump(top));
+            let exit = self.insts.len();
+            self.insts[top] = split(top + 1, exit);
+        } else {
+            let mut splits = Vec::new();
+            for _ in min..max {
+                splits.push(self.insts.len());
+                self.insts.push(Inst::Jump(0));
+                self.insts.push(Inst::Mark(register));
+                self.emit(node);
+                self.insts.push(Inst::Progress(register));
+            }
+            let exit = self.insts.len();
+            for at in splits {
+                self.insts[at] = split(at + 1, exit);
             }
         }
     }
 
-    fn sequence(&self, nodes: &[Node], at: usize, next: &mut dyn FnMut(usize) -> bool) -> bool {
-        match nodes.split_first() {
-            None => next(at),
-            Some((first, rest)) => self.run(first, at, &mut |end| self.sequence(rest, end, next)),
-        }
-    }
-
-    /// A repeated single unit: count the run once, then try the lengths.
-    fn repeat_unit(
-        &self,
-        set: &Set,
-        min: u32,
-        max: u32,
-        greedy: bool,
-        at: usize,
-        next: &mut dyn FnMut(usize) -> bool,
-    ) -> bool {
-        let run = self.text[at..]
-            .iter()
-            .take(max as usize)
-            .take_while(|&&unit| set.contains(unit))
-            .count();
-        let min = min as usize;
-        if run < min {
-            return false;
-        }
-        if greedy {
-            (min..=run).rev().any(|n| next(at + n))
-        } else {
-            (min..=run).any(|n| next(at + n))
-        }
-    }
-
-    /// ECMAScript's RepeatMatcher: once `min` iterations are done, an
-    /// iteration that matches nothing fails.
-    #[allow(clippy::too_many_arguments)]
-    fn repeat(
-        &self,
-        node: &Node,
-        min: u32,
-        max: u32,
-        greedy: bool,
-        done: u32,
-        at: usize,
-        next: &mut dyn FnMut(usize) -> bool,
-    ) -> bool {
-        let once_more = |next: &mut dyn FnMut(usize) -> bool| {
-            done < max
-                && self.run(node, at, &mut |end| {
-                    (end != at || done < min) && self.repeat(node, min, max, greedy, done + 1, end, next)
-                })
-        };
-        match (done < min, greedy) {
-            (true, _) => once_more(next),
-            // Greedy: another iteration first; lazy: stopping here first.
-            (false, true) => once_more(next) || next(at),
-            (false, false) => next(at) || once_more(next),
+    /// Matches at `start`; the end of the first match in ECMAScript's order.
+    /// `non_empty` rejects empty matches (`match_not_null`).
+    fn run(&self, text: &[u32], start: usize, non_empty: bool) -> Option<usize> {
+        let mut registers = vec![usize::MAX; self.registers];
+        let mut stack = Vec::new();
+        let (mut pc, mut at) = (0, start);
+        loop {
+            let ok = match &self.insts[pc] {
+                Inst::Unit(set) => {
+                    let ok = at < text.len() && set.contains(text[at]);
+                    at += usize::from(ok);
+                    ok
+                }
+                Inst::UnitRepeat { set, min, max, greedy } => {
+                    let run = text[at..]
+                        .iter()
+                        .take(*max as usize)
+                        .take_while(|&&unit| set.contains(unit))
+                        .count();
+                    let min = *min as usize;
+                    if run < min {
+                        false
+                    } else {
+                        let len = if *greedy { run } else { min };
+                        stack.push(Frame::Lengths {
+                            pc: pc + 1,
+                            start: at,
+                            len,
+                            min,
+                            run,
+                            greedy: *greedy,
+                        });
+                        at += len;
+                        true
+                    }
+                }
+                Inst::Split { first, second } => {
+                    stack.push(Frame::Try { pc: *second, at });
+                    pc = *first;
+                    continue;
+                }
+                Inst::Jump(to) => {
+                    pc = *to;
+                    continue;
+                }
+                Inst::Mark(register) => {
+                    stack.push(Frame::Restore {
+                        register: *register,
+                        value: registers[*register],
+                    });
+                    registers[*register] = at;
+                    true
+                }
+                Inst::Progress(register) => registers[*register] != at,
+                Inst::Lookahead { program, negate } => program.run(text, at, false).is_some() != *negate,
+                Inst::Start => at == 0,
+                Inst::End => at == text.len(),
+                Inst::WordBoundary { negate } => {
+                    let before = at > 0 && is_word(text[at - 1]);
+                    let after = at < text.len() && is_word(text[at]);
+                    (before != after) != *negate
+                }
+                Inst::Match => {
+                    if !(non_empty && at == start) {
+                        return Some(at);
+                    }
+                    false
+                }
+            };
+            if ok {
+                pc += 1;
+                continue;
+            }
+            // Back to the latest choice point.
+            loop {
+                match stack.pop()? {
+                    Frame::Try { pc: to, at: from } => {
+                        (pc, at) = (to, from);
+                        break;
+                    }
+                    Frame::Restore { register, value } => registers[register] = value,
+                    Frame::Lengths {
+                        pc: to,
+                        start,
+                        len,
+                        min,
+                        run,
+                        greedy,
+                    } => {
+                        let next = if greedy {
+                            len.checked_sub(1).filter(|&l| l >= min)
+                        } else {
+                            (len < run).then_some(len + 1)
+                        };
+                        if let Some(len) = next {
+                            stack.push(Frame::Lengths {
+                                pc: to,
+                                start,
+                                len,
+                                min,
+                                run,
+                                greedy,
+                            });
+                            (pc, at) = (to, start + len);
+                            break;
+                        }
+                    }
+                }
+            }
         }
     }
 }
@@ -545,6 +732,14 @@ mod tests {
         assert_eq!(split("\\s+(?!\\S)", "a   b"), ["a", "  ", " b"]);
         assert_eq!(split("\\s+$", "a  "), ["a", "  "]);
         assert_eq!(split("(?=(\\d{3})+(?!\\d))", "1234567"), ["1", "", "234", "", "567"]);
+    }
+
+    #[test]
+    fn long_runs_cost_heap_not_stack() {
+        // libstdc++ recurses per iteration here and overflows its stack
+        // long before this; the test thread has 2 MiB.
+        let word = "AB".repeat(100_000);
+        assert_eq!(split("((?=[A-Z])([^a-z]))+", &word), [word.as_str()]);
     }
 
     #[test]
