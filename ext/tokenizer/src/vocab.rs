@@ -207,12 +207,9 @@ impl Vocab {
         }
         let [(eot, _), (eom, _), _, _, _, (fim_pad, _), (fim_rep, _), (fim_sep, _)] = roles;
 
-        // Control tokens named "unused" are unused (Unigram matches those).
-        for (attr, text) in attrs.iter_mut().zip(texts.iter()) {
-            if *attr & CONTROL != 0 && text.contains("unused") {
-                *attr |= UNUSED;
-            }
-        }
+        // llama.cpp marks control tokens named "unused" UNUSED here; its
+        // Unigram matcher, the one reader of that bit, was built before, so
+        // the mark is not kept.
 
         let mut eog: BTreeSet<u32> = [fim_pad, fim_rep, fim_sep].into_iter().flatten().collect();
         for (id, text) in texts.iter().enumerate() {
