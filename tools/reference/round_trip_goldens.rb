@@ -22,7 +22,7 @@ REFERENCE = ENV.fetch("ELELEM_REFERENCE_DIR", File.join(ROOT, "tmp/reference"))
 MODELS = File.join(ROOT, "vendor/llama.cpp/models")
 OUT = File.join(ROOT, "spec/fixtures/tokenizer/llama_cpp_round_trips.jsonl")
 
-vocabs = Dir[File.join(MODELS, "ggml-vocab-*.gguf")].sort
+vocabs = Dir[File.join(MODELS, "ggml-vocab-*.gguf")]
 abort "no vocabularies in #{MODELS}: run `rake peer_suite`" if vocabs.empty?
 
 lines = vocabs.map do |path|
@@ -35,5 +35,5 @@ lines = vocabs.map do |path|
   JSON.generate({ "vocab" => File.basename(path), "tokens" => counts.fetch("tokens"),
                   "code_points" => counts.fetch("code_points") })
 end
-File.write(OUT, lines.join("\n") + "\n")
+File.write(OUT, "#{lines.join("\n")}\n")
 puts "wrote #{OUT}: #{lines.size} vocabularies"
