@@ -62,7 +62,8 @@ RSpec.describe Elelem::Tokenizer do
     tok = described_class.open(vocab["llama-bpe"])
     expect(tok.n_vocab).to eq(128_256)
     expect([tok.bos, tok.eos, tok.add_bos?, tok.add_eos?]).to eq([128_000, 128_001, true, false])
-    expect(tok.inspect).to eq("#<Elelem::Tokenizer n_vocab=128256 bos=128000 eos=128001>")
+    expect([tok.model, tok.pre]).to eq(%w[gpt2 llama-bpe])
+    expect(tok.inspect).to eq("#<Elelem::Tokenizer gpt2/llama-bpe n_vocab=128256 bos=128000 eos=128001>")
     suite_cases(vocab["llama-bpe"]).each do |text, ids|
       expect(tok.tokenize(text, add_special: false, parse_special: false)).to eq(ids), text.inspect
     end
@@ -72,6 +73,20 @@ RSpec.describe Elelem::Tokenizer do
     expect(tok.token_to_piece(128_000, special: false)).to eq("")
     expect(tok.eog?(128_001)).to be(true)
     expect(tok.eog?(9906)).to be(false)
+  end
+
+  it "opens every vocabulary of the suite and tokenizes its cases as llama.cpp does" do
+    files = Dir[File.join(ROOT, "vendor", "llama.cpp", "models", "ggml-vocab-*.gguf")]
+    expect(files.size).to eq(19)
+    files.each do |path|
+      tok = described_class.open(path)
+      expect(tok.model).not_to be_empty
+      next unless File.exist?("#{path}.inp")
+
+      suite_cases(path).each do |text, ids|
+        expect(tok.tokenize(text, add_special: false, parse_special: false)).to eq(ids), "#{path}: #{text.inspect}"
+      end
+    end
   end
 
   it "refuses what is not a vocabulary with LoadError, and bad arguments with ArgumentError" do

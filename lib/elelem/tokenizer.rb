@@ -68,10 +68,16 @@ module Elelem
     #   @return [Boolean] whether {#tokenize} starts with BOS (when `add_special`)
     # @!method add_eos?
     #   @return [Boolean] whether {#tokenize} ends with EOS (when `add_special`)
+    # @!method model
+    #   @return [String] the vocabulary's kind, `tokenizer.ggml.model`: "gpt2" (byte-level BPE),
+    #     "llama" (SentencePiece), "bert" (WordPiece), "t5" (Unigram), "gemma4"...
+    # @!method pre
+    #   @return [String, nil] its pre-tokenizer, `tokenizer.ggml.pre` ("qwen2", "llama-bpe"...)
 
-    # @return [String] e.g. `#<Elelem::Tokenizer n_vocab=151936 bos=nil eos=151643>`
+    # @return [String] e.g. `#<Elelem::Tokenizer gpt2/qwen2 n_vocab=151936 bos=151643 eos=151645>`
     def inspect
-      "#<#{self.class.name} n_vocab=#{n_vocab} bos=#{bos.inspect} eos=#{eos.inspect}>"
+      kind = [model, pre].compact.join("/")
+      "#<#{self.class.name} #{kind} n_vocab=#{n_vocab} bos=#{bos.inspect} eos=#{eos.inspect}>"
     end
     alias to_s inspect
 

@@ -31,6 +31,13 @@
 //       Prints n_vocab, bos, eos, add_bos, add_eos, the EOG ids, and FNV-1a 64
 //       digests of token_to_piece(id, lstrip 0, special) over blocks of 4096
 //       ids: each id contributes its piece length (u32 LE), then its bytes.
+//   elelem-reference roundtrip MODEL
+//       The round trips of llama.cpp's tests/test-tokenizer-1-bpe.cpp (BPE
+//       vocabularies) or test-tokenizer-1-spm.cpp (the others), run to the end
+//       rather than to the first failure: every token's piece tokenized and
+//       detokenized again, then every code point but surrogates and
+//       U+40000..U+E0000. Prints "tokens N DIGEST" and "code_points N DIGEST":
+//       how many differ and an FNV-1a 64 digest of their ids (u32 LE each).
 //   elelem-reference chat MODEL FILE
 //       FILE holds lines "role<TAB>hex(content)"; prints the hex of the prompt
 //       rendered by llama_chat_apply_template with add_generation_prompt.
@@ -360,6 +367,53 @@ static int cmd_vocab(int argc, char ** argv) {
     return 0;
 }
 
+static std::vector<llama_token> tokenize(const llama_vocab * vocab, const std::string & text, bool parse_special) {
+    int n = -llama_tokenize(vocab, text.data(), (int) text.size(), nullptr, 0, false, parse_special);
+    std::vector<llama_token> ids(std::max(n, 0));
+    llama_tokenize(vocab, text.data(), (int) text.size(), ids.data(), n, false, parse_special);
+    return ids;
+}
+
+// unicode_cpt_to_utf8, which llama.h does not export.
+static std::string utf8(uint32_t cp) {
+    std::string s;
+    if (cp < 0x80) s += (char) cp;
+    else if (cp < 0x800) { s += (char) (0xC0 | (cp >> 6)); s += (char) (0x80 | (cp & 0x3F)); }
+    else if (cp < 0x10000) { s += (char) (0xE0 | (cp >> 12)); s += (char) (0x80 | ((cp >> 6) & 0x3F)); s += (char) (0x80 | (cp & 0x3F)); }
+    else { s += (char) (0xF0 | (cp >> 18)); s += (char) (0x80 | ((cp >> 12) & 0x3F)); s += (char) (0x80 | ((cp >> 6) & 0x3F)); s += (char) (0x80 | (cp & 0x3F)); }
+    return s;
+}
+
+static int cmd_roundtrip(int argc, char ** argv) {
+    if (argc < 3) return 2;
+    llama_model * model = load(argv[2], true);
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    // test-tokenizer-1-bpe tokenizes code points without parsing special
+    // tokens, test-tokenizer-1-spm with.
+    const bool parse_special = llama_vocab_type(vocab) != LLAMA_VOCAB_TYPE_BPE;
+    auto failed = [](Fnv & fnv, int & n, uint32_t id) {
+        fnv.add(std::string((const char *) &id, 4));  // little-endian on every host we run
+        ++n;
+    };
+    Fnv tokens, code_points;
+    int n_tokens = 0, n_code_points = 0;
+    for (llama_token id = 0; id < llama_vocab_n_tokens(vocab); ++id) {
+        std::string text = detokenize(vocab, {id}, true);
+        if (detokenize(vocab, tokenize(vocab, text, true), true) != text) failed(tokens, n_tokens, id);
+    }
+    for (uint32_t cp = 0; cp < 0x110000; ++cp) {
+        if ((0xD800 <= cp && cp <= 0xDFFF) || (0x40000 <= cp && cp <= 0xE0000)) continue;
+        std::string text = utf8(cp);
+        if (cp != 9601 && detokenize(vocab, tokenize(vocab, text, parse_special), true) != text) {
+            failed(code_points, n_code_points, cp);
+        }
+    }
+    printf("tokens %d %016llx\ncode_points %d %016llx\n", n_tokens, (unsigned long long) tokens.h, n_code_points,
+           (unsigned long long) code_points.h);
+    llama_model_free(model);
+    return 0;
+}
+
 static int cmd_chat(int argc, char ** argv) {
     if (argc < 4) return 2;
     llama_model * model = load(argv[2], false);
@@ -467,6 +521,7 @@ int main(int argc, char ** argv) {
     else if (!strcmp(cmd, "tokenize")) rc = cmd_tokenize(argc, argv);
     else if (!strcmp(cmd, "detokenize")) rc = cmd_detokenize(argc, argv);
     else if (!strcmp(cmd, "vocab")) rc = cmd_vocab(argc, argv);
+    else if (!strcmp(cmd, "roundtrip")) rc = cmd_roundtrip(argc, argv);
     else if (!strcmp(cmd, "chat")) rc = cmd_chat(argc, argv);
     else if (!strcmp(cmd, "serve")) rc = cmd_serve(argc, argv);
     if (rc == 2) fprintf(stderr, "usage: see the header of tools/reference/reference.cpp\n");

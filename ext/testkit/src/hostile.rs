@@ -208,7 +208,7 @@ pub fn structured() -> Vec<Case> {
         ("tokens-duplicated", Runs, g("tokenizer.ggml.tokens"), array(S("a".into()), 64)),
         ("tokens-empty", Runs, g("tokenizer.ggml.tokens"), array(S(String::new()), 64)),
         ("no-tokenizer-model", Runs, g("tokenizer.ggml.model"), None),
-        ("unknown-tokenizer-model", Runs, g("tokenizer.ggml.model"), text("bert")),
+        ("unknown-tokenizer-model", Runs, g("tokenizer.ggml.model"), text("nonesuch")),
         ("bos-out-of-range", Runs, g("tokenizer.ggml.bos_token_id"), Some(U32(1 << 30))),
         ("eos-out-of-range", Runs, g("tokenizer.ggml.eos_token_id"), Some(U32(u32::MAX))),
         // A template's failure is the caller's to see, when it renders.

@@ -1,11 +1,14 @@
 //! The merge loop byte-level BPE and SentencePiece share (llama.cpp runs the
-//! same one in both tokenizer sessions): start from single characters,
-//! repeatedly merge the adjacent pair of best priority (ties: the leftmost),
-//! and return the final symbols as byte ranges of the text.
+//! same one in both tokenizer sessions): start from single characters (as
+//! `unicode_len_utf8` delimits them, so any bytes will do), repeatedly merge
+//! the adjacent pair of best priority (ties: the leftmost), and return the
+//! final symbols as byte ranges of the text.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::ops::Range;
+
+use crate::unicode::utf8_len;
 
 struct Symbol {
     start: usize,
@@ -49,17 +52,22 @@ impl<P: PartialOrd> Eq for Bigram<P> {}
 /// Merges `text`'s characters. `priority(left, right, joined)` says how good
 /// merging two adjacent symbols is (greater is better), or `None` if they may
 /// not merge.
-pub(crate) fn merge<P: PartialOrd>(text: &str, priority: impl Fn(&str, &str, &str) -> Option<P>) -> Vec<Range<usize>> {
-    let mut symbols: Vec<Symbol> = text
-        .char_indices()
-        .enumerate()
-        .map(|(i, (start, c))| Symbol {
+pub(crate) fn merge<P: PartialOrd>(
+    text: &[u8],
+    priority: impl Fn(&[u8], &[u8], &[u8]) -> Option<P>,
+) -> Vec<Range<usize>> {
+    let mut symbols = Vec::new();
+    let mut start = 0;
+    while start < text.len() {
+        let len = utf8_len(text[start]).min(text.len() - start);
+        symbols.push(Symbol {
             start,
-            len: c.len_utf8(),
-            prev: i.checked_sub(1),
+            len,
+            prev: symbols.len().checked_sub(1),
             next: None,
-        })
-        .collect();
+        });
+        start += len;
+    }
     let count = symbols.len();
     for (i, s) in symbols.iter_mut().enumerate() {
         s.next = (i + 1 < count).then_some(i + 1);

@@ -8,7 +8,7 @@ use crate::vocab::Vocab;
 /// Tokenizes `text`, whose spaces the caller has already turned into `▁`.
 /// `byte_tokens[b]` is the token for byte `b`, `None` where the vocabulary
 /// lacks one (llama.cpp throws there; the byte is dropped here).
-pub(crate) fn tokenize(vocab: &Vocab, byte_tokens: &[Option<u32>; 256], text: &str, out: &mut Vec<u32>) {
+pub(crate) fn tokenize(vocab: &Vocab, byte_tokens: &[Option<u32>; 256], text: &[u8], out: &mut Vec<u32>) {
     let symbols = merge(text, |_, _, joined| {
         vocab.id(joined).map(|id| vocab.scores[id as usize])
     });
@@ -21,7 +21,7 @@ pub(crate) fn tokenize(vocab: &Vocab, byte_tokens: &[Option<u32>; 256], text: &s
         let piece = &text[range];
         match vocab.id(piece) {
             Some(id) => out.push(id),
-            None => out.extend(piece.bytes().filter_map(|b| byte_tokens[usize::from(b)])),
+            None => out.extend(piece.iter().filter_map(|&b| byte_tokens[usize::from(b)])),
         }
     }
 }

@@ -33,10 +33,10 @@ impl Texts {
             t.all.push_str(text);
             let end = u32::try_from(t.all.len()).map_err(|_| TokenizerError::TooLarge)?;
             t.ends.push(end);
-            let hash = t.hasher.hash_one(text);
+            let hash = t.hasher.hash_one(text.as_bytes());
             let (all, ends) = (&t.all, &t.ends);
             let same = |&other: &u32| slice(all, ends, other) == text;
-            let rehash = |&other: &u32| t.hasher.hash_one(slice(all, ends, other));
+            let rehash = |&other: &u32| t.hasher.hash_one(slice(all, ends, other).as_bytes());
             match t.ids.entry(hash, same, rehash) {
                 Entry::Occupied(_) => return Err(TokenizerError::DuplicateTokens),
                 Entry::Vacant(slot) => {
@@ -51,9 +51,13 @@ impl Texts {
         self.ends.len()
     }
 
-    pub(crate) fn id(&self, text: &str) -> Option<u32> {
+    /// The id of the token with these bytes (texts hash as bytes, so any
+    /// byte string can be looked up).
+    pub(crate) fn id(&self, text: &[u8]) -> Option<u32> {
         let hash = self.hasher.hash_one(text);
-        self.ids.find(hash, |&id| self.get(id as usize) == text).copied()
+        self.ids
+            .find(hash, |&id| self.get(id as usize).as_bytes() == text)
+            .copied()
     }
 
     pub(crate) fn get(&self, id: usize) -> &str {
@@ -90,9 +94,10 @@ mod tests {
         assert_eq!(texts.len(), 5);
         for (id, word) in words.iter().enumerate() {
             assert_eq!(&texts[id], *word);
-            assert_eq!(texts.id(word), Some(id as u32));
+            assert_eq!(texts.id(word.as_bytes()), Some(id as u32));
         }
-        assert_eq!(texts.id("b"), None);
+        assert_eq!(texts.id(b"b"), None);
+        assert_eq!(texts.id(b"\xFF"), None);
         assert_eq!(texts.iter().collect::<Vec<_>>(), words);
         assert!(matches!(
             Texts::new(["x", "y", "x"].into_iter()),

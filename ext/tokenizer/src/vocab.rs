@@ -6,15 +6,19 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use crate::texts::Texts;
-use crate::{SpecialIds, TokenizerError, VocabKind, VocabSpec};
+use crate::{SpecialIds, TokenizerError, VocabSpec};
 
 // llama.cpp's `llama_token_attr` bits.
 pub(crate) const UNKNOWN: u32 = 1 << 0;
-const UNUSED: u32 = 1 << 1;
+pub(crate) const UNUSED: u32 = 1 << 1;
 pub(crate) const NORMAL: u32 = 1 << 2;
 pub(crate) const CONTROL: u32 = 1 << 3;
 pub(crate) const USER_DEFINED: u32 = 1 << 4;
 pub(crate) const BYTE: u32 = 1 << 5;
+/// Whitespace before the token is dropped when it is split out of a text.
+pub(crate) const LSTRIP: u32 = 1 << 7;
+/// Whitespace after the token is dropped when it is split out of a text.
+pub(crate) const RSTRIP: u32 = 1 << 8;
 
 /// Texts llama.cpp takes for a role when the metadata names no id for it.
 const EOT_TEXTS: &[&str] = &[
@@ -94,22 +98,54 @@ const EOG_TEXTS: &[&str] = &[
 /// Texts llama.cpp always renders (gpt-oss), whatever their type says.
 const ALWAYS_RENDERED: &[&str] = &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
 
+/// What llama.cpp's `load` sets per tokenizer model (and BPE pre-tokenizer)
+/// before it reads the metadata that may override it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Defaults {
+    pub(crate) bos: Option<u32>,
+    pub(crate) eos: Option<u32>,
+    pub(crate) unk: Option<u32>,
+    pub(crate) sep: Option<u32>,
+    pub(crate) add_bos: bool,
+    pub(crate) add_eos: bool,
+    pub(crate) add_sep: bool,
+    pub(crate) add_space_prefix: bool,
+    pub(crate) clean_spaces: bool,
+    pub(crate) escape_whitespaces: bool,
+    /// Gemma 4: BOS is added whatever the metadata says.
+    pub(crate) force_add_bos: bool,
+    /// The normalizer keeps case unless the metadata says otherwise (the
+    /// `whitespace` pre-tokenizer); it lowercases otherwise.
+    pub(crate) keep_case: bool,
+}
+
 pub(crate) struct Vocab {
     pub(crate) texts: Texts,
     pub(crate) scores: Vec<f32>,
     pub(crate) attrs: Vec<u32>,
     pub(crate) bos: Option<u32>,
     pub(crate) eos: Option<u32>,
+    pub(crate) unk: Option<u32>,
+    pub(crate) sep: Option<u32>,
     pub(crate) eog: BTreeSet<u32>,
     pub(crate) add_bos: bool,
     pub(crate) add_eos: bool,
+    pub(crate) add_sep: bool,
     pub(crate) add_space_prefix: bool,
+    pub(crate) clean_spaces: bool,
+    pub(crate) escape_whitespaces: bool,
+    pub(crate) remove_extra_whitespaces: bool,
+    /// The normalizer (WordPiece, the whitespace model): lowercase, and strip
+    /// accents (NFD, marks dropped; WordPiece only).
+    pub(crate) lowercase: bool,
+    pub(crate) strip_accents: bool,
+    /// The longest token text, in bytes (`max_token_len`).
+    pub(crate) max_token_len: usize,
 }
 
 impl Vocab {
-    pub(crate) fn new(spec: &VocabSpec) -> Result<Vocab, TokenizerError> {
+    pub(crate) fn new(spec: &VocabSpec, defaults: Defaults) -> Result<Vocab, TokenizerError> {
         let n = spec.tokens.len();
-        let is_bpe = matches!(spec.kind, VocabKind::Bpe { .. });
 
         let texts = Texts::new(spec.tokens.iter().enumerate().map(|(i, t)| {
             if t.is_empty() {
@@ -124,21 +160,18 @@ impl Vocab {
             Some(s) => s[..n].to_vec(),
             None => vec![0.0; n],
         };
-        let mut attrs = match &spec.token_types {
-            Some(t) if t.len() < n => return Err(TokenizerError::ShortArray("token_type")),
-            Some(t) => t[..n].iter().map(|&ty| attr_of_type(ty)).collect(),
-            None => vec![NORMAL; n],
-        };
+        let mut attrs = type_attrs(spec)?;
 
         let ids_in = |id: Option<u32>| id.filter(|&id| (id as usize) < n);
         // Defaults first (dropped when out of range), then the metadata's id
         // when it is in range.
-        let (default_bos, default_eos) = if is_bpe { (11, 11) } else { (1, 2) };
         let SpecialIds {
             bos,
             eos,
             eot,
             eom,
+            unk,
+            sep,
             fim_pre,
             fim_suf,
             fim_mid,
@@ -146,8 +179,10 @@ impl Vocab {
             fim_rep,
             fim_sep,
         } = spec.ids;
-        let bos = ids_in(bos).or(ids_in(Some(default_bos)));
-        let eos = ids_in(eos).or(ids_in(Some(default_eos)));
+        let bos = ids_in(bos).or(ids_in(defaults.bos));
+        let eos = ids_in(eos).or(ids_in(defaults.eos));
+        let unk = ids_in(unk).or(ids_in(defaults.unk));
+        let sep = ids_in(sep).or(ids_in(defaults.sep));
         let mut roles = [
             (ids_in(eot), EOT_TEXTS),
             (ids_in(eom), EOM_TEXTS),
@@ -172,8 +207,9 @@ impl Vocab {
         }
         let [(eot, _), (eom, _), _, _, _, (fim_pad, _), (fim_rep, _), (fim_sep, _)] = roles;
 
-        // llama.cpp marks control tokens named "unused" UNUSED here; nothing
-        // that tokenizes or renders reads that bit, so it is not kept.
+        // llama.cpp marks control tokens named "unused" UNUSED here; its
+        // Unigram matcher, the one reader of that bit, was built before, so
+        // the mark is not kept.
 
         let mut eog: BTreeSet<u32> = [fim_pad, fim_rep, fim_sep].into_iter().flatten().collect();
         for (id, text) in texts.iter().enumerate() {
@@ -208,13 +244,11 @@ impl Vocab {
             }
         }
 
-        let default_add_bos = match &spec.kind {
-            VocabKind::Bpe { pre, .. } => crate::Pre::from_name(pre).is_some_and(crate::Pre::adds_bos),
-            VocabKind::Spm => true,
-        };
-        let default_add_space_prefix = !is_bpe;
-        let add_bos = spec.add_bos.unwrap_or(default_add_bos);
-        let add_eos = spec.add_eos.unwrap_or(false);
+        let add_bos = spec.add_bos.unwrap_or(defaults.add_bos) || defaults.force_add_bos;
+        let add_eos = spec.add_eos.unwrap_or(defaults.add_eos);
+        let add_sep = spec.add_sep.unwrap_or(defaults.add_sep);
+        // llama.cpp asserts these when it tokenizes with add_special; refusing
+        // the vocabulary up front keeps tokenize infallible.
         if add_bos && bos.is_none() {
             return Err(TokenizerError::MissingSpecial("BOS"));
         }
@@ -222,22 +256,94 @@ impl Vocab {
             return Err(TokenizerError::MissingSpecial("EOS"));
         }
 
-        Ok(Vocab {
+        let lowercase = spec.normalizer_lowercase.unwrap_or(!defaults.keep_case);
+        let max_token_len = texts.iter().map(str::len).max().unwrap_or(0);
+        let mut vocab = Vocab {
             texts,
             scores,
             attrs,
             bos,
             eos,
+            unk,
+            sep,
             eog,
             add_bos,
             add_eos,
-            add_space_prefix: spec.add_space_prefix.unwrap_or(default_add_space_prefix),
-        })
+            add_sep,
+            add_space_prefix: spec.add_space_prefix.unwrap_or(defaults.add_space_prefix),
+            clean_spaces: defaults.clean_spaces,
+            escape_whitespaces: defaults.escape_whitespaces,
+            remove_extra_whitespaces: spec.remove_extra_whitespaces.unwrap_or(false),
+            lowercase,
+            strip_accents: spec.normalizer_strip_accents.unwrap_or(lowercase),
+            max_token_len,
+        };
+        vocab.patch_strip_attributes(spec)?;
+        Ok(vocab)
     }
 
-    pub(crate) fn id(&self, text: &str) -> Option<u32> {
-        self.texts.id(text)
+    /// The end of llama.cpp's `load`: whitespace-stripping attributes it gives
+    /// some models' special tokens, by pre-tokenizer, architecture or name.
+    fn patch_strip_attributes(&mut self, spec: &VocabSpec) -> Result<(), TokenizerError> {
+        let pre = spec.pre_name().unwrap_or("");
+        let arch = spec.architecture.as_deref().unwrap_or("");
+        // llama.cpp lowercases the name byte by byte (ASCII only).
+        let name = spec.name.as_deref().unwrap_or("").to_ascii_lowercase();
+        let contains_any = |s: &str, parts: &[&str]| parts.iter().any(|p| s.contains(p));
+        if contains_any(pre, &["jina-v2-de", "jina-v2-es", "jina-v2-code", "mmbert"])
+            || contains_any(arch, &["nomic-bert-moe", "jina-bert-v3"])
+        {
+            // llama.cpp warns when the mask token is missing.
+            self.set_attr("<mask>", LSTRIP, true);
+        } else if contains_any(&name, &["phi-3", "phi3"]) {
+            for id in 0..self.attrs.len() {
+                if self.attrs[id] & (CONTROL | USER_DEFINED | UNKNOWN) != 0 {
+                    self.attrs[id] |= RSTRIP;
+                }
+            }
+            // llama.cpp's `token_to_id.at` throws (the load fails) when
+            // one of these is missing.
+            for (text, on) in [
+                ("</s>", true),
+                ("<unk>", false),
+                ("<s>", false),
+                ("<|endoftext|>", false),
+            ] {
+                if !self.set_attr(text, RSTRIP, on) {
+                    return Err(TokenizerError::MissingToken(text));
+                }
+            }
+        } else if name.contains("modern-bert") {
+            self.set_attr("[MASK]", LSTRIP, true);
+        }
+        Ok(())
     }
+
+    /// llama.cpp's `_set_token_attr`; false if there is no such token.
+    fn set_attr(&mut self, text: &str, attr: u32, on: bool) -> bool {
+        let Some(id) = self.id(text) else {
+            return false;
+        };
+        let current = &mut self.attrs[id as usize];
+        *current = if on { *current | attr } else { *current & !attr };
+        true
+    }
+
+    /// The token whose text is these bytes.
+    pub(crate) fn id(&self, text: impl AsRef<[u8]>) -> Option<u32> {
+        self.texts.id(text.as_ref())
+    }
+}
+
+/// The attributes the token types give, before `load` patches any: what
+/// llama.cpp's tokenizer objects see, as they are built first.
+pub(crate) fn type_attrs(spec: &VocabSpec) -> Result<Vec<u32>, TokenizerError> {
+    let n = spec.tokens.len();
+    Ok(match &spec.token_types {
+        Some(t) if t.len() < n => return Err(TokenizerError::ShortArray("token_type")),
+        Some(t) => t[..n].iter().map(|&ty| attr_of_type(ty)).collect(),
+        None => vec![NORMAL; n],
+    })
 }
 
 /// `llama_token_type` (GGUF `tokenizer.ggml.token_type`) → attribute bits.

@@ -244,13 +244,36 @@ fn llama3_splits_digits_in_threes_and_takes_whole_words() {
 }
 
 #[test]
-fn bpe_refuses_other_pre_tokenizers() {
+fn bpe_refuses_pre_tokenizers_llama_cpp_does_not_know() {
     let mut spec = bpe(&[], &[]);
     spec.kind = VocabKind::Bpe {
-        pre: "falcon".to_owned(),
+        pre: "nonesuch".to_owned(),
         merges: Vec::new(),
     };
-    assert!(matches!(Tokenizer::new(&spec), Err(TokenizerError::UnsupportedPre(p)) if p == "falcon"));
+    assert!(matches!(Tokenizer::new(&spec), Err(TokenizerError::UnsupportedPre(p)) if p == "nonesuch"));
+}
+
+/// The whitespace model (jina-embeddings-v2-base-zh): whitespace only
+/// separates words, each merged on its raw UTF-8; the normalizer keeps case
+/// unless the metadata asks otherwise.
+#[test]
+fn the_whitespace_model_merges_the_words_between_whitespace() {
+    let mut spec = VocabSpec {
+        kind: VocabKind::Bpe {
+            pre: "whitespace".to_owned(),
+            merges: vec!["a b".to_owned(), "ab c".to_owned()],
+        },
+        model: "whitespace".to_owned(),
+        tokens: ["a", "b", "c", "ab", "abc", "A"].map(str::to_owned).to_vec(),
+        ..VocabSpec::default()
+    };
+    let t = Tokenizer::new(&spec).unwrap();
+    assert_eq!(t.model_name(), "whitespace");
+    assert_eq!(t.tokenize("abc \n ab\tc", false, false), [4, 3, 2]);
+    assert_eq!(t.tokenize("Ab", false, false), [5, 1]);
+    spec.normalizer_lowercase = Some(true);
+    let t = Tokenizer::new(&spec).unwrap();
+    assert_eq!(t.tokenize("Ab", false, false), [3]);
 }
 
 fn gguf(entries: &[(&str, Value)]) -> Gguf {
@@ -290,7 +313,7 @@ fn from_gguf_reads_the_metadata() {
 }
 
 #[test]
-fn from_gguf_refuses_what_it_does_not_implement() {
+fn from_gguf_refuses_what_llama_cpp_refuses_or_elelem_lacks() {
     let base = |model: &str| -> Vec<(&'static str, Value)> {
         vec![
             ("tokenizer.ggml.model", Value::String(model.into())),
@@ -300,14 +323,19 @@ fn from_gguf_refuses_what_it_does_not_implement() {
     };
     let err = |entries: &[(&str, Value)]| Tokenizer::from_gguf(&gguf(entries)).err().unwrap();
 
-    assert!(matches!(err(&base("bert")), TokenizerError::UnsupportedModel(m) if m == "bert"));
-    assert!(matches!(err(&base("gpt2")), TokenizerError::UnsupportedPre(p) if p.is_empty()));
-    let mut falcon = base("gpt2");
-    falcon.push(("tokenizer.ggml.pre", Value::String("falcon".into())));
-    assert!(matches!(err(&falcon), TokenizerError::UnsupportedPre(_)));
+    assert!(matches!(err(&base("nonesuch")), TokenizerError::UnknownModel(m) if m == "nonesuch"));
+    assert!(matches!(err(&base("rwkv")), TokenizerError::UnsupportedModel(m) if m == "rwkv"));
+    let mut unknown_pre = base("gpt2");
+    unknown_pre.push(("tokenizer.ggml.pre", Value::String("nonesuch".into())));
+    assert!(matches!(err(&unknown_pre), TokenizerError::UnsupportedPre(p) if p == "nonesuch"));
+    // llama.cpp patches phi-3's special tokens and fails without them.
     let mut phi3 = base("llama");
     phi3.push(("general.name", Value::String("Phi-3 Mini".into())));
-    assert!(matches!(err(&phi3), TokenizerError::UnsupportedAttributes(_)));
+    assert!(matches!(err(&phi3), TokenizerError::MissingToken("</s>")));
+    assert!(matches!(
+        err(&base("gpt2")[..2]),
+        TokenizerError::MissingKey("tokenizer.ggml.merges")
+    ));
     assert!(matches!(
         err(&[("tokenizer.ggml.model", Value::String("llama".into()))]),
         TokenizerError::MissingKey(_)

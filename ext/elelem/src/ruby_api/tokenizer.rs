@@ -63,6 +63,14 @@ impl Tokenizer {
         self.0.add_eos()
     }
 
+    fn model(&self) -> String {
+        self.0.model_name().to_string()
+    }
+
+    fn pre(&self) -> Option<String> {
+        self.0.pre_name().map(str::to_string)
+    }
+
     fn is_eog(&self, id: u32) -> bool {
         self.0.is_eog(id)
     }
@@ -81,6 +89,8 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     class.define_method("eos", method!(Tokenizer::eos, 0))?;
     class.define_method("add_bos?", method!(Tokenizer::add_bos, 0))?;
     class.define_method("add_eos?", method!(Tokenizer::add_eos, 0))?;
+    class.define_method("model", method!(Tokenizer::model, 0))?;
+    class.define_method("pre", method!(Tokenizer::pre, 0))?;
     class.define_private_method("_eog?", method!(Tokenizer::is_eog, 1))?;
     Ok(())
 }
