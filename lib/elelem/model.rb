@@ -88,7 +88,7 @@ module Elelem
     # @return [Completion]
     def complete(prompt, logprobs: nil, **options, &block)
       Options.integer(:logprobs, logprobs, 0..MAX_LOGPROBS) unless logprobs.nil?
-      result = run(prompt, options, text: true, logprobs: logprobs, &block)
+      result = run(prompt, options, text: true, logprobs:, &block)
       Completion.new(**result.slice(:text, :tokens, :finish_reason, :prompt_tokens), timings: timings(result),
                                                                                      logprobs: result[:logprobs])
     end
@@ -101,12 +101,12 @@ module Elelem
     # @yieldparam index [Integer] which prompt a piece (or id) belongs to
     # @yieldparam piece [String, Integer]
     # @return [Array<String, Array<Integer>>] in the order of `prompts`
-    def generate_all(prompts, **options, &block)
+    def generate_all(prompts, **options, &)
       raise ArgumentError, "prompts must be an Array, got #{prompts.class}" unless prompts.is_a?(Array)
 
       opts = Options.generation(options)
       checked = prompts.map { |prompt| Options.prompt(prompt) }
-      results = _run_all(checked, opts, &block)
+      results = _run_all(checked, opts, &)
       results.zip(checked).map { |result, prompt| prompt.is_a?(String) ? result[:text] : result[:tokens] }
     end
 
@@ -335,10 +335,11 @@ module Elelem
     def timings(result)
       prompt = result.fetch(:evaluated_prompt_tokens, 0)
       decode = result.fetch(:decode_tokens, 0)
-      rate = ->(n, seconds) { seconds.to_f.positive? ? n / seconds : 0.0 }
-      { prompt_tokens: prompt, prompt_seconds: result.fetch(:prompt_seconds, 0.0),
-        prompt_tokens_per_s: rate.(prompt, result[:prompt_seconds]), decode_tokens: decode,
-        decode_seconds: result.fetch(:decode_seconds, 0.0), decode_tokens_per_s: rate.(decode, result[:decode_seconds]) }
+      prompt_seconds = result.fetch(:prompt_seconds, 0.0)
+      decode_seconds = result.fetch(:decode_seconds, 0.0)
+      rate = ->(n, seconds) { seconds.positive? ? n / seconds : 0.0 }
+      { prompt_tokens: prompt, prompt_seconds:, prompt_tokens_per_s: rate.call(prompt, prompt_seconds),
+        decode_tokens: decode, decode_seconds:, decode_tokens_per_s: rate.call(decode, decode_seconds) }
     end
   end
 end

@@ -27,14 +27,14 @@ pub mod sampler;
 mod scheduler;
 mod text;
 
-pub use build_profile::{cpu_model, BuildProfile};
 pub use batcher::{Batcher, Chooser, Event, Logprob, Request, RequestId, Summary};
+pub use build_profile::{cpu_model, BuildProfile};
 pub use context::{BatchToken, Context, ContextParams, DecodeStats};
-pub use kv_cache::{SeqId, MAX_SEQUENCES};
 pub use elelem_tokenizer::Tokenizer;
 pub use error::{Error, Result};
 pub use generate::{generate, GenerateParams, StopReason};
 pub use hparams::HParams;
+pub use kv_cache::{SeqId, MAX_SEQUENCES};
 pub use model::{Model, ModelParams};
 pub use scheduler::{ContextSnapshot, Scheduler};
 pub use text::{FinishReason, TextParams, TextStream};

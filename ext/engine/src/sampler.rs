@@ -254,7 +254,11 @@ pub fn log_softmax_top(logits: &[f32], token: u32, k: usize) -> (f32, Vec<(u32, 
     let logprob = |id: u32| (finite(logits[id as usize]) - log_sum) as f32;
     let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
     let k = k.min(ids.len());
-    let by_logit = |a: &u32, b: &u32| finite(logits[*b as usize]).total_cmp(&finite(logits[*a as usize])).then(a.cmp(b));
+    let by_logit = |a: &u32, b: &u32| {
+        finite(logits[*b as usize])
+            .total_cmp(&finite(logits[*a as usize]))
+            .then(a.cmp(b))
+    };
     if k > 0 && k < ids.len() {
         ids.select_nth_unstable_by(k - 1, by_logit);
     }

@@ -63,7 +63,14 @@ impl Drop for Cancel<'_> {
 
 impl Model {
     /// `path` is taken as bytes: file names need not be UTF-8.
-    fn open(ruby: &Ruby, path: RString, n_ctx: u32, n_threads: usize, parallel: u32, max_queue: usize) -> Result<Model, Error> {
+    fn open(
+        ruby: &Ruby,
+        path: RString,
+        n_ctx: u32,
+        n_threads: usize,
+        parallel: u32,
+        max_queue: usize,
+    ) -> Result<Model, Error> {
         // SAFETY: copied at once, before any Ruby code can run.
         let path = PathBuf::from(OsStr::from_bytes(unsafe { path.as_slice() }));
         let never = AtomicBool::new(false);
@@ -130,7 +137,11 @@ impl Model {
             let event = without_gvl(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
                 .map_err(|e| engine_error(ruby, e))?;
             match event {
-                Some(engine::Event::Token { id: token, text, logprob }) => {
+                Some(engine::Event::Token {
+                    id: token,
+                    text,
+                    logprob,
+                }) => {
                     if let Some(lp) = logprob {
                         token_logprobs.push(logprob_hash(ruby, token, &lp)?)?;
                     }
@@ -205,7 +216,9 @@ impl Model {
                     handle(i, event)?;
                 }
             }
-            let Some(i) = results.borrow().iter().position(Option::is_none) else { break };
+            let Some(i) = results.borrow().iter().position(Option::is_none) else {
+                break;
+            };
             let id = requests[i].0 .1;
             let interrupt = RequestInterrupt {
                 flag: AtomicBool::new(false),
