@@ -19,7 +19,8 @@
 //       in sequence order, at most n_ubatch (512) tokens in all; only the last
 //       token of a prompt and the decoded tokens are outputs. Greedy; a
 //       sequence stops at N_PREDICT tokens, at EOG (unless IGNORE_EOS) or when
-//       it fills N_CTX. Prints one line of ids per sequence.
+//       it fills N_CTX. Prints one line of ids per sequence, and on stderr
+//       "elapsed_s <seconds>" from the first pass to the last.
 //   elelem-reference tokenize MODEL FILE [ADD_SPECIAL] [PARSE_SPECIAL]
 //       FILE holds one hex-encoded UTF-8 string per line; prints one line of
 //       token ids per input line.
@@ -252,6 +253,7 @@ static int cmd_lockstep(int argc, char ** argv) {
         batch.seq_id[i][0] = seq;
         batch.logits[i] = logits;
     };
+    const auto start = std::chrono::steady_clock::now();
     for (;;) {
         batch.n_tokens = 0;
         std::vector<std::pair<int, int>> outputs;  // (sequence, batch index)
@@ -281,10 +283,12 @@ static int cmd_lockstep(int argc, char ** argv) {
             if (stop) done[s] = true; else pending[s] = true;
         }
     }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (int s = 0; s < n_seq; ++s) {
         for (size_t i = 0; i < out[s].size(); ++i) printf(i ? " %d" : "%d", out[s][i]);
         printf("\n");
     }
+    fprintf(stderr, "elapsed_s %.6f\n", elapsed);
     llama_batch_free(batch);
     llama_free(ctx);
     llama_model_free(model);
