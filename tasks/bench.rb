@@ -203,6 +203,48 @@ module Bench
     end
   end
 
+  # Prompts of our own for the agreement row: code, prose, questions, lists.
+  AGREEMENT_PROMPTS = [
+    "def quicksort(arr):", "class Stack:\n    def __init__(self):", "SELECT name, email FROM users WHERE",
+    "The capital of France is", "Once upon a time, a robot", "To install Ruby on Debian, run",
+    "function debounce(fn, ms) {", "// Parse a CSV line into fields\n", "The three laws of thermodynamics are",
+    "A haiku about autumn:\n", "Q: What is a monad?\nA:", "fn main() {\n    let v = vec![",
+    "import numpy as np\n\ndef normalize(x):", "Dear team,\n\nThis week we", "The HTTP status code 418 means",
+    "#include <stdio.h>\nint main(void) {", "Photosynthesis converts", "git rebase -i lets you",
+    "def fizzbuzz(n):", "Recipe for pancakes:\n1.", "The difference between TCP and UDP is",
+    "module Greeter\n  def self.hello(name)", "In 1969, Apollo 11", "A binary search tree is",
+    "Steps to reverse a linked list:", "<html>\n<head>\n<title>", "The mitochondria is",
+    "async function fetchJSON(url) {", "Why is the sky blue?", "# Monthly report\n\n## Summary\n",
+    "public static int gcd(int a, int b) {", "The best way to learn a language is"
+  ].freeze
+
+  # Greedy replies in a batch of 8 beside the same requests alone: how many are
+  # identical, and the top-two logit margin (alone) where the others part. (llama.cpp's
+  # own batched passes part from its lone runs on the same sequences: the matrix and
+  # attention kernels round differently for a pass of many rows.)
+  def agreement_rows(path, threads)
+    Elelem.open(path, n_ctx: N_CTX, n_threads: threads, parallel: 8) do |model|
+      alone = AGREEMENT_PROMPTS.map { |p| model.complete(p, max_tokens: 32, ignore_eos: true, logprobs: 2) }
+      together = AGREEMENT_PROMPTS.each_slice(8).flat_map do |group|
+        model.generate_all(group, max_tokens: 32, ignore_eos: true)
+      end
+      margins = alone.zip(together).filter_map { |single, text| parting_margin(model, single, text) }
+      [{ "metric" => "greedy replies identical alone and 8 together (of #{alone.size})",
+         "elelem" => alone.size - margins.size },
+       { "metric" => "top-two margin where they part, largest", "elelem" => margins.max || 0.0 }]
+    end
+  end
+
+  # The lone run's top-two logit margin at the first token the batched text changes.
+  def parting_margin(model, single, text)
+    return if single.text == text
+
+    ids = model.tokenize(text, add_special: false)
+    step = single.tokens.each_index.find { |i| single.tokens[i] != ids[i] } || 0
+    top = single.logprobs[step][:top]
+    top[0][1] - top[1][1]
+  end
+
   # Beyond the peer: the second turn of a chat with and without the first turn's cache.
   def prefix_reuse_row(ours)
     pairs = Array.new(reps) { [ours.second_turn_ms(reuse: true), ours.second_turn_ms(reuse: false)] }
@@ -228,7 +270,8 @@ module Bench
     before = cpu_times
     rows = speed_rows(path, threads)
     if threads == 2
-      rows += depth_rows(path, threads) + stream_rows(path, threads) + open_rows(path, threads)
+      rows += depth_rows(path, threads) + stream_rows(path, threads) + agreement_rows(path, threads) +
+              open_rows(path, threads)
       ours, theirs = rss_pair(path, threads)
       rows << { "metric" => "peak RSS MiB", "elelem" => ours, "llama.cpp" => theirs }
       memory = peer_memory(path)
