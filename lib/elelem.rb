@@ -47,16 +47,21 @@ module Elelem
     #
     # @param path [String] the .gguf file, or a known model's name ({Models.list}), fetched
     #   on first use (a file of that name wins)
-    # @param n_ctx [Integer] the most tokens a sequence may hold
+    # @param n_ctx [Integer] the most tokens the context holds: one sequence may use all of
+    #   them, and `parallel` sequences share them (llama.cpp's unified KV cache)
     # @param n_threads [Integer] CPU threads for the forward pass
     # @param n_gpu_layers [Integer] layers to offload to a GPU; this build is CPU-only and,
     #   like llama.cpp, runs every layer on the CPU (see {Model#info})
+    # @param parallel [Integer] how many sequences generate at once (1 to
+    #   {Model::MAX_SEQUENCES}): concurrent calls from threads beyond it wait in a queue
+    # @param queue [Integer] how many calls may wait; one more raises {BusyError}
     # @yieldparam model [Model] closed when the block returns or raises
     # @return [Model, Object] the model, or the block's value
     # @raise [Elelem::LoadError] when the file is missing (the message names the known models),
     #   malformed or unsupported
-    def open(path, n_ctx: Model::DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0)
-      model = Model.open(path, n_ctx:, n_threads:, n_gpu_layers:)
+    def open(path, n_ctx: Model::DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0, parallel: 1,
+             queue: Model::DEFAULT_QUEUE)
+      model = Model.open(path, n_ctx:, n_threads:, n_gpu_layers:, parallel:, queue:)
       return model unless block_given?
 
       begin

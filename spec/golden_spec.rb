@@ -26,3 +26,20 @@ RSpec.describe "golden generations" do
     end
   end
 end
+
+# Several sequences in one context, started together and decoded in the same passes
+# (passes that mix decoding sequences with chunks of prompts still being read): the
+# ids of llama.cpp decoding the same sequences with one llama_batch per pass.
+RSpec.describe "lockstep generations" do
+  SpecModels.lockstep_names.each do |name|
+    golden = SpecModels.golden(name)
+    model = name.delete_prefix("lockstep-")
+    it "#{model}: #{golden.parallel} sequences give llama.cpp's ids, each" do
+      path = Elelem::Models.names.include?(model) ? SpecModels.path(model) : SpecModels.synthetic(model)
+      Elelem.open(path, n_ctx: golden.n_ctx, n_threads: golden.n_threads, parallel: golden.parallel) do |opened|
+        mismatch = golden.check(opened, "lockstep")
+        expect(mismatch).to be_nil, mismatch.to_s
+      end
+    end
+  end
+end

@@ -113,13 +113,19 @@ RSpec.describe "hostile calls" do
     expect(model.inspect).to eq("#<Elelem::Model closed>")
   end
 
-  it "refuses calls on the model from its own streaming block, then carries on" do
-    calls = [-> { model.generate([1]) }, -> { model.close }, -> { model.info }]
-    calls.each do |call|
-      expect { model.generate(prompt, max_tokens: 3) { call.call } }.to raise_error(Elelem::Error, /busy/)
-    end
-    expect(model).not_to be_closed
+  it "takes calls on the model from its own streaming block: nothing waits for the block" do
+    nested = []
+    outer = model.generate(prompt, max_tokens: 3, ignore_eos: true) { nested << model.generate([1], max_tokens: 2) }
+    expect(nested).to eq([model.generate([1], max_tokens: 2)] * 3)
+    expect(outer).to eq(model.generate(prompt, max_tokens: 3, ignore_eos: true))
+    model.generate(prompt, max_tokens: 1) { expect(model.info[:n_vocab]).to eq(512) }
     healthy!
+  end
+
+  it "closes from its own streaming block, and the generation then raises ClosedError" do
+    expect { model.generate(prompt, max_tokens: 5, ignore_eos: true) { model.close } }
+      .to raise_error(Elelem::ClosedError)
+    expect(model).to be_closed
   end
 
   it "tokenizes from its own streaming block: the tokenizer takes no turn on the model" do

@@ -26,7 +26,7 @@ module SpecModels
   def synthetic(name)
     path = File.join(SYNTHETIC_DIR, "#{name}.gguf")
     unless File.exist?(path)
-      system("cargo", "run", "--quiet", "--release", "--locked", "-p", "elelem-engine", "--example",
+      system("cargo", "run", "--quiet", "--release", "--locked", "-p", "elelem-testkit", "--example",
              "write_synthetic", "--", SYNTHETIC_DIR, chdir: ROOT, exception: true)
     end
     path
@@ -52,8 +52,13 @@ module SpecModels
 
   # The golden files' names (the chat template's fixture is not one).
   def golden_names
-    Dir[File.join(ROOT, "spec", "fixtures", "goldens", "*.json")].map { |f| File.basename(f, ".json") }
-                                                                 .reject { |n| n.start_with?("chat-") }.sort
+    names = Dir[File.join(ROOT, "spec", "fixtures", "goldens", "*.json")].map { |f| File.basename(f, ".json") }
+    names.reject { |n| n.start_with?("chat-", "lockstep-") }.sort
+  end
+
+  # The lockstep golden files: several sequences decoded together (see tasks/golden.rb).
+  def lockstep_names
+    Dir[File.join(ROOT, "spec", "fixtures", "goldens", "lockstep-*.json")].map { |f| File.basename(f, ".json") }
   end
 
   def golden(name)

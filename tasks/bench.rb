@@ -19,12 +19,16 @@ module Bench
   TG_DEPTH = 32
   DEPTHS = [1024, 4096].freeze
   TTFT_PROMPT = 16
+  # Sequences generated together, and the tokens each generates.
+  STREAMS = [1, 2, 4, 8].freeze
+  TG_STREAM = 64
   RSS_TOKENS = 64
   # Ratios (elelem / llama.cpp) each figure should reach: higher is better for
   # speeds, lower for times and memory.
   TARGETS = {
     "pp512 t/s" => [:min, 0.95], "tg128 t/s" => [:min, 1.0], "tg32@depth t/s" => [:min, 1.0],
     "ttft16 ms" => [:max, 1.0], "open warm ms" => [:max, 1.0], "open cold ms" => [:max, 1.0],
+    "streams tg64 t/s (all)" => [:min, 1.0],
     "chat turn-2 ttft ms (cached vs cold, both elelem)" => [:max, 1.0],
     "peak RSS MiB" => [:max, 1.0], "compute buffer MiB" => [:max, 1.0], "KV cache MiB" => [:max, 1.0]
   }.freeze
@@ -56,6 +60,8 @@ module Bench
     end
 
     def initialize(path, threads, n_ctx)
+      @path = path
+      @threads = threads
       @io = IO.popen([Reference::BINARY, "serve", path, threads.to_s, n_ctx.to_s], "r+")
       @load_ms = Float(@io.gets.to_s[/\Aload_ms (\S+)/, 1])
     end
@@ -70,6 +76,17 @@ module Bench
 
     def decode_rate(tokens, depth: 0)
       ask("tg #{tokens} #{depth}")
+    end
+
+    # The reference driver's lockstep mode on `streams` random prompts of 16 ids: one
+    # context, a sequence each, one llama_batch per pass (as Elelem::Bench#batch_rate).
+    def batch_rate(streams, tokens)
+      prompts = Array.new(streams) { Array.new(16) { rand(1000..9000) }.join(",") }
+      _, err, status = Open3.capture3(Reference::BINARY, "lockstep", @path, tokens.to_s, N_CTX.to_s, @threads.to_s,
+                                      "1", *prompts)
+      raise "reference lockstep failed: #{err}" unless status.success?
+
+      streams * tokens / Float(err[/elapsed_s (\S+)/, 1])
     end
 
     def close
@@ -165,6 +182,69 @@ module Bench
     end
   end
 
+  # Continuous batching: generated tokens per second of 1, 2, 4 and 8 sequences decoded
+  # together (elelem's generate_all; llama.cpp's lockstep driver, same passes), and our
+  # speedup over one stream.
+  def stream_rows(path, threads)
+    streams = list("BENCH_STREAMS", STREAMS).map(&:to_i)
+    Elelem.open(path, n_ctx: N_CTX, n_threads: threads, parallel: streams.max) do |model|
+      Peer.open(path, threads, N_CTX) do |peer|
+        ours = Elelem::Bench.new(model)
+        ours.batch_rate(1, 8) # warm-up
+        rows = streams.map do |n|
+          interleaved("#{n} streams tg#{TG_STREAM} t/s (all)", ours, peer) { |side| side.batch_rate(n, TG_STREAM) }
+        end
+        single = rows.first["elelem"]
+        rows + rows.drop(1).map do |row|
+          { "metric" => "#{row["metric"][/\A\d+/]} streams speedup over 1 (elelem)",
+            "elelem" => row["elelem"] / single }
+        end
+      end
+    end
+  end
+
+  # Prompts of our own for the agreement row: code, prose, questions, lists.
+  AGREEMENT_PROMPTS = [
+    "def quicksort(arr):", "class Stack:\n    def __init__(self):", "SELECT name, email FROM users WHERE",
+    "The capital of France is", "Once upon a time, a robot", "To install Ruby on Debian, run",
+    "function debounce(fn, ms) {", "// Parse a CSV line into fields\n", "The three laws of thermodynamics are",
+    "A haiku about autumn:\n", "Q: What is a monad?\nA:", "fn main() {\n    let v = vec![",
+    "import numpy as np\n\ndef normalize(x):", "Dear team,\n\nThis week we", "The HTTP status code 418 means",
+    "#include <stdio.h>\nint main(void) {", "Photosynthesis converts", "git rebase -i lets you",
+    "def fizzbuzz(n):", "Recipe for pancakes:\n1.", "The difference between TCP and UDP is",
+    "module Greeter\n  def self.hello(name)", "In 1969, Apollo 11", "A binary search tree is",
+    "Steps to reverse a linked list:", "<html>\n<head>\n<title>", "The mitochondria is",
+    "async function fetchJSON(url) {", "Why is the sky blue?", "# Monthly report\n\n## Summary\n",
+    "public static int gcd(int a, int b) {", "The best way to learn a language is"
+  ].freeze
+
+  # Greedy replies in a batch of 8 beside the same requests alone: how many are
+  # identical, and the top-two logit margin (alone) where the others part. (llama.cpp's
+  # own batched passes part from its lone runs on the same sequences: the matrix and
+  # attention kernels round differently for a pass of many rows.)
+  def agreement_rows(path, threads)
+    Elelem.open(path, n_ctx: N_CTX, n_threads: threads, parallel: 8) do |model|
+      alone = AGREEMENT_PROMPTS.map { |p| model.complete(p, max_tokens: 32, ignore_eos: true, logprobs: 2) }
+      together = AGREEMENT_PROMPTS.each_slice(8).flat_map do |group|
+        model.generate_all(group, max_tokens: 32, ignore_eos: true)
+      end
+      margins = alone.zip(together).filter_map { |single, text| parting_margin(model, single, text) }
+      [{ "metric" => "greedy replies identical alone and 8 together (of #{alone.size})",
+         "elelem" => alone.size - margins.size },
+       { "metric" => "top-two margin where they part, largest", "elelem" => margins.max || 0.0 }]
+    end
+  end
+
+  # The lone run's top-two logit margin at the first token the batched text changes.
+  def parting_margin(model, single, text)
+    return if single.text == text
+
+    ids = model.tokenize(text, add_special: false)
+    step = single.tokens.each_index.find { |i| single.tokens[i] != ids[i] } || 0
+    top = single.logprobs[step][:top]
+    top[0][1] - top[1][1]
+  end
+
   # Beyond the peer: the second turn of a chat with and without the first turn's cache.
   def prefix_reuse_row(ours)
     pairs = Array.new(reps) { [ours.second_turn_ms(reuse: true), ours.second_turn_ms(reuse: false)] }
@@ -190,7 +270,8 @@ module Bench
     before = cpu_times
     rows = speed_rows(path, threads)
     if threads == 2
-      rows += depth_rows(path, threads) + open_rows(path, threads)
+      rows += depth_rows(path, threads) + stream_rows(path, threads) + agreement_rows(path, threads) +
+              open_rows(path, threads)
       ours, theirs = rss_pair(path, threads)
       rows << { "metric" => "peak RSS MiB", "elelem" => ours, "llama.cpp" => theirs }
       memory = peer_memory(path)
@@ -216,7 +297,7 @@ module Bench
   end
 
   def verdict(row)
-    kind, target = TARGETS[row["metric"].sub(/@\d+/, "@depth")]
+    kind, target = TARGETS[row["metric"].sub(/@\d+/, "@depth").sub(/\A\d+ streams/, "streams")]
     ratio = ratio(row)
     return [ratio ? format("%.2f", ratio) : "", ""] unless kind && ratio
 

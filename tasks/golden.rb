@@ -47,6 +47,16 @@ module Goldens
     "long" => [1] + (0...700).map { |i| 3 + ((i * 7919) % 509) }
   }.freeze
 
+  # Sequences decoded together: one context with a sequence each, started in the same
+  # pass (elelem's generate_all, the driver's lockstep). Different prompt lengths make
+  # passes that mix decoding sequences with chunks of prompts still being read; the
+  # Gemma-shaped model's sliding window gives each sequence its ring.
+  LOCKSTEP = {
+    "lockstep-tiny-gemma2" => ["tiny-gemma2", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"],
+                                               [1, 90, 91, 92], CANARY_PROMPTS["long"].first(300)]],
+    "lockstep-qwen2.5-coder-0.5b" => ["qwen2.5-coder-0.5b", QWEN_PROMPTS.values_at("code", "long", "prose", "chat")]
+  }.freeze
+
   CHAT_MESSAGES = [
     { "role" => "system", "content" => "You are a concise coding assistant." },
     { "role" => "user", "content" => "How do I reverse an Array in Ruby?" },
@@ -76,7 +86,7 @@ module Goldens
   end
 
   def fixtures
-    [*MODELS.keys, *synthetic]
+    [*MODELS.keys, *synthetic, *LOCKSTEP.keys]
   end
 
   def fixture(name)
@@ -84,6 +94,7 @@ module Goldens
   end
 
   def model_path(name)
+    return model_path(LOCKSTEP[name].first) if LOCKSTEP.key?(name)
     return Elelem::Models.fetch(name) unless synthetic.include?(name)
 
     File.join(SYNTHETIC_DIR, "#{name}.gguf")
@@ -92,7 +103,8 @@ module Goldens
   # Records llama.cpp's ids for every case of `golden` under this build's profile.
   def record(golden, name)
     Reference.check_profile!
-    Elelem.open(model_path(name), n_ctx: Reference::N_CTX, n_threads: Reference::N_THREADS) do |model|
+    parallel = LOCKSTEP.key?(name) ? LOCKSTEP[name].last.size : 1
+    Elelem.open(model_path(name), n_ctx: Reference::N_CTX, n_threads: Reference::N_THREADS, parallel:) do |model|
       golden.record(model, reference: Reference::BINARY)
     end
     puts "recorded #{File.basename(golden.path)} for build profile #{Elelem.build_profile[:id]}"
@@ -102,18 +114,34 @@ module Goldens
   # profile's recording, written into the fixtures; other profiles' recordings stay.
   def run
     Reference.build
-    MODELS.merge(synthetic.to_h { |name| [name, CANARY_PROMPTS] }).each do |name, prompts|
-      golden = Elelem::Golden.new(fixture(name))
-      prompts.each do |case_name, prompt|
-        next if golden.find(case_name)
-
-        text = prompt if prompt.is_a?(String)
-        ids = text ? Reference.tokenize(model_path(name), text) : prompt
-        golden.add_case(case_name, ids, max_tokens: Reference::N_PREDICT, ignore_eos: text.nil?, prompt_text: text)
-      end
-      record(golden, name)
-    end
+    MODELS.merge(synthetic.to_h { |name| [name, CANARY_PROMPTS] }).each { |name, prompts| record_cases(name, prompts) }
+    LOCKSTEP.each_key { |name| record_lockstep(name) }
     write_chat
+  end
+
+  # A model's fixture: its cases (text prompts tokenized by the reference), recorded.
+  def record_cases(name, prompts)
+    golden = Elelem::Golden.new(fixture(name))
+    prompts.each do |case_name, prompt|
+      next if golden.find(case_name)
+
+      text = prompt if prompt.is_a?(String)
+      ids = text ? Reference.tokenize(model_path(name), text) : prompt
+      golden.add_case(case_name, ids, max_tokens: Reference::N_PREDICT, ignore_eos: text.nil?, prompt_text: text)
+    end
+    record(golden, name)
+  end
+
+  # A lockstep fixture: its one case (text prompts tokenized by the reference), recorded.
+  def record_lockstep(name)
+    model, prompts = LOCKSTEP[name]
+    golden = Elelem::Golden.new(fixture(name))
+    unless golden.find("lockstep")
+      ids = prompts.map { |p| p.is_a?(String) ? Reference.tokenize(model_path(model), p) : p }
+      golden.add_lockstep_case("lockstep", ids, max_tokens: Reference::N_PREDICT,
+                                                ignore_eos: !prompts.first.is_a?(String))
+    end
+    record(golden, name)
   end
 
   # `rake goldens`: for a build profile the fixtures have no recording of, records one

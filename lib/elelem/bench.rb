@@ -50,6 +50,17 @@ module Elelem
       tokens / (stamps.last - stamps.first)
     end
 
+    # Aggregate decode speed of `streams` sequences generated together (the model opened
+    # with `parallel:` of at least `streams`): each a fresh prompt of 16 random ids and
+    # `tokens` generated tokens, all started in the same pass ({Model#generate_all}).
+    # @param streams [Integer]
+    # @param tokens [Integer]
+    # @return [Float] generated tokens per second, all streams together
+    def batch_rate(streams, tokens)
+      prompts = Array.new(streams) { random_ids(16) }
+      streams * tokens / seconds { @model.generate_all(prompts, max_tokens: tokens, ignore_eos: true) }
+    end
+
     # What the Ruby side adds to each decoded token: the time between the first
     # and the last token as the stream yields them, less the engine's own time
     # for the forward passes in between (see {Model#stats}), per token.

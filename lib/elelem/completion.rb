@@ -16,14 +16,20 @@ module Elelem
     attr_reader :prompt_tokens
     # @return [Hash{Symbol => Numeric}] prompt and decode speed of this generation
     attr_reader :timings
+    # Each generated token's log-probability under the model (the log-softmax of its
+    # logits) and the likeliest alternatives, when asked for (`complete(..., logprobs: k)`):
+    # `{ token:, logprob:, top: [[id, logprob], ...] }` per token, likeliest first.
+    # @return [Array<Hash>, nil]
+    attr_reader :logprobs
 
     # @api private
-    def initialize(text:, tokens:, finish_reason:, prompt_tokens:, timings:)
+    def initialize(text:, tokens:, finish_reason:, prompt_tokens:, timings:, logprobs: nil)
       @text = text
       @tokens = tokens
       @finish_reason = finish_reason
       @prompt_tokens = prompt_tokens
       @timings = timings
+      @logprobs = logprobs
     end
 
     # @return [String] the text

@@ -14,8 +14,12 @@ module Elelem
   # A prompt does not fit the context window (`n_ctx`).
   class ContextFullError < Error; end
 
-  # The model was used after {Model#close}.
+  # The model was used after {Model#close}, or closed while the call ran.
   class ClosedError < Error; end
+
+  # Every sequence of the model is busy and its queue of waiting requests is full
+  # (`Elelem.open(..., parallel:, queue:)`); try again later.
+  class BusyError < Error; end
 
   # A native computation was stopped by an interrupt that Ruby then did not raise.
   class InterruptedError < Error; end

@@ -5,6 +5,7 @@ require "fileutils"
 require "json"
 require "open3"
 require "time"
+require_relative "golden/driver"
 require_relative "golden/mismatch"
 
 module Elelem
@@ -69,8 +70,12 @@ module Elelem
     # @return [Integer, nil] the thread count the ids were recorded with (llama.cpp's bits depend on it)
     def n_threads = @doc["n_threads"]
 
+    # @return [Integer] the sequences the model was opened with (`parallel:`), for lockstep cases
+    def parallel = @doc.fetch("parallel", 1)
+
     # @return [Array<Hash>] the cases: `"name"`, `"prompt"` (ids), `"max_tokens"`, `"ignore_eos"`,
-    #   and `"prompt_text"` where the prompt was text
+    #   and `"prompt_text"` where the prompt was text; a lockstep case has `"prompts"` (an Array
+    #   of ids each) instead of `"prompt"`, decoded together in the same passes
     def cases
       @doc["cases"]
     end
@@ -93,6 +98,16 @@ module Elelem
             "ignore_eos" => ignore_eos }.compact
       cases << c
       c
+    end
+
+    # Adds a lockstep case: `prompts` decoded as sequences of one context, started together
+    # ({Model#generate_all}; llama.cpp's driver lays out the same passes).
+    # @return [Hash] the case
+    # @raise [ArgumentError] when a case of that name exists
+    def add_lockstep_case(name, prompts, max_tokens:, ignore_eos: false)
+      raise ArgumentError, "#{@path} already has a case named #{name.inspect}" if find(name)
+
+      (cases << { "name" => name, "prompts" => prompts, "max_tokens" => max_tokens, "ignore_eos" => ignore_eos }).last
     end
 
     # The recording for the running build's profile (from the file or the cache).
@@ -132,10 +147,10 @@ module Elelem
       check_model(model.info)
       actual = decode(model, kase)
       return if actual == expected["ids"]
+      return mismatch(name, expected["ids"], actual, expected["margins"]) unless kase["prompts"]
 
-      step = (0...[actual.size, expected["ids"].size].max).find { |i| actual[i] != expected["ids"][i] }
-      Mismatch.new(case_name: name, step:, expected: expected["ids"], actual:,
-                   reference_margin: expected["margins"]&.at(step), recording:, profile: Elelem.build_profile)
+      seq = actual.each_index.find { |s| actual[s] != expected["ids"][s] }
+      mismatch("#{name} (sequence #{seq})", expected["ids"][seq], actual[seq], nil)
     end
 
     # Records every case (or those named) for the running build's profile and saves.
@@ -151,7 +166,7 @@ module Elelem
       cases.each do |c|
         next if only && !only.include?(c["name"])
 
-        rec["outputs"][c["name"]] = reference ? reference_output(reference, info, c) : elelem_output(model, c)
+        rec["outputs"][c["name"]] = reference ? Driver.new(reference).output(info, c) : elelem_output(model, c)
       end
       save(rec)
     end
@@ -160,8 +175,17 @@ module Elelem
 
     def named(name) = find(name) || raise(Error, "#{@path} has no case named #{name.inspect}")
 
+    def mismatch(name, expected, actual, margins)
+      step = (0...[actual.size, expected.size].max).find { |i| actual[i] != expected[i] }
+      Mismatch.new(case_name: name, step:, expected:, actual:, reference_margin: margins&.at(step), recording:,
+                   profile: Elelem.build_profile)
+    end
+
     def decode(model, kase)
-      model.generate(kase["prompt"], max_tokens: kase["max_tokens"], ignore_eos: kase["ignore_eos"])
+      options = { max_tokens: kase["max_tokens"], ignore_eos: kase["ignore_eos"] }
+      return model.generate_all(kase["prompts"], **options) if kase["prompts"]
+
+      model.generate(kase["prompt"], **options)
     end
 
     def read(path)
@@ -189,7 +213,7 @@ module Elelem
         raise Error, "#{@path} was recorded with another model file (sha256 #{sha}), not #{info[:path]}"
       end
 
-      %w[n_ctx n_threads].each do |key|
+      %w[n_ctx n_threads parallel].each do |key|
         next if @doc[key].nil? || @doc[key] == info[key.to_sym]
 
         raise Error, "#{@path} was recorded with #{key} #{@doc[key]}; the model has #{info[key.to_sym]} " \
@@ -204,6 +228,7 @@ module Elelem
       @doc["model"] = { "file" => File.basename(info[:path]), "sha256" => Golden.sha256(info[:path]) }
       @doc["n_ctx"] = info[:n_ctx]
       @doc["n_threads"] = info[:n_threads]
+      @doc["parallel"] = info[:parallel] if info[:parallel] > 1
     end
 
     def new_recording(reference)
@@ -215,25 +240,9 @@ module Elelem
 
     def elelem_output(model, kase)
       ids = decode(model, kase)
+      return { "ids" => ids } if kase["prompts"]
+
       { "ids" => ids, "text" => model.detokenize(ids, special: false) }
-    end
-
-    # The driver prints the ids, the hex of their text, and each step's top-two margin.
-    def reference_output(driver, info, kase)
-      args = [driver, "generate", info[:path], kase["prompt"].join(","), kase["max_tokens"], info[:n_ctx],
-              info[:n_threads], kase["ignore_eos"] ? 1 : 0].map(&:to_s)
-      out, err, status = Open3.capture3(*args)
-      raise Error, "the reference driver failed (#{status}): #{err.lines.last(3).join}" unless status.success?
-
-      ids, hex, margins = out.lines.map(&:strip)
-      { "ids" => ids.split.map(&:to_i), "text" => utf8([hex].pack("H*")), "margins" => margins.split.map(&:to_f) }
-        .compact
-    end
-
-    # A synthetic vocabulary's pieces need not be UTF-8: such text is left out.
-    def utf8(bytes)
-      text = bytes.force_encoding(Encoding::UTF_8)
-      text if text.valid_encoding?
     end
 
     def save(rec)
@@ -250,7 +259,8 @@ module Elelem
 
     # Writes only what changed, so checking in CI leaves a committed file as it is.
     def write(path, doc)
-      text = "#{JSON.pretty_generate(doc.slice("format", "model", "n_ctx", "n_threads", "cases", "recordings"))}\n"
+      fields = %w[format model n_ctx n_threads parallel cases recordings]
+      text = "#{JSON.pretty_generate(doc.slice(*fields))}\n"
       return if File.exist?(path) && File.read(path) == text
 
       FileUtils.mkdir_p(File.dirname(path))

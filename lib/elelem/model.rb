@@ -2,8 +2,10 @@
 
 module Elelem
   # A language model opened from a GGUF file, with one context (KV cache and
-  # compute buffer) of its own. Calls are serialized: a model may be shared
-  # by threads, which then take turns.
+  # compute buffer) of its own holding `parallel` sequences. Threads share a
+  # model: their generations run together, each pass of the model carrying the
+  # next token of every running sequence and chunks of new prompts (continuous
+  # batching); past `parallel` sequences, requests wait their turn in a queue.
   #
   # Native memory is freed by {#close}, by the block form of {Elelem.open},
   # or by the garbage collector.
@@ -14,18 +16,25 @@ module Elelem
     MAX_N_CTX = Options::MAX_N_CTX
     # The most threads accepted.
     MAX_THREADS = 512
+    # How many requests may wait for a free sequence unless told otherwise.
+    DEFAULT_QUEUE = 256
+    # The most alternatives `logprobs:` reports per token.
+    MAX_LOGPROBS = 20
 
     class << self
       # Opens a model; see {Elelem.open}.
       # @return [Model]
-      def open(path, n_ctx: DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0)
+      def open(path, n_ctx: DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0, parallel: 1,
+               queue: DEFAULT_QUEUE)
         path = path.to_path if path.respond_to?(:to_path)
         raise ArgumentError, "path must be a String, got #{path.class}" unless path.is_a?(String)
 
         Options.integer(:n_ctx, n_ctx, 1..MAX_N_CTX)
         Options.integer(:n_threads, n_threads, 1..MAX_THREADS)
         Options.integer(:n_gpu_layers, n_gpu_layers, 0..Options::MAX_U32)
-        model = _open(known(path), n_ctx, n_threads, n_gpu_layers)
+        Options.integer(:parallel, parallel, 1..MAX_SEQUENCES)
+        Options.integer(:queue, queue, 0..Options::MAX_U32)
+        model = _open(known(path), n_ctx, n_threads, parallel, queue)
         model.send(:after_open)
         model
       rescue Elelem::LoadError => e
@@ -74,10 +83,31 @@ module Elelem
 
     # Like {#generate} for text, but returns a {Completion} with the ids, the reason
     # it stopped and the timings.
+    # @param logprobs [Integer, nil] also give each generated token's log-probability and
+    #   the likeliest `logprobs` alternatives (0 to {MAX_LOGPROBS}) in {Completion#logprobs}
     # @return [Completion]
-    def complete(prompt, **options, &)
-      result = run(prompt, options, text: true, &)
-      Completion.new(**result.slice(:text, :tokens, :finish_reason, :prompt_tokens), timings:)
+    def complete(prompt, logprobs: nil, **options, &block)
+      Options.integer(:logprobs, logprobs, 0..MAX_LOGPROBS) unless logprobs.nil?
+      result = run(prompt, options, text: true, logprobs:, &block)
+      Completion.new(**result.slice(:text, :tokens, :finish_reason, :prompt_tokens), timings: timings(result),
+                                                                                     logprobs: result[:logprobs])
+    end
+
+    # Generates a continuation of each prompt, all in the same passes: the batch form of
+    # {#generate} for scripts. Started together, the prompts are evaluated and decoded in
+    # lockstep (up to `parallel` at a time, the rest as sequences free up).
+    # @param prompts [Array<String, Array<Integer>>]
+    # @param options see {#generate}
+    # @yieldparam index [Integer] which prompt a piece (or id) belongs to
+    # @yieldparam piece [String, Integer]
+    # @return [Array<String, Array<Integer>>] in the order of `prompts`
+    def generate_all(prompts, **options, &)
+      raise ArgumentError, "prompts must be an Array, got #{prompts.class}" unless prompts.is_a?(Array)
+
+      opts = Options.generation(options)
+      checked = prompts.map { |prompt| Options.prompt(prompt) }
+      results = _run_all(checked, opts, &)
+      results.zip(checked).map { |result, prompt| prompt.is_a?(String) ? result[:text] : result[:tokens] }
     end
 
     # Yields each piece of generated text; without a block, a {Pieces} enumerator of them.
@@ -151,7 +181,7 @@ module Elelem
     # @raise [Elelem::TemplateError] when the template fails
     def chat_prompt(messages, template: nil, system: nil, add_generation_prompt: true, **variables)
       args = chat_arguments(messages, template, system, variables)
-      synchronize { _render_chat(args[0], args[1], add_generation_prompt ? true : false, *args[2..]) }
+      _render_chat(args[0], args[1], add_generation_prompt ? true : false, *args[2..])
     end
 
     # The token ids {#chat} evaluates for `messages`: {#chat_prompt} tokenized with the
@@ -161,7 +191,7 @@ module Elelem
     # @raise [Elelem::TemplateError] when the template fails
     def chat_tokens(messages, template: nil, system: nil, parse_special: false, **variables)
       args = chat_arguments(messages, template, system, variables)
-      synchronize { _chat_ids(args[0], args[1], parse_special ? true : false, *args[2..]) }
+      _chat_ids(args[0], args[1], parse_special ? true : false, *args[2..])
     end
 
     # How many tokens a text or a conversation takes: `tokenize(text).size`, or for an
@@ -179,7 +209,7 @@ module Elelem
     # @return [String, nil] the GGUF's Jinja chat template (nil when it has none, even where
     #   {#chat} has a built-in format to fall back on)
     def chat_template
-      synchronize { _chat_template }
+      _chat_template
     end
 
     # The model's tokenizer. It takes no turn on the model: threads may tokenize while
@@ -189,7 +219,7 @@ module Elelem
     def tokenizer
       raise ClosedError, "the model is closed" if @closed
 
-      @tokenizer ||= synchronize { _tokenizer }
+      @tokenizer ||= _tokenizer
     end
 
     # Token ids of `text`; see {Tokenizer#tokenize}.
@@ -226,26 +256,28 @@ module Elelem
     # @return [nil]
     # @raise [Elelem::Error] when called from the block of a generation on this model
     def close
-      synchronize { _close }
+      _close
       @closed = true
       nil
     end
 
     # @return [Boolean] whether {#close} has been called
     def closed?
-      synchronize { _closed? }
+      _closed?
     end
 
     # The model's hyper-parameters and how it runs.
     # @return [Hash{Symbol => Object}]
     def info
-      synchronize { _info }
+      _info
     end
 
-    # Memory use and the speed of the last generation.
+    # Memory use, and the work and speed of the last generation that finished on this
+    # model (on any thread): its evaluated and reused prompt tokens, its decode passes,
+    # the seconds they took, and the tokens its sequence holds (`n_past`).
     # @return [Hash{Symbol => Numeric}]
     def stats
-      synchronize { _stats }
+      _stats.merge(timings(@last_result || {}).merge((@last_result || {}).slice(:n_past, :reused_prompt_tokens)))
     end
 
     # @return [String] e.g. `#<Elelem::Model qwen2 0.5B Q4_K_M n_ctx=4096>`
@@ -261,8 +293,6 @@ module Elelem
     private
 
     def after_open
-      @lock = Thread::Mutex.new
-      @holder = nil
       i = info
       return unless i[:n_ctx] > i[:n_ctx_train]
 
@@ -270,60 +300,46 @@ module Elelem
            "was trained on; past those, expect poor text"
     end
 
-    def synchronize(&block)
-      return block.call if @lock.owned?
-
-      held = @holder
-      # Another Fiber of this thread holds the model (an Enumerator paused mid-generation,
-      # e.g. `enum_for(:generate, ...).next`): without a scheduler to run it, waiting would
-      # never end, so say so at once.
-      if held&.first == Thread.current && Fiber.scheduler.nil?
-        raise Error, "the model is held by a paused Fiber of this thread (an Enumerator stopped mid-way?); " \
-                     "finish it first, or use each_token, whose enumerator never holds the model"
-      end
-
-      @lock.synchronize do
-        @holder = [Thread.current, Fiber.current]
-        block.call
-      ensure
-        @holder = nil
-      end
-    end
-
-    def run(prompt, options, text:, &block)
+    def run(prompt, options, text:, logprobs: nil, &block)
       opts = Options.generation(options)
       prompt = Options.prompt(prompt)
-      synchronize do
-        @last_stop_reason = :interrupted
-        generate_now(prompt, opts, text, &block).tap { |result| @last_stop_reason = result[:finish_reason] }
-      end
+      @last_stop_reason = :interrupted
+      result = generate_now(prompt, opts, text, logprobs, &block)
+      @last_result = result
+      @last_stop_reason = result[:finish_reason]
+      result
     end
 
     # Runs the native generation; a refusal raised by elelem itself (not by the block)
     # leaves no stop reason, since nothing was generated.
-    def generate_now(prompt, opts, text, &block)
+    def generate_now(prompt, opts, text, logprobs, &block)
       in_block = false
       yielder = block && proc do |piece|
         in_block = true
         block.call(piece)
         in_block = false
       end
-      _run(prompt, opts, text, &yielder)
-    rescue ArgumentError, ContextFullError, ClosedError, NoMemoryError
+      _run(prompt, opts, text, logprobs, &yielder)
+    rescue ArgumentError, ContextFullError, ClosedError, BusyError, NoMemoryError
       @last_stop_reason = nil unless in_block
       raise
     end
 
-    # The checked arguments of the native chat calls: messages, template, variables, now.
     def chat_arguments(messages, template, system, variables)
       template = Options.text(:template, template) unless template.nil?
       [ChatOptions.messages(messages, system), template, ChatOptions.variables(variables.except(:now)),
        ChatOptions.now(variables[:now])]
     end
 
-    def timings
-      s = stats
-      s.slice(:prompt_tokens_per_s, :decode_tokens_per_s, :prompt_seconds, :decode_seconds)
+    # A generation's work and speed, as {#stats} and {Completion#timings} give them.
+    def timings(result)
+      prompt = result.fetch(:evaluated_prompt_tokens, 0)
+      decode = result.fetch(:decode_tokens, 0)
+      prompt_seconds = result.fetch(:prompt_seconds, 0.0)
+      decode_seconds = result.fetch(:decode_seconds, 0.0)
+      rate = ->(n, seconds) { seconds.positive? ? n / seconds : 0.0 }
+      { prompt_tokens: prompt, prompt_seconds:, prompt_tokens_per_s: rate.call(prompt, prompt_seconds),
+        decode_tokens: decode, decode_seconds:, decode_tokens_per_s: rate.call(decode, decode_seconds) }
     end
   end
 end

@@ -11,6 +11,16 @@
 //       line, space-separated), then the hex of their text (token_to_piece,
 //       special=false, as llama-completion prints them), then, one per step,
 //       the margin of the greedy choice over the runner-up logit.
+//   elelem-reference lockstep MODEL N_PREDICT N_CTX N_THREADS IGNORE_EOS IDS...
+//       Decodes each IDS (comma-separated prompt ids) as sequence 0, 1, ... of
+//       one context (unified KV cache, n_seq_max = their number), one
+//       llama_batch per pass laid out as elelem's batcher lays it out: the next
+//       token of every running sequence in sequence order, then prompt chunks
+//       in sequence order, at most n_ubatch (512) tokens in all; only the last
+//       token of a prompt and the decoded tokens are outputs. Greedy; a
+//       sequence stops at N_PREDICT tokens, at EOG (unless IGNORE_EOS) or when
+//       it fills N_CTX. Prints one line of ids per sequence, and on stderr
+//       "elapsed_s <seconds>" from the first pass to the last.
 //   elelem-reference tokenize MODEL FILE [ADD_SPECIAL] [PARSE_SPECIAL]
 //       FILE holds one hex-encoded UTF-8 string per line; prints one line of
 //       token ids per input line.
@@ -196,6 +206,90 @@ static int cmd_generate(int argc, char ** argv) {
     for (size_t i = 0; i < margins.size(); ++i) printf(i ? " %.9g" : "%.9g", margins[i]);
     printf("\n");
     llama_sampler_free(smpl);
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}
+
+static llama_context * make_multi_context(llama_model * model, int n_ctx, int n_threads, int n_seq) {
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = 512;
+    cp.n_ubatch = 512;
+    cp.n_threads = n_threads;
+    cp.n_threads_batch = n_threads;
+    cp.swa_full = false;
+    cp.n_seq_max = n_seq;
+    cp.kv_unified = true;
+    llama_context * ctx = llama_init_from_model(model, cp);
+    if (!ctx) { fprintf(stderr, "failed to create context\n"); exit(1); }
+    return ctx;
+}
+
+static int cmd_lockstep(int argc, char ** argv) {
+    if (argc < 8) return 2;
+    int n_predict = atoi(argv[3]);
+    int n_ctx = atoi(argv[4]);
+    int n_threads = atoi(argv[5]);
+    bool ignore_eos = atoi(argv[6]) != 0;
+    std::vector<std::vector<llama_token>> prompts;
+    for (int i = 7; i < argc; ++i) prompts.push_back(parse_ids(argv[i]));
+    const int n_seq = (int) prompts.size();
+    llama_model * model = load(argv[2], false);
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    llama_context * ctx = make_multi_context(model, n_ctx, n_threads, n_seq);
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+    const int n_ubatch = 512;
+    std::vector<size_t> fed(n_seq, 0);
+    std::vector<int> pos(n_seq, 0);
+    std::vector<std::vector<llama_token>> out(n_seq);
+    std::vector<bool> pending(n_seq, false), done(n_seq, false);
+    llama_batch batch = llama_batch_init(n_ubatch, 0, 1);
+    auto add = [&](llama_token id, int seq, bool logits) {
+        int i = batch.n_tokens++;
+        batch.token[i] = id;
+        batch.pos[i] = pos[seq]++;
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = seq;
+        batch.logits[i] = logits;
+    };
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+        batch.n_tokens = 0;
+        std::vector<std::pair<int, int>> outputs;  // (sequence, batch index)
+        for (int s = 0; s < n_seq; ++s) {
+            if (done[s] || !pending[s] || batch.n_tokens == n_ubatch) continue;
+            outputs.push_back({s, batch.n_tokens});
+            add(out[s].back(), s, true);
+            pending[s] = false;
+        }
+        for (int s = 0; s < n_seq; ++s) {
+            size_t left = prompts[s].size() - fed[s];
+            if (done[s] || left == 0 || batch.n_tokens == n_ubatch) continue;
+            size_t n = std::min(left, (size_t) (n_ubatch - batch.n_tokens));
+            bool last = fed[s] + n == prompts[s].size();
+            for (size_t j = 0; j < n; ++j) add(prompts[s][fed[s] + j], s, last && j + 1 == n);
+            if (last) outputs.push_back({s, batch.n_tokens - 1});
+            fed[s] += n;
+        }
+        if (batch.n_tokens == 0) break;
+        if (llama_decode(ctx, batch)) { fprintf(stderr, "decode failed\n"); return 1; }
+        for (auto [s, i] : outputs) {
+            const float * logits = llama_get_logits_ith(ctx, i);
+            llama_token id = (llama_token) (std::max_element(logits, logits + n_vocab) - logits);
+            out[s].push_back(id);
+            bool stop = (!ignore_eos && llama_vocab_is_eog(vocab, id)) || (int) out[s].size() >= n_predict ||
+                        (int) (prompts[s].size() + out[s].size()) >= n_ctx;
+            if (stop) done[s] = true; else pending[s] = true;
+        }
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (int s = 0; s < n_seq; ++s) {
+        for (size_t i = 0; i < out[s].size(); ++i) printf(i ? " %d" : "%d", out[s][i]);
+        printf("\n");
+    }
+    fprintf(stderr, "elapsed_s %.6f\n", elapsed);
+    llama_batch_free(batch);
     llama_free(ctx);
     llama_model_free(model);
     return 0;
@@ -427,6 +521,7 @@ int main(int argc, char ** argv) {
     int rc = 2;
     const char * cmd = options_ok && argc > 1 ? argv[1] : "";
     if (!strcmp(cmd, "generate")) rc = cmd_generate(argc, argv);
+    else if (!strcmp(cmd, "lockstep")) rc = cmd_lockstep(argc, argv);
     else if (!strcmp(cmd, "tokenize")) rc = cmd_tokenize(argc, argv);
     else if (!strcmp(cmd, "detokenize")) rc = cmd_detokenize(argc, argv);
     else if (!strcmp(cmd, "vocab")) rc = cmd_vocab(argc, argv);

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use elelem_engine::{sampler, BuildProfile, Context, ContextParams, GenerateParams, Generator, Model, ModelParams};
+use elelem_engine::{generate, sampler, BuildProfile, Context, ContextParams, GenerateParams, Model, ModelParams};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -36,19 +36,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ignore_eos: true,
         reuse_prefix: false,
     };
-    let mut generator = Generator::start(&mut ctx, &prompt, gen)?;
     let mut step = 0;
-    let mut margin = 0.0;
-    while let Some(id) = generator.step(|logits| {
-        margin = sampler::top_two_margin(logits);
+    generate(&mut ctx, &prompt, gen, |logits| {
+        let margin = sampler::top_two_margin(logits);
         if let Some(dir) = rest.first() {
             let bytes: Vec<u8> = logits.iter().flat_map(|l| l.to_le_bytes()).collect();
             std::fs::write(format!("{dir}/step-{step}.f32"), bytes).expect("writing logits");
         }
-        sampler::greedy(logits)
-    })? {
+        let id = sampler::greedy(logits);
         println!("{step} {id} {margin}");
         step += 1;
-    }
+        id
+    })?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 /// Everything the engine can refuse or fail at. Each variant maps to one Ruby
 /// exception class in the extension.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// The file is missing, unreadable, not a GGUF, malformed, or not a model we support.
     #[error("{0}")]
@@ -11,6 +11,12 @@ pub enum Error {
     /// The sequence does not fit the context window.
     #[error("{0}")]
     ContextFull(String),
+    /// Every sequence is busy and the queue of waiting requests is full.
+    #[error("{0}")]
+    Busy(String),
+    /// The model was closed.
+    #[error("the model is closed")]
+    Closed,
     /// The abort flag stopped the computation (an interrupt).
     #[error("interrupted")]
     Aborted,

@@ -11,6 +11,7 @@
 //!   [`layers`].
 
 pub mod arch;
+mod batcher;
 mod build_profile;
 pub mod chat;
 mod context;
@@ -23,16 +24,20 @@ mod kv_cache;
 pub mod layers;
 mod model;
 pub mod sampler;
+mod scheduler;
 mod text;
 
+pub use batcher::{Batcher, Chooser, Event, Logprob, Request, RequestId, Summary};
 pub use build_profile::{cpu_model, BuildProfile};
-pub use context::{Context, ContextParams, DecodeStats};
+pub use context::{BatchToken, Context, ContextParams, DecodeStats};
 pub use elelem_tokenizer::Tokenizer;
 pub use error::{Error, Result};
-pub use generate::{generate, GenerateParams, Generator, StopReason};
+pub use generate::{generate, GenerateParams, StopReason};
 pub use hparams::HParams;
+pub use kv_cache::{SeqId, MAX_SEQUENCES};
 pub use model::{Model, ModelParams};
-pub use text::{FinishReason, TextGenerator, TextParams};
+pub use scheduler::{ContextSnapshot, Scheduler};
+pub use text::{FinishReason, TextParams, TextStream};
 
 /// The tokenizer of a GGUF file's vocabulary alone (a vocab-only GGUF, as
 /// llama.cpp's `vocab_only`, or any model file: no tensor is read). A file that is

@@ -245,6 +245,28 @@ impl Sampler {
     }
 }
 
+/// The log-probability of `token` under the raw logits (their log-softmax, in f64),
+/// and the `k` likeliest tokens with theirs, likeliest first (lower id first on ties).
+pub fn log_softmax_top(logits: &[f32], token: u32, k: usize) -> (f32, Vec<(u32, f32)>) {
+    let finite = |l: f32| if l.is_nan() { f64::NEG_INFINITY } else { f64::from(l) };
+    let max = logits.iter().map(|&l| finite(l)).fold(f64::NEG_INFINITY, f64::max);
+    let log_sum = max + logits.iter().map(|&l| (finite(l) - max).exp()).sum::<f64>().ln();
+    let logprob = |id: u32| (finite(logits[id as usize]) - log_sum) as f32;
+    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+    let k = k.min(ids.len());
+    let by_logit = |a: &u32, b: &u32| {
+        finite(logits[*b as usize])
+            .total_cmp(&finite(logits[*a as usize]))
+            .then(a.cmp(b))
+    };
+    if k > 0 && k < ids.len() {
+        ids.select_nth_unstable_by(k - 1, by_logit);
+    }
+    ids.truncate(k);
+    ids.sort_unstable_by(by_logit);
+    (logprob(token), ids.into_iter().map(|id| (id, logprob(id))).collect())
+}
+
 fn softmax(logits: impl Iterator<Item = f32> + Clone, temperature: f32) -> Vec<f64> {
     let scaled: Vec<f64> = logits.map(|l| f64::from(l) / f64::from(temperature)).collect();
     let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -256,6 +278,15 @@ fn softmax(logits: impl Iterator<Item = f32> + Clone, temperature: f32) -> Vec<f
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_probabilities_are_the_log_softmax_and_the_top_is_sorted() {
+        let (lp, top) = log_softmax_top(&[0.0, 2.0f32.ln(), f32::NAN, 2.0f32.ln()], 0, 3);
+        assert!((lp - 0.2f32.ln()).abs() < 1e-6);
+        assert_eq!(top.iter().map(|&(id, _)| id).collect::<Vec<_>>(), [1, 3, 0]);
+        assert!((top[0].1 - 0.4f32.ln()).abs() < 1e-6);
+        assert!(log_softmax_top(&[1.0, 2.0], 1, 0).1.is_empty());
+    }
 
     #[test]
     fn lowest_index_wins_ties_and_nan_never_wins() {

@@ -4,9 +4,9 @@
 
 use elelem_tokenizer::Utf8Stream;
 
-use crate::generate::{GenerateParams, Generator, StopReason};
-use crate::sampler::{Sampler, SamplerParams};
-use crate::{Context, Error, Result};
+use crate::generate::{GenerateParams, StopReason};
+use crate::sampler::SamplerParams;
+use crate::{Error, Result};
 
 #[derive(Debug, Clone, Default)]
 pub struct TextParams {
@@ -32,67 +32,69 @@ impl FinishReason {
     }
 }
 
-pub struct TextGenerator<'c> {
-    generator: Generator<'c>,
-    sampler: Sampler,
+/// A sequence's text as it is generated: each token's piece (as llama.cpp prints
+/// it) streamed as whole UTF-8 characters, held back while it could still be the
+/// start of a stop string, and cut where one appears.
+pub struct TextStream {
     utf8: Utf8Stream,
     stops: Vec<String>,
     /// Decoded text not yet emitted: it could still be the start of a stop string.
     held: String,
     text: String,
-    stopped_by_string: bool,
+    stopped: bool,
 }
 
-impl<'c> TextGenerator<'c> {
-    pub fn start(ctx: &'c mut Context, prompt: &[u32], params: TextParams) -> Result<TextGenerator<'c>> {
-        params.sampler.validate().map_err(Error::InvalidArgument)?;
-        if params.stop.iter().any(String::is_empty) {
+impl TextStream {
+    /// Checks the stop strings (none empty).
+    pub fn new(stops: Vec<String>) -> Result<TextStream> {
+        if stops.iter().any(String::is_empty) {
             return Err(Error::InvalidArgument("stop strings must not be empty".into()));
         }
-        // Without a usable tokenizer ids still generate, with no text; stop strings need text.
-        if !params.stop.is_empty() {
-            ctx.model().tokenizer()?;
-        }
-        let mut sampler = Sampler::new(params.sampler);
-        prompt.iter().for_each(|&t| sampler.accept(t));
-        let generator = Generator::start(ctx, prompt, params.generate)?;
-        Ok(TextGenerator {
-            generator,
-            sampler,
+        Ok(TextStream {
             utf8: Utf8Stream::new(),
-            stops: params.stop,
+            stops,
             held: String::new(),
             text: String::new(),
-            stopped_by_string: false,
+            stopped: false,
         })
     }
 
-    /// The next piece of text to show (possibly empty), or `None` when finished.
-    pub fn step(&mut self) -> Result<Option<String>> {
-        if self.stopped_by_string {
-            return Ok(None);
+    pub fn has_stops(&self) -> bool {
+        !self.stops.is_empty()
+    }
+
+    /// Adds a token's bytes; returns the text that can be shown now (possibly empty).
+    pub fn push(&mut self, piece: &[u8]) -> String {
+        if self.stopped {
+            return String::new();
         }
-        let sampler = &mut self.sampler;
-        let Some(token) = self.generator.step(|logits| sampler.sample(logits))? else {
-            let rest = std::mem::take(&mut self.held) + &self.utf8.finish();
-            return Ok((!rest.is_empty()).then(|| self.emit(rest)));
-        };
-        self.sampler.accept(token);
-        let model = self.generator.model();
-        if let Ok(tokenizer) = model.tokenizer() {
-            if !(model.is_eog(token) && self.generator.stop_reason() == Some(StopReason::Eos)) {
-                self.held
-                    .push_str(&self.utf8.push(tokenizer.token_to_piece(token, false)));
-            }
+        self.held.push_str(&self.utf8.push(piece));
+        self.release()
+    }
+
+    /// The text still held back, at the end of the generation.
+    pub fn finish(&mut self) -> String {
+        if self.stopped {
+            return String::new();
         }
-        Ok(Some(self.release()))
+        let rest = std::mem::take(&mut self.held) + &self.utf8.finish();
+        self.emit(rest)
+    }
+
+    /// Whether a stop string ended the text.
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     /// Emits what can no longer be part of a stop string; ends at a stop string.
     fn release(&mut self) -> String {
         if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
             self.held.truncate(at);
-            self.stopped_by_string = true;
+            self.stopped = true;
             let out = std::mem::take(&mut self.held);
             return self.emit(out);
         }
@@ -110,22 +112,6 @@ impl<'c> TextGenerator<'c> {
     fn emit(&mut self, piece: String) -> String {
         self.text.push_str(&piece);
         piece
-    }
-
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-
-    pub fn tokens(&self) -> &[u32] {
-        self.generator.tokens()
-    }
-
-    pub fn finish_reason(&self) -> Option<FinishReason> {
-        if self.stopped_by_string {
-            Some(FinishReason::Stop)
-        } else {
-            self.generator.stop_reason().map(FinishReason::Generation)
-        }
     }
 }
 

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use elelem_engine::{
-    cpu_model, generate, sampler, BuildProfile, Context, ContextParams, GenerateParams, Model, ModelParams,
+    cpu_model, generate, sampler, Batcher, BuildProfile, Context, ContextParams, Event, GenerateParams, Model,
+    ModelParams, Request, RequestId, TextParams,
 };
 use elelem_testkit::canary;
 use serde_json::Value;
@@ -153,6 +154,84 @@ fn qwen_1_5b_matches_llama_cpp() {
 fn gemma_3_270m_matches_llama_cpp() {
     let model = Model::open(model_path("gemma-3-270m-q4_k_m.gguf"), &ModelParams::default()).unwrap();
     check_goldens("gemma-3-270m.json", model);
+}
+
+/// Sequences started together in one context (the `lockstep-*` goldens): each gives
+/// llama.cpp's ids when both decode them in the same passes, laid out alike.
+#[test]
+fn lockstep_sequences_match_llama_cpp() {
+    let dir = std::env::temp_dir().join(format!("elelem-lockstep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (golden, model_name) in [
+        ("lockstep-tiny-gemma2.json", "tiny-gemma2"),
+        ("lockstep-qwen2.5-coder-0.5b.json", "qwen2.5-coder-0.5b"),
+    ] {
+        let doc: Value = serde_json::from_str(
+            &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),
+        )
+        .unwrap();
+        let path = match canary::shape(model_name) {
+            Some(shape) => {
+                let path = dir.join(format!("{model_name}.gguf"));
+                std::fs::write(&path, canary::writer(&shape).to_bytes()).unwrap();
+                path
+            }
+            None => model_path(doc["model"]["file"].as_str().unwrap()),
+        };
+        let rec = recording(golden, &doc, &BuildProfile::current());
+        let params = ContextParams {
+            n_ctx: doc["n_ctx"].as_u64().unwrap() as u32,
+            n_threads: doc["n_threads"].as_u64().unwrap() as usize,
+            n_seq_max: doc["parallel"].as_u64().unwrap() as u32,
+            ..Default::default()
+        };
+        let mut ctx = Context::new(Arc::new(Model::open(&path, &ModelParams::default()).unwrap()), params).unwrap();
+        let case = &doc["cases"][0];
+        let mut batcher = Batcher::new(&ctx, case["prompts"].as_array().unwrap().len());
+        let ids: Vec<RequestId> = case["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|prompt| {
+                let request = Request {
+                    prompt: prompt
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_u64().unwrap() as u32)
+                        .collect(),
+                    params: TextParams {
+                        generate: GenerateParams {
+                            max_tokens: case["max_tokens"].as_u64().unwrap() as u32,
+                            ignore_eos: case["ignore_eos"].as_bool().unwrap(),
+                            reuse_prefix: false,
+                        },
+                        ..TextParams::default()
+                    },
+                    logprobs: None,
+                    choose: Some(Box::new(sampler::greedy)),
+                };
+                batcher.submit(request).unwrap()
+            })
+            .collect();
+        while batcher.step(&mut ctx).unwrap() {}
+        for (seq, &id) in ids.iter().enumerate() {
+            let mut tokens = None;
+            while let Some(event) = batcher.next_event(id).unwrap() {
+                if let Event::Done { summary, .. } = event {
+                    tokens = Some(summary.tokens);
+                }
+            }
+            let expected: Vec<u32> = rec["outputs"]["lockstep"]["ids"][seq]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect();
+            assert_eq!(tokens.unwrap(), expected, "{golden}: sequence {seq}");
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// The goldens' long prompt reaches every expert of `tiny-qwen3moe`: silencing any one

@@ -16,6 +16,7 @@ static CONTEXT_FULL: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, 
 static CLOSED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "ClosedError"));
 static TEMPLATE: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "TemplateError"));
 static INTERRUPTED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "InterruptedError"));
+static BUSY: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "BusyError"));
 
 pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
     use elelem_engine::Error as E;
@@ -26,6 +27,8 @@ pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
         E::Aborted => ruby.get_inner(&INTERRUPTED),
         E::OutOfMemory(_) => ruby.exception_no_mem_error(),
         E::Template(_) => ruby.get_inner(&TEMPLATE),
+        E::Busy(_) => ruby.get_inner(&BUSY),
+        E::Closed => ruby.get_inner(&CLOSED),
         E::Internal(_) | E::Tokenizer(_) => ruby.get_inner(&ERROR),
     };
     Error::new(class, e.to_string())
@@ -33,10 +36,6 @@ pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
 
 pub fn closed(ruby: &Ruby) -> Error {
     Error::new(ruby.get_inner(&CLOSED), "the model is closed")
-}
-
-pub fn busy(ruby: &Ruby) -> Error {
-    Error::new(ruby.get_inner(&ERROR), "the model is busy in another call")
 }
 
 pub fn panicked(ruby: &Ruby) -> Error {

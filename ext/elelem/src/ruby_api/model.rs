@@ -1,133 +1,247 @@
-//! `Elelem::Model`: a model and its one context. The Ruby class
-//! (lib/elelem/model.rb) validates options, serializes calls with a Mutex and
-//! offers the friendly API; these are its native primitives.
+//! `Elelem::Model`: a model and the scheduler of its context's sequences. The
+//! Ruby class (lib/elelem/model.rb) validates options and offers the friendly
+//! API; these are its native primitives. Nothing here takes turns: generations
+//! from many threads run together in the scheduler's passes.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use elelem_engine as engine;
 use magnus::{function, method, prelude::*, Error, RArray, RHash, RModule, RString, Ruby, TryConvert, Value};
 
 use super::errors::{self, engine_error};
-use super::nogvl::without_gvl;
+use super::nogvl::{without_gvl, Interrupt};
 use super::template_value;
 use super::tokenizer::Tokenizer;
 
 struct Loaded {
-    ctx: engine::Context,
+    scheduler: Scheduler,
     path: String,
 }
 
+type Scheduler = Arc<engine::Scheduler>;
+
 #[magnus::wrap(class = "Elelem::Model", free_immediately, size)]
 pub struct Model {
-    // The Ruby side serializes calls; try_lock turns any overlap into an error,
-    // never a wait while holding the GVL.
-    state: Mutex<Option<Loaded>>,
+    /// `None` once closed. Calls clone the scheduler out and never hold this lock
+    /// while they wait or compute.
+    state: Mutex<Option<Arc<Loaded>>>,
+}
+
+/// An interrupt of the thread waiting on a request: it stops waiting, and the
+/// pass it runs for everybody, if any, is aborted (and planned again).
+struct RequestInterrupt<'a> {
+    flag: AtomicBool,
+    scheduler: &'a engine::Scheduler,
+    id: engine::RequestId,
+}
+
+impl Interrupt for RequestInterrupt<'_> {
+    fn clear(&self) {
+        self.flag.store(false, Ordering::SeqCst);
+    }
+
+    fn raise(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.scheduler.abort_if_running(self.id);
+    }
+}
+
+/// Cancels its request when dropped: however a generation ends (its end, an
+/// exception, an interrupt, a `break` out of the block), its sequence is freed.
+struct Cancel<'a>(&'a engine::Scheduler, engine::RequestId);
+
+impl Drop for Cancel<'_> {
+    fn drop(&mut self) {
+        self.0.cancel(self.1);
+    }
 }
 
 impl Model {
     /// `path` is taken as bytes: file names need not be UTF-8.
-    fn open(ruby: &Ruby, path: RString, n_ctx: u32, n_threads: usize, n_gpu_layers: u32) -> Result<Model, Error> {
+    fn open(
+        ruby: &Ruby,
+        path: RString,
+        n_ctx: u32,
+        n_threads: usize,
+        parallel: u32,
+        max_queue: usize,
+    ) -> Result<Model, Error> {
         // SAFETY: copied at once, before any Ruby code can run.
         let path = PathBuf::from(OsStr::from_bytes(unsafe { path.as_slice() }));
         let never = AtomicBool::new(false);
         let loaded = without_gvl(ruby, &never, || -> engine::Result<Loaded> {
-            let model = engine::Model::open(&path, &engine::ModelParams { n_gpu_layers })?;
+            let model = engine::Model::open(&path, &engine::ModelParams::default())?;
             let params = engine::ContextParams {
                 n_ctx,
                 n_threads,
+                n_seq_max: parallel,
                 ..Default::default()
             };
             let ctx = engine::Context::new(Arc::new(model), params)?;
             Ok(Loaded {
-                ctx,
+                scheduler: Arc::new(engine::Scheduler::new(ctx, max_queue)),
                 path: path.display().to_string(),
             })
         })?
         .map_err(|e| engine_error(ruby, e))?;
         Ok(Model {
-            state: Mutex::new(Some(loaded)),
+            state: Mutex::new(Some(Arc::new(loaded))),
         })
     }
 
-    /// The state, unless a call on this thread holds it already (a method called
-    /// from the streaming block): waiting would deadlock, so that is an error.
-    fn state(&self, ruby: &Ruby) -> Result<MutexGuard<'_, Option<Loaded>>, Error> {
-        match self.state.try_lock() {
-            Ok(guard) => Ok(guard),
-            Err(TryLockError::WouldBlock) => Err(errors::busy(ruby)),
-            // Panics are caught before they can unwind through a guard; if one ever
-            // did, every call starts from a clean sequence anyway.
-            Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+    fn loaded(&self, ruby: &Ruby) -> Result<Arc<Loaded>, Error> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.clone().ok_or_else(|| errors::closed(ruby))
+    }
+
+    fn model(&self, ruby: &Ruby) -> Result<Arc<engine::Model>, Error> {
+        Ok(Arc::clone(self.loaded(ruby)?.scheduler.model()))
+    }
+
+    /// Runs a generation among whatever else the model is generating. `prompt` is
+    /// an Array of ids or a String (tokenized with special tokens, as llama.cpp's
+    /// tools do). With a block, yields each id (`yield_text` false) or each piece
+    /// of text. `logprobs` asks for each token's log-probability and that many
+    /// alternatives. Returns a Hash describing the result.
+    fn run(
+        ruby: &Ruby,
+        rb_self: &Self,
+        prompt: Value,
+        opts: RHash,
+        yield_text: bool,
+        logprobs: Option<u32>,
+    ) -> Result<RHash, Error> {
+        let loaded = rb_self.loaded(ruby)?;
+        let scheduler = &loaded.scheduler;
+        let request = engine::Request {
+            prompt: prompt_ids(ruby, scheduler.model(), prompt)?,
+            params: text_params(ruby, opts)?,
+            logprobs,
+            choose: None,
+        };
+        let id = scheduler.submit(request).map_err(|e| engine_error(ruby, e))?;
+        let _cancel = Cancel(scheduler, id);
+        let interrupt = RequestInterrupt {
+            flag: AtomicBool::new(false),
+            scheduler,
+            id,
+        };
+        let block = ruby.block_given();
+        let token_logprobs = ruby.ary_new();
+        loop {
+            let event = without_gvl(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
+                .map_err(|e| engine_error(ruby, e))?;
+            match event {
+                Some(engine::Event::Token {
+                    id: token,
+                    text,
+                    logprob,
+                }) => {
+                    if let Some(lp) = logprob {
+                        token_logprobs.push(logprob_hash(ruby, token, &lp)?)?;
+                    }
+                    if block {
+                        if !yield_text {
+                            let _: Value = ruby.yield_value(token)?;
+                        } else if !text.is_empty() {
+                            let _: Value = ruby.yield_value(text)?;
+                        }
+                    }
+                }
+                Some(engine::Event::Done { tail, summary }) => {
+                    if block && yield_text && !tail.is_empty() {
+                        let _: Value = ruby.yield_value(tail)?;
+                    }
+                    let h = summary_hash(ruby, &summary)?;
+                    if logprobs.is_some() {
+                        h.aset(ruby.to_symbol("logprobs"), token_logprobs)?;
+                    }
+                    return Ok(h);
+                }
+                None => return Err(Error::new(ruby.get_inner(&errors::ERROR), "the request vanished")),
+            }
         }
     }
 
-    fn with_loaded<R>(&self, ruby: &Ruby, f: impl FnOnce(&mut Loaded) -> Result<R, Error>) -> Result<R, Error> {
-        let mut guard = self.state(ruby)?;
-        let loaded = guard.as_mut().ok_or_else(|| errors::closed(ruby))?;
-        f(loaded)
-    }
-
-    /// Runs a generation. `prompt` is an Array of ids or a String (tokenized with
-    /// special tokens, as llama.cpp's tools do). With a block, yields each id
-    /// (`yield_text` false) or each piece of text. Returns a Hash describing the result.
-    fn run(ruby: &Ruby, rb_self: &Self, prompt: Value, opts: RHash, yield_text: bool) -> Result<RHash, Error> {
-        rb_self.with_loaded(ruby, |loaded| {
-            let prompt = prompt_ids(ruby, &loaded.ctx, prompt)?;
-            let params = text_params(ruby, opts)?;
-            let abort = loaded.ctx.abort_flag();
-            let n_prompt = prompt.len();
-            let mut generation = without_gvl(ruby, &abort, || {
-                engine::TextGenerator::start(&mut loaded.ctx, &prompt, params)
-            })?
-            .map_err(|e| engine_error(ruby, e))?;
-            let block = ruby.block_given();
-            loop {
-                let n_before = generation.tokens().len();
-                let step = without_gvl(ruby, &abort, || generation.step())?.map_err(|e| engine_error(ruby, e))?;
-                let Some(piece) = step else { break };
-                if !block {
-                    continue;
-                }
-                if yield_text {
-                    if !piece.is_empty() {
-                        let _: Value = ruby.yield_value(piece)?;
+    /// Generates from every prompt in the same passes: all are submitted before the
+    /// first pass, so they are evaluated in lockstep. With a block, yields `[index,
+    /// piece or id]`. Returns a result Hash per prompt.
+    fn run_all(ruby: &Ruby, rb_self: &Self, prompts: RArray, opts: RHash) -> Result<RArray, Error> {
+        let loaded = rb_self.loaded(ruby)?;
+        let scheduler = &loaded.scheduler;
+        let params = text_params(ruby, opts)?;
+        let mut requests = Vec::with_capacity(prompts.len());
+        for i in 0..prompts.len() {
+            let prompt: Value = prompts.entry(i as isize)?;
+            let yield_text = RString::from_value(prompt).is_some();
+            let request = engine::Request {
+                prompt: prompt_ids(ruby, scheduler.model(), prompt)?,
+                params: params.clone(),
+                logprobs: None,
+                choose: None,
+            };
+            let id = scheduler.submit(request).map_err(|e| engine_error(ruby, e))?;
+            requests.push((Cancel(scheduler, id), yield_text));
+        }
+        let block = ruby.block_given();
+        let results: Vec<Option<RHash>> = vec![None; requests.len()];
+        let results = std::cell::RefCell::new(results);
+        let handle = |i: usize, event: engine::Event| -> Result<(), Error> {
+            let yield_text = requests[i].1;
+            match event {
+                engine::Event::Token { id, text, .. } => {
+                    if block && !yield_text {
+                        let _: Value = ruby.yield_value((i, id))?;
+                    } else if block && !text.is_empty() {
+                        let _: Value = ruby.yield_value((i, text))?;
                     }
-                } else if let Some(&token) = generation.tokens().get(n_before) {
-                    let _: Value = ruby.yield_value(token)?;
+                }
+                engine::Event::Done { tail, summary } => {
+                    if block && yield_text && !tail.is_empty() {
+                        let _: Value = ruby.yield_value((i, tail))?;
+                    }
+                    results.borrow_mut()[i] = Some(summary_hash(ruby, &summary)?);
                 }
             }
-            let h = ruby.hash_new();
-            h.aset(ruby.to_symbol("text"), generation.text())?;
-            h.aset(
-                ruby.to_symbol("tokens"),
-                ruby.ary_from_vec(generation.tokens().to_vec()),
-            )?;
-            h.aset(ruby.to_symbol("prompt_tokens"), n_prompt)?;
-            let reason = generation
-                .finish_reason()
-                .map_or("length", engine::FinishReason::as_str);
-            h.aset(ruby.to_symbol("finish_reason"), ruby.to_symbol(reason))?;
-            Ok(h)
-        })
+            Ok(())
+        };
+        loop {
+            for (i, (cancel, _)) in requests.iter().enumerate() {
+                while let Some(event) = scheduler.poll_event(cancel.1).map_err(|e| engine_error(ruby, e))? {
+                    handle(i, event)?;
+                }
+            }
+            let Some(i) = results.borrow().iter().position(Option::is_none) else {
+                break;
+            };
+            let id = requests[i].0 .1;
+            let interrupt = RequestInterrupt {
+                flag: AtomicBool::new(false),
+                scheduler,
+                id,
+            };
+            let event = without_gvl(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
+                .map_err(|e| engine_error(ruby, e))?
+                .ok_or_else(|| Error::new(ruby.get_inner(&errors::ERROR), "the request vanished"))?;
+            handle(i, event)?;
+        }
+        Ok(ruby.ary_from_iter(results.into_inner().into_iter().flatten()))
     }
 
     /// The model's tokenizer, shared with it.
     fn tokenizer(ruby: &Ruby, rb_self: &Self) -> Result<Tokenizer, Error> {
-        rb_self.with_loaded(ruby, |loaded| {
-            let tokenizer = loaded.ctx.model().tokenizer().map_err(|e| engine_error(ruby, e))?;
-            Ok(Tokenizer(Arc::clone(tokenizer)))
-        })
+        let model = rb_self.model(ruby)?;
+        let tokenizer = model.tokenizer().map_err(|e| engine_error(ruby, e))?;
+        Ok(Tokenizer(Arc::clone(tokenizer)))
     }
 
     fn chat_template(ruby: &Ruby, rb_self: &Self) -> Result<Option<String>, Error> {
-        rb_self.with_loaded(ruby, |loaded| {
-            Ok(loaded.ctx.model().chat_template().map(str::to_string))
-        })
+        Ok(rb_self.model(ruby)?.chat_template().map(str::to_string))
     }
 
     /// Renders `messages` (Hashes with String keys) with `template` (or the model's
@@ -143,7 +257,7 @@ impl Model {
         now: Option<(u64, u32)>,
     ) -> Result<String, Error> {
         let chat = ChatRequest::new(ruby, messages, template, add_generation_prompt, variables, now)?;
-        rb_self.with_loaded(ruby, |loaded| Ok(render(ruby, loaded, chat)?.text))
+        Ok(render(ruby, rb_self.model(ruby)?.as_ref(), chat)?.text)
     }
 
     /// The token ids of the prompt `render_chat` renders, the generation prompt
@@ -159,75 +273,98 @@ impl Model {
         now: Option<(u64, u32)>,
     ) -> Result<RArray, Error> {
         let chat = ChatRequest::new(ruby, messages, template, true, variables, now)?;
-        rb_self.with_loaded(ruby, |loaded| {
-            let rendered = render(ruby, loaded, chat)?;
-            let tokenizer = loaded.ctx.model().tokenizer().map_err(|e| engine_error(ruby, e))?;
-            let plain = if parse_special { &[][..] } else { &rendered.contents[..] };
-            Ok(ruby.ary_from_vec(tokenizer.tokenize_with_plain(&rendered.text, true, plain)))
-        })
+        let model = rb_self.model(ruby)?;
+        let rendered = render(ruby, &model, chat)?;
+        let tokenizer = model.tokenizer().map_err(|e| engine_error(ruby, e))?;
+        let plain = if parse_special { &[][..] } else { &rendered.contents[..] };
+        Ok(ruby.ary_from_vec(tokenizer.tokenize_with_plain(&rendered.text, true, plain)))
     }
 
-    fn close(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
-        Ok(rb_self.state(ruby)?.take().is_some())
+    /// Frees the context now (a pass in flight finishes first); generations still
+    /// running on other threads raise `ClosedError`. The weights go with the last
+    /// of them.
+    fn close(&self) -> bool {
+        let loaded = self.state.lock().unwrap_or_else(|p| p.into_inner()).take();
+        loaded.inspect(|l| l.scheduler.close()).is_some()
     }
 
-    /// A model busy in a call on this thread is open.
-    fn is_closed(ruby: &Ruby, rb_self: &Self) -> bool {
-        rb_self.state(ruby).is_ok_and(|g| g.is_none())
+    fn is_closed(&self) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).is_none()
     }
 
     fn info(ruby: &Ruby, rb_self: &Self) -> Result<RHash, Error> {
-        rb_self.with_loaded(ruby, |loaded| {
-            let hp = &loaded.ctx.model().hparams;
-            let params = loaded.ctx.params();
-            let h = ruby.hash_new();
-            let sym = |k: &str| ruby.to_symbol(k);
-            h.aset(sym("architecture"), hp.arch.name())?;
-            h.aset(sym("name"), hp.name.clone())?;
-            h.aset(sym("size_label"), hp.size_label.clone())?;
-            h.aset(sym("file_type"), hp.file_type)?;
-            h.aset(sym("path"), loaded.path.clone())?;
-            h.aset(sym("n_layer"), hp.n_layer)?;
-            h.aset(sym("n_embd"), hp.n_embd)?;
-            h.aset(sym("n_head"), hp.n_head)?;
-            h.aset(sym("n_head_kv"), hp.n_head_kv)?;
-            h.aset(sym("head_dim"), hp.head_dim_k)?;
-            h.aset(sym("n_ff"), hp.n_ff)?;
-            h.aset(sym("n_vocab"), hp.n_vocab)?;
-            h.aset(sym("n_ctx_train"), hp.n_ctx_train)?;
-            h.aset(sym("rope_freq_base"), hp.rope.freq_base)?;
-            h.aset(sym("n_ctx"), params.n_ctx)?;
-            h.aset(sym("n_threads"), params.n_threads)?;
-            h.aset(sym("n_gpu_layers"), 0)?;
-            h.aset(sym("backend"), "CPU")?;
-            Ok(h)
-        })
+        let loaded = rb_self.loaded(ruby)?;
+        let hp = &loaded.scheduler.model().hparams;
+        let params = loaded.scheduler.params();
+        let h = ruby.hash_new();
+        let sym = |k: &str| ruby.to_symbol(k);
+        h.aset(sym("architecture"), hp.arch.name())?;
+        h.aset(sym("name"), hp.name.clone())?;
+        h.aset(sym("size_label"), hp.size_label.clone())?;
+        h.aset(sym("file_type"), hp.file_type)?;
+        h.aset(sym("path"), loaded.path.clone())?;
+        h.aset(sym("n_layer"), hp.n_layer)?;
+        h.aset(sym("n_embd"), hp.n_embd)?;
+        h.aset(sym("n_head"), hp.n_head)?;
+        h.aset(sym("n_head_kv"), hp.n_head_kv)?;
+        h.aset(sym("head_dim"), hp.head_dim_k)?;
+        h.aset(sym("n_ff"), hp.n_ff)?;
+        h.aset(sym("n_vocab"), hp.n_vocab)?;
+        h.aset(sym("n_ctx_train"), hp.n_ctx_train)?;
+        h.aset(sym("rope_freq_base"), hp.rope.freq_base)?;
+        h.aset(sym("n_ctx"), params.n_ctx)?;
+        h.aset(sym("parallel"), params.n_seq_max)?;
+        h.aset(sym("n_threads"), params.n_threads)?;
+        h.aset(sym("n_gpu_layers"), 0)?;
+        h.aset(sym("backend"), "CPU")?;
+        Ok(h)
     }
 
+    /// Memory use, as of the last pass (the speed of a generation is in its result).
     fn stats(ruby: &Ruby, rb_self: &Self) -> Result<RHash, Error> {
-        rb_self.with_loaded(ruby, |loaded| {
-            let ctx = &loaded.ctx;
-            let s = ctx.stats();
-            let rate = |n: u64, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
-            let h = ruby.hash_new();
-            let sym = |k: &str| ruby.to_symbol(k);
-            h.aset(sym("compute_buffer_bytes"), ctx.compute_buffer_bytes())?;
-            h.aset(sym("compute_buffer_bytes_min"), s.compute_buffer_bytes_min)?;
-            h.aset(sym("compute_buffer_bytes_max"), s.compute_buffer_bytes_max)?;
-            h.aset(sym("kv_cache_bytes"), ctx.kv_cache_bytes())?;
-            h.aset(sym("weights_bytes"), ctx.model().weights_bytes())?;
-            h.aset(sym("repacked_weights_bytes"), ctx.model().repacked_bytes())?;
-            h.aset(sym("n_past"), ctx.n_past())?;
-            h.aset(sym("reused_prompt_tokens"), s.reused_tokens)?;
-            h.aset(sym("prompt_tokens"), s.prompt_tokens)?;
-            h.aset(sym("prompt_seconds"), s.prompt_seconds)?;
-            h.aset(sym("prompt_tokens_per_s"), rate(s.prompt_tokens, s.prompt_seconds))?;
-            h.aset(sym("decode_tokens"), s.decode_tokens)?;
-            h.aset(sym("decode_seconds"), s.decode_seconds)?;
-            h.aset(sym("decode_tokens_per_s"), rate(s.decode_tokens, s.decode_seconds))?;
-            Ok(h)
-        })
+        let loaded = rb_self.loaded(ruby)?;
+        let snapshot = loaded.scheduler.snapshot();
+        let model = loaded.scheduler.model();
+        let h = ruby.hash_new();
+        let sym = |k: &str| ruby.to_symbol(k);
+        h.aset(sym("compute_buffer_bytes"), snapshot.compute_buffer_bytes)?;
+        h.aset(sym("compute_buffer_bytes_min"), snapshot.stats.compute_buffer_bytes_min)?;
+        h.aset(sym("compute_buffer_bytes_max"), snapshot.stats.compute_buffer_bytes_max)?;
+        h.aset(sym("kv_cache_bytes"), snapshot.kv_cache_bytes)?;
+        h.aset(sym("weights_bytes"), model.weights_bytes())?;
+        h.aset(sym("repacked_weights_bytes"), model.repacked_bytes())?;
+        Ok(h)
     }
+}
+
+/// A finished generation as the Ruby side takes it: what it made, why it stopped,
+/// and the work it took.
+fn summary_hash(ruby: &Ruby, s: &engine::Summary) -> Result<RHash, Error> {
+    let h = ruby.hash_new();
+    let sym = |k: &str| ruby.to_symbol(k);
+    h.aset(sym("text"), s.text.as_str())?;
+    h.aset(sym("tokens"), ruby.ary_from_vec(s.tokens.clone()))?;
+    h.aset(sym("prompt_tokens"), s.prompt_tokens)?;
+    h.aset(sym("finish_reason"), sym(s.finish_reason.as_str()))?;
+    h.aset(sym("reused_prompt_tokens"), s.reused_tokens)?;
+    h.aset(sym("n_past"), s.n_past)?;
+    h.aset(sym("evaluated_prompt_tokens"), s.prompt_tokens - s.reused_tokens)?;
+    h.aset(sym("prompt_seconds"), s.prompt_seconds)?;
+    h.aset(sym("decode_tokens"), s.decode_passes)?;
+    h.aset(sym("decode_seconds"), s.decode_seconds)?;
+    Ok(h)
+}
+
+fn logprob_hash(ruby: &Ruby, token: u32, lp: &engine::Logprob) -> Result<RHash, Error> {
+    let h = ruby.hash_new();
+    h.aset(ruby.to_symbol("token"), token)?;
+    h.aset(ruby.to_symbol("logprob"), lp.logprob)?;
+    let top = ruby.ary_new();
+    for &(id, logprob) in &lp.top {
+        top.push((id, logprob))?;
+    }
+    h.aset(ruby.to_symbol("top"), top)?;
+    Ok(h)
 }
 
 /// A conversation to render, converted from Ruby; the model supplies the rest.
@@ -261,8 +398,7 @@ impl ChatRequest {
 
 /// Renders with the request's template, else the GGUF's own, else llama.cpp's
 /// built-in format for the architecture, with the model's BOS and EOS.
-fn render(ruby: &Ruby, loaded: &Loaded, chat: ChatRequest) -> Result<engine::chat::Rendered, Error> {
-    let model = loaded.ctx.model();
+fn render(ruby: &Ruby, model: &engine::Model, chat: ChatRequest) -> Result<engine::chat::Rendered, Error> {
     let template = chat
         .template
         .or_else(|| model.chat_template().map(str::to_string))
@@ -288,27 +424,14 @@ fn render(ruby: &Ruby, loaded: &Loaded, chat: ChatRequest) -> Result<engine::cha
     without_gvl(ruby, &never, || engine::chat::render(&template, &input))?.map_err(|e| engine_error(ruby, e))
 }
 
-fn checked_ids(ruby: &Ruby, ctx: &engine::Context, ids: &[i64]) -> Result<Vec<u32>, Error> {
-    let n_vocab = ctx.model().hparams.n_vocab;
-    ids.iter()
-        .map(|&id| {
-            u32::try_from(id).ok().filter(|&t| t < n_vocab).ok_or_else(|| {
-                Error::new(
-                    ruby.exception_arg_error(),
-                    format!("token id {id} is out of range (vocabulary size {n_vocab})"),
-                )
-            })
-        })
-        .collect()
-}
-
-fn prompt_ids(ruby: &Ruby, ctx: &engine::Context, prompt: Value) -> Result<Vec<u32>, Error> {
+fn prompt_ids(ruby: &Ruby, model: &engine::Model, prompt: Value) -> Result<Vec<u32>, Error> {
     if let Some(text) = RString::from_value(prompt) {
-        let tokenizer = ctx.model().tokenizer().map_err(|e| engine_error(ruby, e))?;
+        let tokenizer = model.tokenizer().map_err(|e| engine_error(ruby, e))?;
         let text = text.to_string()?;
         return Ok(tokenizer.tokenize(&text, true, true));
     }
-    checked_ids(ruby, ctx, &Vec::<i64>::try_convert(prompt)?)
+    // Each id fits a u32 (checked in Ruby); the scheduler checks the vocabulary.
+    Vec::<u32>::try_convert(prompt)
 }
 
 fn text_params(ruby: &Ruby, opts: RHash) -> Result<engine::TextParams, Error> {
@@ -338,8 +461,10 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     // The natives are private: callers go through the Ruby methods that check arguments.
     class
         .singleton_class()?
-        .define_private_method("_open", function!(Model::open, 4))?;
-    class.define_private_method("_run", method!(Model::run, 3))?;
+        .define_private_method("_open", function!(Model::open, 5))?;
+    class.define_private_method("_run", method!(Model::run, 4))?;
+    class.define_private_method("_run_all", method!(Model::run_all, 2))?;
+    class.const_set("MAX_SEQUENCES", engine::MAX_SEQUENCES)?;
     class.define_private_method("_tokenizer", method!(Model::tokenizer, 0))?;
     class.define_private_method("_chat_template", method!(Model::chat_template, 0))?;
     class.define_private_method("_render_chat", method!(Model::render_chat, 5))?;

@@ -1,8 +1,9 @@
 //! Running native work without the GVL, interruptibly.
 //!
 //! `rb_nogvl` runs the work; its unblock function, which Ruby calls on Ctrl-C,
-//! `Thread#raise`, `Thread#kill` or a `Timeout`, sets the engine's abort flag,
-//! and ggml stops between two graph nodes. Back under the GVL, pending
+//! `Thread#raise`, `Thread#kill` or a `Timeout`, raises an [`Interrupt`]: the
+//! engine's abort flag, so ggml stops between two graph nodes, or a request's,
+//! so its thread stops waiting and the pass it runs, if any, is aborted. Back under the GVL, pending
 //! interrupts are delivered through magnus (as `Err`).
 //!
 //! Two flags keep Ruby from ever longjmp-ing over our Rust frames (which would
@@ -32,14 +33,35 @@ unsafe extern "C" fn run<F: FnOnce() -> R, R>(data: *mut c_void) -> *mut c_void 
     std::ptr::null_mut()
 }
 
-unsafe extern "C" fn unblock(data: *mut c_void) {
-    (*(data as *const AtomicBool)).store(true, Ordering::Relaxed);
+/// What an interrupt does to the work in flight. Both methods may only store
+/// atomics: Ruby calls `raise` as an asynchronous unblocking function.
+pub trait Interrupt: Sync {
+    /// Forgets an earlier interrupt, before the work starts.
+    fn clear(&self);
+    /// Tells the work to stop.
+    fn raise(&self);
 }
 
-/// Runs `work` without the GVL. `abort` is the flag the work polls; an interrupt
-/// sets it. If Ruby has an interrupt pending, it is raised here (as `Err`).
-pub fn without_gvl<F, R>(ruby: &Ruby, abort: &AtomicBool, work: F) -> Result<R, Error>
+/// The flag the work polls (the engine's abort flag).
+impl Interrupt for AtomicBool {
+    fn clear(&self) {
+        self.store(false, Ordering::Relaxed);
+    }
+
+    fn raise(&self) {
+        self.store(true, Ordering::Relaxed);
+    }
+}
+
+unsafe extern "C" fn unblock<I: Interrupt>(data: *mut c_void) {
+    (*(data as *const I)).raise();
+}
+
+/// Runs `work` without the GVL; an interrupt raises `interrupt`. If Ruby has an
+/// interrupt pending, it is raised here (as `Err`).
+pub fn without_gvl<I, F, R>(ruby: &Ruby, interrupt: &I, work: F) -> Result<R, Error>
 where
+    I: Interrupt,
     F: FnOnce() -> R,
 {
     let mut call = Call {
@@ -50,13 +72,13 @@ where
         // Cleared before, not inside, the call: an interrupt from now on either is
         // pending when Ruby enters the call (which then does not run the work) or
         // sets the flag while the work runs.
-        abort.store(false, Ordering::Relaxed);
+        interrupt.clear();
         unsafe {
             rb_sys::rb_nogvl(
                 Some(run::<F, R>),
                 &mut call as *mut Call<F, R> as *mut c_void,
-                Some(unblock),
-                abort as *const AtomicBool as *mut c_void,
+                Some(unblock::<I>),
+                interrupt as *const I as *mut c_void,
                 (rb_sys::RB_NOGVL_INTR_FAIL | rb_sys::RB_NOGVL_UBF_ASYNC_SAFE) as i32,
             );
         }

@@ -1,0 +1,549 @@
+//! Continuous batching: every pass over the context carries the next token of
+//! each running sequence and chunks of newly arrived prompts, as llama.cpp's
+//! server builds its batches, and each sequence's logits are sampled with its own
+//! sampler. A request alone is evaluated exactly as llama.cpp's completion loop
+//! evaluates it (its prompt in micro-batches, then one token a pass), so its
+//! tokens are llama.cpp's.
+//!
+//! The [`Batcher`] is single-threaded bookkeeping over a [`Context`]; a pass is
+//! split into [`Batcher::plan`] and [`Batcher::complete`] so that a caller can
+//! compute it without holding whatever guards the batcher (see
+//! [`crate::Scheduler`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::context::BatchToken;
+use crate::kv_cache::SeqId;
+use crate::sampler::{log_softmax_top, Sampler};
+use crate::text::{FinishReason, TextParams, TextStream};
+use crate::{Context, Error, Model, Result, StopReason};
+
+/// A request's handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RequestId(pub u64);
+
+/// Chooses a token from logits, instead of the sampler (tools that watch the logits).
+pub type Chooser<'a> = Box<dyn FnMut(&[f32]) -> u32 + Send + 'a>;
+
+/// What to generate.
+pub struct Request<'a> {
+    pub prompt: Vec<u32>,
+    pub params: TextParams,
+    /// Each token's log-probability and this many likeliest alternatives.
+    pub logprobs: Option<u32>,
+    pub choose: Option<Chooser<'a>>,
+}
+
+/// A token's log-probability under the model (log-softmax of its raw logits) and
+/// the likeliest alternatives, likeliest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logprob {
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// How a request went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub finish_reason: FinishReason,
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose K and V were kept from the sequence's previous request.
+    pub reused_tokens: usize,
+    /// Wall time of the passes that evaluated its prompt, and of those that
+    /// produced its other tokens (shared with whatever else they carried).
+    pub prompt_seconds: f64,
+    pub decode_seconds: f64,
+    /// How many passes evaluated one of its generated tokens.
+    pub decode_passes: usize,
+    /// The tokens its sequence holds in the cache at the end (prompt and fed tokens).
+    pub n_past: usize,
+}
+
+/// What a request produced since it was last asked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A generated token and the text it lets through (possibly empty: part of a
+    /// character, or what could still start a stop string).
+    Token {
+        id: u32,
+        text: String,
+        logprob: Option<Logprob>,
+    },
+    /// The end: the text held back until now, and the summary.
+    Done { tail: String, summary: Summary },
+}
+
+/// One pass: the tokens, and whose they are.
+pub struct Plan {
+    pub batch: Vec<BatchToken>,
+    /// Per request in the pass: how many of its prompt tokens it carries (0 for a
+    /// decode step), and which of the pass's output rows is its, if any.
+    members: Vec<(RequestId, usize, Option<usize>)>,
+}
+
+struct Slot {
+    request: Option<RequestId>,
+    /// When it last finished a request, for evicting the least recently used cache.
+    last_used: u64,
+}
+
+struct Active<'a> {
+    prompt: Vec<u32>,
+    params: TextParams,
+    sampler: Sampler,
+    choose: Option<Chooser<'a>>,
+    logprobs: Option<u32>,
+    text: TextStream,
+    slot: Option<SeqId>,
+    /// Prompt tokens in the cache (kept or evaluated).
+    fed: usize,
+    reused: usize,
+    /// The last token sampled, to be evaluated next.
+    pending: Option<u32>,
+    tokens: Vec<u32>,
+    events: VecDeque<Event>,
+    done: bool,
+    failed: Option<Error>,
+    prompt_seconds: f64,
+    decode_seconds: f64,
+    decode_passes: usize,
+}
+
+impl Active<'_> {
+    /// Cells it may still need: the rest of its prompt and its tokens to come.
+    fn cells_to_come(&self, ctx: &Context) -> usize {
+        let budget = self.prompt.len() + self.params.generate.max_tokens as usize;
+        let held = self.slot.map_or(0, |s| ctx.seq_tokens(s).len());
+        budget.min(ctx.params().n_ctx as usize).saturating_sub(held)
+    }
+}
+
+pub struct Batcher<'a> {
+    model: Arc<Model>,
+    n_ctx: u32,
+    slots: Vec<Slot>,
+    /// Requests waiting for a slot, first come first served.
+    queue: VecDeque<RequestId>,
+    requests: HashMap<RequestId, Active<'a>>,
+    next_id: u64,
+    clock: u64,
+    max_queue: usize,
+}
+
+impl<'a> Batcher<'a> {
+    /// A batcher over a context's `n_seq_max` sequences, holding at most `max_queue`
+    /// requests waiting for one.
+    pub fn new(ctx: &Context, max_queue: usize) -> Batcher<'a> {
+        Batcher {
+            model: Arc::clone(ctx.model()),
+            n_ctx: ctx.params().n_ctx,
+            slots: (0..ctx.params().n_seq_max)
+                .map(|_| Slot {
+                    request: None,
+                    last_used: 0,
+                })
+                .collect(),
+            queue: VecDeque::new(),
+            requests: HashMap::new(),
+            next_id: 1,
+            clock: 0,
+            max_queue,
+        }
+    }
+
+    /// Queues a request, after checking what can be checked now.
+    pub fn submit(&mut self, request: Request<'a>) -> Result<RequestId> {
+        let Request {
+            prompt,
+            params,
+            logprobs,
+            choose,
+        } = request;
+        if prompt.is_empty() {
+            return Err(Error::InvalidArgument("the prompt is empty".into()));
+        }
+        let n_vocab = self.model.hparams.n_vocab;
+        if let Some(&bad) = prompt.iter().find(|&&t| t >= n_vocab) {
+            return Err(Error::InvalidArgument(format!(
+                "token id {bad} is out of range (vocabulary size {n_vocab})"
+            )));
+        }
+        if prompt.len() > self.n_ctx as usize {
+            return Err(Error::ContextFull(format!(
+                "{} tokens do not fit: the context holds 0 of n_ctx {}",
+                prompt.len(),
+                self.n_ctx
+            )));
+        }
+        params.sampler.validate().map_err(Error::InvalidArgument)?;
+        let text = TextStream::new(params.stop.clone())?;
+        // Without a usable tokenizer ids still generate, with no text; stop strings need text.
+        if text.has_stops() {
+            self.model.tokenizer()?;
+        }
+        if self.queue.len() >= self.max_queue {
+            return Err(Error::Busy(format!(
+                "every sequence is busy and {} requests are waiting already",
+                self.queue.len()
+            )));
+        }
+        let mut sampler = Sampler::new(params.sampler.clone());
+        prompt.iter().for_each(|&t| sampler.accept(t));
+        let id = RequestId(self.next_id);
+        self.next_id += 1;
+        self.requests.insert(
+            id,
+            Active {
+                prompt,
+                params,
+                sampler,
+                choose,
+                logprobs,
+                text,
+                slot: None,
+                fed: 0,
+                reused: 0,
+                pending: None,
+                tokens: Vec::new(),
+                events: VecDeque::new(),
+                done: false,
+                failed: None,
+                prompt_seconds: 0.0,
+                decode_seconds: 0.0,
+                decode_passes: 0,
+            },
+        );
+        self.queue.push_back(id);
+        Ok(id)
+    }
+
+    /// The next event of `id`, if any; its error if it failed. `Ok(None)` while it is
+    /// waiting or running, and once it is done and its events are taken (or unknown).
+    pub fn next_event(&mut self, id: RequestId) -> Result<Option<Event>> {
+        let Some(active) = self.requests.get_mut(&id) else {
+            return Ok(None);
+        };
+        if let Some(event) = active.events.pop_front() {
+            return Ok(Some(event));
+        }
+        if let Some(e) = active.failed.take() {
+            self.remove(id);
+            return Err(e);
+        }
+        if active.done {
+            self.remove(id);
+        }
+        Ok(None)
+    }
+
+    /// Whether `id` has nothing more to give (done and drained, failed and told, or
+    /// unknown).
+    pub fn finished(&self, id: RequestId) -> bool {
+        !self.requests.contains_key(&id)
+    }
+
+    /// Drops a request wherever it is: waiting, running (its sequence's cache stays,
+    /// for a later request to reuse), or done.
+    pub fn cancel(&mut self, id: RequestId) {
+        self.remove(id);
+    }
+
+    fn remove(&mut self, id: RequestId) {
+        if let Some(active) = self.requests.remove(&id) {
+            self.queue.retain(|&q| q != id);
+            if let Some(slot) = active.slot {
+                self.release(slot);
+            }
+        }
+    }
+
+    fn release(&mut self, slot: SeqId) {
+        self.clock += 1;
+        let slot = &mut self.slots[slot as usize];
+        if slot.request.is_some() {
+            slot.request = None;
+            slot.last_used = self.clock;
+        }
+    }
+
+    /// Fails every request with `e` (the model is closing).
+    pub fn fail_all(&mut self, e: &Error) {
+        let ids: Vec<RequestId> = self.requests.keys().copied().collect();
+        for id in ids {
+            self.fail(id, e.clone());
+        }
+        self.queue.clear();
+    }
+
+    /// Admits waiting requests to free sequences, then lays out the next pass: the
+    /// next token of every running sequence, then prompt chunks, within one
+    /// micro-batch. `None` when there is nothing to evaluate.
+    pub fn plan(&mut self, ctx: &mut Context) -> Option<Plan> {
+        self.admit(ctx);
+        let mut budget = ctx.max_batch() as usize;
+        let mut batch = Vec::new();
+        let mut members = Vec::new();
+        let mut n_outputs = 0;
+        let running: Vec<(SeqId, RequestId)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(s, slot)| Some((s as SeqId, slot.request?)))
+            .collect();
+        for &(seq, id) in &running {
+            let active = &self.requests[&id];
+            if let (Some(token), true) = (active.pending, budget > 0) {
+                members.push((id, 0, Some(n_outputs)));
+                n_outputs += 1;
+                batch.push(BatchToken {
+                    token,
+                    seq,
+                    output: true,
+                });
+                budget -= 1;
+            }
+        }
+        for &(seq, id) in &running {
+            let active = &self.requests[&id];
+            let left = active.prompt.len() - active.fed;
+            if left == 0 || budget == 0 {
+                continue;
+            }
+            let n = left.min(budget);
+            let last = active.fed + n == active.prompt.len();
+            let chunk = &active.prompt[active.fed..active.fed + n];
+            batch.extend(chunk.iter().map(|&token| BatchToken {
+                token,
+                seq,
+                output: false,
+            }));
+            let row = last.then(|| {
+                let end = batch.len() - 1;
+                batch[end].output = true;
+                n_outputs += 1;
+                n_outputs - 1
+            });
+            members.push((id, n, row));
+            budget -= n;
+        }
+        (!batch.is_empty()).then_some(Plan { batch, members })
+    }
+
+    /// Gives waiting requests free sequences, in order, while the cache has room for
+    /// what they and the running ones may still need (when nothing runs, a request is
+    /// admitted regardless: if it outgrows the cache it stops with `context_full`).
+    fn admit(&mut self, ctx: &mut Context) {
+        while let Some(&id) = self.queue.front() {
+            let Some(seq) = self.choose_slot(ctx, id) else { return };
+            let active = &self.requests[&id];
+            let reuse = active.params.generate.reuse_prefix;
+            let kept = if reuse {
+                ctx.reusable_prefix(seq, &active.prompt)
+            } else {
+                0
+            };
+            let budget = active.prompt.len() + active.params.generate.max_tokens as usize;
+            if !reuse {
+                // A fresh sequence starts from an empty cache, as llama.cpp's does, so
+                // its cells (and so its bits) are those of a lone run.
+                self.evict_idle(ctx, usize::MAX, None);
+            }
+            let needed = budget.min(ctx.params().n_ctx as usize) - kept;
+            let pledged: usize = self
+                .slots
+                .iter()
+                .filter_map(|s| s.request)
+                .map(|r| self.requests[&r].cells_to_come(ctx))
+                .sum();
+            // The sequence's own cache beyond the kept prefix is freed on admission.
+            let available = |ctx: &Context| ctx.free_cells() as usize + ctx.seq_tokens(seq).len() - kept;
+            if available(ctx) < needed + pledged {
+                self.evict_idle(ctx, needed + pledged - available(ctx), Some(seq));
+                let running = self.slots.iter().any(|s| s.request.is_some());
+                if running && available(ctx) < needed + pledged {
+                    return;
+                }
+            }
+            self.queue.pop_front();
+            ctx.seq_truncate(seq, kept);
+            self.slots[seq as usize].request = Some(id);
+            let active = self.requests.get_mut(&id).expect("queued requests are known");
+            active.slot = Some(seq);
+            active.fed = kept;
+            active.reused = kept;
+        }
+    }
+
+    /// A free sequence for `id`: the one whose cache shares the longest prefix with
+    /// its prompt when it reuses prefixes, else the first free one.
+    fn choose_slot(&self, ctx: &Context, id: RequestId) -> Option<SeqId> {
+        let active = &self.requests[&id];
+        let free = (0..self.slots.len() as SeqId).filter(|&s| self.slots[s as usize].request.is_none());
+        if active.params.generate.reuse_prefix {
+            // max_by_key keeps the last maximum: reversed, the first free slot wins ties.
+            free.rev()
+                .max_by_key(|&s| (ctx.reusable_prefix(s, &active.prompt), self.slots[s as usize].last_used))
+        } else {
+            free.min()
+        }
+    }
+
+    /// Frees the caches of idle sequences, least recently used first, until `cells`
+    /// are freed (all of them with `usize::MAX`); `keep` is spared.
+    fn evict_idle(&mut self, ctx: &mut Context, cells: usize, keep: Option<SeqId>) {
+        let mut idle: Vec<(u64, SeqId)> = (0..self.slots.len() as SeqId)
+            .filter(|&s| Some(s) != keep && self.slots[s as usize].request.is_none())
+            .filter(|&s| !ctx.seq_tokens(s).is_empty())
+            .map(|s| (self.slots[s as usize].last_used, s))
+            .collect();
+        idle.sort_unstable();
+        let mut freed = 0;
+        for (_, seq) in idle {
+            if freed >= cells {
+                break;
+            }
+            freed += ctx.seq_tokens(seq).len();
+            ctx.seq_truncate(seq, 0);
+        }
+    }
+
+    /// Takes in a pass's outcome: samples each output row with its request's sampler,
+    /// or fails the requests the pass carried. An interrupted pass changes nothing
+    /// (the context forgot its tokens): it is planned again.
+    pub fn complete(&mut self, ctx: &Context, plan: Plan, result: Result<()>, seconds: f64) {
+        match result {
+            Ok(()) => {}
+            Err(Error::Aborted) => return,
+            Err(Error::ContextFull(message)) => {
+                for (id, n_prompt, _) in plan.members {
+                    if self.requests.contains_key(&id) {
+                        if n_prompt > 0 {
+                            self.fail(id, Error::ContextFull(message.clone()));
+                        } else {
+                            self.finish(ctx, id, FinishReason::Generation(StopReason::ContextFull));
+                        }
+                    }
+                }
+                return;
+            }
+            Err(e) => {
+                for (id, _, _) in plan.members {
+                    self.fail(id, e.clone());
+                }
+                return;
+            }
+        }
+        for (id, n_prompt, row) in plan.members {
+            let Some(active) = self.requests.get_mut(&id).filter(|a| !a.done && a.failed.is_none()) else {
+                continue; // cancelled or failed during the pass
+            };
+            if n_prompt > 0 {
+                active.fed += n_prompt;
+                active.prompt_seconds += seconds;
+            } else {
+                active.pending = None;
+                active.decode_seconds += seconds;
+                active.decode_passes += 1;
+            }
+            let Some(row) = row else { continue };
+            if active.params.generate.max_tokens == 0 {
+                self.finish(ctx, id, FinishReason::Generation(StopReason::Length));
+                continue;
+            }
+            self.sample(ctx, id, ctx.output_logits(row));
+        }
+    }
+
+    fn sample(&mut self, ctx: &Context, id: RequestId, logits: &[f32]) {
+        let active = self.requests.get_mut(&id).expect("sampled requests are known");
+        let token = match active.choose.as_mut() {
+            Some(choose) => choose(logits),
+            None => active.sampler.sample(logits),
+        };
+        active.sampler.accept(token);
+        active.tokens.push(token);
+        let logprob = active.logprobs.map(|k| {
+            let (logprob, top) = log_softmax_top(logits, token, k as usize);
+            Logprob { logprob, top }
+        });
+        let model = ctx.model();
+        let gen = &active.params.generate;
+        let eos = !gen.ignore_eos && model.is_eog(token);
+        let text = match model.tokenizer() {
+            Ok(tokenizer) if !eos => active.text.push(tokenizer.token_to_piece(token, false)),
+            _ => String::new(),
+        };
+        active.events.push_back(Event::Token {
+            id: token,
+            text,
+            logprob,
+        });
+        let stop = if active.text.stopped() {
+            Some(FinishReason::Stop)
+        } else if eos {
+            Some(FinishReason::Generation(StopReason::Eos))
+        } else if active.tokens.len() >= gen.max_tokens as usize {
+            Some(FinishReason::Generation(StopReason::Length))
+        } else if active.prompt.len() + active.tokens.len() >= ctx.params().n_ctx as usize {
+            Some(FinishReason::Generation(StopReason::ContextFull))
+        } else {
+            None
+        };
+        match stop {
+            Some(reason) => self.finish(ctx, id, reason),
+            None => active.pending = Some(token),
+        }
+    }
+
+    fn finish(&mut self, ctx: &Context, id: RequestId, finish_reason: FinishReason) {
+        let active = self.requests.get_mut(&id).expect("finished requests are known");
+        let tail = active.text.finish();
+        let n_past = active.slot.map_or(0, |s| ctx.seq_tokens(s).len());
+        let summary = Summary {
+            finish_reason,
+            tokens: std::mem::take(&mut active.tokens),
+            text: active.text.text().to_string(),
+            prompt_tokens: active.prompt.len(),
+            reused_tokens: active.reused,
+            prompt_seconds: active.prompt_seconds,
+            decode_seconds: active.decode_seconds,
+            decode_passes: active.decode_passes,
+            n_past,
+        };
+        active.events.push_back(Event::Done { tail, summary });
+        active.done = true;
+        if let Some(slot) = active.slot.take() {
+            self.release(slot);
+        }
+    }
+
+    fn fail(&mut self, id: RequestId, e: Error) {
+        if let Some(active) = self.requests.get_mut(&id) {
+            active.failed = Some(e);
+            if let Some(slot) = active.slot.take() {
+                self.release(slot);
+            }
+        }
+    }
+
+    /// Plans, evaluates and completes one pass on this thread; false when there was
+    /// nothing to evaluate.
+    pub fn step(&mut self, ctx: &mut Context) -> Result<bool> {
+        let Some(plan) = self.plan(ctx) else {
+            return Ok(false);
+        };
+        let start = std::time::Instant::now();
+        let result = ctx.decode_batch(&plan.batch);
+        let seconds = start.elapsed().as_secs_f64();
+        ctx.count(plan.batch.len(), seconds);
+        let aborted = matches!(result, Err(Error::Aborted));
+        self.complete(ctx, plan, result, seconds);
+        if aborted {
+            return Err(Error::Aborted);
+        }
+        Ok(true)
+    }
+}

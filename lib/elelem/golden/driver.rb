@@ -1,0 +1,59 @@
+# frozen_string_literal: true
+
+module Elelem
+  class Golden
+    # The reference driver (tools/reference, llama.cpp built like this build) answering
+    # a golden case: llama.cpp's greedy ids.
+    class Driver
+      # @param path [String] the `elelem-reference` executable
+      def initialize(path)
+        @path = path
+      end
+
+      # What llama.cpp decodes for `kase` on the model `info` describes.
+      # @param info [Hash] {Model#info} of the model opened as the golden file says
+      # @param kase [Hash] a case of a golden file
+      # @return [Hash] `"ids"`, and for one sequence `"text"` (when it is UTF-8) and each
+      #   step's top-two logit `"margins"`; for a lockstep case, `"ids"` per sequence
+      def output(info, kase)
+        ignore_eos = kase["ignore_eos"] ? 1 : 0
+        if kase["prompts"]
+          return lockstep(info[:path], kase["prompts"], kase["max_tokens"], info.values_at(:n_ctx, :n_threads),
+                          ignore_eos)
+        end
+
+        generate(info[:path], kase["prompt"].join(","), kase["max_tokens"], *info.values_at(:n_ctx, :n_threads),
+                 ignore_eos)
+      end
+
+      private
+
+      # The driver prints the ids, the hex of their text, and each step's top-two margin.
+      def generate(*args)
+        out = run("generate", *args)
+        ids, hex, margins = out.lines.map(&:strip)
+        { "ids" => ids.split.map(&:to_i), "text" => utf8([hex].pack("H*")), "margins" => margins.split.map(&:to_f) }
+          .compact
+      end
+
+      # A line of ids per sequence.
+      def lockstep(model, prompts, max_tokens, (n_ctx, n_threads), ignore_eos)
+        out = run("lockstep", model, max_tokens, n_ctx, n_threads, ignore_eos, *prompts.map { |ids| ids.join(",") })
+        { "ids" => out.lines.map { |line| line.split.map(&:to_i) } }
+      end
+
+      def run(*args)
+        out, err, status = Open3.capture3(@path, *args.map(&:to_s))
+        raise Error, "the reference driver failed (#{status}): #{err.lines.last(3).join}" unless status.success?
+
+        out
+      end
+
+      # A synthetic vocabulary's pieces need not be UTF-8: such text is left out.
+      def utf8(bytes)
+        text = bytes.force_encoding(Encoding::UTF_8)
+        text if text.valid_encoding?
+      end
+    end
+  end
+end
