@@ -182,6 +182,20 @@ module Bench
     end
   end
 
+  # Decode while another process keeps one core busy (a server shares its cores with
+  # Ruby threads and other processes): both engines under the same competing load.
+  def contended_rows(path, threads)
+    with_both(path, threads, N_CTX) do |_model, ours, peer|
+      hog = Process.spawn("ruby", "-e", "loop {}")
+      begin
+        [interleaved("tg#{TG} t/s, one core busy", ours, peer) { |side| side.decode_rate(TG) }]
+      ensure
+        Process.kill(:KILL, hog)
+        Process.wait(hog)
+      end
+    end
+  end
+
   # Continuous batching: generated tokens per second of 1, 2, 4 and 8 sequences decoded
   # together (elelem's generate_all; llama.cpp's lockstep driver, same passes), and our
   # speedup over one stream.
@@ -269,17 +283,21 @@ module Bench
     path = Elelem::Models.fetch(name)
     before = cpu_times
     rows = speed_rows(path, threads)
-    if threads == 2
-      rows += depth_rows(path, threads) + stream_rows(path, threads) + agreement_rows(path, threads) +
-              open_rows(path, threads)
-      ours, theirs = rss_pair(path, threads)
-      rows << { "metric" => "peak RSS MiB", "elelem" => ours, "llama.cpp" => theirs }
-      memory = peer_memory(path)
-      rows.find { |r| r["metric"] == "KV cache MiB" }["llama.cpp"] = memory[:kv]
-      rows.find { |r| r["metric"] == "compute buffer MiB" }["llama.cpp"] = memory[:compute]
-    end
+    rows += two_thread_rows(path, threads) if threads == 2
     rows << { "metric" => "CPU stolen by the host %", "elelem" => stolen_percent(before, cpu_times) }
     rows.map { |r| r.merge("model" => name, "threads" => threads) }
+  end
+
+  # The rows measured at two threads only: depth, streams, contention, open time, memory.
+  def two_thread_rows(path, threads)
+    rows = depth_rows(path, threads) + stream_rows(path, threads) + agreement_rows(path, threads) +
+           contended_rows(path, threads) + open_rows(path, threads)
+    ours, theirs = rss_pair(path, threads)
+    rows << { "metric" => "peak RSS MiB", "elelem" => ours, "llama.cpp" => theirs }
+    memory = peer_memory(path)
+    rows.find { |r| r["metric"] == "KV cache MiB" }["llama.cpp"] = memory[:kv]
+    rows.find { |r| r["metric"] == "compute buffer MiB" }["llama.cpp"] = memory[:compute]
+    rows
   end
 
   # /proc/stat's first line: user nice system idle iowait irq softirq steal ...
