@@ -166,6 +166,26 @@ RSpec.describe "a model in a living process" do
     canary&.close
   end
 
+  it "runs threads' calls together with parallel:, queues the rest, and sheds what the queue cannot hold" do
+    Elelem.open(SpecModels.canary, n_ctx: 512, n_threads: 1, parallel: 4, queue: 1) do |canary|
+      alone = canary.generate("the canary", max_tokens: 6, ignore_eos: true)
+      results = Array.new(4) { Thread.new { canary.generate("the canary", max_tokens: 6, ignore_eos: true) } }
+      expect(results.map(&:value)).to eq([alone] * 4) # four free sequences take four arrivals at once
+    end
+    Elelem.open(SpecModels.canary, n_ctx: 256, n_threads: 1, parallel: 1, queue: 0) do |canary|
+      expect(canary.generate([1, 2], max_tokens: 2).size).to eq(2) # a free sequence needs no queue
+      shed = nil
+      canary.generate([1, 2], max_tokens: 3, ignore_eos: true) do
+        shed ||= Thread.new do
+          canary.generate([3], max_tokens: 1)
+        rescue Elelem::BusyError => e
+          e
+        end.value
+      end
+      expect(shed).to be_a(Elelem::BusyError)
+    end
+  end
+
   it "keeps working in a forked child (a preloading server), and in the parent" do
     reader, writer = IO.pipe
     pid = fork do

@@ -135,7 +135,7 @@ pub struct Batcher<'a> {
 
 impl<'a> Batcher<'a> {
     /// A batcher over a context's `n_seq_max` sequences, holding at most `max_queue`
-    /// requests waiting for one.
+    /// requests waiting for one (0: a request is refused unless a sequence is free).
     pub fn new(ctx: &Context, max_queue: usize) -> Batcher<'a> {
         Batcher {
             model: Arc::clone(ctx.model()),
@@ -184,10 +184,13 @@ impl<'a> Batcher<'a> {
         if text.has_stops() {
             self.model.tokenizer()?;
         }
-        if self.queue.len() >= self.max_queue {
+        // Waiting requests take the free sequences first, at the next pass: only those
+        // beyond them wait in the queue.
+        let free = self.slots.iter().filter(|s| s.request.is_none()).count();
+        if self.queue.len() >= free + self.max_queue {
             return Err(Error::Busy(format!(
                 "every sequence is busy and {} requests are waiting already",
-                self.queue.len()
+                self.queue.len() - free.min(self.queue.len())
             )));
         }
         let mut sampler = Sampler::new(params.sampler.clone());
