@@ -83,9 +83,11 @@ module Elelem
       end
 
       # Sampling as OpenAI defines it (temperature 1 and top_p 1 unless told), plus
-      # llama.cpp's `top_k`, `min_p` and `repeat_penalty`, which llama-server takes too.
+      # llama.cpp's `top_k`, `min_p`, `repeat_penalty` and `ignore_eos`, which llama-server
+      # takes too.
       def sampling
         {
+          ignore_eos: optional("ignore_eos", true, false),
           temperature: number("temperature", 0.0..2.0) || 1.0, top_p: number("top_p", 0.0..1.0) || 1.0,
           top_k: integer("top_k", 0..Options::MAX_U32), min_p: number("min_p", 0.0..1.0),
           repeat_penalty: number("repeat_penalty", 0.0..10.0), seed: integer("seed", 0..Options::MAX_SEED),
