@@ -75,7 +75,8 @@ RSpec.describe Elelem::Server do
     error = json(response).fetch("error")
     expect(error.keys).to eq(%w[message type param code])
     expect(error["message"]).to be_a(String).and(satisfy { |m| !m.empty? })
-    expect(error.slice("type", "param")).to eq("type" => Elelem::Server::HTTPError::TYPES.fetch(status), "param" => param)
+    expect(error.slice("type",
+                       "param")).to eq("type" => Elelem::Server::HTTPError::TYPES.fetch(status), "param" => param)
     expect(error["code"]).to eq(code) if code
     error
   end
@@ -262,7 +263,8 @@ RSpec.describe Elelem::Server do
 
   describe "bad requests (400)" do
     it "refuses malformed JSON and a body that is not an object" do
-      ["{", "", "nul", "[1, 2]", "\"text\"", "#{"[" * 200}#{"]" * 200}"].each do |body|
+      ["{", "", "nul", "[1, 2]", "\"text\"", "#{"[" * 200}#{"]" * 200}", "\xff\xfe",
+       "{\"prompt\": \"\xff\"}"].each do |body|
         expect_error(post("/v1/chat/completions", body), 400)
       end
     end

@@ -39,9 +39,10 @@ module Elelem
         TYPES.fetch(status, "invalid_request_error")
       end
 
-      # @return [Hash] the error object, as the response body holds it
+      # @return [Hash] the error object, as the response body holds it (the message's
+      #   bytes that are not UTF-8, a client's among them, replaced)
       def to_h
-        { error: { message:, type:, param:, code: } }
+        { error: { message: message.dup.force_encoding(Encoding::UTF_8).scrub, type:, param:, code: } }
       end
     end
   end
