@@ -266,6 +266,28 @@ RSpec.describe "elelem serve" do
     end
   end
 
+  it "stops on Ctrl-C within the grace period, ending a stream and a request in flight with 503s" do
+    # Qwen 0.5B: 1,000 tokens take it far longer than the grace period.
+    server = ServeProcess.new("-m", SpecModels.path("qwen2.5-coder-0.5b"), "-t", "1", "-c", "2048", "--parallel", "1")
+    long = { prompt: "def hello", max_tokens: 1000, ignore_eos: true }
+    stream = Thread.new { server.stream("/v1/completions", long.merge(stream: true)) }
+    sleep 1 # the stream holds the only sequence; the next request waits for it
+    waiting = Thread.new { server.request("POST", "/v1/completions", long) }
+    sleep 0.5
+    started = now
+    status = server.stop
+    stopped = now - started
+    _, _, events = stream.value
+    response = waiting.value
+    puts "\n    Ctrl-C with a stream and a queued request in flight: stopped in #{stopped.round(1)} s"
+    expect(status.exitstatus).to eq(0)
+    expect(stopped).to be < Elelem::Server::Runner::SHUTDOWN_GRACE + 3
+    expect(events.last["error"]["code"]).to eq("shutting_down")
+    expect([response.code, JSON.parse(response.body)["error"]["code"]]).to eq(%w[503 shutting_down])
+  ensure
+    server&.stop if server&.pid
+  end
+
   it "shares the weights between Puma's workers forked after the model is opened (cluster mode)" do
     server = ServeProcess.new("-m", SpecModels.path("qwen2.5-coder-0.5b"), "-t", "1", "-c", "512", "--parallel", "1",
                               "--workers", "2")

@@ -395,6 +395,25 @@ RSpec.describe Elelem::Server do
     end
   end
 
+  describe "a server that stops" do
+    it "ends the streams in flight with an error event, freeing their sequences (close_streams)" do
+      lone = Elelem.open(SpecModels.canary, n_ctx: 2048, n_threads: 1, parallel: 1, queue: 4)
+      server = described_class.new(lone)
+      body = JSON.generate(prompt: "hello", max_tokens: 1900, ignore_eos: true, stream: true)
+      _, _, stream = server.call(Rack::MockRequest.env_for("/v1/completions", method: "POST", input: body))
+      events = []
+      reader = Thread.new { stream.each { |event| events << event } }
+      sleep 0.2
+      expect(server.close_streams).to eq(1)
+      reader.join(5)
+      expect(JSON.parse(events.last.delete_prefix("data: "))["error"]["code"]).to eq("shutting_down")
+      expect(server.close_streams).to eq(0)
+      expect(Timeout.timeout(2) { lone.generate("hello", max_tokens: 2) }).to be_a(String)
+    ensure
+      lone&.close
+    end
+  end
+
   describe "a client that goes away mid-stream" do
     it "stops the generation when writing to it fails, freeing the sequence at once" do
       lone = Elelem.open(SpecModels.canary, n_ctx: 2048, n_threads: 1, parallel: 1, queue: 4)

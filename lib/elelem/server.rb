@@ -69,6 +69,8 @@ module Elelem
       @template = template.nil? ? nil : Options.text(:template, template)
       @reuse_prefix = reuse_prefix ? true : false
       @created = Time.now.to_i
+      @streams = {}
+      @streams_lock = Mutex.new
     end
 
     # Answers one request (Rack's interface).
@@ -78,6 +80,15 @@ module Elelem
       status, headers, body = answer(env)
       # A HEAD gets the headers of a GET and no body.
       env["REQUEST_METHOD"] == "HEAD" ? [status, headers, []] : [status, headers, body]
+    end
+
+    # Ends every streaming reply in flight: each generation stops and its stream ends
+    # with an error event (`shutting_down`). For a server that is stopping ({Runner} calls
+    # it once the grace period is over), since a server waits for the streams it sends.
+    # @return [Integer] how many streams were ended
+    def close_streams
+      streams = @streams_lock.synchronize { @streams.keys }
+      streams.each(&:close).size
     end
 
     private
@@ -154,9 +165,10 @@ module Elelem
       reply = Reply.new(request, @model, model_name)
       return json(200, reply.complete(complete(request, prompt))) unless request.stream
 
-      stream = EventStream.new(reply, socket: env["puma.socket"], logger: ->(e) { log(env, e) }) do |&each_piece|
-        complete(request, prompt, &each_piece)
-      end
+      forget = ->(stream) { @streams_lock.synchronize { @streams.delete(stream) } }
+      stream = EventStream.new(reply, socket: env["puma.socket"], logger: ->(e) { log(env, e) },
+                                      on_close: forget) { |&each_piece| complete(request, prompt, &each_piece) }
+      @streams_lock.synchronize { @streams[stream] = true }
       [200, STREAM_HEADERS.dup, stream.start]
     end
 
@@ -185,13 +197,17 @@ module Elelem
       raise HTTPError.new(400, "the request body is not valid JSON: #{e.message[0, 200]}")
     end
 
-    # The model's own refusals: every sequence busy and the queue full, or a closed model.
+    # The model's own refusals (every sequence busy and the queue full, a closed model), and
+    # a stopping server's: Puma raises its ForceShutdown (named, as Puma is no dependency) in
+    # a request still running after the grace period.
     def refusal(error)
       case error
       when BusyError
         HTTPError.new(503, "the server is busy: #{error.message}; retry later",
                       code: "server_busy", headers: { "retry-after" => "1" })
       when ClosedError then HTTPError.new(503, "the model is closed", code: "model_closed")
+      when ->(e) { e.class.name == "Puma::ThreadPool::ForceShutdown" }
+        HTTPError.new(503, "the server is shutting down", code: "shutting_down")
       end
     end
 

@@ -25,12 +25,14 @@ module Elelem
       # @param socket [Object, nil] the client's socket where the server gives it (Puma's
       #   `puma.socket`), to send each event at once
       # @param logger [#call] takes an unexpected error raised mid-stream
+      # @param on_close [#call] called with the stream once it is closed
       # @yield a block that generates, passing each piece to the block it is given
       # @yieldreturn [Completion]
-      def initialize(reply, socket: nil, logger: nil, &generation)
+      def initialize(reply, socket: nil, logger: nil, on_close: nil, &generation)
         @reply = reply
         @socket = socket
         @logger = logger
+        @on_close = on_close
         @events = Thread::Queue.new
         @worker = Thread.new { generate(generation) }
         @worker.report_on_exception = false
@@ -42,11 +44,10 @@ module Elelem
       # @raise [Exception] what the generation raised before its first piece
       def start
         @first = @events.pop
-        if @first[0] == :error
-          close
-          raise @first[1]
-        end
-        self
+        return self unless @first.nil? || @first[0] == :error
+
+        close
+        raise @first ? @first[1] : stopped
       end
 
       # Yields each event, the pieces as they come. An exception raised by the block (the
@@ -63,21 +64,30 @@ module Elelem
       end
 
       # Stops the generation if it still runs, and waits (a few seconds at most) until it
-      # has let go of its sequence. Idempotent.
+      # has let go of its sequence. A stream still being sent then ends with an error event
+      # (a server shutting down closes its streams so). Idempotent.
       # @return [void]
       def close
-        return unless @worker.alive?
-
-        @worker.kill
-        @worker.join(STOP_WAIT)
+        if @worker.alive?
+          @worker.kill
+          @worker.join(STOP_WAIT)
+        end
+        @on_close&.call(self)
       end
 
       private
 
+      # A generation killed ({#close}) closes the queue: the stream's reader gets nil.
       def generate(generation)
         @events << [:done, generation.call { |piece| @events << [:piece, piece] unless piece.empty? }]
       rescue StandardError, NoMemoryError => e
         @events << [:error, e]
+      ensure
+        @events.close
+      end
+
+      def stopped
+        HTTPError.new(503, "the server is shutting down", code: "shutting_down")
       end
 
       def events(event, &)
@@ -86,6 +96,7 @@ module Elelem
           in [:piece, piece] then yield event(@reply.piece(piece))
           in [:done, completion] then return finish(completion, &)
           in [:error, error] then return failure(error, &)
+          in nil then return failure(stopped, &)
           end
           event = @events.pop
         end
@@ -97,8 +108,10 @@ module Elelem
       end
 
       # An error after the 200 went out: an error event, as OpenAI's clients read it, and
-      # no `[DONE]`.
+      # no `[DONE]`. Unexpected errors are logged.
       def failure(error)
+        return yield event(error.to_h) if error.is_a?(HTTPError)
+
         @logger&.call(error)
         yield event(HTTPError.new(500, "the generation failed: #{error.message}").to_h)
       end

@@ -36,7 +36,8 @@ module Elelem
       end
 
       # Serves until SIGINT (Ctrl-C) or SIGTERM, after which the replies in flight get
-      # {SHUTDOWN_GRACE} seconds to finish.
+      # {SHUTDOWN_GRACE} seconds to finish before they are interrupted (Puma interrupts
+      # the requests in the application; the server ends its streams).
       # @yield once listening (in cluster mode: once every worker has booted)
       # @return [void]
       def run(&on_listening)
@@ -45,10 +46,20 @@ module Elelem
         require "puma/launcher"
         events = ::Puma::Events.new(@out, @err)
         events.on_booted(&on_listening) if on_listening
+        events.register(:state) { |state| end_streams_later if state == :stop }
         ::Puma::Launcher.new(configuration, events:).run
       end
 
       private
+
+      # Puma waits for a stream's thread to end, and interrupts only threads in the
+      # application's `call`: the streams are ended once the grace period is over.
+      def end_streams_later
+        Thread.new do
+          sleep SHUTDOWN_GRACE
+          @server.close_streams
+        end
+      end
 
       def configuration
         # config_files "-": no config/puma.rb of the current directory is read.
