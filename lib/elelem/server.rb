@@ -198,15 +198,15 @@ module Elelem
     end
 
     # The model's own refusals (every sequence busy and the queue full, a closed model), and
-    # a stopping server's: Puma raises its ForceShutdown (named, as Puma is no dependency) in
-    # a request still running after the grace period.
+    # a stopping server's: Puma raises its ForceShutdown (where Puma is loaded at all) in a
+    # request still running after the grace period.
     def refusal(error)
       case error
       when BusyError
         HTTPError.new(503, "the server is busy: #{error.message}; retry later",
                       code: "server_busy", headers: { "retry-after" => "1" })
       when ClosedError then HTTPError.new(503, "the model is closed", code: "model_closed")
-      when ->(e) { e.class.name == "Puma::ThreadPool::ForceShutdown" }
+      when ->(e) { defined?(::Puma::ThreadPool::ForceShutdown) && e.is_a?(::Puma::ThreadPool::ForceShutdown) }
         HTTPError.new(503, "the server is shutting down", code: "shutting_down")
       end
     end
