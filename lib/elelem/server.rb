@@ -188,7 +188,9 @@ module Elelem
                                 code: "request_too_large")
       raise too_large if env["CONTENT_LENGTH"].to_i > @max_body_bytes
 
-      body = String.new(env["rack.input"]&.read(@max_body_bytes + 1).to_s, encoding: Encoding::UTF_8)
+      input = env["rack.input"]
+      input.rewind if input.respond_to?(:rewind) # a middleware before us may have read it
+      body = String.new(input&.read(@max_body_bytes + 1).to_s, encoding: Encoding::UTF_8)
       raise too_large if body.bytesize > @max_body_bytes
       raise HTTPError.new(400, "the request body is not UTF-8") unless body.valid_encoding?
 

@@ -90,7 +90,7 @@ module Elelem
           ignore_eos: optional("ignore_eos", true, false),
           temperature: number("temperature", 0.0..2.0) || 1.0, top_p: number("top_p", 0.0..1.0) || 1.0,
           top_k: integer("top_k", 0..Options::MAX_U32), min_p: number("min_p", 0.0..1.0),
-          repeat_penalty: number("repeat_penalty", 0.0..10.0), seed: integer("seed", 0..Options::MAX_SEED),
+          repeat_penalty: number("repeat_penalty", 0.01..10.0), seed: integer("seed", 0..Options::MAX_SEED),
           stop: stops
         }.tap { %w[presence_penalty frequency_penalty].each { |name| number(name, -2.0..2.0) } }.compact
       end
