@@ -347,13 +347,14 @@ RSpec.describe Elelem::Server do
   describe "refusals and failures" do
     it "answers 503 (Retry-After) when every sequence is busy and the queue is full" do
       busy = Elelem.open(SpecModels.canary, n_ctx: 2048, n_threads: 1, parallel: 1, queue: 1)
+      # Seconds of work each: one holds the sequence, then the other waits in the queue (one
+      # after the other: two arriving before the same pass would both count as queued).
       started = Queue.new
-      # Seconds of work each: one holds the sequence, the other waits in the queue.
-      running, waiting = Array.new(2) do
-        Thread.new { busy.generate("hello", max_tokens: 1900, ignore_eos: true) { started << true } }
-      end
+      running = Thread.new { busy.generate("hello", max_tokens: 1900, ignore_eos: true) { started << true } }
       started.pop
-      sleep 0.2 # the second request is queued
+      waiting = Thread.new { busy.generate("hello", max_tokens: 1900, ignore_eos: true) }
+      sleep 0.3
+      expect(waiting).to be_alive
       server = described_class.new(busy)
       [{ prompt: "hi" }, { prompt: "hi", stream: true }].each do |body|
         response = post("/v1/completions", body, app: Rack::Lint.new(server))
@@ -364,6 +365,12 @@ RSpec.describe Elelem::Server do
       expect(post("/v1/completions", { prompt: "hi", max_tokens: 1 }, app: Rack::Lint.new(server)).status).to eq(200)
     ensure
       busy&.close
+    end
+
+    it "answers 500 for chat on a model with no template, saying so" do
+      app = Rack::Lint.new(described_class.new(model))
+      error = expect_error(post("/v1/chat/completions", { messages: }, app:), 500, code: "no_chat_template")
+      expect(error["message"]).to include("no chat template", "--template")
     end
 
     it "answers 503 for a closed model" do

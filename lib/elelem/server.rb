@@ -148,12 +148,19 @@ module Elelem
 
     def chat_completions(env)
       request = Request.new(read_json(env), :chat, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix)
-      prompt = begin
-        @model.chat_tokens(request.messages, template: @template, **request.variables)
-      rescue ArgumentError, TemplateError => e
-        raise HTTPError.new(400, e.message, param: "messages")
-      end
-      generate(env, request, prompt)
+      generate(env, request, chat_prompt(request))
+    end
+
+    # The conversation rendered by the chat template, as token ids.
+    def chat_prompt(request)
+      @model.chat_tokens(request.messages, template: @template, **request.variables)
+    rescue ArgumentError, TemplateError => e
+      raise HTTPError.new(400, e.message, param: "messages")
+    rescue ClosedError
+      raise
+    rescue Elelem::Error => e # a model without a template, served without one
+      raise HTTPError.new(500, "chat is not available: #{e.message} (elelem serve --template FILE)",
+                          code: "no_chat_template")
     end
 
     def completions(env)
