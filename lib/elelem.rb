@@ -19,6 +19,7 @@ require_relative "elelem/model"
 require_relative "elelem/models"
 require_relative "elelem/bench"
 require_relative "elelem/golden"
+require_relative "elelem/server"
 
 # Run GGUF language models on ggml from Ruby.
 #

@@ -45,6 +45,14 @@ RSpec.describe Elelem::CLI do
     expect(run("chat", "-m", SpecModels.canary, "hello")[0]).to eq(1)
   end
 
+  it "lists serve's flags, and refuses what it does not take before opening a model" do
+    status, out, = run("serve", "--help")
+    expect(status).to eq(0)
+    expect(out).to include("--host", "--port", "--parallel", "--queue", "--api-key", "--workers", "--n-ctx")
+    expect(run("serve", "-m", SpecModels.canary, "extra")[0..2]).to eq([1, "", "elelem: needless argument: extra\n"])
+    expect(run("serve", "--port", "eighty")[2]).to eq("elelem: invalid argument: --port eighty\n")
+  end
+
   it "tokenizes" do
     _, out, = run("tokenize", "-m", SpecModels.path("qwen2.5-coder-0.5b"), "def hello")
     expect(out).to eq("750 23811\n")

@@ -5,14 +5,16 @@ require "optparse"
 require_relative "../elelem"
 require_relative "cli/chat"
 require_relative "cli/flags"
+require_relative "cli/serve"
 
 module Elelem
-  # The `elelem` command: generate, chat, tokenize, info, bench, fetch.
+  # The `elelem` command: generate, chat, serve, tokenize, info, bench, fetch.
   class CLI
     # The subcommands and what each does.
     COMMANDS = {
       "generate" => "stream a continuation of PROMPT (or of standard input)",
       "chat" => "chat with the model (Ctrl-D or /quit ends, Ctrl-C stops the current reply)",
+      "serve" => "serve OpenAI's HTTP API (chat and completions, streaming) on Puma",
       "tokenize" => "print the token ids of TEXT",
       "info" => "describe a model",
       "bench" => "measure prompt and decode speed (medians; `rake bench` adds llama.cpp beside it)",
@@ -71,7 +73,7 @@ module Elelem
 
     def open_model(opts, &)
       path = Models.resolve(opts[:model] || Models::DEFAULT)
-      Elelem.open(path, **opts.slice(:n_ctx, :n_threads), &)
+      Elelem.open(path, **opts.slice(:n_ctx, :n_threads, :parallel, :queue), &)
     end
 
     # The words of `rest` as one text, or standard input when there are none or just `-`.

@@ -24,7 +24,7 @@ module Elelem
       parser.on("-m", "--model MODEL", "a .gguf path or a known model name (default #{Models::DEFAULT})") do |m|
         opts[:model] = m
       end
-      parser.on("-c", "--ctx N", Integer, "context size (default #{ctx})") { |n| opts[:n_ctx] = n } if ctx
+      parser.on("-c", "--ctx N", "--n-ctx N", Integer, "context size (default #{ctx})") { |n| opts[:n_ctx] = n } if ctx
       parser.on("-t", "--threads N", Integer, "CPU threads (default #{Etc.nprocessors})") { |n| opts[:n_threads] = n }
     end
 

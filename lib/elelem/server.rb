@@ -1,0 +1,243 @@
+# frozen_string_literal: true
+
+require "json"
+require "openssl"
+require_relative "server/http_error"
+require_relative "server/request"
+require_relative "server/reply"
+require_relative "server/event_stream"
+require_relative "server/runner"
+
+module Elelem
+  # OpenAI's HTTP API over a {Model}, as a Rack application: a plain callable taking
+  # Rack's env and returning `[status, headers, body]`, so it needs no gem and runs on any
+  # Rack server (`elelem serve` runs it on Puma) or inside an app:
+  #
+  #   # config/routes.rb
+  #   mount Elelem::Server.new(Elelem.open("qwen2.5-coder-0.5b", parallel: 4)) => "/llm"
+  #
+  # Routes (under the mount point, `SCRIPT_NAME`): `POST /v1/chat/completions`,
+  # `POST /v1/completions` (both streaming as server-sent events when asked),
+  # `GET /v1/models`, `GET /v1/models/NAME`, `GET /health`. Concurrent requests run
+  # together in the model's passes (`parallel:` of {Elelem.open}); past those and the
+  # model's `queue:`, a request is answered 503 at once.
+  #
+  # Errors are OpenAI's error objects: 400 (malformed JSON, a field of the wrong type or
+  # out of range, a prompt longer than the context), 401 (an API key is set and the
+  # request's Bearer token is not it), 404, 405, 413 (a body over `max_body_bytes`),
+  # 503 (busy), 500 (anything unexpected, logged to `rack.errors`). The `model` field of a
+  # request is not checked: the one model is served whatever a client names.
+  class Server
+    # The largest request body taken unless told otherwise (a chat filling a 32k-token
+    # context is about 130 KB).
+    DEFAULT_MAX_BODY_BYTES = 4 << 20
+    # The most tokens one request generates unless told otherwise; a request asking for
+    # more gets this many (and `finish_reason: "length"`).
+    DEFAULT_MAX_TOKENS = 4096
+    # What each path answers, and to which methods.
+    ROUTES = {
+      "/v1/chat/completions" => [%w[POST], :chat_completions], "/v1/completions" => [%w[POST], :completions],
+      "/v1/models" => [%w[GET HEAD], :models], "/health" => [%w[GET HEAD], :health]
+    }.freeze
+    # The headers of a streaming reply: no cache or proxy may hold its events back.
+    STREAM_HEADERS = { "content-type" => "text/event-stream", "cache-control" => "no-cache",
+                       "x-accel-buffering" => "no" }.freeze
+
+    # @return [String] the name the server gives its model (`GET /v1/models`, each reply's `model`)
+    attr_reader :model_name
+
+    # @param model [Model] the model to serve; the server does not close it
+    # @param model_name [String, nil] the model's name in replies (default: its file's name
+    #   without `.gguf`)
+    # @param api_key [String, nil] when set, every `/v1` request needs `Authorization: Bearer KEY`
+    #   (`/health` never does, for load balancers)
+    # @param max_body_bytes [Integer] the largest request body accepted (413 past it)
+    # @param max_tokens [Integer] the most tokens a request generates, whatever it asks
+    # @param template [String, nil] a Jinja chat template instead of the model's
+    # @param reuse_prefix [Boolean] keep the cached prefix a request shares with an earlier
+    #   one on the same sequence (llama-server's `cache_prompt`, on there too): multi-turn chats
+    #   do not evaluate earlier turns again
+    def initialize(model, model_name: nil, api_key: nil, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                   max_tokens: DEFAULT_MAX_TOKENS, template: nil, reuse_prefix: true)
+      raise ArgumentError, "model must be an Elelem::Model, got #{model.class}" unless model.is_a?(Model)
+
+      @model = model
+      @model_name = model_name ? Options.text(:model_name, model_name) : File.basename(model.info[:path], ".gguf")
+      @api_key = api_key.nil? ? nil : Options.text(:api_key, api_key)
+      @max_body_bytes = Options.integer(:max_body_bytes, max_body_bytes, 1..Options::MAX_U32)
+      @max_tokens = Options.integer(:max_tokens, max_tokens, 0..Options::MAX_N_CTX)
+      @template = template.nil? ? nil : Options.text(:template, template)
+      @reuse_prefix = reuse_prefix ? true : false
+      @created = Time.now.to_i
+      @streams = {}
+      @streams_lock = Mutex.new
+    end
+
+    # Answers one request (Rack's interface).
+    # @param env [Hash] Rack's environment
+    # @return [Array(Integer, Hash, #each)] status, headers, body
+    def call(env)
+      status, headers, body = answer(env)
+      # A HEAD gets the headers of a GET and no body.
+      env["REQUEST_METHOD"] == "HEAD" ? [status, headers, []] : [status, headers, body]
+    end
+
+    # Ends every streaming reply in flight: each generation stops and its stream ends
+    # with an error event (`shutting_down`). For a server that is stopping ({Runner} calls
+    # it once the grace period is over), since a server waits for the streams it sends.
+    # @return [Integer] how many streams were ended
+    def close_streams
+      streams = @streams_lock.synchronize { @streams.keys }
+      streams.each(&:close).size
+    end
+
+    private
+
+    def answer(env)
+      handler = route(env)
+      authorize(env) unless handler == :health
+      send(handler, env)
+    rescue HTTPError => e
+      error(e)
+    rescue StandardError, NoMemoryError => e
+      error(refusal(e) || unexpected(env, e))
+    end
+
+    def route(env)
+      path = env["PATH_INFO"].to_s.chomp("/")
+      methods, handler = ROUTES[path] || (path.start_with?("/v1/models/") && [%w[GET HEAD], :model])
+      method = env["REQUEST_METHOD"]
+      raise HTTPError.new(404, "no route for #{method} #{path}", code: "not_found") unless methods
+
+      unless methods.include?(method)
+        raise HTTPError.new(405, "#{path} takes #{methods.first}, not #{method}",
+                            code: "method_not_allowed", headers: { "allow" => methods.join(", ") })
+      end
+
+      handler
+    end
+
+    def authorize(env)
+      return if @api_key.nil?
+
+      given = env["HTTP_AUTHORIZATION"].to_s[/\ABearer (.+)\z/, 1].to_s
+      return if OpenSSL.secure_compare(given, @api_key)
+
+      raise HTTPError.new(401, "a valid API key is required (Authorization: Bearer KEY)",
+                          code: "invalid_api_key", headers: { "www-authenticate" => "Bearer" })
+    end
+
+    def health(_env)
+      json(200, { status: "ok" })
+    end
+
+    def models(_env)
+      json(200, { object: "list", data: [model_object] })
+    end
+
+    def model(env)
+      name = env["PATH_INFO"].to_s.chomp("/").delete_prefix("/v1/models/")
+      raise HTTPError.new(404, "no model named #{name}", param: "model", code: "model_not_found") if name != model_name
+
+      json(200, model_object)
+    end
+
+    def model_object
+      { id: model_name, object: "model", created: @created, owned_by: "elelem" }
+    end
+
+    def chat_completions(env)
+      request = Request.new(read_json(env), :chat, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix)
+      generate(env, request, chat_prompt(request))
+    end
+
+    # The conversation rendered by the chat template, as token ids.
+    def chat_prompt(request)
+      @model.chat_tokens(request.messages, template: @template, **request.variables)
+    rescue ArgumentError, TemplateError => e
+      raise HTTPError.new(400, e.message, param: "messages")
+    rescue ClosedError
+      raise
+    rescue Elelem::Error => e # a model without a template, served without one
+      raise HTTPError.new(500, "chat is not available: #{e.message} (elelem serve --template FILE)",
+                          code: "no_chat_template")
+    end
+
+    def completions(env)
+      request = Request.new(read_json(env), :completion, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix)
+      generate(env, request, request.prompt)
+    end
+
+    def generate(env, request, prompt)
+      reply = Reply.new(request, @model, model_name)
+      return json(200, reply.complete(complete(request, prompt))) unless request.stream
+
+      forget = ->(stream) { @streams_lock.synchronize { @streams.delete(stream) } }
+      stream = EventStream.new(reply, socket: env["puma.socket"], logger: ->(e) { log(env, e) },
+                                      on_close: forget) { |&each_piece| complete(request, prompt, &each_piece) }
+      @streams_lock.synchronize { @streams[stream] = true }
+      [200, STREAM_HEADERS.dup, stream.start]
+    end
+
+    def complete(request, prompt, &)
+      @model.complete(prompt, **request.generation, logprobs: request.logprobs, &)
+    rescue ContextFullError => e
+      raise HTTPError.new(400, e.message, param: request.kind == :chat ? "messages" : "prompt",
+                                          code: "context_length_exceeded")
+    rescue ArgumentError => e
+      raise HTTPError.new(400, e.message)
+    end
+
+    # The body as JSON, read no further than one byte past the limit (a body announced
+    # as larger is not read at all).
+    def read_json(env)
+      too_large = HTTPError.new(413, "the request body is larger than #{@max_body_bytes} bytes",
+                                code: "request_too_large")
+      raise too_large if env["CONTENT_LENGTH"].to_i > @max_body_bytes
+
+      input = env["rack.input"]
+      input.rewind if input.respond_to?(:rewind) # a middleware before us may have read it
+      body = String.new(input&.read(@max_body_bytes + 1).to_s, encoding: Encoding::UTF_8)
+      raise too_large if body.bytesize > @max_body_bytes
+      raise HTTPError.new(400, "the request body is not UTF-8") unless body.valid_encoding?
+
+      JSON.parse(body)
+    rescue JSON::ParserError => e
+      raise HTTPError.new(400, "the request body is not valid JSON: #{e.message[0, 200]}")
+    end
+
+    # The model's own refusals (every sequence busy and the queue full, a closed model), and
+    # a stopping server's: Puma raises its ForceShutdown (where Puma is loaded at all) in a
+    # request still running after the grace period.
+    def refusal(error)
+      case error
+      when BusyError
+        HTTPError.new(503, "the server is busy: #{error.message}; retry later",
+                      code: "server_busy", headers: { "retry-after" => "1" })
+      when ClosedError then HTTPError.new(503, "the model is closed", code: "model_closed")
+      when ->(e) { defined?(::Puma::ThreadPool::ForceShutdown) && e.is_a?(::Puma::ThreadPool::ForceShutdown) }
+        HTTPError.new(503, "the server is shutting down", code: "shutting_down")
+      end
+    end
+
+    def unexpected(env, error)
+      log(env, error)
+      HTTPError.new(500, "internal error (#{error.class})")
+    end
+
+    def log(env, error)
+      errors = env["rack.errors"] || $stderr
+      errors.puts("elelem server: #{error.full_message(highlight: false)}")
+      errors.flush if errors.respond_to?(:flush)
+    end
+
+    def error(http_error)
+      status, headers, body = json(http_error.status, http_error.to_h)
+      [status, headers.merge(http_error.headers), body]
+    end
+
+    def json(status, object)
+      [status, { "content-type" => "application/json" }, [JSON.generate(object)]]
+    end
+  end
+end
