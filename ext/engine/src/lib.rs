@@ -13,8 +13,10 @@
 pub mod arch;
 mod build_profile;
 pub mod chat;
+pub mod constraint;
 mod context;
 mod error;
+mod gbnf;
 mod generate;
 pub mod ggml;
 mod graph_inputs;
@@ -26,6 +28,7 @@ pub mod sampler;
 mod text;
 
 pub use build_profile::{cpu_model, BuildProfile};
+pub use constraint::{Constraint, ConstraintFactory, ConstraintSpec};
 pub use context::{Context, ContextParams, DecodeStats};
 pub use elelem_tokenizer::Tokenizer;
 pub use error::{Error, Result};
