@@ -26,6 +26,7 @@ pub mod layers;
 mod model;
 pub mod sampler;
 mod text;
+pub mod tool_calls;
 
 pub use build_profile::{cpu_model, BuildProfile};
 pub use constraint::{Constraint, ConstraintFactory, ConstraintSpec};
