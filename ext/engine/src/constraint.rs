@@ -482,6 +482,12 @@ mod tests {
     }
 
     #[test]
+    fn constraints_move_to_the_thread_that_samples() {
+        fn send<T: Send>() {}
+        send::<Constraint>();
+    }
+
+    #[test]
     fn finds_triggers() {
         assert_eq!(find(b"abc<tool_call>", b"<tool_call>"), Some(3));
         assert_eq!(find(b"<tool", b"<tool_call>"), None);

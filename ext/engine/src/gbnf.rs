@@ -143,8 +143,7 @@ impl Parser {
 
     fn sequence(&mut self, nested: bool) -> Result<String> {
         let mut items: Vec<String> = Vec::new();
-        loop {
-            let Some(c) = self.peek() else { break };
+        while let Some(c) = self.peek() {
             let item = match c {
                 '"' => {
                     self.pos += 1;

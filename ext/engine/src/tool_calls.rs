@@ -149,7 +149,7 @@ impl ToolCallFormat {
                     at_start: false,
                 }]
             }
-            ToolCallFormat::Unsupported => unreachable!("returned above"),
+            ToolCallFormat::Unsupported => Vec::new(),
         })
     }
 }
