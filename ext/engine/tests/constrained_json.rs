@@ -416,6 +416,39 @@ fn grammars_regexes_and_choices() {
     }
 }
 
+/// A grammar as llama.cpp's `json_schema_to_grammar` writes it (here for
+/// `{"name": string, "age": integer}`), checked by the schema it came from.
+#[test]
+fn gbnf_from_llama_cpps_schema_converter() {
+    let Some((_turn, mut ctx)) = open() else { return };
+    let tokenizer = ctx.model().tokenizer().unwrap().clone();
+    let gbnf = r#"age-kv ::= "\"age\"" space ":" space integer
+char ::= [^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" [0-9a-fA-F]{4})
+integer ::= ("-"? integral-part) space
+integral-part ::= [0] | [1-9] [0-9]{0,15}
+name-kv ::= "\"name\"" space ":" space string
+root ::= "{" space name-kv "," space age-kv "}" space
+space ::= | " " | "\n"{1,2} [ \t]{0,20}
+string ::= "\"" char* "\"" space
+"#;
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"], "additionalProperties": false});
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for draw in 0..3u64 {
+        let params = SamplerParams {
+            temperature: if draw == 0 { 0.0 } else { 1.0 },
+            seed: draw,
+            ..Default::default()
+        };
+        let mut constraint = Constraint::new(&tokenizer, &ConstraintSpec::Gbnf(gbnf.into())).unwrap();
+        let prompt = chat_prompt("Describe a person as JSON with a name and an age.");
+        let (text, finish) = generate(&mut ctx, &prompt, &mut constraint, &mut Sampler::new(params), 48);
+        assert_eq!(finish, Finish::Done, "{text:?}");
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert!(validator.is_valid(&value), "{text}");
+    }
+}
+
 #[test]
 fn refuses_what_llguidance_cannot_enforce_before_decoding() {
     let Some(path) = model_path() else { return };
