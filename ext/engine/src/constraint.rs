@@ -136,9 +136,8 @@ impl ConstraintFactory {
         Ok(factory)
     }
 
-    /// Builds the trie and llguidance's slices of it (no cache; see
-    /// [`ConstraintFactory::for_tokenizer`]).
-    pub fn new(tokenizer: &Arc<Tokenizer>) -> Result<ConstraintFactory> {
+    /// Builds the trie and llguidance's slices of it.
+    fn new(tokenizer: &Arc<Tokenizer>) -> Result<ConstraintFactory> {
         let n_vocab = tokenizer.n_vocab();
         let words: Vec<Vec<u8>> = (0..n_vocab as u32)
             .map(|id| match tokenizer.token_to_piece(id, false) {

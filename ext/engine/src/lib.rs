@@ -9,6 +9,9 @@
 //!   buffer. [`Context::decode`] is the hot path.
 //! - [`arch`]: one graph builder per architecture over the shared pieces in
 //!   [`layers`].
+//! - [`Constraint`]: structured output (JSON Schema, grammars, regexes,
+//!   choices) as a token mask per step, through llguidance; [`tool_calls`]
+//!   reads a reply's calls and gives the lazy constraint's triggers.
 
 pub mod arch;
 mod build_profile;
