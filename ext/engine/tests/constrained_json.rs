@@ -450,6 +450,45 @@ string ::= "\"" char* "\"" space
 }
 
 #[test]
+fn every_formats_call_constraint_compiles() {
+    let Some(path) = model_path() else { return };
+    let tokenizer = Arc::new(elelem_engine::open_tokenizer(&path).unwrap());
+    let tools = [
+        json!({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+            "required": ["city"]}}}),
+        json!({"name": "get_time", "description": "no parameters"}),
+    ];
+    for format in [
+        ToolCallFormat::Hermes,
+        ToolCallFormat::Llama3Json,
+        ToolCallFormat::Mistral,
+        ToolCallFormat::MistralArgs,
+    ] {
+        let triggers = format.triggers(&tools).unwrap();
+        assert!(!triggers.is_empty(), "{format:?}");
+        Constraint::lazy(&tokenizer, &triggers).unwrap_or_else(|e| panic!("{format:?}: {e}"));
+    }
+    // A reply that is a bare call object switches the constraint on after
+    // `{"name":` (the token that completes it may go further), and off after
+    // the object; the same text in mid-sentence does not.
+    let triggers = ToolCallFormat::Hermes.triggers(&tools).unwrap();
+    let commit_all = |constraint: &mut Constraint, text: &str| {
+        for token in tokenizer.tokenize(text, false, true) {
+            constraint.commit(token).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        }
+    };
+    let mut constraint = Constraint::lazy(&tokenizer, &triggers).unwrap();
+    commit_all(&mut constraint, "```json\n{\"name\": \"get_weather\", ");
+    assert!(constraint.is_active());
+    commit_all(&mut constraint, "\"arguments\": {\"city\": \"Paris\"}}");
+    assert!(!constraint.is_active());
+    let mut constraint = Constraint::lazy(&tokenizer, &triggers).unwrap();
+    commit_all(&mut constraint, "Write {\"name\": \"x\"} to call it.");
+    assert!(!constraint.is_active());
+}
+
+#[test]
 fn refuses_what_llguidance_cannot_enforce_before_decoding() {
     let Some(path) = model_path() else { return };
     let tokenizer = Arc::new(elelem_engine::open_tokenizer(&path).unwrap());
