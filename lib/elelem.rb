@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "etc"
+require "json"
 require_relative "elelem/version"
 require_relative "elelem/errors"
 

@@ -44,6 +44,8 @@ pub use hparams::HParams;
 pub use kv_cache::{SeqId, MAX_SEQUENCES};
 pub use model::{Model, ModelParams};
 pub use scheduler::{ContextSnapshot, Scheduler};
+/// The JSON values constraints and tool calls are made of.
+pub use serde_json;
 pub use text::{FinishReason, TextParams, TextStream};
 
 /// The tokenizer of a GGUF file's vocabulary alone (a vocab-only GGUF, as
