@@ -60,7 +60,7 @@ RSpec.describe "structured output" do
   it "keeps streaming, stop strings, sampling and raw logprobs working under a constraint" do
     pieces = []
     text = model.generate(prompt("Describe a person."), json_schema: person, max_tokens: 64,
-                                                       temperature: 1.0, seed: 7) { |piece| pieces << piece }
+                                                        temperature: 1.0, seed: 7) { |piece| pieces << piece }
     expect(pieces.join).to eq(text)
     expect(validate([[person, text]])).to eq(["ok"])
     stopped = model.complete(prompt("Describe a person."), json_schema: person, stop: ["age"], max_tokens: 64)

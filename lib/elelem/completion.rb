@@ -26,7 +26,9 @@ module Elelem
     attr_reader :finish_reason
     # @return [Integer] tokens in the prompt
     attr_reader :prompt_tokens
-    # @return [Hash{Symbol => Numeric}] prompt and decode speed of this generation
+    # Prompt and decode speed of this generation; with a constraint also `:constraint_us`, the
+    # microseconds each generated token's mask and commit took (an Array).
+    # @return [Hash{Symbol => Numeric, Array<Float>}]
     attr_reader :timings
     # Each generated token's log-probability under the model (the log-softmax of its
     # logits) and the likeliest alternatives, when asked for (`complete(..., logprobs: k)`):

@@ -10,6 +10,8 @@ module Elelem
   # Native memory is freed by {#close}, by the block form of {Elelem.open},
   # or by the garbage collector.
   class Model
+    include Replies
+
     # The context size {Elelem.open} uses unless told otherwise.
     DEFAULT_N_CTX = 4096
     # The largest `n_ctx` accepted.
@@ -330,7 +332,8 @@ module Elelem
     # the seconds they took, and the tokens its sequence holds (`n_past`).
     # @return [Hash{Symbol => Numeric}]
     def stats
-      _stats.merge(timings(@last_result || {}).merge((@last_result || {}).slice(:n_past, :reused_prompt_tokens)))
+      last = @last_result || {}
+      _stats.merge(timings(last).except(:constraint_us).merge(last.slice(:n_past, :reused_prompt_tokens)))
     end
 
     # @return [String] e.g. `#<Elelem::Model qwen2 0.5B Q4_K_M n_ctx=4096>`
@@ -351,46 +354,6 @@ module Elelem
 
       warn "elelem: n_ctx #{i[:n_ctx]} is above the #{i[:n_ctx_train]} tokens #{i[:name] || i[:architecture]} " \
            "was trained on; past those, expect poor text"
-    end
-
-    # Whether `prompt` is a conversation (an Array of message Hashes) rather than ids.
-    def conversation?(prompt)
-      prompt.is_a?(Array) && !prompt.empty? && prompt.all?(Hash)
-    end
-
-    # What {#chat} evaluates and how: `[ids, generation options, constraint]`. `tools:` also
-    # switch on the lazy constraint on tool calls unless a constraint on the whole reply is given.
-    def chat_request(messages, template, system, parse_special, options)
-      options, constraint = Options.constraint(options)
-      generation = options.slice(*Options::GENERATION_DEFAULTS.keys)
-      variables = options.except(*Options::GENERATION_DEFAULTS.keys)
-      ids = chat_tokens(messages, template:, system:, parse_special:, **variables)
-      tools = variables[:tools]
-      if constraint.nil? && tools.is_a?(Array) && !tools.empty?
-        constraint = ["tools", JSON.generate(tools), template && Options.text(:template, template)]
-      end
-      [ids, Options::CHAT_DEFAULTS.merge(generation), constraint]
-    end
-
-    # {#complete} for a conversation: the reply parsed into text, reasoning and tool calls.
-    def complete_chat(messages, logprobs, options, &block)
-      template = options[:template]
-      chat_options = options.slice(:system, :parse_special)
-      ids, generation, constraint = chat_request(messages, template, chat_options[:system],
-                                                 chat_options[:parse_special], options.except(:template, :system,
-                                                                                              :parse_special))
-      result = run(ids, generation, text: true, logprobs:, constraint:, &block)
-      cut_by_stop = result[:finish_reason] == :stop && !Array(generation[:stop]).empty?
-      content, reasoning, calls = _parse_reply(cut_by_stop ? result[:text] : result[:tokens],
-                                               template && Options.text(:template, template))
-      tool_calls = calls.map { |name, arguments| ToolCall.new(name:, arguments: JSON.parse(arguments)) }
-      completion(result.merge(text: content), json: constraint&.first == "json_schema", reasoning:, tool_calls:)
-    end
-
-    def completion(result, json: false, reasoning: nil, tool_calls: [])
-      Completion.new(**result.slice(:text, :tokens, :finish_reason, :prompt_tokens), timings: timings(result),
-                                                                                     logprobs: result[:logprobs],
-                                                                                     json:, reasoning:, tool_calls:)
     end
 
     def run(prompt, options, text:, logprobs: nil, constraint: nil, &block)
@@ -418,12 +381,6 @@ module Elelem
       raise
     end
 
-    def chat_arguments(messages, template, system, variables)
-      template = Options.text(:template, template) unless template.nil?
-      [ChatOptions.messages(messages, system), template, ChatOptions.variables(variables.except(:now)),
-       ChatOptions.now(variables[:now])]
-    end
-
     # A generation's work and speed, as {#stats} and {Completion#timings} give them.
     def timings(result)
       prompt = result.fetch(:evaluated_prompt_tokens, 0)
@@ -431,8 +388,9 @@ module Elelem
       prompt_seconds = result.fetch(:prompt_seconds, 0.0)
       decode_seconds = result.fetch(:decode_seconds, 0.0)
       rate = ->(n, seconds) { seconds.positive? ? n / seconds : 0.0 }
-      { prompt_tokens: prompt, prompt_seconds:, prompt_tokens_per_s: rate.call(prompt, prompt_seconds),
-        decode_tokens: decode, decode_seconds:, decode_tokens_per_s: rate.call(decode, decode_seconds) }
+      timings = { prompt_tokens: prompt, prompt_seconds:, prompt_tokens_per_s: rate.call(prompt, prompt_seconds),
+                  decode_tokens: decode, decode_seconds:, decode_tokens_per_s: rate.call(decode, decode_seconds) }
+      result.key?(:constraint_us) ? timings.merge(constraint_us: result[:constraint_us]) : timings
     end
   end
 end

@@ -80,6 +80,7 @@ module Elelem
       [rest, [kind.to_s, constraint_payload(kind, value)]]
     end
 
+    # One constraint's value as the native side takes it.
     def constraint_payload(kind, value)
       case kind
       when :json_schema then json_schema(value)
@@ -103,6 +104,7 @@ module Elelem
       raise ArgumentError, "json_schema is not valid JSON: #{e.message[0, 80]}"
     end
 
+    # `choice:` as a JSON array of non-empty Strings.
     def choices(list)
       unless list.is_a?(Array) && !list.empty? && list.all? { |c| c.is_a?(String) && !c.empty? }
         raise ArgumentError, "choice must be a non-empty Array of non-empty Strings, got #{list.inspect[0, 60]}"
