@@ -559,3 +559,69 @@ fn lazy_tool_call_constraint_switches_on_at_the_tag() {
     constraint.mask(&mut logits).unwrap();
     assert!(logits.contains(&f32::NEG_INFINITY));
 }
+
+/// The batcher runs the same loop: a constrained request decoded by it gives the
+/// tokens of the mask-sample-commit loop above, next to an unconstrained one, and
+/// `max_tokens` cutting the structure short says `length`.
+#[test]
+fn batcher_masks_and_commits() {
+    use elelem_engine::{Batcher, Event, FinishReason, GenerateParams, Request, StopReason, TextParams};
+    let Some((_turn, mut ctx)) = open() else { return };
+    let tokenizer = ctx.model().tokenizer().unwrap().clone();
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0}}, "required": ["name", "age"], "additionalProperties": false});
+    let spec = ConstraintSpec::JsonSchema(schema);
+    let prompt = chat_prompt("Describe a person as JSON.");
+    let mut constraint = Constraint::new(&tokenizer, &spec).unwrap();
+    let (expected, finish) = generate(
+        &mut ctx,
+        &prompt,
+        &mut constraint,
+        &mut Sampler::new(SamplerParams::default()),
+        64,
+    );
+    assert_eq!(finish, Finish::Done);
+    let ids = tokenizer.tokenize(&prompt, false, true);
+    let run = |ctx: &mut Context, max_tokens: u32, constrained: bool| {
+        let mut batcher = Batcher::new(ctx, 1);
+        let request = Request {
+            prompt: ids.clone(),
+            params: TextParams {
+                generate: GenerateParams {
+                    max_tokens,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            logprobs: Some(1),
+            choose: None,
+            constraint: constrained.then(|| Constraint::new(&tokenizer, &spec).unwrap()),
+        };
+        let id = batcher.submit(request).unwrap();
+        let mut logprobs = Vec::new();
+        loop {
+            while let Some(event) = batcher.next_event(id).unwrap() {
+                match event {
+                    Event::Token { logprob, .. } => logprobs.push(logprob.unwrap()),
+                    Event::Done { summary, .. } => return (summary, logprobs),
+                }
+            }
+            assert!(batcher.step(ctx).unwrap());
+        }
+    };
+    let (summary, logprobs) = run(&mut ctx, 64, true);
+    let text = String::from_utf8(tokenizer.detokenize(&summary.tokens, false)).unwrap();
+    assert_eq!(text.trim_end(), expected.trim_end());
+    assert!(matches!(
+        summary.finish_reason,
+        FinishReason::Stop | FinishReason::Generation(StopReason::Eos)
+    ));
+    // Logprobs are the model's own: the first token's top alternative is what the
+    // unconstrained model would say (not necessarily "{").
+    let (free, free_logprobs) = run(&mut ctx, 4, false);
+    assert_eq!(logprobs[0].top, free_logprobs[0].top);
+    assert_eq!(free.finish_reason, FinishReason::Generation(StopReason::Length));
+    let (cut, _) = run(&mut ctx, 3, true);
+    assert_eq!(cut.finish_reason, FinishReason::Generation(StopReason::Length));
+    assert_eq!(cut.tokens.len(), 3);
+}
