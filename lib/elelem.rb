@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "etc"
+require "json"
 require_relative "elelem/version"
 require_relative "elelem/errors"
 
@@ -15,6 +16,7 @@ require_relative "elelem/chat_options"
 require_relative "elelem/completion"
 require_relative "elelem/pieces"
 require_relative "elelem/tokenizer"
+require_relative "elelem/replies"
 require_relative "elelem/model"
 require_relative "elelem/models"
 require_relative "elelem/bench"

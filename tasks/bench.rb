@@ -30,8 +30,15 @@ module Bench
     "ttft16 ms" => [:max, 1.0], "open warm ms" => [:max, 1.0], "open cold ms" => [:max, 1.0],
     "streams tg64 t/s (all)" => [:min, 1.0],
     "chat turn-2 ttft ms (cached vs cold, both elelem)" => [:max, 1.0],
-    "peak RSS MiB" => [:max, 1.0], "compute buffer MiB" => [:max, 1.0], "KV cache MiB" => [:max, 1.0]
+    "peak RSS MiB" => [:max, 1.0], "compute buffer MiB" => [:max, 1.0], "KV cache MiB" => [:max, 1.0],
+    "grammar mask p50 µs" => [:max, 1.0], "grammar mask p99 µs" => [:max, 1.0],
+    "tg128 t/s with a JSON Schema vs without (both elelem)" => [:min, 0.9]
   }.freeze
+  # A schema whose values run past 128 tokens, for decode speed under a constraint.
+  LONG_SCHEMA = { type: "array", minItems: 40, maxItems: 40,
+                  items: { type: "object", properties: { id: { type: "integer", minimum: 0, maximum: 999 },
+                                                         name: { type: "string", maxLength: 12 } },
+                           required: %w[id name], additionalProperties: false } }.freeze
 
   module_function
 
@@ -259,6 +266,48 @@ module Bench
     top[0][1] - top[1][1]
   end
 
+  # Structured output: the time to compute a token's mask over the vocabulary and commit the
+  # token (elelem: llguidance; llama.cpp: its GBNF sampler's apply and accept, the reference
+  # driver's grammar mode), p50 and p99 over the greedy runs of GrammarGolden's four prompts
+  # under the GBNF llama.cpp's json_schema_to_grammar writes for {name, age}; and decode
+  # speed with a JSON Schema against the same decode without one (both elelem).
+  def constraint_rows(name, path, threads, binary: Reference::BINARY)
+    return [] unless name.start_with?("qwen")
+
+    require_relative "grammar_golden"
+    gbnf = File.read(GrammarGolden::GBNF)
+    Elelem.open(path, n_ctx: N_CTX, n_threads: threads) do |model|
+      prompts = GrammarGolden::TASKS.map { |t| model.tokenize(GrammarGolden.prompt(t)) }
+      ours = prompts.flat_map do |ids|
+        model.complete(ids, grammar: gbnf, max_tokens: GrammarGolden::MAX_TOKENS).timings[:constraint_us]
+      end
+      theirs = prompts.flat_map { |ids| reference_mask_us(binary, path, ids, threads) }
+      percentile = ->(list, q) { list.sort[((list.size - 1) * q).round] }
+      [{ "metric" => "grammar mask p50 µs", "elelem" => percentile.call(ours, 0.5),
+         "llama.cpp" => percentile.call(theirs, 0.5) },
+       { "metric" => "grammar mask p99 µs", "elelem" => percentile.call(ours, 0.99),
+         "llama.cpp" => percentile.call(theirs, 0.99) },
+       schema_decode_row(model, prompts.first)]
+    end
+  end
+
+  # llama.cpp's grammar time per token for one greedy run (the driver's `mask_us` line).
+  def reference_mask_us(binary, path, ids, threads)
+    out = IO.popen([binary, "grammar", path, ids.join(","), GrammarGolden::MAX_TOKENS.to_s, GrammarGolden::GBNF,
+                    N_CTX.to_s, threads.to_s], &:read)
+    out.lines[2].split.drop(1).map(&:to_f)
+  end
+
+  def schema_decode_row(model, ids)
+    rate = lambda do |constraint|
+      model.complete(ids, max_tokens: 128, ignore_eos: true, **constraint).timings[:decode_tokens_per_s]
+    end
+    rate.call(json_schema: LONG_SCHEMA) # warm-up
+    pairs = Array.new(reps) { [rate.call(json_schema: LONG_SCHEMA), rate.call({})] }
+    { "metric" => "tg128 t/s with a JSON Schema vs without (both elelem)",
+      "elelem" => median(pairs.map(&:first)), "llama.cpp" => median(pairs.map(&:last)) }
+  end
+
   # Beyond the peer: the second turn of a chat with and without the first turn's cache.
   def prefix_reuse_row(ours)
     pairs = Array.new(reps) { [ours.second_turn_ms(reuse: true), ours.second_turn_ms(reuse: false)] }
@@ -279,19 +328,20 @@ module Bench
     rows
   end
 
+  # The rows measured at two threads only.
   def model_rows(name, threads)
     path = Elelem::Models.fetch(name)
     before = cpu_times
     rows = speed_rows(path, threads)
-    rows += two_thread_rows(path, threads) if threads == 2
+    rows += two_thread_rows(name, path, threads) if threads == 2
     rows << { "metric" => "CPU stolen by the host %", "elelem" => stolen_percent(before, cpu_times) }
     rows.map { |r| r.merge("model" => name, "threads" => threads) }
   end
 
   # The rows measured at two threads only: depth, streams, contention, open time, memory.
-  def two_thread_rows(path, threads)
+  def two_thread_rows(name, path, threads)
     rows = depth_rows(path, threads) + stream_rows(path, threads) + agreement_rows(path, threads) +
-           contended_rows(path, threads) + open_rows(path, threads)
+           contended_rows(path, threads) + open_rows(path, threads) + constraint_rows(name, path, threads)
     ours, theirs = rss_pair(path, threads)
     rows << { "metric" => "peak RSS MiB", "elelem" => ours, "llama.cpp" => theirs }
     memory = peer_memory(path)

@@ -2,6 +2,7 @@
 
 require "tempfile"
 require_relative "reference"
+require_relative "grammar_golden"
 
 # The golden prompts. Their ids and continuations come only from the reference
 # (llama.cpp), never from elelem, and hold for the build profile they were recorded
@@ -147,6 +148,7 @@ module Goldens
   # `rake goldens`: for a build profile the fixtures have no recording of, records one
   # from the reference llama.cpp built here into Golden::CACHE_DIR (once per machine).
   def ensure_recorded
+    GrammarGolden.ensure_recorded
     missing = fixtures.map { |name| [name, Elelem::Golden.new(fixture(name), cache: Elelem::Golden::CACHE_DIR)] }
                       .reject { |_, golden| golden.recorded? }
     profile = Elelem.build_profile

@@ -10,6 +10,8 @@ module Elelem
   # Native memory is freed by {#close}, by the block form of {Elelem.open},
   # or by the garbage collector.
   class Model
+    include Replies
+
     # The context size {Elelem.open} uses unless told otherwise.
     DEFAULT_N_CTX = 4096
     # The largest `n_ctx` accepted.
@@ -71,42 +73,91 @@ module Elelem
     # @param reuse_prefix [Boolean] keep the cached keys and values of the prompt's prefix shared
     #   with the previous call instead of evaluating it again (faster; the text is then what
     #   llama.cpp gives with its prompt cache rather than a fresh evaluation's)
+    # @param json_schema [Hash, String, nil] constrain the text to one JSON value valid against
+    #   this JSON Schema (a Hash, or a JSON String): the logits of every token that would break
+    #   it are masked before sampling (llguidance's JSON Schema subset; a keyword it cannot
+    #   enforce raises `ArgumentError`, it is never ignored)
+    # @param grammar [String, nil] constrain the text to a GBNF grammar as llama.cpp writes it
+    #   (`root ::= ...`; what its `json_schema_to_grammar` produces)
+    # @param lark [String, nil] constrain the text to a grammar in llguidance's Lark dialect
+    #   (`start: ...`, with `%json {...}` for an embedded JSON Schema)
+    # @param regex [String, nil] constrain the whole text to match this regex (Rust `regex` syntax)
+    # @param choice [Array<String>, nil] constrain the text to exactly one of these strings
+    #
+    # At most one constraint per call. A constrained generation ends when the text is complete
+    # (`finish_reason` `:stop`), or at the end-of-generation token where the grammar allows it;
+    # `max_tokens` may still cut it short (`:length`, the text then incomplete). Sampling, stop
+    # strings, streaming and `logprobs` work as without one; logprobs are the model's own
+    # distribution, before the mask.
+    #
+    # @example JSON that matches a schema
+    #   model.generate("A person as JSON: ", json_schema: { type: "object",
+    #     properties: { name: { type: "string" }, age: { type: "integer" } }, required: %w[name age] })
+    #   #=> "{\"name\": \"Ada\", \"age\": 36}"
     # @yieldparam piece [String, Integer] each new piece of text, or each id for an ids prompt
     # @return [String, Array<Integer>]
-    # @raise [ArgumentError] for ids that are not Integers in the vocabulary, or bad options
+    # @raise [ArgumentError] for ids that are not Integers in the vocabulary, or bad options; for a
+    #   schema or grammar that cannot be enforced (naming the part), before anything is generated
     # @raise [Elelem::ContextFullError] when the prompt does not fit `n_ctx`
     # @raise [Elelem::ClosedError] after {#close}
     def generate(prompt, **options, &)
-      result = run(prompt, options, text: prompt.is_a?(String), &)
+      options, constraint = Options.constraint(options)
+      result = run(prompt, options, text: prompt.is_a?(String), constraint:, &)
       prompt.is_a?(String) ? result[:text] : result[:tokens]
     end
 
     # Like {#generate} for text, but returns a {Completion} with the ids, the reason
-    # it stopped and the timings.
+    # it stopped and the timings (and, for a JSON Schema, the parsed value: {Completion#json}).
+    #
+    # Given a conversation (an Array of message Hashes) instead of a prompt, answers it as
+    # {#chat} does and reads the reply: {Completion#text} is what the user reads,
+    # {Completion#reasoning} the model's `<think>` text and {Completion#tool_calls} the calls
+    # it made to `tools:`, parsed from the format the chat template teaches (Hermes/Qwen
+    # `<tool_call>`, Llama 3.x JSON, Mistral `[TOOL_CALLS]`). With `tools:`, a call's
+    # arguments are constrained to the tool's JSON Schema from the moment the model opens the
+    # call (as llama.cpp's lazy grammars do); plain replies are not constrained.
+    #
+    # @example A tool call round trip
+    #   weather = { type: "function", function: { name: "get_weather",
+    #               parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }
+    #   messages = [{ role: "user", content: "Weather in Paris?" }]
+    #   reply = model.complete(messages, tools: [weather])
+    #   reply.tool_calls.first #=> #<struct Elelem::ToolCall name="get_weather", arguments={"city"=>"Paris"}>
+    #   messages += [reply.message, { role: "tool", name: "get_weather", content: '{"celsius": 18}' }]
+    #   model.complete(messages, tools: [weather]).text #=> "It is 18 °C in Paris."
+    #
+    # @param prompt [String, Array<Integer>, Array<Hash>] a prompt, or a conversation
     # @param logprobs [Integer, nil] also give each generated token's log-probability and
     #   the likeliest `logprobs` alternatives (0 to {MAX_LOGPROBS}) in {Completion#logprobs}
+    # @param options the options of {#generate} (constraints included), and for a conversation
+    #   those of {#chat} (`tools:`, `template:`, `system:`, template variables)
+    # @yieldparam piece [String] each new piece of text (for a conversation, the raw reply)
     # @return [Completion]
+    # @raise [ArgumentError] for bad options, or a schema, grammar or tool that cannot be enforced
     def complete(prompt, logprobs: nil, **options, &block)
       Options.integer(:logprobs, logprobs, 0..MAX_LOGPROBS) unless logprobs.nil?
-      result = run(prompt, options, text: true, logprobs:, &block)
-      Completion.new(**result.slice(:text, :tokens, :finish_reason, :prompt_tokens), timings: timings(result),
-                                                                                     logprobs: result[:logprobs])
+      return complete_chat(prompt, logprobs, options, &block) if conversation?(prompt)
+
+      options, constraint = Options.constraint(options)
+      result = run(prompt, options, text: true, logprobs:, constraint:, &block)
+      completion(result, json: constraint&.first == "json_schema")
     end
 
     # Generates a continuation of each prompt, all in the same passes: the batch form of
     # {#generate} for scripts. Started together, the prompts are evaluated and decoded in
     # lockstep (up to `parallel` at a time, the rest as sequences free up).
     # @param prompts [Array<String, Array<Integer>>]
-    # @param options see {#generate}
+    # @param options see {#generate} (a constraint applies to each prompt)
     # @yieldparam index [Integer] which prompt a piece (or id) belongs to
     # @yieldparam piece [String, Integer]
     # @return [Array<String, Array<Integer>>] in the order of `prompts`
     def generate_all(prompts, **options, &)
       raise ArgumentError, "prompts must be an Array, got #{prompts.class}" unless prompts.is_a?(Array)
 
+      options, constraint = Options.constraint(options)
       opts = Options.generation(options)
       checked = prompts.map { |prompt| Options.prompt(prompt) }
-      results = _run_all(checked, opts, &)
+      results = _run_all(checked, opts, constraint, &)
       results.zip(checked).map { |result, prompt| prompt.is_a?(String) ? result[:text] : result[:tokens] }
     end
 
@@ -120,7 +171,8 @@ module Elelem
     def each_token(prompt, **options, &block)
       return Pieces.new { |pieces| each_token(prompt, **options) { |piece| pieces << piece } } unless block
 
-      run(prompt, options, text: true, &block)[:text]
+      options, constraint = Options.constraint(options)
+      run(prompt, options, text: true, constraint:, &block)[:text]
     end
 
     # Answers a conversation: renders `messages` with the model's chat template (or
@@ -157,7 +209,12 @@ module Elelem
     # @param options the options of {#generate}; every other keyword is a template variable,
     #   passed through as it is (`enable_thinking: false`, `documents: [...]`), but `now:`
     # @option options [Array<Hash>] :tools tool definitions, OpenAI-style JSON schemas of
-    #   functions (`{ type: "function", function: { name:, description:, parameters: } }`)
+    #   functions (`{ type: "function", function: { name:, description:, parameters: } }`): the
+    #   template shows them to the model, and a call the model opens is constrained to the
+    #   tool's schema. The reply is returned as written; {#complete} given the messages
+    #   parses the calls out of it ({Completion#tool_calls})
+    # @option options [Hash, String] :json_schema, :grammar, :lark, :regex, :choice a constraint
+    #   on the whole reply, as for {#generate}
     # @option options [Time] :now the time the template's `strftime_now` formats (in local
     #   time; default the current time), to make a dated prompt reproducible
     # @yieldparam piece [String] each new piece of the reply
@@ -168,10 +225,8 @@ module Elelem
     # @raise [ArgumentError] for an unknown role, a content that is not text, or a value a
     #   template cannot take
     def chat(messages, template: nil, system: nil, parse_special: false, **options, &block)
-      generation = options.slice(*Options::GENERATION_DEFAULTS.keys)
-      variables = options.except(*Options::GENERATION_DEFAULTS.keys)
-      ids = chat_tokens(messages, template:, system:, parse_special:, **variables)
-      run(ids, Options::CHAT_DEFAULTS.merge(generation), text: true, &block)[:text]
+      ids, generation, constraint = chat_request(messages, template, system, parse_special, options)
+      run(ids, generation, text: true, constraint:, &block)[:text]
     end
 
     # The prompt {#chat} sends for `messages`, as text (with the generation prompt appended
@@ -277,7 +332,8 @@ module Elelem
     # the seconds they took, and the tokens its sequence holds (`n_past`).
     # @return [Hash{Symbol => Numeric}]
     def stats
-      _stats.merge(timings(@last_result || {}).merge((@last_result || {}).slice(:n_past, :reused_prompt_tokens)))
+      last = @last_result || {}
+      _stats.merge(timings(last).except(:constraint_us).merge(last.slice(:n_past, :reused_prompt_tokens)))
     end
 
     # @return [String] e.g. `#<Elelem::Model qwen2 0.5B Q4_K_M n_ctx=4096>`
@@ -300,11 +356,11 @@ module Elelem
            "was trained on; past those, expect poor text"
     end
 
-    def run(prompt, options, text:, logprobs: nil, &block)
+    def run(prompt, options, text:, logprobs: nil, constraint: nil, &block)
       opts = Options.generation(options)
       prompt = Options.prompt(prompt)
       @last_stop_reason = :interrupted
-      result = generate_now(prompt, opts, text, logprobs, &block)
+      result = generate_now(prompt, opts, text, logprobs, constraint, &block)
       @last_result = result
       @last_stop_reason = result[:finish_reason]
       result
@@ -312,23 +368,17 @@ module Elelem
 
     # Runs the native generation; a refusal raised by elelem itself (not by the block)
     # leaves no stop reason, since nothing was generated.
-    def generate_now(prompt, opts, text, logprobs, &block)
+    def generate_now(prompt, opts, text, logprobs, constraint, &block)
       in_block = false
       yielder = block && proc do |piece|
         in_block = true
         block.call(piece)
         in_block = false
       end
-      _run(prompt, opts, text, logprobs, &yielder)
+      _run(prompt, opts, text, logprobs, constraint, &yielder)
     rescue ArgumentError, ContextFullError, ClosedError, BusyError, NoMemoryError
       @last_stop_reason = nil unless in_block
       raise
-    end
-
-    def chat_arguments(messages, template, system, variables)
-      template = Options.text(:template, template) unless template.nil?
-      [ChatOptions.messages(messages, system), template, ChatOptions.variables(variables.except(:now)),
-       ChatOptions.now(variables[:now])]
     end
 
     # A generation's work and speed, as {#stats} and {Completion#timings} give them.
@@ -338,8 +388,9 @@ module Elelem
       prompt_seconds = result.fetch(:prompt_seconds, 0.0)
       decode_seconds = result.fetch(:decode_seconds, 0.0)
       rate = ->(n, seconds) { seconds.positive? ? n / seconds : 0.0 }
-      { prompt_tokens: prompt, prompt_seconds:, prompt_tokens_per_s: rate.call(prompt, prompt_seconds),
-        decode_tokens: decode, decode_seconds:, decode_tokens_per_s: rate.call(decode, decode_seconds) }
+      timings = { prompt_tokens: prompt, prompt_seconds:, prompt_tokens_per_s: rate.call(prompt, prompt_seconds),
+                  decode_tokens: decode, decode_seconds:, decode_tokens_per_s: rate.call(decode, decode_seconds) }
+      result.key?(:constraint_us) ? timings.merge(constraint_us: result[:constraint_us]) : timings
     end
   end
 end

@@ -22,6 +22,9 @@ module Elelem
     # model that never ends its turn stops, and earlier turns stay in the KV cache.
     CHAT_DEFAULTS = { max_tokens: 1024, reuse_prefix: true }.freeze
 
+    # The keywords that constrain what a generation may write; at most one per call.
+    CONSTRAINTS = %i[json_schema grammar lark regex choice].freeze
+
     module_function
 
     def integer(name, value, range)
@@ -59,6 +62,55 @@ module Elelem
       %i[temperature top_p min_p repeat_penalty].each { |k| opts[k] = float(k, opts[k]) }
       opts.merge(seed: seed(opts[:seed]), stop: stops(opts[:stop]), ignore_eos: opts[:ignore_eos] ? true : false,
                  reuse_prefix: opts[:reuse_prefix] ? true : false)
+    end
+
+    # Splits the constraint keywords ({CONSTRAINTS}) off `options`: `[rest, constraint]`,
+    # the constraint nil or `[kind, payload]` as the native side takes it (a JSON Schema
+    # and choices as JSON text, grammars and regexes as they are).
+    def constraint(options)
+      given = options.slice(*CONSTRAINTS).compact
+      if given.size > 1
+        raise ArgumentError, "give at most one of #{CONSTRAINTS.join(", ")}; got #{given.keys.join(" and ")}"
+      end
+
+      rest = options.except(*CONSTRAINTS)
+      return [rest, nil] if given.empty?
+
+      kind, value = given.first
+      [rest, [kind.to_s, constraint_payload(kind, value)]]
+    end
+
+    # One constraint's value as the native side takes it.
+    def constraint_payload(kind, value)
+      case kind
+      when :json_schema then json_schema(value)
+      when :choice then choices(value)
+      else
+        value = text(kind, value)
+        raise ArgumentError, "#{kind} is empty" if value.strip.empty?
+
+        value
+      end
+    end
+
+    # A JSON Schema (a Hash, or a JSON String) as JSON text.
+    def json_schema(schema)
+      case schema
+      when Hash, true, false then JSON.generate(schema)
+      when String then JSON.generate(JSON.parse(text(:json_schema, schema)))
+      else raise ArgumentError, "json_schema must be a Hash or a JSON String, got #{schema.class}"
+      end
+    rescue JSON::ParserError, JSON::GeneratorError => e
+      raise ArgumentError, "json_schema is not valid JSON: #{e.message[0, 80]}"
+    end
+
+    # `choice:` as a JSON array of non-empty Strings.
+    def choices(list)
+      unless list.is_a?(Array) && !list.empty? && list.all? { |c| c.is_a?(String) && !c.empty? }
+        raise ArgumentError, "choice must be a non-empty Array of non-empty Strings, got #{list.inspect[0, 60]}"
+      end
+
+      JSON.generate(list.map { |c| text(:choice, c) })
     end
 
     # A random seed unless one is given: the same seed gives the same text.

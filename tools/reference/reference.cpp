@@ -42,6 +42,13 @@
 //   elelem-reference chat MODEL FILE
 //       FILE holds lines "role<TAB>hex(content)"; prints the hex of the prompt
 //       rendered by llama_chat_apply_template with add_generation_prompt.
+//   elelem-reference grammar MODEL IDS N_PREDICT GBNF_FILE [N_CTX [N_THREADS]]
+//       As generate, greedy under llama.cpp's GBNF sampler
+//       (llama_sampler_init_grammar with the file's grammar, start rule
+//       "root", chained before greedy): prints the ids (the end-of-generation
+//       token the grammar allows at its end included) and the hex of the text.
+//       Prints "mask_us" and the microseconds each token's grammar step took
+//       (the grammar's apply over the whole vocabulary, then its accept).
 //   elelem-reference serve MODEL N_THREADS N_CTX
 //       Prints "load_ms <ms>" (model load and context creation), then answers
 //       one line per line read, random token ids throughout:
@@ -206,6 +213,57 @@ static int cmd_generate(int argc, char ** argv) {
     for (size_t i = 0; i < margins.size(); ++i) printf(i ? " %.9g" : "%.9g", margins[i]);
     printf("\n");
     llama_sampler_free(smpl);
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}
+
+static int cmd_grammar(int argc, char ** argv) {
+    if (argc < 6) return 2;
+    int n_predict = atoi(argv[4]);
+    int n_ctx = argc > 6 ? atoi(argv[6]) : 4096;
+    int n_threads = argc > 7 ? atoi(argv[7]) : 2;
+    std::ifstream in(argv[5]);
+    std::stringstream gbnf;
+    gbnf << in.rdbuf();
+    llama_model * model = load(argv[2], false);
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    llama_context * ctx = make_context(model, n_ctx, n_threads);
+    llama_sampler * grammar = llama_sampler_init_grammar(vocab, gbnf.str().c_str(), "root");
+    if (!grammar) { fprintf(stderr, "the grammar does not parse\n"); return 1; }
+    llama_sampler * greedy = llama_sampler_init_greedy();
+    std::vector<llama_token> prompt = parse_ids(argv[3]);
+    decode_prompt(ctx, prompt, 2048);
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+    std::vector<llama_token_data> cur(n_vocab);
+    std::vector<llama_token> out;
+    std::vector<double> mask_us;
+    std::string text;
+    for (int i = 0; i < n_predict; ++i) {
+        const float * logits = llama_get_logits_ith(ctx, -1);
+        for (int t = 0; t < n_vocab; ++t) cur[t] = llama_token_data{t, logits[t], 0.0f};
+        llama_token_data_array arr = {cur.data(), cur.size(), -1, false};
+        auto start = std::chrono::steady_clock::now();
+        llama_sampler_apply(grammar, &arr);
+        auto applied = std::chrono::steady_clock::now();
+        llama_sampler_apply(greedy, &arr);
+        llama_token id = arr.data[arr.selected].id;
+        auto accept = std::chrono::steady_clock::now();
+        llama_sampler_accept(grammar, id);
+        auto end = std::chrono::steady_clock::now();
+        mask_us.push_back(std::chrono::duration<double, std::micro>((applied - start) + (end - accept)).count());
+        out.push_back(id);
+        if (llama_vocab_is_eog(vocab, id)) break;
+        text += piece(vocab, id, false);
+        if ((int) (prompt.size() + out.size()) >= n_ctx) break;
+        if (llama_decode(ctx, llama_batch_get_one(&id, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
+    }
+    for (size_t i = 0; i < out.size(); ++i) printf(i ? " %d" : "%d", out[i]);
+    printf("\n%s\nmask_us", to_hex(text).c_str());
+    for (double us : mask_us) printf(" %.1f", us);
+    printf("\n");
+    llama_sampler_free(grammar);
+    llama_sampler_free(greedy);
     llama_free(ctx);
     llama_model_free(model);
     return 0;
@@ -521,6 +579,7 @@ int main(int argc, char ** argv) {
     int rc = 2;
     const char * cmd = options_ok && argc > 1 ? argv[1] : "";
     if (!strcmp(cmd, "generate")) rc = cmd_generate(argc, argv);
+    else if (!strcmp(cmd, "grammar")) rc = cmd_grammar(argc, argv);
     else if (!strcmp(cmd, "lockstep")) rc = cmd_lockstep(argc, argv);
     else if (!strcmp(cmd, "tokenize")) rc = cmd_tokenize(argc, argv);
     else if (!strcmp(cmd, "detokenize")) rc = cmd_detokenize(argc, argv);

@@ -13,6 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use crate::constraint::Constraint;
 use crate::context::BatchToken;
 use crate::kv_cache::SeqId;
 use crate::sampler::{log_softmax_top, Sampler};
@@ -33,6 +34,11 @@ pub struct Request<'a> {
     /// Each token's log-probability and this many likeliest alternatives.
     pub logprobs: Option<u32>,
     pub choose: Option<Chooser<'a>>,
+    /// What the generated text must match (a JSON Schema, a grammar, ...), built
+    /// before submission; the logits are masked by it before sampling (or
+    /// choosing) and each token is committed to it after. Logprobs stay the
+    /// model's raw distribution, unmasked.
+    pub constraint: Option<Constraint>,
 }
 
 /// A token's log-probability under the model (log-softmax of its raw logits) and
@@ -60,6 +66,9 @@ pub struct Summary {
     pub decode_passes: usize,
     /// The tokens its sequence holds in the cache at the end (prompt and fed tokens).
     pub n_past: usize,
+    /// Per generated token of a constrained request, the seconds its mask and
+    /// commit took (empty without a constraint).
+    pub constraint_seconds: Vec<f64>,
 }
 
 /// What a request produced since it was last asked.
@@ -95,6 +104,7 @@ struct Active<'a> {
     params: TextParams,
     sampler: Sampler,
     choose: Option<Chooser<'a>>,
+    constraint: Option<Constraint>,
     logprobs: Option<u32>,
     text: TextStream,
     slot: Option<SeqId>,
@@ -110,6 +120,7 @@ struct Active<'a> {
     prompt_seconds: f64,
     decode_seconds: f64,
     decode_passes: usize,
+    constraint_seconds: Vec<f64>,
 }
 
 impl Active<'_> {
@@ -161,6 +172,7 @@ impl<'a> Batcher<'a> {
             params,
             logprobs,
             choose,
+            constraint,
         } = request;
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("the prompt is empty".into()));
@@ -204,6 +216,7 @@ impl<'a> Batcher<'a> {
                 params,
                 sampler,
                 choose,
+                constraint,
                 logprobs,
                 text,
                 slot: None,
@@ -217,6 +230,7 @@ impl<'a> Batcher<'a> {
                 prompt_seconds: 0.0,
                 decode_seconds: 0.0,
                 decode_passes: 0,
+                constraint_seconds: Vec::new(),
             },
         );
         self.queue.push_back(id);
@@ -462,10 +476,36 @@ impl<'a> Batcher<'a> {
 
     fn sample(&mut self, ctx: &Context, id: RequestId, logits: &[f32]) {
         let active = self.requests.get_mut(&id).expect("sampled requests are known");
-        let token = match active.choose.as_mut() {
-            Some(choose) => choose(logits),
-            None => active.sampler.sample(logits),
+        // A constrained request samples from a masked copy; an unconstrained one
+        // from the logits themselves, exactly as before.
+        let start = std::time::Instant::now();
+        let masked = match active.constraint.as_mut() {
+            Some(constraint) => {
+                let mut masked = logits.to_vec();
+                if let Err(e) = constraint.mask(&mut masked) {
+                    self.fail(id, e);
+                    return;
+                }
+                Some(masked)
+            }
+            None => None,
         };
+        let mask_seconds = start.elapsed().as_secs_f64();
+        let choice_logits = masked.as_deref().unwrap_or(logits);
+        let token = match active.choose.as_mut() {
+            Some(choose) => choose(choice_logits),
+            None => active.sampler.sample(choice_logits),
+        };
+        if let Some(constraint) = active.constraint.as_mut() {
+            let start = std::time::Instant::now();
+            if let Err(e) = constraint.commit(token) {
+                self.fail(id, e);
+                return;
+            }
+            active
+                .constraint_seconds
+                .push(mask_seconds + start.elapsed().as_secs_f64());
+        }
         active.sampler.accept(token);
         active.tokens.push(token);
         let logprob = active.logprobs.map(|k| {
@@ -484,10 +524,14 @@ impl<'a> Batcher<'a> {
             text,
             logprob,
         });
+        let complete = active.constraint.as_ref().is_some_and(Constraint::is_finished);
         let stop = if active.text.stopped() {
             Some(FinishReason::Stop)
         } else if eos {
             Some(FinishReason::Generation(StopReason::Eos))
+        } else if complete {
+            // The constrained text is complete: nothing more may follow it.
+            Some(FinishReason::Stop)
         } else if active.tokens.len() >= gen.max_tokens as usize {
             Some(FinishReason::Generation(StopReason::Length))
         } else if active.prompt.len() + active.tokens.len() >= ctx.params().n_ctx as usize {
@@ -515,6 +559,7 @@ impl<'a> Batcher<'a> {
             decode_seconds: active.decode_seconds,
             decode_passes: active.decode_passes,
             n_past,
+            constraint_seconds: std::mem::take(&mut active.constraint_seconds),
         };
         active.events.push_back(Event::Done { tail, summary });
         active.done = true;

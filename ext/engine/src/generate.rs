@@ -57,6 +57,7 @@ pub fn generate(
         },
         logprobs: None,
         choose: Some(Box::new(choose)),
+        constraint: None,
     };
     let id = batcher.submit(request)?;
     loop {

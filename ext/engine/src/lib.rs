@@ -9,13 +9,18 @@
 //!   buffer. [`Context::decode`] is the hot path.
 //! - [`arch`]: one graph builder per architecture over the shared pieces in
 //!   [`layers`].
+//! - [`Constraint`]: structured output (JSON Schema, grammars, regexes,
+//!   choices) as a token mask per step, through llguidance; [`tool_calls`]
+//!   reads a reply's calls and gives the lazy constraint's triggers.
 
 pub mod arch;
 mod batcher;
 mod build_profile;
 pub mod chat;
+pub mod constraint;
 mod context;
 mod error;
+mod gbnf;
 mod generate;
 pub mod ggml;
 mod graph_inputs;
@@ -26,9 +31,11 @@ mod model;
 pub mod sampler;
 mod scheduler;
 mod text;
+pub mod tool_calls;
 
 pub use batcher::{Batcher, Chooser, Event, Logprob, Request, RequestId, Summary};
 pub use build_profile::{cpu_model, BuildProfile};
+pub use constraint::{Constraint, ConstraintFactory, ConstraintSpec};
 pub use context::{BatchToken, Context, ContextParams, DecodeStats};
 pub use elelem_tokenizer::Tokenizer;
 pub use error::{Error, Result};
@@ -37,6 +44,8 @@ pub use hparams::HParams;
 pub use kv_cache::{SeqId, MAX_SEQUENCES};
 pub use model::{Model, ModelParams};
 pub use scheduler::{ContextSnapshot, Scheduler};
+/// The JSON values constraints and tool calls are made of.
+pub use serde_json;
 pub use text::{FinishReason, TextParams, TextStream};
 
 /// The tokenizer of a GGUF file's vocabulary alone (a vocab-only GGUF, as

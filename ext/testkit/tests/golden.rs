@@ -210,6 +210,7 @@ fn lockstep_sequences_match_llama_cpp() {
                     },
                     logprobs: None,
                     choose: Some(Box::new(sampler::greedy)),
+                    constraint: None,
                 };
                 batcher.submit(request).unwrap()
             })

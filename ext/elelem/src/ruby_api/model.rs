@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use elelem_engine as engine;
+use engine::serde_json;
 use magnus::{function, method, prelude::*, Error, RArray, RHash, RModule, RString, Ruby, TryConvert, Value};
 
 use super::errors::{self, engine_error};
@@ -83,6 +84,14 @@ impl Model {
                 ..Default::default()
             };
             let ctx = engine::Context::new(Arc::new(model), params)?;
+            // The first constrained request would otherwise pay for compiling the
+            // vocabulary's trie (about 0.3 s on Qwen's 151,936 tokens): build it
+            // now, beside whatever the caller does next. A request that needs it
+            // before it is ready waits for it on the factory cache's lock.
+            if let Ok(tokenizer) = ctx.model().tokenizer() {
+                let tokenizer = Arc::clone(tokenizer);
+                std::thread::spawn(move || engine::ConstraintFactory::for_tokenizer(&tokenizer).ok());
+            }
             Ok(Loaded {
                 scheduler: Arc::new(engine::Scheduler::new(ctx, max_queue)),
                 path: path.display().to_string(),
@@ -107,7 +116,8 @@ impl Model {
     /// an Array of ids or a String (tokenized with special tokens, as llama.cpp's
     /// tools do). With a block, yields each id (`yield_text` false) or each piece
     /// of text. `logprobs` asks for each token's log-probability and that many
-    /// alternatives. Returns a Hash describing the result.
+    /// alternatives. `constraint` is nil or `[kind, payload]` (see
+    /// [`ConstraintArg`]). Returns a Hash describing the result.
     fn run(
         ruby: &Ruby,
         rb_self: &Self,
@@ -115,14 +125,19 @@ impl Model {
         opts: RHash,
         yield_text: bool,
         logprobs: Option<u32>,
+        constraint: Option<RArray>,
     ) -> Result<RHash, Error> {
         let loaded = rb_self.loaded(ruby)?;
         let scheduler = &loaded.scheduler;
+        let prompt = prompt_ids(ruby, scheduler.model(), prompt)?;
+        let params = text_params(ruby, opts)?;
+        let constraint = ConstraintArg::new(ruby, constraint)?;
         let request = engine::Request {
-            prompt: prompt_ids(ruby, scheduler.model(), prompt)?,
-            params: text_params(ruby, opts)?,
+            prompt,
+            params,
             logprobs,
             choose: None,
+            constraint: constraint.build(ruby, scheduler.model())?,
         };
         let id = scheduler.submit(request).map_err(|e| engine_error(ruby, e))?;
         let _cancel = Cancel(scheduler, id);
@@ -171,10 +186,17 @@ impl Model {
     /// Generates from every prompt in the same passes: all are submitted before the
     /// first pass, so they are evaluated in lockstep. With a block, yields `[index,
     /// piece or id]`. Returns a result Hash per prompt.
-    fn run_all(ruby: &Ruby, rb_self: &Self, prompts: RArray, opts: RHash) -> Result<RArray, Error> {
+    fn run_all(
+        ruby: &Ruby,
+        rb_self: &Self,
+        prompts: RArray,
+        opts: RHash,
+        constraint: Option<RArray>,
+    ) -> Result<RArray, Error> {
         let loaded = rb_self.loaded(ruby)?;
         let scheduler = &loaded.scheduler;
         let params = text_params(ruby, opts)?;
+        let constraint = ConstraintArg::new(ruby, constraint)?;
         let mut requests = Vec::with_capacity(prompts.len());
         for i in 0..prompts.len() {
             let prompt: Value = prompts.entry(i as isize)?;
@@ -184,6 +206,7 @@ impl Model {
                 params: params.clone(),
                 logprobs: None,
                 choose: None,
+                constraint: constraint.build(ruby, scheduler.model())?,
             };
             let id = scheduler.submit(request).map_err(|e| engine_error(ruby, e))?;
             requests.push((Cancel(scheduler, id), yield_text));
@@ -280,6 +303,52 @@ impl Model {
         Ok(ruby.ary_from_vec(tokenizer.tokenize_with_plain(&rendered.text, true, plain)))
     }
 
+    /// Splits a finished reply, given as its generated ids, into `[content,
+    /// reasoning, [[name, arguments_json], ...]]` by the tool-call format of
+    /// `template` (or the model's own template). The ids are read with their
+    /// special tokens as text (`[TOOL_CALLS]`, `<|python_tag|>`: llama.cpp's
+    /// preserved tokens), less the end-of-generation tokens that end the reply;
+    /// a String is taken as it is (a reply cut by a stop string).
+    fn parse_reply(ruby: &Ruby, rb_self: &Self, reply: Value, template: Option<String>) -> Result<RArray, Error> {
+        let model = rb_self.model(ruby)?;
+        let template = template.or_else(|| model.chat_template().map(str::to_string));
+        let format = tool_call_format(template.as_deref());
+        let tokenizer = model.tokenizer().map_err(|e| engine_error(ruby, e))?;
+        let text = match RString::from_value(reply) {
+            Some(text) => text.to_string()?,
+            None => {
+                let tokens = Vec::<u32>::try_convert(reply)?;
+                let end = tokens.iter().rposition(|&t| !model.is_eog(t)).map_or(0, |i| i + 1);
+                String::from_utf8_lossy(&tokenizer.detokenize(&tokens[..end], true)).into_owned()
+            }
+        };
+        let reply = format.parse(&text);
+        let calls = ruby.ary_new();
+        for call in reply.tool_calls {
+            calls.push((call.name, call.arguments.to_string()))?;
+        }
+        Ok(ruby.ary_new_from_values(&[
+            ruby.str_new(&reply.content).as_value(),
+            reply
+                .reasoning
+                .map_or_else(|| ruby.qnil().as_value(), |r| ruby.str_new(&r).as_value()),
+            calls.as_value(),
+        ]))
+    }
+
+    /// The tool-call format `template` (or the model's own template) teaches, as a
+    /// Symbol (`:hermes`, `:llama3_json`, `:mistral`, `:mistral_args`, `:unsupported`).
+    fn tool_call_format(ruby: &Ruby, rb_self: &Self, template: Option<String>) -> Result<magnus::Symbol, Error> {
+        let template = template.or_else(|| rb_self.model(ruby).ok()?.chat_template().map(str::to_string));
+        Ok(ruby.to_symbol(match tool_call_format(template.as_deref()) {
+            engine::tool_calls::ToolCallFormat::Hermes => "hermes",
+            engine::tool_calls::ToolCallFormat::Llama3Json => "llama3_json",
+            engine::tool_calls::ToolCallFormat::Mistral => "mistral",
+            engine::tool_calls::ToolCallFormat::MistralArgs => "mistral_args",
+            engine::tool_calls::ToolCallFormat::Unsupported => "unsupported",
+        }))
+    }
+
     /// Frees the context now (a pass in flight finishes first); generations still
     /// running on other threads raise `ClosedError`. The weights go with the last
     /// of them.
@@ -352,6 +421,10 @@ fn summary_hash(ruby: &Ruby, s: &engine::Summary) -> Result<RHash, Error> {
     h.aset(sym("prompt_seconds"), s.prompt_seconds)?;
     h.aset(sym("decode_tokens"), s.decode_passes)?;
     h.aset(sym("decode_seconds"), s.decode_seconds)?;
+    if !s.constraint_seconds.is_empty() {
+        let micros = s.constraint_seconds.iter().map(|&t| t * 1e6);
+        h.aset(sym("constraint_us"), ruby.ary_from_iter(micros))?;
+    }
     Ok(h)
 }
 
@@ -424,6 +497,85 @@ fn render(ruby: &Ruby, model: &engine::Model, chat: ChatRequest) -> Result<engin
     without_gvl(ruby, &never, || engine::chat::render(&template, &input))?.map_err(|e| engine_error(ruby, e))
 }
 
+fn tool_call_format(template: Option<&str>) -> engine::tool_calls::ToolCallFormat {
+    template.map_or(
+        engine::tool_calls::ToolCallFormat::Unsupported,
+        engine::tool_calls::ToolCallFormat::detect,
+    )
+}
+
+/// A constraint as the Ruby side passes it (checked there): `[kind, payload]`,
+/// the kind one of `json_schema` (a JSON document), `grammar` (GBNF), `lark`,
+/// `regex`, `choice` (a JSON array of strings), or `tools` (a JSON array of
+/// tool definitions, and the chat template as a third element: the lazy
+/// constraint on the calls of the template's format).
+enum ConstraintArg {
+    None,
+    Eager(engine::ConstraintSpec),
+    Tools(Vec<serde_json::Value>, Option<String>),
+}
+
+impl ConstraintArg {
+    fn new(ruby: &Ruby, arg: Option<RArray>) -> Result<ConstraintArg, Error> {
+        let Some(arg) = arg else { return Ok(ConstraintArg::None) };
+        let kind: String = arg.entry(0)?;
+        let payload: String = arg.entry(1)?;
+        let json = |what: &str| -> Result<serde_json::Value, Error> {
+            serde_json::from_str(&payload)
+                .map_err(|e| Error::new(ruby.exception_arg_error(), format!("{what} is not valid JSON: {e}")))
+        };
+        Ok(match kind.as_str() {
+            "json_schema" => ConstraintArg::Eager(engine::ConstraintSpec::JsonSchema(json("json_schema")?)),
+            "grammar" => ConstraintArg::Eager(engine::ConstraintSpec::Gbnf(payload)),
+            "lark" => ConstraintArg::Eager(engine::ConstraintSpec::Lark(payload)),
+            "regex" => ConstraintArg::Eager(engine::ConstraintSpec::Regex(payload)),
+            "choice" => {
+                let choices: Vec<String> = serde_json::from_value(json("choice")?)
+                    .map_err(|e| Error::new(ruby.exception_arg_error(), format!("choice: {e}")))?;
+                ConstraintArg::Eager(engine::ConstraintSpec::Choice(choices))
+            }
+            "tools" => {
+                let tools = match json("tools")? {
+                    serde_json::Value::Array(tools) => tools,
+                    _ => return Err(Error::new(ruby.exception_arg_error(), "tools must be an Array")),
+                };
+                ConstraintArg::Tools(tools, arg.entry(2)?)
+            }
+            other => {
+                return Err(Error::new(
+                    ruby.exception_arg_error(),
+                    format!("unknown constraint kind {other}"),
+                ))
+            }
+        })
+    }
+
+    /// Compiles the constraint for one request, without the GVL (a large schema
+    /// takes a while); an unsupported one is an `ArgumentError` naming the part.
+    fn build(&self, ruby: &Ruby, model: &Arc<engine::Model>) -> Result<Option<engine::Constraint>, Error> {
+        if matches!(self, ConstraintArg::None) {
+            return Ok(None);
+        }
+        let tokenizer = Arc::clone(model.tokenizer().map_err(|e| engine_error(ruby, e))?);
+        let never = AtomicBool::new(false);
+        without_gvl(ruby, &never, || -> engine::Result<Option<engine::Constraint>> {
+            match self {
+                ConstraintArg::None => Ok(None),
+                ConstraintArg::Eager(spec) => engine::Constraint::new(&tokenizer, spec).map(Some),
+                ConstraintArg::Tools(tools, template) => {
+                    let template = template.as_deref().or_else(|| model.chat_template());
+                    let triggers = tool_call_format(template).triggers(tools)?;
+                    if triggers.is_empty() {
+                        return Ok(None);
+                    }
+                    engine::Constraint::lazy(&tokenizer, &triggers).map(Some)
+                }
+            }
+        })?
+        .map_err(|e| engine_error(ruby, e))
+    }
+}
+
 fn prompt_ids(ruby: &Ruby, model: &engine::Model, prompt: Value) -> Result<Vec<u32>, Error> {
     if let Some(text) = RString::from_value(prompt) {
         let tokenizer = model.tokenizer().map_err(|e| engine_error(ruby, e))?;
@@ -462,8 +614,10 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     class
         .singleton_class()?
         .define_private_method("_open", function!(Model::open, 5))?;
-    class.define_private_method("_run", method!(Model::run, 4))?;
-    class.define_private_method("_run_all", method!(Model::run_all, 2))?;
+    class.define_private_method("_run", method!(Model::run, 5))?;
+    class.define_private_method("_run_all", method!(Model::run_all, 3))?;
+    class.define_private_method("_parse_reply", method!(Model::parse_reply, 2))?;
+    class.define_private_method("_tool_call_format", method!(Model::tool_call_format, 1))?;
     class.const_set("MAX_SEQUENCES", engine::MAX_SEQUENCES)?;
     class.define_private_method("_tokenizer", method!(Model::tokenizer, 0))?;
     class.define_private_method("_chat_template", method!(Model::chat_template, 0))?;
