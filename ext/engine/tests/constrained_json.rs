@@ -23,12 +23,9 @@ fn model_path() -> Option<PathBuf> {
             PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
                 .join(".cache/elelem/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
         });
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!("skipped: no model at {}", path.display());
-        None
-    }
+    // A missing model is a failure, not a skip: `rake models` fetches it.
+    assert!(path.exists(), "{} is missing: run `rake models`", path.display());
+    Some(path)
 }
 
 /// One model test at a time: ggml's threads spin while they wait, so two
@@ -342,9 +339,15 @@ fn run_schemas(sampled: u64, max_tokens: usize) -> Option<Tally> {
     Some(tally)
 }
 
+/// One greedy and `ELELEM_JSON_SWEEP` (default 1) temperature-1.0 draws per schema; the
+/// full sweep (`ELELEM_JSON_SWEEP=19`, 560 generations, max 96 tokens) takes minutes.
 #[test]
 fn constrained_json_is_valid() {
-    let Some(tally) = run_schemas(1, 64) else { return };
+    let draws: u64 = std::env::var("ELELEM_JSON_SWEEP").map_or(1, |n| n.parse().expect("a count"));
+    let max_tokens = if draws > 1 { 96 } else { 64 };
+    let Some(tally) = run_schemas(draws, max_tokens) else {
+        return;
+    };
     assert!(tally.failures.is_empty(), "{:#?}", tally.failures);
     assert_eq!(tally.valid + tally.cut_short, tally.generations);
     assert!(
@@ -353,14 +356,6 @@ fn constrained_json_is_valid() {
         tally.cut_short,
         tally.generations
     );
-}
-
-#[test]
-#[ignore = "long: about 550 generations"]
-fn constrained_json_full() {
-    let Some(tally) = run_schemas(19, 96) else { return };
-    assert!(tally.failures.is_empty(), "{:#?}", tally.failures);
-    assert!(tally.valid >= 500, "{} valid of {}", tally.valid, tally.generations);
 }
 
 #[test]
