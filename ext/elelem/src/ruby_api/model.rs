@@ -84,14 +84,6 @@ impl Model {
                 ..Default::default()
             };
             let ctx = engine::Context::new(Arc::new(model), params)?;
-            // The first constrained request would otherwise pay for compiling the
-            // vocabulary's trie (about 0.3 s on Qwen's 151,936 tokens): build it
-            // now, beside whatever the caller does next. A request that needs it
-            // before it is ready waits for it on the factory cache's lock.
-            if let Ok(tokenizer) = ctx.model().tokenizer() {
-                let tokenizer = Arc::clone(tokenizer);
-                std::thread::spawn(move || engine::ConstraintFactory::for_tokenizer(&tokenizer).ok());
-            }
             Ok(Loaded {
                 scheduler: Arc::new(engine::Scheduler::new(ctx, max_queue)),
                 path: path.display().to_string(),
