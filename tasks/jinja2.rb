@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require "fileutils"
+require_relative "python_venv"
 
 # Python's jinja2 from PyPI, version-pinned, in a virtual environment cached under
 # ~/.cache/elelem: the reference renderer the chat-template spec compares elelem's
@@ -14,14 +14,6 @@ module Jinja2Reference
 
   # The venv's python, with jinja2 installed; creates the venv on first use.
   def python
-    python = File.join(VENV, "bin", "python")
-    return python if File.exist?(File.join(VENV, "installed"))
-
-    FileUtils.rm_rf(VENV)
-    system("python3", "-m", "venv", VENV, exception: true)
-    system(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-           "jinja2==#{VERSION}", "markupsafe==#{MARKUPSAFE}", exception: true)
-    File.write(File.join(VENV, "installed"), "jinja2 #{VERSION}, markupsafe #{MARKUPSAFE}\n")
-    python
+    PythonVenv.python(VENV, ["jinja2==#{VERSION}", "markupsafe==#{MARKUPSAFE}"])
   end
 end

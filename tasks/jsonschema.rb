@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require "fileutils"
+require_relative "python_venv"
 
 # Python's jsonschema from PyPI, version-pinned, in a virtual environment cached under
 # ~/.cache/elelem: the independent JSON Schema validator (formats checked) that the
@@ -16,14 +16,6 @@ module JsonSchemaReference
 
   # The venv's python, with jsonschema installed; creates the venv on first use.
   def python
-    python = File.join(VENV, "bin", "python")
-    return python if File.exist?(File.join(VENV, "installed"))
-
-    FileUtils.rm_rf(VENV)
-    system("python3", "-m", "venv", VENV, exception: true)
-    system(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-           "jsonschema==#{VERSION}", "rfc3339-validator==#{RFC3339}", exception: true)
-    File.write(File.join(VENV, "installed"), "jsonschema #{VERSION}, rfc3339-validator #{RFC3339}\n")
-    python
+    PythonVenv.python(VENV, ["jsonschema==#{VERSION}", "rfc3339-validator==#{RFC3339}"])
   end
 end

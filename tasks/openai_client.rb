@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require "fileutils"
+require_relative "python_venv"
 
 # OpenAI's official Python client from PyPI, version-pinned with everything it pulls in,
 # in a virtual environment cached under ~/.cache/elelem: the real client the server spec
@@ -19,14 +19,6 @@ module OpenAIClient
 
   # The venv's python, with openai installed; creates the venv on first use.
   def python
-    python = File.join(VENV, "bin", "python")
-    return python if File.exist?(File.join(VENV, "installed"))
-
-    FileUtils.rm_rf(VENV)
-    system("python3", "-m", "venv", VENV, exception: true)
-    system(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", *PACKAGES,
-           exception: true)
-    File.write(File.join(VENV, "installed"), "#{PACKAGES.join("\n")}\n")
-    python
+    PythonVenv.python(VENV, PACKAGES, pip_options: ["--no-deps"])
   end
 end
