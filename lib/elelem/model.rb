@@ -11,6 +11,7 @@ module Elelem
   # or by the garbage collector.
   class Model
     include Replies
+    include Embeddings
 
     # The context size {Elelem.open} uses unless told otherwise.
     DEFAULT_N_CTX = 4096
@@ -336,13 +337,16 @@ module Elelem
       _stats.merge(timings(last).except(:constraint_us).merge(last.slice(:n_past, :reused_prompt_tokens)))
     end
 
-    # @return [String] e.g. `#<Elelem::Model qwen2 0.5B Q4_K_M n_ctx=4096>`
+    # @return [String] e.g. `#<Elelem::Model qwen2 0.5B Q4_K_M n_ctx=4096>`, or for an
+    #   embedding model `#<Elelem::Model bert 22M F16 embeddings=384 pooling=mean>`
     def inspect
       return "#<#{self.class.name} closed>" if closed?
 
       i = info
       label = [i[:architecture], i[:size_label], i[:file_type]].compact.join(" ")
-      "#<#{self.class.name} #{label} n_ctx=#{i[:n_ctx]}>"
+      return "#<#{self.class.name} #{label} n_ctx=#{i[:n_ctx]}>" if i[:kind] == :decoder
+
+      "#<#{self.class.name} #{label} embeddings=#{i[:embedding_length]} pooling=#{i[:pooling] || :none}>"
     end
     alias to_s inspect
 
@@ -350,7 +354,8 @@ module Elelem
 
     def after_open
       i = info
-      return unless i[:n_ctx] > i[:n_ctx_train]
+      # An encoder embeds at most n_ctx_train tokens of a text whatever n_ctx says.
+      return unless i[:kind] == :decoder && i[:n_ctx] > i[:n_ctx_train]
 
       warn "elelem: n_ctx #{i[:n_ctx]} is above the #{i[:n_ctx_train]} tokens #{i[:name] || i[:architecture]} " \
            "was trained on; past those, expect poor text"

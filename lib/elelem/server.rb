@@ -7,6 +7,7 @@ require_relative "server/request"
 require_relative "server/reply"
 require_relative "server/event_stream"
 require_relative "server/runner"
+require_relative "server/retrieval"
 
 module Elelem
   # OpenAI's HTTP API over a {Model}, as a Rack application: a plain callable taking
@@ -18,16 +19,20 @@ module Elelem
   #
   # Routes (under the mount point, `SCRIPT_NAME`): `POST /v1/chat/completions`,
   # `POST /v1/completions` (both streaming as server-sent events when asked),
+  # `POST /v1/embeddings`, `POST /v1/rerank` (llama-server's shape; see {Retrieval}),
   # `GET /v1/models`, `GET /v1/models/NAME`, `GET /health`. Concurrent requests run
   # together in the model's passes (`parallel:` of {Elelem.open}); past those and the
   # model's `queue:`, a request is answered 503 at once.
   #
   # Errors are OpenAI's error objects: 400 (malformed JSON, a field of the wrong type or
-  # out of range, a prompt longer than the context), 401 (an API key is set and the
-  # request's Bearer token is not it), 404, 405, 413 (a body over `max_body_bytes`),
-  # 503 (busy), 500 (anything unexpected, logged to `rack.errors`). The `model` field of a
-  # request is not checked: the one model is served whatever a client names.
+  # out of range, a prompt longer than the context, a rerank on a model without a
+  # classification head), 401 (an API key is set and the request's Bearer token is not
+  # it), 404, 405, 413 (a body over `max_body_bytes`), 501 (text asked of an embedding
+  # model), 503 (busy), 500 (anything unexpected, logged to `rack.errors`). The `model`
+  # field of a request is not checked: the one model is served whatever a client names.
   class Server
+    include Retrieval
+
     # The largest request body taken unless told otherwise (a chat filling a 32k-token
     # context is about 130 KB).
     DEFAULT_MAX_BODY_BYTES = 4 << 20
@@ -37,7 +42,8 @@ module Elelem
     # What each path answers, and to which methods.
     ROUTES = {
       "/v1/chat/completions" => [%w[POST], :chat_completions], "/v1/completions" => [%w[POST], :completions],
-      "/v1/models" => [%w[GET HEAD], :models], "/health" => [%w[GET HEAD], :health]
+      "/v1/models" => [%w[GET HEAD], :models], "/health" => [%w[GET HEAD], :health],
+      "/v1/embeddings" => [%w[POST], :embeddings], "/v1/rerank" => [%w[POST], :rerank]
     }.freeze
     # The headers of a streaming reply: no cache or proxy may hold its events back.
     STREAM_HEADERS = { "content-type" => "text/event-stream", "cache-control" => "no-cache",
@@ -96,6 +102,7 @@ module Elelem
     def answer(env)
       handler = route(env)
       authorize(env) unless handler == :health
+      check_serves(handler)
       send(handler, env)
     rescue HTTPError => e
       error(e)

@@ -2,8 +2,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::arch::Kind;
+use crate::embed::Pooling;
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
-use crate::graph_inputs::{Batch, Inputs};
+use crate::graph_inputs::{distinct_seqs, Batch, Inputs};
 use crate::kv_cache::{Cells, KvCache, SeqId, KV_PAD, MAX_SEQUENCES};
 use crate::layers::GraphBuilder;
 use crate::{Error, Model, Result};
@@ -23,6 +25,9 @@ pub struct ContextParams {
     pub n_ubatch: u32,
     /// How many sequences the context holds at once.
     pub n_seq_max: u32,
+    /// What a pass outputs: the logits of its output rows (`None`), or embeddings
+    /// pooled this way (every token is an output row then, as in llama.cpp).
+    pub pooling: Option<Pooling>,
 }
 
 impl Default for ContextParams {
@@ -32,6 +37,7 @@ impl Default for ContextParams {
             n_threads: 2,
             n_ubatch: DEFAULT_UBATCH,
             n_seq_max: 1,
+            pooling: None,
         }
     }
 }
@@ -76,7 +82,17 @@ struct Pass<'a> {
 struct BuiltGraph {
     graph: Graph,
     inputs: Inputs,
-    logits: Tensor,
+    /// The logits, or the embeddings.
+    output: Tensor,
+}
+
+/// The shape of a pass: its tokens, its output rows, its distinct sequences, and
+/// how many cells of each cache group it attends over.
+struct PassShape<'a> {
+    n_tokens: u32,
+    n_outputs: u32,
+    n_seqs: u32,
+    n_kv: &'a [u32],
 }
 
 /// Sequences over a model: the KV cache they share, the graph allocator that owns
@@ -94,7 +110,8 @@ pub struct Context {
     arena: GraphArena,
     /// Per sequence, the tokens whose K and V the cache holds, in order.
     seqs: Vec<Vec<u32>>,
-    /// The logits of the last pass's output rows, one row of n_vocab each.
+    /// The last pass's output: the logits of its output rows, one row of n_vocab
+    /// each, or its embeddings (see [`Context::embeddings`]).
     logits: Vec<f32>,
     abort: Arc<AtomicBool>,
     stats: DecodeStats,
@@ -103,14 +120,19 @@ pub struct Context {
 impl Context {
     pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Context> {
         validate(&params)?;
+        validate_output(&model, &params)?;
         let backend = Backend::cpu(params.n_threads)?;
-        let kv = KvCache::new(
-            &backend,
-            &model.hparams,
-            params.n_ctx,
-            params.n_ubatch.min(params.n_ctx),
-            params.n_seq_max,
-        )?;
+        let kv = match model.hparams.arch.kind() {
+            Kind::Decoder => KvCache::new(
+                &backend,
+                &model.hparams,
+                params.n_ctx,
+                params.n_ubatch.min(params.n_ctx),
+                params.n_seq_max,
+            )?,
+            // An encoder's pass attends over its own tokens only.
+            Kind::Encoder => KvCache::none(),
+        };
         let galloc = Gallocr::new(backend.default_buft())?;
         let abort = Arc::new(AtomicBool::new(false));
         // SAFETY: the flag is an Arc the context holds for as long as the backend lives.
@@ -134,9 +156,13 @@ impl Context {
         Ok(ctx)
     }
 
-    /// The most output rows one pass computes: one per sequence.
+    /// The most output rows one pass computes: one per sequence, or every token when
+    /// the pass gives embeddings.
     fn max_outputs(&self) -> u32 {
-        self.params.n_seq_max.min(self.max_batch())
+        match self.params.pooling {
+            None => self.params.n_seq_max.min(self.max_batch()),
+            Some(_) => self.max_batch(),
+        }
     }
 
     /// The most tokens one pass evaluates.
@@ -150,15 +176,13 @@ impl Context {
     fn reserve(&mut self) -> Result<()> {
         let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::size).collect();
         let graph = self.arena.graph()?;
-        build(
-            &graph,
-            &self.model,
-            &self.kv,
-            &self.params,
-            self.max_batch(),
-            self.max_outputs(),
-            &n_kv,
-        );
+        let shape = PassShape {
+            n_tokens: self.max_batch(),
+            n_outputs: self.max_outputs(),
+            n_seqs: self.params.n_seq_max.min(self.max_batch()),
+            n_kv: &n_kv,
+        };
+        build(&graph, &self.model, &self.kv, &self.params, &shape);
         self.galloc.reserve(&graph)
     }
 
@@ -277,6 +301,22 @@ impl Context {
     pub fn logits(&self) -> &[f32] {
         let n_vocab = self.model.hparams.n_vocab as usize;
         &self.logits[self.logits.len() - n_vocab..]
+    }
+
+    /// The last pass's embeddings, row after row: one per distinct sequence in it (in
+    /// ascending sequence order) when pooled, else one per token; each
+    /// [`Context::embedding_width`] wide.
+    pub fn embeddings(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// How many values an embedding row has: n_embd, or a reranker's scores.
+    pub fn embedding_width(&self) -> usize {
+        let hp = &self.model.hparams;
+        match self.params.pooling {
+            Some(Pooling::Rank) => hp.n_cls_out as usize,
+            _ => hp.n_embd as usize,
+        }
     }
 
     /// The logits of output row `i` of the last [`Context::decode_batch`] (the batch's
@@ -434,13 +474,17 @@ impl Context {
             self.last_graph = None;
             let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::n_kv).collect();
             let graph = self.arena.graph()?;
-            let n_tokens = batch.tokens.len() as u32;
-            let n_outputs = batch.out_rows.len() as u32;
-            let (inputs, logits) = build(&graph, &self.model, &self.kv, &self.params, n_tokens, n_outputs, &n_kv);
+            let shape = PassShape {
+                n_tokens: batch.tokens.len() as u32,
+                n_outputs: batch.out_rows.len() as u32,
+                n_seqs: distinct_seqs(batch.seqs).len() as u32,
+                n_kv: &n_kv,
+            };
+            let (inputs, output) = build(&graph, &self.model, &self.kv, &self.params, &shape);
             self.galloc.alloc(&graph)?;
-            self.last_graph = Some(BuiltGraph { graph, inputs, logits });
+            self.last_graph = Some(BuiltGraph { graph, inputs, output });
         }
-        let BuiltGraph { graph, inputs, logits } = self.last_graph.as_ref().expect("built above");
+        let BuiltGraph { graph, inputs, output } = self.last_graph.as_ref().expect("built above");
         inputs.set(&batch);
 
         let bytes = self.galloc.buffer_size();
@@ -450,8 +494,8 @@ impl Context {
         self.stats.compute_buffer_bytes_min = self.stats.compute_buffer_bytes_min.min(bytes);
         self.stats.compute_buffer_bytes_max = self.stats.compute_buffer_bytes_max.max(bytes);
         self.backend.compute(graph)?;
-        self.logits.resize(logits.nbytes() / std::mem::size_of::<f32>(), 0.0);
-        logits.read_f32(0, &mut self.logits);
+        self.logits.resize(output.nbytes() / std::mem::size_of::<f32>(), 0.0);
+        output.read_f32(0, &mut self.logits);
         Ok(())
     }
 }
@@ -485,28 +529,40 @@ fn validate(params: &ContextParams) -> Result<()> {
     Ok(())
 }
 
-fn build(
-    graph: &Graph,
-    model: &Model,
-    kv: &KvCache,
-    params: &ContextParams,
-    n_tokens: u32,
-    n_outputs: u32,
-    n_kv: &[u32],
-) -> (Inputs, Tensor) {
-    let inputs = Inputs::new(graph, n_tokens.into(), n_outputs.into(), n_kv);
+/// An encoder gives embeddings only, and a reranker's scores need its classifier.
+fn validate_output(model: &Model, params: &ContextParams) -> Result<()> {
+    let hp = &model.hparams;
+    match params.pooling {
+        None if hp.arch.kind() == Kind::Encoder => Err(Error::InvalidArgument(format!(
+            "{} is an embedding model: it gives embeddings, not text",
+            hp.arch.name()
+        ))),
+        Some(Pooling::Rank) if model.weights().classifier.is_empty() => Err(Error::InvalidArgument(
+            "rank pooling needs a reranker's classification head (cls.weight or cls.output.weight), \
+             which this model does not have"
+                .into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn build(graph: &Graph, model: &Model, kv: &KvCache, params: &ContextParams, shape: &PassShape) -> (Inputs, Tensor) {
+    let inputs = Inputs::new(graph, shape.n_tokens.into(), shape.n_outputs.into(), shape.n_kv);
     let builder = GraphBuilder {
         graph,
+        own_mask: std::cell::Cell::new(None),
         inputs,
         model,
         kv,
-        n_tokens: n_tokens.into(),
+        n_tokens: shape.n_tokens.into(),
         // llama.cpp pads the context to whole cache pages before comparing it; the
         // unified cache gives every sequence the whole context.
         n_ctx_seq: params.n_ctx.div_ceil(KV_PAD) * KV_PAD,
+        pooling: params.pooling,
+        n_seqs: shape.n_seqs.into(),
     };
-    let logits = model.hparams.arch.build(&builder);
-    graph.mark_output(logits);
-    graph.expand(logits);
-    (builder.inputs, logits)
+    let output = model.hparams.arch.build(&builder);
+    graph.mark_output(output);
+    graph.expand(output);
+    (builder.inputs, output)
 }

@@ -523,6 +523,25 @@ impl Graph {
         op!(self, sys::ggml_rms_norm(self.c(), a.as_ptr(), eps))
     }
 
+    /// LayerNorm without its weight and bias: mean 0, variance 1 per row.
+    pub fn layer_norm(&self, a: Tensor, eps: f32) -> Tensor {
+        op!(self, sys::ggml_norm(self.c(), a.as_ptr(), eps))
+    }
+
+    /// GELU with ggml's tabulated approximation (as llama.cpp's `LLM_FFN_GELU`).
+    pub fn gelu(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_gelu(self.c(), a.as_ptr()))
+    }
+
+    /// A contiguous copy of `a` in another type.
+    pub fn cast(&self, a: Tensor, ty: sys::ggml_type) -> Tensor {
+        op!(self, sys::ggml_cast(self.c(), a.as_ptr(), ty))
+    }
+
+    pub fn transpose(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_transpose(self.c(), a.as_ptr()))
+    }
+
     pub fn swiglu_split(&self, gate: Tensor, up: Tensor) -> Tensor {
         op!(self, sys::ggml_swiglu_split(self.c(), gate.as_ptr(), up.as_ptr()))
     }
@@ -558,6 +577,10 @@ impl Graph {
 
     pub fn view_2d(&self, a: Tensor, ne0: i64, ne1: i64, nb1: usize, offset: usize) -> Tensor {
         op!(self, sys::ggml_view_2d(self.c(), a.as_ptr(), ne0, ne1, nb1, offset))
+    }
+
+    pub fn view_1d(&self, a: Tensor, ne0: i64, offset: usize) -> Tensor {
+        op!(self, sys::ggml_view_1d(self.c(), a.as_ptr(), ne0, offset))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -29,7 +29,7 @@ impl Batch<'_> {
     }
 }
 
-pub(crate) trait GraphInput {
+pub(crate) trait GraphInput: Send {
     /// Writes this micro-batch's values into the allocated tensors.
     fn set(&self, batch: &Batch);
 
@@ -131,6 +131,108 @@ impl GraphInput for Filled {
     }
 }
 
+/// The batch's distinct sequences, ascending: the order of pooled rows, as llama.cpp's
+/// `ubatch.seq_id_unq`.
+pub(crate) fn distinct_seqs(seqs: &[SeqId]) -> Vec<SeqId> {
+    let mut distinct = seqs.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    distinct
+}
+
+/// F16 [n_tokens, n_tokens]: the mask of a pass that attends over its own tokens only
+/// (`llm_graph_input_attn_no_cache`): 0 where a token may see another of its sequence
+/// (an earlier one, or any when the attention is not causal), -inf elsewhere.
+pub struct OwnTokensMask {
+    pub mask: Tensor,
+    pub causal: bool,
+}
+
+impl GraphInput for OwnTokensMask {
+    fn set(&self, batch: &Batch) {
+        let n = batch.n_tokens();
+        let (zero, minus_inf) = (f16_bits(0.0), f16_bits(f32::NEG_INFINITY));
+        let mut mask = vec![minus_inf; n * n];
+        for (row, (&p1, &s1)) in mask.chunks_mut(n).zip(batch.pos.iter().zip(batch.seqs)) {
+            for (cell, (&p0, &s0)) in row.iter_mut().zip(batch.pos.iter().zip(batch.seqs)) {
+                if s0 == s1 && !(self.causal && p0 > p1) {
+                    *cell = zero;
+                }
+            }
+        }
+        self.mask.write(&mask);
+    }
+
+    fn can_reuse(&self, batch: &Batch) -> bool {
+        self.mask.ne()[0] as usize == batch.n_tokens()
+    }
+}
+
+fn f16_bits(x: f32) -> u16 {
+    unsafe { sys::ggml_fp32_to_fp16(x) }
+}
+
+/// F32 [n_tokens, n_seqs]: each sequence's column holds 1/(its token count) at its
+/// tokens' rows, so that a product averages them (`llm_graph_input_mean`).
+pub struct MeanWeights(pub Tensor);
+
+impl GraphInput for MeanWeights {
+    fn set(&self, batch: &Batch) {
+        let n = batch.n_tokens();
+        let distinct = distinct_seqs(batch.seqs);
+        let mut weights = vec![0f32; n * distinct.len()];
+        for (col, &seq) in distinct.iter().enumerate() {
+            let count = batch.seqs.iter().filter(|&&s| s == seq).count();
+            let share = 1.0 / count as f32;
+            for (i, _) in batch.seqs.iter().enumerate().filter(|(_, &s)| s == seq) {
+                weights[col * n + i] = share;
+            }
+        }
+        self.0.write(&weights);
+    }
+
+    fn can_reuse(&self, batch: &Batch) -> bool {
+        let [rows, cols, ..] = self.0.ne();
+        rows as usize == batch.n_tokens() && cols as usize == distinct_seqs(batch.seqs).len()
+    }
+}
+
+/// I32 [n_seqs]: each sequence's first token (`cls`) or last (`last`), the row its
+/// pooled embedding is taken from (`llm_graph_input_cls`).
+pub struct PooledRows {
+    pub rows: Tensor,
+    pub last: bool,
+}
+
+impl GraphInput for PooledRows {
+    fn set(&self, batch: &Batch) {
+        let rows: Vec<i32> = distinct_seqs(batch.seqs)
+            .iter()
+            .map(|&seq| {
+                let mut target: Option<(i32, usize)> = None;
+                for (i, (&pos, _)) in batch
+                    .pos
+                    .iter()
+                    .zip(batch.seqs)
+                    .enumerate()
+                    .filter(|(_, (_, &s))| s == seq)
+                {
+                    let better = target.is_none_or(|(p, _)| if self.last { pos >= p } else { pos < p });
+                    if better {
+                        target = Some((pos, i));
+                    }
+                }
+                target.map_or(0, |(_, i)| i as i32)
+            })
+            .collect();
+        self.rows.write(&rows);
+    }
+
+    fn can_reuse(&self, batch: &Batch) -> bool {
+        self.rows.ne()[0] as usize == distinct_seqs(batch.seqs).len()
+    }
+}
+
 /// Every input of a pass.
 pub struct Inputs {
     pub tokens: TokenIds,
@@ -139,7 +241,7 @@ pub struct Inputs {
     /// One per KV cache group (see [`crate::kv_cache`]).
     pub kv: Vec<KvGroupInput>,
     /// Added while the graph is built, by the pieces that need them.
-    pub filled: RefCell<Vec<Filled>>,
+    pub(crate) added: RefCell<Vec<Box<dyn GraphInput>>>,
 }
 
 impl Inputs {
@@ -165,13 +267,15 @@ impl Inputs {
             pos: Positions(graph.input("inp_pos", sys::GGML_TYPE_I32, &[n_tokens])),
             out_ids: OutputRows(graph.input("inp_out_ids", sys::GGML_TYPE_I32, &[n_outputs])),
             kv,
-            filled: RefCell::new(Vec::new()),
+            added: RefCell::new(Vec::new()),
         }
     }
 
     fn each(&self, mut f: impl FnMut(&dyn GraphInput) -> bool) -> bool {
         let fixed: [&dyn GraphInput; 3] = [&self.tokens, &self.pos, &self.out_ids];
-        fixed.into_iter().all(&mut f) && self.kv.iter().all(|g| f(g)) && self.filled.borrow().iter().all(|i| f(i))
+        fixed.into_iter().all(&mut f)
+            && self.kv.iter().all(|g| f(g))
+            && self.added.borrow().iter().all(|i| f(i.as_ref()))
     }
 
     pub(crate) fn set(&self, batch: &Batch) {

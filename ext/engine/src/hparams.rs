@@ -3,7 +3,8 @@
 
 use elelem_gguf::{Gguf, Value};
 
-use crate::arch::Arch;
+use crate::arch::{Arch, Kind};
+use crate::embed::Pooling;
 use crate::{Error, Result};
 
 /// The largest layer count or tensor width accepted: far beyond any real model,
@@ -63,7 +64,9 @@ pub struct HParams {
     pub n_ctx_train: u32,
     pub head_dim_k: u32,
     pub head_dim_v: u32,
-    pub rms_eps: f32,
+    /// The epsilon of the architecture's norms: RMS norms' for decoders, LayerNorms'
+    /// for encoders (see [`Kind`]).
+    pub norm_eps: f32,
     pub rope: Rope,
     pub swa: Option<Swa>,
     /// Logits become `cap * tanh(logits / cap)` (gemma's `final_logit_softcapping`).
@@ -84,6 +87,15 @@ pub struct HParams {
     pub n_expert: u32,
     pub n_expert_used: u32,
     pub n_ff_exp: u32,
+    /// Whether a token attends only to earlier ones (`attention.causal`; encoders say false).
+    pub causal_attn: bool,
+    /// How the file's model pools its embeddings (`pooling_type`), if it says.
+    pub pooling: Option<Pooling>,
+    /// How many token types an encoder's embeddings have rows for (its
+    /// `tokenizer.ggml.token_type_count`; 0 for decoders).
+    pub n_token_types: u32,
+    /// How many scores a reranker's classifier gives (`classifier.output_labels`, else 1).
+    pub n_cls_out: u32,
     /// `general.name`, `general.size_label` and the file type's name, for display.
     pub name: Option<String>,
     pub size_label: Option<String>,
@@ -163,7 +175,11 @@ impl HParams {
             )));
         }
         let freq_base = keys.opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
-        let rms_eps = keys.f32("attention.layer_norm_rms_epsilon")?;
+        let eps_key = match arch.kind() {
+            Kind::Decoder => "attention.layer_norm_rms_epsilon",
+            Kind::Encoder => "attention.layer_norm_epsilon",
+        };
+        let norm_eps = keys.f32(eps_key)?;
         let n_layer = keys.u32("block_count")?;
         let n_ff = keys.u32("feed_forward_length")?;
         // Products in u64: a hostile head count times head size may wrap a u32 into
@@ -185,12 +201,29 @@ impl HParams {
             }
         }
         let positive = |v: f32| v.is_finite() && v > 0.0;
-        if !(positive(freq_base) && positive(rms_eps)) {
+        if !(positive(freq_base) && positive(norm_eps)) {
             return Err(Error::Load(format!(
-                "{}: rope.freq_base ({freq_base}) and layer_norm_rms_epsilon ({rms_eps}) must be positive and finite",
+                "{}: rope.freq_base ({freq_base}) and {eps_key} ({norm_eps}) must be positive and finite",
                 arch.name()
             )));
         }
+        let pooling = match keys.opt_i64("pooling_type")? {
+            None | Some(-1) => None,
+            Some(id) => Some(Pooling::from_id(id).ok_or_else(|| {
+                Error::Load(format!(
+                    "{}.pooling_type {id} is not one llama.cpp knows (0 to 4)",
+                    arch.name()
+                ))
+            })?),
+        };
+        let n_cls_out = match keys.get("classifier.output_labels") {
+            None => 1,
+            Some((full, v)) => v
+                .as_array()
+                .map(|labels| labels.len() as u32)
+                .filter(|&n| n > 0 && u64::from(n) <= MAX_WIDTH)
+                .ok_or_else(|| Error::Load(format!("{full} must be a non-empty array of labels")))?,
+        };
         let rope = read_rope_scaling(&keys, arch.rope_mode(), rope_dims, n_ctx_train, freq_base)?;
         let mut hp = HParams {
             arch,
@@ -203,7 +236,7 @@ impl HParams {
             n_ctx_train,
             head_dim_k,
             head_dim_v,
-            rms_eps,
+            norm_eps,
             rope,
             swa: None,
             final_logit_softcap: None,
@@ -216,6 +249,10 @@ impl HParams {
             n_expert,
             n_expert_used: 0,
             n_ff_exp: 0,
+            causal_attn: keys.opt_bool("attention.causal")?.unwrap_or(true),
+            pooling,
+            n_token_types: 0,
+            n_cls_out,
             name: gguf.get("general.name").and_then(Value::as_str).map(str::to_string),
             size_label: gguf
                 .get("general.size_label")
@@ -360,6 +397,18 @@ impl Keys<'_> {
         }
     }
 
+    /// A key outside the architecture's prefix (a tokenizer's).
+    pub(crate) fn global_u32(&self, full: &str) -> Result<Option<u32>> {
+        match self.gguf.get(full) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| Error::Load(format!("{full} must be an unsigned 32-bit integer, got {v:?}"))),
+        }
+    }
+
     fn u32(&self, key: &str) -> Result<u32> {
         self.opt_u32(key)?.ok_or_else(|| missing(self.prefix, key))
     }
@@ -371,6 +420,16 @@ impl Keys<'_> {
                 .as_str()
                 .map(Some)
                 .ok_or_else(|| Error::Load(format!("{full} must be a string, got {v:?}"))),
+        }
+    }
+
+    fn opt_i64(&self, key: &str) -> Result<Option<i64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some((full, v)) => v
+                .as_i64()
+                .map(Some)
+                .ok_or_else(|| Error::Load(format!("{full} must be an integer, got {v:?}"))),
         }
     }
 

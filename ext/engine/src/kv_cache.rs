@@ -272,8 +272,9 @@ pub(crate) struct KvCache {
     /// The index in `groups` of each layer.
     pub layer_group: Vec<usize>,
     pub groups: Vec<Cells>,
-    buffer: Buffer,
-    _ctx: ggml::Context,
+    /// None for a model without a cache (an encoder).
+    buffer: Option<Buffer>,
+    _ctx: Option<ggml::Context>,
 }
 
 impl KvCache {
@@ -330,13 +331,25 @@ impl KvCache {
             v,
             layer_group,
             groups,
-            buffer,
-            _ctx: ctx,
+            buffer: Some(buffer),
+            _ctx: Some(ctx),
         })
     }
 
+    /// No cache at all, for a model whose passes attend over their own tokens only.
+    pub fn none() -> KvCache {
+        KvCache {
+            k: Vec::new(),
+            v: Vec::new(),
+            layer_group: Vec::new(),
+            groups: Vec::new(),
+            buffer: None,
+            _ctx: None,
+        }
+    }
+
     pub fn bytes(&self) -> usize {
-        self.buffer.size()
+        self.buffer.as_ref().map_or(0, Buffer::size)
     }
 
     /// Forgets every sequence; the data stays, masked out until overwritten.

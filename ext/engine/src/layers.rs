@@ -6,9 +6,10 @@
 
 use ggml_sys as sys;
 
-use crate::arch::{AttentionWeights, FfnWeights, LayerWeights, QkvWeights};
+use crate::arch::{AttentionWeights, FfnWeights, Kind, LayerWeights, Norm, QkvWeights};
+use crate::embed::Pooling;
 use crate::ggml::{Graph, Tensor};
-use crate::graph_inputs::{Filled, Inputs};
+use crate::graph_inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows};
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
 use crate::model::Model;
@@ -24,12 +25,18 @@ pub enum Glu {
 
 pub struct GraphBuilder<'a> {
     pub graph: &'a Graph,
+    /// The mask of attention over the pass's own tokens, once a layer has asked for it.
+    pub(crate) own_mask: std::cell::Cell<Option<Tensor>>,
     pub inputs: Inputs,
     pub(crate) model: &'a Model,
     pub(crate) kv: &'a KvCache,
     pub n_tokens: i64,
     /// The cells a sequence may use (llama.cpp's `n_ctx_seq`): picks LongRoPE's factors.
     pub n_ctx_seq: u32,
+    /// What the pass outputs: logits (`None`), or embeddings pooled this way.
+    pub pooling: Option<Pooling>,
+    /// How many distinct sequences the pass holds: the pooled rows.
+    pub n_seqs: i64,
 }
 
 impl GraphBuilder<'_> {
@@ -57,10 +64,10 @@ impl GraphBuilder<'_> {
         let rows = self
             .graph
             .input("inp_scale_rows", sys::GGML_TYPE_F32, &[1, self.n_tokens]);
-        self.inputs.filled.borrow_mut().push(Filled {
+        self.inputs.added.borrow_mut().push(Box::new(Filled {
             tensor: rows,
             value: scale,
-        });
+        }));
         self.graph.mul(self.embed(), rows).set_name("inp_scaled")
     }
 
@@ -75,18 +82,43 @@ impl GraphBuilder<'_> {
         self.graph.rope(x, self.inputs.pos.0, rope, factors)
     }
 
-    /// [`GraphBuilder::norm`] where the layer has the weight (per-head Q/K norms), else `x`.
-    pub fn norm_if(&self, x: Tensor, weight: Option<Tensor>, name: &str, il: usize) -> Tensor {
-        weight.map_or(x, |w| self.norm(x, Some(w), name, il))
+    /// An encoder's input: the token embeddings plus the first token type's row and the
+    /// positions' rows where the model has them, LayerNormed (bert's `inp_norm`).
+    pub fn embed_encoder(&self) -> Tensor {
+        let g = self.graph;
+        let w = self.model.weights();
+        let mut x = self.embed();
+        let Some(input) = &w.input else { return x };
+        if let Some(types) = input.token_type {
+            x = g.add(x, g.view_1d(types, self.hparams().n_embd.into(), 0));
+        }
+        if let Some(positions) = input.positions {
+            x = g.add(g.get_rows(positions, self.inputs.pos.0), x);
+        }
+        self.norm(x, Some(input.norm), "inp_norm", 0)
     }
 
-    /// RMS norm times the weight (the CPU backend fuses the pair; values are the same).
-    pub fn norm(&self, x: Tensor, weight: Option<Tensor>, name: &str, il: usize) -> Tensor {
-        let y = self.graph.rms_norm(x, self.hparams().rms_eps);
-        let y = match weight {
-            Some(w) => self.graph.mul(y, w),
-            None => y,
+    /// [`GraphBuilder::norm`] where the layer has the weight (per-head Q/K norms), else `x`.
+    pub fn norm_if(&self, x: Tensor, weight: Option<Tensor>, name: &str, il: usize) -> Tensor {
+        weight.map_or(x, |w| self.norm(x, Some(w.into()), name, il))
+    }
+
+    /// The architecture's norm (RMS for decoders, LayerNorm for encoders) times the
+    /// weight plus the bias, as llama.cpp's `build_norm` (the CPU backend fuses the
+    /// RMS norm and its weight; values are the same).
+    pub fn norm(&self, x: Tensor, norm: Option<Norm>, name: &str, il: usize) -> Tensor {
+        let g = self.graph;
+        let hp = self.hparams();
+        let mut y = match hp.arch.kind() {
+            Kind::Decoder => g.rms_norm(x, hp.norm_eps),
+            Kind::Encoder => g.layer_norm(x, hp.norm_eps),
         };
+        if let Some(norm) = norm {
+            y = g.mul(y, norm.weight);
+            if let Some(bias) = norm.bias {
+                y = g.add(y, bias);
+            }
+        }
         y.set_name(&format!("{name}-{il}"))
     }
 
@@ -219,6 +251,52 @@ impl GraphBuilder<'_> {
         out.set_name(&format!("attn_out-{il}"))
     }
 
+    /// Attention over the pass's own tokens (an encoder's: no cache), as llama.cpp's
+    /// `build_attn` with `llm_graph_input_attn_no_cache` and flash attention: K and V
+    /// are cast to F16 for the kernel, the mask is the tokens' own; then wo and bo.
+    pub fn attention_own_tokens(
+        &self,
+        attn: &AttentionWeights,
+        il: usize,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        kq_scale: f32,
+    ) -> Tensor {
+        let g = self.graph;
+        let mask = self.own_tokens_mask();
+        let q = g.permute(q, [0, 2, 1, 3]);
+        let k = g.cast(g.permute(k, [0, 2, 1, 3]), sys::GGML_TYPE_F16);
+        let v = g.cast(g.permute(v, [0, 2, 1, 3]), sys::GGML_TYPE_F16);
+        let out = g.flash_attn(q, k, v, mask, kq_scale, 0.0);
+        let out = g
+            .reshape_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
+            .set_name(&format!("kqv_out-{il}"));
+        let mut out = g.mul_mat(attn.wo, out);
+        if let Some(bo) = attn.bo {
+            out = g.add(out, bo);
+        }
+        out.set_name(&format!("attn_out-{il}"))
+    }
+
+    /// The mask of attention over the pass's own tokens: one input, shared by the layers.
+    fn own_tokens_mask(&self) -> Tensor {
+        if let Some(mask) = self.own_mask.get() {
+            return mask;
+        }
+        let mask = self.graph.input(
+            "attn_inp_kq_mask",
+            sys::GGML_TYPE_F16,
+            &[self.n_tokens, self.n_tokens, 1, 1],
+        );
+        self.inputs.added.borrow_mut().push(Box::new(OwnTokensMask {
+            mask,
+            causal: self.hparams().causal_attn,
+        }));
+        self.own_mask.set(Some(mask));
+        mask
+    }
+
     /// In the last layer, keeps only the rows whose logits are wanted (as llama.cpp
     /// does, so the last feed-forward runs on those rows only, with the same kernels).
     pub fn select_outputs_if_last(&self, il: usize, a: Tensor, b: Tensor) -> (Tensor, Tensor) {
@@ -252,6 +330,12 @@ impl GraphBuilder<'_> {
                     Glu::Gelu => g.geglu(up),
                 };
                 g.mul_mat(down, act)
+            }
+            FfnWeights::Sequential { up, up_b, down, down_b } => {
+                let up = g.mul_mat(up, x);
+                let up = up_b.map_or(up, |b| g.add(up, b));
+                let down = g.mul_mat(down, g.gelu(up));
+                down_b.map_or(down, |b| g.add(down, b))
             }
             FfnWeights::Experts { router, gate, up, down } => return self.ffn_moe([router, gate, up, down], x, il),
         };
@@ -287,14 +371,66 @@ impl GraphBuilder<'_> {
         out.set_name(&format!("ffn_moe_out-{il}"))
     }
 
-    /// Final norm and the output head.
-    pub fn logits(&self, x: Tensor) -> Tensor {
-        let w = self.model.weights();
-        let x = self.graph.rms_norm(x, self.hparams().rms_eps);
-        let x = self.graph.mul(x, w.output_norm).set_name("result_norm");
+    /// What the pass outputs from the last block's `x`: the logits (the final norm and
+    /// the head), or the embeddings pooled (after the final norm, for a decoder).
+    pub fn output(&self, x: Tensor) -> Tensor {
+        let head = self.model.weights().head.as_ref();
+        let x = match head {
+            Some(head) => self.norm(x, Some(head.norm), "result_norm", 0),
+            None => x,
+        };
+        match (self.pooling, head) {
+            (Some(pooling), _) => self.pool(x, pooling),
+            (None, Some(head)) => self.logits(x, head),
+            // Context::new refuses an encoder a context for logits.
+            (None, None) => unreachable!("an encoder has no logits"),
+        }
+    }
+
+    /// The embeddings of the pass's sequences from the hidden states `x` (every token a
+    /// row), as llama.cpp's `build_pooling`: a row per token (`None`), a row per sequence
+    /// (`Mean`, `Cls`, `Last`), or a reranker's scores (`Rank`).
+    fn pool(&self, x: Tensor, pooling: Pooling) -> Tensor {
         let g = self.graph;
-        let mut logits = g.mul_mat(w.output, x);
-        if let Some(b) = w.output_bias {
+        let pooled = match pooling {
+            Pooling::None => x,
+            Pooling::Mean => {
+                let mean = g.input("mean", sys::GGML_TYPE_F32, &[self.n_tokens, self.n_seqs]);
+                self.inputs.added.borrow_mut().push(Box::new(MeanWeights(mean)));
+                g.mul_mat(g.cont(g.transpose(x)), mean)
+            }
+            Pooling::Cls | Pooling::Last | Pooling::Rank => {
+                let rows = g.input("cls", sys::GGML_TYPE_I32, &[self.n_seqs]);
+                let last = pooling == Pooling::Last || (pooling == Pooling::Rank && self.hparams().causal_attn);
+                self.inputs.added.borrow_mut().push(Box::new(PooledRows { rows, last }));
+                let rows = g.get_rows(x, rows);
+                if pooling == Pooling::Rank {
+                    self.classify(rows)
+                } else {
+                    rows
+                }
+            }
+        };
+        pooled.set_name("result_embd_pooled")
+    }
+
+    /// A reranker's head on the pooled rows: `tanh(cls · x + b)`, then `cls_out · _ + b`.
+    fn classify(&self, x: Tensor) -> Tensor {
+        let g = self.graph;
+        let classifier = &self.model.weights().classifier;
+        let linear = |x: Tensor, (w, b): (Tensor, Option<Tensor>)| {
+            let y = g.mul_mat(w, x);
+            b.map_or(y, |b| g.add(y, b))
+        };
+        let x = classifier.dense.map_or(x, |dense| g.tanh(linear(x, dense)));
+        classifier.out.map_or(x, |out| linear(x, out))
+    }
+
+    /// The output head on the normed hidden states.
+    fn logits(&self, x: Tensor, head: &crate::arch::OutputHead) -> Tensor {
+        let g = self.graph;
+        let mut logits = g.mul_mat(head.output, x);
+        if let Some(b) = head.bias {
             logits = g.add(logits, b);
         }
         if let Some(divisor) = self.hparams().logit_scale {

@@ -9,6 +9,8 @@
 //!   buffer. [`Context::decode`] is the hot path.
 //! - [`arch`]: one graph builder per architecture over the shared pieces in
 //!   [`layers`].
+//! - [`Embedder`]: embeddings and reranker scores (encoders such as BERT, or a
+//!   decoder's last hidden state), pooled and normalized as llama.cpp's.
 //! - [`Constraint`]: structured output (JSON Schema, grammars, regexes,
 //!   choices) as a token mask per step, through llguidance; [`tool_calls`]
 //!   reads a reply's calls and gives the lazy constraint's triggers.
@@ -19,6 +21,7 @@ mod build_profile;
 pub mod chat;
 pub mod constraint;
 mod context;
+pub mod embed;
 mod error;
 mod gbnf;
 mod generate;
@@ -38,6 +41,7 @@ pub use build_profile::{cpu_model, BuildProfile};
 pub use constraint::{Constraint, ConstraintFactory, ConstraintSpec};
 pub use context::{BatchToken, Context, ContextParams, DecodeStats};
 pub use elelem_tokenizer::Tokenizer;
+pub use embed::{EmbedParams, Embedder, Normalize, Pooling};
 pub use error::{Error, Result};
 pub use generate::{generate, GenerateParams, StopReason};
 pub use hparams::HParams;

@@ -10,7 +10,7 @@ use elelem_gguf::{FileBytes, Gguf, TensorInfo, TensorType, Value};
 use elelem_tokenizer::Tokenizer;
 use ggml_sys as sys;
 
-use crate::arch::{Arch, AttentionWeights, FfnWeights, LayerWeights, QkvWeights, Weights};
+use crate::arch::{Arch, AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, Weights};
 use crate::ggml::{self, Buffer, CpuDevice, Tensor};
 use crate::hparams::HParams;
 use crate::{Error, Result};
@@ -309,6 +309,10 @@ impl<'a> Loader<'a> {
         required(name, self.declare(name, shape, Usage::Rows)?)
     }
 
+    pub fn optional_rows(&mut self, name: &str, shape: &[u64]) -> Result<Option<Tensor>> {
+        self.declare(name, shape, Usage::Rows)
+    }
+
     pub fn vector(&mut self, name: &str, len: u64) -> Result<Tensor> {
         required(name, self.declare(name, &[len], Usage::Vector)?)
     }
@@ -317,14 +321,27 @@ impl<'a> Loader<'a> {
         self.declare(name, &[len], Usage::Vector)
     }
 
+    /// An RMS norm's weight.
+    pub fn norm(&mut self, name: &str, len: u64) -> Result<Norm> {
+        self.vector(name, len).map(Norm::from)
+    }
+
+    /// A LayerNorm: `<prefix>.weight` and `<prefix>.bias`, both required.
+    pub fn layer_norm(&mut self, prefix: &str, len: u64) -> Result<Norm> {
+        Ok(Norm {
+            weight: self.vector(&format!("{prefix}.weight"), len)?,
+            bias: Some(self.vector(&format!("{prefix}.bias"), len)?),
+        })
+    }
+
     /// The block of llama and its kin: norms, [`Loader::attention`], and a gated feed-forward.
     pub fn llama_block(&mut self, hp: &HParams, il: u32, qkv_bias: bool) -> Result<LayerWeights> {
         let embd = u64::from(hp.n_embd);
         Ok(LayerWeights {
-            attn_norm: Some(self.vector(&format!("blk.{il}.attn_norm.weight"), embd)?),
+            attn_norm: Some(self.norm(&format!("blk.{il}.attn_norm.weight"), embd)?),
             attn: self.attention(hp, il, qkv_bias)?,
             attn_post_norm: None,
-            ffn_norm: Some(self.vector(&format!("blk.{il}.ffn_norm.weight"), embd)?),
+            ffn_norm: Some(self.norm(&format!("blk.{il}.ffn_norm.weight"), embd)?),
             ffn: self.gated_ffn(hp, il)?,
             ffn_post_norm: None,
         })

@@ -647,6 +647,7 @@ pub fn exercise(bytes: &[u8]) -> Result<Vec<u32>> {
         n_threads: 1,
         n_ubatch: 4,
         n_seq_max: 1,
+        pooling: None,
     };
     let mut ctx = Context::new(Arc::clone(&model), params)?;
     let prompt: Vec<u32> = (0..6).map(|i| i * 7 % n_vocab).collect();

@@ -456,6 +456,17 @@ impl Tokenizer {
         self.vocab.add_eos && !matches!(self.algorithm, Algorithm::WordPiece)
     }
 
+    /// The SEP token (`llama_vocab_sep`), if the vocabulary has one.
+    pub fn sep(&self) -> Option<u32> {
+        self.vocab.sep
+    }
+
+    /// `llama_vocab_get_add_eos`: the vocabulary's own flag, which rerank prompts
+    /// follow (WordPiece's `tokenize` ends with SEP whatever it says).
+    pub fn add_eos_flag(&self) -> bool {
+        self.vocab.add_eos
+    }
+
     /// `llama_vocab_get_add_sep`: whether embedding callers append SEP.
     pub fn add_sep(&self) -> bool {
         self.vocab.add_sep

@@ -9,7 +9,7 @@ module Elelem
       TYPES = {
         400 => "invalid_request_error", 401 => "authentication_error", 404 => "not_found_error",
         405 => "invalid_request_error", 413 => "invalid_request_error", 500 => "server_error",
-        503 => "server_error"
+        501 => "not_supported_error", 503 => "server_error"
       }.freeze
 
       # @return [Integer] the HTTP status

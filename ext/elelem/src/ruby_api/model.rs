@@ -20,8 +20,31 @@ use super::template_value;
 use super::tokenizer::Tokenizer;
 
 struct Loaded {
-    scheduler: Scheduler,
+    model: Arc<engine::Model>,
+    /// The sequences that generate text; `None` for an embedding-only model (an encoder).
+    scheduler: Option<Scheduler>,
+    /// The context that gives embeddings, made by the first `embed` (for the pooling it
+    /// asked for; another pooling makes another). One embedding call runs at a time.
+    embedder: Mutex<Option<engine::Embedder>>,
+    n_ctx: u32,
+    n_threads: usize,
     path: String,
+}
+
+impl Loaded {
+    fn scheduler(&self, ruby: &Ruby) -> Result<&engine::Scheduler, Error> {
+        self.scheduler.as_deref().ok_or_else(|| {
+            let hp = &self.model.hparams;
+            Error::new(
+                ruby.get_inner(&errors::ERROR),
+                format!(
+                    "{} ({}) is an embedding model: it has no text to generate; use embed or rerank",
+                    hp.name.as_deref().unwrap_or(&self.path),
+                    hp.arch.name()
+                ),
+            )
+        })
+    }
 }
 
 type Scheduler = Arc<engine::Scheduler>;
@@ -76,16 +99,26 @@ impl Model {
         let path = PathBuf::from(OsStr::from_bytes(unsafe { path.as_slice() }));
         let never = AtomicBool::new(false);
         let loaded = without_gvl(ruby, &never, || -> engine::Result<Loaded> {
-            let model = engine::Model::open(&path, &engine::ModelParams::default())?;
-            let params = engine::ContextParams {
+            let model = Arc::new(engine::Model::open(&path, &engine::ModelParams::default())?);
+            let scheduler = match model.hparams.arch.kind() {
+                engine::arch::Kind::Decoder => {
+                    let params = engine::ContextParams {
+                        n_ctx,
+                        n_threads,
+                        n_seq_max: parallel,
+                        ..Default::default()
+                    };
+                    let ctx = engine::Context::new(Arc::clone(&model), params)?;
+                    Some(Arc::new(engine::Scheduler::new(ctx, max_queue)))
+                }
+                engine::arch::Kind::Encoder => None,
+            };
+            Ok(Loaded {
+                model,
+                scheduler,
+                embedder: Mutex::new(None),
                 n_ctx,
                 n_threads,
-                n_seq_max: parallel,
-                ..Default::default()
-            };
-            let ctx = engine::Context::new(Arc::new(model), params)?;
-            Ok(Loaded {
-                scheduler: Arc::new(engine::Scheduler::new(ctx, max_queue)),
                 path: path.display().to_string(),
             })
         })?
@@ -101,7 +134,7 @@ impl Model {
     }
 
     fn model(&self, ruby: &Ruby) -> Result<Arc<engine::Model>, Error> {
-        Ok(Arc::clone(self.loaded(ruby)?.scheduler.model()))
+        Ok(Arc::clone(&self.loaded(ruby)?.model))
     }
 
     /// Runs a generation among whatever else the model is generating. `prompt` is
@@ -120,7 +153,7 @@ impl Model {
         constraint: Option<RArray>,
     ) -> Result<RHash, Error> {
         let loaded = rb_self.loaded(ruby)?;
-        let scheduler = &loaded.scheduler;
+        let scheduler = loaded.scheduler(ruby)?;
         let prompt = prompt_ids(ruby, scheduler.model(), prompt)?;
         let params = text_params(ruby, opts)?;
         let constraint = ConstraintArg::new(ruby, constraint)?;
@@ -186,7 +219,7 @@ impl Model {
         constraint: Option<RArray>,
     ) -> Result<RArray, Error> {
         let loaded = rb_self.loaded(ruby)?;
-        let scheduler = &loaded.scheduler;
+        let scheduler = loaded.scheduler(ruby)?;
         let params = text_params(ruby, opts)?;
         let constraint = ConstraintArg::new(ruby, constraint)?;
         let mut requests = Vec::with_capacity(prompts.len());
@@ -346,7 +379,13 @@ impl Model {
     /// of them.
     fn close(&self) -> bool {
         let loaded = self.state.lock().unwrap_or_else(|p| p.into_inner()).take();
-        loaded.inspect(|l| l.scheduler.close()).is_some()
+        loaded
+            .inspect(|l| {
+                if let Some(scheduler) = &l.scheduler {
+                    scheduler.close();
+                }
+            })
+            .is_some()
     }
 
     fn is_closed(&self) -> bool {
@@ -355,8 +394,7 @@ impl Model {
 
     fn info(ruby: &Ruby, rb_self: &Self) -> Result<RHash, Error> {
         let loaded = rb_self.loaded(ruby)?;
-        let hp = &loaded.scheduler.model().hparams;
-        let params = loaded.scheduler.params();
+        let hp = &loaded.model.hparams;
         let h = ruby.hash_new();
         let sym = |k: &str| ruby.to_symbol(k);
         h.aset(sym("architecture"), hp.arch.name())?;
@@ -373,9 +411,22 @@ impl Model {
         h.aset(sym("n_vocab"), hp.n_vocab)?;
         h.aset(sym("n_ctx_train"), hp.n_ctx_train)?;
         h.aset(sym("rope_freq_base"), hp.rope.freq_base)?;
-        h.aset(sym("n_ctx"), params.n_ctx)?;
-        h.aset(sym("parallel"), params.n_seq_max)?;
-        h.aset(sym("n_threads"), params.n_threads)?;
+        h.aset(sym("n_ctx"), loaded.n_ctx)?;
+        h.aset(
+            sym("parallel"),
+            loaded.scheduler.as_ref().map_or(0, |s| s.params().n_seq_max),
+        )?;
+        h.aset(sym("n_threads"), loaded.n_threads)?;
+        h.aset(
+            sym("kind"),
+            sym(match hp.arch.kind() {
+                engine::arch::Kind::Decoder => "decoder",
+                engine::arch::Kind::Encoder => "encoder",
+            }),
+        )?;
+        h.aset(sym("pooling"), hp.pooling.map(|p| sym(p.name())))?;
+        h.aset(sym("embedding_length"), hp.n_embd)?;
+        h.aset(sym("causal"), hp.causal_attn)?;
         h.aset(sym("n_gpu_layers"), 0)?;
         h.aset(sym("backend"), "CPU")?;
         Ok(h)
@@ -384,17 +435,90 @@ impl Model {
     /// Memory use, as of the last pass (the speed of a generation is in its result).
     fn stats(ruby: &Ruby, rb_self: &Self) -> Result<RHash, Error> {
         let loaded = rb_self.loaded(ruby)?;
-        let snapshot = loaded.scheduler.snapshot();
-        let model = loaded.scheduler.model();
+        let model = &loaded.model;
         let h = ruby.hash_new();
         let sym = |k: &str| ruby.to_symbol(k);
-        h.aset(sym("compute_buffer_bytes"), snapshot.compute_buffer_bytes)?;
-        h.aset(sym("compute_buffer_bytes_min"), snapshot.stats.compute_buffer_bytes_min)?;
-        h.aset(sym("compute_buffer_bytes_max"), snapshot.stats.compute_buffer_bytes_max)?;
-        h.aset(sym("kv_cache_bytes"), snapshot.kv_cache_bytes)?;
+        if let Some(scheduler) = &loaded.scheduler {
+            let snapshot = scheduler.snapshot();
+            h.aset(sym("compute_buffer_bytes"), snapshot.compute_buffer_bytes)?;
+            h.aset(sym("compute_buffer_bytes_min"), snapshot.stats.compute_buffer_bytes_min)?;
+            h.aset(sym("compute_buffer_bytes_max"), snapshot.stats.compute_buffer_bytes_max)?;
+            h.aset(sym("kv_cache_bytes"), snapshot.kv_cache_bytes)?;
+        }
         h.aset(sym("weights_bytes"), model.weights_bytes())?;
         h.aset(sym("repacked_weights_bytes"), model.repacked_bytes())?;
         Ok(h)
+    }
+}
+
+/// The flag that interrupts an embedding call: its context's abort flag.
+struct AbortInterrupt(Arc<AtomicBool>);
+
+impl Interrupt for AbortInterrupt {
+    fn clear(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+
+    fn raise(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Model {
+    /// Embeds each input (an Array of token-id Arrays, checked in Ruby) with `pooling`
+    /// (a name, or nil for the model's own) and llama-embedding's `normalize` number,
+    /// packing at most `batch_texts` into a pass. Returns an Array of Float Arrays (for
+    /// pooling `none`, each text's token rows one after another).
+    fn embed(
+        ruby: &Ruby,
+        rb_self: &Self,
+        inputs: Vec<Vec<u32>>,
+        pooling: Option<String>,
+        normalize: i32,
+        batch_texts: u32,
+    ) -> Result<RArray, Error> {
+        let loaded = rb_self.loaded(ruby)?;
+        let invalid = |msg: String| Error::new(ruby.exception_arg_error(), msg);
+        let pooling = match pooling.as_deref() {
+            None => None,
+            Some(name) => {
+                Some(engine::Pooling::from_name(name).ok_or_else(|| invalid(format!("unknown pooling {name}")))?)
+            }
+        };
+        let normalize = engine::Normalize::from_id(normalize)
+            .ok_or_else(|| invalid(format!("unknown normalization {normalize}")))?;
+        let mut slot = loaded.embedder.lock().unwrap_or_else(|p| p.into_inner());
+        let wanted = pooling
+            .or(loaded.model.hparams.pooling)
+            .unwrap_or(engine::Pooling::None);
+        let reusable = slot
+            .as_ref()
+            .is_some_and(|e| e.pooling() == wanted && e.batch_texts() == batch_texts);
+        let never = AtomicBool::new(false);
+        if !reusable {
+            *slot = None;
+            let params = engine::EmbedParams {
+                n_ctx: loaded.n_ctx,
+                n_threads: loaded.n_threads,
+                pooling: Some(wanted),
+                batch_texts,
+            };
+            let model = Arc::clone(&loaded.model);
+            let embedder = without_gvl(ruby, &never, || engine::Embedder::new(model, params))?
+                .map_err(|e| engine_error(ruby, e))?;
+            *slot = Some(embedder);
+        }
+        let embedder = slot.as_mut().expect("made above");
+        let interrupt = AbortInterrupt(embedder.abort_flag());
+        let vectors =
+            without_gvl(ruby, &interrupt, || embedder.embed(&inputs, normalize))?.map_err(|e| engine_error(ruby, e))?;
+        Ok(ruby.ary_from_iter(vectors.into_iter().map(|v| ruby.ary_from_vec(v))))
+    }
+
+    /// The most tokens an input to `embed` may have.
+    fn embed_max_tokens(ruby: &Ruby, rb_self: &Self) -> Result<usize, Error> {
+        let loaded = rb_self.loaded(ruby)?;
+        Ok(engine::embed::max_tokens(&loaded.model, loaded.n_ctx) as usize)
     }
 }
 
@@ -619,5 +743,7 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     class.define_private_method("_closed?", method!(Model::is_closed, 0))?;
     class.define_private_method("_info", method!(Model::info, 0))?;
     class.define_private_method("_stats", method!(Model::stats, 0))?;
+    class.define_private_method("_embed", method!(Model::embed, 4))?;
+    class.define_private_method("_embed_max_tokens", method!(Model::embed_max_tokens, 0))?;
     Ok(())
 }

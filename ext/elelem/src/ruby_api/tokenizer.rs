@@ -55,6 +55,26 @@ impl Tokenizer {
         self.0.eos()
     }
 
+    fn sep(&self) -> Option<u32> {
+        self.0.sep()
+    }
+
+    /// The ids of a rerank pair as llama-server's `format_prompt_rerank` lays them out
+    /// for a model without a rerank template: BOS, the query, EOS and SEP where the
+    /// vocabulary asks for them, the document, EOS where asked.
+    fn rerank_ids(&self, query: String, document: String) -> Vec<u32> {
+        let t = &self.0;
+        let eos = t.eos().or(t.sep());
+        let mut ids = Vec::new();
+        ids.extend(t.bos().filter(|_| t.add_bos()));
+        ids.extend(t.tokenize(&query, false, false));
+        ids.extend(eos.filter(|_| t.add_eos_flag()));
+        ids.extend(t.sep().filter(|_| t.add_sep()));
+        ids.extend(t.tokenize(&document, false, false));
+        ids.extend(eos.filter(|_| t.add_eos_flag()));
+        ids
+    }
+
     fn add_bos(&self) -> bool {
         self.0.add_bos()
     }
@@ -88,6 +108,8 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     class.define_method("bos", method!(Tokenizer::bos, 0))?;
     class.define_method("eos", method!(Tokenizer::eos, 0))?;
     class.define_method("add_bos?", method!(Tokenizer::add_bos, 0))?;
+    class.define_method("sep", method!(Tokenizer::sep, 0))?;
+    class.define_private_method("_rerank_ids", method!(Tokenizer::rerank_ids, 2))?;
     class.define_method("add_eos?", method!(Tokenizer::add_eos, 0))?;
     class.define_method("model", method!(Tokenizer::model, 0))?;
     class.define_method("pre", method!(Tokenizer::pre, 0))?;

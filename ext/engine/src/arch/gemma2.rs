@@ -11,7 +11,7 @@
 //!   residual adds, and the feed-forward is GeGLU.
 //! - The output head is always the embeddings.
 
-use crate::arch::{load_llama_like, run_layers, ArchSpec, AttentionWeights, Head, LayerWeights, Weights};
+use crate::arch::{load_llama_like, run_layers, ArchSpec, AttentionWeights, Head, Kind, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{read_swa, HParams, Keys, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
@@ -25,6 +25,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     load,
     build,
     experts: false,
+    kind: Kind::Decoder,
 };
 
 fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
@@ -46,8 +47,8 @@ pub(crate) fn layer(l: &mut Loader, hp: &HParams, il: u32) -> Result<LayerWeight
     let block = l.llama_block(hp, il, false)?;
     Ok(LayerWeights {
         attn: AttentionWeights { bo: None, ..block.attn },
-        attn_post_norm: Some(l.vector(&n("post_attention_norm.weight"), embd)?),
-        ffn_post_norm: Some(l.vector(&n("post_ffw_norm.weight"), embd)?),
+        attn_post_norm: Some(l.norm(&n("post_attention_norm.weight"), embd)?),
+        ffn_post_norm: Some(l.norm(&n("post_ffw_norm.weight"), embd)?),
         ..block
     })
 }

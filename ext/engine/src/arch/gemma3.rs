@@ -11,7 +11,7 @@
 //!   projection, before its post-norm.
 //! - The output head is usually the embeddings (tied); the logits may be soft-capped.
 
-use crate::arch::{gemma2, load_llama_like, run_layers, ArchSpec, Head, LayerWeights, Weights};
+use crate::arch::{gemma2, load_llama_like, run_layers, ArchSpec, Head, Kind, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{read_swa, HParams, Keys, Rope, RopeMode};
 use crate::layers::GraphBuilder;
@@ -25,6 +25,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     load,
     build,
     experts: false,
+    kind: Kind::Decoder,
 };
 
 /// Five of every six layers slide unless the file says otherwise, rotating with a base

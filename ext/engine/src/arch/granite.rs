@@ -6,7 +6,7 @@
 //! Llama 3.1's `rope_freqs` may be present. Feed-forward biases, deepstack
 //! embeddings and files that switch rope off are refused.
 
-use crate::arch::{llama, ArchSpec};
+use crate::arch::{llama, ArchSpec, Kind};
 use crate::hparams::{HParams, Keys, RopeMode};
 use crate::{Error, Result};
 
@@ -17,6 +17,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     load: llama::load,
     build: llama::build,
     experts: false,
+    kind: Kind::Decoder,
 };
 
 fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {

@@ -4,7 +4,9 @@
 //! `rope_freqs.weight`, the llama3 rope scaling as one factor per rotated pair,
 //! applied in every layer.
 
-use crate::arch::{load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, LayerWeights, RopeFactors, Weights};
+use crate::arch::{
+    load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, Kind, LayerWeights, RopeFactors, Weights,
+};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
@@ -18,6 +20,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     load,
     build,
     experts: false,
+    kind: Kind::Decoder,
 };
 
 pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {

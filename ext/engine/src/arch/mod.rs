@@ -3,10 +3,12 @@
 //! gathered in its `ARCH`. Adding an architecture is one file here and one line
 //! in [`REGISTRY`].
 
+mod bert;
 mod gemma2;
 mod gemma3;
 mod granite;
 mod llama;
+mod nomic_bert;
 mod olmo2;
 mod phi3;
 mod qwen2;
@@ -16,7 +18,7 @@ mod smollm3;
 
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, Keys, RopeMode};
-use crate::layers::GraphBuilder;
+use crate::layers::{Glu, GraphBuilder};
 use crate::model::Loader;
 use crate::{Error, Result};
 
@@ -32,6 +34,8 @@ const REGISTRY: &[&ArchSpec] = &[
     &granite::ARCH,
     &smollm3::ARCH,
     &phi3::ARCH,
+    &bert::ARCH,
+    &nomic_bert::ARCH,
 ];
 
 /// What makes an architecture: each module's `ARCH`.
@@ -49,6 +53,18 @@ pub struct ArchSpec {
     /// Whether its feed-forwards may be a mixture of experts (`expert_count` > 0);
     /// elsewhere such a file is refused.
     pub experts: bool,
+    pub kind: Kind,
+}
+
+/// What a model's graph is, which decides its norms, its memory and its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A language model: RMS norms, a KV cache, an output head (and embeddings from
+    /// its last hidden state when asked, as llama.cpp gives Qwen3-Embedding's).
+    Decoder,
+    /// A text encoder (BERT and kin): LayerNorms with biases, and every pass sees only
+    /// its own tokens (llama.cpp gives these no KV cache), which yield embeddings only.
+    Encoder,
 }
 
 /// An architecture of the [`REGISTRY`].
@@ -95,6 +111,10 @@ impl Arch {
         self.0.experts
     }
 
+    pub fn kind(self) -> Kind {
+        self.0.kind
+    }
+
     pub(crate) fn read_hparams(self, keys: &Keys, hp: &mut HParams) -> Result<()> {
         (self.0.read_hparams)(keys, hp)
     }
@@ -116,16 +136,32 @@ pub(crate) fn no_extra_hparams(_: &Keys, _: &mut HParams) -> Result<()> {
 /// The weights of one transformer block. What every block has is required; the
 /// norms an architecture may lack are options the graph applies where present.
 pub struct LayerWeights {
-    /// Before attention (post-norm blocks, olmo2's, have none).
-    pub attn_norm: Option<Tensor>,
+    /// Before attention (post-norm blocks, olmo2's and bert's, have none).
+    pub attn_norm: Option<Norm>,
     pub attn: AttentionWeights,
-    /// After attention, before its residual add (gemma2, gemma3, olmo2).
-    pub attn_post_norm: Option<Tensor>,
+    /// After attention: before its residual add (gemma2, gemma3, olmo2), or after
+    /// it (bert's `attn_output_norm`).
+    pub attn_post_norm: Option<Norm>,
     /// Before the feed-forward.
-    pub ffn_norm: Option<Tensor>,
+    pub ffn_norm: Option<Norm>,
     pub ffn: FfnWeights,
-    /// After the feed-forward, before its residual add.
-    pub ffn_post_norm: Option<Tensor>,
+    /// After the feed-forward: before its residual add, or after it (bert's
+    /// `layer_output_norm`).
+    pub ffn_post_norm: Option<Norm>,
+}
+
+/// A norm's weight and, for LayerNorms, its bias. Which norm it is (RMS or
+/// LayerNorm) is the architecture's [`Kind`].
+#[derive(Clone, Copy)]
+pub struct Norm {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl From<Tensor> for Norm {
+    fn from(weight: Tensor) -> Norm {
+        Norm { weight, bias: None }
+    }
 }
 
 /// Self-attention's projections.
@@ -161,6 +197,13 @@ pub enum FfnWeights {
     Gated { gate: Tensor, up: Tensor, down: Tensor },
     /// The gate and up projections in one `up` twice as wide, the gate its first half (phi3).
     GatedFused { up: Tensor, down: Tensor },
+    /// `down(gelu(up(x) + up_b)) + down_b` (bert).
+    Sequential {
+        up: Tensor,
+        up_b: Option<Tensor>,
+        down: Tensor,
+        down_b: Option<Tensor>,
+    },
     /// A mixture of SwiGLU experts: the router [n_embd, n_expert] and the experts'
     /// stacked weights [.., .., n_expert].
     Experts {
@@ -173,13 +216,45 @@ pub enum FfnWeights {
 
 pub struct Weights {
     pub tok_embd: Tensor,
-    pub output_norm: Tensor,
-    /// The output head; `token_embd.weight` when the model ties them.
-    pub output: Tensor,
-    pub output_bias: Option<Tensor>,
+    /// What an encoder adds to the token embeddings before its first block.
+    pub input: Option<EncoderInput>,
+    /// The language-model head: every decoder has one, encoders none.
+    pub head: Option<OutputHead>,
+    /// A reranker's classification head, which `rank` pooling applies.
+    pub classifier: Classifier,
     /// Per-pair divisors of the rotary frequencies, where the model has them.
     pub rope_factors: RopeFactors,
     pub layers: Vec<LayerWeights>,
+}
+
+/// The final norm and the projection to the vocabulary.
+pub struct OutputHead {
+    pub norm: Norm,
+    /// `token_embd.weight` when the model ties them.
+    pub output: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+/// BERT's input: the first token type's row (every token is "sentence A", as in
+/// llama.cpp), absolute positions where the model has them, and a LayerNorm.
+pub struct EncoderInput {
+    pub token_type: Option<Tensor>,
+    pub positions: Option<Tensor>,
+    pub norm: Norm,
+}
+
+/// `tanh(cls · x + cls_b)` then `cls_out · _ + cls_out_b`, each part where present
+/// (llama.cpp's `build_pooling` for `rank`).
+#[derive(Default)]
+pub struct Classifier {
+    pub dense: Option<(Tensor, Option<Tensor>)>,
+    pub out: Option<(Tensor, Option<Tensor>)>,
+}
+
+impl Classifier {
+    pub fn is_empty(&self) -> bool {
+        self.dense.is_none() && self.out.is_none()
+    }
 }
 
 /// F32 [rope dims / 2] tensors that divide each rotated pair's frequency: Llama 3.1's
@@ -224,7 +299,7 @@ pub(crate) fn load_llama_like(
 ) -> Result<Weights> {
     let (embd, vocab) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
     let tok_embd = loader.rows("token_embd.weight", &[embd, vocab])?;
-    let output_norm = loader.vector("output_norm.weight", embd)?;
+    let output_norm = loader.norm("output_norm.weight", embd)?;
     let output = match head {
         Head::TiedIfAbsent => loader.optional_matrix("output.weight", &[embd, vocab])?,
         Head::Tied => None,
@@ -237,15 +312,36 @@ pub(crate) fn load_llama_like(
     let layers = (0..hp.n_layer).map(|il| layer(loader, il)).collect::<Result<_>>()?;
     Ok(Weights {
         tok_embd,
-        output_norm,
-        output,
-        output_bias: None,
+        input: None,
+        head: Some(OutputHead {
+            norm: output_norm,
+            output,
+            bias: None,
+        }),
+        classifier: Classifier::default(),
         rope_factors: RopeFactors::default(),
         layers,
     })
 }
 
-/// Runs `block` over every layer from the embeddings `x`, then the output head.
+/// An encoder's graph: its input, then post-norm blocks (the residual added, then
+/// LayerNormed, after attention and after the feed-forward) around the attention
+/// `attend` builds from a block's input, then the pooling.
+pub(crate) fn run_encoder(b: &GraphBuilder, attend: impl Fn(&LayerWeights, usize, Tensor) -> Tensor) -> Tensor {
+    let g = b.graph;
+    let x = b.layers().iter().enumerate().fold(b.embed_encoder(), |x, (il, layer)| {
+        let attn = attend(layer, il, x);
+        let (attn, x) = b.select_outputs_if_last(il, attn, x);
+        let ffn_in = b.norm(g.add(attn, x), layer.attn_post_norm, "attn_out_norm", il);
+        // SiLU for a gated feed-forward (nomic-bert's); bert's sequential one is GELU.
+        let ffn = b.ffn(&layer.ffn, ffn_in, il, Glu::Silu);
+        b.norm(g.add(ffn, ffn_in), layer.ffn_post_norm, "layer_out_norm", il)
+    });
+    b.output(x)
+}
+
+/// Runs `block` over every layer from the embeddings `x`, then the output head (or
+/// the pooling of embeddings, see [`GraphBuilder::output`]).
 pub(crate) fn run_layers(
     b: &GraphBuilder,
     x: Tensor,
@@ -256,5 +352,5 @@ pub(crate) fn run_layers(
         .iter()
         .enumerate()
         .fold(x, |x, (il, layer)| block(layer, il, x));
-    b.logits(x)
+    b.output(x)
 }

@@ -7,7 +7,7 @@
 //!
 //! OLMo 3 files (this architecture with a sliding window) are refused.
 
-use crate::arch::{load_llama_like, run_layers, ArchSpec, AttentionWeights, Head, LayerWeights, Weights};
+use crate::arch::{load_llama_like, run_layers, ArchSpec, AttentionWeights, Head, Kind, LayerWeights, Weights};
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, Keys, RopeMode};
 use crate::layers::{Glu, GraphBuilder};
@@ -21,6 +21,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     load,
     build,
     experts: false,
+    kind: Kind::Decoder,
 };
 
 fn read_hparams(keys: &Keys, _: &mut HParams) -> Result<()> {
@@ -44,10 +45,10 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
                 bo: None,
                 ..attn
             },
-            attn_post_norm: Some(l.vector(&n("post_attention_norm.weight"), embd)?),
+            attn_post_norm: Some(l.norm(&n("post_attention_norm.weight"), embd)?),
             ffn_norm: None,
             ffn: l.gated_ffn(hp, il)?,
-            ffn_post_norm: Some(l.vector(&n("post_ffw_norm.weight"), embd)?),
+            ffn_post_norm: Some(l.norm(&n("post_ffw_norm.weight"), embd)?),
         })
     })
 }
@@ -61,8 +62,8 @@ fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale:
     let g = b.graph;
     let rope = &b.hparams().rope;
     let (q, k, v) = b.qkv_rows(&layer.attn, x);
-    let q = b.norm(q, layer.attn.q_norm, "Qcur_normed", il);
-    let k = b.norm(k, layer.attn.k_norm, "Kcur_normed", il);
+    let q = b.norm_if(q, layer.attn.q_norm, "Qcur_normed", il);
+    let k = b.norm_if(k, layer.attn.k_norm, "Kcur_normed", il);
     let (q, k, v) = b.heads(q, k, v, il);
     let q = b.rope(q, rope);
     let k = b.rope(k, rope);

@@ -8,7 +8,7 @@
 
 use crate::arch::llama::ffn_residual;
 use crate::arch::{
-    load_llama_like, no_extra_hparams, run_layers, ArchSpec, FfnWeights, Head, LayerWeights, RopeFactors, Weights,
+    load_llama_like, no_extra_hparams, run_layers, ArchSpec, FfnWeights, Head, Kind, LayerWeights, RopeFactors, Weights,
 };
 use crate::ggml::Tensor;
 use crate::hparams::{HParams, RopeMode};
@@ -23,6 +23,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     load,
     build,
     experts: false,
+    kind: Kind::Decoder,
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
@@ -36,10 +37,10 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let n = |s: &str| format!("blk.{il}.{s}");
         Ok(LayerWeights {
-            attn_norm: Some(l.vector(&n("attn_norm.weight"), embd)?),
+            attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
             attn: l.attention(hp, il, false)?,
             attn_post_norm: None,
-            ffn_norm: Some(l.vector(&n("ffn_norm.weight"), embd)?),
+            ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
             ffn: FfnWeights::GatedFused {
                 up: l.matrix(&n("ffn_up.weight"), &[embd, 2 * ff])?,
                 down: l.matrix(&n("ffn_down.weight"), &[ff, embd])?,

@@ -3,7 +3,7 @@
 //! head rotated together), and usually an untied output head. The forward
 //! graph is llama's: only the weights differ.
 
-use crate::arch::{llama, load_llama_like, no_extra_hparams, ArchSpec, Head, Weights};
+use crate::arch::{llama, load_llama_like, no_extra_hparams, ArchSpec, Head, Kind, Weights};
 use crate::hparams::{HParams, RopeMode};
 use crate::model::Loader;
 use crate::Result;
@@ -15,12 +15,13 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     load,
     build: llama::build,
     experts: false,
+    kind: Kind::Decoder,
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| l.llama_block(hp, il, true))?;
-    Ok(Weights {
-        output_bias: loader.optional_vector("output.bias", u64::from(hp.n_vocab))?,
-        ..weights
-    })
+    let mut weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| l.llama_block(hp, il, true))?;
+    if let Some(head) = &mut weights.head {
+        head.bias = loader.optional_vector("output.bias", u64::from(hp.n_vocab))?;
+    }
+    Ok(weights)
 }

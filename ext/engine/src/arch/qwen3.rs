@@ -2,7 +2,7 @@
 //! per-head RMS norm of Q and of K before NEOX rope (llama's block applies the
 //! norms a layer has).
 
-use crate::arch::{llama, load_llama_like, no_extra_hparams, ArchSpec, Head, LayerWeights, Weights};
+use crate::arch::{llama, load_llama_like, no_extra_hparams, ArchSpec, Head, Kind, LayerWeights, Weights};
 use crate::hparams::{HParams, RopeMode};
 use crate::model::Loader;
 use crate::Result;
@@ -14,6 +14,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     load,
     build: llama::build,
     experts: false,
+    kind: Kind::Decoder,
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {

@@ -4,7 +4,7 @@
 //! experts per token, weighted by their renormalized probabilities. There is no
 //! shared expert.
 
-use crate::arch::{llama, load_llama_like, ArchSpec, FfnWeights, Head, LayerWeights, Weights};
+use crate::arch::{llama, load_llama_like, ArchSpec, FfnWeights, Head, Kind, LayerWeights, Weights};
 use crate::hparams::{HParams, Keys, RopeMode};
 use crate::model::Loader;
 use crate::{Error, Result};
@@ -16,6 +16,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     load,
     build: llama::build,
     experts: true,
+    kind: Kind::Decoder,
 };
 
 /// llama.cpp's `LLAMA_MAX_EXPERTS`.
@@ -48,10 +49,10 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let used = hp.n_expert_used;
         let attn = l.attention(hp, il, false)?;
         Ok(LayerWeights {
-            attn_norm: Some(l.vector(&n("attn_norm.weight"), embd)?),
+            attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
             attn: l.with_head_norms(hp, il, attn)?,
             attn_post_norm: None,
-            ffn_norm: Some(l.vector(&n("ffn_norm.weight"), embd)?),
+            ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
             ffn: FfnWeights::Experts {
                 router: l.matrix(&n("ffn_gate_inp.weight"), &[embd, n_expert])?,
                 gate: l.experts(&n("ffn_gate_exps.weight"), &[embd, ff, n_expert], used)?,

@@ -1,7 +1,7 @@
 //! smollm3 (SmolLM3): llama's graph, except that every fourth layer attends
 //! without rotary embeddings (NoPE). Its files carry no rope factors.
 
-use crate::arch::{llama, load_llama_like, ArchSpec, Head, Weights};
+use crate::arch::{llama, load_llama_like, ArchSpec, Head, Kind, Weights};
 use crate::hparams::{HParams, Keys, RopeMode};
 use crate::model::Loader;
 use crate::Result;
@@ -13,6 +13,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     load,
     build: llama::build,
     experts: false,
+    kind: Kind::Decoder,
 };
 
 /// llama.cpp fixes the period (`n_no_rope_layer_step`); the file does not state it.
