@@ -4,6 +4,7 @@ require "English"
 require "json"
 require "open3"
 require_relative "reference"
+require_relative "bench_embeddings"
 
 # `rake bench`: elelem, through its public Ruby API (Elelem::Bench), side by
 # side with llama.cpp (the reference built from the same pinned source, its
@@ -32,7 +33,9 @@ module Bench
     "chat turn-2 ttft ms (cached vs cold, both elelem)" => [:max, 1.0],
     "peak RSS MiB" => [:max, 1.0], "compute buffer MiB" => [:max, 1.0], "KV cache MiB" => [:max, 1.0],
     "grammar mask p50 µs" => [:max, 1.0], "grammar mask p99 µs" => [:max, 1.0],
-    "tg128 t/s with a JSON Schema vs without (both elelem)" => [:min, 0.9]
+    "tg128 t/s with a JSON Schema vs without (both elelem)" => [:min, 0.9],
+    "embed 256×64 texts/s batch 1" => [:min, 1.0], "embed 256×64 texts/s batch 32" => [:min, 1.0],
+    "embed peak RSS MiB" => [:max, 1.0]
   }.freeze
   # A schema whose values run past 128 tokens, for decode speed under a constraint.
   LONG_SCHEMA = { type: "array", minItems: 40, maxItems: 40,
@@ -397,6 +400,11 @@ module Bench
     threads.product(list("BENCH_MODELS", MODELS)).each do |n, name|
       warn "bench: #{name}, #{n} thread(s)"
       report["rows"] += model_rows(name, n)
+      write(report)
+    end
+    if threads.include?(2) && ENV.fetch("BENCH_EMBEDDINGS", "1") == "1"
+      warn "bench: #{BenchEmbeddings::MODEL}, 2 threads"
+      report["rows"] += BenchEmbeddings.rows(2)
       write(report)
     end
     puts report["machine"], "", table(report["rows"])

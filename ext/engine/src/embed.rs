@@ -5,8 +5,6 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use crate::arch::Kind;
-use crate::context::DEFAULT_UBATCH;
 use crate::graph_inputs::distinct_seqs;
 use crate::kv_cache::{SeqId, MAX_SEQUENCES};
 use crate::{BatchToken, Context, ContextParams, Error, Model, Result};
@@ -95,23 +93,39 @@ impl Normalize {
     }
 }
 
+/// The fewest tokens a pass of an encoder may hold: llama-embedding's default batch,
+/// which it keeps when `n_ctx` is smaller (llama.cpp caps a batch at `n_ctx` only
+/// for causal attention, which keeps a cache of `n_ctx` cells).
+pub const MIN_ENCODER_BATCH: u32 = 2048;
+
 /// The most tokens one text may have in an embedding context of `n_ctx` tokens:
 /// learned positions (BERT's) end at the training context, and a longer text would
 /// have no row for them.
 pub fn max_tokens(model: &Model, n_ctx: u32) -> u32 {
     let learned_positions = model.weights().input.as_ref().is_some_and(|i| i.positions.is_some());
+    let n_batch = batch_tokens(model, n_ctx);
     if learned_positions {
-        n_ctx.min(model.hparams.n_ctx_train)
+        n_batch.min(model.hparams.n_ctx_train)
     } else {
+        n_batch
+    }
+}
+
+/// The most tokens of one pass (one batch of texts) in a context of `n_ctx` tokens.
+fn batch_tokens(model: &Model, n_ctx: u32) -> u32 {
+    if model.hparams.causal_attn {
         n_ctx
+    } else {
+        n_ctx.max(MIN_ENCODER_BATCH)
     }
 }
 
 /// What an [`Embedder`] is made with.
 #[derive(Debug, Clone)]
 pub struct EmbedParams {
-    /// The most tokens one batch of texts holds (llama-embedding's `n_batch`, which it
-    /// makes `n_ctx`); for an encoder, the most one pass evaluates.
+    /// The context's size: the most tokens one pass (one batch of texts, evaluated
+    /// whole) holds, at least [`MIN_ENCODER_BATCH`] for an encoder, as llama-embedding
+    /// sizes its batches.
     pub n_ctx: u32,
     pub n_threads: usize,
     /// The model's own (`pooling_type`) when `None`.
@@ -126,6 +140,8 @@ pub struct Embedder {
     ctx: Context,
     pooling: Pooling,
     batch_texts: usize,
+    /// The most tokens of one text.
+    max_tokens: usize,
 }
 
 impl Embedder {
@@ -138,18 +154,16 @@ impl Embedder {
                 params.batch_texts
             )));
         }
-        let n_ctx = max_tokens(&model, params.n_ctx);
-        // An encoder's text must be seen whole by every token: one pass per batch.
-        let n_ubatch = match hp.arch.kind() {
-            Kind::Encoder => n_ctx,
-            Kind::Decoder => DEFAULT_UBATCH,
-        };
+        let max_tokens = max_tokens(&model, params.n_ctx) as usize;
+        let n_batch = batch_tokens(&model, params.n_ctx);
+        // A batch is one pass (llama-embedding's n_ubatch is its n_batch): a text's tokens
+        // all see each other, and its pooled row comes from one graph.
         let ctx = Context::new(
             model,
             ContextParams {
-                n_ctx,
+                n_ctx: n_batch,
                 n_threads: params.n_threads,
-                n_ubatch,
+                n_ubatch: n_batch,
                 n_seq_max: params.batch_texts,
                 pooling: Some(pooling),
             },
@@ -158,6 +172,7 @@ impl Embedder {
             ctx,
             pooling,
             batch_texts: params.batch_texts as usize,
+            max_tokens,
         })
     }
 
@@ -176,7 +191,7 @@ impl Embedder {
 
     /// The most tokens one text may have.
     pub fn max_tokens(&self) -> usize {
-        self.ctx.params().n_ctx as usize
+        self.max_tokens
     }
 
     /// See [`Context::abort_flag`].
@@ -185,16 +200,15 @@ impl Embedder {
     }
 
     /// The embedding of each input, normalized. Texts are packed as llama-embedding
-    /// packs them: in order, into a batch while its tokens stay within `n_ctx` and its
-    /// texts within `batch_texts`; each batch starts from an empty cache, and a
-    /// decoder's batch is evaluated in micro-batches of 512 tokens, a text's pooled row
-    /// taken from the last one that holds its tokens. With [`Pooling::None`] a text's
-    /// vector is its tokens' rows, one after another.
+    /// packs them: in order, into a batch while its tokens stay within the context's
+    /// and its texts within `batch_texts`; each batch is one pass from an empty cache.
+    /// With [`Pooling::None`] a text's vector is its tokens' rows, one after another.
     pub fn embed(&mut self, inputs: &[Vec<u32>], normalize: Normalize) -> Result<Vec<Vec<f32>>> {
         let max = self.max_tokens();
+        let n_batch = self.ctx.max_batch() as usize;
         if let Some((i, input)) = inputs.iter().enumerate().find(|(_, t)| t.is_empty() || t.len() > max) {
             return Err(Error::InvalidArgument(format!(
-                "input {i} has {} tokens: an input has 1 to {max} (the embedding context's size)",
+                "input {i} has {} tokens: an input has 1 to {max}",
                 input.len()
             )));
         }
@@ -203,7 +217,7 @@ impl Embedder {
         while start < inputs.len() {
             let mut end = start;
             let mut tokens = 0;
-            while end < inputs.len() && end - start < self.batch_texts && tokens + inputs[end].len() <= max {
+            while end < inputs.len() && end - start < self.batch_texts && tokens + inputs[end].len() <= n_batch {
                 tokens += inputs[end].len();
                 end += 1;
             }
@@ -231,19 +245,16 @@ impl Embedder {
                 })
             })
             .collect();
-        let width = self.width();
-        for pass in batch.chunks(self.ctx.max_batch() as usize) {
-            self.ctx.decode_batch(pass)?;
-            let rows = self.ctx.embeddings().chunks(width);
-            if self.pooling == Pooling::None {
-                for (token, row) in pass.iter().zip(rows) {
-                    out[token.seq as usize].extend_from_slice(row);
-                }
-            } else {
-                let seqs: Vec<SeqId> = pass.iter().map(|t| t.seq).collect();
-                for (seq, row) in distinct_seqs(&seqs).into_iter().zip(rows) {
-                    out[seq as usize] = row.to_vec();
-                }
+        self.ctx.decode_batch(&batch)?;
+        let rows = self.ctx.embeddings().chunks(self.width());
+        if self.pooling == Pooling::None {
+            for (token, row) in batch.iter().zip(rows) {
+                out[token.seq as usize].extend_from_slice(row);
+            }
+        } else {
+            let seqs: Vec<SeqId> = batch.iter().map(|t| t.seq).collect();
+            for (seq, row) in distinct_seqs(&seqs).into_iter().zip(rows) {
+                out[seq as usize] = row.to_vec();
             }
         }
         Ok(())
