@@ -3,6 +3,7 @@
 require "tempfile"
 require_relative "reference"
 require_relative "grammar_golden"
+require_relative "embedding_golden"
 
 # The golden prompts. Their ids and continuations come only from the reference
 # (llama.cpp), never from elelem, and hold for the build profile they were recorded
@@ -82,8 +83,9 @@ module Goldens
   # writes them; their prompts are ids.
   SYNTHETIC_DIR = File.join(Reference::ROOT, "tmp", "synthetic")
 
+  # The embedding models there have goldens of their own (EmbeddingGolden), not greedy ids.
   def synthetic
-    Dir[File.join(SYNTHETIC_DIR, "*.gguf")].map { |f| File.basename(f, ".gguf") }.sort
+    Dir[File.join(SYNTHETIC_DIR, "*.gguf")].map { |f| File.basename(f, ".gguf") }.sort - EmbeddingGolden::MODELS.keys
   end
 
   def fixtures
@@ -149,6 +151,7 @@ module Goldens
   # from the reference llama.cpp built here into Golden::CACHE_DIR (once per machine).
   def ensure_recorded
     GrammarGolden.ensure_recorded
+    EmbeddingGolden.ensure_recorded
     missing = fixtures.map { |name| [name, Elelem::Golden.new(fixture(name), cache: Elelem::Golden::CACHE_DIR)] }
                       .reject { |_, golden| golden.recorded? }
     profile = Elelem.build_profile

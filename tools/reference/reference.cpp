@@ -49,6 +49,24 @@
 //       token the grammar allows at its end included) and the hex of the text.
 //       Prints "mask_us" and the microseconds each token's grammar step took
 //       (the grammar's apply over the whole vocabulary, then its accept).
+//   elelem-reference embed MODEL FILE N_CTX N_THREADS POOLING NORMALIZE BATCH_TEXTS
+//       What llama-embedding (examples/embedding/embedding.cpp) does, through
+//       the library: FILE holds one text per line as comma-separated token ids
+//       (special tokens included: for a BERT vocabulary [CLS] ... [SEP], as
+//       common_tokenize(add_special=true) gives; a rerank pair is one line,
+//       [CLS] query [SEP] doc [SEP] for a bert vocabulary whose add_eos is true
+//       and add_sep false, which is what embedding.cpp's query + EOS text + doc
+//       tokenizes to without a "rerank" chat template). POOLING is default (the
+//       GGUF's), none, mean, cls, last or rank; NORMALIZE is --embd-normalize's
+//       (-1 none, 0 max-abs to int16 range, 1 taxicab, 2 euclidean, >2 p-norm).
+//       Texts are packed into one batch, each its own sequence, while the batch
+//       holds at most n_batch tokens (max(N_CTX, 2048), or N_CTX for a causal
+//       model, as llama-embedding's context has it) and fewer than BATCH_TEXTS
+//       texts; the memory is cleared before each batch. Prints one line per text (per token with
+//       pooling none) of the embedding's float32 bits, 8 hex digits each; for
+//       rank, the n_cls_out raw scores, not normalized (llama-server's
+//       /v1/rerank reads embd[0] as it is). On stderr: "seconds <s>" (the batch
+//       loop, tokens already given) and "max_rss_kib <k>" (getrusage).
 //   elelem-reference serve MODEL N_THREADS N_CTX
 //       Prints "load_ms <ms>" (model load and context creation), then answers
 //       one line per line read, random token ids throughout:
@@ -73,6 +91,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
 
 static std::string to_hex(const std::string & s) {
     static const char * digits = "0123456789abcdef";
@@ -498,6 +518,179 @@ static int cmd_chat(int argc, char ** argv) {
     return 0;
 }
 
+// common_embd_normalize (common/common.cpp), copied: the reference links only
+// libllama. The same float and double arithmetic, so the bits are llama-embedding's.
+static void embd_normalize(const float * inp, float * out, int n, int embd_norm) {
+    double sum = 0.0;
+
+    switch (embd_norm) {
+        case -1: // no normalisation
+            sum = 1.0;
+            break;
+        case 0: // max absolute
+            for (int i = 0; i < n; i++) {
+                if (sum < std::abs(inp[i])) {
+                    sum = std::abs(inp[i]);
+                }
+            }
+            sum /= 32760.0; // make an int16 range
+            break;
+        case 2: // euclidean
+            for (int i = 0; i < n; i++) {
+                sum += inp[i] * inp[i];
+            }
+            sum = std::sqrt(sum);
+            break;
+        default: // p-norm (euclidean is p-norm p=2)
+            for (int i = 0; i < n; i++) {
+                sum += std::pow(std::abs(inp[i]), embd_norm);
+            }
+            sum = std::pow(sum, 1.0 / embd_norm);
+            break;
+    }
+
+    const float norm = sum > 0.0 ? 1.0 / sum : 0.0f;
+
+    for (int i = 0; i < n; i++) {
+        out[i] = inp[i] * norm;
+    }
+}
+
+static bool pooling_from_name(const std::string & name, enum llama_pooling_type & out) {
+    static const std::pair<const char *, enum llama_pooling_type> names[] = {
+        {"default", LLAMA_POOLING_TYPE_UNSPECIFIED}, {"none", LLAMA_POOLING_TYPE_NONE},
+        {"mean", LLAMA_POOLING_TYPE_MEAN},           {"cls", LLAMA_POOLING_TYPE_CLS},
+        {"last", LLAMA_POOLING_TYPE_LAST},           {"rank", LLAMA_POOLING_TYPE_RANK},
+    };
+    for (auto & [n, type] : names) {
+        if (name == n) { out = type; return true; }
+    }
+    return false;
+}
+
+static void print_bits(const float * values, int n) {
+    for (int i = 0; i < n; ++i) {
+        uint32_t bits;
+        memcpy(&bits, &values[i], 4);
+        printf(i ? " %08x" : "%08x", bits);
+    }
+    printf("\n");
+}
+
+static int cmd_embed(int argc, char ** argv) {
+    if (argc < 9) return 2;
+    const int n_ctx = atoi(argv[4]);
+    const int n_threads = atoi(argv[5]);
+    enum llama_pooling_type pooling;
+    if (!pooling_from_name(argv[6], pooling)) { fprintf(stderr, "unknown pooling %s\n", argv[6]); return 2; }
+    const int normalize = atoi(argv[7]);
+    const int batch_texts = atoi(argv[8]);
+    if (n_ctx <= 0 || batch_texts <= 0) return 2;
+
+    std::vector<std::vector<llama_token>> inputs;
+    {
+        std::ifstream in(argv[3]);
+        std::string line;
+        while (std::getline(in, line)) inputs.push_back(parse_ids(line.c_str()));
+    }
+
+    llama_model * model = load(argv[2], false);
+    llama_context_params cp = llama_context_default_params();
+    cp.embeddings = true;
+    cp.pooling_type = pooling;
+    cp.n_ctx = n_ctx;
+    // llama-embedding raises n_batch (-b, 2048 by default) to n_ctx when it is
+    // smaller, and sets n_ubatch = n_batch unless --attention causal is given (the
+    // test is on the flag, not the model: unset, every model gets one ubatch per
+    // batch; common_init_from_params also lowers n_batch to n_ubatch when
+    // embeddings are on). llama_context then caps n_batch at n_ctx for causal
+    // models.
+    cp.n_batch = (uint32_t) std::max(n_ctx, 2048);
+    cp.n_ubatch = cp.n_batch;
+    cp.n_threads = n_threads;
+    cp.n_threads_batch = n_threads;
+    cp.swa_full = false;  // common_params' default
+    // With --parallel 1 (its default) llama-embedding asks for a unified KV cache
+    // and llama_max_parallel_sequences() sequences (256); elelem's engine has at
+    // most 64, so we cap here: with a unified cache n_seq_max changes no
+    // computation, only which sequence ids a batch may use.
+    cp.kv_unified = true;
+    cp.n_seq_max = (uint32_t) std::min<size_t>(llama_max_parallel_sequences(), 64);
+    if (batch_texts > (int) cp.n_seq_max) { fprintf(stderr, "BATCH_TEXTS above %u\n", cp.n_seq_max); return 2; }
+    llama_context * ctx = llama_init_from_model(model, cp);
+    if (!ctx) { fprintf(stderr, "failed to create context\n"); return 1; }
+
+    const enum llama_pooling_type pooling_used = llama_pooling_type(ctx);
+    const int n_embd_out = llama_model_n_embd_out(model);
+    const int n_cls_out = (int) llama_model_n_cls_out(model);
+    // embedding.cpp packs up to its n_batch; where llama_context capped that (a
+    // causal model, n_ctx below it) llama_decode would refuse the batch, so we
+    // pack up to the context's n_batch instead.
+    const int n_batch = (int) llama_n_batch(ctx);
+    for (auto & inp : inputs) {
+        if ((int) inp.size() > n_batch || inp.empty()) {
+            fprintf(stderr, "a text of %zu tokens: empty, or more than the batch size %d\n", inp.size(), n_batch);
+            return 1;
+        }
+    }
+
+    llama_batch batch = llama_batch_init(n_batch, 0, 1);
+    std::vector<std::vector<float>> out;  // one row per text, or per token with pooling none
+    auto decode = [&](int n_seq) {
+        llama_memory_clear(llama_get_memory(ctx), true);  // embedding.cpp's batch_decode does it first
+        if (llama_decode(ctx, batch) < 0) { fprintf(stderr, "decode failed\n"); exit(1); }
+        if (pooling_used == LLAMA_POOLING_TYPE_NONE) {
+            for (int i = 0; i < batch.n_tokens; ++i) {
+                const float * embd = llama_get_embeddings_ith(ctx, i);
+                if (!embd) { fprintf(stderr, "no token embeddings\n"); exit(1); }
+                out.emplace_back(n_embd_out);
+                embd_normalize(embd, out.back().data(), n_embd_out, normalize);
+            }
+        } else {
+            for (int s = 0; s < n_seq; ++s) {
+                const float * embd = llama_get_embeddings_seq(ctx, s);
+                if (!embd) { fprintf(stderr, "no sequence embeddings\n"); exit(1); }
+                if (pooling_used == LLAMA_POOLING_TYPE_RANK) {
+                    out.emplace_back(embd, embd + n_cls_out);
+                } else {
+                    out.emplace_back(n_embd_out);
+                    embd_normalize(embd, out.back().data(), n_embd_out, normalize);
+                }
+            }
+        }
+        batch.n_tokens = 0;
+    };
+
+    const auto start = std::chrono::steady_clock::now();
+    int s = 0;  // texts in the batch
+    for (auto & inp : inputs) {
+        if (batch.n_tokens + (int) inp.size() > n_batch || s >= batch_texts) {
+            decode(s);
+            s = 0;
+        }
+        for (size_t j = 0; j < inp.size(); ++j) {
+            int i = batch.n_tokens++;
+            batch.token[i] = inp[j];
+            batch.pos[i] = (llama_pos) j;
+            batch.n_seq_id[i] = 1;
+            batch.seq_id[i][0] = s;
+            batch.logits[i] = true;
+        }
+        s += 1;
+    }
+    if (s > 0) decode(s);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    for (auto & row : out) print_bits(row.data(), (int) row.size());
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    fprintf(stderr, "seconds %.6f\nmax_rss_kib %ld\n", seconds, usage.ru_maxrss);
+    llama_batch_free(batch);
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}
+
 // The sequence `serve` grows and cuts back: positions [0, filled) hold context
 // tokens that a later `tg` at a depth up to `filled` can keep.
 struct Session {
@@ -587,6 +780,7 @@ int main(int argc, char ** argv) {
     else if (!strcmp(cmd, "roundtrip")) rc = cmd_roundtrip(argc, argv);
     else if (!strcmp(cmd, "chat")) rc = cmd_chat(argc, argv);
     else if (!strcmp(cmd, "serve")) rc = cmd_serve(argc, argv);
+    else if (!strcmp(cmd, "embed")) rc = cmd_embed(argc, argv);
     if (rc == 2) fprintf(stderr, "usage: see the header of tools/reference/reference.cpp\n");
     llama_backend_free();
     return rc;

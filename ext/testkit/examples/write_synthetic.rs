@@ -1,11 +1,17 @@
 //! Writes the small random-weight models whose goldens come from the reference
-//! (`elelem_testkit::canary::synthetic()`, the tiny llama canary among them) into a
-//! directory, as `<name>.gguf`: `cargo run --release --example write_synthetic -- DIR`.
+//! (`elelem_testkit::canary::synthetic()`, the tiny llama canary among them, and the
+//! embedding models of `canary::embedding()`) into a directory, as `<name>.gguf`:
+//! `cargo run --release --example write_synthetic -- DIR`.
 fn main() {
     let dir = std::path::PathBuf::from(std::env::args().nth(1).expect("usage: write_synthetic DIR"));
     std::fs::create_dir_all(&dir).expect("cannot create the directory");
+    let write = |name: &str, bytes: Vec<u8>| {
+        std::fs::write(dir.join(format!("{name}.gguf")), bytes).expect("cannot write a model");
+    };
     for (name, shape) in elelem_testkit::canary::synthetic() {
-        let path = dir.join(format!("{name}.gguf"));
-        std::fs::write(&path, elelem_testkit::canary::writer(&shape).to_bytes()).expect("cannot write a model");
+        write(&name, elelem_testkit::canary::writer(&shape).to_bytes());
+    }
+    for (name, model) in elelem_testkit::canary::embedding() {
+        write(&name, model.writer().to_bytes());
     }
 }

@@ -3,7 +3,9 @@
 //! the tiny llama canary (vocab 512, embd 64, 5 layers, 8 heads, 4 KV heads, a
 //! SentencePiece-style vocabulary), one small model per architecture's
 //! [`Family`], and one per weight type. The same recipe in other [`Shape`]s gives
-//! the small models the hostile-file corpus starts from.
+//! the small models the hostile-file corpus starts from. The embedding models
+//! ([`embedding()`]: BERT, a BERT cross-encoder, nomic-bert, a Qwen3 with last-token
+//! pooling) are kept apart, since their goldens are embeddings, not greedy ids.
 
 use elelem_gguf::{GgufWriter, TensorType, Value};
 use ggml_sys as sys;
@@ -115,6 +117,14 @@ pub const QWEN3_YARN: Family = Family {
         ("rope.scaling.factor", Key::F32(4.0)),
         ("rope.scaling.original_context_length", Key::U32(512)),
     ],
+    ..QWEN3
+};
+/// Qwen3 as Qwen3-Embedding's files declare it: last-token pooling (its tokenizer
+/// keys are set by [`Embedder::writer`]), and the head tied to the embeddings.
+pub const QWEN3_EMBED: Family = Family {
+    name: "elelem tiny qwen3 embedding canary",
+    tied_head: true,
+    keys: &[("pooling_type", Key::U32(POOLING_LAST))],
     ..QWEN3
 };
 pub const QWEN3MOE: Family = Family {
@@ -607,4 +617,275 @@ fn set_vocab(w: &mut GgufWriter, n_vocab: u64) {
         .set("tokenizer.ggml.eos_token_id", Value::U32(2))
         .set("tokenizer.ggml.unknown_token_id", Value::U32(0))
         .set("tokenizer.ggml.add_bos_token", Value::Bool(true));
+}
+
+/// llama.cpp's pooling types (`<arch>.pooling_type`, `enum llama_pooling_type`).
+pub const POOLING_NONE: u32 = 0;
+pub const POOLING_MEAN: u32 = 1;
+pub const POOLING_CLS: u32 = 2;
+pub const POOLING_LAST: u32 = 3;
+pub const POOLING_RANK: u32 = 4;
+
+/// An encoder as llama.cpp's converter writes it: BERT (sentence-transformers'
+/// models), or nomic-bert. Both have a WordPiece vocabulary, bidirectional
+/// attention, LayerNorms with biases after each residual add, and token-type
+/// embeddings.
+#[derive(Debug, Clone, Copy)]
+pub struct Encoder {
+    /// `general.architecture`, and the prefix of its keys.
+    pub arch: &'static str,
+    pub name: &'static str,
+    /// nomic-bert's layers: Q, K and V in one `attn_qkv`, rope (NEOX, llama.cpp's
+    /// choice for the architecture) instead of position embeddings, a SwiGLU
+    /// feed-forward (gate, up, down), and no biases on the matrices.
+    pub nomic: bool,
+    /// A cross-encoder's classification head as llama.cpp applies it under rank
+    /// pooling (RoBERTa's, as bge-reranker converts): the first token's state
+    /// through `cls` (dense, then tanh) and `cls.output` (one score).
+    pub rerank: bool,
+    /// `<arch>.pooling_type`.
+    pub pooling: u32,
+    pub n_vocab: u64,
+    pub n_embd: u64,
+    pub n_layer: u32,
+    pub n_head: u32,
+    pub n_ff: u64,
+    /// `<arch>.context_length`: the position embeddings' rows (BERT).
+    pub n_ctx: u64,
+}
+
+/// A small BERT in sentence-transformers' all-MiniLM's form: mean pooling.
+pub const BERT: Encoder = Encoder {
+    arch: "bert",
+    name: "elelem tiny bert canary",
+    nomic: false,
+    rerank: false,
+    pooling: POOLING_MEAN,
+    n_vocab: 512,
+    n_embd: 64,
+    n_layer: 3,
+    n_head: 4,
+    n_ff: 128,
+    n_ctx: 128,
+};
+pub const BERT_RERANK: Encoder = Encoder {
+    name: "elelem tiny bert reranker canary",
+    rerank: true,
+    pooling: POOLING_RANK,
+    ..BERT
+};
+pub const NOMIC_BERT: Encoder = Encoder {
+    arch: "nomic-bert",
+    name: "elelem tiny nomic-bert canary",
+    nomic: true,
+    ..BERT
+};
+
+/// A model of the embedding goldens: an encoder, or a decoder of the generation
+/// recipe whose file names a pooling.
+#[derive(Debug, Clone)]
+pub enum Embedder {
+    Encoder(Encoder),
+    Decoder(Shape),
+}
+
+impl Embedder {
+    /// The seeded model, ready to write.
+    pub fn writer(&self) -> GgufWriter {
+        match self {
+            Embedder::Encoder(encoder) => encoder_writer(encoder),
+            Embedder::Decoder(shape) => {
+                let mut w = writer(shape);
+                // As Qwen3-Embedding's files: no BOS, and the end-of-text token
+                // appended, whose state last-token pooling reads.
+                w.set("tokenizer.ggml.add_bos_token", Value::Bool(false))
+                    .set("tokenizer.ggml.add_eos_token", Value::Bool(true));
+                w
+            }
+        }
+    }
+}
+
+/// The small random-weight embedding models, by golden name
+/// (`spec/fixtures/embeddings/<name>.json`). Not in [`synthetic()`]: their goldens
+/// are embeddings, which the greedy-id goldens cannot hold.
+pub fn embedding() -> Vec<(String, Embedder)> {
+    let qwen3 = Shape {
+        matrix_type: TensorType::Q8_0,
+        embd_type: TensorType::F16,
+        ..small(QWEN3_EMBED)
+    };
+    [
+        ("tiny-bert", Embedder::Encoder(BERT)),
+        ("tiny-bert-rerank", Embedder::Encoder(BERT_RERANK)),
+        ("tiny-nomic-bert", Embedder::Encoder(NOMIC_BERT)),
+        ("tiny-qwen3-embed", Embedder::Decoder(qwen3)),
+    ]
+    .into_iter()
+    .map(|(name, model)| (name.to_string(), model))
+    .collect()
+}
+
+/// A seeded encoder with llama.cpp's tensor and key names (`src/models/bert.cpp`,
+/// `nomic-bert.cpp`). F32 throughout, as the converter writes small models.
+/// Weights are scaled by 1/sqrt(fan_in) and every residual add is followed by a
+/// LayerNorm, so activations stay O(1) and GELU, tanh and the norms in range.
+fn encoder_writer(e: &Encoder) -> GgufWriter {
+    let &Encoder {
+        arch,
+        nomic,
+        n_vocab,
+        n_embd,
+        n_layer,
+        n_head,
+        n_ff,
+        n_ctx,
+        ..
+    } = e;
+    let mut rng = Rng(SEED);
+    let mut w = GgufWriter::new();
+    let s = |v: &str| Value::String(v.to_string());
+    let key = |k: &str| format!("{arch}.{k}");
+    w.set("general.architecture", s(arch))
+        .set("general.name", s(e.name))
+        .set("general.file_type", Value::U32(0))
+        .set(&key("context_length"), Value::U32(n_ctx as u32))
+        .set(&key("embedding_length"), Value::U32(n_embd as u32))
+        .set(&key("feed_forward_length"), Value::U32(n_ff as u32))
+        .set(&key("block_count"), Value::U32(n_layer))
+        .set(&key("attention.head_count"), Value::U32(n_head))
+        .set(&key("attention.layer_norm_epsilon"), Value::F32(1e-12))
+        .set(&key("attention.causal"), Value::Bool(false))
+        .set(&key("pooling_type"), Value::U32(e.pooling));
+    if nomic {
+        // nomic-embed-text's rotary base.
+        w.set(&key("rope.freq_base"), Value::F32(1000.0));
+    }
+    if e.rerank {
+        // One label: one score a pair (llama.cpp's n_cls_out).
+        w.set(&key("classifier.output_labels"), Value::Array(vec![s("LABEL_0")]));
+    }
+    set_wordpiece_vocab(&mut w, n_vocab);
+
+    let n_token_types = 2;
+    w.add_f32("token_embd.weight", &[n_embd, n_vocab], &rng.matrix(n_embd, n_vocab));
+    w.add_f32(
+        "token_types.weight",
+        &[n_embd, n_token_types],
+        &rng.small(n_embd * n_token_types),
+    );
+    if !nomic {
+        w.add_f32("position_embd.weight", &[n_embd, n_ctx], &rng.small(n_embd * n_ctx));
+    }
+    w.add_f32("token_embd_norm.weight", &[n_embd], &rng.around_one(n_embd));
+    w.add_f32("token_embd_norm.bias", &[n_embd], &rng.small(n_embd));
+    // A linear layer: `<name>.weight`, and `<name>.bias` when it has one.
+    fn matrix(w: &mut GgufWriter, rng: &mut Rng, name: &str, fan_in: u64, fan_out: u64, bias: bool) {
+        w.add_f32(
+            &format!("{name}.weight"),
+            &[fan_in, fan_out],
+            &rng.matrix(fan_in, fan_out),
+        );
+        if bias {
+            w.add_f32(&format!("{name}.bias"), &[fan_out], &rng.small(fan_out));
+        }
+    }
+    for il in 0..n_layer {
+        let n = |t: &str| format!("blk.{il}.{t}");
+        if nomic {
+            matrix(&mut w, &mut rng, &n("attn_qkv"), n_embd, 3 * n_embd, false);
+        } else {
+            for t in ["attn_q", "attn_k", "attn_v"] {
+                matrix(&mut w, &mut rng, &n(t), n_embd, n_embd, true);
+            }
+        }
+        matrix(&mut w, &mut rng, &n("attn_output"), n_embd, n_embd, !nomic);
+        w.add_f32(&n("attn_output_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        w.add_f32(&n("attn_output_norm.bias"), &[n_embd], &rng.small(n_embd));
+        if nomic {
+            matrix(&mut w, &mut rng, &n("ffn_gate"), n_embd, n_ff, false);
+        }
+        matrix(&mut w, &mut rng, &n("ffn_up"), n_embd, n_ff, !nomic);
+        matrix(&mut w, &mut rng, &n("ffn_down"), n_ff, n_embd, !nomic);
+        w.add_f32(&n("layer_output_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        w.add_f32(&n("layer_output_norm.bias"), &[n_embd], &rng.small(n_embd));
+    }
+    if e.rerank {
+        matrix(&mut w, &mut rng, "cls", n_embd, n_embd, true);
+        matrix(&mut w, &mut rng, "cls.output", n_embd, 1, true);
+    }
+    w
+}
+
+/// A made-up WordPiece vocabulary as llama.cpp's converter writes BERT's: the five
+/// control tokens first, then word-initial pieces with the phantom space `▁` and
+/// continuation pieces bare (the converter's rewrite of `##piece`), filled to
+/// `n_vocab` with `▁w<i>` words. The special ids and flags are those the converter
+/// writes for a sentence-transformers BERT: BOS and CLS are [CLS], EOS and SEP are
+/// [SEP], add_bos and add_eos true (its post-processor adds both), add_sep false.
+pub fn set_wordpiece_vocab(w: &mut GgufWriter, n_vocab: u64) {
+    const NORMAL: i32 = 1;
+    const CONTROL: i32 = 3;
+    let specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
+    let words = [
+        "the", "a", "of", "and", "to", "in", "is", "it", "that", "for", "on", "with", "as", "was", "at", "by", "this",
+        "be", "from", "or", "an", "are", "not", "but", "what", "all", "were", "when", "we", "there", "can", "which",
+        "their", "if", "do", "will", "each", "how", "up", "out", "about", "many", "then", "them", "so", "some", "her",
+        "would", "make", "like", "him", "into", "time", "has", "look", "two", "more", "go", "see", "no", "way",
+        "could", "people", "my", "than", "first", "water", "been", "call", "who", "its", "now", "find", "long", "down",
+        "day", "did", "get", "come", "made", "may", "part", "ruby", "gem", "model", "text", "search", "query",
+        "document", "vector", "embed", "rank", "cat", "dog", "sat", "mat", "paris", "france", "capital", "city",
+        "river", "book", "read", "write", "code", "program", "canary", "elelem",
+    ];
+    let suffixes = [
+        "s", "ed", "ing", "er", "est", "ly", "tion", "ment", "ness", "able", "ful", "less", "es",
+    ];
+    let letters = ('a'..='z').chain('0'..='9').map(|c| c.to_string());
+    let punctuation = [".", ",", "!", "?", "'", "\"", "-", ":", ";", "(", ")"];
+    let mut tokens: Vec<String> = specials.iter().map(|t| t.to_string()).collect();
+    let mut types = vec![CONTROL; specials.len()];
+    let pieces = words
+        .iter()
+        .map(|w| format!("▁{w}"))
+        .chain(punctuation.iter().map(|p| format!("▁{p}")))
+        .chain(letters.clone().map(|c| format!("▁{c}")))
+        .chain(letters)
+        .chain(suffixes.iter().map(|s| s.to_string()));
+    for piece in pieces {
+        if tokens.len() as u64 == n_vocab {
+            break;
+        }
+        if !tokens.contains(&piece) {
+            tokens.push(piece);
+            types.push(NORMAL);
+        }
+    }
+    let mut i = 0;
+    while (tokens.len() as u64) < n_vocab {
+        tokens.push(format!("▁w{i}"));
+        types.push(NORMAL);
+        i += 1;
+    }
+    w.set("tokenizer.ggml.model", Value::String("bert".into()))
+        .set("tokenizer.ggml.pre", Value::String("default".into()))
+        .set(
+            "tokenizer.ggml.tokens",
+            Value::Array(tokens.into_iter().map(Value::String).collect()),
+        )
+        .set(
+            "tokenizer.ggml.token_type",
+            Value::Array(types.into_iter().map(Value::I32).collect()),
+        )
+        .set("tokenizer.ggml.token_type_count", Value::U32(2))
+        .set("tokenizer.ggml.bos_token_id", Value::U32(2))
+        .set("tokenizer.ggml.eos_token_id", Value::U32(3))
+        .set("tokenizer.ggml.unknown_token_id", Value::U32(1))
+        .set("tokenizer.ggml.seperator_token_id", Value::U32(3))
+        .set("tokenizer.ggml.padding_token_id", Value::U32(0))
+        .set("tokenizer.ggml.cls_token_id", Value::U32(2))
+        .set("tokenizer.ggml.mask_token_id", Value::U32(4))
+        .set("tokenizer.ggml.add_bos_token", Value::Bool(true))
+        .set("tokenizer.ggml.add_eos_token", Value::Bool(true))
+        .set("tokenizer.ggml.add_sep_token", Value::Bool(false))
+        .set("tokenizer.ggml.normalizer.lowercase", Value::Bool(true));
 }
