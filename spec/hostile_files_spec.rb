@@ -11,6 +11,8 @@ RSpec.describe "hostile GGUF files" do
 
   def run_file(path)
     Elelem.open(path, n_ctx: 16, n_threads: 1) do |model|
+      next run_encoder(model) if model.info[:kind] == :encoder
+
       ids = model.generate([0, 1, 2, 3], max_tokens: 3, ignore_eos: true, temperature: 0.7, repeat_penalty: 1.2)
       expect(ids).to all(be_between(0, model.info[:n_vocab] - 1))
       begin
@@ -20,6 +22,13 @@ RSpec.describe "hostile GGUF files" do
         expect(e.message).to match(/tokenizer/)
       end
     end
+  end
+
+  # An embedding model embeds (a reranker reranks too) and refuses to generate.
+  def run_encoder(model)
+    expect(model.embed([[0, 1, 2], [3]], batch_size: 2)).to all(be_an(Array).and(satisfy(&:any?)))
+    expect { model.generate([0, 1], max_tokens: 2) }.to raise_error(Elelem::Error, /embedding model/)
+    model.rerank("q", %w[a b]) if model.info[:pooling] == :rank
   end
 
   it "opens and runs, or raises LoadError with a message naming the problem, for all #{manifest.size} files" do

@@ -40,7 +40,7 @@ module SpecModels
   def hostile_corpus
     dir = File.join(ROOT, "tmp", "hostile")
     unless File.exist?(File.join(dir, "manifest.tsv"))
-      system("cargo", "run", "--quiet", "--release", "--locked", "-p", "elelem-engine", "--example",
+      system("cargo", "run", "--quiet", "--release", "--locked", "-p", "elelem-testkit", "--example",
              "write_hostile_corpus", "--", dir, chdir: ROOT, exception: true)
     end
     dir

@@ -54,10 +54,14 @@ module EmbeddingGolden
   TEXTS = ["The cat sat on the mat.", "Paris is the capital of France!", "Searching documents quickly: ruby gems",
            "東京 and Zürich, naïvely", "what", "A model reads text, then writes code; the canary looks up."].freeze
 
+  # The retrieval check's queries and passages (spec/fixtures/retrieval/pairs.json).
+  RETRIEVAL = JSON.parse(File.read(File.join(Reference::ROOT, "spec", "fixtures", "retrieval", "pairs.json")))["pairs"]
+  RETRIEVAL_TEXTS = (RETRIEVAL.map { |p| p["query"] } + RETRIEVAL.map { |p| p["passage"] }).freeze
+
   # The models and their cases. A synthetic model (tmp/synthetic, `rake canary`) gives
-  # its inputs as ids; a real model (Elelem::Models) as text:
-  #   "all-minilm-l6-v2" => { pooling: "mean", n_ctx: 512, texts: TEXTS }
+  # its inputs as ids; a real model (Elelem::Models) as text.
   MODELS = {
+    "all-minilm-l6-v2" => { pooling: "mean", n_ctx: 512, texts: TEXTS + RETRIEVAL_TEXTS },
     "tiny-bert" => { pooling: "mean", inputs: BERT_INPUTS, overrides: %w[cls none],
                      extra: { "long" => BERT_LONG }, texts: TEXTS },
     "tiny-bert-rerank" => { pooling: "rank", inputs: RERANK_INPUTS, overrides: %w[mean] },

@@ -17,9 +17,12 @@ use std::sync::Arc;
 use elelem_gguf::{Gguf, GgufWriter, TensorType, Value};
 
 use crate::canary::{self, Family, Rng, Shape};
+use elelem_engine::arch::Kind;
 use elelem_engine::chat;
 use elelem_engine::sampler::{self, Sampler, SamplerParams};
-use elelem_engine::{generate, Context, ContextParams, GenerateParams, Model, Result};
+use elelem_engine::{
+    generate, Context, ContextParams, EmbedParams, Embedder, GenerateParams, Model, Normalize, Pooling, Result,
+};
 
 /// What a file must do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +114,12 @@ pub fn seeds() -> Vec<Case> {
         ("gemma3-f32", canary::writer(&GEMMA3)),
         ("llama-q8_0-f16", canary::writer(&Q8_0)),
         ("qwen2-q4_k-q6_k", canary::writer(&K_QUANTS)),
+        ("bert-f32", canary::Embedder::Encoder(canary::BERT).writer()),
+        (
+            "bert-rerank-f32",
+            canary::Embedder::Encoder(canary::BERT_RERANK).writer(),
+        ),
+        ("nomic-bert-f32", canary::Embedder::Encoder(canary::NOMIC_BERT).writer()),
     ]
     .into_iter()
     .map(|(name, w)| Case {
@@ -574,7 +583,91 @@ pub fn structured() -> Vec<Case> {
         bytes: q8,
         expect: Runs,
     });
+    cases.extend(encoder_flaws());
     cases
+}
+
+/// An encoder's own checks: its pooling, token types, learned positions and
+/// reranker head.
+fn encoder_flaws() -> Vec<Case> {
+    use Expect::{Rejected, Runs};
+    let encoder = |name: &str, expect: Expect, model: canary::Encoder, edit: &dyn Fn(&mut GgufWriter)| {
+        let mut w = canary::Embedder::Encoder(model).writer();
+        edit(&mut w);
+        Case {
+            name: name.into(),
+            bytes: w.to_bytes(),
+            expect,
+        }
+    };
+    let labels = |n: usize| Value::Array(vec![Value::String("label".into()); n]);
+    vec![
+        encoder("bert-pooling-unknown", Rejected("pooling_type 9"), canary::BERT, &|w| {
+            w.set("bert.pooling_type", Value::U32(9));
+        }),
+        encoder("bert-pooling-unspecified", Runs, canary::BERT, &|w| {
+            w.set("bert.pooling_type", Value::I32(-1));
+        }),
+        encoder(
+            "bert-no-token-type-count",
+            Rejected("token type count"),
+            canary::BERT,
+            &|w| {
+                w.remove("tokenizer.ggml.token_type_count");
+            },
+        ),
+        encoder(
+            "bert-token-types-mismatch",
+            Rejected("token_types.weight"),
+            canary::BERT,
+            &|w| {
+                w.set("tokenizer.ggml.token_type_count", Value::U32(7));
+            },
+        ),
+        encoder(
+            "bert-no-positions",
+            Rejected("position_embd.weight"),
+            canary::BERT,
+            &|w| {
+                w.remove_tensor("position_embd.weight");
+            },
+        ),
+        encoder(
+            "bert-context-beyond-positions",
+            Rejected("position_embd.weight"),
+            canary::BERT,
+            &|w| {
+                w.set("bert.context_length", Value::U32(1 << 20));
+            },
+        ),
+        encoder("bert-causal", Runs, canary::BERT, &|w| {
+            w.set("bert.attention.causal", Value::Bool(true));
+        }),
+        encoder(
+            "rerank-no-labels",
+            Rejected("output_labels"),
+            canary::BERT_RERANK,
+            &|w| {
+                w.set("bert.classifier.output_labels", Value::Array(Vec::new()));
+            },
+        ),
+        encoder(
+            "rerank-labels-mismatch",
+            Rejected("cls.output.weight"),
+            canary::BERT_RERANK,
+            &|w| {
+                w.set("bert.classifier.output_labels", labels(3));
+            },
+        ),
+        encoder(
+            "nomic-bert-no-gate",
+            Rejected("ffn_gate.weight"),
+            canary::NOMIC_BERT,
+            &|w| {
+                w.remove_tensor("blk.0.ffn_gate.weight");
+            },
+        ),
+    ]
 }
 
 /// Byte-level damage to `seed`: truncated at every length through the header
@@ -641,6 +734,9 @@ pub fn corpus(n_random: usize) -> Vec<Case> {
 /// template when it has them. Panics if any id leaves the vocabulary.
 pub fn exercise(bytes: &[u8]) -> Result<Vec<u32>> {
     let model = Arc::new(Model::from_gguf(Gguf::from_bytes(bytes)?)?);
+    if model.hparams.arch.kind() == Kind::Encoder {
+        return exercise_encoder(model);
+    }
     let n_vocab = model.hparams.n_vocab;
     let params = ContextParams {
         n_ctx: 16,
@@ -688,6 +784,41 @@ pub fn exercise(bytes: &[u8]) -> Result<Vec<u32>> {
         let _ = chat::render(template, &input);
     }
     Ok(tokens)
+}
+
+/// An encoder's run: texts embedded two a pass with its own pooling and one vector
+/// per token, each normalization, and a reranker's scores where it has the head.
+fn exercise_encoder(model: Arc<Model>) -> Result<Vec<u32>> {
+    let n_vocab = model.hparams.n_vocab;
+    let texts: Vec<Vec<u32>> = (1..6)
+        .map(|n| (0..n).map(|i| (i * 7 + n) % n_vocab).collect())
+        .collect();
+    let poolings = [None, Some(Pooling::None), Some(Pooling::Cls), Some(Pooling::Rank)];
+    for pooling in poolings {
+        let params = EmbedParams {
+            n_ctx: 16,
+            n_threads: 1,
+            pooling,
+            batch_texts: 2,
+        };
+        // A model without a reranker's head refuses rank pooling; that is an answer too.
+        let Ok(mut embedder) = Embedder::new(Arc::clone(&model), params) else {
+            continue;
+        };
+        for normalize in [
+            Normalize::None,
+            Normalize::MaxAbs,
+            Normalize::Euclidean,
+            Normalize::PNorm(3),
+        ] {
+            let vectors = embedder.embed(&texts, normalize)?;
+            assert_eq!(vectors.len(), texts.len());
+        }
+    }
+    if let Ok(tokenizer) = model.tokenizer() {
+        return Ok(tokenizer.tokenize("Hello, world! [SEP] \u{e9}\u{1F600}", true, true));
+    }
+    Ok(Vec::new())
 }
 
 /// Cases that each set one metadata key of a `shape` model, or remove it (`None`).
