@@ -4,11 +4,12 @@ require "json"
 require "optparse"
 require_relative "../elelem"
 require_relative "cli/chat"
+require_relative "cli/convert"
 require_relative "cli/flags"
 require_relative "cli/serve"
 
 module Elelem
-  # The `elelem` command: generate, chat, serve, tokenize, info, bench, fetch.
+  # The `elelem` command: generate, chat, serve, tokenize, info, bench, fetch, convert.
   class CLI
     # The subcommands and what each does.
     COMMANDS = {
@@ -18,7 +19,8 @@ module Elelem
       "tokenize" => "print the token ids of TEXT",
       "info" => "describe a model",
       "bench" => "measure prompt and decode speed (medians; `rake bench` adds llama.cpp beside it)",
-      "fetch" => "download a known model (#{Models.names.join(", ")})"
+      "fetch" => "download a known model (#{Models.names.join(", ")})",
+      "convert" => "convert a Hugging Face BERT directory (safetensors) to GGUF, as convert_hf_to_gguf.py does"
     }.freeze
 
     # The sampling each command uses unless told otherwise: `generate` is greedy, as

