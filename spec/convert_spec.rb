@@ -12,7 +12,7 @@ require "tmpdir"
 # directory (byte-identical; see the README).
 RSpec.describe "all-minilm-l6-v2, converted by Elelem.convert" do
   entry = Elelem::Models::CATALOG.find { |e| e.name == "all-minilm-l6-v2" }
-  fixture = JSON.parse(File.read(File.join(ROOT, "spec", "fixtures", "embedding", "all-minilm-l6-v2-tokens.json")))
+  fixture = JSON.parse(File.read(File.join(ROOT, "spec", "fixtures", "tokenizer", "all-minilm-l6-v2-hf-ids.json")))
 
   # Fetched (downloaded and converted) when missing: a failure to fetch fails the spec.
   before(:all) do

