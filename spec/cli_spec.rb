@@ -53,6 +53,17 @@ RSpec.describe Elelem::CLI do
     expect(run("serve", "--port", "eighty")[2]).to eq("elelem: invalid argument: --port eighty\n")
   end
 
+  it "embeds texts given or piped in, one JSON array a line, with all-MiniLM-L6-v2 by default" do
+    texts = ["hello world", "a second text"]
+    status, out, = run("embed", "-t", "2", *texts)
+    expect(status).to eq(0)
+    vectors = out.lines.map { |line| JSON.parse(line) }
+    expect(vectors.map(&:size)).to eq([384, 384])
+    Elelem.open(SpecModels.path("all-minilm-l6-v2"), n_threads: 2) { |m| expect(vectors).to eq(m.embed(texts)) }
+    expect(run("embed", "-t", "2", input: texts.join("\n"))[1]).to eq(out)
+    expect(run("embed", "--pooling", "max", "x")[0..2]).to eq([1, "", "elelem: invalid argument: --pooling max\n"])
+  end
+
   it "tokenizes" do
     _, out, = run("tokenize", "-m", SpecModels.path("qwen2.5-coder-0.5b"), "def hello")
     expect(out).to eq("750 23811\n")

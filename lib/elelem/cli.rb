@@ -5,11 +5,12 @@ require "optparse"
 require_relative "../elelem"
 require_relative "cli/chat"
 require_relative "cli/convert"
+require_relative "cli/embed"
 require_relative "cli/flags"
 require_relative "cli/serve"
 
 module Elelem
-  # The `elelem` command: generate, chat, serve, tokenize, info, bench, fetch, convert.
+  # The `elelem` command: generate, chat, serve, tokenize, embed, info, bench, fetch, convert.
   class CLI
     # The subcommands and what each does.
     COMMANDS = {
@@ -17,6 +18,7 @@ module Elelem
       "chat" => "chat with the model (Ctrl-D or /quit ends, Ctrl-C stops the current reply)",
       "serve" => "serve OpenAI's HTTP API (chat and completions, streaming) on Puma",
       "tokenize" => "print the token ids of TEXT",
+      "embed" => "print each TEXT's embedding as a JSON array (default model all-minilm-l6-v2)",
       "info" => "describe a model",
       "bench" => "measure prompt and decode speed (medians; `rake bench` adds llama.cpp beside it)",
       "fetch" => "download a known model (#{Models.names.join(", ")})",

@@ -11,7 +11,7 @@ module Elelem
     def parser(banner, opts, model:, ctx:)
       OptionParser.new do |o|
         o.banner = "usage: elelem #{banner}"
-        model_options(o, opts, ctx) if model
+        model_options(o, opts, ctx, model == true ? Models::DEFAULT : model) if model
         yield o if block_given?
         o.on("-h", "--help", "this help") do
           @out.puts o
@@ -20,8 +20,8 @@ module Elelem
       end
     end
 
-    def model_options(parser, opts, ctx)
-      parser.on("-m", "--model MODEL", "a .gguf path or a known model name (default #{Models::DEFAULT})") do |m|
+    def model_options(parser, opts, ctx, default)
+      parser.on("-m", "--model MODEL", "a .gguf path or a known model name (default #{default})") do |m|
         opts[:model] = m
       end
       parser.on("-c", "--ctx N", "--n-ctx N", Integer, "context size (default #{ctx})") { |n| opts[:n_ctx] = n } if ctx
@@ -57,6 +57,8 @@ module Elelem
     end
 
     # The command's own options, if any, come from the block (given the parser and the options hash).
+    # `model`: true for the model flags with the default model, a name for another
+    # default, false for none.
     def parse(argv, banner, model: true, ctx: Model::DEFAULT_N_CTX, defaults: {})
       opts = defaults.dup
       options = parser(banner, opts, model:, ctx:) { |o| yield o, opts if block_given? }
