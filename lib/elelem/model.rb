@@ -28,7 +28,7 @@ module Elelem
       # Opens a model; see {Elelem.open}.
       # @return [Model]
       def open(path, n_ctx: DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0, parallel: 1,
-               queue: DEFAULT_QUEUE)
+               queue: DEFAULT_QUEUE, flash_attn: :auto)
         path = path.to_path if path.respond_to?(:to_path)
         raise ArgumentError, "path must be a String, got #{path.class}" unless path.is_a?(String)
 
@@ -37,7 +37,7 @@ module Elelem
         Options.integer(:n_gpu_layers, n_gpu_layers, 0..Options::MAX_U32)
         Options.integer(:parallel, parallel, 1..MAX_SEQUENCES)
         Options.integer(:queue, queue, 0..Options::MAX_U32)
-        model = _open(known(path), n_ctx, n_threads, parallel, queue)
+        model = _open(known(path), n_ctx, n_threads, parallel, queue, flash_attention(flash_attn))
         model.send(:after_open)
         model
       rescue Elelem::LoadError => e
@@ -48,6 +48,13 @@ module Elelem
       end
 
       private
+
+      # `:auto` is llama.cpp's default, which the CPU backend resolves to flash attention.
+      def flash_attention(value)
+        return [true, :auto].include?(value) if [true, false, :auto].include?(value)
+
+        raise ArgumentError, "flash_attn must be :auto, true or false, got #{value.inspect}"
+      end
 
       # A known model's name (unless a file has that name) is that model's path, fetched on first use.
       def known(path)

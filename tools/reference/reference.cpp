@@ -4,7 +4,9 @@
 // Every command takes any number of `-o KEY=true|false` options, anywhere on
 // the line, which override boolean metadata the way llama.cpp's --override-kv
 // does: tokenizer_goldens.rb reaches with them tokenizer paths that our
-// models do not take as shipped.
+// models do not take as shipped. And `-fa on|off|auto`, as llama.cpp's tools
+// take it: the flash attention of every context made (default auto, which
+// the CPU backend resolves to on).
 //
 //   elelem-reference generate MODEL IDS N_PREDICT [N_CTX] [N_THREADS] [IGNORE_EOS]
 //       IDS is comma-separated prompt token ids. Prints the greedy ids (one
@@ -138,6 +140,17 @@ static bool add_override(const std::string & kv) {
     return true;
 }
 
+// -fa: the flash attention of every context the commands make.
+static llama_flash_attn_type flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
+
+static bool set_flash_attn(const char * value) {
+    if (!strcmp(value, "on")) flash_attn = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    else if (!strcmp(value, "off")) flash_attn = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    else if (!strcmp(value, "auto")) flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
+    else return false;
+    return true;
+}
+
 // vocab_only skips the weights, for the commands that only ask the tokenizer.
 static llama_model * load(const char * path, bool vocab_only) {
     llama_model_params mp = llama_model_default_params();
@@ -156,6 +169,7 @@ static llama_context * make_context(llama_model * model, int n_ctx, int n_thread
     cp.n_threads = n_threads;
     cp.n_threads_batch = n_threads;
     cp.swa_full = false;  // common_params' default, as llama-completion runs
+    cp.flash_attn_type = flash_attn;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "failed to create context\n"); exit(1); }
     return ctx;
@@ -298,6 +312,7 @@ static llama_context * make_multi_context(llama_model * model, int n_ctx, int n_
     cp.n_threads_batch = n_threads;
     cp.swa_full = false;
     cp.n_seq_max = n_seq;
+    cp.flash_attn_type = flash_attn;
     cp.kv_unified = true;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "failed to create context\n"); exit(1); }
@@ -607,6 +622,7 @@ static int cmd_embed(int argc, char ** argv) {
     // models.
     cp.n_batch = (uint32_t) std::max(n_ctx, 2048);
     cp.n_ubatch = cp.n_batch;
+    cp.flash_attn_type = flash_attn;
     cp.n_threads = n_threads;
     cp.n_threads_batch = n_threads;
     cp.swa_full = false;  // common_params' default
@@ -761,8 +777,9 @@ int main(int argc, char ** argv) {
     bool options_ok = true;
     int n_args = 1;
     for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "-o")) argv[n_args++] = argv[i];
-        else options_ok = options_ok && i + 1 < argc && add_override(argv[++i]);
+        if (!strcmp(argv[i], "-o")) options_ok = options_ok && i + 1 < argc && add_override(argv[++i]);
+        else if (!strcmp(argv[i], "-fa")) options_ok = options_ok && i + 1 < argc && set_flash_attn(argv[++i]);
+        else argv[n_args++] = argv[i];
     }
     argc = n_args;
     overrides.push_back(llama_model_kv_override{});  // the terminator
