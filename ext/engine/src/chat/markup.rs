@@ -39,7 +39,8 @@ pub fn jinja2_operators(instructions: &mut Instructions) {
 /// jinja2's `+`: for two strings, their concatenation, a `Markup` if either is
 /// one, the other then escaped; for anything else minijinja's own `+`.
 pub fn add(state: &State, a: Value, b: Value) -> Result<Value, Error> {
-    if let (Some(x), Some(y)) = (a.as_str(), b.as_str()) {
+    let strings = a.kind() == ValueKind::String && b.kind() == ValueKind::String;
+    if let (true, Some(x), Some(y)) = (strings, a.as_str(), b.as_str()) {
         let (safe_a, safe_b) = (a.is_safe(), b.is_safe());
         let len = |s: &str, safe: bool| if safe { s.len() } else { escaped_len(s) };
         if safe_a == safe_b {
