@@ -8,6 +8,8 @@ require_relative "../tasks/jinja2"
 # renders through elelem exactly as Hugging Face transformers renders it: Python's jinja2
 # from PyPI, set up as transformers sets it up (spec/support/jinja2_reference.py), is the
 # reference, run here on the same conversations. Where jinja2 raises, elelem must raise.
+# A keyword the template does not read (jinja2.meta says which) is refused with an
+# ArgumentError naming it; without it, the rendering is jinja2's with it.
 RSpec.describe "chat templates" do
   templates_dir = File.join(ROOT, "vendor", "llama.cpp", "models", "templates")
   # strftime_now's time, pinned so that both renderers format the same date.
@@ -109,19 +111,45 @@ RSpec.describe "chat templates" do
   # elelem's rendering, or the error it raised.
   def elelem(source, messages, keywords, now)
     { "text" => @model.chat_prompt(messages, template: source, now:, **keywords) }
-  rescue Elelem::TemplateError => e
+  rescue Elelem::TemplateError, ArgumentError => e
     { "error" => e.message }
   end
 
+  # The keywords the template reads, having checked that elelem refuses the others, naming them.
+  def read_keywords(label, source, messages, keywords, reads)
+    # Variables every template gets, read or not: transformers' arguments, the server's tool_choice.
+    every_template = %i[add_generation_prompt tools documents tool_choice bos_token eos_token]
+    unread = keywords.keys - every_template - reads.to_a.map(&:to_sym)
+    return keywords if reads.nil? || unread.empty?
+
+    @refused += 1
+    refused = elelem(source, messages, keywords, Time.now)["error"].to_s
+    names = "unknown keyword#{"s" if unread.size > 1}: #{unread.map(&:inspect).join(", ")} "
+    @failures << "#{label}: #{unread} unread, elelem: #{refused[0, 200]}" unless refused.include?(names)
+    keywords.except(*unread)
+  end
+
+  # :identical, :raises (both do) or :differs (a failure).
+  def outcome(label, ours, expected)
+    if ours.key?("error") && expected.key?("error")
+      @raised << "#{label}: #{expected["error"][0, 100]}"
+      return :raises
+    end
+    return :identical if ours == expected
+
+    @failures << difference(label, expected, ours)
+    :differs
+  end
+
   # Where two renderings part, for the failure message.
-  def difference(name, conversation, reference, ours)
-    return "#{name} / #{conversation}: jinja2 #{reference.inspect[0, 300]}, elelem #{ours.inspect[0, 300]}" \
+  def difference(label, reference, ours)
+    return "#{label}: jinja2 #{reference.inspect[0, 300]}, elelem #{ours.inspect[0, 300]}" \
       unless reference["text"] && ours["text"]
 
     a = reference["text"]
     b = ours["text"]
     at = (0...[a.size, b.size].min).find { |i| a[i] != b[i] } || [a.size, b.size].min
-    "#{name} / #{conversation} at #{at}: jinja2 #{a[[at - 60, 0].max, 160].inspect}\n  " \
+    "#{label} at #{at}: jinja2 #{a[[at - 60, 0].max, 160].inspect}\n  " \
       "elelem #{b[[at - 60, 0].max, 160].inspect}"
   end
 
@@ -131,27 +159,23 @@ RSpec.describe "chat templates" do
 
     templates = files.to_h { |f| [File.basename(f, ".jinja"), File.read(f)] }
     reference = jinja2(templates, conversations, now)
-    failures = []
-    raised = []
+    @failures = []
+    @raised = []
+    @refused = 0
     rows = templates.map do |name, source|
       outcomes = conversations.map do |conversation, (messages, keywords)|
-        ours = elelem(source, messages, keywords, now)
-        expected = reference.fetch(name).fetch(conversation)
-        if ours.key?("error") && expected.key?("error")
-          raised << "#{name} / #{conversation}: #{expected["error"][0, 100]}"
-          next :raises
-        end
-        next :identical if ours == expected
-
-        failures << difference(name, conversation, expected, ours)
-        :differs
+        label = "#{name} / #{conversation}"
+        keywords = read_keywords(label, source, messages, keywords, reference.fetch(name).fetch("reads"))
+        expected = reference.fetch(name).dig("conversations", conversation)
+        outcome(label, elelem(source, messages, keywords, now), expected)
       end
       [name, outcomes.tally]
     end
     table(rows, conversations.size)
-    puts "\nWhere jinja2 raises (and elelem too), jinja2's error:", raised
+    puts "#{@refused} conversations with keywords the template does not read: refused, naming them"
+    puts "\nWhere jinja2 raises (and elelem too), jinja2's error:", @raised
     expect(files.size).to eq(70)
-    expect(failures).to be_empty, failures.join("\n")
+    expect(@failures).to be_empty, @failures.join("\n")
   end
 
   # Per template: the conversations rendered identically (of them, how many both raise on).

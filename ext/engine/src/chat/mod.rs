@@ -16,12 +16,13 @@
 mod markup;
 mod python;
 
+use std::collections::BTreeSet;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use indexmap::IndexMap;
-use minijinja::machinery::{self, CompiledTemplate, TemplateConfig};
+use minijinja::machinery::{self, CompiledTemplate, Instruction, TemplateConfig};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::ValueKind;
 use minijinja::{AutoEscape, Environment, ErrorKind, State};
@@ -83,7 +84,8 @@ pub struct ChatInput {
     pub eos_token: String,
     /// Other template variables (`tools`, `documents`, `enable_thinking`, ...);
     /// they may replace `bos_token` and `eos_token`. `tools` and `documents` are
-    /// [`none`] unless given.
+    /// [`none`] unless given. Each must be one the template reads, or one every
+    /// template gets ([`EVERY_TEMPLATE`]): rendering fails with `InvalidArgument` otherwise.
     pub variables: Vec<(String, Value)>,
     /// The time `strftime_now` formats, in local time; the current time if `None`.
     pub now: Option<SystemTime>,
@@ -129,6 +131,7 @@ fn render_here(template: &str, input: &ChatInput) -> Result<Rendered> {
     let env = environment(input.now.unwrap_or_else(SystemTime::now));
     let source = generation_blocks_as_with(template);
     let tmpl = &Compiled::new(&env, &source)?;
+    tmpl.check_variables(&input.variables)?;
     let messages = if input.messages.iter().any(has_parts) && !takes_parts(tmpl, input) {
         input.messages.iter().map(parts_joined).collect()
     } else {
@@ -198,6 +201,20 @@ fn parts_joined(message: &Value) -> Value {
     }))
 }
 
+/// The variables every template gets, whether it reads them or not: what
+/// transformers' `apply_chat_template` always passes (`tools` and `documents`
+/// None unless given) and `tool_choice`, which elelem's server hands over from
+/// an OpenAI request beside `tools`.
+const EVERY_TEMPLATE: [&str; 7] = [
+    "messages",
+    "tools",
+    "documents",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+    "tool_choice",
+];
+
 /// A template compiled for the environment, its `+` and `~` jinja2's.
 struct Compiled<'s> {
     env: &'s Environment<'s>,
@@ -214,6 +231,71 @@ impl<'s> Compiled<'s> {
         markup::jinja2_operators(&mut code.instructions);
         code.blocks.values_mut().for_each(markup::jinja2_operators);
         Ok(Compiled { env, code })
+    }
+
+    /// The names the template may look up (every variable it reads or function it
+    /// calls anywhere, macros included, even where it has set it first), and of
+    /// those the ones it looks up before any assignment to them in the order of
+    /// its code, not its macros: its own variables, for an error message.
+    fn reads(&self) -> (BTreeSet<&'s str>, BTreeSet<&'s str>) {
+        let (mut reads, mut own, mut stored, mut macros) =
+            (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        for code in std::iter::once(&self.code.instructions).chain(self.code.blocks.values()) {
+            let mut idx = 0;
+            while let Some(instruction) = code.get(idx) {
+                match *instruction {
+                    Instruction::Lookup(name) | Instruction::Enclose(name) | Instruction::CallFunction(name, _)
+                        if name != markup::ADD && name != markup::CONCAT =>
+                    {
+                        reads.insert(name);
+                        if !stored.contains(name) && !["loop", "caller"].contains(&name) {
+                            own.insert(name);
+                        }
+                    }
+                    Instruction::StoreLocal(name) => {
+                        stored.insert(name);
+                    }
+                    // A macro's body, and so a call of itself, comes before it.
+                    Instruction::BuildMacro(name, ..) => {
+                        macros.insert(name);
+                    }
+                    _ => {}
+                }
+                idx += 1;
+            }
+        }
+        own.retain(|name| !macros.contains(name));
+        (reads, own)
+    }
+
+    /// A variable given is one the template reads or one every template gets (a
+    /// Ruby keyword that it does not read is most likely a typo, or meant for
+    /// another template): else `InvalidArgument`, naming it and those it reads.
+    /// A template calling minijinja's `debug()`, which shows them all, reads any.
+    fn check_variables(&self, variables: &[(String, Value)]) -> Result<()> {
+        let (reads, own) = self.reads();
+        let unread: Vec<&str> = variables
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| !EVERY_TEMPLATE.contains(name) && !reads.contains(name))
+            .collect();
+        if unread.is_empty() || reads.contains("debug") {
+            return Ok(());
+        }
+        let own: Vec<&str> = own
+            .into_iter()
+            .filter(|name| !EVERY_TEMPLATE.contains(name) && self.env.globals().all(|(global, _)| global != *name))
+            .collect();
+        let names = unread.iter().map(|n| format!(":{n}")).collect::<Vec<_>>().join(", ");
+        Err(Error::InvalidArgument(format!(
+            "unknown keyword{}: {names} (the chat template reads no such variable; its own: {})",
+            if unread.len() > 1 { "s" } else { "" },
+            if own.is_empty() {
+                "none".to_string()
+            } else {
+                own.join(", ")
+            }
+        )))
     }
 
     /// What the template renders for `context`, as `Template::render` does.
@@ -732,6 +814,49 @@ mod tests {
             assert_eq!(generation_blocks_as_with(unclosed), unclosed);
             let err = render_messages(unclosed, &[], false, "").unwrap_err();
             assert!(matches!(err, Error::Template(_)), "{unclosed}: {err}");
+        }
+    }
+
+    fn render_with(template: &str, variables: &[&str]) -> Result<String> {
+        let input = ChatInput {
+            variables: variables.iter().map(|n| (n.to_string(), Value::from(true))).collect(),
+            ..Default::default()
+        };
+        render(template, &input).map(|r| r.text)
+    }
+
+    #[test]
+    fn a_variable_the_template_does_not_read_is_an_invalid_argument() {
+        let t = "{% if flag %}x{% endif %}{{ raise_exception('no') if false }}";
+        assert_eq!(
+            render_with(t, &["flag", "tools", "documents", "tool_choice", "bos_token"]).unwrap(),
+            "x"
+        );
+        let err = render_with(t, &["flag", "falg", "other"]).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(err.to_string().contains("unknown keywords: :falg, :other"), "{err}");
+        assert!(err.to_string().contains("its own: flag)"), "{err}");
+        assert!(
+            render_with("x", &["+"]).is_err(),
+            "not a name of the template's operators"
+        );
+        // Read anywhere: set from itself, in a test, a macro, a call or filter
+        // block, a loop's filter, a with block; or anything where `debug()` shows all.
+        for (t, name) in [
+            ("{% set a = a | default(1) %}{{ a }}", "a"),
+            ("{% if b is not defined %}{% set b = 1 %}{% endif %}", "b"),
+            ("{% macro m() %}{{ c }}{% endmacro %}", "c"),
+            (
+                "{% macro m() %}{{ caller() }}{% endmacro %}{% call m() %}{{ d }}{% endcall %}",
+                "d",
+            ),
+            ("{% filter upper %}{{ e }}{% endfilter %}", "e"),
+            ("{% for i in [1] if f %}{% endfor %}", "f"),
+            ("{% with g = g %}{{ g }}{% endwith %}", "g"),
+            ("{{ h() if false }}", "h"),
+            ("{{ debug() if false }}", "anything"),
+        ] {
+            assert!(render_with(t, &[name]).is_ok(), "{t}");
         }
     }
 
