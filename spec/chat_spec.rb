@@ -63,9 +63,11 @@ RSpec.describe "chat" do
 
   it "refuses a keyword that the template does not read, naming it: a typo, or a variable for another template" do
     messages = chatml["messages"]
-    # Qwen2.5-Coder's template reads no enable_thinking; tools, documents and tool_choice every template gets.
-    expect { model.chat_prompt(messages, enable_thinking: false) }
-      .to raise_error(ArgumentError, /unknown keyword: :enable_thinking \(the chat template reads no such variable/)
+    # Qwen2.5-Coder's template reads no date_string (Llama 3's); tools, documents, tool_choice and
+    # enable_thinking every template gets.
+    expect { model.chat_prompt(messages, date_string: "1 Jan") }
+      .to raise_error(ArgumentError, /unknown keyword: :date_string \(the chat template reads no such variable/)
+    expect(model.chat_prompt(messages, enable_thinking: false)).to eq(model.chat_prompt(messages))
     expect { model.chat(messages, max_token: 2) }.to raise_error(ArgumentError, /unknown keyword: :max_token /)
     expect(model.chat_prompt(messages, tools: nil, documents: [], tool_choice: "auto"))
       .to eq(model.chat_prompt(messages))

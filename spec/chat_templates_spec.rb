@@ -117,8 +117,9 @@ RSpec.describe "chat templates" do
 
   # The keywords the template reads, having checked that elelem refuses the others, naming them.
   def read_keywords(label, source, messages, keywords, reads)
-    # Variables every template gets, read or not: transformers' arguments, the server's tool_choice.
-    every_template = %i[add_generation_prompt tools documents tool_choice bos_token eos_token]
+    # Variables every template gets, read or not: transformers' arguments, the server's tool_choice,
+    # the reasoning switch apps send to any model.
+    every_template = %i[add_generation_prompt tools documents tool_choice bos_token eos_token enable_thinking]
     unread = keywords.keys - every_template - reads.to_a.map(&:to_sym)
     return keywords if reads.nil? || unread.empty?
 

@@ -203,9 +203,11 @@ fn parts_joined(message: &Value) -> Value {
 
 /// The variables every template gets, whether it reads them or not: what
 /// transformers' `apply_chat_template` always passes (`tools` and `documents`
-/// None unless given) and `tool_choice`, which elelem's server hands over from
-/// an OpenAI request beside `tools`.
-const EVERY_TEMPLATE: [&str; 7] = [
+/// None unless given), `tool_choice`, which elelem's server hands over from an
+/// OpenAI request beside `tools`, and `enable_thinking`, the reasoning switch that
+/// apps pass to whatever model they talk to (llama-server's `chat_template_kwargs`
+/// carries it to every template alike).
+const EVERY_TEMPLATE: [&str; 8] = [
     "messages",
     "tools",
     "documents",
@@ -213,6 +215,7 @@ const EVERY_TEMPLATE: [&str; 7] = [
     "bos_token",
     "eos_token",
     "tool_choice",
+    "enable_thinking",
 ];
 
 /// A template compiled for the environment, its `+` and `~` jinja2's.
