@@ -217,15 +217,10 @@ module Elelem
         raise Error, "#{@path} was recorded with another model file (sha256 #{sha}), not #{info[:path]}"
       end
 
-      if flash_attn != info[:flash_attn]
-        raise Error, "#{@path} was recorded with flash_attn #{flash_attn}; the model has #{info[:flash_attn]} " \
-                     "(open it with flash_attn: #{flash_attn})"
-      end
-      %w[n_ctx n_threads parallel].each do |key|
-        next if @doc[key].nil? || @doc[key] == info[key.to_sym]
+      { n_ctx:, n_threads:, parallel: @doc["parallel"], flash_attn: }.each do |key, value|
+        next if value.nil? || value == info[key]
 
-        raise Error, "#{@path} was recorded with #{key} #{@doc[key]}; the model has #{info[key.to_sym]} " \
-                     "(open it with #{key}: #{@doc[key]})"
+        raise Error, "#{@path} was recorded with #{key} #{value}; it has #{info[key]} (open with #{key}: #{value})"
       end
     end
 

@@ -37,7 +37,7 @@ module Elelem
         Options.integer(:n_gpu_layers, n_gpu_layers, 0..Options::MAX_U32)
         Options.integer(:parallel, parallel, 1..MAX_SEQUENCES)
         Options.integer(:queue, queue, 0..Options::MAX_U32)
-        model = _open(known(path), n_ctx, n_threads, parallel, queue, flash_attention(flash_attn))
+        model = _open(known(path), n_ctx, n_threads, parallel, queue, Options.flash_attn(flash_attn))
         model.send(:after_open)
         model
       rescue Elelem::LoadError => e
@@ -48,13 +48,6 @@ module Elelem
       end
 
       private
-
-      # `:auto` is llama.cpp's default, which the CPU backend resolves to flash attention.
-      def flash_attention(value)
-        return [true, :auto].include?(value) if [true, false, :auto].include?(value)
-
-        raise ArgumentError, "flash_attn must be :auto, true or false, got #{value.inspect}"
-      end
 
       # A known model's name (unless a file has that name) is that model's path, fetched on first use.
       def known(path)
