@@ -19,6 +19,8 @@ module Bench
   TG = 128
   TG_DEPTH = 32
   DEPTHS = [1024, 4096].freeze
+  # Depths of the attention-mode rows (one model: BENCH_ATTN_MODEL, the 0.5B by default).
+  ATTN_DEPTHS = [0, 1024, 4096, 16_384].freeze
   TTFT_PROMPT = 16
   # Sequences generated together, and the tokens each generates.
   STREAMS = [1, 2, 4, 8].freeze
@@ -34,6 +36,7 @@ module Bench
     "peak RSS MiB" => [:max, 1.0], "compute buffer MiB" => [:max, 1.0], "KV cache MiB" => [:max, 1.0],
     "grammar mask p50 µs" => [:max, 1.0], "grammar mask p99 µs" => [:max, 1.0],
     "tg128 t/s with a JSON Schema vs without (both elelem)" => [:min, 0.9],
+    "tg32@depth t/s best mode" => [:min, 1.0],
     "embed 256×64 texts/s batch 1" => [:min, 1.0], "embed 256×64 texts/s batch 32" => [:min, 1.0],
     "embed peak RSS MiB" => [:max, 1.0]
   }.freeze
@@ -62,17 +65,18 @@ module Bench
   class Peer
     attr_reader :load_ms
 
-    def self.open(path, threads, n_ctx)
-      peer = new(path, threads, n_ctx)
+    def self.open(path, threads, n_ctx, flash_attn: true)
+      peer = new(path, threads, n_ctx, flash_attn:)
       yield peer
     ensure
       peer&.close
     end
 
-    def initialize(path, threads, n_ctx)
+    def initialize(path, threads, n_ctx, flash_attn: true)
       @path = path
       @threads = threads
-      @io = IO.popen([Reference::BINARY, "serve", path, threads.to_s, n_ctx.to_s], "r+")
+      @io = IO.popen([Reference::BINARY, "serve", path, threads.to_s, n_ctx.to_s, "-fa", flash_attn ? "on" : "off"],
+                     "r+")
       @load_ms = Float(@io.gets.to_s[/\Aload_ms (\S+)/, 1])
     end
 
@@ -155,9 +159,9 @@ module Bench
     { "metric" => label, "elelem" => median(pairs.map(&:first)), "llama.cpp" => median(pairs.map(&:last)) }
   end
 
-  def with_both(path, threads, n_ctx)
-    Elelem.open(path, n_ctx:, n_threads: threads) do |model|
-      Peer.open(path, threads, n_ctx) do |peer|
+  def with_both(path, threads, n_ctx, flash_attn: true)
+    Elelem.open(path, n_ctx:, n_threads: threads, flash_attn:) do |model|
+      Peer.open(path, threads, n_ctx, flash_attn:) do |peer|
         ours = Elelem::Bench.new(model)
         [ours, peer].each { |side| side.prompt_rate(64) && side.decode_rate(8) } # warm-up
         yield model, ours, peer
@@ -190,6 +194,24 @@ module Bench
         interleaved("tg#{TG_DEPTH}@#{depth} t/s", ours, peer) { |side| side.decode_rate(TG_DEPTH, depth:) }
       end
     end
+  end
+
+  # Decode at depth in each attention mode (llama.cpp's -fa on and off; elelem's
+  # flash_attn: true and false), then each engine's best mode against the other's.
+  def attention_rows(path, threads)
+    depths = list("BENCH_ATTN_DEPTHS", ATTN_DEPTHS).map(&:to_i).sort
+    modes = { "fa on" => true, "fa off" => false }.map do |label, flash_attn|
+      with_both(path, threads, depths.max + 256, flash_attn:) do |_model, ours, peer|
+        depths.map do |depth|
+          interleaved("tg#{TG_DEPTH}@#{depth} t/s #{label}", ours, peer) { |side| side.decode_rate(TG_DEPTH, depth:) }
+        end
+      end
+    end
+    best = modes.transpose.zip(depths).map do |pair, depth|
+      { "metric" => "tg#{TG_DEPTH}@#{depth} t/s best mode", "elelem" => pair.map { |r| r["elelem"] }.max,
+        "llama.cpp" => pair.map { |r| r["llama.cpp"] }.max }
+    end
+    modes.flatten + best
   end
 
   # Decode while another process keeps one core busy (a server shares its cores with
@@ -345,6 +367,7 @@ module Bench
   def two_thread_rows(name, path, threads)
     rows = depth_rows(path, threads) + stream_rows(path, threads) + agreement_rows(path, threads) +
            contended_rows(path, threads) + open_rows(path, threads) + constraint_rows(name, path, threads)
+    rows += attention_rows(path, threads) if name == ENV.fetch("BENCH_ATTN_MODEL", MODELS.first)
     ours, theirs = rss_pair(path, threads)
     rows << { "metric" => "peak RSS MiB", "elelem" => ours, "llama.cpp" => theirs }
     memory = peer_memory(path)
