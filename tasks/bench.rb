@@ -35,6 +35,7 @@ module Bench
     "chat turn-2 ttft ms (cached vs cold, both elelem)" => [:max, 1.0],
     "peak RSS MiB" => [:max, 1.0], "compute buffer MiB" => [:max, 1.0], "KV cache MiB" => [:max, 1.0],
     "grammar mask p50 µs" => [:max, 1.0], "grammar mask p99 µs" => [:max, 1.0],
+    "decode t/s under a GBNF grammar" => [:min, 1.0],
     "tg128 t/s with a JSON Schema vs without (both elelem)" => [:min, 0.9],
     "tg32@depth t/s best mode" => [:min, 1.0],
     "embed 256×64 texts/s batch 1" => [:min, 1.0], "embed 256×64 texts/s batch 32" => [:min, 1.0],
@@ -303,24 +304,38 @@ module Bench
     gbnf = File.read(GrammarGolden::GBNF)
     Elelem.open(path, n_ctx: N_CTX, n_threads: threads) do |model|
       prompts = GrammarGolden::TASKS.map { |t| model.tokenize(GrammarGolden.prompt(t)) }
-      ours = prompts.flat_map do |ids|
-        model.complete(ids, grammar: gbnf, max_tokens: GrammarGolden::MAX_TOKENS).timings[:constraint_us]
-      end
-      theirs = prompts.flat_map { |ids| reference_mask_us(binary, path, ids, threads) }
-      percentile = ->(list, q) { list.sort[((list.size - 1) * q).round] }
-      [{ "metric" => "grammar mask p50 µs", "elelem" => percentile.call(ours, 0.5),
-         "llama.cpp" => percentile.call(theirs, 0.5) },
-       { "metric" => "grammar mask p99 µs", "elelem" => percentile.call(ours, 0.99),
-         "llama.cpp" => percentile.call(theirs, 0.99) },
-       schema_decode_row(model, prompts.first)]
+      ours = grammar_figures(prompts.map { |ids| grammar_run(model, ids, gbnf) })
+      theirs = grammar_figures(prompts.map { |ids| reference_grammar_run(binary, path, ids, threads) })
+      ["grammar mask p50 µs", "grammar mask p99 µs", "decode t/s under a GBNF grammar"].each_with_index.map do |m, i|
+        { "metric" => m, "elelem" => ours[i], "llama.cpp" => theirs[i] }
+      end + [schema_decode_row(model, prompts.first)]
     end
   end
 
-  # llama.cpp's grammar time per token for one greedy run (the driver's `mask_us` line).
-  def reference_mask_us(binary, path, ids, threads)
-    out = IO.popen([binary, "grammar", path, ids.join(","), GrammarGolden::MAX_TOKENS.to_s, GrammarGolden::GBNF,
-                    N_CTX.to_s, threads.to_s], &:read)
-    out.lines[2].split.drop(1).map(&:to_f)
+  # The masks' p50 and p99 µs and the decode rate of some grammar runs.
+  def grammar_figures(runs)
+    masks = runs.flat_map { |r| r[:mask_us] }.sort
+    percentile = ->(q) { masks[((masks.size - 1) * q).round] }
+    [percentile.call(0.5), percentile.call(0.99), runs.sum { |r| r[:tokens] } / runs.sum { |r| r[:seconds] }]
+  end
+
+  # One greedy generation under the grammar: its masks' µs, its tokens, and the seconds
+  # from the prompt's logits to the last token (masks, sampling, decode passes).
+  def grammar_run(model, ids, gbnf)
+    start = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    completion = model.complete(ids, grammar: gbnf, max_tokens: GrammarGolden::MAX_TOKENS)
+    seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - start - completion.timings[:prompt_seconds]
+    { mask_us: completion.timings[:constraint_us], tokens: completion.tokens.size, seconds: }
+  end
+
+  # The same from llama.cpp's grammar sampler (the driver's `mask_us` line and its `decode_s`).
+  def reference_grammar_run(binary, path, ids, threads)
+    out, err, status = Open3.capture3(binary, "grammar", path, ids.join(","), GrammarGolden::MAX_TOKENS.to_s,
+                                      GrammarGolden::GBNF, N_CTX.to_s, threads.to_s)
+    raise "reference grammar failed: #{err}" unless status.success?
+
+    { mask_us: out.lines[2].split.drop(1).map(&:to_f), tokens: Integer(err[/tokens (\d+)/, 1]),
+      seconds: Float(err[/decode_s (\S+)/, 1]) }
   end
 
   def schema_decode_row(model, ids)

@@ -50,7 +50,9 @@
 //       "root", chained before greedy): prints the ids (the end-of-generation
 //       token the grammar allows at its end included) and the hex of the text.
 //       Prints "mask_us" and the microseconds each token's grammar step took
-//       (the grammar's apply over the whole vocabulary, then its accept).
+//       (the grammar's apply over the whole vocabulary, then its accept). On
+//       stderr: "decode_s <s> tokens <n>", the seconds from the prompt's logits
+//       to the last token (masks, sampling and decode passes).
 //   elelem-reference embed MODEL FILE N_CTX N_THREADS POOLING NORMALIZE BATCH_TEXTS
 //       What llama-embedding (examples/embedding/embedding.cpp) does, through
 //       the library: FILE holds one text per line as comma-separated token ids
@@ -273,6 +275,7 @@ static int cmd_grammar(int argc, char ** argv) {
     std::vector<llama_token> out;
     std::vector<double> mask_us;
     std::string text;
+    const auto decode_start = std::chrono::steady_clock::now();
     for (int i = 0; i < n_predict; ++i) {
         const float * logits = llama_get_logits_ith(ctx, -1);
         for (int t = 0; t < n_vocab; ++t) cur[t] = llama_token_data{t, logits[t], 0.0f};
@@ -292,10 +295,12 @@ static int cmd_grammar(int argc, char ** argv) {
         if ((int) (prompt.size() + out.size()) >= n_ctx) break;
         if (llama_decode(ctx, llama_batch_get_one(&id, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
     }
+    const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - decode_start).count();
     for (size_t i = 0; i < out.size(); ++i) printf(i ? " %d" : "%d", out[i]);
     printf("\n%s\nmask_us", to_hex(text).c_str());
     for (double us : mask_us) printf(" %.1f", us);
     printf("\n");
+    fprintf(stderr, "decode_s %.6f tokens %zu\n", decode_s, out.size());
     llama_sampler_free(grammar);
     llama_sampler_free(greedy);
     llama_free(ctx);
