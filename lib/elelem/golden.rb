@@ -220,7 +220,7 @@ module Elelem
       { n_ctx:, n_threads:, parallel: @doc["parallel"], flash_attn: }.each do |key, value|
         next if value.nil? || value == info[key]
 
-        raise Error, "#{@path} was recorded with #{key} #{value}; it has #{info[key]} (open with #{key}: #{value})"
+        raise Error, "#{@path} was recorded with #{key} #{value}; it has #{info[key]} (open it with #{key}: #{value})"
       end
     end
 
