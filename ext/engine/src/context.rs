@@ -6,7 +6,7 @@ use crate::arch::Kind;
 use crate::embed::Pooling;
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
 use crate::graph_inputs::{distinct_seqs, Batch, Inputs, MaskFor};
-use crate::kv_cache::{Cells, KvCache, SeqId, KV_PAD, MAX_SEQUENCES};
+use crate::kv_cache::{CacheType, Cells, KvCache, SeqId, KV_PAD, MAX_SEQUENCES};
 use crate::layers::GraphBuilder;
 use crate::{Error, Model, Result};
 
@@ -33,6 +33,12 @@ pub struct ContextParams {
     /// over a transposed V cache (`-fa off`). Each mode gives llama.cpp's bits in the
     /// same mode; they differ from each other. Encoders always use flash attention.
     pub flash_attn: bool,
+    /// What the KV cache stores K and V as (llama.cpp's `-ctk` / `-ctv`; F16 by
+    /// default). A quantized V cache needs flash attention, as in llama.cpp; a
+    /// quantized cache of either gives llama.cpp's bits with the same types, which
+    /// differ from F16's.
+    pub type_k: CacheType,
+    pub type_v: CacheType,
 }
 
 impl Default for ContextParams {
@@ -44,6 +50,8 @@ impl Default for ContextParams {
             n_seq_max: 1,
             pooling: None,
             flash_attn: true,
+            type_k: CacheType::default(),
+            type_v: CacheType::default(),
         }
     }
 }
@@ -136,6 +144,7 @@ impl Context {
                 params.n_ubatch.min(params.n_ctx),
                 params.n_seq_max,
                 !params.flash_attn,
+                (params.type_k, params.type_v),
             )?,
             // An encoder's pass attends over its own tokens only.
             Kind::Encoder => KvCache::none(),
@@ -550,7 +559,31 @@ fn validate_output(model: &Model, params: &ContextParams) -> Result<()> {
                 .into(),
         )),
         _ => Ok(()),
+    }?;
+    validate_cache_types(hp, params)
+}
+
+/// llama.cpp's rules for the cache types (`llama_init_from_model`), checked before
+/// ggml sees them: a quantized V cache needs flash attention, and a quantized type's
+/// blocks must divide the head dimension.
+fn validate_cache_types(hp: &crate::HParams, params: &ContextParams) -> Result<()> {
+    if params.type_v.is_quantized() && !params.flash_attn {
+        return Err(Error::InvalidArgument(format!(
+            "a quantized V cache ({}) needs flash attention, as in llama.cpp: turn flash_attn on, \
+             or keep the V cache f16",
+            params.type_v.name()
+        )));
     }
+    for (which, ty, head_dim) in [("K", params.type_k, hp.head_dim_k), ("V", params.type_v, hp.head_dim_v)] {
+        if head_dim % ty.block_size() != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{which} cache type {} (blocks of {}) does not divide the model's head dimension {head_dim}",
+                ty.name(),
+                ty.block_size()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn build(graph: &Graph, model: &Model, kv: &KvCache, params: &ContextParams, shape: &PassShape) -> (Inputs, Tensor) {

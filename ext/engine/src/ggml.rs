@@ -590,6 +590,30 @@ impl Graph {
         op!(self, sys::ggml_reshape_2d(self.c(), a.as_ptr(), ne0, ne1))
     }
 
+    pub fn reshape_4d(&self, a: Tensor, ne: [i64; 4]) -> Tensor {
+        op!(
+            self,
+            sys::ggml_reshape_4d(self.c(), a.as_ptr(), ne[0], ne[1], ne[2], ne[3])
+        )
+    }
+
+    /// `cur` rotated by the Walsh-Hadamard matrix `rot` (n × n) in rows of n, as
+    /// llama.cpp's `llama_mul_mat_hadamard`: a matrix product the CPU backend
+    /// computes as a fast Walsh-Hadamard transform, told so by its hint.
+    pub fn mul_mat_hadamard(&self, cur: Tensor, rot: Tensor) -> Tensor {
+        let n = rot.ne()[0];
+        let ne = cur.ne();
+        let rows = ne.iter().product::<i64>() / n;
+        let res = if unsafe { sys::ggml_is_contiguous(cur.as_ptr()) } {
+            self.reshape_2d(cur, n, rows)
+        } else {
+            self.cont_2d(cur, n, rows)
+        };
+        let res = self.mul_mat(rot, res);
+        unsafe { sys::ggml_mul_mat_set_hint(res.as_ptr(), sys::GGML_HINT_SRC0_IS_HADAMARD) };
+        self.reshape_4d(res, ne)
+    }
+
     pub fn reshape_3d(&self, a: Tensor, ne0: i64, ne1: i64, ne2: i64) -> Tensor {
         op!(self, sys::ggml_reshape_3d(self.c(), a.as_ptr(), ne0, ne1, ne2))
     }

@@ -1,4 +1,5 @@
-//! The KV cache: K and V of every layer, F16, and per group of layers the
+//! The KV cache: K and V of every layer (F16, or quantized as llama.cpp's
+//! `-ctk` / `-ctv`), and per group of layers the
 //! bookkeeping of which position of which sequences each cell holds.
 //!
 //! Layers that attend to the whole context share one group of `n_ctx` cells.
@@ -29,6 +30,95 @@ pub const MAX_SEQUENCES: u32 = 64;
 /// The F16 mask's values (flash attention's mask is F16): 0 and -inf.
 pub(crate) const MASK_VISIBLE: u16 = 0x0000;
 pub(crate) const MASK_HIDDEN: u16 = 0xFC00;
+
+/// What the cache stores K (or V) as: llama.cpp's `--cache-type-k` / `--cache-type-v`
+/// values that elelem supports. F16 is the default, as llama.cpp's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheType {
+    #[default]
+    F16,
+    Q8_0,
+    Q4_0,
+}
+
+impl CacheType {
+    pub const ALL: [CacheType; 3] = [CacheType::F16, CacheType::Q8_0, CacheType::Q4_0];
+
+    /// The name llama.cpp's `-ctk` / `-ctv` take (ggml's type name).
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheType::F16 => "f16",
+            CacheType::Q8_0 => "q8_0",
+            CacheType::Q4_0 => "q4_0",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<CacheType> {
+        CacheType::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    pub(crate) fn ggml_type(self) -> sys::ggml_type {
+        match self {
+            CacheType::F16 => sys::GGML_TYPE_F16,
+            CacheType::Q8_0 => sys::GGML_TYPE_Q8_0,
+            CacheType::Q4_0 => sys::GGML_TYPE_Q4_0,
+        }
+    }
+
+    pub fn is_quantized(self) -> bool {
+        self != CacheType::F16
+    }
+
+    /// How many values one block of the type holds (a row must be whole blocks).
+    pub fn block_size(self) -> u32 {
+        match self {
+            CacheType::F16 => 1,
+            CacheType::Q8_0 | CacheType::Q4_0 => 32,
+        }
+    }
+
+    /// The bytes of a row of `n` values (`n` a multiple of the block size).
+    pub fn row_bytes(self, n: u64) -> u64 {
+        unsafe { sys::ggml_row_size(self.ggml_type(), n as i64) as u64 }
+    }
+}
+
+/// The size of the Walsh-Hadamard rotation llama.cpp applies to Q and K before a
+/// quantized K cache (and to V, and back on the output, before a quantized V
+/// cache), which spreads outliers over a block before it is quantized: 64, doubled
+/// while it still divides the head dimension for K, 64 for V; none when the type is
+/// F16 or the head dimension is not a multiple of 64 (`llama_kv_cache`'s `n_rot_k`,
+/// `n_rot_v`).
+fn rotation(ty: CacheType, head_dim: u32, grow: bool) -> Option<u32> {
+    if !ty.is_quantized() || head_dim % 64 != 0 {
+        return None;
+    }
+    let mut n = 64;
+    while grow && head_dim % (2 * n) == 0 {
+        n *= 2;
+    }
+    Some(n)
+}
+
+/// llama.cpp's `ggml_gen_hadamard`: the orthonormal Walsh-Hadamard matrix of size
+/// `n` (a power of 2), row-major.
+fn hadamard(n: usize) -> Vec<f32> {
+    let mut data = vec![0.0f32; n * n];
+    data[0] = (1.0 / f64::from((n as f32).sqrt())) as f32;
+    let mut s = 1;
+    while s < n {
+        for i in 0..s {
+            for j in 0..s {
+                let val = data[i * n + j];
+                data[(i + s) * n + j] = val;
+                data[i * n + j + s] = val;
+                data[(i + s) * n + j + s] = -val;
+            }
+        }
+        s *= 2;
+    }
+    data
+}
 
 /// A sequence's index in a context, `0..n_seq_max`.
 pub type SeqId = u32;
@@ -264,21 +354,27 @@ impl Cells {
     }
 }
 
-/// K and V of every layer, F16, in one backend buffer allocated once and never
-/// touched by the graph allocator. Each layer's tensors have as many rows as its
-/// group has cells. V is stored as K is (a row per cell) for flash attention, and
-/// transposed (a row per value dimension, a column per cell) without it, as
+/// K and V of every layer, F16 or quantized, in one backend buffer allocated once
+/// and never touched by the graph allocator. Each layer's tensors have as many rows
+/// as its group has cells. V is stored as K is (a row per cell) for flash attention,
+/// and transposed (a row per value dimension, a column per cell) without it, as
 /// llama.cpp's `v_trans`: the layout its plain attention's matrix product reads.
 pub(crate) struct KvCache {
     pub k: Vec<Tensor>,
     pub v: Vec<Tensor>,
     pub v_trans: bool,
+    /// The Walsh-Hadamard matrices Q and K (`k_rot`) and V (`v_rot`) are rotated by
+    /// before a quantized cache, as llama.cpp's `attn_inp_k_rot` / `attn_inp_v_rot`.
+    pub k_rot: Option<Tensor>,
+    pub v_rot: Option<Tensor>,
     /// The index in `groups` of each layer.
     pub layer_group: Vec<usize>,
     pub groups: Vec<Cells>,
     /// None for a model without a cache (an encoder).
     buffer: Option<Buffer>,
     _ctx: Option<ggml::Context>,
+    /// The rotations' own buffer (not counted as cache), when there are any.
+    _rot: Option<(ggml::Context, Buffer)>,
 }
 
 impl KvCache {
@@ -292,6 +388,7 @@ impl KvCache {
         n_ubatch: u32,
         n_seq: u32,
         v_trans: bool,
+        (type_k, type_v): (CacheType, CacheType),
     ) -> Result<KvCache> {
         let pad = |n: u32| n.div_ceil(KV_PAD) * KV_PAD;
         let full = pad(n_ctx);
@@ -318,18 +415,19 @@ impl KvCache {
         for (il, &g) in layer_group.iter().enumerate() {
             let cells = i64::from(groups[g].size());
             k.push(
-                ctx.new_tensor(sys::GGML_TYPE_F16, &[hp.n_embd_k_gqa().into(), cells])?
+                ctx.new_tensor(type_k.ggml_type(), &[hp.n_embd_k_gqa().into(), cells])?
                     .set_name(&format!("cache_k_l{il}")),
             );
             v.push(
-                ctx.new_tensor(sys::GGML_TYPE_F16, &[hp.n_embd_v_gqa().into(), cells])?
+                ctx.new_tensor(type_v.ggml_type(), &[hp.n_embd_v_gqa().into(), cells])?
                     .set_name(&format!("cache_v_l{il}")),
             );
         }
-        // F16 keys and values: what failing to allocate them would cost, so the error says.
+        // What failing to allocate the keys and values would cost, so the error says.
+        let row_bytes = type_k.row_bytes(hp.n_embd_k_gqa().into()) + type_v.row_bytes(hp.n_embd_v_gqa().into());
         let bytes: u64 = layer_group
             .iter()
-            .map(|&g| u64::from(hp.n_embd_k_gqa() + hp.n_embd_v_gqa()) * u64::from(groups[g].size()) * 2)
+            .map(|&g| row_bytes * u64::from(groups[g].size()))
             .sum();
         let what = format!(
             "KV cache ({bytes} bytes, {:.1} MiB, for n_ctx {n_ctx}; a smaller n_ctx needs less)",
@@ -337,14 +435,36 @@ impl KvCache {
         );
         let buffer = Buffer::alloc_ctx_tensors(&ctx, backend.default_buft(), &what)?;
         buffer.clear(0);
+        let rotations = [
+            rotation(type_k, hp.head_dim_k, true),
+            rotation(type_v, hp.head_dim_v, false),
+        ];
+        let (k_rot, v_rot, rot) = if rotations.iter().any(Option::is_some) {
+            let rot_ctx = ggml::Context::new_no_alloc(2)?;
+            let [k_rot, v_rot] = rotations.map(|n| {
+                n.map(|n| rot_ctx.new_tensor(sys::GGML_TYPE_F32, &[n.into(), n.into()]))
+                    .transpose()
+            });
+            let (k_rot, v_rot) = (k_rot?, v_rot?);
+            let rot_buffer = Buffer::alloc_ctx_tensors(&rot_ctx, backend.default_buft(), "KV cache rotation matrices")?;
+            for t in [k_rot, v_rot].into_iter().flatten() {
+                t.write(&hadamard(t.ne()[0] as usize));
+            }
+            (k_rot, v_rot, Some((rot_ctx, rot_buffer)))
+        } else {
+            (None, None, None)
+        };
         Ok(KvCache {
             k,
             v,
             v_trans,
+            k_rot,
+            v_rot,
             layer_group,
             groups,
             buffer: Some(buffer),
             _ctx: Some(ctx),
+            _rot: rot,
         })
     }
 
@@ -354,10 +474,13 @@ impl KvCache {
             k: Vec::new(),
             v: Vec::new(),
             v_trans: false,
+            k_rot: None,
+            v_rot: None,
             layer_group: Vec::new(),
             groups: Vec::new(),
             buffer: None,
             _ctx: None,
+            _rot: None,
         }
     }
 
@@ -418,6 +541,26 @@ mod tests {
             left -= n_tok;
         }
         taken
+    }
+
+    #[test]
+    fn rotations_are_llama_cpps() {
+        assert_eq!(rotation(CacheType::F16, 64, true), None);
+        assert_eq!(rotation(CacheType::Q8_0, 64, true), Some(64));
+        assert_eq!(rotation(CacheType::Q8_0, 128, true), Some(128));
+        assert_eq!(rotation(CacheType::Q8_0, 256, false), Some(64));
+        assert_eq!(rotation(CacheType::Q4_0, 96, true), None);
+        // Orthonormal: H·Hᵀ = I.
+        let n = 64;
+        let h = hadamard(n);
+        for i in 0..n {
+            for j in 0..n {
+                let dot: f32 = (0..n).map(|k| h[i * n + k] * h[j * n + k]).sum();
+                assert!((dot - f32::from(u8::from(i == j))).abs() < 1e-5);
+            }
+        }
+        assert_eq!(CacheType::from_name("q8_0"), Some(CacheType::Q8_0));
+        assert_eq!(CacheType::from_name("q8"), None);
     }
 
     #[test]

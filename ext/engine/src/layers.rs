@@ -206,7 +206,8 @@ impl GraphBuilder<'_> {
     /// Stores K and V of the new tokens in the layer's cache cells, attends over
     /// the first `n_kv` cells of its group, with flash attention or llama.cpp's plain
     /// attention (scores, soft-max, weighted sum over a transposed V cache), and
-    /// projects the result (wo, bo).
+    /// projects the result (wo, bo). Before a quantized cache Q and K (V) are rotated
+    /// by a Walsh-Hadamard matrix, and the output rotated back, as llama.cpp does.
     pub fn attention(
         &self,
         attn: &AttentionWeights,
@@ -218,6 +219,11 @@ impl GraphBuilder<'_> {
     ) -> Tensor {
         let hp = self.hparams();
         let g = self.graph;
+        let (q, k) = match self.kv.k_rot {
+            Some(rot) => (g.mul_mat_hadamard(q, rot), g.mul_mat_hadamard(k, rot)),
+            None => (q, k),
+        };
+        let v = self.kv.v_rot.map_or(v, |rot| g.mul_mat_hadamard(v, rot));
         let group = &self.inputs.kv[self.kv.layer_group[il]];
         let (k_cache, v_cache) = (self.kv.k[il], self.kv.v[il]);
         let rows = |cur: Tensor| g.view_2d(cur, cur.ne()[0] * cur.ne()[1], self.n_tokens, cur.nb()[2], 0);
@@ -285,6 +291,7 @@ impl GraphBuilder<'_> {
             g.cont_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
         };
         let out = out.set_name(&format!("kqv_out-{il}"));
+        let out = self.kv.v_rot.map_or(out, |rot| g.mul_mat_hadamard(out, rot));
         let mut out = g.mul_mat(attn.wo, out);
         if let Some(bo) = attn.bo {
             out = g.add(out, bo);

@@ -45,7 +45,7 @@ pub use embed::{EmbedParams, Embedder, Normalize, Pooling};
 pub use error::{Error, Result};
 pub use generate::{generate, GenerateParams, StopReason};
 pub use hparams::HParams;
-pub use kv_cache::{SeqId, MAX_SEQUENCES};
+pub use kv_cache::{CacheType, SeqId, MAX_SEQUENCES};
 pub use model::{Model, ModelParams};
 pub use scheduler::{ContextSnapshot, Scheduler};
 /// The JSON values constraints and tool calls are made of.
