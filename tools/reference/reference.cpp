@@ -6,7 +6,9 @@
 // does: tokenizer_goldens.rb reaches with them tokenizer paths that our
 // models do not take as shipped. And `-fa on|off|auto`, as llama.cpp's tools
 // take it: the flash attention of every context made (default auto, which
-// the CPU backend resolves to on).
+// the CPU backend resolves to on). And `-ctk TYPE` / `-ctv TYPE` (f16, q8_0,
+// q4_0, ...), as llama.cpp's `--cache-type-k` / `--cache-type-v`: the types of
+// the KV cache of every context made (default f16).
 //
 //   elelem-reference generate MODEL IDS N_PREDICT [N_CTX] [N_THREADS] [IGNORE_EOS]
 //       IDS is comma-separated prompt token ids. Prints the greedy ids (one
@@ -153,6 +155,21 @@ static bool set_flash_attn(const char * value) {
     return true;
 }
 
+// -ctk / -ctv: the KV cache types of every context the commands make.
+static ggml_type cache_type_k = GGML_TYPE_F16;
+static ggml_type cache_type_v = GGML_TYPE_F16;
+
+static bool set_cache_type(ggml_type & type, const char * value) {
+    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+        const char * name = ggml_type_name((ggml_type) t);
+        if (name && !strcmp(name, value)) {
+            type = (ggml_type) t;
+            return true;
+        }
+    }
+    return false;
+}
+
 // vocab_only skips the weights, for the commands that only ask the tokenizer.
 static llama_model * load(const char * path, bool vocab_only) {
     llama_model_params mp = llama_model_default_params();
@@ -172,6 +189,8 @@ static llama_context * make_context(llama_model * model, int n_ctx, int n_thread
     cp.n_threads_batch = n_threads;
     cp.swa_full = false;  // common_params' default, as llama-completion runs
     cp.flash_attn_type = flash_attn;
+    cp.type_k = cache_type_k;
+    cp.type_v = cache_type_v;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "failed to create context\n"); exit(1); }
     return ctx;
@@ -318,6 +337,8 @@ static llama_context * make_multi_context(llama_model * model, int n_ctx, int n_
     cp.swa_full = false;
     cp.n_seq_max = n_seq;
     cp.flash_attn_type = flash_attn;
+    cp.type_k = cache_type_k;
+    cp.type_v = cache_type_v;
     cp.kv_unified = true;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "failed to create context\n"); exit(1); }
@@ -628,6 +649,8 @@ static int cmd_embed(int argc, char ** argv) {
     cp.n_batch = (uint32_t) std::max(n_ctx, 2048);
     cp.n_ubatch = cp.n_batch;
     cp.flash_attn_type = flash_attn;
+    cp.type_k = cache_type_k;
+    cp.type_v = cache_type_v;
     cp.n_threads = n_threads;
     cp.n_threads_batch = n_threads;
     cp.swa_full = false;  // common_params' default
@@ -784,6 +807,8 @@ int main(int argc, char ** argv) {
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "-o")) options_ok = options_ok && i + 1 < argc && add_override(argv[++i]);
         else if (!strcmp(argv[i], "-fa")) options_ok = options_ok && i + 1 < argc && set_flash_attn(argv[++i]);
+        else if (!strcmp(argv[i], "-ctk")) options_ok = options_ok && i + 1 < argc && set_cache_type(cache_type_k, argv[++i]);
+        else if (!strcmp(argv[i], "-ctv")) options_ok = options_ok && i + 1 < argc && set_cache_type(cache_type_v, argv[++i]);
         else argv[n_args++] = argv[i];
     }
     argc = n_args;
