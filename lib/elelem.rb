@@ -64,13 +64,19 @@ module Elelem
     #   `:auto`, llama.cpp's default, picks it on the CPU) or as plain matrix products and a
     #   soft-max (`false`, llama.cpp's `-fa off`, faster deep into a long context); each gives
     #   llama.cpp's bits in the same mode
+    # @param cache_type_k [Symbol] what the KV cache stores keys as, as llama.cpp's `-ctk`:
+    #   `:f16` (the default) or `:q8_0` / `:q4_0` (about half / a quarter of the memory, and
+    #   llama.cpp's bits with the same types, which differ from F16's)
+    # @param cache_type_v [Symbol] the same for values (`-ctv`); a quantized V cache needs
+    #   flash attention (`flash_attn: false` with it raises ArgumentError, as llama.cpp refuses)
     # @yieldparam model [Model] closed when the block returns or raises
     # @return [Model, Object] the model, or the block's value
     # @raise [Elelem::LoadError] when the file is missing (the message names the known models),
     #   malformed or unsupported
     def open(path, n_ctx: Model::DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0, parallel: 1,
-             queue: Model::DEFAULT_QUEUE, flash_attn: :auto)
-      model = Model.open(path, n_ctx:, n_threads:, n_gpu_layers:, parallel:, queue:, flash_attn:)
+             queue: Model::DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16)
+      model = Model.open(path, n_ctx:, n_threads:, n_gpu_layers:, parallel:, queue:, flash_attn:, cache_type_k:,
+                               cache_type_v:)
       return model unless block_given?
 
       begin

@@ -28,7 +28,7 @@ module Elelem
       # Opens a model; see {Elelem.open}.
       # @return [Model]
       def open(path, n_ctx: DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0, parallel: 1,
-               queue: DEFAULT_QUEUE, flash_attn: :auto)
+               queue: DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16)
         path = path.to_path if path.respond_to?(:to_path)
         raise ArgumentError, "path must be a String, got #{path.class}" unless path.is_a?(String)
 
@@ -37,9 +37,8 @@ module Elelem
         Options.integer(:n_gpu_layers, n_gpu_layers, 0..Options::MAX_U32)
         Options.integer(:parallel, parallel, 1..MAX_SEQUENCES)
         Options.integer(:queue, queue, 0..Options::MAX_U32)
-        model = _open(known(path), n_ctx, n_threads, parallel, queue, Options.flash_attn(flash_attn))
-        model.send(:after_open)
-        model
+        _open(known(path), n_ctx, n_threads, parallel, queue, Options.flash_attn(flash_attn),
+              Options::CacheTypes.check(cache_type_k, cache_type_v)).tap { |model| model.send(:after_open) }
       rescue Elelem::LoadError => e
         raise unless e.message.include?("No such file")
 

@@ -41,6 +41,21 @@ module Elelem
       FLASH_ATTN.fetch(value) { raise ArgumentError, "flash_attn must be :auto, true or false, got #{value.inspect}" }
     end
 
+    # What the KV cache stores K and V as (`cache_type_k:` / `cache_type_v:`, llama.cpp's `-ctk` /
+    # `-ctv`): `:f16`, its default, or a quantized type.
+    module CacheTypes
+      ALL = %i[f16 q8_0 q4_0].freeze
+
+      # @return [Array<String>] `cache_type_k:` and `cache_type_v:` as the native side takes them
+      def self.check(type_k, type_v)
+        { cache_type_k: type_k, cache_type_v: type_v }.map do |name, value|
+          next value.to_s if ALL.include?(value)
+
+          raise ArgumentError, "#{name} must be one of #{ALL.map(&:inspect).join(", ")}, got #{value.inspect}"
+        end
+      end
+    end
+
     def float(name, value)
       return value.to_f if value.is_a?(Numeric) && value.real?
 

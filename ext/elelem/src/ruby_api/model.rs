@@ -95,9 +95,15 @@ impl Model {
         parallel: u32,
         max_queue: usize,
         flash_attn: bool,
+        cache_types: (String, String),
     ) -> Result<Model, Error> {
         // SAFETY: copied at once, before any Ruby code can run.
         let path = PathBuf::from(OsStr::from_bytes(unsafe { path.as_slice() }));
+        let cache_type = |name: &str| {
+            engine::CacheType::from_name(name)
+                .ok_or_else(|| Error::new(ruby.exception_arg_error(), format!("unknown KV cache type {name}")))
+        };
+        let (type_k, type_v) = (cache_type(&cache_types.0)?, cache_type(&cache_types.1)?);
         let never = AtomicBool::new(false);
         let loaded = without_gvl(ruby, &never, || -> engine::Result<Loaded> {
             let model = Arc::new(engine::Model::open(&path, &engine::ModelParams::default())?);
@@ -108,6 +114,8 @@ impl Model {
                         n_threads,
                         n_seq_max: parallel,
                         flash_attn,
+                        type_k,
+                        type_v,
                         ..Default::default()
                     };
                     let ctx = engine::Context::new(Arc::clone(&model), params)?;
@@ -423,6 +431,12 @@ impl Model {
             sym("flash_attn"),
             loaded.scheduler.as_ref().is_none_or(|s| s.params().flash_attn),
         )?;
+        let cache_types = loaded
+            .scheduler
+            .as_ref()
+            .map(|s| (s.params().type_k, s.params().type_v));
+        h.aset(sym("cache_type_k"), cache_types.map(|t| sym(t.0.name())))?;
+        h.aset(sym("cache_type_v"), cache_types.map(|t| sym(t.1.name())))?;
         h.aset(
             sym("kind"),
             sym(match hp.arch.kind() {
@@ -735,7 +749,7 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     // The natives are private: callers go through the Ruby methods that check arguments.
     class
         .singleton_class()?
-        .define_private_method("_open", function!(Model::open, 6))?;
+        .define_private_method("_open", function!(Model::open, 7))?;
     class.define_private_method("_run", method!(Model::run, 5))?;
     class.define_private_method("_run_all", method!(Model::run_all, 3))?;
     class.define_private_method("_parse_reply", method!(Model::parse_reply, 2))?;
