@@ -14,8 +14,8 @@ RSpec.describe "golden generations" do
 
       golden.cases.each do |c|
         it "decodes #{c["max_tokens"]} tokens identical to llama.cpp for the #{c["name"]} prompt" do
-          Elelem.open(path.call, n_ctx: golden.n_ctx, n_threads: golden.n_threads,
-                                 flash_attn: golden.flash_attn) do |model|
+          Elelem.open(path.call, n_ctx: golden.n_ctx, n_threads: golden.n_threads, flash_attn: golden.flash_attn,
+                                 cache_type_k: golden.cache_type_k, cache_type_v: golden.cache_type_v) do |model|
             expect(model).to decode(c["prompt"], max_tokens: c["max_tokens"], ignore_eos: c["ignore_eos"],
                                                  name: c["name"]).into(golden)
             stats = model.stats
@@ -37,7 +37,8 @@ RSpec.describe "lockstep generations" do
     it "#{name.delete_prefix("lockstep-")}: #{golden.parallel} sequences give llama.cpp's ids, each" do
       path = SpecModels.golden_model(name.delete_prefix("lockstep-"))
       Elelem.open(path, n_ctx: golden.n_ctx, n_threads: golden.n_threads, parallel: golden.parallel,
-                        flash_attn: golden.flash_attn) do |opened|
+                        flash_attn: golden.flash_attn, cache_type_k: golden.cache_type_k,
+                        cache_type_v: golden.cache_type_v) do |opened|
         mismatch = golden.check(opened, "lockstep")
         expect(mismatch).to be_nil, mismatch.to_s
       end

@@ -67,6 +67,14 @@ module Goldens
   FLASH_ATTN_OFF = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma2 tiny-phi3 lockstep-tiny-gemma2]
                    .map { |name| name + FLASH_ATTN_OFF_SUFFIX }.freeze
 
+  # Goldens of models opened with a q8_0 KV cache (`cache_type_k: :q8_0, cache_type_v:
+  # :q8_0`, llama.cpp's `-ctk q8_0 -ctv q8_0`; flash attention on, which a quantized V
+  # cache needs): Hadamard-rotated Q, K and V, their own bits. A Qwen (head dimension 64,
+  # long prompts) and Gemma 3 (256: a larger K rotation; sliding rings). The synthetic
+  # models' heads (16) are smaller than a q8_0 block, which llama.cpp refuses too.
+  KV_Q8_0_SUFFIX = "-kv-q8_0"
+  KV_Q8_0 = %w[qwen2.5-coder-0.5b gemma-3-270m].map { |name| name + KV_Q8_0_SUFFIX }.freeze
+
   CHAT_MESSAGES = [
     { "role" => "system", "content" => "You are a concise coding assistant." },
     { "role" => "user", "content" => "How do I reverse an Array in Ruby?" },
@@ -97,12 +105,13 @@ module Goldens
   end
 
   def fixtures
-    [*MODELS.keys, *synthetic, *LOCKSTEP.keys, *FLASH_ATTN_OFF]
+    [*MODELS.keys, *synthetic, *LOCKSTEP.keys, *FLASH_ATTN_OFF, *KV_Q8_0]
   end
 
-  # The fixture a `-fa-off` golden mirrors (its cases, with flash attention off).
+  # The fixture a `-fa-off` (`-kv-q8_0`) golden mirrors: its cases, with flash attention off
+  # (a q8_0 KV cache).
   def mirrored(name)
-    name.delete_suffix(FLASH_ATTN_OFF_SUFFIX)
+    name.delete_suffix(FLASH_ATTN_OFF_SUFFIX).delete_suffix(KV_Q8_0_SUFFIX)
   end
 
   def fixture(name)
@@ -121,9 +130,10 @@ module Goldens
   def record(golden, name)
     Reference.check_profile!
     parallel = LOCKSTEP.key?(mirrored(name)) ? LOCKSTEP[mirrored(name)].last.size : 1
-    flash_attn = name == mirrored(name)
+    flash_attn = !name.end_with?(FLASH_ATTN_OFF_SUFFIX)
+    cache_type = name.end_with?(KV_Q8_0_SUFFIX) ? :q8_0 : :f16
     Elelem.open(model_path(name), n_ctx: Reference::N_CTX, n_threads: Reference::N_THREADS, parallel:,
-                                  flash_attn:) do |model|
+                                  flash_attn:, cache_type_k: cache_type, cache_type_v: cache_type) do |model|
       golden.record(model, reference: Reference::BINARY)
     end
     puts "recorded #{File.basename(golden.path)} for build profile #{Elelem.build_profile[:id]}"
@@ -135,7 +145,7 @@ module Goldens
     Reference.build
     MODELS.merge(synthetic.to_h { |name| [name, CANARY_PROMPTS] }).each { |name, prompts| record_cases(name, prompts) }
     LOCKSTEP.each_key { |name| record_lockstep(name) }
-    FLASH_ATTN_OFF.each { |name| record_flash_attn_off(name) }
+    [*FLASH_ATTN_OFF, *KV_Q8_0].each { |name| record_mirror(name) }
     write_chat
   end
 
@@ -164,8 +174,8 @@ module Goldens
     record(golden, name)
   end
 
-  # A `-fa-off` fixture: the cases of the fixture it mirrors, recorded with flash attention off.
-  def record_flash_attn_off(name)
+  # A `-fa-off` or `-kv-q8_0` fixture: the cases of the fixture it mirrors, recorded in its mode.
+  def record_mirror(name)
     golden = Elelem::Golden.new(fixture(name))
     Elelem::Golden.new(fixture(mirrored(name))).cases.each do |c|
       next if golden.find(c["name"])

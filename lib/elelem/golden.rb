@@ -77,6 +77,13 @@ module Elelem
     #   reference ran with llama.cpp's `-fa` in the same mode)
     def flash_attn = @doc.fetch("flash_attn", true)
 
+    # @!method cache_type_k
+    #   @return [Symbol] what the model's KV cache stored keys as (`cache_type_k:`; the reference
+    #     ran with llama.cpp's `-ctk` of the same type)
+    # @!method cache_type_v
+    #   @return [Symbol] what the model's KV cache stored values as (`cache_type_v:`, `-ctv`)
+    %w[cache_type_k cache_type_v].each { |key| define_method(key) { @doc.fetch(key, "f16").to_sym } }
+
     # @return [Array<Hash>] the cases: `"name"`, `"prompt"` (ids), `"max_tokens"`, `"ignore_eos"`,
     #   and `"prompt_text"` where the prompt was text; a lockstep case has `"prompts"` (an Array
     #   of ids each) instead of `"prompt"`, decoded together in the same passes
@@ -213,12 +220,12 @@ module Elelem
 
     def check_model(info)
       sha = @doc.dig("model", "sha256")
-      if sha && Golden.sha256(info[:path]) != sha
-        raise Error, "#{@path} was recorded with another model file (sha256 #{sha}), not #{info[:path]}"
-      end
+      raise Error, "#{@path} was recorded with another model file (sha256 #{sha}), not #{info[:path]}" \
+        if sha && Golden.sha256(info[:path]) != sha
 
-      { n_ctx:, n_threads:, parallel: @doc["parallel"], flash_attn: }.each do |key, value|
-        next if value.nil? || value == info[key]
+      # A model without a KV cache (an encoder) reports no cache types: F16's settings do.
+      { n_ctx:, n_threads:, parallel: @doc["parallel"], flash_attn:, cache_type_k:, cache_type_v: }.each do |key, value|
+        next if value.nil? || value == (info[key] || :f16)
 
         raise Error, "#{@path} was recorded with #{key} #{value}; it has #{info[key]} (open it with #{key}: #{value})"
       end
@@ -229,10 +236,10 @@ module Elelem
       return check_model(info) if @doc["model"]
 
       @doc["model"] = { "file" => File.basename(info[:path]), "sha256" => Golden.sha256(info[:path]) }
-      @doc["n_ctx"] = info[:n_ctx]
-      @doc["n_threads"] = info[:n_threads]
+      @doc["n_ctx"], @doc["n_threads"] = info.values_at(:n_ctx, :n_threads)
       @doc["parallel"] = info[:parallel] if info[:parallel] > 1
       @doc["flash_attn"] = false unless info[:flash_attn]
+      %w[cache_type_k cache_type_v].each { |key| @doc[key] = info[key.to_sym].to_s if info[key.to_sym] != :f16 }
     end
 
     def new_recording(reference)
@@ -263,7 +270,7 @@ module Elelem
 
     # Writes only what changed, so checking in CI leaves a committed file as it is.
     def write(path, doc)
-      fields = %w[format model n_ctx n_threads parallel flash_attn cases recordings]
+      fields = %w[format model n_ctx n_threads parallel flash_attn cache_type_k cache_type_v cases recordings]
       text = "#{JSON.pretty_generate(doc.slice(*fields))}\n"
       return if File.exist?(path) && File.read(path) == text
 

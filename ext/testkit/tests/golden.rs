@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use elelem_engine::{
-    cpu_model, generate, sampler, Batcher, BuildProfile, Context, ContextParams, Event, GenerateParams, Model,
-    ModelParams, Request, RequestId, TextParams,
+    cpu_model, generate, sampler, Batcher, BuildProfile, CacheType, Context, ContextParams, Event, GenerateParams,
+    Model, ModelParams, Request, RequestId, TextParams,
 };
 use elelem_testkit::canary;
 use serde_json::Value;
@@ -53,6 +53,14 @@ fn flash_attn(doc: &Value) -> bool {
     doc["flash_attn"].as_bool().unwrap_or(true)
 }
 
+/// The KV cache type `key` (`cache_type_k` / `cache_type_v`) the golden was recorded with
+/// (llama.cpp's `-ctk` / `-ctv`; f16 unless it says).
+fn cache_type(doc: &Value, key: &str) -> CacheType {
+    doc[key].as_str().map_or(CacheType::F16, |name| {
+        CacheType::from_name(name).expect("a known cache type")
+    })
+}
+
 fn check_goldens(golden: &str, model: Model) {
     let doc: Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),
@@ -64,6 +72,8 @@ fn check_goldens(golden: &str, model: Model) {
         n_ctx: doc["n_ctx"].as_u64().unwrap() as u32,
         n_threads: doc["n_threads"].as_u64().unwrap() as usize,
         flash_attn: flash_attn(&doc),
+        type_k: cache_type(&doc, "cache_type_k"),
+        type_v: cache_type(&doc, "cache_type_v"),
         ..Default::default()
     };
     let mut ctx = Context::new(Arc::new(model), params).unwrap();
@@ -166,10 +176,25 @@ fn gemma_3_270m_matches_llama_cpp() {
 /// off`): the `*-fa-off` goldens, recorded by the reference in that mode.
 #[test]
 fn flash_attention_off_matches_llama_cpp() {
-    let dir = std::env::temp_dir().join(format!("elelem-fa-off-{}", std::process::id()));
+    check_mirrors(
+        "-fa-off",
+        &["tiny-gemma2", "tiny-phi3", "qwen2.5-coder-0.5b", "gemma-3-270m"],
+    );
+}
+
+/// A q8_0 KV cache (llama.cpp's `-ctk q8_0 -ctv q8_0`, flash attention on): the
+/// `*-kv-q8_0` goldens, recorded by the reference in that mode.
+#[test]
+fn q8_0_kv_cache_matches_llama_cpp() {
+    check_mirrors("-kv-q8_0", &["qwen2.5-coder-0.5b", "gemma-3-270m"]);
+}
+
+/// The goldens `<name><suffix>.json` of `names`, synthetic models or known ones.
+fn check_mirrors(suffix: &str, names: &[&str]) {
+    let dir = std::env::temp_dir().join(format!("elelem{suffix}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for name in ["tiny-gemma2", "tiny-phi3", "qwen2.5-coder-0.5b", "gemma-3-270m"] {
-        let golden = format!("{name}-fa-off.json");
+    for name in names {
+        let golden = format!("{name}{suffix}.json");
         let model = match canary::shape(name) {
             Some(shape) => {
                 let path = dir.join(format!("{name}.gguf"));
@@ -222,6 +247,8 @@ fn lockstep_sequences_match_llama_cpp() {
             n_threads: doc["n_threads"].as_u64().unwrap() as usize,
             n_seq_max: doc["parallel"].as_u64().unwrap() as u32,
             flash_attn: flash_attn(&doc),
+            type_k: cache_type(&doc, "cache_type_k"),
+            type_v: cache_type(&doc, "cache_type_v"),
             ..Default::default()
         };
         let mut ctx = Context::new(Arc::new(Model::open(&path, &ModelParams::default()).unwrap()), params).unwrap();

@@ -17,6 +17,7 @@ module Elelem
       #   step's top-two logit `"margins"`; for a lockstep case, `"ids"` per sequence
       def output(info, kase)
         @flash_attn = info.fetch(:flash_attn, true)
+        @cache_types = info.values_at(:cache_type_k, :cache_type_v).map { |t| (t || :f16).to_s }
         ignore_eos = kase["ignore_eos"] ? 1 : 0
         if kase["prompts"]
           return lockstep(info[:path], kase["prompts"], kase["max_tokens"], info.values_at(:n_ctx, :n_threads),
@@ -43,9 +44,11 @@ module Elelem
         { "ids" => out.lines.map { |line| line.split.map(&:to_i) } }
       end
 
-      # llama.cpp's `-fa` in the model's mode (its default, auto, is on for the CPU).
+      # llama.cpp's `-fa` in the model's mode (its default, auto, is on for the CPU), and its
+      # `-ctk` / `-ctv` with the model's KV cache types (its default f16).
       def run(*args)
         args += ["-fa", "off"] unless @flash_attn
+        args += ["-ctk", @cache_types[0], "-ctv", @cache_types[1]] unless @cache_types == %w[f16 f16]
         out, err, status = Open3.capture3(@path, *args.map(&:to_s))
         raise Error, "the reference driver failed (#{status}): #{err.lines.last(3).join}" unless status.success?
 
