@@ -68,18 +68,19 @@ module Bench
   class Peer
     attr_reader :load_ms
 
-    def self.open(path, threads, n_ctx, flash_attn: true)
-      peer = new(path, threads, n_ctx, flash_attn:)
+    def self.open(path, threads, n_ctx, flash_attn: true, cache_type: :f16)
+      peer = new(path, threads, n_ctx, flash_attn:, cache_type:)
       yield peer
     ensure
       peer&.close
     end
 
-    def initialize(path, threads, n_ctx, flash_attn: true)
+    # `cache_type`: llama.cpp's -ctk and -ctv (its KV cache stores K and V as this).
+    def initialize(path, threads, n_ctx, flash_attn: true, cache_type: :f16)
       @path = path
       @threads = threads
-      @io = IO.popen([Reference::BINARY, "serve", path, threads.to_s, n_ctx.to_s, "-fa", flash_attn ? "on" : "off"],
-                     "r+")
+      @io = IO.popen([Reference::BINARY, "serve", path, threads.to_s, n_ctx.to_s, "-fa", flash_attn ? "on" : "off",
+                      "-ctk", cache_type.to_s, "-ctv", cache_type.to_s], "r+")
       @load_ms = Float(@io.gets.to_s[/\Aload_ms (\S+)/, 1])
     end
 
@@ -162,9 +163,10 @@ module Bench
     { "metric" => label, "elelem" => median(pairs.map(&:first)), "llama.cpp" => median(pairs.map(&:last)) }
   end
 
-  def with_both(path, threads, n_ctx, flash_attn: true)
-    Elelem.open(path, n_ctx:, n_threads: threads, flash_attn:) do |model|
-      Peer.open(path, threads, n_ctx, flash_attn:) do |peer|
+  def with_both(path, threads, n_ctx, flash_attn: true, cache_type: :f16)
+    Elelem.open(path, n_ctx:, n_threads: threads, flash_attn:, cache_type_k: cache_type,
+                      cache_type_v: cache_type) do |model|
+      Peer.open(path, threads, n_ctx, flash_attn:, cache_type:) do |peer|
         ours = Elelem::Bench.new(model)
         [ours, peer].each { |side| side.prompt_rate(64) && side.decode_rate(8) } # warm-up
         yield model, ours, peer
@@ -199,18 +201,24 @@ module Bench
     end
   end
 
-  # Decode at depth in each attention mode (llama.cpp's -fa on and off; elelem's
-  # flash_attn: true and false), then each engine's best mode against the other's.
+  # The attention modes attention_rows measures: F16 KV with flash attention on and off,
+  # and a q8_0 KV cache (llama.cpp's -ctk q8_0 -ctv q8_0) with flash attention, which
+  # gives other bits than F16 (each engine's the other's in the same mode).
+  ATTN_MODES = { "fa on" => [true, :f16], "fa off" => [false, :f16], "q8_0 KV" => [true, :q8_0] }.freeze
+
+  # Decode at depth in each attention mode (llama.cpp's -fa on and off, and -ctk/-ctv q8_0;
+  # elelem's flash_attn: true and false, and cache_type_k/v: :q8_0), then each engine's best
+  # F16 mode against the other's.
   def attention_rows(path, threads)
     depths = list("BENCH_ATTN_DEPTHS", ATTN_DEPTHS).map(&:to_i).sort
-    modes = { "fa on" => true, "fa off" => false }.map do |label, flash_attn|
-      with_both(path, threads, depths.max + 256, flash_attn:) do |_model, ours, peer|
+    modes = ATTN_MODES.map do |label, (flash_attn, cache_type)|
+      with_both(path, threads, depths.max + 256, flash_attn:, cache_type:) do |_model, ours, peer|
         depths.map do |depth|
           interleaved("tg#{TG_DEPTH}@#{depth} t/s #{label}", ours, peer) { |side| side.decode_rate(TG_DEPTH, depth:) }
         end
       end
     end
-    best = modes.transpose.zip(depths).map do |pair, depth|
+    best = modes.first(2).transpose.zip(depths).map do |pair, depth|
       { "metric" => "tg#{TG_DEPTH}@#{depth} t/s best mode", "elelem" => pair.map { |r| r["elelem"] }.max,
         "llama.cpp" => pair.map { |r| r["llama.cpp"] }.max }
     end
