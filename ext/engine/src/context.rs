@@ -575,7 +575,7 @@ fn validate_cache_types(hp: &crate::HParams, params: &ContextParams) -> Result<(
         )));
     }
     for (which, ty, head_dim) in [("K", params.type_k, hp.head_dim_k), ("V", params.type_v, hp.head_dim_v)] {
-        if head_dim % ty.block_size() != 0 {
+        if !head_dim.is_multiple_of(ty.block_size()) {
             return Err(Error::InvalidArgument(format!(
                 "{which} cache type {} (blocks of {}) does not divide the model's head dimension {head_dim}",
                 ty.name(),

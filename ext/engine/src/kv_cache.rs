@@ -90,11 +90,11 @@ impl CacheType {
 /// F16 or the head dimension is not a multiple of 64 (`llama_kv_cache`'s `n_rot_k`,
 /// `n_rot_v`).
 fn rotation(ty: CacheType, head_dim: u32, grow: bool) -> Option<u32> {
-    if !ty.is_quantized() || head_dim % 64 != 0 {
+    if !ty.is_quantized() || !head_dim.is_multiple_of(64) {
         return None;
     }
     let mut n = 64;
-    while grow && head_dim % (2 * n) == 0 {
+    while grow && head_dim.is_multiple_of(2 * n) {
         n *= 2;
     }
     Some(n)

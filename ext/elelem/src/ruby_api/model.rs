@@ -86,7 +86,9 @@ impl Drop for Cancel<'_> {
 }
 
 impl Model {
-    /// `path` is taken as bytes: file names need not be UTF-8.
+    /// `path` is taken as bytes: file names need not be UTF-8. Its arguments are
+    /// `Model.open`'s options, in order (checked by the Ruby side).
+    #[allow(clippy::too_many_arguments)]
     fn open(
         ruby: &Ruby,
         path: RString,
