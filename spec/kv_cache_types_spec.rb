@@ -19,12 +19,12 @@ RSpec.describe "KV cache types" do
   context "with Qwen2.5-Coder-0.5B" do
     let(:path) { SpecModels.path("qwen2.5-coder-0.5b") }
 
-    it "stores a q8_0 cache in 34 bytes per 32 values, and says so" do
+    it "stores a q8_0 cache in 34 bytes per 32 values, says so, and generates" do
       f16 = Elelem.open(path, n_ctx: 512, n_threads: 2) { |m| m.stats[:kv_cache_bytes] }
       Elelem.open(path, n_ctx: 512, n_threads: 2, cache_type_k: :q8_0, cache_type_v: :q8_0) do |model|
         expect(model.info.values_at(:cache_type_k, :cache_type_v)).to eq(%i[q8_0 q8_0])
         expect(model.stats[:kv_cache_bytes] * 64).to eq(f16 * 34)
-        expect(model.generate("def add(a, b):", max_tokens: 4).size).to eq(4)
+        expect(model.generate("def add(a, b):", max_tokens: 4)).not_to be_empty
       end
     end
 
