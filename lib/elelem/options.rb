@@ -44,6 +44,7 @@ module Elelem
     # What the KV cache stores K and V as (`cache_type_k:` / `cache_type_v:`, llama.cpp's `-ctk` /
     # `-ctv`): `:f16`, its default, or a quantized type.
     module CacheTypes
+      # The types accepted, llama.cpp's names for them.
       ALL = %i[f16 q8_0 q4_0].freeze
 
       # @return [Array<String>] `cache_type_k:` and `cache_type_v:` as the native side takes them
