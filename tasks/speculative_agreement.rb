@@ -26,13 +26,19 @@ module SpeculativeAgreement
   def run
     tokens = Integer(ENV.fetch("AGREEMENT_TOKENS", "64"))
     limit = Integer(ENV.fetch("AGREEMENT_PROMPTS", prompts.size.to_s))
-    report = Elelem.open(Elelem::Models.fetch(TARGET), n_ctx: 4096, n_threads: 2,
-                                                       draft: Elelem::Models.fetch(DRAFT)) do |model|
-      summarize(prompts.first(limit).each_with_index.map { |prompt, i| measure(model, prompt, i, tokens) }, tokens)
+    runs = []
+    Elelem.open(Elelem::Models.fetch(TARGET), n_ctx: 4096, n_threads: 2, draft: Elelem::Models.fetch(DRAFT)) do |model|
+      # Written after every prompt: a run stopped early keeps what it measured.
+      prompts.first(limit).each_with_index do |prompt, i|
+        write(summarize(runs << measure(model, prompt, i, tokens), tokens))
+      end
     end
+    puts JSON.pretty_generate(summarize(runs, tokens).except("runs"))
+  end
+
+  def write(report)
     FileUtils.mkdir_p(File.join(Reference::ROOT, "tmp"))
     File.write(File.join(Reference::ROOT, "tmp", "speculative_agreement.json"), JSON.pretty_generate(report))
-    puts JSON.pretty_generate(report.except("runs"))
   end
 
   # One prompt: plain greedy (with the top two logprobs), then each drafter.
@@ -69,6 +75,6 @@ module SpeculativeAgreement
     parted = rows.reject { |r| r["identical"] }
     { "identical" => rows.size - parted.size, "of" => rows.size, "parted_at" => parted.map { |r| r["parts_at"] },
       "margins" => parted.map { |r| r["margin"].round(4) },
-      "acceptance" => rows.sum { |r| r["accepted"] }.fdiv(rows.sum { |r| r["proposed"] }).round(3) }
+      "acceptance" => rows.sum { |r| r["accepted"] }.fdiv([rows.sum { |r| r["proposed"] }, 1].max).round(3) }
   end
 end
