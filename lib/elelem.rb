@@ -12,6 +12,7 @@ rescue ::LoadError => e
 end
 
 require_relative "elelem/options"
+require_relative "elelem/speculation"
 require_relative "elelem/chat_options"
 require_relative "elelem/completion"
 require_relative "elelem/pieces"
@@ -69,14 +70,23 @@ module Elelem
     #   llama.cpp's bits with the same types, which differ from F16's)
     # @param cache_type_v [Symbol] the same for values (`-ctv`); a quantized V cache needs
     #   flash attention (`flash_attn: false` with it raises ArgumentError, as llama.cpp refuses)
+    # @param draft [String, Model, Symbol, nil] speculative decoding for every generation
+    #   (unless a call says `draft: false`): a draft model of the same vocabulary (a path, a
+    #   known model's name, or an open {Model}, whose weights are shared) proposes tokens that
+    #   the model verifies several at a time; `:lookup` drafts from n-grams of the prompt and
+    #   the text so far, with no second model. See README, "Speculative decoding"
+    # @param draft_tokens [Integer, nil] how many tokens a draft holds (1 to
+    #   {Model::MAX_DRAFT_TOKENS}); nil (the default) adapts it to how many are accepted
     # @yieldparam model [Model] closed when the block returns or raises
     # @return [Model, Object] the model, or the block's value
     # @raise [Elelem::LoadError] when the file is missing (the message names the known models),
     #   malformed or unsupported
+    # @raise [Elelem::IncompatibleDraftError] when the draft model's vocabulary is not the model's
     def open(path, n_ctx: Model::DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0, parallel: 1,
-             queue: Model::DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16)
+             queue: Model::DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16, draft: nil,
+             draft_tokens: nil)
       model = Model.open(path, n_ctx:, n_threads:, n_gpu_layers:, parallel:, queue:, flash_attn:, cache_type_k:,
-                               cache_type_v:)
+                               cache_type_v:, draft:, draft_tokens:)
       return model unless block_given?
 
       begin

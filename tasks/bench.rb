@@ -5,6 +5,7 @@ require "json"
 require "open3"
 require_relative "reference"
 require_relative "bench_embeddings"
+require_relative "bench_speculative"
 
 # `rake bench`: elelem, through its public Ruby API (Elelem::Bench), side by
 # side with llama.cpp (the reference built from the same pinned source, its
@@ -41,7 +42,15 @@ module Bench
     "tg128 t/s with a JSON Schema vs without (both elelem)" => [:min, 0.9],
     "tg32@depth t/s best mode" => [:min, 1.0],
     "embed 256×64 texts/s batch 1" => [:min, 1.0], "embed 256×64 texts/s batch 32" => [:min, 1.0],
-    "embed peak RSS MiB" => [:max, 1.0]
+    "embed peak RSS MiB" => [:max, 1.0],
+    # Speculative decoding (BenchSpeculative), for code to complete and for edits alike.
+    "tg64 t/s plain" => [:min, 1.0],
+    "tg64 t/s 0.5B draft k=4 vs llama.cpp's speculative" => [:min, 1.0],
+    "tg64 t/s 0.5B draft k=4 vs llama.cpp plain" => [:min, 1.5],
+    "tg64 t/s 0.5B draft adaptive vs llama.cpp's speculative k=4" => [:min, 1.0],
+    "tg64 t/s lookup k=4 vs llama.cpp's lookup" => [:min, 1.0],
+    "tg64 t/s lookup k=4 vs llama.cpp plain" => [:min, 1.5],
+    "tg64 t/s lookup adaptive vs llama.cpp's lookup k=4" => [:min, 1.0]
   }.freeze
   # A schema whose values run past 128 tokens, for decode speed under a constraint.
   LONG_SCHEMA = { type: "array", minItems: 40, maxItems: 40,
@@ -420,7 +429,7 @@ module Bench
   end
 
   def verdict(row)
-    kind, target = TARGETS[row["metric"].sub(/@\d+/, "@depth").sub(/\A\d+ streams/, "streams")]
+    kind, target = TARGETS[row["metric"].sub(/@\d+/, "@depth").sub(/\A\d+ streams/, "streams").sub(/\A\w+: /, "")]
     ratio = ratio(row)
     return [ratio ? format("%.2f", ratio) : "", ""] unless kind && ratio
 
@@ -454,12 +463,20 @@ module Bench
       report["rows"] += model_rows(name, n)
       write(report)
     end
-    if threads.include?(2) && ENV.fetch("BENCH_EMBEDDINGS", "1") == "1"
-      warn "bench: #{BenchEmbeddings::MODEL}, 2 threads"
-      report["rows"] += BenchEmbeddings.rows(2)
+    task_rows(report) if threads.include?(2)
+    puts report["machine"], "", table(report["rows"])
+  end
+
+  # The rows of other tasks than a model's speed, at two threads: speculative decoding and embeddings.
+  def task_rows(report)
+    { "speculative decoding, #{BenchSpeculative::TARGET}" => BenchSpeculative.enabled? && BenchSpeculative,
+      BenchEmbeddings::MODEL => ENV.fetch("BENCH_EMBEDDINGS", "1") == "1" && BenchEmbeddings }.each do |label, rows|
+      next unless rows
+
+      warn "bench: #{label}, 2 threads"
+      report["rows"] += rows.rows(2)
       write(report)
     end
-    puts report["machine"], "", table(report["rows"])
   end
 
   def write(report)

@@ -4,6 +4,7 @@ require "tempfile"
 require_relative "reference"
 require_relative "grammar_golden"
 require_relative "embedding_golden"
+require_relative "speculative_golden"
 
 # The golden prompts. Their ids and continuations come only from the reference
 # (llama.cpp), never from elelem, and hold for the build profile they were recorded
@@ -195,6 +196,7 @@ module Goldens
   def ensure_recorded
     GrammarGolden.ensure_recorded
     EmbeddingGolden.ensure_recorded
+    SpeculativeGolden.ensure_recorded
     missing = fixtures.map { |name| [name, Elelem::Golden.new(fixture(name), cache: Elelem::Golden::CACHE_DIR)] }
                       .reject { |_, golden| golden.recorded? }
     profile = Elelem.build_profile

@@ -21,6 +21,11 @@ module Elelem
   # (`Elelem.open(..., parallel:, queue:)`); try again later.
   class BusyError < Error; end
 
+  # A draft model for speculative decoding ({Elelem.open}'s `draft:`) whose vocabulary is
+  # not the target model's (another type, other special tokens, or other token texts, as
+  # llama.cpp's `common_speculative_are_compatible` checks): it cannot draft for it.
+  class IncompatibleDraftError < Error; end
+
   # A model directory did not convert to GGUF ({Elelem.convert}): a file is missing or
   # malformed, or the model is not one the converter knows (only BERT converts).
   class ConvertError < Error; end

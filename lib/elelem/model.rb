@@ -28,7 +28,8 @@ module Elelem
       # Opens a model; see {Elelem.open}.
       # @return [Model]
       def open(path, n_ctx: DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0, parallel: 1,
-               queue: DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16)
+               queue: DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16, draft: nil,
+               draft_tokens: nil)
         path = path.to_path if path.respond_to?(:to_path)
         raise ArgumentError, "path must be a String, got #{path.class}" unless path.is_a?(String)
 
@@ -38,7 +39,8 @@ module Elelem
         Options.integer(:parallel, parallel, 1..MAX_SEQUENCES)
         Options.integer(:queue, queue, 0..Options::MAX_U32)
         _open(known(path), n_ctx, n_threads, parallel, queue, Options.flash_attn(flash_attn),
-              Options::CacheTypes.check(cache_type_k, cache_type_v)).tap { |model| model.send(:after_open) }
+              Options::CacheTypes.check(cache_type_k, cache_type_v),
+              *Speculation.open_arguments(draft, draft_tokens) { |name| known(name) }).tap { |m| m.send(:after_open) }
       rescue Elelem::LoadError => e
         raise unless e.message.include?("No such file")
 
@@ -83,6 +85,13 @@ module Elelem
     #   (`start: ...`, with `%json {...}` for an embedded JSON Schema)
     # @param regex [String, nil] constrain the whole text to match this regex (Rust `regex` syntax)
     # @param choice [Array<String>, nil] constrain the text to exactly one of these strings
+    # @param draft [false, :lookup, :model, nil] speculative decoding (see README, "Speculative
+    #   decoding"): `:lookup` drafts from n-grams of the prompt and the text so far, `:model`
+    #   with the draft model the model was opened with, `false` decodes plainly; nil (the
+    #   default) does as {Elelem.open}'s `draft:` says. Greedy text is the target's own choice
+    #   at every token; sampled text has the target's distribution. Not with a constraint
+    # @param draft_tokens [Integer, nil] how many tokens each draft holds (1 to
+    #   {MAX_DRAFT_TOKENS}); nil adapts it to how many are accepted
     #
     # At most one constraint per call. A constrained generation ends when the text is complete
     # (`finish_reason` `:stop`), or at the end-of-generation token where the grammar allows it;
@@ -97,7 +106,8 @@ module Elelem
     # @yieldparam piece [String, Integer] each new piece of text, or each id for an ids prompt
     # @return [String, Array<Integer>]
     # @raise [ArgumentError] for ids that are not Integers in the vocabulary, or bad options; for a
-    #   schema or grammar that cannot be enforced (naming the part), before anything is generated
+    #   schema or grammar that cannot be enforced (naming the part), before anything is generated;
+    #   for `draft:` with a constraint, or `:model` on a model opened without a draft model
     # @raise [Elelem::ContextFullError] when the prompt does not fit `n_ctx`
     # @raise [Elelem::ClosedError] after {#close}
     def generate(prompt, **options, &)
@@ -147,7 +157,8 @@ module Elelem
     # {#generate} for scripts. Started together, the prompts are evaluated and decoded in
     # lockstep (up to `parallel` at a time, the rest as sequences free up).
     # @param prompts [Array<String, Array<Integer>>]
-    # @param options see {#generate} (a constraint applies to each prompt)
+    # @param options see {#generate} (a constraint applies to each prompt); the prompts are not
+    #   decoded speculatively
     # @yieldparam index [Integer] which prompt a piece (or id) belongs to
     # @yieldparam piece [String, Integer]
     # @return [Array<String, Array<Integer>>] in the order of `prompts`
@@ -156,6 +167,7 @@ module Elelem
 
       options, constraint = Options.constraint(options)
       opts = Options.generation(options)
+      Speculation.refuse_batch(opts)
       checked = prompts.map { |prompt| Options.prompt(prompt) }
       results = _run_all(checked, opts, constraint, &)
       results.zip(checked).map { |result, prompt| prompt.is_a?(String) ? result[:text] : result[:tokens] }
@@ -398,7 +410,7 @@ module Elelem
       rate = ->(n, seconds) { seconds.positive? ? n / seconds : 0.0 }
       timings = { prompt_tokens: prompt, prompt_seconds:, prompt_tokens_per_s: rate.call(prompt, prompt_seconds),
                   decode_tokens: decode, decode_seconds:, decode_tokens_per_s: rate.call(decode, decode_seconds) }
-      result.key?(:constraint_us) ? timings.merge(constraint_us: result[:constraint_us]) : timings
+      timings.merge(result.slice(:constraint_us, :decode_passes, :draft_proposed, :draft_accepted))
     end
   end
 end

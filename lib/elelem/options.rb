@@ -13,9 +13,10 @@ module Elelem
     MAX_U32 = (1 << 32) - 1
 
     # Sampling and stopping options, with their defaults (greedy: temperature 0).
+    # `draft: nil` and `draft_tokens: nil` speculate as the model was opened to (see {Speculation}).
     GENERATION_DEFAULTS = {
       max_tokens: 32, ignore_eos: false, temperature: 0.0, top_k: 40, top_p: 0.95, min_p: 0.05,
-      repeat_penalty: 1.0, repeat_last_n: 64, seed: nil, stop: nil, reuse_prefix: false
+      repeat_penalty: 1.0, repeat_last_n: 64, seed: nil, stop: nil, reuse_prefix: false, draft: nil, draft_tokens: nil
     }.freeze
 
     # What {Model#chat} changes: a reply runs to the end of the turn, bounded so that a
@@ -85,7 +86,8 @@ module Elelem
       ranges.each { |k, r| integer(k, opts[k], r) }
       %i[temperature top_p min_p repeat_penalty].each { |k| opts[k] = float(k, opts[k]) }
       opts.merge(seed: seed(opts[:seed]), stop: stops(opts[:stop]), ignore_eos: opts[:ignore_eos] ? true : false,
-                 reuse_prefix: opts[:reuse_prefix] ? true : false)
+                 reuse_prefix: opts[:reuse_prefix] ? true : false,
+                 **Speculation.call_options(opts[:draft], opts[:draft_tokens]))
     end
 
     # Splits the constraint keywords ({CONSTRAINTS}) off `options`: `[rest, constraint]`,

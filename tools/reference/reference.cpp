@@ -73,6 +73,27 @@
 //       rank, the n_cls_out raw scores, not normalized (llama-server's
 //       /v1/rerank reads embd[0] as it is). On stderr: "seconds <s>" (the batch
 //       loop, tokens already given) and "max_rss_kib <k>" (getrusage).
+//   elelem-reference speculative TARGET DRAFT IDS N_PREDICT K [N_CTX [N_THREADS [IGNORE_EOS]]]
+//       Greedy speculative decoding as llama-speculative-simple runs it with its
+//       draft-simple drafter (examples/speculative-simple, common/speculative.cpp;
+//       --spec-draft-n-max K, p_min 0, --temp 0), through the library: both models
+//       evaluate the prompt but its last token; then each round the draft model
+//       evaluates the last token and its greedy guesses one at a time (at most K, and
+//       no more than N_PREDICT or the context leave room for), forgets them, and both
+//       models evaluate [last, guesses...] in one batch (every row an output on the
+//       target, the last only on the draft); the target's greedy choices are kept up
+//       to the first that differs from a guess, and both caches forget the rest.
+//       Prints the ids and the hex of their text as generate does; on stderr
+//       "decode_s <s> tokens <n> drafted <n> accepted <n> passes <n>" (from the end
+//       of the prompt's pass to the last token).
+//   elelem-reference lookup MODEL IDS N_PREDICT K [N_CTX [N_THREADS [IGNORE_EOS]]]
+//       Greedy prompt lookup as llama-lookup runs it (examples/lookup, the n-gram
+//       cache of common/ngram-cache.cpp over the prompt and the accepted tokens, n-grams
+//       of 1 to 4, --draft K): the prompt but its last token, then that token alone,
+//       whose logits give the first token; then each round [last, draft...] in one
+//       batch. K 0 is plain greedy decoding, one token a pass. The same output; on
+//       stderr the same line, "tokens" counting those after the first (which came
+//       with the prompt) and decode_s the time they took.
 //   elelem-reference serve MODEL N_THREADS N_CTX
 //       Prints "load_ms <ms>" (model load and context creation), then answers
 //       one line per line read, random token ids throughout:
@@ -85,6 +106,7 @@
 // KV cache, n_batch 2048, n_ubatch 512, swa_full false, the prompt fed with
 // llama_batch_get_one (only the last token is an output), greedy sampling.
 #include "llama.h"
+#include "ngram-cache.h"  // header-only structures: the driver links only libllama
 
 #include <algorithm>
 #include <chrono>
@@ -94,6 +116,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -322,6 +345,289 @@ static int cmd_grammar(int argc, char ** argv) {
     fprintf(stderr, "decode_s %.6f tokens %zu\n", decode_s, out.size());
     llama_sampler_free(grammar);
     llama_sampler_free(greedy);
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}
+
+// The index of the largest logit; the lowest wins a tie, as llama.cpp's greedy sampler.
+static llama_token argmax(const float * logits, int n) {
+    llama_token best = 0;
+    for (int i = 1; i < n; ++i) {
+        if (logits[i] > logits[best]) best = i;
+    }
+    return best;
+}
+
+// Sets `batch` to `ids` at positions pos0, pos0 + 1, ... of sequence 0; every token an
+// output, or only the last.
+static void fill_batch(llama_batch & batch, const std::vector<llama_token> & ids, int pos0, bool all_outputs) {
+    batch.n_tokens = (int) ids.size();
+    for (size_t i = 0; i < ids.size(); ++i) {
+        batch.token[i] = ids[i];
+        batch.pos[i] = pos0 + (int) i;
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = 0;
+        batch.logits[i] = all_outputs || i + 1 == ids.size();
+    }
+}
+
+static void decode_or_die(llama_context * ctx, llama_batch & batch) {
+    if (llama_decode(ctx, batch)) { fprintf(stderr, "decode failed\n"); exit(1); }
+}
+
+// The counts a speculative run reports, and the ids it made.
+struct Speculated {
+    std::vector<llama_token> out;
+    int drafted = 0, accepted = 0, passes = 0;
+    bool done = false;
+};
+
+// Keeps the target's greedy choices over a verification batch [last, draft...]: each
+// row's choice, up to the first that differs from the draft (or the end of the
+// generation). Returns how many it kept.
+static int keep_agreed(Speculated & run, llama_context * ctx, const llama_vocab * vocab,
+                       const std::vector<llama_token> & draft, int n_predict, bool ignore_eos,
+                       int room, const std::function<void(llama_token)> & on_token) {
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+    int taken = 0;
+    for (size_t i = 0; i <= draft.size(); ++i) {
+        const llama_token id = argmax(llama_get_logits_ith(ctx, (int) i), n_vocab);
+        run.out.push_back(id);
+        on_token(id);
+        ++taken;
+        const bool agreed = i < draft.size() && id == draft[i];
+        run.accepted += agreed;
+        if ((!ignore_eos && llama_vocab_is_eog(vocab, id)) || (int) run.out.size() >= n_predict ||
+            (int) run.out.size() >= room) {
+            run.done = true;
+            break;
+        }
+        if (!agreed) break;
+    }
+    return taken;
+}
+
+static void print_speculated(const Speculated & run, const llama_vocab * vocab, bool ignore_eos, double decode_s,
+                             size_t tokens) {
+    std::string text;
+    for (llama_token id : run.out) {
+        if (ignore_eos || !llama_vocab_is_eog(vocab, id)) text += piece(vocab, id, false);
+    }
+    for (size_t i = 0; i < run.out.size(); ++i) printf(i ? " %d" : "%d", run.out[i]);
+    printf("\n%s\n", to_hex(text).c_str());
+    fprintf(stderr, "decode_s %.6f tokens %zu drafted %d accepted %d passes %d\n", decode_s, tokens, run.drafted,
+            run.accepted, run.passes);
+}
+
+static int cmd_speculative(int argc, char ** argv) {
+    if (argc < 7) return 2;
+    const int n_predict = atoi(argv[5]), k = atoi(argv[6]);
+    const int n_ctx = argc > 7 ? atoi(argv[7]) : 4096;
+    const int n_threads = argc > 8 ? atoi(argv[8]) : 2;
+    const bool ignore_eos = argc > 9 && atoi(argv[9]) != 0;
+    llama_model * target = load(argv[2], false);
+    llama_model * draft_model = load(argv[3], false);
+    const llama_vocab * vocab = llama_model_get_vocab(target);
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+    const int n_vocab_draft = llama_vocab_n_tokens(llama_model_get_vocab(draft_model));
+    llama_context * ctx = make_context(target, n_ctx, n_threads);
+    llama_context * ctx_draft = make_context(draft_model, n_ctx, n_threads);
+    std::vector<llama_token> prompt = parse_ids(argv[4]);
+    if (prompt.empty() || n_predict < 1 || k < 0) return 2;
+    std::vector<llama_token> head(prompt.begin(), prompt.end() - 1);
+    if (!head.empty()) {
+        decode_prompt(ctx, head, 2048);
+        decode_prompt(ctx_draft, head, 2048);
+    }
+    llama_batch batch = llama_batch_init(std::max(k + 1, 1), 0, 1);
+    llama_token last = prompt.back();
+    int n_past = (int) head.size();
+    Speculated run;
+    const int room = n_ctx - (int) prompt.size();
+    const auto start = std::chrono::steady_clock::now();
+    while (!run.done) {
+        const int n_draft = std::max(0, std::min({k, n_predict - (int) run.out.size() - 1, n_ctx - n_past - 2}));
+        std::vector<llama_token> draft;
+        if (n_draft > 0) {
+            for (llama_token cur = last;;) {
+                fill_batch(batch, {cur}, n_past + (int) draft.size(), true);
+                decode_or_die(ctx_draft, batch);
+                const llama_token guess = argmax(llama_get_logits_ith(ctx_draft, -1), n_vocab_draft);
+                if (guess >= n_vocab) break;
+                draft.push_back(guess);
+                if ((int) draft.size() == n_draft) break;
+                cur = guess;
+            }
+            llama_memory_seq_rm(llama_get_memory(ctx_draft), 0, n_past, -1);
+        }
+        std::vector<llama_token> verify = {last};
+        verify.insert(verify.end(), draft.begin(), draft.end());
+        fill_batch(batch, verify, n_past, true);
+        decode_or_die(ctx, batch);
+        fill_batch(batch, verify, n_past, false);
+        decode_or_die(ctx_draft, batch);
+        ++run.passes;
+        run.drafted += (int) draft.size();
+        const int taken = keep_agreed(run, ctx, vocab, draft, n_predict, ignore_eos, room, [](llama_token) {});
+        n_past += taken;
+        llama_memory_seq_rm(llama_get_memory(ctx), 0, n_past, -1);
+        llama_memory_seq_rm(llama_get_memory(ctx_draft), 0, n_past, -1);
+        last = run.out.back();
+    }
+    const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    print_speculated(run, vocab, ignore_eos, decode_s, run.out.size());
+    llama_batch_free(batch);
+    llama_free(ctx_draft);
+    llama_free(ctx);
+    llama_model_free(draft_model);
+    llama_model_free(target);
+    return 0;
+}
+
+// common/ngram-cache.cpp's common_ngram_cache_update and common_ngram_cache_draft,
+// copied without their logging: the driver links only libllama. The same
+// std::unordered_map, so the same choice among followers seen equally often.
+static void ngram_cache_update(common_ngram_cache & ngram_cache, int ngram_min, int ngram_max,
+                               std::vector<llama_token> & inp, int nnew) {
+    const int64_t inp_size = inp.size();
+    for (int64_t ngram_size = ngram_min; ngram_size <= ngram_max; ++ngram_size) {
+        const int64_t i_start = std::max(inp_size - nnew, ngram_size);
+        for (int64_t i = i_start; i < inp_size; ++i) {
+            const int64_t ngram_start = i - ngram_size;
+            common_ngram ngram(&inp[ngram_start], ngram_size);
+            const llama_token token = inp[i];
+            common_ngram_cache::iterator part_it = ngram_cache.find(ngram);
+            if (part_it == ngram_cache.end()) {
+                common_ngram_cache_part part;
+                part.emplace(token, 1);
+                ngram_cache.emplace(ngram, part);
+            } else {
+                common_ngram_cache_part::iterator token_count_it = part_it->second.find(token);
+                if (token_count_it == part_it->second.end()) {
+                    part_it->second.emplace(token, 1);
+                } else {
+                    token_count_it->second++;
+                }
+            }
+        }
+    }
+}
+
+static llama_token ngram_get_token(const std::vector<llama_token> & inp, const std::vector<llama_token> & draft,
+                                   const size_t i) {
+    return i < inp.size() ? inp[i] : draft[1 + i - inp.size()];
+}
+
+constexpr int    draft_min_sample_size_lax[LLAMA_NGRAM_MAX] = { 2,  2,  1,  1};
+constexpr int        draft_min_percent_lax[LLAMA_NGRAM_MAX] = {66, 50, 50, 50};
+
+// try_draft for the primary cache; llama-lookup's dynamic and static caches are empty
+// unless files are given, so only the context's is consulted (with no static counts).
+static llama_token ngram_try_draft(common_ngram_cache & nc_primary, const std::vector<common_ngram> & ngrams_primary,
+                                   const int * min_sample_size, const int * min_percent) {
+    llama_token drafted_token = LLAMA_TOKEN_NULL;
+    for (int i = ngrams_primary.size()-1; i >= 0 && drafted_token == LLAMA_TOKEN_NULL; --i) {
+        const common_ngram ngram_primary = ngrams_primary[i];
+        common_ngram_cache::iterator part_primary_it = nc_primary.find(ngram_primary);
+        if (part_primary_it == nc_primary.end()) {
+            continue;
+        }
+        const common_ngram_cache_part part_primary = part_primary_it->second;
+        int max_count_primary = 0;
+        int max_count_static  = 0;
+        int sum_count_primary = 0;
+        llama_token max_token = LLAMA_TOKEN_NULL;
+        for (std::pair<llama_token, int> token_count_primary : part_primary) {
+            const llama_token token = token_count_primary.first;
+            const int32_t count_primary = token_count_primary.second;
+            const int32_t count_static  = 1;
+            if (count_primary*count_static > max_count_primary*max_count_static) {
+                max_token         = token;
+                max_count_primary = count_primary;
+                max_count_static  = count_static;
+            }
+            sum_count_primary += count_primary;
+        }
+        if (sum_count_primary < min_sample_size[i]) {
+            continue;
+        }
+        if (100*max_count_primary < min_percent[i]*sum_count_primary) {
+            continue;
+        }
+        drafted_token = max_token;
+    }
+    return drafted_token;
+}
+
+static void ngram_cache_draft(std::vector<llama_token> & inp, std::vector<llama_token> & draft, int n_draft,
+                              int ngram_min, int ngram_max, common_ngram_cache & nc_context) {
+    const int inp_size = inp.size();
+    if (inp_size < LLAMA_NGRAM_STATIC) {
+        return;
+    }
+    while ((int) draft.size()-1 < n_draft) {
+        std::vector<common_ngram> ngrams_cd;
+        for (int ngram_size_cd = ngram_min; ngram_size_cd <= ngram_max; ++ngram_size_cd) {
+            const int ngram_start_cd = inp_size-ngram_size_cd + draft.size()-1;
+            common_ngram ngram_cd;
+            for (int j = ngram_start_cd; j < ngram_start_cd + ngram_size_cd; ++j) {
+                ngram_cd.tokens[j-ngram_start_cd] = ngram_get_token(inp, draft, j);
+            }
+            ngrams_cd.push_back(ngram_cd);
+        }
+        const llama_token drafted_token =
+            ngram_try_draft(nc_context, ngrams_cd, draft_min_sample_size_lax, draft_min_percent_lax);
+        if (drafted_token == LLAMA_TOKEN_NULL) {
+            break;
+        }
+        draft.push_back(drafted_token);
+    }
+}
+
+static int cmd_lookup(int argc, char ** argv) {
+    if (argc < 6) return 2;
+    const int n_predict = atoi(argv[4]), k = atoi(argv[5]);
+    const int n_ctx = argc > 6 ? atoi(argv[6]) : 4096;
+    const int n_threads = argc > 7 ? atoi(argv[7]) : 2;
+    const bool ignore_eos = argc > 8 && atoi(argv[8]) != 0;
+    llama_model * model = load(argv[2], false);
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    llama_context * ctx = make_context(model, n_ctx, n_threads);
+    std::vector<llama_token> inp = parse_ids(argv[3]);
+    if (inp.empty() || n_predict < 1 || k < 0) return 2;
+    const int room = n_ctx - (int) inp.size();
+    common_ngram_cache ngrams;
+    ngram_cache_update(ngrams, LLAMA_NGRAM_MIN, LLAMA_NGRAM_MAX, inp, (int) inp.size());
+    std::vector<llama_token> head(inp.begin(), inp.end() - 1);
+    if (!head.empty()) decode_prompt(ctx, head, 2048);
+    llama_batch batch = llama_batch_init(k + 1, 0, 1);
+    fill_batch(batch, {inp.back()}, (int) head.size(), true);
+    decode_or_die(ctx, batch);
+    int n_past = (int) inp.size();
+    Speculated run;
+    auto on_token = [&](llama_token id) {
+        inp.push_back(id);
+        ngram_cache_update(ngrams, LLAMA_NGRAM_MIN, LLAMA_NGRAM_MAX, inp, 1);
+    };
+    // The first token, from the prompt's last pass.
+    keep_agreed(run, ctx, vocab, {}, n_predict, ignore_eos, room, on_token);
+    const auto start = std::chrono::steady_clock::now();
+    while (!run.done) {
+        const int n_draft = std::max(0, std::min({k, n_predict - (int) run.out.size() - 1, n_ctx - n_past - 2}));
+        std::vector<llama_token> draft = {run.out.back()};
+        ngram_cache_draft(inp, draft, n_draft, LLAMA_NGRAM_MIN, LLAMA_NGRAM_MAX, ngrams);
+        fill_batch(batch, draft, n_past, true);
+        decode_or_die(ctx, batch);
+        ++run.passes;
+        run.drafted += (int) draft.size() - 1;
+        const std::vector<llama_token> guesses(draft.begin() + 1, draft.end());
+        n_past += keep_agreed(run, ctx, vocab, guesses, n_predict, ignore_eos, room, on_token);
+        llama_memory_seq_rm(llama_get_memory(ctx), 0, n_past, -1);
+    }
+    const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    print_speculated(run, vocab, ignore_eos, decode_s, run.out.size() - 1);
+    llama_batch_free(batch);
     llama_free(ctx);
     llama_model_free(model);
     return 0;
@@ -821,6 +1127,8 @@ int main(int argc, char ** argv) {
     if (!strcmp(cmd, "generate")) rc = cmd_generate(argc, argv);
     else if (!strcmp(cmd, "grammar")) rc = cmd_grammar(argc, argv);
     else if (!strcmp(cmd, "lockstep")) rc = cmd_lockstep(argc, argv);
+    else if (!strcmp(cmd, "speculative")) rc = cmd_speculative(argc, argv);
+    else if (!strcmp(cmd, "lookup")) rc = cmd_lookup(argc, argv);
     else if (!strcmp(cmd, "tokenize")) rc = cmd_tokenize(argc, argv);
     else if (!strcmp(cmd, "detokenize")) rc = cmd_detokenize(argc, argv);
     else if (!strcmp(cmd, "vocab")) rc = cmd_vocab(argc, argv);

@@ -18,7 +18,7 @@ use crate::context::BatchToken;
 use crate::kv_cache::SeqId;
 use crate::sampler::{log_softmax_top, Sampler};
 use crate::text::{FinishReason, TextParams, TextStream};
-use crate::{Context, Error, Model, Result, StopReason};
+use crate::{Context, Error, GenerateParams, Model, Result, StopReason};
 
 /// A request's handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,6 +69,20 @@ pub struct Summary {
     /// Per generated token of a constrained request, the seconds its mask and
     /// commit took (empty without a constraint).
     pub constraint_seconds: Vec<f64>,
+    /// Generated tokens that decode passes produced (the others came with the prompt's
+    /// last pass): one a pass, or with speculative decoding up to a draft's length + 1.
+    pub decode_tokens: usize,
+    /// Speculative decoding's drafts, when it drafted.
+    pub draft: Option<DraftStats>,
+}
+
+/// How a speculative generation's drafts fared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DraftStats {
+    /// Draft tokens the target verified.
+    pub proposed: usize,
+    /// Those it agreed with (kept without a pass of their own).
+    pub accepted: usize,
 }
 
 /// What a request produced since it was last asked.
@@ -130,6 +144,40 @@ impl Active<'_> {
         let held = self.slot.map_or(0, |s| ctx.seq_tokens(s).len());
         budget.min(ctx.params().n_ctx as usize).saturating_sub(held)
     }
+}
+
+/// What a generated token adds to its request's text, and why the request ends with
+/// it, if it does: a stop string, an end-of-generation token, a complete constrained
+/// text (`complete`), `max_tokens`, or a full context. `(generated, room)`: the tokens
+/// generated so far (this one included) and how many fit after the prompt.
+pub(crate) fn take_token(
+    model: &Model,
+    text: &mut TextStream,
+    params: &GenerateParams,
+    token: u32,
+    complete: bool,
+    (generated, room): (usize, usize),
+) -> (String, Option<FinishReason>) {
+    let eos = !params.ignore_eos && model.is_eog(token);
+    let piece = match model.tokenizer() {
+        Ok(tokenizer) if !eos => text.push(tokenizer.token_to_piece(token, false)),
+        _ => String::new(),
+    };
+    let stop = if text.stopped() {
+        Some(FinishReason::Stop)
+    } else if eos {
+        Some(FinishReason::Generation(StopReason::Eos))
+    } else if complete {
+        // The constrained text is complete: nothing more may follow it.
+        Some(FinishReason::Stop)
+    } else if generated >= params.max_tokens as usize {
+        Some(FinishReason::Generation(StopReason::Length))
+    } else if generated >= room {
+        Some(FinishReason::Generation(StopReason::ContextFull))
+    } else {
+        None
+    };
+    (piece, stop)
 }
 
 pub struct Batcher<'a> {
@@ -260,6 +308,11 @@ impl<'a> Batcher<'a> {
     /// unknown).
     pub fn finished(&self, id: RequestId) -> bool {
         !self.requests.contains_key(&id)
+    }
+
+    /// Whether no request is waiting, running, or holding events not yet taken.
+    pub fn is_idle(&self) -> bool {
+        self.requests.is_empty()
     }
 
     /// Drops a request wherever it is: waiting, running (its sequence's cache stays,
@@ -512,33 +565,21 @@ impl<'a> Batcher<'a> {
             let (logprob, top) = log_softmax_top(logits, token, k as usize);
             Logprob { logprob, top }
         });
-        let model = ctx.model();
-        let gen = &active.params.generate;
-        let eos = !gen.ignore_eos && model.is_eog(token);
-        let text = match model.tokenizer() {
-            Ok(tokenizer) if !eos => active.text.push(tokenizer.token_to_piece(token, false)),
-            _ => String::new(),
-        };
+        let complete = active.constraint.as_ref().is_some_and(Constraint::is_finished);
+        let room = (ctx.params().n_ctx as usize).saturating_sub(active.prompt.len());
+        let (text, stop) = take_token(
+            ctx.model(),
+            &mut active.text,
+            &active.params.generate,
+            token,
+            complete,
+            (active.tokens.len(), room),
+        );
         active.events.push_back(Event::Token {
             id: token,
             text,
             logprob,
         });
-        let complete = active.constraint.as_ref().is_some_and(Constraint::is_finished);
-        let stop = if active.text.stopped() {
-            Some(FinishReason::Stop)
-        } else if eos {
-            Some(FinishReason::Generation(StopReason::Eos))
-        } else if complete {
-            // The constrained text is complete: nothing more may follow it.
-            Some(FinishReason::Stop)
-        } else if active.tokens.len() >= gen.max_tokens as usize {
-            Some(FinishReason::Generation(StopReason::Length))
-        } else if active.prompt.len() + active.tokens.len() >= ctx.params().n_ctx as usize {
-            Some(FinishReason::Generation(StopReason::ContextFull))
-        } else {
-            None
-        };
         match stop {
             Some(reason) => self.finish(ctx, id, reason),
             None => active.pending = Some(token),
@@ -560,6 +601,8 @@ impl<'a> Batcher<'a> {
             decode_passes: active.decode_passes,
             n_past,
             constraint_seconds: std::mem::take(&mut active.constraint_seconds),
+            decode_tokens: active.decode_passes,
+            draft: None,
         };
         active.events.push_back(Event::Done { tail, summary });
         active.done = true;

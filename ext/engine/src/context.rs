@@ -39,6 +39,9 @@ pub struct ContextParams {
     /// differ from F16's.
     pub type_k: CacheType,
     pub type_v: CacheType,
+    /// The most rows of logits one pass computes, beyond one per sequence: a
+    /// speculative decoder's verification pass wants one per token it carries.
+    pub n_outputs_max: u32,
 }
 
 impl Default for ContextParams {
@@ -52,6 +55,7 @@ impl Default for ContextParams {
             flash_attn: true,
             type_k: CacheType::default(),
             type_v: CacheType::default(),
+            n_outputs_max: 1,
         }
     }
 }
@@ -172,11 +176,15 @@ impl Context {
         Ok(ctx)
     }
 
-    /// The most output rows one pass computes: one per sequence, or every token when
-    /// the pass gives embeddings.
+    /// The most output rows one pass computes: one per sequence (or `n_outputs_max`),
+    /// or every token when the pass gives embeddings.
     fn max_outputs(&self) -> u32 {
         match self.params.pooling {
-            None => self.params.n_seq_max.min(self.max_batch()),
+            None => self
+                .params
+                .n_seq_max
+                .max(self.params.n_outputs_max)
+                .min(self.max_batch()),
             Some(_) => self.max_batch(),
         }
     }
@@ -415,7 +423,7 @@ impl Context {
         let mut out_rows: Vec<i32> = (0..batch.len() as i32).filter(|&i| batch[i as usize].output).collect();
         if out_rows.len() > self.max_outputs() as usize {
             return Err(Error::InvalidArgument(format!(
-                "a batch computes at most {} output rows, one per sequence",
+                "a batch computes at most {} output rows (one per sequence, or n_outputs_max)",
                 self.max_outputs()
             )));
         }

@@ -167,7 +167,7 @@ impl Embedder {
                 n_seq_max: params.batch_texts,
                 pooling: Some(pooling),
                 flash_attn: true,
-                ..Default::default()
+                ..ContextParams::default()
             },
         )?;
         Ok(Embedder {

@@ -14,6 +14,9 @@ pub enum Error {
     /// Every sequence is busy and the queue of waiting requests is full.
     #[error("{0}")]
     Busy(String),
+    /// A draft model's vocabulary is not the target's: it cannot draft for it.
+    #[error("{0}")]
+    IncompatibleDraft(String),
     /// The model was closed.
     #[error("the model is closed")]
     Closed,

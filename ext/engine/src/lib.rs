@@ -11,6 +11,8 @@
 //!   [`layers`].
 //! - [`Embedder`]: embeddings and reranker scores (encoders such as BERT, or a
 //!   decoder's last hidden state), pooled and normalized as llama.cpp's.
+//! - [`Speculation`]: speculative decoding of one sequence, drafted by a smaller
+//!   model or by prompt lookup ([`NgramCache`]), verified by the target in one pass.
 //! - [`Constraint`]: structured output (JSON Schema, grammars, regexes,
 //!   choices) as a token mask per step, through llguidance; [`tool_calls`]
 //!   reads a reply's calls and gives the lazy constraint's triggers.
@@ -31,12 +33,14 @@ pub mod hparams;
 mod kv_cache;
 pub mod layers;
 mod model;
+pub mod ngram_cache;
 pub mod sampler;
 mod scheduler;
+pub mod speculative;
 mod text;
 pub mod tool_calls;
 
-pub use batcher::{Batcher, Chooser, Event, Logprob, Request, RequestId, Summary};
+pub use batcher::{Batcher, Chooser, DraftStats, Event, Logprob, Request, RequestId, Summary};
 pub use build_profile::{cpu_model, BuildProfile};
 pub use constraint::{Constraint, ConstraintFactory, ConstraintSpec};
 pub use context::{BatchToken, Context, ContextParams, DecodeStats};
@@ -47,9 +51,11 @@ pub use generate::{generate, GenerateParams, StopReason};
 pub use hparams::HParams;
 pub use kv_cache::{CacheType, SeqId, MAX_SEQUENCES};
 pub use model::{Model, ModelParams};
-pub use scheduler::{ContextSnapshot, Scheduler};
+pub use ngram_cache::NgramCache;
+pub use scheduler::{ContextSnapshot, Lease, Scheduler};
 /// The JSON values constraints and tool calls are made of.
 pub use serde_json;
+pub use speculative::{DraftLength, DraftSource, Speculation, SpeculativeParams};
 pub use text::{FinishReason, TextParams, TextStream};
 
 /// The tokenizer of a GGUF file's vocabulary alone (a vocab-only GGUF, as

@@ -164,16 +164,7 @@ impl Sampler {
         if self.params.temperature <= 0.0 && !penalize {
             return greedy(logits);
         }
-        self.candidates.clear();
-        self.candidates.extend(
-            logits
-                .iter()
-                .enumerate()
-                .map(|(i, &l)| (i as u32, if l.is_nan() { f32::NEG_INFINITY } else { l })),
-        );
-        if penalize {
-            self.apply_penalty();
-        }
+        self.fill_candidates(logits);
         if self.params.temperature <= 0.0 {
             let penalized: Vec<f32> = self.candidates.iter().map(|c| c.1).collect();
             return greedy(&penalized);
@@ -193,10 +184,72 @@ impl Sampler {
         }
     }
 
+    /// The distribution [`Sampler::sample`] draws from for these logits: (token,
+    /// probability) pairs, likeliest first, after penalties, top-k, top-p, min-p and
+    /// temperature. Greedy (temperature 0) is a point mass on the greedy choice.
+    /// Speculative decoding weighs a draft by it.
+    pub fn distribution(&mut self, logits: &[f32]) -> Vec<(u32, f64)> {
+        if self.params.temperature <= 0.0 {
+            return vec![(self.sample(logits), 1.0)];
+        }
+        self.fill_candidates(logits);
+        match self.truncate() {
+            Some(probs) => self.candidates.iter().map(|c| c.0).zip(probs).collect(),
+            None => vec![(greedy(logits), 1.0)],
+        }
+    }
+
+    /// A token drawn from `distribution` (weights need not add up to one).
+    pub fn draw(&mut self, distribution: &[(u32, f64)]) -> u32 {
+        let total: f64 = distribution.iter().map(|d| d.1).sum();
+        let r = self.next_f64() * total;
+        let mut cum = 0.0;
+        for &(token, p) in distribution {
+            cum += p;
+            if r < cum {
+                return token;
+            }
+        }
+        distribution.last().map_or(0, |d| d.0)
+    }
+
+    /// A number drawn uniformly from [0, 1), from the sampler's own stream.
+    pub fn uniform(&mut self) -> f64 {
+        self.next_f64()
+    }
+
+    /// The logits as candidates, NaN as -inf, with the repetition penalty applied.
+    fn fill_candidates(&mut self, logits: &[f32]) {
+        self.candidates.clear();
+        self.candidates.extend(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (i as u32, if l.is_nan() { f32::NEG_INFINITY } else { l })),
+        );
+        if self.params.repeat_penalty != 1.0 && !self.recent.is_empty() {
+            self.apply_penalty();
+        }
+    }
+
     /// top-k → softmax → top-p → min-p → temperature → draw. `None` when no candidate
     /// has a finite logit.
     fn sample_distribution(&mut self) -> Option<u32> {
         let r = self.next_f64();
+        let probs = self.truncate()?;
+        let mut cum = 0.0;
+        for (x, p) in self.candidates.iter().zip(&probs) {
+            cum += p;
+            if r < cum {
+                return Some(x.0);
+            }
+        }
+        self.candidates.last().map(|x| x.0)
+    }
+
+    /// Sorts the candidates and keeps those top-k, top-p and min-p keep; their
+    /// probabilities at the temperature. `None` when no candidate has a finite logit.
+    fn truncate(&mut self) -> Option<Vec<f64>> {
         let c = &mut self.candidates;
         c.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         if !c.first()?.1.is_finite() {
@@ -223,15 +276,7 @@ impl Sampler {
             keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
         }
         c.truncate(keep);
-        let probs = softmax(c.iter().map(|x| x.1), self.params.temperature);
-        let mut cum = 0.0;
-        for (x, p) in c.iter().zip(&probs) {
-            cum += p;
-            if r < cum {
-                return Some(x.0);
-            }
-        }
-        c.last().map(|x| x.0)
+        Some(softmax(c.iter().map(|x| x.1), self.params.temperature))
     }
 
     /// SplitMix64 → uniform in [0, 1).

@@ -7,6 +7,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use crate::batcher::{Batcher, Event, Request, RequestId};
@@ -53,6 +54,9 @@ struct Inner {
     batcher: Batcher<'static>,
     /// A thread is running a pass (and has the context).
     stepping: bool,
+    /// The thread holding the context on a [`Lease`]: requests from it (from the
+    /// streaming block of its own generation) could only wait for themselves.
+    leased_by: Option<ThreadId>,
     closed: bool,
 }
 
@@ -71,6 +75,7 @@ impl Scheduler {
                 ctx: Some(ctx),
                 batcher,
                 stepping: false,
+                leased_by: None,
                 closed: false,
             }),
         }
@@ -94,6 +99,13 @@ impl Scheduler {
         let mut inner = self.lock();
         if inner.closed {
             return Err(Error::Closed);
+        }
+        if inner.leased_by == Some(std::thread::current().id()) {
+            return Err(Error::Busy(
+                "this thread's speculative generation holds the model: a call from its block would wait for it \
+                 for ever (decode the outer call with draft: false)"
+                    .into(),
+            ));
         }
         inner.batcher.submit(request)
     }
@@ -159,6 +171,30 @@ impl Scheduler {
         }
     }
 
+    /// The context alone, for a generation that runs passes of its own (speculative
+    /// decoding), when nothing else is running or waiting; `None` otherwise (the
+    /// caller generates as a request among the others). Until the lease is dropped,
+    /// requests that arrive wait, as they wait for a pass.
+    pub fn try_lease(&self) -> Result<Option<Lease<'_>>> {
+        let mut inner = self.lock();
+        if inner.closed {
+            return Err(Error::Closed);
+        }
+        if inner.stepping || !inner.batcher.is_idle() {
+            return Ok(None);
+        }
+        let ctx = inner
+            .ctx
+            .take()
+            .ok_or_else(|| Error::Internal("the context was lost to a panic in a pass".into()))?;
+        inner.stepping = true;
+        inner.leased_by = Some(std::thread::current().id());
+        Ok(Some(Lease {
+            scheduler: self,
+            ctx: Some(ctx),
+        }))
+    }
+
     /// The next event of `id` if one is ready, without waiting or running a pass.
     pub fn poll_event(&self, id: RequestId) -> Result<Option<Event>> {
         self.lock().batcher.next_event(id)
@@ -216,5 +252,49 @@ impl Scheduler {
 
     pub fn is_closed(&self) -> bool {
         self.lock().closed
+    }
+}
+
+/// The context on loan from a [`Scheduler`] ([`Scheduler::try_lease`]); dropping the
+/// lease gives it back (or frees it, if the scheduler closed meanwhile) and wakes
+/// the requests that waited.
+pub struct Lease<'a> {
+    scheduler: &'a Scheduler,
+    /// Taken only by `drop`.
+    ctx: Option<Context>,
+}
+
+impl Lease<'_> {
+    /// Whether the scheduler was closed meanwhile: the generation should stop.
+    pub fn is_closed(&self) -> bool {
+        self.scheduler.is_closed()
+    }
+}
+
+impl std::ops::Deref for Lease<'_> {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        self.ctx.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Lease<'_> {
+    fn deref_mut(&mut self) -> &mut Context {
+        self.ctx.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let ctx = self.ctx.take().expect("held until dropped");
+        let mut inner = self.scheduler.lock();
+        inner.stepping = false;
+        inner.leased_by = None;
+        inner.snapshot = ContextSnapshot::of(&ctx);
+        if !inner.closed {
+            inner.ctx = Some(ctx);
+        }
+        self.scheduler.changed.notify_all();
     }
 }

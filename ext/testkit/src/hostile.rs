@@ -745,7 +745,7 @@ pub fn exercise(bytes: &[u8]) -> Result<Vec<u32>> {
         n_seq_max: 1,
         pooling: None,
         flash_attn: true,
-        ..Default::default()
+        ..ContextParams::default()
     };
     let mut ctx = Context::new(Arc::clone(&model), context.clone())?;
     let prompt: Vec<u32> = (0..6).map(|i| i * 7 % n_vocab).collect();

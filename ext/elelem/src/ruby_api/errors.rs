@@ -17,6 +17,7 @@ static CLOSED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "Close
 static TEMPLATE: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "TemplateError"));
 static INTERRUPTED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "InterruptedError"));
 static BUSY: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "BusyError"));
+static INCOMPATIBLE_DRAFT: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "IncompatibleDraftError"));
 
 pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
     use elelem_engine::Error as E;
@@ -28,6 +29,7 @@ pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
         E::OutOfMemory(_) => ruby.exception_no_mem_error(),
         E::Template(_) => ruby.get_inner(&TEMPLATE),
         E::Busy(_) => ruby.get_inner(&BUSY),
+        E::IncompatibleDraft(_) => ruby.get_inner(&INCOMPATIBLE_DRAFT),
         E::Closed => ruby.get_inner(&CLOSED),
         E::Internal(_) | E::Tokenizer(_) => ruby.get_inner(&ERROR),
     };

@@ -29,6 +29,12 @@ struct Loaded {
     n_ctx: u32,
     n_threads: usize,
     path: String,
+    /// The draft model's context, for speculative decoding (`Elelem.open(..., draft:)`).
+    draft: Option<Mutex<engine::Context>>,
+    /// The draft model's name (its file's, else its architecture's).
+    draft_name: Option<String>,
+    /// How generations speculate unless a call says otherwise.
+    speculation: Option<engine::SpeculativeParams>,
 }
 
 impl Loaded {
@@ -86,8 +92,10 @@ impl Drop for Cancel<'_> {
 }
 
 impl Model {
-    /// `path` is taken as bytes: file names need not be UTF-8. Its arguments are
-    /// `Model.open`'s options, in order (checked by the Ruby side).
+    /// `path` is taken as bytes: file names need not be UTF-8. `cache_types` are the KV
+    /// cache's K and V types by name. `draft` is nil, a draft model's path, or an open
+    /// `Elelem::Model` whose weights draft; `lookup` makes prompt lookup the default
+    /// instead; `draft_tokens` fixes a draft's length (nil: adaptive).
     #[allow(clippy::too_many_arguments)]
     fn open(
         ruby: &Ruby,
@@ -98,6 +106,8 @@ impl Model {
         max_queue: usize,
         flash_attn: bool,
         cache_types: (String, String),
+        draft: Value,
+        (lookup, draft_tokens): (bool, Option<u32>),
     ) -> Result<Model, Error> {
         // SAFETY: copied at once, before any Ruby code can run.
         let path = PathBuf::from(OsStr::from_bytes(unsafe { path.as_slice() }));
@@ -106,24 +116,52 @@ impl Model {
                 .ok_or_else(|| Error::new(ruby.exception_arg_error(), format!("unknown KV cache type {name}")))
         };
         let (type_k, type_v) = (cache_type(&cache_types.0)?, cache_type(&cache_types.1)?);
+        let draft = DraftArg::new(ruby, draft)?;
+        let length = draft_tokens.map_or(engine::DraftLength::Adaptive, engine::DraftLength::Fixed);
         let never = AtomicBool::new(false);
         let loaded = without_gvl(ruby, &never, || -> engine::Result<Loaded> {
             let model = Arc::new(engine::Model::open(&path, &engine::ModelParams::default())?);
+            let params = engine::ContextParams {
+                n_ctx,
+                n_threads,
+                flash_attn,
+                ..Default::default()
+            };
             let scheduler = match model.hparams.arch.kind() {
                 engine::arch::Kind::Decoder => {
-                    let params = engine::ContextParams {
-                        n_ctx,
-                        n_threads,
+                    let target = engine::ContextParams {
                         n_seq_max: parallel,
-                        flash_attn,
                         type_k,
                         type_v,
-                        ..Default::default()
+                        // A speculative verification pass has a row per drafted token, and one more.
+                        n_outputs_max: engine::speculative::MAX_DRAFT_TOKENS + 1,
+                        ..params.clone()
                     };
-                    let ctx = engine::Context::new(Arc::clone(&model), params)?;
+                    let ctx = engine::Context::new(Arc::clone(&model), target)?;
                     Some(Arc::new(engine::Scheduler::new(ctx, max_queue)))
                 }
                 engine::arch::Kind::Encoder => None,
+            };
+            let draft_model = match draft {
+                DraftArg::None => None,
+                DraftArg::Path(path) => Some(Arc::new(engine::Model::open(&path, &engine::ModelParams::default())?)),
+                DraftArg::Model(model) => Some(model),
+            };
+            let draft_name = draft_model.as_ref().map(|m| {
+                let hp = &m.hparams;
+                hp.name.clone().unwrap_or_else(|| hp.arch.name().to_string())
+            });
+            let draft = match draft_model {
+                Some(draft_model) => {
+                    engine::speculative::check_compatible(&model, &draft_model)?;
+                    Some(Mutex::new(engine::Context::new(draft_model, params)?))
+                }
+                None => None,
+            };
+            let source = if draft.is_some() {
+                Some(engine::DraftSource::Model)
+            } else {
+                lookup.then_some(engine::DraftSource::Lookup)
             };
             Ok(Loaded {
                 model,
@@ -132,6 +170,9 @@ impl Model {
                 n_ctx,
                 n_threads,
                 path: path.display().to_string(),
+                draft,
+                draft_name,
+                speculation: source.map(|source| engine::SpeculativeParams { source, length }),
             })
         })?
         .map_err(|e| engine_error(ruby, e))?;
@@ -169,6 +210,7 @@ impl Model {
         let prompt = prompt_ids(ruby, scheduler.model(), prompt)?;
         let params = text_params(ruby, opts)?;
         let constraint = ConstraintArg::new(ruby, constraint)?;
+        let speculation = speculation(ruby, &loaded, opts, !matches!(constraint, ConstraintArg::None))?;
         let request = engine::Request {
             prompt,
             params,
@@ -176,6 +218,14 @@ impl Model {
             choose: None,
             constraint: constraint.build(ruby, scheduler.model())?,
         };
+        let mut deliver = Delivery::new(ruby, yield_text, logprobs.is_some());
+        // Speculation runs a sequence's passes itself: it takes the context when nothing
+        // else runs, else the request decodes among the others.
+        if let Some(speculation) = speculation {
+            if let Some(lease) = scheduler.try_lease().map_err(|e| engine_error(ruby, e))? {
+                return speculate(ruby, &loaded, lease, request, speculation, &mut deliver);
+            }
+        }
         let id = scheduler.submit(request).map_err(|e| engine_error(ruby, e))?;
         let _cancel = Cancel(scheduler, id);
         let interrupt = RequestInterrupt {
@@ -183,39 +233,11 @@ impl Model {
             scheduler,
             id,
         };
-        let block = ruby.block_given();
-        let token_logprobs = ruby.ary_new();
         loop {
             let event = without_gvl(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
                 .map_err(|e| engine_error(ruby, e))?;
-            match event {
-                Some(engine::Event::Token {
-                    id: token,
-                    text,
-                    logprob,
-                }) => {
-                    if let Some(lp) = logprob {
-                        token_logprobs.push(logprob_hash(ruby, token, &lp)?)?;
-                    }
-                    if block {
-                        if !yield_text {
-                            let _: Value = ruby.yield_value(token)?;
-                        } else if !text.is_empty() {
-                            let _: Value = ruby.yield_value(text)?;
-                        }
-                    }
-                }
-                Some(engine::Event::Done { tail, summary }) => {
-                    if block && yield_text && !tail.is_empty() {
-                        let _: Value = ruby.yield_value(tail)?;
-                    }
-                    let h = summary_hash(ruby, &summary)?;
-                    if logprobs.is_some() {
-                        h.aset(ruby.to_symbol("logprobs"), token_logprobs)?;
-                    }
-                    return Ok(h);
-                }
-                None => return Err(Error::new(ruby.get_inner(&errors::ERROR), "the request vanished")),
+            if let Some(result) = deliver.event(event)? {
+                return Ok(result);
             }
         }
     }
@@ -449,6 +471,22 @@ impl Model {
         h.aset(sym("pooling"), hp.pooling.map(|p| sym(p.name())))?;
         h.aset(sym("embedding_length"), hp.n_embd)?;
         h.aset(sym("causal"), hp.causal_attn)?;
+        h.aset(
+            sym("draft"),
+            match loaded.speculation.map(|s| s.source) {
+                Some(engine::DraftSource::Model) => loaded.draft_name.clone().map(|name| ruby.into_value(name)),
+                Some(engine::DraftSource::Lookup) => Some(sym("lookup").as_value()),
+                None => None,
+            },
+        )?;
+        h.aset(
+            sym("draft_tokens"),
+            match loaded.speculation.map(|s| s.length) {
+                Some(engine::DraftLength::Fixed(k)) => Some(ruby.into_value(k)),
+                Some(engine::DraftLength::Adaptive) => Some(sym("auto").as_value()),
+                None => None,
+            },
+        )?;
         h.aset(sym("n_gpu_layers"), 0)?;
         h.aset(sym("backend"), "CPU")?;
         Ok(h)
@@ -470,6 +508,184 @@ impl Model {
         h.aset(sym("weights_bytes"), model.weights_bytes())?;
         h.aset(sym("repacked_weights_bytes"), model.repacked_bytes())?;
         Ok(h)
+    }
+}
+
+/// Hands a generation's events to Ruby: yields each piece (or id) to the block, if
+/// any, collects the logprobs, and makes the result Hash at the end.
+struct Delivery<'r> {
+    ruby: &'r Ruby,
+    block: bool,
+    yield_text: bool,
+    logprobs: Option<RArray>,
+}
+
+impl<'r> Delivery<'r> {
+    fn new(ruby: &'r Ruby, yield_text: bool, logprobs: bool) -> Delivery<'r> {
+        Delivery {
+            ruby,
+            block: ruby.block_given(),
+            yield_text,
+            logprobs: logprobs.then(|| ruby.ary_new()),
+        }
+    }
+
+    /// The result Hash once the generation is done.
+    fn event(&mut self, event: Option<engine::Event>) -> Result<Option<RHash>, Error> {
+        let ruby = self.ruby;
+        match event {
+            Some(engine::Event::Token {
+                id: token,
+                text,
+                logprob,
+            }) => {
+                if let (Some(lp), Some(all)) = (logprob, self.logprobs) {
+                    all.push(logprob_hash(ruby, token, &lp)?)?;
+                }
+                if self.block {
+                    if !self.yield_text {
+                        let _: Value = ruby.yield_value(token)?;
+                    } else if !text.is_empty() {
+                        let _: Value = ruby.yield_value(text)?;
+                    }
+                }
+                Ok(None)
+            }
+            Some(engine::Event::Done { tail, summary }) => {
+                if self.block && self.yield_text && !tail.is_empty() {
+                    let _: Value = ruby.yield_value(tail)?;
+                }
+                let h = summary_hash(ruby, &summary)?;
+                if let Some(all) = self.logprobs {
+                    h.aset(ruby.to_symbol("logprobs"), all)?;
+                }
+                Ok(Some(h))
+            }
+            None => Err(Error::new(ruby.get_inner(&errors::ERROR), "the request vanished")),
+        }
+    }
+}
+
+/// How a call speculates: `draft:` (nil: the model's default, or "none", "lookup",
+/// "model") and `draft_tokens:` (nil: the model's default). A constrained call does
+/// not speculate by default, and refuses to when asked.
+fn speculation(
+    ruby: &Ruby,
+    loaded: &Loaded,
+    opts: RHash,
+    constrained: bool,
+) -> Result<Option<engine::SpeculativeParams>, Error> {
+    let draft: Option<String> = opts.lookup(ruby.to_symbol("draft"))?;
+    let draft_tokens: Option<u32> = opts.lookup(ruby.to_symbol("draft_tokens"))?;
+    let invalid = |message: &str| Error::new(ruby.exception_arg_error(), message.to_string());
+    let source = match draft.as_deref() {
+        None if constrained => return Ok(None),
+        None => loaded.speculation.map(|s| s.source),
+        Some("none") => None,
+        Some("lookup") => Some(engine::DraftSource::Lookup),
+        Some("model") if loaded.draft.is_some() => Some(engine::DraftSource::Model),
+        Some("model") => {
+            return Err(invalid(
+                "draft: :model needs a draft model: open the model with Elelem.open(path, draft: draft_path)",
+            ))
+        }
+        Some(other) => return Err(invalid(&format!("unknown draft {other}"))),
+    };
+    let Some(source) = source else {
+        if draft_tokens.is_some() {
+            return Err(invalid(
+                "draft_tokens: is the length of speculative drafts: give draft: :lookup too, or open the model \
+                 with a draft model",
+            ));
+        }
+        return Ok(None);
+    };
+    if constrained {
+        return Err(invalid(
+            "speculative decoding takes no constraint (json_schema:, grammar:, lark:, regex:, choice:, tools:): \
+             pass draft: false",
+        ));
+    }
+    let length = match draft_tokens {
+        Some(k) => engine::DraftLength::Fixed(k),
+        None => loaded.speculation.map_or(engine::DraftLength::Adaptive, |s| s.length),
+    };
+    Ok(Some(engine::SpeculativeParams { source, length }))
+}
+
+/// An interrupt of a speculative generation: both contexts' abort flags.
+struct SpeculationInterrupt(Arc<AtomicBool>, Option<Arc<AtomicBool>>);
+
+impl Interrupt for SpeculationInterrupt {
+    fn clear(&self) {
+        self.0.store(false, Ordering::SeqCst);
+        if let Some(draft) = &self.1 {
+            draft.store(false, Ordering::SeqCst);
+        }
+    }
+
+    fn raise(&self) {
+        self.0.store(true, Ordering::SeqCst);
+        if let Some(draft) = &self.1 {
+            draft.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Runs a speculative generation on the leased context (and the draft model's).
+fn speculate(
+    ruby: &Ruby,
+    loaded: &Loaded,
+    mut lease: engine::Lease<'_>,
+    request: engine::Request<'static>,
+    params: engine::SpeculativeParams,
+    deliver: &mut Delivery,
+) -> Result<RHash, Error> {
+    let mut draft = match params.source {
+        engine::DraftSource::Model => loaded
+            .draft
+            .as_ref()
+            .map(|d| d.lock().unwrap_or_else(|p| p.into_inner())),
+        engine::DraftSource::Lookup => None,
+    };
+    let mut speculation =
+        engine::Speculation::new(&lease, draft.as_deref(), request, params).map_err(|e| engine_error(ruby, e))?;
+    let interrupt = SpeculationInterrupt(lease.abort_flag(), draft.as_ref().map(|d| d.abort_flag()));
+    loop {
+        // A close from the streaming block ends the generation, as it ends a plain one.
+        if lease.is_closed() {
+            return Err(errors::closed(ruby));
+        }
+        let event = without_gvl(ruby, &interrupt, || {
+            speculation.next_event(&mut lease, draft.as_deref_mut())
+        })?
+        .map_err(|e| engine_error(ruby, e))?;
+        if let Some(result) = deliver.event(event)? {
+            return Ok(result);
+        }
+    }
+}
+
+/// A draft model as `Elelem.open` takes it.
+enum DraftArg {
+    None,
+    Path(PathBuf),
+    Model(Arc<engine::Model>),
+}
+
+impl DraftArg {
+    fn new(ruby: &Ruby, draft: Value) -> Result<DraftArg, Error> {
+        if draft.is_nil() {
+            return Ok(DraftArg::None);
+        }
+        if let Some(path) = RString::from_value(draft) {
+            // SAFETY: copied at once, before any Ruby code can run.
+            return Ok(DraftArg::Path(PathBuf::from(OsStr::from_bytes(unsafe {
+                path.as_slice()
+            }))));
+        }
+        let model = <&Model>::try_convert(draft)?;
+        Ok(DraftArg::Model(model.model(ruby)?))
     }
 }
 
@@ -557,8 +773,13 @@ fn summary_hash(ruby: &Ruby, s: &engine::Summary) -> Result<RHash, Error> {
     h.aset(sym("n_past"), s.n_past)?;
     h.aset(sym("evaluated_prompt_tokens"), s.prompt_tokens - s.reused_tokens)?;
     h.aset(sym("prompt_seconds"), s.prompt_seconds)?;
-    h.aset(sym("decode_tokens"), s.decode_passes)?;
+    h.aset(sym("decode_tokens"), s.decode_tokens)?;
+    h.aset(sym("decode_passes"), s.decode_passes)?;
     h.aset(sym("decode_seconds"), s.decode_seconds)?;
+    if let Some(draft) = s.draft {
+        h.aset(sym("draft_proposed"), draft.proposed)?;
+        h.aset(sym("draft_accepted"), draft.accepted)?;
+    }
     if !s.constraint_seconds.is_empty() {
         let micros = s.constraint_seconds.iter().map(|&t| t * 1e6);
         h.aset(sym("constraint_us"), ruby.ary_from_iter(micros))?;
@@ -751,12 +972,13 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     // The natives are private: callers go through the Ruby methods that check arguments.
     class
         .singleton_class()?
-        .define_private_method("_open", function!(Model::open, 7))?;
+        .define_private_method("_open", function!(Model::open, 9))?;
     class.define_private_method("_run", method!(Model::run, 5))?;
     class.define_private_method("_run_all", method!(Model::run_all, 3))?;
     class.define_private_method("_parse_reply", method!(Model::parse_reply, 2))?;
     class.define_private_method("_tool_call_format", method!(Model::tool_call_format, 1))?;
     class.const_set("MAX_SEQUENCES", engine::MAX_SEQUENCES)?;
+    class.const_set("MAX_DRAFT_TOKENS", engine::speculative::MAX_DRAFT_TOKENS)?;
     class.define_private_method("_tokenizer", method!(Model::tokenizer, 0))?;
     class.define_private_method("_chat_template", method!(Model::chat_template, 0))?;
     class.define_private_method("_render_chat", method!(Model::render_chat, 5))?;
