@@ -17,6 +17,7 @@ static CLOSED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "Close
 static TEMPLATE: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "TemplateError"));
 static INTERRUPTED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "InterruptedError"));
 static BUSY: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "BusyError"));
+static CPU: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "CpuError"));
 
 pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
     use elelem_engine::Error as E;
@@ -29,6 +30,7 @@ pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
         E::Template(_) => ruby.get_inner(&TEMPLATE),
         E::Busy(_) => ruby.get_inner(&BUSY),
         E::Closed => ruby.get_inner(&CLOSED),
+        E::Cpu(_) => ruby.get_inner(&CPU),
         E::Internal(_) | E::Tokenizer(_) => ruby.get_inner(&ERROR),
     };
     Error::new(class, e.to_string())
