@@ -108,7 +108,7 @@ module Goldens
     Reference.check_profile!
     parallel = LOCKSTEP.key?(name) ? LOCKSTEP[name].last.size : 1
     Elelem.open(model_path(name), n_ctx: Reference::N_CTX, n_threads: Reference::N_THREADS, parallel:) do |model|
-      golden.record(model, reference: Reference::BINARY)
+      golden.record(model, reference: Reference.binary)
     end
     puts "recorded #{File.basename(golden.path)} for build profile #{Elelem.build_profile[:id]}"
   end

@@ -732,6 +732,33 @@ pub fn cpu_variant() -> Result<Option<&'static sys::BuiltVariant>> {
     Ok(sys::cpu::load().map_err(Error::Cpu)?.variant)
 }
 
+/// A CPU variant of this build (none in a build that links its CPU backend in).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuVariantInfo {
+    pub name: &'static str,
+    /// The features ggml compiles it for (`AVX2`, `AVX512_VNNI`, ...).
+    pub features: &'static [&'static str],
+    /// Whether this CPU (and the operating system) supports them all.
+    pub runnable: bool,
+    /// Whether this process runs it.
+    pub in_use: bool,
+}
+
+/// Every CPU variant this build compiled, in llama.cpp's order.
+pub fn cpu_variants() -> Vec<CpuVariantInfo> {
+    let have = sys::cpu::cpu_features();
+    let in_use = cpu().ok().and_then(|_| sys::cpu::load().ok()).and_then(|l| l.variant);
+    sys::BUILT_VARIANTS
+        .iter()
+        .map(|v| CpuVariantInfo {
+            name: v.name,
+            features: v.features,
+            runnable: sys::cpu::missing(v, &have).is_empty(),
+            in_use: in_use.is_some_and(|u| u.name == v.name),
+        })
+        .collect()
+}
+
 /// ggml's CPU features as its backend reports them (`ggml_backend_get_features`, what
 /// llama.cpp's system info prints), e.g. "SSE3 SSSE3 AVX ... REPACK", after
 /// `CPU_VARIANT=<name>` in a build with variants.

@@ -42,8 +42,12 @@ module Elelem
         { "ids" => out.lines.map { |line| line.split.map(&:to_i) } }
       end
 
+      # In a build with CPU variants the driver (then llama.cpp's release-style build) loads
+      # the variant elelem runs.
       def run(*args)
-        out, err, status = Open3.capture3(@path, *args.map(&:to_s))
+        variant = Elelem.build_profile[:variant]
+        env = variant ? { "ELELEM_CPU_VARIANT" => variant } : {}
+        out, err, status = Open3.capture3(env, @path, *args.map(&:to_s))
         raise Error, "the reference driver failed (#{status}): #{err.lines.last(3).join}" unless status.success?
 
         out
