@@ -168,7 +168,7 @@ module NativeGem
     raise "not a variant build: #{profile.inspect}" unless profile[:variant]
 
     extension = $LOADED_FEATURES.grep(/elelem\.so/)
-    raise "not the installed gem: #{extension}" if extension.any? { |f| f.start_with?(ROOT) }
+    raise "not the installed gem: #{extension}" if extension.any? { |f| f.start_with?(File.join(ROOT, "lib")) }
 
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     Goldens.ensure_recorded

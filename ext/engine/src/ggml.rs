@@ -662,14 +662,22 @@ impl Graph {
 struct Cpu {
     dev: sys::ggml_backend_dev_t,
     reg: sys::ggml_backend_reg_t,
-    set_n_threads: unsafe extern "C" fn(sys::ggml_backend_t, i32),
-    set_abort_callback: unsafe extern "C" fn(sys::ggml_backend_t, sys::ggml_abort_callback, *mut c_void),
-    threadpool_new: unsafe extern "C" fn(*mut sys::ggml_threadpool_params) -> *mut sys::ggml_threadpool,
-    threadpool_free: unsafe extern "C" fn(*mut sys::ggml_threadpool),
-    set_threadpool: unsafe extern "C" fn(sys::ggml_backend_t, *mut sys::ggml_threadpool),
-    get_extra_bufts: Option<unsafe extern "C" fn(sys::ggml_backend_dev_t) -> *mut sys::ggml_backend_buffer_type_t>,
-    get_features: Option<unsafe extern "C" fn(sys::ggml_backend_reg_t) -> *mut sys::ggml_backend_feature>,
+    set_n_threads: SetNThreads,
+    set_abort_callback: SetAbortCallback,
+    threadpool_new: ThreadpoolNew,
+    threadpool_free: ThreadpoolFree,
+    set_threadpool: SetThreadpool,
+    get_extra_bufts: Option<GetExtraBufts>,
+    get_features: Option<GetFeatures>,
 }
+
+type SetNThreads = unsafe extern "C" fn(sys::ggml_backend_t, i32);
+type SetAbortCallback = unsafe extern "C" fn(sys::ggml_backend_t, sys::ggml_abort_callback, *mut c_void);
+type ThreadpoolNew = unsafe extern "C" fn(*mut sys::ggml_threadpool_params) -> *mut sys::ggml_threadpool;
+type ThreadpoolFree = unsafe extern "C" fn(*mut sys::ggml_threadpool);
+type SetThreadpool = unsafe extern "C" fn(sys::ggml_backend_t, *mut sys::ggml_threadpool);
+type GetExtraBufts = unsafe extern "C" fn(sys::ggml_backend_dev_t) -> *mut sys::ggml_backend_buffer_type_t;
+type GetFeatures = unsafe extern "C" fn(sys::ggml_backend_reg_t) -> *mut sys::ggml_backend_feature;
 
 // SAFETY: the device and registry are process-wide ggml singletons, never freed.
 unsafe impl Send for Cpu {}
@@ -705,13 +713,19 @@ fn cpu() -> Result<&'static Cpu> {
         Ok(Cpu {
             dev,
             reg,
-            set_n_threads: std::mem::transmute(required(c"ggml_backend_set_n_threads")?),
-            set_abort_callback: std::mem::transmute(required(c"ggml_backend_set_abort_callback")?),
-            threadpool_new: std::mem::transmute(required(c"ggml_threadpool_new")?),
-            threadpool_free: std::mem::transmute(required(c"ggml_threadpool_free")?),
-            set_threadpool: std::mem::transmute(required(c"ggml_backend_cpu_set_threadpool")?),
-            get_extra_bufts: std::mem::transmute(proc_(c"ggml_backend_dev_get_extra_bufts")),
-            get_features: std::mem::transmute(proc_(c"ggml_backend_get_features")),
+            set_n_threads: std::mem::transmute::<*mut c_void, SetNThreads>(required(c"ggml_backend_set_n_threads")?),
+            set_abort_callback: std::mem::transmute::<*mut c_void, SetAbortCallback>(required(
+                c"ggml_backend_set_abort_callback",
+            )?),
+            threadpool_new: std::mem::transmute::<*mut c_void, ThreadpoolNew>(required(c"ggml_threadpool_new")?),
+            threadpool_free: std::mem::transmute::<*mut c_void, ThreadpoolFree>(required(c"ggml_threadpool_free")?),
+            set_threadpool: std::mem::transmute::<*mut c_void, SetThreadpool>(required(
+                c"ggml_backend_cpu_set_threadpool",
+            )?),
+            get_extra_bufts: std::mem::transmute::<*mut c_void, Option<GetExtraBufts>>(proc_(
+                c"ggml_backend_dev_get_extra_bufts",
+            )),
+            get_features: std::mem::transmute::<*mut c_void, Option<GetFeatures>>(proc_(c"ggml_backend_get_features")),
         })
     })
     .as_ref()

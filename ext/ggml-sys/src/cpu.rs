@@ -41,6 +41,18 @@ pub fn load() -> Result<&'static Loaded, String> {
 
 #[cfg(not(ggml_backend_dl))]
 fn load_now() -> Result<Loaded, String> {
+    if let Some(name) = std::env::var(VARIANT_ENV).ok().filter(|s| !s.is_empty()) {
+        // Ignoring it would promise bits this build does not give.
+        return Err(format!(
+            "{VARIANT_ENV}={name}: this build has one CPU backend, compiled for {}, and no variants to choose \
+             from (the precompiled gem has them)",
+            if crate::GGML_CPU_FLAGS.is_empty() {
+                "the baseline ISA"
+            } else {
+                crate::GGML_CPU_FLAGS
+            }
+        ));
+    }
     Ok(Loaded {
         variant: None,
         path: None,
