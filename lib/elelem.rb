@@ -72,13 +72,17 @@ module Elelem
     # @param parallel [Integer] how many sequences generate at once (1 to
     #   {Model::MAX_SEQUENCES}): concurrent calls from threads beyond it wait in a queue
     # @param queue [Integer] how many calls may wait; one more raises {BusyError}
+    # @param flash_attn [Symbol, Boolean] attention as one flash-attention kernel (`true`;
+    #   `:auto`, llama.cpp's default, picks it on the CPU) or as plain matrix products and a
+    #   soft-max (`false`, llama.cpp's `-fa off`, faster deep into a long context); each gives
+    #   llama.cpp's bits in the same mode
     # @yieldparam model [Model] closed when the block returns or raises
     # @return [Model, Object] the model, or the block's value
     # @raise [Elelem::LoadError] when the file is missing (the message names the known models),
     #   malformed or unsupported
     def open(path, n_ctx: Model::DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0, parallel: 1,
-             queue: Model::DEFAULT_QUEUE)
-      model = Model.open(path, n_ctx:, n_threads:, n_gpu_layers:, parallel:, queue:)
+             queue: Model::DEFAULT_QUEUE, flash_attn: :auto)
+      model = Model.open(path, n_ctx:, n_threads:, n_gpu_layers:, parallel:, queue:, flash_attn:)
       return model unless block_given?
 
       begin

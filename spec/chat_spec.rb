@@ -61,6 +61,22 @@ RSpec.describe "chat" do
       .to eq("<|endoftext|>|<|im_end|>|False|Paris|True|True|clock")
   end
 
+  it "refuses a keyword that the template does not read, naming it: a typo, or a variable for another template" do
+    messages = chatml["messages"]
+    # Qwen2.5-Coder's template reads no date_string (Llama 3's); tools, documents, tool_choice and
+    # enable_thinking every template gets.
+    expect { model.chat_prompt(messages, date_string: "1 Jan") }
+      .to raise_error(ArgumentError, /unknown keyword: :date_string \(the chat template reads no such variable/)
+    expect(model.chat_prompt(messages, enable_thinking: false)).to eq(model.chat_prompt(messages))
+    expect { model.chat(messages, max_token: 2) }.to raise_error(ArgumentError, /unknown keyword: :max_token /)
+    expect(model.chat_prompt(messages, tools: nil, documents: [], tool_choice: "auto"))
+      .to eq(model.chat_prompt(messages))
+    llama = "{% if not date_string is defined %}{% set date_string = '1 Jan' %}{% endif %}{{ date_string }}"
+    expect(model.chat_prompt(messages, template: llama, date_string: "14 Mar")).to eq("14 Mar")
+    expect { model.chat_prompt(messages, template: llama, date: "14 Mar", thinking: true) }
+      .to raise_error(ArgumentError, /unknown keywords: :date, :thinking .*its own: date_string\)/)
+  end
+
   it "formats strftime_now at now: in local time, and the current time without it" do
     template = "{{ strftime_now('%d %B %Y, %H:%M') }}"
     pinned = Time.new(2026, 3, 14, 9, 26, 53)

@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "spec_helper"
-require "cgi"
 require "open3"
 require_relative "../tasks/jinja2"
 
@@ -9,6 +8,8 @@ require_relative "../tasks/jinja2"
 # renders through elelem exactly as Hugging Face transformers renders it: Python's jinja2
 # from PyPI, set up as transformers sets it up (spec/support/jinja2_reference.py), is the
 # reference, run here on the same conversations. Where jinja2 raises, elelem must raise.
+# A keyword the template does not read (jinja2.meta says which) is refused with an
+# ArgumentError naming it; without it, the rendering is jinja2's with it.
 RSpec.describe "chat templates" do
   templates_dir = File.join(ROOT, "vendor", "llama.cpp", "models", "templates")
   # strftime_now's time, pinned so that both renderers format the same date.
@@ -110,27 +111,48 @@ RSpec.describe "chat templates" do
   # elelem's rendering, or the error it raised.
   def elelem(source, messages, keywords, now)
     { "text" => @model.chat_prompt(messages, template: source, now:, **keywords) }
-  rescue Elelem::TemplateError => e
+  rescue Elelem::TemplateError, ArgumentError => e
     { "error" => e.message }
   end
 
+  # The keywords the template reads, having checked that elelem refuses the others, naming them.
+  def read_keywords(label, source, messages, keywords, reads)
+    # Variables every template gets, read or not: transformers' arguments, the server's tool_choice,
+    # the reasoning switch apps send to any model.
+    every_template = %i[add_generation_prompt tools documents tool_choice bos_token eos_token enable_thinking]
+    unread = keywords.keys - every_template - reads.to_a.map(&:to_sym)
+    return keywords if reads.nil? || unread.empty?
+
+    @refused += 1
+    refused = elelem(source, messages, keywords, Time.now)["error"].to_s
+    names = "unknown keyword#{"s" if unread.size > 1}: #{unread.map(&:inspect).join(", ")} "
+    @failures << "#{label}: #{unread} unread, elelem: #{refused[0, 200]}" unless refused.include?(names)
+    keywords.except(*unread)
+  end
+
+  # :identical, :raises (both do) or :differs (a failure).
+  def outcome(label, ours, expected)
+    if ours.key?("error") && expected.key?("error")
+      @raised << "#{label}: #{expected["error"][0, 100]}"
+      return :raises
+    end
+    return :identical if ours == expected
+
+    @failures << difference(label, expected, ours)
+    :differs
+  end
+
   # Where two renderings part, for the failure message.
-  def difference(name, conversation, reference, ours)
-    return "#{name} / #{conversation}: jinja2 #{reference.inspect[0, 300]}, elelem #{ours.inspect[0, 300]}" \
+  def difference(label, reference, ours)
+    return "#{label}: jinja2 #{reference.inspect[0, 300]}, elelem #{ours.inspect[0, 300]}" \
       unless reference["text"] && ours["text"]
 
     a = reference["text"]
     b = ours["text"]
     at = (0...[a.size, b.size].min).find { |i| a[i] != b[i] } || [a.size, b.size].min
-    "#{name} / #{conversation} at #{at}: jinja2 #{a[[at - 60, 0].max, 160].inspect}\n  " \
+    "#{label} at #{at}: jinja2 #{a[[at - 60, 0].max, 160].inspect}\n  " \
       "elelem #{b[[at - 60, 0].max, 160].inspect}"
   end
-
-  # The one difference: in jinja2 a `|safe` string is a Markup, and adding a plain string
-  # to it with `+` HTML-escapes that string, though auto-escaping is off; minijinja escapes
-  # only under auto-escaping, which would escape `~` and every printed value as well.
-  # functionary v3.1 adds its tool definitions' JSON so: jinja2 writes `{&#34;name&#34;: ...`.
-  markup_escaped = ["meetkai-functionary-medium-v3.1"]
 
   it "renders all of llama.cpp's real templates as transformers' jinja2 does, or raises where it raises" do
     files = Dir[File.join(templates_dir, "*.jinja")]
@@ -138,41 +160,33 @@ RSpec.describe "chat templates" do
 
     templates = files.to_h { |f| [File.basename(f, ".jinja"), File.read(f)] }
     reference = jinja2(templates, conversations, now)
-    failures = []
-    raised = []
+    @failures = []
+    @raised = []
+    @refused = 0
     rows = templates.map do |name, source|
       outcomes = conversations.map do |conversation, (messages, keywords)|
-        ours = elelem(source, messages, keywords, now)
-        expected = reference.fetch(name).fetch(conversation)
-        if ours.key?("error") && expected.key?("error")
-          raised << "#{name} / #{conversation}: #{expected["error"][0, 100]}"
-          next :raises
-        end
-        next :identical if ours == expected
-        next :markup if markup_escaped.include?(name) && CGI.unescapeHTML(expected["text"].to_s) == ours["text"]
-
-        failures << difference(name, conversation, expected, ours)
-        :differs
+        label = "#{name} / #{conversation}"
+        keywords = read_keywords(label, source, messages, keywords, reference.fetch(name).fetch("reads"))
+        expected = reference.fetch(name).dig("conversations", conversation)
+        outcome(label, elelem(source, messages, keywords, now), expected)
       end
       [name, outcomes.tally]
     end
     table(rows, conversations.size)
-    puts "\nWhere jinja2 raises (and elelem too), jinja2's error:", raised
+    puts "#{@refused} conversations with keywords the template does not read: refused, naming them"
+    puts "\nWhere jinja2 raises (and elelem too), jinja2's error:", @raised
     expect(files.size).to eq(70)
-    expect(failures).to be_empty, failures.join("\n")
+    expect(@failures).to be_empty, @failures.join("\n")
   end
 
-  # Per template: the conversations rendered identically (of them, how many both raise
-  # on), and those identical but for jinja2's Markup escaping.
+  # Per template: the conversations rendered identically (of them, how many both raise on).
   def table(rows, total)
     width = rows.map { |name, _| name.size }.max
-    puts "\n#{"template".ljust(width)}  identical  (both raise)  but for Markup escaping"
-    rows.each do |name, n|
-      puts "#{name.ljust(width)}  #{"#{n.fetch(:identical, 0) + n.fetch(:raises, 0)}/#{total}".ljust(9)}  " \
-           "#{n.fetch(:raises, 0).to_s.ljust(12)}  #{n.fetch(:markup, 0)}"
-    end
-    sum = ->(key) { rows.sum { |_, n| n.fetch(key, 0) } }
-    puts "#{"total".ljust(width)}  #{sum[:identical] + sum[:raises]}/#{rows.size * total}  " \
-         "(#{sum[:raises]} both raise, #{sum[:markup]} identical but for Markup escaping)"
+    puts "\n#{"template".ljust(width)}  identical  (both raise)"
+    same = ->(n) { n.fetch(:identical, 0) + n.fetch(:raises, 0) }
+    rows.each { |name, n| puts "#{name.ljust(width)}  #{"#{same[n]}/#{total}".ljust(9)}  #{n.fetch(:raises, 0)}" }
+    raises = rows.sum { |_, n| n.fetch(:raises, 0) }
+    puts "#{"total".ljust(width)}  #{rows.sum { |_, n| same[n] }}/#{rows.size * total}  (#{raises} both raise); " \
+         "#{rows.count { |_, n| same[n] == total }}/#{rows.size} templates identical on every conversation"
   end
 end

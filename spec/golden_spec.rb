@@ -8,13 +8,14 @@ require "spec_helper"
 RSpec.describe "golden generations" do
   # Every golden file: a known model's, or a synthetic model's (rake canary writes them).
   SpecModels.golden_names.each do |name|
-    path = -> { Elelem::Models.names.include?(name) ? SpecModels.path(name) : SpecModels.synthetic(name) }
+    path = -> { SpecModels.golden_model(name) }
     context name do
       golden = SpecModels.golden(name)
 
       golden.cases.each do |c|
         it "decodes #{c["max_tokens"]} tokens identical to llama.cpp for the #{c["name"]} prompt" do
-          Elelem.open(path.call, n_ctx: golden.n_ctx, n_threads: golden.n_threads) do |model|
+          Elelem.open(path.call, n_ctx: golden.n_ctx, n_threads: golden.n_threads,
+                                 flash_attn: golden.flash_attn) do |model|
             expect(model).to decode(c["prompt"], max_tokens: c["max_tokens"], ignore_eos: c["ignore_eos"],
                                                  name: c["name"]).into(golden)
             stats = model.stats
@@ -33,10 +34,10 @@ end
 RSpec.describe "lockstep generations" do
   SpecModels.lockstep_names.each do |name|
     golden = SpecModels.golden(name)
-    model = name.delete_prefix("lockstep-")
-    it "#{model}: #{golden.parallel} sequences give llama.cpp's ids, each" do
-      path = Elelem::Models.names.include?(model) ? SpecModels.path(model) : SpecModels.synthetic(model)
-      Elelem.open(path, n_ctx: golden.n_ctx, n_threads: golden.n_threads, parallel: golden.parallel) do |opened|
+    it "#{name.delete_prefix("lockstep-")}: #{golden.parallel} sequences give llama.cpp's ids, each" do
+      path = SpecModels.golden_model(name.delete_prefix("lockstep-"))
+      Elelem.open(path, n_ctx: golden.n_ctx, n_threads: golden.n_threads, parallel: golden.parallel,
+                        flash_attn: golden.flash_attn) do |opened|
         mismatch = golden.check(opened, "lockstep")
         expect(mismatch).to be_nil, mismatch.to_s
       end

@@ -89,7 +89,7 @@ RSpec.describe "hostile calls" do
     messages = [{ role: "user", content: "hi" }]
     variables = [{ tools: "all" }, { tools: [1] }, { messages: [] }, { documents: alien }, { deep: loop },
                  { big: 2**200 }, { text: invalid_utf8 }, { now: "today" }, { now: Time.at(-1) }]
-    refuses(variables) { |v| model.chat_prompt(messages, template: "{{ tools }}", **v) }
+    refuses(variables) { |v| model.chat_prompt(messages, template: "{{ tools }}{{ deep }}{{ big }}{{ text }}", **v) }
     refuses([1, invalid_utf8, "{% for %}", "{{ raise_exception('no') }}", "{% for t in tools %}{% endfor %}",
              "{{ strftime_now('%Y\0') }}", "{{ (messages|map(attribute='role'))|tojson }}", alien]) do |t|
       model.chat_prompt(messages, template: t)

@@ -103,7 +103,7 @@ RSpec.describe Elelem::Server do
     end
 
     it "answers 404 for an unknown path and 405 (with Allow) for a wrong method" do
-      expect_error(request("GET", "/v1/embeddings"), 404, code: "not_found")
+      expect_error(request("GET", "/v1/audio/speech"), 404, code: "not_found")
       expect_error(request("GET", "/"), 404)
       response = request("GET", "/v1/chat/completions")
       expect_error(response, 405, code: "method_not_allowed")

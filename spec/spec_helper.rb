@@ -61,6 +61,13 @@ module SpecModels
     Dir[File.join(ROOT, "spec", "fixtures", "goldens", "lockstep-*.json")].map { |f| File.basename(f, ".json") }
   end
 
+  # The model of a golden file: a known model's, or a synthetic one; a `-fa-off` golden
+  # is its model's with flash attention off.
+  def golden_model(name)
+    model = name.delete_suffix("-fa-off")
+    Elelem::Models.names.include?(model) ? path(model) : synthetic(model)
+  end
+
   def golden(name)
     Elelem::Golden.new(File.join(ROOT, "spec", "fixtures", "goldens", "#{name}.json"), cache: Elelem::Golden::CACHE_DIR)
   end

@@ -19,6 +19,8 @@ module Bench
   TG = 128
   TG_DEPTH = 32
   DEPTHS = [1024, 4096].freeze
+  # Depths of the attention-mode rows (one model: BENCH_ATTN_MODEL, the 0.5B by default).
+  ATTN_DEPTHS = [0, 1024, 4096, 16_384].freeze
   TTFT_PROMPT = 16
   # Sequences generated together, and the tokens each generates.
   STREAMS = [1, 2, 4, 8].freeze
@@ -32,8 +34,12 @@ module Bench
     "streams tg64 t/s (all)" => [:min, 1.0],
     "chat turn-2 ttft ms (cached vs cold, both elelem)" => [:max, 1.0],
     "peak RSS MiB" => [:max, 1.0], "compute buffer MiB" => [:max, 1.0], "KV cache MiB" => [:max, 1.0],
-    "grammar mask p50 µs" => [:max, 1.0], "grammar mask p99 µs" => [:max, 1.0],
+    "schema mask p50 µs" => [:max, 1.0], "schema mask p99 µs" => [:max, 1.0],
+    "decode t/s under a schema" => [:min, 1.0],
+    "GBNF grammar mask p50 µs" => [:max, 1.0], "GBNF grammar mask p99 µs" => [:max, 1.0],
+    "decode t/s under a GBNF grammar" => [:min, 1.0],
     "tg128 t/s with a JSON Schema vs without (both elelem)" => [:min, 0.9],
+    "tg32@depth t/s best mode" => [:min, 1.0],
     "embed 256×64 texts/s batch 1" => [:min, 1.0], "embed 256×64 texts/s batch 32" => [:min, 1.0],
     "embed peak RSS MiB" => [:max, 1.0]
   }.freeze
@@ -62,17 +68,18 @@ module Bench
   class Peer
     attr_reader :load_ms
 
-    def self.open(path, threads, n_ctx)
-      peer = new(path, threads, n_ctx)
+    def self.open(path, threads, n_ctx, flash_attn: true)
+      peer = new(path, threads, n_ctx, flash_attn:)
       yield peer
     ensure
       peer&.close
     end
 
-    def initialize(path, threads, n_ctx)
+    def initialize(path, threads, n_ctx, flash_attn: true)
       @path = path
       @threads = threads
-      @io = IO.popen([Reference.binary, "serve", path, threads.to_s, n_ctx.to_s], "r+")
+      @io = IO.popen([Reference.binary, "serve", path, threads.to_s, n_ctx.to_s, "-fa", flash_attn ? "on" : "off"],
+                     "r+")
       @load_ms = Float(@io.gets.to_s[/\Aload_ms (\S+)/, 1])
     end
 
@@ -155,9 +162,9 @@ module Bench
     { "metric" => label, "elelem" => median(pairs.map(&:first)), "llama.cpp" => median(pairs.map(&:last)) }
   end
 
-  def with_both(path, threads, n_ctx)
-    Elelem.open(path, n_ctx:, n_threads: threads) do |model|
-      Peer.open(path, threads, n_ctx) do |peer|
+  def with_both(path, threads, n_ctx, flash_attn: true)
+    Elelem.open(path, n_ctx:, n_threads: threads, flash_attn:) do |model|
+      Peer.open(path, threads, n_ctx, flash_attn:) do |peer|
         ours = Elelem::Bench.new(model)
         [ours, peer].each { |side| side.prompt_rate(64) && side.decode_rate(8) } # warm-up
         yield model, ours, peer
@@ -190,6 +197,24 @@ module Bench
         interleaved("tg#{TG_DEPTH}@#{depth} t/s", ours, peer) { |side| side.decode_rate(TG_DEPTH, depth:) }
       end
     end
+  end
+
+  # Decode at depth in each attention mode (llama.cpp's -fa on and off; elelem's
+  # flash_attn: true and false), then each engine's best mode against the other's.
+  def attention_rows(path, threads)
+    depths = list("BENCH_ATTN_DEPTHS", ATTN_DEPTHS).map(&:to_i).sort
+    modes = { "fa on" => true, "fa off" => false }.map do |label, flash_attn|
+      with_both(path, threads, depths.max + 256, flash_attn:) do |_model, ours, peer|
+        depths.map do |depth|
+          interleaved("tg#{TG_DEPTH}@#{depth} t/s #{label}", ours, peer) { |side| side.decode_rate(TG_DEPTH, depth:) }
+        end
+      end
+    end
+    best = modes.transpose.zip(depths).map do |pair, depth|
+      { "metric" => "tg#{TG_DEPTH}@#{depth} t/s best mode", "elelem" => pair.map { |r| r["elelem"] }.max,
+        "llama.cpp" => pair.map { |r| r["llama.cpp"] }.max }
+    end
+    modes.flatten + best
   end
 
   # Decode while another process keeps one core busy (a server shares its cores with
@@ -271,9 +296,11 @@ module Bench
 
   # Structured output: the time to compute a token's mask over the vocabulary and commit the
   # token (elelem: llguidance; llama.cpp: its GBNF sampler's apply and accept, the reference
-  # driver's grammar mode), p50 and p99 over the greedy runs of GrammarGolden's four prompts
-  # under the GBNF llama.cpp's json_schema_to_grammar writes for {name, age}; and decode
-  # speed with a JSON Schema against the same decode without one (both elelem).
+  # driver's grammar mode), p50 and p99 over the greedy runs of GrammarGolden's four prompts.
+  # llama.cpp always runs the GBNF its json_schema_to_grammar writes for GrammarGolden::SCHEMA;
+  # elelem runs that schema itself (`json_schema:`, the path users take) and, for a like-for-like
+  # row, the same GBNF. Then decode speed with a JSON Schema against the same decode without
+  # one (both elelem).
   def constraint_rows(name, path, threads, binary: Reference.binary)
     return [] unless name.start_with?("qwen")
 
@@ -281,24 +308,40 @@ module Bench
     gbnf = File.read(GrammarGolden::GBNF)
     Elelem.open(path, n_ctx: N_CTX, n_threads: threads) do |model|
       prompts = GrammarGolden::TASKS.map { |t| model.tokenize(GrammarGolden.prompt(t)) }
-      ours = prompts.flat_map do |ids|
-        model.complete(ids, grammar: gbnf, max_tokens: GrammarGolden::MAX_TOKENS).timings[:constraint_us]
-      end
-      theirs = prompts.flat_map { |ids| reference_mask_us(binary, path, ids, threads) }
-      percentile = ->(list, q) { list.sort[((list.size - 1) * q).round] }
-      [{ "metric" => "grammar mask p50 µs", "elelem" => percentile.call(ours, 0.5),
-         "llama.cpp" => percentile.call(theirs, 0.5) },
-       { "metric" => "grammar mask p99 µs", "elelem" => percentile.call(ours, 0.99),
-         "llama.cpp" => percentile.call(theirs, 0.99) },
-       schema_decode_row(model, prompts.first)]
+      theirs = grammar_figures(prompts.map { |ids| reference_grammar_run(binary, path, ids, threads) })
+      { "schema" => { json_schema: GrammarGolden::SCHEMA }, "GBNF grammar" => { grammar: gbnf } }.flat_map do |kind, c|
+        ours = grammar_figures(prompts.map { |ids| grammar_run(model, ids, c) })
+        ["#{kind} mask p50 µs", "#{kind} mask p99 µs", "decode t/s under a #{kind}"].each_with_index.map do |m, i|
+          { "metric" => m, "elelem" => ours[i], "llama.cpp" => theirs[i] }
+        end
+      end + [schema_decode_row(model, prompts.first)]
     end
   end
 
-  # llama.cpp's grammar time per token for one greedy run (the driver's `mask_us` line).
-  def reference_mask_us(binary, path, ids, threads)
-    out = IO.popen([binary, "grammar", path, ids.join(","), GrammarGolden::MAX_TOKENS.to_s, GrammarGolden::GBNF,
-                    N_CTX.to_s, threads.to_s], &:read)
-    out.lines[2].split.drop(1).map(&:to_f)
+  # The masks' p50 and p99 µs and the decode rate of some grammar runs.
+  def grammar_figures(runs)
+    masks = runs.flat_map { |r| r[:mask_us] }.sort
+    percentile = ->(q) { masks[((masks.size - 1) * q).round] }
+    [percentile.call(0.5), percentile.call(0.99), runs.sum { |r| r[:tokens] } / runs.sum { |r| r[:seconds] }]
+  end
+
+  # One greedy generation under a constraint: its masks' µs, its tokens, and the seconds
+  # from the prompt's logits to the last token (masks, sampling, decode passes).
+  def grammar_run(model, ids, constraint)
+    start = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    completion = model.complete(ids, max_tokens: GrammarGolden::MAX_TOKENS, **constraint)
+    seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - start - completion.timings[:prompt_seconds]
+    { mask_us: completion.timings[:constraint_us], tokens: completion.tokens.size, seconds: }
+  end
+
+  # The same from llama.cpp's grammar sampler (the driver's `mask_us` line and its `decode_s`).
+  def reference_grammar_run(binary, path, ids, threads)
+    out, err, status = Open3.capture3(binary, "grammar", path, ids.join(","), GrammarGolden::MAX_TOKENS.to_s,
+                                      GrammarGolden::GBNF, N_CTX.to_s, threads.to_s)
+    raise "reference grammar failed: #{err}" unless status.success?
+
+    { mask_us: out.lines[2].split.drop(1).map(&:to_f), tokens: Integer(err[/tokens (\d+)/, 1]),
+      seconds: Float(err[/decode_s (\S+)/, 1]) }
   end
 
   def schema_decode_row(model, ids)
@@ -345,6 +388,7 @@ module Bench
   def two_thread_rows(name, path, threads)
     rows = depth_rows(path, threads) + stream_rows(path, threads) + agreement_rows(path, threads) +
            contended_rows(path, threads) + open_rows(path, threads) + constraint_rows(name, path, threads)
+    rows += attention_rows(path, threads) if name == ENV.fetch("BENCH_ATTN_MODEL", MODELS.first)
     ours, theirs = rss_pair(path, threads)
     rows << { "metric" => "peak RSS MiB", "elelem" => ours, "llama.cpp" => theirs }
     memory = peer_memory(path)

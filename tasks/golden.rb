@@ -59,6 +59,14 @@ module Goldens
     "lockstep-qwen2.5-coder-0.5b" => ["qwen2.5-coder-0.5b", QWEN_PROMPTS.values_at("code", "long", "prose", "chat")]
   }.freeze
 
+  # Goldens of models opened with `flash_attn: false` (llama.cpp's `-fa off`): plain
+  # attention over a transposed V cache, their own bits. A Qwen (long prompts, one past
+  # 1,600 tokens), Gemma 3 (sliding rings), the Gemma 2-shaped model (soft-capped
+  # scores), the Phi-3-shaped one (fused QKV), and sequences decoded together.
+  FLASH_ATTN_OFF_SUFFIX = "-fa-off"
+  FLASH_ATTN_OFF = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma2 tiny-phi3 lockstep-tiny-gemma2]
+                   .map { |name| name + FLASH_ATTN_OFF_SUFFIX }.freeze
+
   CHAT_MESSAGES = [
     { "role" => "system", "content" => "You are a concise coding assistant." },
     { "role" => "user", "content" => "How do I reverse an Array in Ruby?" },
@@ -89,7 +97,12 @@ module Goldens
   end
 
   def fixtures
-    [*MODELS.keys, *synthetic, *LOCKSTEP.keys]
+    [*MODELS.keys, *synthetic, *LOCKSTEP.keys, *FLASH_ATTN_OFF]
+  end
+
+  # The fixture a `-fa-off` golden mirrors (its cases, with flash attention off).
+  def mirrored(name)
+    name.delete_suffix(FLASH_ATTN_OFF_SUFFIX)
   end
 
   def fixture(name)
@@ -97,6 +110,7 @@ module Goldens
   end
 
   def model_path(name)
+    return model_path(mirrored(name)) if name != mirrored(name)
     return model_path(LOCKSTEP[name].first) if LOCKSTEP.key?(name)
     return Elelem::Models.fetch(name) unless synthetic.include?(name)
 
@@ -106,8 +120,10 @@ module Goldens
   # Records llama.cpp's ids for every case of `golden` under this build's profile.
   def record(golden, name)
     Reference.check_profile!
-    parallel = LOCKSTEP.key?(name) ? LOCKSTEP[name].last.size : 1
-    Elelem.open(model_path(name), n_ctx: Reference::N_CTX, n_threads: Reference::N_THREADS, parallel:) do |model|
+    parallel = LOCKSTEP.key?(mirrored(name)) ? LOCKSTEP[mirrored(name)].last.size : 1
+    flash_attn = name == mirrored(name)
+    Elelem.open(model_path(name), n_ctx: Reference::N_CTX, n_threads: Reference::N_THREADS, parallel:,
+                                  flash_attn:) do |model|
       golden.record(model, reference: Reference.binary)
     end
     puts "recorded #{File.basename(golden.path)} for build profile #{Elelem.build_profile[:id]}"
@@ -119,6 +135,7 @@ module Goldens
     Reference.build
     MODELS.merge(synthetic.to_h { |name| [name, CANARY_PROMPTS] }).each { |name, prompts| record_cases(name, prompts) }
     LOCKSTEP.each_key { |name| record_lockstep(name) }
+    FLASH_ATTN_OFF.each { |name| record_flash_attn_off(name) }
     write_chat
   end
 
@@ -143,6 +160,22 @@ module Goldens
       ids = prompts.map { |p| p.is_a?(String) ? Reference.tokenize(model_path(model), p) : p }
       golden.add_lockstep_case("lockstep", ids, max_tokens: Reference::N_PREDICT,
                                                 ignore_eos: !prompts.first.is_a?(String))
+    end
+    record(golden, name)
+  end
+
+  # A `-fa-off` fixture: the cases of the fixture it mirrors, recorded with flash attention off.
+  def record_flash_attn_off(name)
+    golden = Elelem::Golden.new(fixture(name))
+    Elelem::Golden.new(fixture(mirrored(name))).cases.each do |c|
+      next if golden.find(c["name"])
+
+      if c["prompts"]
+        golden.add_lockstep_case(c["name"], c["prompts"], max_tokens: c["max_tokens"], ignore_eos: c["ignore_eos"])
+      else
+        golden.add_case(c["name"], c["prompt"], max_tokens: c["max_tokens"], ignore_eos: c["ignore_eos"],
+                                                prompt_text: c["prompt_text"])
+      end
     end
     record(golden, name)
   end

@@ -13,6 +13,10 @@ require_relative "reference"
 # elelem's `generate(grammar:)` (llguidance, the same GBNF) picks the same tokens.
 module GrammarGolden
   FIXTURE = File.join(Reference::ROOT, "spec", "fixtures", "grammar", "person-qwen2.5-coder-0.5b.json")
+  # What llama.cpp's json_schema_to_grammar wrote person.gbnf from (its converter adds no
+  # other keys when additionalProperties is absent; JSON Schema itself would allow them).
+  SCHEMA = { type: "object", properties: { name: { type: "string" }, age: { type: "integer" } },
+             required: %w[name age], additionalProperties: false }.freeze
   GBNF = File.join(Reference::ROOT, "spec", "fixtures", "grammar", "person.gbnf")
   MODEL = "qwen2.5-coder-0.5b"
   TASKS = ["Describe a person.", "Describe a famous scientist.", "Describe a child.", "Describe your neighbour."].freeze

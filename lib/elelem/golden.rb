@@ -73,6 +73,10 @@ module Elelem
     # @return [Integer] the sequences the model was opened with (`parallel:`), for lockstep cases
     def parallel = @doc.fetch("parallel", 1)
 
+    # @return [Boolean] whether the model was opened with flash attention (`flash_attn:`; the
+    #   reference ran with llama.cpp's `-fa` in the same mode)
+    def flash_attn = @doc.fetch("flash_attn", true)
+
     # @return [Array<Hash>] the cases: `"name"`, `"prompt"` (ids), `"max_tokens"`, `"ignore_eos"`,
     #   and `"prompt_text"` where the prompt was text; a lockstep case has `"prompts"` (an Array
     #   of ids each) instead of `"prompt"`, decoded together in the same passes
@@ -213,11 +217,10 @@ module Elelem
         raise Error, "#{@path} was recorded with another model file (sha256 #{sha}), not #{info[:path]}"
       end
 
-      %w[n_ctx n_threads parallel].each do |key|
-        next if @doc[key].nil? || @doc[key] == info[key.to_sym]
+      { n_ctx:, n_threads:, parallel: @doc["parallel"], flash_attn: }.each do |key, value|
+        next if value.nil? || value == info[key]
 
-        raise Error, "#{@path} was recorded with #{key} #{@doc[key]}; the model has #{info[key.to_sym]} " \
-                     "(open it with #{key}: #{@doc[key]})"
+        raise Error, "#{@path} was recorded with #{key} #{value}; it has #{info[key]} (open it with #{key}: #{value})"
       end
     end
 
@@ -229,6 +232,7 @@ module Elelem
       @doc["n_ctx"] = info[:n_ctx]
       @doc["n_threads"] = info[:n_threads]
       @doc["parallel"] = info[:parallel] if info[:parallel] > 1
+      @doc["flash_attn"] = false unless info[:flash_attn]
     end
 
     def new_recording(reference)
@@ -259,7 +263,7 @@ module Elelem
 
     # Writes only what changed, so checking in CI leaves a committed file as it is.
     def write(path, doc)
-      fields = %w[format model n_ctx n_threads parallel cases recordings]
+      fields = %w[format model n_ctx n_threads parallel flash_attn cases recordings]
       text = "#{JSON.pretty_generate(doc.slice(*fields))}\n"
       return if File.exist?(path) && File.read(path) == text
 

@@ -28,7 +28,7 @@ module Elelem
       # Opens a model; see {Elelem.open}.
       # @return [Model]
       def open(path, n_ctx: DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0, parallel: 1,
-               queue: DEFAULT_QUEUE)
+               queue: DEFAULT_QUEUE, flash_attn: :auto)
         path = path.to_path if path.respond_to?(:to_path)
         raise ArgumentError, "path must be a String, got #{path.class}" unless path.is_a?(String)
 
@@ -37,7 +37,7 @@ module Elelem
         Options.integer(:n_gpu_layers, n_gpu_layers, 0..Options::MAX_U32)
         Options.integer(:parallel, parallel, 1..MAX_SEQUENCES)
         Options.integer(:queue, queue, 0..Options::MAX_U32)
-        model = _open(known(path), n_ctx, n_threads, parallel, queue)
+        model = _open(known(path), n_ctx, n_threads, parallel, queue, Options.flash_attn(flash_attn))
         model.send(:after_open)
         model
       rescue Elelem::LoadError => e
@@ -208,7 +208,8 @@ module Elelem
     #   as those tokens. Off by default: contents are plain text, so a user cannot end a turn or
     #   open a system one; only the template's own markup is special. Set it for trusted content only.
     # @param options the options of {#generate}; every other keyword is a template variable,
-    #   passed through as it is (`enable_thinking: false`, `documents: [...]`), but `now:`
+    #   passed through as it is (`enable_thinking: false`, `documents: [...]`), but `now:`; one
+    #   the template does not read is an ArgumentError
     # @option options [Array<Hash>] :tools tool definitions, OpenAI-style JSON schemas of
     #   functions (`{ type: "function", function: { name:, description:, parameters: } }`): the
     #   template shows them to the model, and a call the model opens is constrained to the
@@ -223,8 +224,9 @@ module Elelem
     # @raise [Elelem::Error] when the model has no template and none is given
     # @raise [Elelem::TemplateError] when the template fails (its `raise_exception`, say,
     #   refusing a role it does not take)
-    # @raise [ArgumentError] for an unknown role, a content that is not text, or a value a
-    #   template cannot take
+    # @raise [ArgumentError] for an unknown role, a content that is not text, a value a
+    #   template cannot take, or a keyword the template does not read (but `tools:`,
+    #   `documents:`, `tool_choice:`, which every template gets)
     def chat(messages, template: nil, system: nil, parse_special: false, **options, &block)
       ids, generation, constraint = chat_request(messages, template, system, parse_special, options)
       run(ids, generation, text: true, constraint:, &block)[:text]
@@ -235,6 +237,7 @@ module Elelem
     # @param variables [Hash] template variables (`tools:`, `enable_thinking: false`, ...) and `now:`
     # @return [String]
     # @raise [Elelem::TemplateError] when the template fails
+    # @raise [ArgumentError] for a keyword the template does not read, as {#chat}
     def chat_prompt(messages, template: nil, system: nil, add_generation_prompt: true, **variables)
       args = chat_arguments(messages, template, system, variables)
       _render_chat(args[0], args[1], add_generation_prompt ? true : false, *args[2..])
@@ -245,6 +248,7 @@ module Elelem
     # @param variables [Hash] template variables (`tools:`, `enable_thinking: false`, ...) and `now:`
     # @return [Array<Integer>]
     # @raise [Elelem::TemplateError] when the template fails
+    # @raise [ArgumentError] for a keyword the template does not read, as {#chat}
     def chat_tokens(messages, template: nil, system: nil, parse_special: false, **variables)
       args = chat_arguments(messages, template, system, variables)
       _chat_ids(args[0], args[1], parse_special ? true : false, *args[2..])

@@ -33,6 +33,14 @@ module Elelem
       raise ArgumentError, "#{name} must be an Integer in #{range}, got #{value.inspect}"
     end
 
+    # `flash_attn:` values: `:auto`, llama.cpp's default, is flash attention on the CPU.
+    FLASH_ATTN = { auto: true, true => true, false => false }.freeze
+
+    # @return [Boolean] `flash_attn:` as the native side takes it
+    def flash_attn(value)
+      FLASH_ATTN.fetch(value) { raise ArgumentError, "flash_attn must be :auto, true or false, got #{value.inspect}" }
+    end
+
     def float(name, value)
       return value.to_f if value.is_a?(Numeric) && value.real?
 
@@ -69,9 +77,7 @@ module Elelem
     # and choices as JSON text, grammars and regexes as they are).
     def constraint(options)
       given = options.slice(*CONSTRAINTS).compact
-      if given.size > 1
-        raise ArgumentError, "give at most one of #{CONSTRAINTS.join(", ")}; got #{given.keys.join(" and ")}"
-      end
+      raise ArgumentError, "give at most one of #{CONSTRAINTS * ", "}; got #{given.keys * " and "}" if given.size > 1
 
       rest = options.except(*CONSTRAINTS)
       return [rest, nil] if given.empty?

@@ -6,7 +6,9 @@ Reads a JSON request on stdin:
   {"templates": {name: source}, "conversations": {name: {"messages": [...],
    "add_generation_prompt": bool, "variables": {...}}}, "bos_token": str,
    "eos_token": str, "now": unix seconds}
-and writes {template: {conversation: {"text": str} | {"error": str}}} on stdout.
+and writes {template: {"reads": [variable, ...] | null, "conversations": {conversation:
+{"text": str} | {"error": str}}}} on stdout: "reads" is what jinja2.meta finds the
+template looks up (null where jinja2 cannot parse it).
 
 The environment is transformers': an ImmutableSandboxedEnvironment with
 trim_blocks and lstrip_blocks, the loopcontrols extension, a `{% generation %}`
@@ -27,6 +29,7 @@ from datetime import datetime
 
 import jinja2
 import jinja2.ext
+import jinja2.meta
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -111,13 +114,24 @@ def render(env, source, conversation, bos_token, eos_token):
         return {"error": f"{type(e).__name__}: {e}"}
 
 
+def reads(env, source):
+    """The variables the template looks up, as jinja2.meta finds them."""
+    try:
+        return sorted(jinja2.meta.find_undeclared_variables(env.parse(source)))
+    except Exception:
+        return None
+
+
 def main():
     request = json.load(sys.stdin)
     env = environment(datetime.fromtimestamp(request["now"]))
     results = {
         name: {
-            conv_name: render(env, source, conv, request["bos_token"], request["eos_token"])
-            for conv_name, conv in request["conversations"].items()
+            "reads": reads(env, source),
+            "conversations": {
+                conv_name: render(env, source, conv, request["bos_token"], request["eos_token"])
+                for conv_name, conv in request["conversations"].items()
+            },
         }
         for name, source in request["templates"].items()
     }

@@ -4,7 +4,9 @@
 // Every command takes any number of `-o KEY=true|false` options, anywhere on
 // the line, which override boolean metadata the way llama.cpp's --override-kv
 // does: tokenizer_goldens.rb reaches with them tokenizer paths that our
-// models do not take as shipped.
+// models do not take as shipped. And `-fa on|off|auto`, as llama.cpp's tools
+// take it: the flash attention of every context made (default auto, which
+// the CPU backend resolves to on).
 //
 //   elelem-reference generate MODEL IDS N_PREDICT [N_CTX] [N_THREADS] [IGNORE_EOS]
 //       IDS is comma-separated prompt token ids. Prints the greedy ids (one
@@ -48,7 +50,9 @@
 //       "root", chained before greedy): prints the ids (the end-of-generation
 //       token the grammar allows at its end included) and the hex of the text.
 //       Prints "mask_us" and the microseconds each token's grammar step took
-//       (the grammar's apply over the whole vocabulary, then its accept).
+//       (the grammar's apply over the whole vocabulary, then its accept). On
+//       stderr: "decode_s <s> tokens <n>", the seconds from the prompt's logits
+//       to the last token (masks, sampling and decode passes).
 //   elelem-reference embed MODEL FILE N_CTX N_THREADS POOLING NORMALIZE BATCH_TEXTS
 //       What llama-embedding (examples/embedding/embedding.cpp) does, through
 //       the library: FILE holds one text per line as comma-separated token ids
@@ -171,6 +175,17 @@ static bool add_override(const std::string & kv) {
     return true;
 }
 
+// -fa: the flash attention of every context the commands make.
+static llama_flash_attn_type flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
+
+static bool set_flash_attn(const char * value) {
+    if (!strcmp(value, "on")) flash_attn = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    else if (!strcmp(value, "off")) flash_attn = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    else if (!strcmp(value, "auto")) flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
+    else return false;
+    return true;
+}
+
 // vocab_only skips the weights, for the commands that only ask the tokenizer.
 static llama_model * load(const char * path, bool vocab_only) {
     llama_model_params mp = llama_model_default_params();
@@ -189,6 +204,7 @@ static llama_context * make_context(llama_model * model, int n_ctx, int n_thread
     cp.n_threads = n_threads;
     cp.n_threads_batch = n_threads;
     cp.swa_full = false;  // common_params' default, as llama-completion runs
+    cp.flash_attn_type = flash_attn;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "failed to create context\n"); exit(1); }
     return ctx;
@@ -292,6 +308,7 @@ static int cmd_grammar(int argc, char ** argv) {
     std::vector<llama_token> out;
     std::vector<double> mask_us;
     std::string text;
+    const auto decode_start = std::chrono::steady_clock::now();
     for (int i = 0; i < n_predict; ++i) {
         const float * logits = llama_get_logits_ith(ctx, -1);
         for (int t = 0; t < n_vocab; ++t) cur[t] = llama_token_data{t, logits[t], 0.0f};
@@ -311,10 +328,12 @@ static int cmd_grammar(int argc, char ** argv) {
         if ((int) (prompt.size() + out.size()) >= n_ctx) break;
         if (llama_decode(ctx, llama_batch_get_one(&id, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
     }
+    const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - decode_start).count();
     for (size_t i = 0; i < out.size(); ++i) printf(i ? " %d" : "%d", out[i]);
     printf("\n%s\nmask_us", to_hex(text).c_str());
     for (double us : mask_us) printf(" %.1f", us);
     printf("\n");
+    fprintf(stderr, "decode_s %.6f tokens %zu\n", decode_s, out.size());
     llama_sampler_free(grammar);
     llama_sampler_free(greedy);
     llama_free(ctx);
@@ -331,6 +350,7 @@ static llama_context * make_multi_context(llama_model * model, int n_ctx, int n_
     cp.n_threads_batch = n_threads;
     cp.swa_full = false;
     cp.n_seq_max = n_seq;
+    cp.flash_attn_type = flash_attn;
     cp.kv_unified = true;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "failed to create context\n"); exit(1); }
@@ -640,6 +660,7 @@ static int cmd_embed(int argc, char ** argv) {
     // models.
     cp.n_batch = (uint32_t) std::max(n_ctx, 2048);
     cp.n_ubatch = cp.n_batch;
+    cp.flash_attn_type = flash_attn;
     cp.n_threads = n_threads;
     cp.n_threads_batch = n_threads;
     cp.swa_full = false;  // common_params' default
@@ -794,8 +815,9 @@ int main(int argc, char ** argv) {
     bool options_ok = true;
     int n_args = 1;
     for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "-o")) argv[n_args++] = argv[i];
-        else options_ok = options_ok && i + 1 < argc && add_override(argv[++i]);
+        if (!strcmp(argv[i], "-o")) options_ok = options_ok && i + 1 < argc && add_override(argv[++i]);
+        else if (!strcmp(argv[i], "-fa")) options_ok = options_ok && i + 1 < argc && set_flash_attn(argv[++i]);
+        else argv[n_args++] = argv[i];
     }
     argc = n_args;
     overrides.push_back(llama_model_kv_override{});  // the terminator

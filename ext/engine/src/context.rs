@@ -5,7 +5,7 @@ use std::time::Instant;
 use crate::arch::Kind;
 use crate::embed::Pooling;
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
-use crate::graph_inputs::{distinct_seqs, Batch, Inputs};
+use crate::graph_inputs::{distinct_seqs, Batch, Inputs, MaskFor};
 use crate::kv_cache::{Cells, KvCache, SeqId, KV_PAD, MAX_SEQUENCES};
 use crate::layers::GraphBuilder;
 use crate::{Error, Model, Result};
@@ -28,6 +28,11 @@ pub struct ContextParams {
     /// What a pass outputs: the logits of its output rows (`None`), or embeddings
     /// pooled this way (every token is an output row then, as in llama.cpp).
     pub pooling: Option<Pooling>,
+    /// Attention as one fused flash-attention kernel (llama.cpp's `-fa on`, which its
+    /// `auto` picks on the CPU), or as a matrix product, a soft-max and a matrix product
+    /// over a transposed V cache (`-fa off`). Each mode gives llama.cpp's bits in the
+    /// same mode; they differ from each other. Encoders always use flash attention.
+    pub flash_attn: bool,
 }
 
 impl Default for ContextParams {
@@ -38,6 +43,7 @@ impl Default for ContextParams {
             n_ubatch: DEFAULT_UBATCH,
             n_seq_max: 1,
             pooling: None,
+            flash_attn: true,
         }
     }
 }
@@ -129,6 +135,7 @@ impl Context {
                 params.n_ctx,
                 params.n_ubatch.min(params.n_ctx),
                 params.n_seq_max,
+                !params.flash_attn,
             )?,
             // An encoder's pass attends over its own tokens only.
             Kind::Encoder => KvCache::none(),
@@ -547,7 +554,20 @@ fn validate_output(model: &Model, params: &ContextParams) -> Result<()> {
 }
 
 fn build(graph: &Graph, model: &Model, kv: &KvCache, params: &ContextParams, shape: &PassShape) -> (Inputs, Tensor) {
-    let inputs = Inputs::new(graph, shape.n_tokens.into(), shape.n_outputs.into(), shape.n_kv);
+    let attention = if kv.v_trans {
+        MaskFor::SoftMax {
+            v_width: model.hparams.n_embd_v_gqa(),
+        }
+    } else {
+        MaskFor::FlashAttention
+    };
+    let inputs = Inputs::new(
+        graph,
+        shape.n_tokens.into(),
+        shape.n_outputs.into(),
+        shape.n_kv,
+        attention,
+    );
     let builder = GraphBuilder {
         graph,
         own_mask: std::cell::Cell::new(None),

@@ -166,6 +166,7 @@ impl Embedder {
                 n_ubatch: n_batch,
                 n_seq_max: params.batch_texts,
                 pooling: Some(pooling),
+                flash_attn: true,
             },
         )?;
         Ok(Embedder {

@@ -481,6 +481,25 @@ impl Graph {
         op!(self, sys::ggml_soft_max(self.c(), a.as_ptr()))
     }
 
+    /// `softmax(a * scale + mask)` per row (no ALiBi).
+    pub fn soft_max_ext(&self, a: Tensor, mask: Tensor, scale: f32) -> Tensor {
+        op!(
+            self,
+            sys::ggml_soft_max_ext(self.c(), a.as_ptr(), mask.as_ptr(), scale, 0.0)
+        )
+    }
+
+    /// `w · x` accumulated in F32 whatever the types (llama.cpp's attention scores).
+    pub fn mul_mat_f32(&self, w: Tensor, x: Tensor) -> Tensor {
+        let out = self.mul_mat(w, x);
+        unsafe { sys::ggml_mul_mat_set_prec(out.as_ptr(), sys::GGML_PREC_F32) };
+        out
+    }
+
+    pub fn cont_2d(&self, a: Tensor, ne0: i64, ne1: i64) -> Tensor {
+        op!(self, sys::ggml_cont_2d(self.c(), a.as_ptr(), ne0, ne1))
+    }
+
     /// The indices of the `k` largest values of each row, largest first.
     pub fn argsort_top_k(&self, a: Tensor, k: i32) -> Tensor {
         op!(self, sys::ggml_argsort_top_k(self.c(), a.as_ptr(), k))

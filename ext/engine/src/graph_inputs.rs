@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use ggml_sys as sys;
 
 use crate::ggml::{Graph, Tensor};
-use crate::kv_cache::{Cells, KvCache, SeqId};
+use crate::kv_cache::{Cells, KvCache, SeqId, MASK_HIDDEN, MASK_VISIBLE};
 
 /// One micro-batch: each token with its position and sequence, the rows whose
 /// logits are wanted, and the cache cells each group put the tokens in.
@@ -84,30 +84,53 @@ pub struct KvGroupInput {
     pub group: usize,
     /// How many cells of the group the graph attends over.
     pub n_kv: i64,
-    /// F16 [n_kv, n_tokens]: 0 where a token may attend a cell, -inf elsewhere.
+    /// [n_kv, n_tokens]: 0 where a token may attend a cell, -inf elsewhere; F16 for
+    /// flash attention, F32 for plain attention's soft-max (as llama.cpp's).
     pub mask: Tensor,
-    /// I64 [n_tokens]: the cell each token's K and V go to.
+    /// I64 [n_tokens]: the cell each token's K (and untransposed V) go to.
     pub cells: Tensor,
+    /// I64 [n_embd_v_gqa × n_tokens], for a transposed V cache: where each value of
+    /// each token goes, `j × cells + cell` (llama.cpp's `v_idxs` with `v_trans`).
+    pub v_elements: Option<Tensor>,
 }
 
 impl GraphInput for KvGroupInput {
     fn set(&self, batch: &Batch) {
         let idxs: Vec<i64> = batch.slots[self.group].iter().map(|&i| i64::from(i)).collect();
         self.cells.write(&idxs);
-        // Row by row: the whole mask of a micro-batch deep in a large context would be
-        // a second copy of up to a GiB.
         let cells: &Cells = &batch.kv.groups[self.group];
-        let mut row = vec![0u16; self.n_kv as usize];
-        let row_bytes = std::mem::size_of_val(&row[..]);
-        assert_eq!(self.mask.nbytes(), row_bytes * batch.n_tokens());
-        for (i, (&query, &seq)) in batch.pos.iter().zip(batch.seqs).enumerate() {
-            cells.mask_row(query, seq, &mut row);
-            self.mask.write_at(i * row_bytes, &row);
+        if let Some(v_elements) = self.v_elements {
+            let width = v_elements.ne()[0] / batch.n_tokens() as i64;
+            let size = i64::from(cells.size());
+            let elements: Vec<i64> = idxs
+                .iter()
+                .flat_map(|&cell| (0..width).map(move |j| j * size + cell))
+                .collect();
+            v_elements.write(&elements);
+        }
+        if self.mask.ggml_type() == sys::GGML_TYPE_F16 {
+            self.write_mask(batch, cells, MASK_VISIBLE, MASK_HIDDEN);
+        } else {
+            self.write_mask(batch, cells, 0f32, f32::NEG_INFINITY);
         }
     }
 
     fn can_reuse(&self, batch: &Batch) -> bool {
         self.cells.ne()[0] as usize == batch.n_tokens() && i64::from(batch.kv.groups[self.group].n_kv()) == self.n_kv
+    }
+}
+
+impl KvGroupInput {
+    /// Row by row: the whole mask of a micro-batch deep in a large context would be a
+    /// second copy of up to a GiB.
+    fn write_mask<T: Copy>(&self, batch: &Batch, cells: &Cells, visible: T, hidden: T) {
+        let mut row = vec![hidden; self.n_kv as usize];
+        let row_bytes = std::mem::size_of_val(&row[..]);
+        assert_eq!(self.mask.nbytes(), row_bytes * batch.n_tokens());
+        for (i, (&query, &seq)) in batch.pos.iter().zip(batch.seqs).enumerate() {
+            cells.mask_row(query, seq, &mut row, visible, hidden);
+            self.mask.write_at(i * row_bytes, &row);
+        }
     }
 }
 
@@ -233,6 +256,17 @@ impl GraphInput for PooledRows {
     }
 }
 
+/// Which attention a pass's cache inputs serve.
+#[derive(Clone, Copy)]
+pub enum MaskFor {
+    FlashAttention,
+    /// Plain attention (a matrix product, a soft-max, a matrix product) over a V cache
+    /// transposed, its rows `v_width` values (n_embd_v_gqa) per cell.
+    SoftMax {
+        v_width: u32,
+    },
+}
+
 /// Every input of a pass.
 pub struct Inputs {
     pub tokens: TokenIds,
@@ -246,8 +280,13 @@ pub struct Inputs {
 
 impl Inputs {
     /// The inputs of a pass over `n_tokens` tokens with `n_outputs` output rows,
-    /// attending over the first `n_kv` cells of each cache group.
-    pub fn new(graph: &Graph, n_tokens: i64, n_outputs: i64, n_kv: &[u32]) -> Inputs {
+    /// attending over the first `n_kv` cells of each cache group, with flash attention
+    /// or without (then with a transposed V cache `v_width` values wide).
+    pub fn new(graph: &Graph, n_tokens: i64, n_outputs: i64, n_kv: &[u32], attention: MaskFor) -> Inputs {
+        let mask_type = match attention {
+            MaskFor::FlashAttention => sys::GGML_TYPE_F16,
+            MaskFor::SoftMax { .. } => sys::GGML_TYPE_F32,
+        };
         let kv = n_kv
             .iter()
             .enumerate()
@@ -256,10 +295,18 @@ impl Inputs {
                 n_kv: n_kv.into(),
                 mask: graph.input(
                     &format!("attn_inp_kq_mask_g{group}"),
-                    sys::GGML_TYPE_F16,
+                    mask_type,
                     &[n_kv.into(), n_tokens, 1, 1],
                 ),
                 cells: graph.input(&format!("inp_kv_cells_g{group}"), sys::GGML_TYPE_I64, &[n_tokens]),
+                v_elements: match attention {
+                    MaskFor::SoftMax { v_width } => Some(graph.input(
+                        &format!("inp_kv_v_elements_g{group}"),
+                        sys::GGML_TYPE_I64,
+                        &[i64::from(v_width) * n_tokens],
+                    )),
+                    MaskFor::FlashAttention => None,
+                },
             })
             .collect();
         Inputs {

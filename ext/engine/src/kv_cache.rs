@@ -26,8 +26,9 @@ pub(crate) const KV_PAD: u32 = 256;
 pub const MAX_SEQUENCES: u32 = 64;
 
 /// F16 bits of 0 and -inf.
-const MASK_VISIBLE: u16 = 0x0000;
-const MASK_HIDDEN: u16 = 0xFC00;
+/// The F16 mask's values (flash attention's mask is F16): 0 and -inf.
+pub(crate) const MASK_VISIBLE: u16 = 0x0000;
+pub(crate) const MASK_HIDDEN: u16 = 0xFC00;
 
 /// A sequence's index in a context, `0..n_seq_max`.
 pub type SeqId = u32;
@@ -247,28 +248,31 @@ impl Cells {
         self.size().min(KV_PAD.max(used_end.div_ceil(KV_PAD) * KV_PAD))
     }
 
-    /// One row of the F16 mask [n_kv, n_tokens], for the token of `seq` at position
-    /// `query` over the first `row.len()` cells: a cell is visible if it holds a
-    /// position of `seq` at or before the token's, within the window. Row by row,
-    /// because the whole mask of a micro-batch deep in a large context would be a
-    /// second copy of up to a GiB.
-    pub fn mask_row(&self, query: i32, seq: SeqId, row: &mut [u16]) {
-        row.fill(MASK_HIDDEN);
+    /// One row of the mask [n_kv, n_tokens], for the token of `seq` at position
+    /// `query` over the first `row.len()` cells: a cell is `visible` if it holds a
+    /// position of `seq` at or before the token's, within the window, else `hidden`
+    /// (0 and -inf, in F16 or F32). Row by row, because the whole mask of a
+    /// micro-batch deep in a large context would be a second copy of up to a GiB.
+    pub fn mask_row<T: Copy>(&self, query: i32, seq: SeqId, row: &mut [T], visible: T, hidden: T) {
+        row.fill(hidden);
         let bit = 1u64 << seq;
         for ((m, &key), &seqs) in row.iter_mut().zip(&self.pos).zip(&self.seqs) {
             if seqs & bit != 0 && key <= query && !self.outside_window(key, query) {
-                *m = MASK_VISIBLE;
+                *m = visible;
             }
         }
     }
 }
 
 /// K and V of every layer, F16, in one backend buffer allocated once and never
-/// touched by the graph allocator. V is not transposed (the flash-attention
-/// layout). Each layer's tensors have as many rows as its group has cells.
+/// touched by the graph allocator. Each layer's tensors have as many rows as its
+/// group has cells. V is stored as K is (a row per cell) for flash attention, and
+/// transposed (a row per value dimension, a column per cell) without it, as
+/// llama.cpp's `v_trans`: the layout its plain attention's matrix product reads.
 pub(crate) struct KvCache {
     pub k: Vec<Tensor>,
     pub v: Vec<Tensor>,
+    pub v_trans: bool,
     /// The index in `groups` of each layer.
     pub layer_group: Vec<usize>,
     pub groups: Vec<Cells>,
@@ -281,7 +285,14 @@ impl KvCache {
     /// `n_ubatch` is the most tokens one graph adds: the sliding group keeps that
     /// many cells beyond the windows of its `n_seq` sequences, so a micro-batch never
     /// overwrites a key one of its own tokens still sees.
-    pub fn new(backend: &Backend, hp: &HParams, n_ctx: u32, n_ubatch: u32, n_seq: u32) -> Result<KvCache> {
+    pub fn new(
+        backend: &Backend,
+        hp: &HParams,
+        n_ctx: u32,
+        n_ubatch: u32,
+        n_seq: u32,
+        v_trans: bool,
+    ) -> Result<KvCache> {
         let pad = |n: u32| n.div_ceil(KV_PAD) * KV_PAD;
         let full = pad(n_ctx);
         let mut groups = Vec::new();
@@ -329,6 +340,7 @@ impl KvCache {
         Ok(KvCache {
             k,
             v,
+            v_trans,
             layer_group,
             groups,
             buffer: Some(buffer),
@@ -341,6 +353,7 @@ impl KvCache {
         KvCache {
             k: Vec::new(),
             v: Vec::new(),
+            v_trans: false,
             layer_group: Vec::new(),
             groups: Vec::new(),
             buffer: None,
@@ -415,7 +428,7 @@ mod tests {
         assert_eq!(taken[1], (512..700).collect::<Vec<_>>());
         assert_eq!(cells.n_kv(), 768);
         let mut mask = [0; 768];
-        cells.mask_row(699, 0, &mut mask);
+        cells.mask_row(699, 0, &mut mask, MASK_VISIBLE, MASK_HIDDEN);
         assert!(mask[..700].iter().all(|&m| m == MASK_VISIBLE));
         assert!(mask[700..].iter().all(|&m| m == MASK_HIDDEN));
     }
@@ -432,7 +445,7 @@ mod tests {
         assert_eq!(feed(&mut cells, 0, 1100, 1, 1)[0], [76]);
         let query = 1100;
         let mut mask = [0; 1024];
-        cells.mask_row(query, 0, &mut mask);
+        cells.mask_row(query, 0, &mut mask, MASK_VISIBLE, MASK_HIDDEN);
         for (idx, &m) in mask.iter().enumerate() {
             let key = cells.pos[idx];
             assert_eq!(m == MASK_VISIBLE, query - key < 512, "cell {idx} at {key}");
@@ -466,7 +479,7 @@ mod tests {
         assert_eq!((a[0].clone(), b[0].clone()), (vec![4, 5], vec![6, 7, 8]));
         let visible = |seq, query| {
             let mut row = [0u16; 9];
-            cells.mask_row(query, seq, &mut row);
+            cells.mask_row(query, seq, &mut row, MASK_VISIBLE, MASK_HIDDEN);
             row.iter().map(|&m| m == MASK_VISIBLE).collect::<Vec<_>>()
         };
         let t = true;

@@ -204,8 +204,9 @@ impl GraphBuilder<'_> {
     }
 
     /// Stores K and V of the new tokens in the layer's cache cells, attends over
-    /// the first `n_kv` cells of its group with flash attention, and projects the
-    /// result (wo, bo).
+    /// the first `n_kv` cells of its group, with flash attention or llama.cpp's plain
+    /// attention (scores, soft-max, weighted sum over a transposed V cache), and
+    /// projects the result (wo, bo).
     pub fn attention(
         &self,
         attn: &AttentionWeights,
@@ -219,31 +220,71 @@ impl GraphBuilder<'_> {
         let g = self.graph;
         let group = &self.inputs.kv[self.kv.layer_group[il]];
         let (k_cache, v_cache) = (self.kv.k[il], self.kv.v[il]);
-        for (cur, cache) in [(k, k_cache), (v, v_cache)] {
-            let rows = g.view_2d(cur, cur.ne()[0] * cur.ne()[1], self.n_tokens, cur.nb()[2], 0);
-            g.expand(g.set_rows(cache, rows, group.cells));
+        let rows = |cur: Tensor| g.view_2d(cur, cur.ne()[0] * cur.ne()[1], self.n_tokens, cur.nb()[2], 0);
+        g.expand(g.set_rows(k_cache, rows(k), group.cells));
+        match group.v_elements {
+            None => g.expand(g.set_rows(v_cache, rows(v), group.cells)),
+            // One value a row, each to its column of the transposed cache (llama.cpp's cpy_v).
+            Some(elements) => {
+                let width = v.ne()[0] * v.ne()[1];
+                let row_bytes = unsafe { sys::ggml_row_size(v.ggml_type(), width) };
+                let v = if row_bytes == v.nb()[2] {
+                    g.reshape_2d(v, width, self.n_tokens)
+                } else {
+                    g.cont_2d(v, width, self.n_tokens)
+                };
+                let cache_len = v_cache.ne()[0] * v_cache.ne()[1];
+                let values = g.reshape_2d(v, 1, width * self.n_tokens);
+                g.expand(g.set_rows(g.reshape_2d(v_cache, 1, cache_len), values, elements))
+            }
         }
-        let cache_view = |cache: Tensor, head_dim: u32| {
-            let row = |n: u64| unsafe { sys::ggml_row_size(cache.ggml_type(), n as i64) };
-            let [width, cells, ..] = cache.ne().map(|n| n as u64);
-            g.view_4d(
-                cache,
-                [head_dim.into(), hp.n_head_kv.into(), group.n_kv, 1],
-                row(head_dim.into()),
-                row(width),
-                row(width * cells),
-                0,
-            )
-        };
-        let k = cache_view(k_cache, hp.head_dim_k);
-        let v = cache_view(v_cache, hp.head_dim_v);
+        let row = |cache: Tensor, n: u64| unsafe { sys::ggml_row_size(cache.ggml_type(), n as i64) };
+        let [width, cells, ..] = k_cache.ne().map(|n| n as u64);
+        let k = g.view_4d(
+            k_cache,
+            [hp.head_dim_k.into(), hp.n_head_kv.into(), group.n_kv, 1],
+            row(k_cache, hp.head_dim_k.into()),
+            row(k_cache, width),
+            row(k_cache, width * cells),
+            0,
+        );
         let q = g.permute(q, [0, 2, 1, 3]);
         let k = g.permute(k, [0, 2, 1, 3]);
-        let v = g.permute(v, [0, 2, 1, 3]);
-        let out = g.flash_attn(q, k, v, group.mask, kq_scale, hp.attn_logit_softcap.unwrap_or(0.0));
-        let out = g
-            .reshape_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
-            .set_name(&format!("kqv_out-{il}"));
+        let softcap = hp.attn_logit_softcap.unwrap_or(0.0);
+        let out = if group.v_elements.is_none() {
+            let [v_width, v_cells, ..] = v_cache.ne().map(|n| n as u64);
+            let v = g.view_4d(
+                v_cache,
+                [hp.head_dim_v.into(), hp.n_head_kv.into(), group.n_kv, 1],
+                row(v_cache, hp.head_dim_v.into()),
+                row(v_cache, v_width),
+                row(v_cache, v_width * v_cells),
+                0,
+            );
+            let out = g.flash_attn(q, k, g.permute(v, [0, 2, 1, 3]), group.mask, kq_scale, softcap);
+            g.reshape_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
+        } else {
+            // The transposed cache: a row per value dimension, a column per cell.
+            let [v_width, v_cells, ..] = v_cache.ne().map(|n| n as u64);
+            let head_dim_v = u64::from(hp.head_dim_v);
+            let v = g.view_4d(
+                v_cache,
+                [group.n_kv, hp.n_head_kv.into(), hp.head_dim_v.into(), 1],
+                row(v_cache, v_cells * head_dim_v),
+                row(v_cache, v_cells),
+                row(v_cache, v_cells * v_width),
+                0,
+            );
+            let mut kq = g.mul_mat_f32(k, q);
+            if softcap != 0.0 {
+                kq = g.scale(g.tanh(g.scale(kq, 1.0 / softcap)), softcap);
+            }
+            let kq = g.soft_max_ext(kq, group.mask, kq_scale);
+            let kqv = g.mul_mat(g.permute(v, [0, 2, 1, 3]), kq);
+            let out = g.permute(kqv, [0, 2, 1, 3]);
+            g.cont_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
+        };
+        let out = out.set_name(&format!("kqv_out-{il}"));
         let mut out = g.mul_mat(attn.wo, out);
         if let Some(bo) = attn.bo {
             out = g.add(out, bo);

@@ -738,14 +738,15 @@ pub fn exercise(bytes: &[u8]) -> Result<Vec<u32>> {
         return exercise_encoder(model);
     }
     let n_vocab = model.hparams.n_vocab;
-    let params = ContextParams {
+    let context = ContextParams {
         n_ctx: 16,
         n_threads: 1,
         n_ubatch: 4,
         n_seq_max: 1,
         pooling: None,
+        flash_attn: true,
     };
-    let mut ctx = Context::new(Arc::clone(&model), params)?;
+    let mut ctx = Context::new(Arc::clone(&model), context.clone())?;
     let prompt: Vec<u32> = (0..6).map(|i| i * 7 % n_vocab).collect();
     let params = |reuse_prefix| GenerateParams {
         max_tokens: 3,
@@ -756,6 +757,20 @@ pub fn exercise(bytes: &[u8]) -> Result<Vec<u32>> {
     // A second turn that shares the first's prompt, keeping its cache.
     let turn: Vec<u32> = prompt.iter().chain(&tokens).copied().collect();
     tokens.extend(generate(&mut ctx, &turn, params(true), sampler::greedy)?.0);
+    // Plain attention over a transposed V cache, as `flash_attn: false`.
+    let plain = ContextParams {
+        flash_attn: false,
+        ..context
+    };
+    tokens.extend(
+        generate(
+            &mut Context::new(Arc::clone(&model), plain)?,
+            &prompt,
+            params(false),
+            sampler::greedy,
+        )?
+        .0,
+    );
     let mut sampler = Sampler::new(SamplerParams {
         temperature: 0.8,
         repeat_penalty: 1.1,

@@ -48,6 +48,11 @@ fn recording(golden: &str, doc: &Value, profile: &BuildProfile) -> Value {
     }
 }
 
+/// Whether the golden was recorded with flash attention (llama.cpp's `-fa`; on unless it says).
+fn flash_attn(doc: &Value) -> bool {
+    doc["flash_attn"].as_bool().unwrap_or(true)
+}
+
 fn check_goldens(golden: &str, model: Model) {
     let doc: Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),
@@ -58,6 +63,7 @@ fn check_goldens(golden: &str, model: Model) {
     let params = ContextParams {
         n_ctx: doc["n_ctx"].as_u64().unwrap() as u32,
         n_threads: doc["n_threads"].as_u64().unwrap() as usize,
+        flash_attn: flash_attn(&doc),
         ..Default::default()
     };
     let mut ctx = Context::new(Arc::new(model), params).unwrap();
@@ -156,6 +162,37 @@ fn gemma_3_270m_matches_llama_cpp() {
     check_goldens("gemma-3-270m.json", model);
 }
 
+/// Plain attention over a transposed V cache (`flash_attn: false`, llama.cpp's `-fa
+/// off`): the `*-fa-off` goldens, recorded by the reference in that mode.
+#[test]
+fn flash_attention_off_matches_llama_cpp() {
+    let dir = std::env::temp_dir().join(format!("elelem-fa-off-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["tiny-gemma2", "tiny-phi3", "qwen2.5-coder-0.5b", "gemma-3-270m"] {
+        let golden = format!("{name}-fa-off.json");
+        let model = match canary::shape(name) {
+            Some(shape) => {
+                let path = dir.join(format!("{name}.gguf"));
+                std::fs::write(&path, canary::writer(&shape).to_bytes()).unwrap();
+                Model::open(&path, &ModelParams::default()).unwrap()
+            }
+            None => {
+                let doc: Value = serde_json::from_str(
+                    &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(&golden)).unwrap(),
+                )
+                .unwrap();
+                Model::open(
+                    model_path(doc["model"]["file"].as_str().unwrap()),
+                    &ModelParams::default(),
+                )
+                .unwrap()
+            }
+        };
+        check_goldens(&golden, model);
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// Sequences started together in one context (the `lockstep-*` goldens): each gives
 /// llama.cpp's ids when both decode them in the same passes, laid out alike.
 #[test]
@@ -165,6 +202,7 @@ fn lockstep_sequences_match_llama_cpp() {
     for (golden, model_name) in [
         ("lockstep-tiny-gemma2.json", "tiny-gemma2"),
         ("lockstep-qwen2.5-coder-0.5b.json", "qwen2.5-coder-0.5b"),
+        ("lockstep-tiny-gemma2-fa-off.json", "tiny-gemma2"),
     ] {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),
@@ -183,6 +221,7 @@ fn lockstep_sequences_match_llama_cpp() {
             n_ctx: doc["n_ctx"].as_u64().unwrap() as u32,
             n_threads: doc["n_threads"].as_u64().unwrap() as usize,
             n_seq_max: doc["parallel"].as_u64().unwrap() as u32,
+            flash_attn: flash_attn(&doc),
             ..Default::default()
         };
         let mut ctx = Context::new(Arc::new(Model::open(&path, &ModelParams::default()).unwrap()), params).unwrap();

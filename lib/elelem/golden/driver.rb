@@ -16,6 +16,7 @@ module Elelem
       # @return [Hash] `"ids"`, and for one sequence `"text"` (when it is UTF-8) and each
       #   step's top-two logit `"margins"`; for a lockstep case, `"ids"` per sequence
       def output(info, kase)
+        @flash_attn = info.fetch(:flash_attn, true)
         ignore_eos = kase["ignore_eos"] ? 1 : 0
         if kase["prompts"]
           return lockstep(info[:path], kase["prompts"], kase["max_tokens"], info.values_at(:n_ctx, :n_threads),
@@ -42,9 +43,11 @@ module Elelem
         { "ids" => out.lines.map { |line| line.split.map(&:to_i) } }
       end
 
-      # In a build with CPU variants the driver (then llama.cpp's release-style build) loads
-      # the variant elelem runs.
+      # llama.cpp's `-fa` in the model's mode (its default, auto, is on for the CPU). In a
+      # build with CPU variants the driver (then llama.cpp's release-style build) loads the
+      # variant elelem runs.
       def run(*args)
+        args += ["-fa", "off"] unless @flash_attn
         variant = Elelem.build_profile[:variant]
         env = variant ? { "ELELEM_CPU_VARIANT" => variant } : {}
         out, err, status = Open3.capture3(env, @path, *args.map(&:to_s))

@@ -94,6 +94,7 @@ impl Model {
         n_threads: usize,
         parallel: u32,
         max_queue: usize,
+        flash_attn: bool,
     ) -> Result<Model, Error> {
         // SAFETY: copied at once, before any Ruby code can run.
         let path = PathBuf::from(OsStr::from_bytes(unsafe { path.as_slice() }));
@@ -106,6 +107,7 @@ impl Model {
                         n_ctx,
                         n_threads,
                         n_seq_max: parallel,
+                        flash_attn,
                         ..Default::default()
                     };
                     let ctx = engine::Context::new(Arc::clone(&model), params)?;
@@ -418,6 +420,10 @@ impl Model {
         )?;
         h.aset(sym("n_threads"), loaded.n_threads)?;
         h.aset(
+            sym("flash_attn"),
+            loaded.scheduler.as_ref().is_none_or(|s| s.params().flash_attn),
+        )?;
+        h.aset(
             sym("kind"),
             sym(match hp.arch.kind() {
                 engine::arch::Kind::Decoder => "decoder",
@@ -729,7 +735,7 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     // The natives are private: callers go through the Ruby methods that check arguments.
     class
         .singleton_class()?
-        .define_private_method("_open", function!(Model::open, 5))?;
+        .define_private_method("_open", function!(Model::open, 6))?;
     class.define_private_method("_run", method!(Model::run, 5))?;
     class.define_private_method("_run_all", method!(Model::run_all, 3))?;
     class.define_private_method("_parse_reply", method!(Model::parse_reply, 2))?;

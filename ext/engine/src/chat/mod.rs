@@ -13,14 +13,19 @@
 //! two marks. Where the marks change what the template does (it compares or
 //! slices a content), the contents are looked for in the first rendering instead.
 
+mod markup;
 mod python;
 
+use std::collections::BTreeSet;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use indexmap::IndexMap;
+use minijinja::machinery::{self, CompiledTemplate, Instruction, TemplateConfig};
+use minijinja::syntax::SyntaxConfig;
 use minijinja::value::ValueKind;
-use minijinja::{Environment, ErrorKind, State, Template};
+use minijinja::{AutoEscape, Environment, ErrorKind, State};
 
 use crate::{Error, Result};
 
@@ -79,7 +84,8 @@ pub struct ChatInput {
     pub eos_token: String,
     /// Other template variables (`tools`, `documents`, `enable_thinking`, ...);
     /// they may replace `bos_token` and `eos_token`. `tools` and `documents` are
-    /// [`none`] unless given.
+    /// [`none`] unless given. Each must be one the template reads, or one every
+    /// template gets ([`EVERY_TEMPLATE`]): rendering fails with `InvalidArgument` otherwise.
     pub variables: Vec<(String, Value)>,
     /// The time `strftime_now` formats, in local time; the current time if `None`.
     pub now: Option<SystemTime>,
@@ -124,13 +130,14 @@ pub fn render(template: &str, input: &ChatInput) -> Result<Rendered> {
 fn render_here(template: &str, input: &ChatInput) -> Result<Rendered> {
     let env = environment(input.now.unwrap_or_else(SystemTime::now));
     let source = generation_blocks_as_with(template);
-    let tmpl = env.template_from_str(&source).map_err(template_error)?;
-    let messages = if input.messages.iter().any(has_parts) && !takes_parts(&tmpl, input) {
+    let tmpl = &Compiled::new(&env, &source)?;
+    tmpl.check_variables(&input.variables)?;
+    let messages = if input.messages.iter().any(has_parts) && !takes_parts(tmpl, input) {
         input.messages.iter().map(parts_joined).collect()
     } else {
         input.messages.clone()
     };
-    let text = run(&tmpl, input, messages.clone())?;
+    let text = run(tmpl, input, messages.clone())?;
     let mut contents = Vec::new();
     let marked: Vec<Value> = messages.iter().map(|m| marked_message(m, &mut contents)).collect();
     if contents.is_empty() {
@@ -141,7 +148,7 @@ fn render_here(template: &str, input: &ChatInput) -> Result<Rendered> {
     }
     // The marked rendering may fail where the plain one did not (a template that
     // measures a content): the contents are then looked for in the text.
-    match run(&tmpl, input, marked).map(|marked| unmark(&marked)) {
+    match run(tmpl, input, marked).map(|marked| unmark(&marked)) {
         Ok(rendered) if rendered.text == text => Ok(rendered),
         _ => Ok(Rendered {
             contents: locate(&text, &contents),
@@ -155,7 +162,7 @@ const PROBE: &str = "elelem-probe-7f3a";
 
 /// Whether the template renders a content given as a list of text parts (as
 /// Qwen3.5's and Gemma's do): it shows a probe part's text, not the list itself.
-fn takes_parts(tmpl: &Template, input: &ChatInput) -> bool {
+fn takes_parts(tmpl: &Compiled, input: &ChatInput) -> bool {
     let part = map([("type", Value::from("text")), ("text", Value::from(PROBE))]);
     let probe = vec![map([
         ("role", Value::from("user")),
@@ -194,7 +201,122 @@ fn parts_joined(message: &Value) -> Value {
     }))
 }
 
-fn run(tmpl: &Template, input: &ChatInput, messages: Vec<Value>) -> Result<String> {
+/// The variables every template gets, whether it reads them or not: what
+/// transformers' `apply_chat_template` always passes (`tools` and `documents`
+/// None unless given), `tool_choice`, which elelem's server hands over from an
+/// OpenAI request beside `tools`, and `enable_thinking`, the reasoning switch that
+/// apps pass to whatever model they talk to (llama-server's `chat_template_kwargs`
+/// carries it to every template alike).
+const EVERY_TEMPLATE: [&str; 8] = [
+    "messages",
+    "tools",
+    "documents",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+    "tool_choice",
+    "enable_thinking",
+];
+
+/// A template compiled for the environment, its `+` and `~` jinja2's.
+struct Compiled<'s> {
+    env: &'s Environment<'s>,
+    code: CompiledTemplate<'s>,
+}
+
+impl<'s> Compiled<'s> {
+    fn new(env: &'s Environment<'s>, source: &'s str) -> Result<Self> {
+        let config = TemplateConfig {
+            syntax_config: syntax(),
+            default_auto_escape: Arc::new(|_: &str| AutoEscape::None),
+        };
+        let mut code = CompiledTemplate::new("<string>", source, &config).map_err(template_error)?;
+        markup::jinja2_operators(&mut code.instructions);
+        code.blocks.values_mut().for_each(markup::jinja2_operators);
+        Ok(Compiled { env, code })
+    }
+
+    /// The names the template may look up (every variable it reads or function it
+    /// calls anywhere, macros included, even where it has set it first), and of
+    /// those the ones it looks up before any assignment to them in the order of
+    /// its code, not its macros: its own variables, for an error message.
+    fn reads(&self) -> (BTreeSet<&'s str>, BTreeSet<&'s str>) {
+        let (mut reads, mut own, mut stored, mut macros) =
+            (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        for code in std::iter::once(&self.code.instructions).chain(self.code.blocks.values()) {
+            let mut idx = 0;
+            while let Some(instruction) = code.get(idx) {
+                match *instruction {
+                    Instruction::Lookup(name) | Instruction::Enclose(name) | Instruction::CallFunction(name, _)
+                        if name != markup::ADD && name != markup::CONCAT =>
+                    {
+                        reads.insert(name);
+                        if !stored.contains(name) && !["loop", "caller"].contains(&name) {
+                            own.insert(name);
+                        }
+                    }
+                    Instruction::StoreLocal(name) => {
+                        stored.insert(name);
+                    }
+                    // A macro's body, and so a call of itself, comes before it.
+                    Instruction::BuildMacro(name, ..) => {
+                        macros.insert(name);
+                    }
+                    _ => {}
+                }
+                idx += 1;
+            }
+        }
+        own.retain(|name| !macros.contains(name));
+        (reads, own)
+    }
+
+    /// A variable given is one the template reads or one every template gets (a
+    /// Ruby keyword that it does not read is most likely a typo, or meant for
+    /// another template): else `InvalidArgument`, naming it and those it reads.
+    /// A template calling minijinja's `debug()`, which shows them all, reads any.
+    fn check_variables(&self, variables: &[(String, Value)]) -> Result<()> {
+        let (reads, own) = self.reads();
+        let unread: Vec<&str> = variables
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| !EVERY_TEMPLATE.contains(name) && !reads.contains(name))
+            .collect();
+        if unread.is_empty() || reads.contains("debug") {
+            return Ok(());
+        }
+        let own: Vec<&str> = own
+            .into_iter()
+            .filter(|name| !EVERY_TEMPLATE.contains(name) && self.env.globals().all(|(global, _)| global != *name))
+            .collect();
+        let names = unread.iter().map(|n| format!(":{n}")).collect::<Vec<_>>().join(", ");
+        Err(Error::InvalidArgument(format!(
+            "unknown keyword{}: {names} (the chat template reads no such variable; its own: {})",
+            if unread.len() > 1 { "s" } else { "" },
+            if own.is_empty() {
+                "none".to_string()
+            } else {
+                own.join(", ")
+            }
+        )))
+    }
+
+    /// What the template renders for `context`, as `Template::render` does.
+    fn render(&self, context: Value) -> std::result::Result<String, minijinja::Error> {
+        let mut out = String::with_capacity(self.code.buffer_size_hint);
+        machinery::eval(
+            self.env,
+            &self.code.instructions,
+            context,
+            &self.code.blocks,
+            &mut machinery::make_string_output(&mut out),
+            self.code.initial_auto_escape.clone(),
+        )?;
+        Ok(out)
+    }
+}
+
+fn run(tmpl: &Compiled, input: &ChatInput, messages: Vec<Value>) -> Result<String> {
     let mut context: IndexMap<Value, Value> = IndexMap::new();
     context.insert("messages".into(), Value::from(messages));
     context.insert("tools".into(), python::none());
@@ -219,13 +341,7 @@ fn run(tmpl: &Template, input: &ChatInput, messages: Vec<Value>) -> Result<Strin
 fn environment(now: SystemTime) -> Environment<'static> {
     let mut env = Environment::new();
     env.set_fuel(Some(FUEL));
-    env.set_syntax(
-        minijinja::syntax::SyntaxConfig::builder()
-            .trim_blocks(true)
-            .lstrip_blocks(true)
-            .build()
-            .expect("the default delimiters are valid"),
-    );
+    env.set_syntax(syntax());
     minijinja_contrib::add_to_environment(&mut env);
     env.set_unknown_method_callback(python_method);
     // jinja2 prints values with Python's str(): None, True, ['a', 'b'].
@@ -236,7 +352,12 @@ fn environment(now: SystemTime) -> Environment<'static> {
         }
         .map_err(minijinja::Error::from)
     });
-    env.add_filter("string", |value: Value| python::str(&value));
+    // soft_str: a Markup stays one.
+    env.add_filter("string", |value: Value| markup::like(&value, python::str(&value)));
+    env.add_filter("escape", |value: Value| markup::escape(&value));
+    env.add_filter("e", |value: Value| markup::escape(&value));
+    env.add_function(markup::ADD, markup::add);
+    env.add_function(markup::CONCAT, markup::concat);
     env.add_test("none", |value: Value| python::is_none(&value));
     env.add_test("sequence", |value: Value| python::is_sequence(&value));
     env.add_test("iterable", |value: Value| python::is_iterable(&value));
@@ -251,6 +372,15 @@ fn environment(now: SystemTime) -> Environment<'static> {
     );
     env.add_function("strftime_now", move |format: String| python::strftime(now, &format));
     env
+}
+
+/// transformers' whitespace control: `trim_blocks` and `lstrip_blocks`.
+fn syntax() -> SyntaxConfig {
+    SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()
+        .expect("the default delimiters are valid")
 }
 
 /// transformers' `{% generation %}...{% endgeneration %}` marks the assistant's
@@ -285,7 +415,7 @@ fn generation_blocks_as_with(template: &str) -> std::borrow::Cow<'_, str> {
 
 /// Python's methods on strings, lists and dicts (minijinja-contrib's), but
 /// `strip` and its kin, which strip Python's whitespace and see through a
-/// content's marks, as `trim` does.
+/// content's marks, as `trim` does (and keep a Markup one, as jinja2's do).
 fn python_method(
     state: &mut State,
     value: &Value,
@@ -313,12 +443,12 @@ fn python_method(
         },
         _ => None,
     };
-    Ok(Value::from(strip(s, chars.as_deref(), ends)))
+    Ok(markup::like(value, strip(s, chars.as_deref(), ends)))
 }
 
-/// jinja2's `trim`: `str(value).strip(chars)`.
-fn trim(value: Value, chars: Option<String>) -> String {
-    strip(&python::str(&value), chars.as_deref(), (true, true))
+/// jinja2's `trim`: `soft_str(value).strip(chars)`, a Markup if the value is one.
+fn trim(value: Value, chars: Option<String>) -> Value {
+    markup::like(&value, strip(&python::str(&value), chars.as_deref(), (true, true)))
 }
 
 /// Python's `strip` at the `(start, end)` asked for: `chars`, else Python's
@@ -618,6 +748,30 @@ mod tests {
                 "None|||None|none|None1|[]",
             ),
             ("{{ '  x \u{1c}'|trim }}|{{ 'xxaxx'|trim('x') }}", "x|a"),
+            // A Markup (`|safe`, `|e`) plus a plain string escapes the plain one;
+            // `~` gives a plain string; `string`, `trim` and `strip` keep a Markup.
+            (
+                r#"{{ "<a>"|safe + "<b>" }}|{{ "<b>" + "<a>"|safe }}|{{ "<a>"|safe + "<b>"|safe }}|{{ "<a>" + "<b>" }}"#,
+                "<a>&lt;b&gt;|&lt;b&gt;<a>|<a><b>|<a><b>",
+            ),
+            (
+                r#"{{ ("<a>"|safe + "&") + "'\"" }}|{{ ("<a>"|safe ~ "<b>"|safe) + "<c>" }}|{{ "<x>"|e + "<y>" }}"#,
+                "<a>&amp;&#39;&#34;|<a><b><c>|&lt;x&gt;&lt;y&gt;",
+            ),
+            (
+                r#"{{ ("<x>"|safe|string) + "<" }}|{{ ("<x> "|safe|trim) + "<" }}|{{ ("<x> "|safe).strip() + "<" }}"#,
+                "<x>&lt;|<x>&lt;|<x>&lt;",
+            ),
+            (
+                r#"{{ "<a>"|safe + {"b": "<"}|tojson }}|{{ {"a": "<"|safe + "<"}|tojson }}|{{ "a/'\""|e }}|{{ none|e }}"#,
+                r#"<a>{&#34;b&#34;: &#34;&lt;&#34;}|{"a": "<&lt;"}|a/&#39;&#34;|None"#,
+            ),
+            (
+                "{% set s %}<a>{% endset %}{{ s + '<b>' }}|{% macro m() %}<a>{% endmacro %}{{ m() + '<b>' }}|\
+                 {{ 1 + 2 }}|{{ [1] + [2] }}|{{ 1.5 + 1 }}|{{ true + 1 }}|{{ 9223372036854775807 + 1 }}|\
+                 {% for i in range(5) if i > 1 %}{{ loop.length }}{% endfor %}",
+                "<a><b>|<a><b>|3|[1, 2]|2.5|2|9223372036854775808|333",
+            ),
             (
                 "{{ ' x\u{1c}'.strip() }}|{{ 'xxaxx'.lstrip('x') }}|{{ ' a '.rstrip() }}|{{ 'ab'.strip(none) }}",
                 "x|axx| a|ab",
@@ -644,6 +798,10 @@ mod tests {
             "{{ tools|unique|list }}",
             "{{ tools|batch(2)|list }}",
             "{{ tools|sum }}",
+            "{{ 'x'|safe + 1 }}",
+            "{{ 'x'|safe + none }}",
+            "{{ 'x' + foo }}",
+            "{{ [1] + (2,) }}",
         ] {
             assert!(render_with_transformers_setup(template).is_err(), "{template}");
         }
@@ -659,6 +817,49 @@ mod tests {
             assert_eq!(generation_blocks_as_with(unclosed), unclosed);
             let err = render_messages(unclosed, &[], false, "").unwrap_err();
             assert!(matches!(err, Error::Template(_)), "{unclosed}: {err}");
+        }
+    }
+
+    fn render_with(template: &str, variables: &[&str]) -> Result<String> {
+        let input = ChatInput {
+            variables: variables.iter().map(|n| (n.to_string(), Value::from(true))).collect(),
+            ..Default::default()
+        };
+        render(template, &input).map(|r| r.text)
+    }
+
+    #[test]
+    fn a_variable_the_template_does_not_read_is_an_invalid_argument() {
+        let t = "{% if flag %}x{% endif %}{{ raise_exception('no') if false }}";
+        assert_eq!(
+            render_with(t, &["flag", "tools", "documents", "tool_choice", "bos_token"]).unwrap(),
+            "x"
+        );
+        let err = render_with(t, &["flag", "falg", "other"]).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(err.to_string().contains("unknown keywords: :falg, :other"), "{err}");
+        assert!(err.to_string().contains("its own: flag)"), "{err}");
+        assert!(
+            render_with("x", &["+"]).is_err(),
+            "not a name of the template's operators"
+        );
+        // Read anywhere: set from itself, in a test, a macro, a call or filter
+        // block, a loop's filter, a with block; or anything where `debug()` shows all.
+        for (t, name) in [
+            ("{% set a = a | default(1) %}{{ a }}", "a"),
+            ("{% if b is not defined %}{% set b = 1 %}{% endif %}", "b"),
+            ("{% macro m() %}{{ c }}{% endmacro %}", "c"),
+            (
+                "{% macro m() %}{{ caller() }}{% endmacro %}{% call m() %}{{ d }}{% endcall %}",
+                "d",
+            ),
+            ("{% filter upper %}{{ e }}{% endfilter %}", "e"),
+            ("{% for i in [1] if f %}{% endfor %}", "f"),
+            ("{% with g = g %}{{ g }}{% endwith %}", "g"),
+            ("{{ h() if false }}", "h"),
+            ("{{ debug() if false }}", "anything"),
+        ] {
+            assert!(render_with(t, &[name]).is_ok(), "{t}");
         }
     }
 
