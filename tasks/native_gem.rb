@@ -136,6 +136,45 @@ module NativeGem
     check_variants(gem_home)
   end
 
+  # `rake native:bench`: the installed gem (its best variant for this CPU, or
+  # ELELEM_CPU_VARIANT's) beside the source build of this checkout (lib/, -march=native),
+  # speed rows measured A B A B in a fresh process each, medians of BENCH_REPS.
+  def bench
+    gem_home = File.join(WORK, "gem-home")
+    raise "run rake native:check first (it installs the gem into #{gem_home})" unless Dir.exist?(gem_home)
+
+    sides = { "precompiled gem" => { "GEM_HOME" => gem_home, "GEM_PATH" => gem_home, "RUBYLIB" => nil },
+              "source build" => { "RUBYLIB" => File.join(ROOT, "lib") } }
+    reps = Integer(ENV.fetch("BENCH_REPS", "3"))
+    ENV.fetch("BENCH_MODELS", "qwen2.5-coder-0.5b").split(",").each do |model|
+      runs = Array.new(reps) { sides.transform_values { |env| bench_once(env, model) } }
+      puts "#{model}, 2 threads, medians of #{reps} (#{runs.first.values.map { |r| r["profile"] }.join(" vs ")}):"
+      %w[pp512 tg128].each { |metric| puts bench_line(metric, runs, sides.keys) }
+    end
+  end
+
+  def bench_line(metric, runs, sides)
+    gem, source = sides.map { |side| runs.map { |r| r[side][metric] }.sort[runs.size / 2] }
+    format("  %<m>s t/s: gem %<g>.1f, source %<s>.1f, ratio %<r>.3f", m: metric, g: gem, s: source, r: gem / source)
+  end
+
+  def bench_once(env, model)
+    script = <<~RUBY
+      require "elelem"
+      require "json"
+      Elelem.open(#{model.dump}, n_threads: 2) do |m|
+        bench = Elelem::Bench.new(m)
+        bench.decode_rate(8) # warm-up
+        puts JSON.generate("profile" => "\#{Elelem.build_profile[:variant] || "native"} \#{Elelem.build_profile[:id]}",
+                           "pp512" => bench.prompt_rate(512), "tg128" => bench.decode_rate(128))
+      end
+    RUBY
+    out = IO.popen(env, [RbConfig.ruby, "-e", script], &:read)
+    raise "the bench of #{env} failed" unless $CHILD_STATUS.success?
+
+    JSON.parse(out.lines.last)
+  end
+
   # Each variant this CPU runs, forced in turn: the goldens its profile lacks recorded from
   # the reference (tmp/reference-variants, forced to it too), then every golden checked, in a
   # Ruby that loads the installed gem (not the checkout's lib/).
@@ -160,33 +199,55 @@ module NativeGem
   end
 
   # In a process running one variant: records what its profile lacks, then checks every
-  # golden file's every case (Elelem::Golden, as spec/golden_spec.rb does).
+  # golden file's every case (Elelem::Golden, as spec/golden_spec.rb does), or those whose
+  # names match ELELEM_CHECK_GOLDENS (a regular expression).
   def check_goldens
     require_relative "vendor"
     require_relative "golden"
+    profile = installed_variant_profile
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    names = checked_fixtures
+    record_missing(names)
+    recorded = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    passed, failed = check_fixtures(names)
+    now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    puts format("variant %<v>s (profile %<id>s): %<p>d of %<n>d cases in %<f>d golden files identical to " \
+                "llama.cpp; recording %<r>.0f s, checking %<c>.0f s",
+                v: profile[:variant], id: profile[:id], p: passed, n: passed + failed.size, f: names.size,
+                r: recorded - started, c: now - recorded)
+    failed.each { |f| puts f }
+    exit(failed.empty?)
+  end
+
+  def installed_variant_profile
     profile = Elelem.build_profile
     raise "not a variant build: #{profile.inspect}" unless profile[:variant]
 
     extension = $LOADED_FEATURES.grep(/elelem\.so/)
     raise "not the installed gem: #{extension}" if extension.any? { |f| f.start_with?(File.join(ROOT, "lib")) }
 
-    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    Goldens.ensure_recorded
-    recorded = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    passed, failed = check_fixtures
-    now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    puts format("variant %<v>s (profile %<id>s): %<p>d of %<n>d cases identical to llama.cpp; " \
-                "recording %<r>.0f s, checking %<c>.0f s",
-                v: profile[:variant], id: profile[:id], p: passed, n: passed + failed.size, r: recorded - started,
-                c: now - recorded)
-    failed.each { |f| puts f }
-    exit(failed.empty?)
+    profile
   end
 
-  def check_fixtures
+  def checked_fixtures
+    only = ENV.fetch("ELELEM_CHECK_GOLDENS", nil)
+    only ? Goldens.fixtures.grep(Regexp.new(only)) : Goldens.fixtures
+  end
+
+  # The reference's recordings for this variant's profile that the cache lacks.
+  def record_missing(names)
+    missing = names.map { |name| [name, Elelem::Golden.new(Goldens.fixture(name), cache: Elelem::Golden::CACHE_DIR)] }
+                   .reject { |_, golden| golden.recorded? }
+    return if missing.empty?
+
+    Reference.build
+    missing.each { |name, golden| Goldens.record(golden, name) }
+  end
+
+  def check_fixtures(names)
     passed = 0
     failed = []
-    Goldens.fixtures.each do |name|
+    names.each do |name|
       golden = Elelem::Golden.new(Goldens.fixture(name), cache: Elelem::Golden::CACHE_DIR)
       Elelem.open(Goldens.model_path(name), n_ctx: golden.n_ctx, n_threads: golden.n_threads,
                                             parallel: golden.parallel) do |model|
