@@ -195,7 +195,7 @@ module NativeGem
     out = IO.popen(env, [RbConfig.ruby, "-e", 'require "elelem"; puts JSON.generate(Elelem.cpu_variants)'], &:read)
     runnable = JSON.parse(out).select { |v| v["runnable"] }.map { |v| v["name"] }
     only = ENV["ELELEM_CHECK_VARIANTS"]&.split(",")
-    only ? runnable & only : runnable
+    only ? only & runnable : runnable
   end
 
   # In a process running one variant: records what its profile lacks, then checks every
@@ -250,7 +250,7 @@ module NativeGem
     names.each do |name|
       golden = Elelem::Golden.new(Goldens.fixture(name), cache: Elelem::Golden::CACHE_DIR)
       Elelem.open(Goldens.model_path(name), n_ctx: golden.n_ctx, n_threads: golden.n_threads,
-                                            parallel: golden.parallel) do |model|
+                                            parallel: golden.parallel, flash_attn: golden.flash_attn) do |model|
         golden.cases.each do |c|
           mismatch = golden.check(model, c["name"])
           mismatch ? failed << "#{name}: #{mismatch.message}" : passed += 1
