@@ -35,16 +35,28 @@ module Elelem
   # @!method self.build_profile
   #   What decides the bits of this build's results: ggml's version, the compiler, and the
   #   instruction-set macros ggml's CPU backend was compiled under (`-march=native` picks them
-  #   from the build machine's CPU). Builds with the same `:id` give the same greedy ids on any
-  #   CPU; {Golden} keeps one recording per id.
-  #   @return [Hash] `:id`, `:arch`, `:ggml`, `:compiler`, `:isa` (Array), `:cpu_flags`, and
-  #     `:cpu` (this CPU's model name, when the OS says)
+  #   from the build machine's CPU; in the precompiled gem, the CPU variant in use does).
+  #   Builds with the same `:id` give the same greedy ids on any CPU; {Golden} keeps one
+  #   recording per id.
+  #   @return [Hash] `:id`, `:arch`, `:ggml`, `:compiler`, `:isa` (Array), `:cpu_flags`,
+  #     `:variant` (the CPU variant in use in the precompiled gem, else nil), and `:cpu`
+  #     (this CPU's model name, when the OS says)
+  #   @raise [Elelem::CpuError] when `ELELEM_CPU_VARIANT` names a variant this CPU cannot run
 
   # @!method self.ggml_version
   #   @return [String] the vendored ggml's version
 
   # @!method self.system_info
-  #   @return [String] the CPU features ggml's CPU backend was compiled for, llama.cpp's way
+  #   @return [String] the CPU features ggml's CPU backend was compiled for, llama.cpp's way,
+  #     after `CPU_VARIANT=<name>` in the precompiled gem (e.g. `"CPU_VARIANT=zen4 SSE3 SSSE3 AVX ..."`)
+  #   @raise [Elelem::CpuError] when `ELELEM_CPU_VARIANT` names a variant this CPU cannot run
+
+  # @!method self.cpu_variants
+  #   The CPU variants of the precompiled gem: ggml's CPU backend compiled for each ISA level
+  #   of llama.cpp's list, the best one this CPU runs loaded at run time, or the one
+  #   `ELELEM_CPU_VARIANT` names. Empty in a gem built from source.
+  #   @return [Array<Hash>] `:name`, `:features` (Array of String), `:runnable` (this CPU runs
+  #     it), `:in_use`
 
   class << self
     # Opens a GGUF model.

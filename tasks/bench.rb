@@ -88,7 +88,7 @@ module Bench
     def initialize(path, threads, n_ctx, flash_attn: true, cache_type: :f16)
       @path = path
       @threads = threads
-      @io = IO.popen([Reference::BINARY, "serve", path, threads.to_s, n_ctx.to_s, "-fa", flash_attn ? "on" : "off",
+      @io = IO.popen([Reference.binary, "serve", path, threads.to_s, n_ctx.to_s, "-fa", flash_attn ? "on" : "off",
                       "-ctk", cache_type.to_s, "-ctv", cache_type.to_s], "r+")
       @load_ms = Float(@io.gets.to_s[/\Aload_ms (\S+)/, 1])
     end
@@ -109,7 +109,7 @@ module Bench
     # context, a sequence each, one llama_batch per pass (as Elelem::Bench#batch_rate).
     def batch_rate(streams, tokens)
       prompts = Array.new(streams) { Array.new(16) { rand(1000..9000) }.join(",") }
-      _, err, status = Open3.capture3(Reference::BINARY, "lockstep", @path, tokens.to_s, N_CTX.to_s, @threads.to_s,
+      _, err, status = Open3.capture3(Reference.binary, "lockstep", @path, tokens.to_s, N_CTX.to_s, @threads.to_s,
                                       "1", *prompts)
       raise "reference lockstep failed: #{err}" unless status.success?
 
@@ -134,7 +134,7 @@ module Bench
 
   # The compute buffer and KV cache llama.cpp reports in its log.
   def peer_memory(path)
-    log, status = Open3.capture2e({ "ELELEM_REFERENCE_VERBOSE" => "1" }, Reference::BINARY, "generate", path,
+    log, status = Open3.capture2e({ "ELELEM_REFERENCE_VERBOSE" => "1" }, Reference.binary, "generate", path,
                                   "1,2,3", "2", N_CTX.to_s, "2")
     raise "reference generate failed" unless status.success?
 
@@ -163,7 +163,7 @@ module Bench
             "Elelem.open(ARGV[0], n_ctx: #{N_CTX}, n_threads: #{threads}) { |m| " \
             "m.generate((1..16).to_a, max_tokens: #{RSS_TOKENS}, ignore_eos: true) }", path]
     [peak_rss_mib(*ruby),
-     peak_rss_mib(Reference::BINARY, "generate", path, ids, RSS_TOKENS.to_s, N_CTX.to_s, threads.to_s, "1")]
+     peak_rss_mib(Reference.binary, "generate", path, ids, RSS_TOKENS.to_s, N_CTX.to_s, threads.to_s, "1")]
   end
 
   # One row: `measure` asked of elelem and of llama.cpp in turn, reps times.
@@ -318,7 +318,7 @@ module Bench
   # elelem runs that schema itself (`json_schema:`, the path users take) and, for a like-for-like
   # row, the same GBNF. Then decode speed with a JSON Schema against the same decode without
   # one (both elelem).
-  def constraint_rows(name, path, threads, binary: Reference::BINARY)
+  def constraint_rows(name, path, threads, binary: Reference.binary)
     return [] unless name.start_with?("qwen")
 
     require_relative "grammar_golden"

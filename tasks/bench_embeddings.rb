@@ -60,7 +60,7 @@ module BenchEmbeddings
   end
 
   def reference(path, ids_file, threads, batch)
-    _, err, status = Open3.capture3(Reference::BINARY, "embed", path, ids_file, N_CTX.to_s, threads.to_s,
+    _, err, status = Open3.capture3(Reference.binary, "embed", path, ids_file, N_CTX.to_s, threads.to_s,
                                     "default", "2", batch.to_s)
     raise "reference embed failed: #{err[-500..]}" unless status.success?
 
@@ -73,6 +73,6 @@ module BenchEmbeddings
             "Elelem.open(ARGV[0], n_ctx: #{N_CTX}, n_threads: #{threads}) { |m| m.embed(ids, batch_size: 32) }",
             path, ids_file]
     [Bench.peak_rss_mib(*ruby),
-     Bench.peak_rss_mib(Reference::BINARY, "embed", path, ids_file, N_CTX.to_s, threads.to_s, "default", "2", "32")]
+     Bench.peak_rss_mib(Reference.binary, "embed", path, ids_file, N_CTX.to_s, threads.to_s, "default", "2", "32")]
   end
 end

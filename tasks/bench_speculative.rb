@@ -68,7 +68,7 @@ module BenchSpeculative
   def theirs(job, mode, draft_tokens)
     models = mode == "speculative" ? [job[:target], job[:draft]] : [job[:target]]
     totals(job[:ids].map do |ids|
-      _, err, status = Open3.capture3(Reference::BINARY, mode, *models, ids.join(","), TOKENS.to_s, draft_tokens.to_s,
+      _, err, status = Open3.capture3(Reference.binary, mode, *models, ids.join(","), TOKENS.to_s, draft_tokens.to_s,
                                       N_CTX.to_s, job[:threads].to_s, "1")
       raise "reference #{mode} failed: #{err[-500..]}" unless status.success?
 

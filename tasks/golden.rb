@@ -135,7 +135,7 @@ module Goldens
     cache_type = name.end_with?(KV_Q8_0_SUFFIX) ? :q8_0 : :f16
     Elelem.open(model_path(name), n_ctx: Reference::N_CTX, n_threads: Reference::N_THREADS, parallel:,
                                   flash_attn:, cache_type_k: cache_type, cache_type_v: cache_type) do |model|
-      golden.record(model, reference: Reference::BINARY)
+      golden.record(model, reference: Reference.binary)
     end
     puts "recorded #{File.basename(golden.path)} for build profile #{Elelem.build_profile[:id]}"
   end

@@ -7,10 +7,17 @@ require "json"
 # The reference implementation: llama.cpp from the same pinned package as our
 # ggml, built with its own CMake defaults into tmp/reference, driven by
 # tools/reference/reference.cpp. It makes the goldens and is the benchmark peer.
+#
+# When elelem runs a CPU variant (the platform gem's build, `Elelem.build_profile[:variant]`),
+# the reference is llama.cpp's release-style build instead (GGML_BACKEND_DL,
+# GGML_CPU_ALL_VARIANTS, not native) in tmp/reference-variants, and every run of it loads
+# the same variant (ELELEM_CPU_VARIANT, set for this process and its children).
 module Reference
   ROOT = File.expand_path("..", __dir__)
   BUILD = File.join(ROOT, "tmp", "reference")
   BINARY = File.join(BUILD, "elelem-reference")
+  VARIANTS_BUILD = File.join(ROOT, "tmp", "reference-variants")
+  VARIANTS_BINARY = File.join(VARIANTS_BUILD, "bin", "elelem-reference")
   GOLDENS = File.join(ROOT, "spec", "fixtures", "goldens")
   N_CTX = 4096
   N_THREADS = 2
@@ -18,21 +25,35 @@ module Reference
 
   module_function
 
-  # Configures once (llama.cpp's build takes minutes); later calls only bring
-  # the driver up to date.
+  # The CPU variant elelem runs (nil for a native build); the reference runs it too.
+  def variant
+    Elelem.build_profile[:variant]
+  end
+
+  # The driver built like this elelem: natively, or with CPU variants.
+  def binary
+    return BINARY unless variant
+
+    ENV["ELELEM_CPU_VARIANT"] = variant
+    VARIANTS_BINARY
+  end
+
+  # Configures once (llama.cpp's build takes minutes; with every CPU variant, longer);
+  # later calls only bring the driver up to date.
   def build
-    unless File.exist?(File.join(BUILD, "CMakeCache.txt"))
+    dir = variant ? VARIANTS_BUILD : BUILD
+    unless File.exist?(File.join(dir, "CMakeCache.txt"))
       llama = File.join(VendorGgml.package_dir, "llama.cpp")
-      FileUtils.mkdir_p(BUILD)
-      system("cmake", "-S", File.join(ROOT, "tools", "reference"), "-B", BUILD, "-DCMAKE_BUILD_TYPE=Release",
-             "-DLLAMA_CPP_DIR=#{llama}", exception: true)
+      FileUtils.mkdir_p(dir)
+      system("cmake", "-S", File.join(ROOT, "tools", "reference"), "-B", dir, "-DCMAKE_BUILD_TYPE=Release",
+             "-DLLAMA_CPP_DIR=#{llama}", *("-DELELEM_REFERENCE_VARIANTS=ON" if variant), exception: true)
     end
-    system("cmake", "--build", BUILD, "--target", "elelem-reference", "-j", Etc.nprocessors.to_s, exception: true)
-    BINARY
+    system("cmake", "--build", dir, "--target", "elelem-reference", "-j", Etc.nprocessors.to_s, exception: true)
+    binary
   end
 
   def run(*args)
-    out = IO.popen([BINARY, *args.map(&:to_s)], &:read)
+    out = IO.popen([binary, *args.map(&:to_s)], &:read)
     raise "reference #{args.first} failed: #{args.join(" ")}" unless $CHILD_STATUS.success?
 
     out
@@ -46,11 +67,12 @@ module Reference
     end
   end
 
-  # The reference is built natively (GGML_NATIVE, ggml's default), so its recordings are
-  # labelled with this build's profile only when this build is native too.
+  # The reference is built natively (GGML_NATIVE, ggml's default), or with the CPU variants
+  # and forced to elelem's, so its recordings are labelled with this build's profile only
+  # when this build is native or runs a variant.
   def check_profile!
     flags = Elelem.build_profile[:cpu_flags]
-    return if flags == "-march=native"
+    return if flags == "-march=native" || variant
 
     raise "elelem was built with #{flags.inspect}, the reference with -march=native: its recordings " \
           "would carry the wrong build profile (rebuild without ELELEM_CPU_FLAGS / ELELEM_PORTABLE)"

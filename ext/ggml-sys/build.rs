@@ -51,6 +51,8 @@ const CPU_SOURCES: &[&str] = &[
     "llamafile/sgemm.cpp",
 ];
 
+include!("src/variants.rs");
+
 fn main() {
     let ggml = ggml_dir();
     let src = ggml.join("src");
@@ -82,17 +84,68 @@ fn main() {
     backend.push(cpu.join("arch").join(arch_dir).join("quants.c"));
     backend.push(cpu.join("arch").join(arch_dir).join("repack.cpp"));
 
+    let variants = requested_variants(&target_arch);
+    let (compiler_version, isa) = if variants.is_empty() {
+        build_static(&ggml, &out, &base, &backend, &cpu_flags, openmp);
+        let (compiler_version, isa) = isa_profile(&cpu, &cpu_flags);
+        write_built_variants(&out, &[]);
+        (compiler_version, isa)
+    } else {
+        let built = build_variants(&ggml, &out, &base, &backend, &variants, openmp);
+        write_built_variants(&out, &built);
+        (built[0].compiler.clone(), Vec::new())
+    };
+    println!("cargo:rustc-link-lib=dylib=m");
+    println!("cargo:rustc-link-lib=dylib=pthread");
+    println!("cargo:rustc-link-lib=dylib=dl");
+    if openmp {
+        println!("cargo:rustc-link-lib=dylib=gomp");
+    }
+
+    generate_bindings(&ggml, &out);
+
+    let cpu_flags = if variants.is_empty() {
+        cpu_flags.join(" ")
+    } else {
+        String::new()
+    };
+    println!("cargo:rustc-env=ELELEM_GGML_VERSION={version}");
+    println!("cargo:rustc-env=ELELEM_GGML_CPU_FLAGS={cpu_flags}");
+    println!("cargo:rustc-env=ELELEM_GGML_COMPILER={compiler_version}");
+    println!("cargo:rustc-env=ELELEM_GGML_ISA={}", isa.join(" "));
+    println!("cargo:rustc-check-cfg=cfg(ggml_backend_dl)");
+    if !variants.is_empty() {
+        println!("cargo:rustc-cfg=ggml_backend_dl");
+    }
+    println!("cargo:rerun-if-changed={}", ggml.display());
+    println!("cargo:rerun-if-changed=wrapper.h");
+    println!("cargo:rerun-if-changed=src/variants.rs");
+    for var in [
+        "ELELEM_GGML_DIR",
+        "ELELEM_PORTABLE",
+        "ELELEM_OPENMP",
+        "ELELEM_CPU_FLAGS",
+        "ELELEM_CPU_VARIANTS",
+    ] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+}
+
+/// The default build: ggml-base and one CPU backend, compiled for `cpu_flags`, in one
+/// static archive linked into the crate.
+fn build_static(ggml: &Path, out: &Path, base: &[PathBuf], backend: &[PathBuf], cpu_flags: &[String], openmp: bool) {
     // As in ggml's CMake, only the CPU backend gets the architecture flags: ggml-base
     // (dequantization for get_rows among it) is compiled for the baseline ISA, so no FMA
     // contraction changes its bits relative to the reference build.
     let mut objects = Vec::new();
-    let groups = [(&base, false), (&backend, true)];
+    let groups = [(base, false), (backend, true)];
     for (i, (files, arch_flags)) in groups.iter().enumerate() {
         let (c_files, cpp_files): (Vec<&PathBuf>, Vec<&PathBuf>) =
             files.iter().partition(|p| p.extension().is_some_and(|e| e == "c"));
         for (cpp, lang_files) in [(false, c_files), (true, cpp_files)] {
-            let flags: &[String] = if *arch_flags { &cpu_flags } else { &[] };
-            let mut build = compiler(&ggml, &out, cpp, flags, openmp);
+            let flags: &[String] = if *arch_flags { cpu_flags } else { &[] };
+            let mut build = compiler(ggml, out, cpp, flags, openmp);
+            build.define("GGML_USE_CPU", None);
             build.files(lang_files);
             let last = i == groups.len() - 1 && cpp;
             if last {
@@ -103,29 +156,205 @@ fn main() {
             }
         }
     }
-    println!("cargo:rustc-link-lib=dylib=m");
-    println!("cargo:rustc-link-lib=dylib=pthread");
+}
+
+/// The variants `ELELEM_CPU_VARIANTS` asks for: `default` (the platform gem's set), `all`
+/// (llama.cpp's whole list) or names separated by commas; none when it is unset.
+fn requested_variants(target_arch: &str) -> Vec<&'static VariantSpec> {
+    let Ok(value) = env::var("ELELEM_CPU_VARIANTS") else {
+        return Vec::new();
+    };
+    let value = value.trim();
+    if value.is_empty() || value == "0" {
+        return Vec::new();
+    }
+    assert_eq!(
+        target_arch, "x86_64",
+        "ggml-sys: ELELEM_CPU_VARIANTS builds x86-64 variants only (llama.cpp's x86 list)"
+    );
+    let names: Vec<&str> = match value {
+        "default" | "1" => DEFAULT_VARIANTS.to_vec(),
+        "all" => X86_VARIANTS.iter().map(|v| v.name).collect(),
+        list => list.split(',').map(str::trim).filter(|s| !s.is_empty()).collect(),
+    };
+    names
+        .into_iter()
+        .map(|name| {
+            variant_spec(name).unwrap_or_else(|| {
+                let known: Vec<&str> = X86_VARIANTS.iter().map(|v| v.name).collect();
+                panic!(
+                    "ggml-sys: ELELEM_CPU_VARIANTS names {name:?}, not one of llama.cpp's: {}",
+                    known.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+/// A variant as built: what `BUILT_VARIANTS` (generated) records of it.
+struct Built {
+    name: &'static str,
+    features: &'static [&'static str],
+    flags: String,
+    compiler: String,
+    isa: Vec<String>,
+}
+
+/// llama.cpp's release layout (`GGML_BACKEND_DL`): ggml-base and the backend registry in
+/// one shared library (`libelelem-ggml.so`, which the crate links), and each CPU variant a
+/// shared library of its own (`libggml-cpu-<name>.so`, linked to it) exporting
+/// `ggml_backend_init` and `ggml_backend_score`, compiled with the flags and definitions
+/// ggml's CMake gives that variant. They are written to `OUT_DIR/lib` and copied beside
+/// the crate's artifacts (`target/<profile>/`), where the gem's build picks them up.
+fn build_variants(
+    ggml: &Path,
+    out: &Path,
+    base: &[PathBuf],
+    backend: &[PathBuf],
+    variants: &[&'static VariantSpec],
+    openmp: bool,
+) -> Vec<Built> {
+    let lib_dir = out.join("lib");
+    fs::create_dir_all(&lib_dir).unwrap();
+    for entry in fs::read_dir(&lib_dir).unwrap().flatten() {
+        fs::remove_file(entry.path()).unwrap();
+    }
+
+    // ggml-base + ggml (the registry), baseline ISA, as one shared library.
+    let mut objects = Vec::new();
+    for (cpp, files) in split_by_language(base) {
+        let mut build = compiler(ggml, out, cpp, &[], openmp);
+        build
+            .out_dir(out.join("obj-base"))
+            .define("GGML_BACKEND_DL", None)
+            .define("GGML_SHARED", None)
+            .define("GGML_BUILD", None)
+            .files(files);
+        objects.extend(build.compile_intermediates());
+    }
+    link_shared(&lib_dir, BASE_LIBRARY, &objects, &[], openmp);
+
+    let cpu = ggml.join("src").join("ggml-cpu");
+    let mut built = Vec::new();
+    for spec in variants {
+        let (flags, defines) = variant_flags(spec);
+        let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        let obj_dir = out.join(format!("obj-{}", spec.name));
+        let mut objects = Vec::new();
+        for (cpp, files) in split_by_language(backend) {
+            let mut build = compiler(ggml, out, cpp, &flags, openmp);
+            build.out_dir(&obj_dir).files(files);
+            backend_defines(&mut build, &defines);
+            objects.extend(build.compile_intermediates());
+        }
+        // The feature check is compiled without the variant's flags (ggml's
+        // `ggml_add_cpu_backend_features`), so scoring never runs an instruction the CPU lacks.
+        let mut feats = compiler(ggml, out, true, &[], false);
+        feats
+            .out_dir(obj_dir.join("feats"))
+            .file(cpu.join("arch/x86/cpu-feats.cpp"));
+        backend_defines(&mut feats, &defines);
+        objects.extend(feats.compile_intermediates());
+        let name = format!("libggml-cpu-{}.so", spec.name);
+        link_shared(
+            &lib_dir,
+            &name,
+            &objects,
+            &["-L", lib_dir.to_str().unwrap(), "-lelelem-ggml"],
+            openmp,
+        );
+
+        let (compiler_version, isa) = isa_profile(&cpu, &flags);
+        built.push(Built {
+            name: spec.name,
+            features: spec.features,
+            flags: flags.join(" "),
+            compiler: compiler_version,
+            isa,
+        });
+    }
+
+    println!("cargo:rustc-link-search=native={}", lib_dir.display());
+    println!("cargo:rustc-link-lib=dylib=elelem-ggml");
+
+    // Beside the crate's artifacts too (target/<profile>/), for the extension's Makefile.
+    if let Some(profile_dir) = out.ancestors().nth(3) {
+        for entry in fs::read_dir(profile_dir).into_iter().flatten().flatten() {
+            let file = entry.file_name().to_string_lossy().to_string();
+            if file.starts_with("libggml-cpu-") && file.ends_with(".so") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        for entry in fs::read_dir(&lib_dir).unwrap().flatten() {
+            fs::copy(entry.path(), profile_dir.join(entry.file_name())).unwrap();
+        }
+    }
+    built
+}
+
+/// The shared library holding ggml-base and the backend registry in a variants build.
+const BASE_LIBRARY: &str = "libelelem-ggml.so";
+
+/// What ggml's CMake defines for a dynamically loaded backend (`ggml_add_backend_library`,
+/// `ggml_add_cpu_backend_variant_impl`) besides the common definitions.
+fn backend_defines(build: &mut cc::Build, defines: &[String]) {
+    build
+        .define("GGML_BACKEND_DL", None)
+        .define("GGML_BACKEND_BUILD", None)
+        .define("GGML_BACKEND_SHARED", None)
+        .define("GGML_SHARED", None);
+    for define in defines {
+        build.define(define, None);
+    }
+}
+
+fn split_by_language(files: &[PathBuf]) -> [(bool, Vec<&PathBuf>); 2] {
+    let (c, cpp): (Vec<&PathBuf>, Vec<&PathBuf>) = files.iter().partition(|p| p.extension().is_some_and(|e| e == "c"));
+    [(false, c), (true, cpp)]
+}
+
+/// Links `objects` into the shared library `dir/name`. The C++ runtime is linked in
+/// statically (its symbols hidden), so the libraries need nothing beyond glibc and
+/// libgcc_s; `$ORIGIN` finds `libelelem-ggml.so` beside them.
+fn link_shared(dir: &Path, name: &str, objects: &[PathBuf], extra: &[&str], openmp: bool) {
+    let linker = cc::Build::new().cpp(true).get_compiler();
+    let mut cmd = linker.to_command();
+    cmd.arg("-shared")
+        .arg("-o")
+        .arg(dir.join(name))
+        .arg(format!("-Wl,-soname,{name}"))
+        .args(objects)
+        .args(extra)
+        .args([
+            "-Wl,-rpath,$ORIGIN",
+            "-static-libstdc++",
+            "-Wl,--exclude-libs,ALL",
+            "-Wl,--gc-sections",
+            "-Wl,--as-needed",
+            "-lm",
+            "-lpthread",
+            "-ldl",
+        ]);
     if openmp {
-        println!("cargo:rustc-link-lib=dylib=gomp");
+        cmd.arg("-fopenmp");
     }
+    let status = cmd.status().expect("ggml-sys: could not run the linker");
+    assert!(status.success(), "ggml-sys: linking {name} failed: {cmd:?}");
+}
 
-    generate_bindings(&ggml, &out);
-
-    let (compiler_version, isa) = isa_profile(&cpu, &cpu_flags);
-    println!("cargo:rustc-env=ELELEM_GGML_VERSION={version}");
-    println!("cargo:rustc-env=ELELEM_GGML_CPU_FLAGS={}", cpu_flags.join(" "));
-    println!("cargo:rustc-env=ELELEM_GGML_COMPILER={compiler_version}");
-    println!("cargo:rustc-env=ELELEM_GGML_ISA={}", isa.join(" "));
-    println!("cargo:rerun-if-changed={}", ggml.display());
-    println!("cargo:rerun-if-changed=wrapper.h");
-    for var in [
-        "ELELEM_GGML_DIR",
-        "ELELEM_PORTABLE",
-        "ELELEM_OPENMP",
-        "ELELEM_CPU_FLAGS",
-    ] {
-        println!("cargo:rerun-if-env-changed={var}");
+/// `OUT_DIR/built_variants.rs`: the variants this build made, for the crate to load and
+/// for the build profile to name (empty in the default build).
+fn write_built_variants(out: &Path, built: &[Built]) {
+    let mut text = String::from("/// The CPU variants this build compiled (none: one CPU backend, linked in).\n");
+    text.push_str("pub const BUILT_VARIANTS: &[BuiltVariant] = &[\n");
+    for b in built {
+        text.push_str(&format!(
+            "    BuiltVariant {{ name: {:?}, features: &{:?}, flags: {:?}, compiler: {:?}, isa: &{:?} }},\n",
+            b.name, b.features, b.flags, b.compiler, b.isa
+        ));
     }
+    text.push_str("];\n");
+    fs::write(out.join("built_variants.rs"), text).unwrap();
 }
 
 fn ggml_dir() -> PathBuf {
@@ -163,7 +392,6 @@ fn compiler(ggml: &Path, out: &Path, cpp: bool, cpu_flags: &[String], openmp: bo
         .define("_XOPEN_SOURCE", "600")
         .define("_GNU_SOURCE", None)
         .define("GGML_SCHED_MAX_COPIES", "4")
-        .define("GGML_USE_CPU", None)
         .define("GGML_USE_CPU_REPACK", None)
         .define("GGML_USE_LLAMAFILE", None);
     for flag in cpu_flags {

@@ -30,6 +30,11 @@ module Elelem
   # malformed, or the model is not one the converter knows (only BERT converts).
   class ConvertError < Error; end
 
+  # ggml's CPU backend cannot be loaded. In the precompiled gem: the variant
+  # `ELELEM_CPU_VARIANT` names is not one of the gem's, or this CPU cannot run it (the
+  # message says what it lacks and which variants it runs).
+  class CpuError < Error; end
+
   # A native computation was stopped by an interrupt that Ruby then did not raise.
   class InterruptedError < Error; end
 end

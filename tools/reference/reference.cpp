@@ -102,6 +102,11 @@
 //                         tokens of context, which the next "tg" keeps as far
 //                         as it reaches (refilled for sliding-window models)
 //
+// Built with CPU variants (ELELEM_REFERENCE_VARIANTS: llama.cpp's release layout,
+// GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS), the driver loads the CPU variant that
+// ELELEM_CPU_VARIANT names (libggml-cpu-<name>.so beside it, and no other), as elelem's
+// platform gem does; without it, the best one, as ggml_backend_load_all picks it.
+//
 // The context mirrors llama-completion's defaults: flash attention auto, F16
 // KV cache, n_batch 2048, n_ubatch 512, swa_full false, the prompt fed with
 // llama_batch_get_one (only the last token is an output), greedy sampling.
@@ -122,6 +127,7 @@
 #include <vector>
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 static std::string to_hex(const std::string & s) {
     static const char * digits = "0123456789abcdef";
@@ -147,6 +153,33 @@ static std::vector<llama_token> parse_ids(const char * s) {
 }
 
 static void quiet_log(ggml_log_level, const char *, void *) {}
+
+// The directory this executable lies in (where a variants build puts the variants).
+static std::string executable_dir() {
+    std::vector<char> buf(4096);
+    ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+    if (n <= 0) return ".";
+    std::string path(buf.data(), n);
+    return path.substr(0, path.find_last_of('/'));
+}
+
+// ELELEM_CPU_VARIANT=<name>: only that CPU variant is loaded. Returns false (after
+// saying why) when it cannot be, or when this build has no variants.
+static bool load_cpu_variant() {
+    const char * variant = getenv("ELELEM_CPU_VARIANT");
+    if (!variant || !*variant) return true;
+    if (ggml_backend_reg_count() > 0) {
+        fprintf(stderr, "ELELEM_CPU_VARIANT=%s: this reference links its CPU backend in (build it with "
+                        "-DELELEM_REFERENCE_VARIANTS=ON)\n", variant);
+        return false;
+    }
+    std::string path = executable_dir() + "/libggml-cpu-" + variant + ".so";
+    if (!ggml_backend_load(path.c_str())) {
+        fprintf(stderr, "ELELEM_CPU_VARIANT=%s: cannot load %s\n", variant, path.c_str());
+        return false;
+    }
+    return true;
+}
 
 // The -o overrides, ended by an empty key as llama.cpp expects; main fills it
 // before any command runs, so that every model loaded sees them.
@@ -1121,6 +1154,7 @@ int main(int argc, char ** argv) {
     overrides.push_back(llama_model_kv_override{});  // the terminator
 
     if (!getenv("ELELEM_REFERENCE_VERBOSE")) llama_log_set(quiet_log, nullptr);
+    if (!load_cpu_variant()) return 1;
     llama_backend_init();
     int rc = 2;
     const char * cmd = options_ok && argc > 1 ? argv[1] : "";

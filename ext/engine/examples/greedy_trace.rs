@@ -17,7 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: greedy_trace MODEL IDS N_TOKENS [LOGITS_DIR]".into());
     };
     let prompt: Vec<u32> = ids.split(',').map(str::parse).collect::<Result<_, _>>()?;
-    let profile = BuildProfile::current();
+    let profile = BuildProfile::current().expect("the CPU backend loads");
     println!(
         "profile {} ({}; {})",
         profile.id(),

@@ -3,7 +3,8 @@
 //! kernels on other CPUs (AVX512-FP16 makes flash attention accumulate V in half
 //! precision, for one), so "identical to llama.cpp" holds between builds of the same
 //! profile: the same ggml, compiler and instruction-set macros. Goldens are recorded
-//! per profile.
+//! per profile. In a build with CPU variants (the platform gem), the variant loaded at
+//! run time decides the kernels: the profile is that variant's, and names it.
 
 /// The build's profile; see the module docs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,30 +18,53 @@ pub struct BuildProfile {
     pub isa: Vec<&'static str>,
     /// The flags that chose them (informative: the profile is what they chose).
     pub cpu_flags: &'static str,
+    /// The CPU variant in use (`haswell`, `zen4`, ...) in a build with variants; `None`
+    /// when the CPU backend is linked in.
+    pub variant: Option<&'static str>,
 }
 
 impl BuildProfile {
-    /// This build's profile.
-    pub fn current() -> BuildProfile {
-        BuildProfile {
-            arch: std::env::consts::ARCH,
-            ggml_version: ggml_sys::GGML_VERSION,
-            compiler: ggml_sys::GGML_COMPILER,
-            isa: ggml_sys::GGML_ISA.split_whitespace().collect(),
-            cpu_flags: ggml_sys::GGML_CPU_FLAGS,
-        }
+    /// This build's profile: in a build with CPU variants, the profile of the variant in
+    /// use (which loads the CPU backend if it is not yet).
+    ///
+    /// # Errors
+    /// [`crate::Error::Cpu`] when the CPU backend cannot be loaded.
+    pub fn current() -> crate::Result<BuildProfile> {
+        Ok(match crate::ggml::cpu_variant()? {
+            None => BuildProfile {
+                arch: std::env::consts::ARCH,
+                ggml_version: ggml_sys::GGML_VERSION,
+                compiler: ggml_sys::GGML_COMPILER,
+                isa: ggml_sys::GGML_ISA.split_whitespace().collect(),
+                cpu_flags: ggml_sys::GGML_CPU_FLAGS,
+                variant: None,
+            },
+            Some(v) => BuildProfile {
+                arch: std::env::consts::ARCH,
+                ggml_version: ggml_sys::GGML_VERSION,
+                compiler: v.compiler,
+                isa: v.isa.to_vec(),
+                cpu_flags: v.flags,
+                variant: Some(v.name),
+            },
+        })
     }
 
     /// A short stable name, `<arch>-<12 hex digits>`: a digest of everything that
-    /// decides the kernels (the flags are left out: only what they chose counts).
+    /// decides the kernels (the flags are left out: only what they chose counts), and of
+    /// the CPU variant's name where there is one (a variant is compiled from ggml's own
+    /// feature flags, not `-march`, so two builds with the same macros may still differ).
     pub fn id(&self) -> String {
-        let text = format!(
+        let mut text = format!(
             "{}|ggml {}|{}|{}",
             self.arch,
             self.ggml_version,
             self.compiler,
             self.isa.join(" ")
         );
+        if let Some(variant) = self.variant {
+            text.push_str(&format!("|variant {variant}"));
+        }
         format!("{}-{:012x}", self.arch, fnv1a64(text.as_bytes()) >> 16)
     }
 }
@@ -76,7 +100,7 @@ mod tests {
 
     #[test]
     fn the_id_names_the_arch_and_follows_the_isa() {
-        let profile = BuildProfile::current();
+        let profile = BuildProfile::current().unwrap();
         let id = profile.id();
         assert!(id.starts_with(&format!("{}-", profile.arch)), "{id}");
         assert_eq!(id.len(), profile.arch.len() + 13);
@@ -87,5 +111,26 @@ mod tests {
         other = profile.clone();
         other.cpu_flags = "-march=x86-64";
         assert_eq!(other.id(), id, "only what the flags chose counts");
+        other.variant = Some(if profile.variant == Some("haswell") {
+            "zen4"
+        } else {
+            "haswell"
+        });
+        assert_ne!(other.id(), id, "the variant counts");
+    }
+
+    #[test]
+    fn a_native_profile_keeps_its_id() {
+        // The committed goldens are keyed by ids made before variants existed.
+        let profile = BuildProfile {
+            arch: "x86_64",
+            ggml_version: "0.26.0",
+            compiler: "gcc 12.2.0",
+            isa: vec!["AVX", "AVX2", "F16C", "FMA"],
+            cpu_flags: "-march=native",
+            variant: None,
+        };
+        let text = "x86_64|ggml 0.26.0|gcc 12.2.0|AVX AVX2 F16C FMA";
+        assert_eq!(profile.id(), format!("x86_64-{:012x}", fnv1a64(text.as_bytes()) >> 16));
     }
 }

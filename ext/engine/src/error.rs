@@ -28,6 +28,11 @@ pub enum Error {
     Template(String),
     #[error("{0}")]
     Tokenizer(String),
+    /// ggml's CPU backend cannot be loaded: in a build with CPU variants, one that
+    /// `ELELEM_CPU_VARIANT` forces but this CPU cannot run (or that was not built), or
+    /// variant libraries that are missing.
+    #[error("{0}")]
+    Cpu(String),
     /// ggml could not allocate memory.
     #[error("out of memory allocating {0}")]
     OutOfMemory(String),

@@ -209,19 +209,11 @@ pub struct CpuDevice {
 
 impl CpuDevice {
     pub fn get() -> Result<CpuDevice> {
-        init_once();
-        let dev = unsafe { sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU) };
-        if dev.is_null() {
-            return Err(Error::Internal("ggml has no CPU device".into()));
-        }
+        let cpu = cpu()?;
         let mut weight_bufts = Vec::new();
         unsafe {
-            let reg = sys::ggml_backend_dev_backend_reg(dev);
-            let name = c"ggml_backend_dev_get_extra_bufts";
-            let proc_ = sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
-            if !proc_.is_null() {
-                let get_extra: sys::ggml_backend_dev_get_extra_bufts_t = std::mem::transmute(proc_);
-                let mut p = get_extra.unwrap()(dev);
+            if let Some(get_extra) = cpu.get_extra_bufts {
+                let mut p = get_extra(cpu.dev);
                 while !p.is_null() && !(*p).is_null() {
                     weight_bufts.push(BufferType(*p));
                     p = p.add(1);
@@ -229,7 +221,10 @@ impl CpuDevice {
             }
             weight_bufts.push(BufferType(sys::ggml_backend_cpu_buffer_type()));
         }
-        Ok(CpuDevice { dev, weight_bufts })
+        Ok(CpuDevice {
+            dev: cpu.dev,
+            weight_bufts,
+        })
     }
 
     /// Whether the device can run `op` with its weight held in a buffer of type `buft`
@@ -270,7 +265,7 @@ struct Threadpool {
 impl Threadpool {
     fn new(n_threads: usize) -> Result<Threadpool> {
         let mut params = unsafe { sys::ggml_threadpool_params_default(n_threads as i32) };
-        let pool = NonNull::new(unsafe { sys::ggml_threadpool_new(&mut params) })
+        let pool = NonNull::new(unsafe { (cpu()?.threadpool_new)(&mut params) })
             .ok_or_else(|| Error::OutOfMemory("CPU thread pool".into()))?;
         Ok(Threadpool {
             pool,
@@ -284,17 +279,19 @@ impl Drop for Threadpool {
         // In a forked child the workers are gone; joining them would hang, so the
         // parent's pool is left alone there.
         if self.owner_pid == std::process::id() {
-            unsafe { sys::ggml_threadpool_free(self.pool.as_ptr()) }
+            if let Ok(cpu) = cpu() {
+                unsafe { (cpu.threadpool_free)(self.pool.as_ptr()) }
+            }
         }
     }
 }
 
 impl Backend {
     pub fn cpu(n_threads: usize) -> Result<Backend> {
-        init_once();
-        let backend = NonNull::new(unsafe { sys::ggml_backend_cpu_init() })
+        let cpu = cpu()?;
+        let backend = NonNull::new(unsafe { sys::ggml_backend_dev_init(cpu.dev, std::ptr::null()) })
             .ok_or_else(|| Error::OutOfMemory("CPU backend".into()))?;
-        unsafe { sys::ggml_backend_cpu_set_n_threads(backend.as_ptr(), n_threads as i32) };
+        unsafe { (cpu.set_n_threads)(backend.as_ptr(), n_threads as i32) };
         Ok(Backend {
             backend,
             n_threads,
@@ -318,14 +315,16 @@ impl Backend {
         unsafe extern "C" fn should_abort(data: *mut c_void) -> bool {
             (*(data as *const std::sync::atomic::AtomicBool)).load(std::sync::atomic::Ordering::Relaxed)
         }
-        sys::ggml_backend_cpu_set_abort_callback(self.as_ptr(), Some(should_abort), flag as *mut c_void);
+        // A backend exists only once `cpu()` has succeeded.
+        let cpu = cpu().expect("the CPU backend is loaded");
+        (cpu.set_abort_callback)(self.as_ptr(), Some(should_abort), flag as *mut c_void);
     }
 
     /// The worker pool for this process, made on first use and again after a fork.
     fn ensure_pool(&mut self) -> Result<()> {
         if self.n_threads > 1 && self.pool.as_ref().is_none_or(|p| p.owner_pid != std::process::id()) {
             let pool = Threadpool::new(self.n_threads)?;
-            unsafe { sys::ggml_backend_cpu_set_threadpool(self.as_ptr(), pool.pool.as_ptr()) };
+            unsafe { (cpu()?.set_threadpool)(self.as_ptr(), pool.pool.as_ptr()) };
             // Replacing the old pool drops it, which frees it only in the process that made it.
             self.pool = Some(pool);
         }
@@ -700,57 +699,152 @@ impl Graph {
     }
 }
 
-static INIT: std::sync::Once = std::sync::Once::new();
+/// The CPU backend's device and the functions its registry hands out
+/// (`ggml_backend_reg_get_proc_address`), which work the same whether the backend is
+/// linked in or a variant library loaded at run time.
+struct Cpu {
+    dev: sys::ggml_backend_dev_t,
+    reg: sys::ggml_backend_reg_t,
+    set_n_threads: SetNThreads,
+    set_abort_callback: SetAbortCallback,
+    threadpool_new: ThreadpoolNew,
+    threadpool_free: ThreadpoolFree,
+    set_threadpool: SetThreadpool,
+    get_extra_bufts: Option<GetExtraBufts>,
+    get_features: Option<GetFeatures>,
+}
 
-/// Process-wide ggml setup: the CPU feature tables, and ggml's log routed to
-/// stderr only when `ELELEM_DEBUG` is set (ggml logs freely otherwise).
-pub fn init_once() {
-    INIT.call_once(|| unsafe {
-        sys::ggml_cpu_init();
+type SetNThreads = unsafe extern "C" fn(sys::ggml_backend_t, i32);
+type SetAbortCallback = unsafe extern "C" fn(sys::ggml_backend_t, sys::ggml_abort_callback, *mut c_void);
+type ThreadpoolNew = unsafe extern "C" fn(*mut sys::ggml_threadpool_params) -> *mut sys::ggml_threadpool;
+type ThreadpoolFree = unsafe extern "C" fn(*mut sys::ggml_threadpool);
+type SetThreadpool = unsafe extern "C" fn(sys::ggml_backend_t, *mut sys::ggml_threadpool);
+type GetExtraBufts = unsafe extern "C" fn(sys::ggml_backend_dev_t) -> *mut sys::ggml_backend_buffer_type_t;
+type GetFeatures = unsafe extern "C" fn(sys::ggml_backend_reg_t) -> *mut sys::ggml_backend_feature;
+
+// SAFETY: the device and registry are process-wide ggml singletons, never freed.
+unsafe impl Send for Cpu {}
+unsafe impl Sync for Cpu {}
+
+static CPU: std::sync::OnceLock<std::result::Result<Cpu, String>> = std::sync::OnceLock::new();
+
+/// Process-wide ggml setup, once: ggml's log routed to stderr only when `ELELEM_DEBUG` is
+/// set (ggml logs freely otherwise), then the CPU backend loaded (in a variants build, the
+/// variant this CPU runs best or the one `ELELEM_CPU_VARIANT` forces) and its functions
+/// looked up.
+fn cpu() -> Result<&'static Cpu> {
+    CPU.get_or_init(|| unsafe {
         if std::env::var_os("ELELEM_DEBUG").is_none() {
             unsafe extern "C" fn quiet(_: sys::ggml_log_level, _: *const std::ffi::c_char, _: *mut c_void) {}
             sys::ggml_log_set(Some(quiet), std::ptr::null_mut());
         }
-    });
+        sys::cpu::load()?;
+        let dev = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
+        if dev.is_null() {
+            return Err("ggml has no CPU device".into());
+        }
+        let reg = sys::ggml_backend_dev_backend_reg(dev);
+        let proc_ = |name: &CStr| sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
+        let required = |name: &CStr| {
+            let p = proc_(name);
+            if p.is_null() {
+                Err(format!("ggml's CPU backend has no {}", name.to_string_lossy()))
+            } else {
+                Ok(p)
+            }
+        };
+        Ok(Cpu {
+            dev,
+            reg,
+            set_n_threads: std::mem::transmute::<*mut c_void, SetNThreads>(required(c"ggml_backend_set_n_threads")?),
+            set_abort_callback: std::mem::transmute::<*mut c_void, SetAbortCallback>(required(
+                c"ggml_backend_set_abort_callback",
+            )?),
+            threadpool_new: std::mem::transmute::<*mut c_void, ThreadpoolNew>(required(c"ggml_threadpool_new")?),
+            threadpool_free: std::mem::transmute::<*mut c_void, ThreadpoolFree>(required(c"ggml_threadpool_free")?),
+            set_threadpool: std::mem::transmute::<*mut c_void, SetThreadpool>(required(
+                c"ggml_backend_cpu_set_threadpool",
+            )?),
+            get_extra_bufts: std::mem::transmute::<*mut c_void, Option<GetExtraBufts>>(proc_(
+                c"ggml_backend_dev_get_extra_bufts",
+            )),
+            get_features: std::mem::transmute::<*mut c_void, Option<GetFeatures>>(proc_(c"ggml_backend_get_features")),
+        })
+    })
+    .as_ref()
+    .map_err(|e| Error::Cpu(e.clone()))
 }
 
-/// The CPU features ggml was built with, e.g. "AVX2 FMA F16C AVX512 ...".
-pub fn system_info() -> String {
-    init_once();
-    let checks: &[(&str, unsafe extern "C" fn() -> i32)] = &[
-        ("SSE3", sys::ggml_cpu_has_sse3),
-        ("SSSE3", sys::ggml_cpu_has_ssse3),
-        ("AVX", sys::ggml_cpu_has_avx),
-        ("AVX2", sys::ggml_cpu_has_avx2),
-        ("F16C", sys::ggml_cpu_has_f16c),
-        ("FMA", sys::ggml_cpu_has_fma),
-        ("BMI2", sys::ggml_cpu_has_bmi2),
-        ("AVX_VNNI", sys::ggml_cpu_has_avx_vnni),
-        ("AVX512", sys::ggml_cpu_has_avx512),
-        ("AVX512_VBMI", sys::ggml_cpu_has_avx512_vbmi),
-        ("AVX512_VNNI", sys::ggml_cpu_has_avx512_vnni),
-        ("AVX512_BF16", sys::ggml_cpu_has_avx512_bf16),
-        ("AMX_INT8", sys::ggml_cpu_has_amx_int8),
-        ("NEON", sys::ggml_cpu_has_neon),
-        ("ARM_FMA", sys::ggml_cpu_has_arm_fma),
-        ("FP16_VA", sys::ggml_cpu_has_fp16_va),
-        ("DOTPROD", sys::ggml_cpu_has_dotprod),
-        ("MATMUL_INT8", sys::ggml_cpu_has_matmul_int8),
-        ("SVE", sys::ggml_cpu_has_sve),
-        ("LLAMAFILE", sys::ggml_cpu_has_llamafile),
-    ];
-    let mut on: Vec<&str> = checks
+/// Loads the CPU backend (see [`cpu`]) if it is not yet.
+///
+/// # Errors
+/// [`Error::Cpu`] when it cannot be loaded.
+pub fn init() -> Result<()> {
+    cpu().map(|_| ())
+}
+
+/// The CPU variant in use, in a build with variants (`None` when the backend is linked in).
+pub fn cpu_variant() -> Result<Option<&'static sys::BuiltVariant>> {
+    init()?;
+    Ok(sys::cpu::load().map_err(Error::Cpu)?.variant)
+}
+
+/// A CPU variant of this build (none in a build that links its CPU backend in).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuVariantInfo {
+    pub name: &'static str,
+    /// The features ggml compiles it for (`AVX2`, `AVX512_VNNI`, ...).
+    pub features: &'static [&'static str],
+    /// Whether this CPU (and the operating system) supports them all.
+    pub runnable: bool,
+    /// Whether this process runs it.
+    pub in_use: bool,
+}
+
+/// Every CPU variant this build compiled, in llama.cpp's order.
+pub fn cpu_variants() -> Vec<CpuVariantInfo> {
+    let have = sys::cpu::cpu_features();
+    let in_use = cpu().ok().and_then(|_| sys::cpu::load().ok()).and_then(|l| l.variant);
+    sys::BUILT_VARIANTS
         .iter()
-        .filter(|(_, f)| unsafe { f() } != 0)
-        .map(|(n, _)| *n)
-        .collect();
-    on.push("REPACK");
-    on.join(" ")
+        .map(|v| CpuVariantInfo {
+            name: v.name,
+            features: v.features,
+            runnable: sys::cpu::missing(v, &have).is_empty(),
+            in_use: in_use.is_some_and(|u| u.name == v.name),
+        })
+        .collect()
+}
+
+/// ggml's CPU features as its backend reports them (`ggml_backend_get_features`, what
+/// llama.cpp's system info prints), e.g. "SSE3 SSSE3 AVX ... REPACK", after
+/// `CPU_VARIANT=<name>` in a build with variants.
+pub fn system_info() -> Result<String> {
+    let cpu = cpu()?;
+    let mut parts = Vec::new();
+    if let Some(variant) = cpu_variant()? {
+        parts.push(format!("CPU_VARIANT={}", variant.name));
+    }
+    if let Some(get_features) = cpu.get_features {
+        unsafe {
+            let mut f = get_features(cpu.reg);
+            while !f.is_null() && !(*f).name.is_null() {
+                let name = CStr::from_ptr((*f).name).to_string_lossy();
+                let value = CStr::from_ptr((*f).value).to_string_lossy();
+                parts.push(if value == "1" {
+                    name.to_string()
+                } else {
+                    format!("{name}={value}")
+                });
+                f = f.add(1);
+            }
+        }
+    }
+    Ok(parts.join(" "))
 }
 
 /// Whether the CPU backend can multiply weights of `ty`. Some types exist only as
 /// the other operand's format (Q8_1, Q8_K): a matmul over them calls a null kernel.
 pub fn cpu_has_vec_dot(ty: sys::ggml_type) -> bool {
-    init_once();
-    unsafe { (*sys::ggml_get_type_traits_cpu(ty)).vec_dot.is_some() }
+    init().is_ok() && sys::cpu::type_has_vec_dot(ty)
 }

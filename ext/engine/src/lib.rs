@@ -71,7 +71,11 @@ pub fn ggml_version() -> &'static str {
     ggml_sys::GGML_VERSION
 }
 
-/// The CPU features ggml was compiled for.
-pub fn system_info() -> String {
+/// The CPU features ggml's CPU backend was compiled for, after the CPU variant in use in
+/// a build with variants (`CPU_VARIANT=haswell SSE3 ...`).
+///
+/// # Errors
+/// [`Error::Cpu`] when the CPU backend cannot be loaded.
+pub fn system_info() -> Result<String> {
     ggml::system_info()
 }

@@ -1,3 +1,4 @@
+#![cfg(not(ggml_backend_dl))] // the CPU backend is linked in only in the default build
 //! The whole chain through the raw bindings: a graph in a `no_alloc` context,
 //! allocated by `ggml_gallocr`, inputs written with `ggml_backend_tensor_set`,
 //! computed on the CPU backend, read back with `ggml_backend_tensor_get`; and

@@ -529,7 +529,7 @@ fn add_matrix(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: TensorType, fan
     let size = ty.row_bytes(row).expect("rows fill whole blocks") * rows;
     let mut data = vec![0u8; size as usize];
     let ggml_type = ty.id() as sys::ggml_type;
-    elelem_engine::ggml::init_once();
+    elelem_engine::ggml::init().expect("ggml's CPU backend loads");
     // The IQ1/IQ2 types cannot be quantized without importance weights: uniform ones.
     let importance = vec![1.0f32; row as usize];
     let imatrix = if unsafe { sys::ggml_quantize_requires_imatrix(ggml_type) } {

@@ -66,7 +66,7 @@ fn check_goldens(golden: &str, model: Model) {
         &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),
     )
     .unwrap();
-    let profile = BuildProfile::current();
+    let profile = BuildProfile::current().expect("the CPU backend loads");
     let rec = recording(golden, &doc, &profile);
     let params = ContextParams {
         n_ctx: doc["n_ctx"].as_u64().unwrap() as u32,
@@ -241,7 +241,7 @@ fn lockstep_sequences_match_llama_cpp() {
             }
             None => model_path(doc["model"]["file"].as_str().unwrap()),
         };
-        let rec = recording(golden, &doc, &BuildProfile::current());
+        let rec = recording(golden, &doc, &BuildProfile::current().expect("the CPU backend loads"));
         let params = ContextParams {
             n_ctx: doc["n_ctx"].as_u64().unwrap() as u32,
             n_threads: doc["n_threads"].as_u64().unwrap() as usize,

@@ -45,11 +45,14 @@ module Elelem
       end
 
       # llama.cpp's `-fa` in the model's mode (its default, auto, is on for the CPU), and its
-      # `-ctk` / `-ctv` with the model's KV cache types (its default f16).
+      # `-ctk` / `-ctv` with the model's KV cache types (its default f16). In a build with CPU
+      # variants the driver (then llama.cpp's release-style build) loads the variant elelem runs.
       def run(*args)
         args += ["-fa", "off"] unless @flash_attn
         args += ["-ctk", @cache_types[0], "-ctv", @cache_types[1]] unless @cache_types == %w[f16 f16]
-        out, err, status = Open3.capture3(@path, *args.map(&:to_s))
+        variant = Elelem.build_profile[:variant]
+        env = variant ? { "ELELEM_CPU_VARIANT" => variant } : {}
+        out, err, status = Open3.capture3(env, @path, *args.map(&:to_s))
         raise Error, "the reference driver failed (#{status}): #{err.lines.last(3).join}" unless status.success?
 
         out

@@ -18,6 +18,7 @@ static TEMPLATE: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "Tem
 static INTERRUPTED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "InterruptedError"));
 static BUSY: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "BusyError"));
 static INCOMPATIBLE_DRAFT: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "IncompatibleDraftError"));
+static CPU: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "CpuError"));
 
 pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
     use elelem_engine::Error as E;
@@ -31,6 +32,7 @@ pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
         E::Busy(_) => ruby.get_inner(&BUSY),
         E::IncompatibleDraft(_) => ruby.get_inner(&INCOMPATIBLE_DRAFT),
         E::Closed => ruby.get_inner(&CLOSED),
+        E::Cpu(_) => ruby.get_inner(&CPU),
         E::Internal(_) | E::Tokenizer(_) => ruby.get_inner(&ERROR),
     };
     Error::new(class, e.to_string())

@@ -10,16 +10,36 @@ use magnus::{function, prelude::*, Error, RHash, Ruby};
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
     let elelem = ruby.define_module("Elelem")?;
     elelem.define_singleton_method("ggml_version", function!(elelem_engine::ggml_version, 0))?;
-    elelem.define_singleton_method("system_info", function!(elelem_engine::system_info, 0))?;
+    elelem.define_singleton_method("system_info", function!(system_info, 0))?;
     elelem.define_singleton_method("build_profile", function!(build_profile, 0))?;
+    elelem.define_singleton_method("cpu_variants", function!(cpu_variants, 0))?;
     tokenizer::init(ruby, &elelem)?;
     convert::init(ruby, &elelem)?;
     model::init(ruby, &elelem)
 }
 
+/// `Elelem.system_info`: ggml's CPU features, after the variant in use in the platform gem.
+fn system_info(ruby: &Ruby) -> Result<String, Error> {
+    elelem_engine::system_info().map_err(|e| errors::engine_error(ruby, e))
+}
+
+/// `Elelem.cpu_variants`: the CPU variants of the precompiled gem (none in a source build).
+fn cpu_variants(ruby: &Ruby) -> Result<magnus::RArray, Error> {
+    let list = ruby.ary_new();
+    for v in elelem_engine::ggml::cpu_variants() {
+        let h = ruby.hash_new();
+        h.aset(ruby.to_symbol("name"), v.name)?;
+        h.aset(ruby.to_symbol("features"), v.features.to_vec())?;
+        h.aset(ruby.to_symbol("runnable"), v.runnable)?;
+        h.aset(ruby.to_symbol("in_use"), v.in_use)?;
+        list.push(h)?;
+    }
+    Ok(list)
+}
+
 /// `Elelem.build_profile`: what decides the bits of this build's results.
 fn build_profile(ruby: &Ruby) -> Result<RHash, Error> {
-    let profile = elelem_engine::BuildProfile::current();
+    let profile = elelem_engine::BuildProfile::current().map_err(|e| errors::engine_error(ruby, e))?;
     let h = ruby.hash_new();
     let sym = |k: &str| ruby.to_symbol(k);
     h.aset(sym("id"), profile.id())?;
@@ -28,6 +48,7 @@ fn build_profile(ruby: &Ruby) -> Result<RHash, Error> {
     h.aset(sym("compiler"), profile.compiler)?;
     h.aset(sym("isa"), profile.isa)?;
     h.aset(sym("cpu_flags"), profile.cpu_flags)?;
+    h.aset(sym("variant"), profile.variant)?;
     h.aset(sym("cpu"), elelem_engine::cpu_model())?;
     Ok(h)
 }

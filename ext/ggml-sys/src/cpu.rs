@@ -1,0 +1,408 @@
+//! The CPU backend in use: linked in (the default build), or one of the variant libraries
+//! of a variants build, chosen as llama.cpp's `ggml_backend_load_best("cpu", ...)` chooses
+//! (the highest `ggml_backend_score` among them), or forced by `ELELEM_CPU_VARIANT`.
+//!
+//! Before a variant library is opened at all (scoring opens it), this CPU's features are
+//! read with CPUID, operating-system support included (XCR0), so a variant the CPU
+//! cannot run is refused with an error naming what it lacks, never run into a SIGILL.
+
+use std::sync::OnceLock;
+
+use crate::BuiltVariant;
+
+/// The environment variable that forces a variant (`ELELEM_CPU_VARIANT=haswell`).
+pub const VARIANT_ENV: &str = "ELELEM_CPU_VARIANT";
+
+/// The CPU backend this process uses.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The variant, in a variants build.
+    pub variant: Option<&'static BuiltVariant>,
+    /// Its library.
+    pub path: Option<std::path::PathBuf>,
+    /// Whether `ELELEM_CPU_VARIANT` chose it.
+    pub forced: bool,
+    /// The library's handle (`dlopen`), for the symbols the registry does not hand out.
+    #[allow(dead_code)]
+    handle: usize,
+}
+
+static LOADED: OnceLock<Result<Loaded, String>> = OnceLock::new();
+
+/// Loads the CPU backend once per process (a variants build registers the chosen
+/// variant with ggml's registry); later calls return the same answer.
+///
+/// # Errors
+/// In a variants build: no variant library beside `libelelem-ggml.so`, a forced variant
+/// that was not built or that this CPU cannot run, or a library that fails to load.
+pub fn load() -> Result<&'static Loaded, String> {
+    LOADED.get_or_init(load_now).as_ref().map_err(Clone::clone)
+}
+
+#[cfg(not(ggml_backend_dl))]
+fn load_now() -> Result<Loaded, String> {
+    if let Some(name) = std::env::var(VARIANT_ENV).ok().filter(|s| !s.is_empty()) {
+        // Ignoring it would promise bits this build does not give.
+        return Err(format!(
+            "{VARIANT_ENV}={name}: this build has one CPU backend, compiled for {}, and no variants to choose \
+             from (the precompiled gem has them)",
+            if crate::GGML_CPU_FLAGS.is_empty() {
+                "the baseline ISA"
+            } else {
+                crate::GGML_CPU_FLAGS
+            }
+        ));
+    }
+    Ok(Loaded {
+        variant: None,
+        path: None,
+        forced: false,
+        handle: 0,
+    })
+}
+
+#[cfg(ggml_backend_dl)]
+fn load_now() -> Result<Loaded, String> {
+    dl::load()
+}
+
+/// Whether the CPU backend has a dot product for weights of `ty` (some types exist only
+/// as the other operand's format: a matmul over them would call a null kernel).
+pub fn type_has_vec_dot(ty: crate::ggml_type) -> bool {
+    #[cfg(not(ggml_backend_dl))]
+    {
+        unsafe { (*crate::ggml_get_type_traits_cpu(ty)).vec_dot.is_some() }
+    }
+    #[cfg(ggml_backend_dl)]
+    {
+        dl::type_has_vec_dot(ty)
+    }
+}
+
+/// The features of llama.cpp's variant list (`SSE42`, `AVX2`, `AVX512`, `AMX_INT8`, ...)
+/// that this CPU and the operating system support.
+pub fn cpu_features() -> Vec<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::features()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        Vec::new()
+    }
+}
+
+/// The features of `variant` missing from `have`.
+pub fn missing<'a>(variant: &'a BuiltVariant, have: &[&str]) -> Vec<&'a str> {
+    variant.features.iter().copied().filter(|f| !have.contains(f)).collect()
+}
+
+/// The variant to load: the one `forced` names (refused when it was not built or `have`
+/// lacks a feature of it), or else the runnable one with the highest `score` (ggml's
+/// `ggml_backend_score`; 0 means it cannot run), the first of equals.
+///
+/// # Errors
+/// A message that says what was asked, what is missing, and what this CPU can run.
+pub fn choose<'a>(
+    built: &[&'a BuiltVariant],
+    have: &[&str],
+    forced: Option<&str>,
+    mut score: impl FnMut(&BuiltVariant) -> i32,
+) -> Result<&'a BuiltVariant, String> {
+    let runnable: Vec<&'a BuiltVariant> = built.iter().copied().filter(|v| missing(v, have).is_empty()).collect();
+    let names = |list: &[&BuiltVariant]| list.iter().map(|v| v.name).collect::<Vec<_>>().join(", ");
+    if let Some(name) = forced {
+        let Some(&variant) = built.iter().find(|v| v.name == name) else {
+            return Err(format!(
+                "{VARIANT_ENV}={name}: no such CPU variant in this build (built: {}; this CPU runs: {})",
+                built.iter().map(|v| v.name).collect::<Vec<_>>().join(", "),
+                names(&runnable)
+            ));
+        };
+        let lacking = missing(variant, have);
+        if !lacking.is_empty() {
+            return Err(format!(
+                "{VARIANT_ENV}={name}: this CPU cannot run the {name} variant: it lacks {} (this CPU runs: {})",
+                lacking.join(", "),
+                names(&runnable)
+            ));
+        }
+        if score(variant) == 0 {
+            return Err(format!(
+                "{VARIANT_ENV}={name}: ggml's score says this CPU cannot run it"
+            ));
+        }
+        return Ok(variant);
+    }
+    let mut best: Option<(&'a BuiltVariant, i32)> = None;
+    for variant in runnable {
+        let s = score(variant);
+        if s > 0 && best.is_none_or(|(_, b)| s > b) {
+            best = Some((variant, s));
+        }
+    }
+    best.map(|(v, _)| v).ok_or_else(|| {
+        format!(
+            "no CPU variant of this build runs on this CPU (built: {}; this CPU has: {})",
+            built.iter().map(|v| v.name).collect::<Vec<_>>().join(", "),
+            have.join(" ")
+        )
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
+
+    /// CPUID and XCR0, as ggml's `cpu-feats.cpp` reads CPUID, plus the operating system's
+    /// consent to the AVX, AVX-512 and AMX register states.
+    // `__cpuid` is safe in newer Rust, `unsafe` in the minimum version.
+    #[allow(unused_unsafe)]
+    pub fn features() -> Vec<&'static str> {
+        let max = unsafe { __cpuid(0) }.eax;
+        let leaf1 = unsafe { __cpuid(1) };
+        let (b7, c7, d7) = if max >= 7 {
+            let l = unsafe { __cpuid_count(7, 0) };
+            (l.ebx, l.ecx, l.edx)
+        } else {
+            (0, 0, 0)
+        };
+        let a7_1 = if max >= 7 {
+            unsafe { __cpuid_count(7, 1) }.eax
+        } else {
+            0
+        };
+        let osxsave = leaf1.ecx & (1 << 27) != 0;
+        let xcr0 = if osxsave { unsafe { xgetbv0() } } else { 0 };
+        let avx_os = xcr0 & 0x6 == 0x6;
+        let avx512_os = avx_os && xcr0 & 0xe0 == 0xe0;
+        let amx_os = xcr0 & 0x6_0000 == 0x6_0000;
+        let bit = |reg: u32, n: u32| reg & (1 << n) != 0;
+
+        let mut have = Vec::new();
+        let mut add = |name: &'static str, on: bool| {
+            if on {
+                have.push(name);
+            }
+        };
+        add("SSE42", bit(leaf1.ecx, 20));
+        add("F16C", avx_os && bit(leaf1.ecx, 29));
+        add("FMA", avx_os && bit(leaf1.ecx, 12));
+        add("BMI2", bit(b7, 8));
+        add("AVX", avx_os && bit(leaf1.ecx, 28));
+        add("AVX2", avx_os && bit(b7, 5));
+        add("AVX_VNNI", avx_os && bit(a7_1, 4));
+        // ggml's AVX512: F, CD, VL, DQ and BW.
+        add("AVX512", avx512_os && [16, 28, 31, 17, 30].iter().all(|&n| bit(b7, n)));
+        add("AVX512_VBMI", avx512_os && bit(c7, 1));
+        add("AVX512_VNNI", avx512_os && bit(c7, 11));
+        add("AVX512_BF16", avx512_os && bit(a7_1, 5));
+        add("AMX_TILE", amx_os && bit(d7, 24));
+        add("AMX_INT8", amx_os && bit(d7, 25));
+        add("AMX_BF16", amx_os && bit(d7, 22));
+        have
+    }
+
+    #[target_feature(enable = "xsave")]
+    unsafe fn xgetbv0() -> u64 {
+        _xgetbv(0)
+    }
+}
+
+#[cfg(ggml_backend_dl)]
+mod dl {
+    use std::ffi::{c_int, c_void, CStr, CString};
+    use std::path::{Path, PathBuf};
+
+    use super::{Loaded, VARIANT_ENV};
+
+    /// The directory of `libelelem-ggml.so` (where the variants lie), from the dynamic
+    /// loader's record of the library that holds `ggml_backend_load`.
+    fn library_dir() -> Result<PathBuf, String> {
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        let addr = crate::ggml_backend_load as *const c_void;
+        if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+            return Err("cannot find where libelelem-ggml.so was loaded from (dladdr)".into());
+        }
+        let file = PathBuf::from(unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().to_string());
+        let file = std::fs::canonicalize(&file).unwrap_or(file);
+        Ok(file.parent().map(Path::to_path_buf).unwrap_or_default())
+    }
+
+    fn dlerror() -> String {
+        let e = unsafe { libc::dlerror() };
+        if e.is_null() {
+            "unknown error".into()
+        } else {
+            unsafe { CStr::from_ptr(e) }.to_string_lossy().to_string()
+        }
+    }
+
+    fn open(path: &Path, flags: c_int) -> Result<*mut c_void, String> {
+        let c = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+        let handle = unsafe { libc::dlopen(c.as_ptr(), flags) };
+        if handle.is_null() {
+            Err(format!("cannot load {}: {}", path.display(), dlerror()))
+        } else {
+            Ok(handle)
+        }
+    }
+
+    fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
+        unsafe { libc::dlsym(handle, name.as_ptr()) }
+    }
+
+    /// `ggml_backend_score` of the library at `path` (0 when it cannot run or has none),
+    /// opened and closed again as ggml's `ggml_backend_load_best` does.
+    fn score(path: &Path) -> i32 {
+        let Ok(handle) = open(path, libc::RTLD_NOW | libc::RTLD_LOCAL) else {
+            return 0;
+        };
+        let f = symbol(handle, c"ggml_backend_score");
+        let s = if f.is_null() {
+            0
+        } else {
+            let f: extern "C" fn() -> c_int = unsafe { std::mem::transmute(f) };
+            f()
+        };
+        unsafe { libc::dlclose(handle) };
+        s
+    }
+
+    pub(super) fn load() -> Result<Loaded, String> {
+        let dir = library_dir()?;
+        let path_of = |name: &str| dir.join(format!("libggml-cpu-{name}.so"));
+        let present: Vec<&'static crate::BuiltVariant> = crate::BUILT_VARIANTS
+            .iter()
+            .filter(|v| path_of(v.name).is_file())
+            .collect();
+        if present.is_empty() {
+            return Err(format!(
+                "no CPU variant library (libggml-cpu-*.so) in {}",
+                dir.display()
+            ));
+        }
+        let forced = std::env::var(VARIANT_ENV).ok().filter(|s| !s.is_empty());
+        let have = super::cpu_features();
+        let variant = super::choose(&present, &have, forced.as_deref(), |v| score(&path_of(v.name)))?;
+        let path = path_of(variant.name);
+        let c = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+        if unsafe { crate::ggml_backend_load(c.as_ptr()) }.is_null() {
+            return Err(format!(
+                "ggml could not load the {} CPU variant ({})",
+                variant.name,
+                path.display()
+            ));
+        }
+        // The registry holds the library open; this handle only looks symbols up in it.
+        let handle = open(&path, libc::RTLD_NOW | libc::RTLD_NOLOAD)?;
+        Ok(Loaded {
+            variant: Some(variant),
+            path: Some(path),
+            forced: forced.is_some(),
+            handle: handle as usize,
+        })
+    }
+
+    pub(super) fn type_has_vec_dot(ty: crate::ggml_type) -> bool {
+        let Ok(loaded) = super::load() else {
+            return false;
+        };
+        let f = symbol(loaded.handle as *mut c_void, c"ggml_get_type_traits_cpu");
+        if f.is_null() {
+            return false;
+        }
+        let f: extern "C" fn(crate::ggml_type) -> *const crate::ggml_type_traits_cpu =
+            unsafe { std::mem::transmute(f) };
+        let traits = f(ty);
+        !traits.is_null() && unsafe { (*traits).vec_dot.is_some() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const fn v(name: &'static str, features: &'static [&'static str]) -> BuiltVariant {
+        BuiltVariant {
+            name,
+            features,
+            flags: "",
+            compiler: "",
+            isa: &[],
+        }
+    }
+
+    const VARIANTS: &[BuiltVariant] = &[
+        v("x64", &[]),
+        v("haswell", &["SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"]),
+        v("skylakex", &["SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512"]),
+    ];
+    const AVX2_CPU: &[&str] = &["SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"];
+
+    fn built() -> Vec<&'static BuiltVariant> {
+        VARIANTS.iter().collect()
+    }
+
+    fn ggml_like_score(v: &BuiltVariant) -> i32 {
+        1 + v.features.len() as i32
+    }
+
+    #[test]
+    fn the_best_runnable_variant_wins() {
+        let chosen = choose(&built(), AVX2_CPU, None, ggml_like_score).unwrap();
+        assert_eq!(chosen.name, "haswell");
+        let chosen = choose(&built(), &[], None, ggml_like_score).unwrap();
+        assert_eq!(chosen.name, "x64");
+    }
+
+    #[test]
+    fn a_variant_the_cpu_lacks_is_never_scored() {
+        let mut scored = Vec::new();
+        choose(&built(), AVX2_CPU, None, |v| {
+            scored.push(v.name);
+            1
+        })
+        .unwrap();
+        assert_eq!(scored, ["x64", "haswell"]);
+    }
+
+    #[test]
+    fn a_forced_variant_is_used_or_refused_saying_why() {
+        assert_eq!(
+            choose(&built(), AVX2_CPU, Some("x64"), ggml_like_score).unwrap().name,
+            "x64"
+        );
+        let err = choose(&built(), AVX2_CPU, Some("skylakex"), ggml_like_score).unwrap_err();
+        assert!(
+            err.contains("cannot run the skylakex variant: it lacks AVX512"),
+            "{err}"
+        );
+        assert!(err.contains("this CPU runs: x64, haswell"), "{err}");
+        let err = choose(&built(), AVX2_CPU, Some("zen9"), ggml_like_score).unwrap_err();
+        assert!(
+            err.contains("no such CPU variant in this build (built: x64, haswell, skylakex"),
+            "{err}"
+        );
+        let err = choose(&built(), AVX2_CPU, Some("haswell"), |_| 0).unwrap_err();
+        assert!(err.contains("ggml's score"), "{err}");
+    }
+
+    #[test]
+    fn cpu_features_are_consistent_with_std_detection() {
+        let have = cpu_features();
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(have.contains(&"AVX2"), std::arch::is_x86_feature_detected!("avx2"));
+            assert_eq!(have.contains(&"FMA"), std::arch::is_x86_feature_detected!("fma"));
+            assert_eq!(have.contains(&"SSE42"), std::arch::is_x86_feature_detected!("sse4.2"));
+            let avx512 = ["avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"];
+            let std_avx512 = std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512cd")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx512bw");
+            assert_eq!(have.contains(&"AVX512"), std_avx512, "{avx512:?}");
+        }
+    }
+}
