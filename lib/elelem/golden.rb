@@ -225,9 +225,10 @@ module Elelem
 
       # A model without a KV cache (an encoder) reports no cache types: F16's settings do.
       { n_ctx:, n_threads:, parallel: @doc["parallel"], flash_attn:, cache_type_k:, cache_type_v: }.each do |key, value|
-        next if value.nil? || value == (info[key] || :f16)
+        actual = info[key].nil? ? :f16 : info[key]
+        next if value.nil? || value == actual
 
-        raise Error, "#{@path} was recorded with #{key} #{value}; it has #{info[key]} (open it with #{key}: #{value})"
+        raise Error, "#{@path} was recorded with #{key} #{value}; it has #{actual} (open it with #{key}: #{value})"
       end
     end
 
