@@ -321,7 +321,7 @@ fn softmax(logits: impl Iterator<Item = f32> + Clone, temperature: f32) -> Vec<f
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -373,7 +373,8 @@ mod tests {
         }
     }
 
-    fn sampler(temperature: f32, seed: u64) -> Sampler {
+    /// A sampler at `temperature` with no truncation (top-k, top-p, min-p off).
+    pub(crate) fn sampler(temperature: f32, seed: u64) -> Sampler {
         Sampler::new(SamplerParams {
             temperature,
             seed,

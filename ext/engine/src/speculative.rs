@@ -566,17 +566,7 @@ fn prefill(ctx: &mut Context, head: &[u32], reuse_prefix: bool) -> Result<usize>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sampler(temperature: f32, seed: u64) -> Sampler {
-        Sampler::new(SamplerParams {
-            temperature,
-            seed,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            ..Default::default()
-        })
-    }
+    use crate::sampler::tests::sampler;
 
     /// The tokens chosen over many rows with the same logits and guess, as frequencies.
     fn frequencies(logits: &[f32], guess: u32, q: &[(u32, f64)], n: usize) -> (Vec<f64>, f64) {
