@@ -72,6 +72,11 @@ RSpec.describe "speculative decoding" do
       .to raise_error(Elelem::IncompatibleDraftError, /cannot draft for this model: .*vocabular/)
   end
 
+  it "refuses a draft for an embedding model, which generates nothing to draft" do
+    expect { Elelem.open(SpecModels.path("all-minilm-l6-v2"), draft: SpecModels.path("qwen2.5-coder-0.5b")) }
+      .to raise_error(Elelem::IncompatibleDraftError, /embedding model/)
+  end
+
   describe "prompt lookup on Qwen2.5-Coder-0.5B" do
     before(:all) do
       @model = Elelem.open(SpecModels.path("qwen2.5-coder-0.5b"), n_ctx: 1024, n_threads: 2, draft: :lookup)

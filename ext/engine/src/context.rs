@@ -320,6 +320,13 @@ impl Context {
         Arc::clone(&self.abort)
     }
 
+    /// Runs this context's passes on `other`'s worker threads, as a draft model does
+    /// on its target's: the caller never decodes on both at once, and both have the
+    /// same thread count.
+    pub fn share_workers(&mut self, other: &Context) {
+        self.backend.share_workers(&other.backend);
+    }
+
     /// The logits of the last pass's last output row (after [`Context::decode`], of its
     /// last token).
     pub fn logits(&self) -> &[f32] {

@@ -245,22 +245,30 @@ impl CpuDevice {
 }
 
 /// The CPU backend: where graphs run. One per engine context, so each has its
-/// own thread count and abort flag, and its own pool of worker threads that
-/// persist between graphs (ggml would otherwise start and join them for every
-/// forward pass).
+/// own thread count and abort flag. Its worker threads persist between graphs
+/// (ggml would otherwise start and join them for every forward pass) and may be
+/// shared with another backend that never computes at the same time (see
+/// [`Backend::share_workers`]).
 pub struct Backend {
     backend: NonNull<sys::ggml_backend>,
     n_threads: usize,
-    pool: Option<Threadpool>,
+    workers: Workers,
+    /// The pool last attached to `backend`, to notice when `workers` holds a new one.
+    attached: *mut sys::ggml_threadpool,
 }
 
 unsafe impl Send for Backend {}
+
+/// A slot for a worker pool, made on first use and again after a fork.
+type Workers = std::sync::Arc<std::sync::Mutex<Option<Threadpool>>>;
 
 struct Threadpool {
     pool: NonNull<sys::ggml_threadpool>,
     /// Worker threads do not survive `fork`: a child must not wait for them.
     owner_pid: u32,
 }
+
+unsafe impl Send for Threadpool {}
 
 impl Threadpool {
     fn new(n_threads: usize) -> Result<Threadpool> {
@@ -295,8 +303,18 @@ impl Backend {
         Ok(Backend {
             backend,
             n_threads,
-            pool: None,
+            workers: Workers::default(),
+            attached: std::ptr::null_mut(),
         })
+    }
+
+    /// Runs this backend's graphs on `other`'s worker threads. Two pools would each
+    /// keep polling a while after their graph ends, taking cores from the other
+    /// (a draft model and its target take turns many times a token). The caller
+    /// guarantees the two never compute at the same time.
+    pub fn share_workers(&mut self, other: &Backend) {
+        debug_assert_eq!(self.n_threads, other.n_threads, "a pool has one thread count");
+        self.workers = std::sync::Arc::clone(&other.workers);
     }
 
     pub fn as_ptr(&self) -> sys::ggml_backend_t {
@@ -320,13 +338,20 @@ impl Backend {
         (cpu.set_abort_callback)(self.as_ptr(), Some(should_abort), flag as *mut c_void);
     }
 
-    /// The worker pool for this process, made on first use and again after a fork.
+    /// Attaches the worker pool for this process, made on first use and again after a fork.
     fn ensure_pool(&mut self) -> Result<()> {
-        if self.n_threads > 1 && self.pool.as_ref().is_none_or(|p| p.owner_pid != std::process::id()) {
-            let pool = Threadpool::new(self.n_threads)?;
-            unsafe { (cpu()?.set_threadpool)(self.as_ptr(), pool.pool.as_ptr()) };
+        if self.n_threads <= 1 {
+            return Ok(());
+        }
+        let mut slot = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_none_or(|p| p.owner_pid != std::process::id()) {
             // Replacing the old pool drops it, which frees it only in the process that made it.
-            self.pool = Some(pool);
+            *slot = Some(Threadpool::new(self.n_threads)?);
+        }
+        let pool = slot.as_ref().map_or(std::ptr::null_mut(), |p| p.pool.as_ptr());
+        if pool != self.attached {
+            unsafe { (cpu()?.set_threadpool)(self.as_ptr(), pool) };
+            self.attached = pool;
         }
         Ok(())
     }
@@ -346,7 +371,7 @@ impl Backend {
 impl Drop for Backend {
     fn drop(&mut self) {
         unsafe { sys::ggml_backend_free(self.as_ptr()) }
-        // The pool drops after the backend that used it.
+        // The pool drops after the last backend that used it.
     }
 }
 

@@ -127,7 +127,16 @@ impl Model {
                 flash_attn,
                 ..Default::default()
             };
-            let scheduler = match model.hparams.arch.kind() {
+            let draft_model = match draft {
+                DraftArg::None => None,
+                DraftArg::Path(path) => Some(Arc::new(engine::Model::open(&path, &engine::ModelParams::default())?)),
+                DraftArg::Model(model) => Some(model),
+            };
+            let draft_name = draft_model.as_ref().map(|m| {
+                let hp = &m.hparams;
+                hp.name.clone().unwrap_or_else(|| hp.arch.name().to_string())
+            });
+            let (scheduler, draft) = match model.hparams.arch.kind() {
                 engine::arch::Kind::Decoder => {
                     let target = engine::ContextParams {
                         n_seq_max: parallel,
@@ -138,25 +147,24 @@ impl Model {
                         ..params.clone()
                     };
                     let ctx = engine::Context::new(Arc::clone(&model), target)?;
-                    Some(Arc::new(engine::Scheduler::new(ctx, max_queue)))
+                    let draft = match draft_model {
+                        Some(draft_model) => {
+                            engine::speculative::check_compatible(&model, &draft_model)?;
+                            let mut draft = engine::Context::new(draft_model, params)?;
+                            // A speculation holds the target's lease while it drafts.
+                            draft.share_workers(&ctx);
+                            Some(Mutex::new(draft))
+                        }
+                        None => None,
+                    };
+                    (Some(Arc::new(engine::Scheduler::new(ctx, max_queue))), draft)
                 }
-                engine::arch::Kind::Encoder => None,
-            };
-            let draft_model = match draft {
-                DraftArg::None => None,
-                DraftArg::Path(path) => Some(Arc::new(engine::Model::open(&path, &engine::ModelParams::default())?)),
-                DraftArg::Model(model) => Some(model),
-            };
-            let draft_name = draft_model.as_ref().map(|m| {
-                let hp = &m.hparams;
-                hp.name.clone().unwrap_or_else(|| hp.arch.name().to_string())
-            });
-            let draft = match draft_model {
-                Some(draft_model) => {
-                    engine::speculative::check_compatible(&model, &draft_model)?;
-                    Some(Mutex::new(engine::Context::new(draft_model, params)?))
+                engine::arch::Kind::Encoder if draft_model.is_some() => {
+                    return Err(engine::Error::IncompatibleDraft(
+                        "an embedding model generates no text to draft".into(),
+                    ))
                 }
-                None => None,
+                engine::arch::Kind::Encoder => (None, None),
             };
             let source = if draft.is_some() {
                 Some(engine::DraftSource::Model)
