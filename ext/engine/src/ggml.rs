@@ -348,7 +348,7 @@ impl Backend {
             // Replacing the old pool drops it, which frees it only in the process that made it.
             *slot = Some(Threadpool::new(self.n_threads)?);
         }
-        let pool = slot.as_ref().map_or(std::ptr::null_mut(), |p| p.pool.as_ptr());
+        let pool = slot.as_ref().expect("made above").pool.as_ptr();
         if pool != self.attached {
             unsafe { (cpu()?.set_threadpool)(self.as_ptr(), pool) };
             self.attached = pool;
