@@ -6,6 +6,7 @@ require "open3"
 require_relative "reference"
 require_relative "bench_embeddings"
 require_relative "bench_speculative"
+require_relative "bench_server"
 
 # `rake bench`: elelem, through its public Ruby API (Elelem::Bench), side by
 # side with llama.cpp (the reference built from the same pinned source, its
@@ -50,7 +51,10 @@ module Bench
     "tg64 t/s 0.5B draft adaptive vs llama.cpp's speculative k=4" => [:min, 1.0],
     "tg64 t/s lookup k=4 vs llama.cpp's lookup" => [:min, 1.0],
     "tg64 t/s lookup k=4 vs llama.cpp plain" => [:min, 1.5],
-    "tg64 t/s lookup adaptive vs llama.cpp's lookup k=4" => [:min, 1.0]
+    "tg64 t/s lookup adaptive vs llama.cpp's lookup k=4" => [:min, 1.0],
+    # `elelem serve` beside llama-server under the same load (BenchServer).
+    "streams over HTTP tg64 t/s (all)" => [:min, 1.0],
+    "streams over HTTP ttft p50 ms" => [:max, 1.0], "streams over HTTP ttft p99 ms" => [:max, 1.0]
   }.freeze
   # A schema whose values run past 128 tokens, for decode speed under a constraint.
   LONG_SCHEMA = { type: "array", minItems: 40, maxItems: 40,
@@ -467,10 +471,13 @@ module Bench
     puts report["machine"], "", table(report["rows"])
   end
 
-  # The rows of other tasks than a model's speed, at two threads: speculative decoding and embeddings.
+  # The rows of other tasks than a model's speed, at two threads: speculative decoding, embeddings,
+  # and the OpenAI-compatible servers under concurrent load.
   def task_rows(report)
-    { "speculative decoding, #{BenchSpeculative::TARGET}" => BenchSpeculative.enabled? && BenchSpeculative,
-      BenchEmbeddings::MODEL => ENV.fetch("BENCH_EMBEDDINGS", "1") == "1" && BenchEmbeddings }.each do |label, rows|
+    tasks = { "speculative decoding, #{BenchSpeculative::TARGET}" => BenchSpeculative.enabled? && BenchSpeculative,
+              BenchEmbeddings::MODEL => ENV.fetch("BENCH_EMBEDDINGS", "1") == "1" && BenchEmbeddings,
+              "elelem serve beside llama-server, #{BenchServer::MODEL}" => BenchServer.enabled? && BenchServer }
+    tasks.each do |label, rows|
       next unless rows
 
       warn "bench: #{label}, 2 threads"
@@ -479,10 +486,17 @@ module Bench
     end
   end
 
-  def write(report)
+  # `rake bench_server`: the server rows alone, at two threads, into tmp/bench_server.md and .json.
+  def server_only
+    report = { "machine" => machine, "time" => Time.now.utc.to_s, "reps" => reps, "rows" => BenchServer.rows(2) }
+    write(report, "bench_server")
+    puts report["machine"], "", table(report["rows"])
+  end
+
+  def write(report, name = "bench")
     dir = File.join(Reference::ROOT, "tmp")
     FileUtils.mkdir_p(dir)
-    File.write(File.join(dir, "bench.json"), JSON.pretty_generate(report))
-    File.write(File.join(dir, "bench.md"), "#{report["machine"]}\n\n#{table(report["rows"])}\n")
+    File.write(File.join(dir, "#{name}.json"), JSON.pretty_generate(report))
+    File.write(File.join(dir, "#{name}.md"), "#{report["machine"]}\n\n#{table(report["rows"])}\n")
   end
 end
