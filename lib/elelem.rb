@@ -68,6 +68,11 @@ module Elelem
     # @param n_ctx [Integer] the most tokens the context holds: one sequence may use all of
     #   them, and `parallel` sequences share them (llama.cpp's unified KV cache)
     # @param n_threads [Integer] CPU threads for the forward pass
+    # @param adaptive_threads [Boolean] run a pass on fewer threads while other processes or
+    #   threads keep the cores busy (measured from the scheduler's own account of the waits),
+    #   and on all `n_threads` again once they are free; never for a pass whose result would
+    #   change with the thread count, so the tokens are the same either way. See README,
+    #   "Sharing the cores"
     # @param n_gpu_layers [Integer] layers to offload to a GPU; this build is CPU-only and,
     #   like llama.cpp, runs every layer on the CPU (see {Model#info})
     # @param parallel [Integer] how many sequences generate at once (1 to
@@ -94,11 +99,11 @@ module Elelem
     # @raise [Elelem::LoadError] when the file is missing (the message names the known models),
     #   malformed or unsupported
     # @raise [Elelem::IncompatibleDraftError] when the draft model's vocabulary is not the model's
-    def open(path, n_ctx: Model::DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0, parallel: 1,
-             queue: Model::DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16, draft: nil,
-             draft_tokens: nil)
-      model = Model.open(path, n_ctx:, n_threads:, n_gpu_layers:, parallel:, queue:, flash_attn:, cache_type_k:,
-                               cache_type_v:, draft:, draft_tokens:)
+    def open(path, n_ctx: Model::DEFAULT_N_CTX, n_threads: Etc.nprocessors, adaptive_threads: true, n_gpu_layers: 0,
+             parallel: 1, queue: Model::DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16,
+             draft: nil, draft_tokens: nil)
+      model = Model.open(path, n_ctx:, n_threads:, adaptive_threads:, n_gpu_layers:, parallel:, queue:, flash_attn:,
+                               cache_type_k:, cache_type_v:, draft:, draft_tokens:)
       return model unless block_given?
 
       begin

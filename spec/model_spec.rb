@@ -21,7 +21,15 @@ RSpec.describe Elelem::Model do
 
   it "describes the model" do
     expect(model.info).to include(architecture: "llama", n_layer: 5, n_embd: 64, n_head: 8, n_head_kv: 4,
-                                  n_ff: 512, n_vocab: 512, n_ctx_train: 2048, n_ctx: 64, n_gpu_layers: 0)
+                                  n_ff: 512, n_vocab: 512, n_ctx_train: 2048, n_ctx: 64, n_gpu_layers: 0,
+                                  adaptive_threads: true)
+  end
+
+  it "adapts its thread count to busy cores unless told not to, with the same tokens" do
+    Elelem.open(SpecModels.canary, n_ctx: 64, adaptive_threads: false) do |fixed|
+      expect(fixed.info[:adaptive_threads]).to be(false)
+      expect(fixed.generate(prompt, max_tokens: 8)).to eq(model.generate(prompt, max_tokens: 8))
+    end
   end
 
   it "reports its memory" do
@@ -160,6 +168,7 @@ RSpec.describe Elelem::Model do
       expect { Elelem.open(SpecModels.canary, n_ctx: 0) }.to raise_error(ArgumentError, /n_ctx/)
       expect { Elelem.open(SpecModels.canary, n_threads: -1) }.to raise_error(ArgumentError, /n_threads/)
       expect { Elelem.open(SpecModels.canary, n_ctx: "big") }.to raise_error(ArgumentError, /n_ctx/)
+      expect { Elelem.open(SpecModels.canary, adaptive_threads: 1) }.to raise_error(ArgumentError, /adaptive_threads/)
       expect { model.generate(prompt, max_tokens: -5) }.to raise_error(ArgumentError, /max_tokens/)
     end
 

@@ -42,6 +42,7 @@ module Bench
     "decode t/s under a GBNF grammar" => [:min, 1.0],
     "tg128 t/s with a JSON Schema vs without (both elelem)" => [:min, 0.9],
     "tg32@depth t/s best mode" => [:min, 1.0],
+    "tg128 t/s, one core busy" => [:min, 1.0],
     "embed 256×64 texts/s batch 1" => [:min, 1.0], "embed 256×64 texts/s batch 32" => [:min, 1.0],
     "embed peak RSS MiB" => [:max, 1.0],
     # Speculative decoding (BenchSpeculative), for code to complete and for edits alike.
@@ -176,8 +177,8 @@ module Bench
     { "metric" => label, "elelem" => median(pairs.map(&:first)), "llama.cpp" => median(pairs.map(&:last)) }
   end
 
-  def with_both(path, threads, n_ctx, flash_attn: true, cache_type: :f16)
-    Elelem.open(path, n_ctx:, n_threads: threads, flash_attn:, cache_type_k: cache_type,
+  def with_both(path, threads, n_ctx, flash_attn: true, cache_type: :f16, adaptive_threads: true)
+    Elelem.open(path, n_ctx:, n_threads: threads, adaptive_threads:, flash_attn:, cache_type_k: cache_type,
                       cache_type_v: cache_type) do |model|
       Peer.open(path, threads, n_ctx, flash_attn:, cache_type:) do |peer|
         ours = Elelem::Bench.new(model)
@@ -239,16 +240,27 @@ module Bench
   end
 
   # Decode while another process keeps one core busy (a server shares its cores with
-  # Ruby threads and other processes): both engines under the same competing load.
+  # Ruby threads and other processes): both engines under the same competing load,
+  # ours with its thread count adapting (the default) and fixed.
   def contended_rows(path, threads)
-    with_both(path, threads, N_CTX) do |_model, ours, peer|
-      hog = Process.spawn("ruby", "-e", "loop {}")
-      begin
-        [interleaved("tg#{TG} t/s, one core busy", ours, peer) { |side| side.decode_rate(TG) }]
-      ensure
-        Process.kill(:KILL, hog)
-        Process.wait(hog)
+    return [] if threads < 2
+
+    label = "tg#{TG} t/s, one core busy"
+    { true => label, false => "#{label}, fixed threads" }.map do |adaptive, metric|
+      with_both(path, threads, N_CTX, adaptive_threads: adaptive) do |_model, ours, peer|
+        with_busy_core { interleaved(metric, ours, peer) { |side| side.decode_rate(TG) } }
       end
+    end
+  end
+
+  # Runs the block while another process spins on one core.
+  def with_busy_core
+    hog = Process.spawn(RbConfig.ruby, "-e", "loop {}")
+    yield
+  ensure
+    if hog
+      Process.kill(:KILL, hog)
+      Process.wait(hog)
     end
   end
 

@@ -27,18 +27,19 @@ module Elelem
     class << self
       # Opens a model; see {Elelem.open}.
       # @return [Model]
-      def open(path, n_ctx: DEFAULT_N_CTX, n_threads: Etc.nprocessors, n_gpu_layers: 0, parallel: 1,
-               queue: DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16, draft: nil,
-               draft_tokens: nil)
+      def open(path, n_ctx: DEFAULT_N_CTX, n_threads: Etc.nprocessors, adaptive_threads: true, n_gpu_layers: 0,
+               parallel: 1, queue: DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16,
+               draft: nil, draft_tokens: nil)
         path = path.to_path if path.respond_to?(:to_path)
         raise ArgumentError, "path must be a String, got #{path.class}" unless path.is_a?(String)
 
         Options.integer(:n_ctx, n_ctx, 1..MAX_N_CTX)
         Options.integer(:n_threads, n_threads, 1..MAX_THREADS)
+        Options.boolean(:adaptive_threads, adaptive_threads)
         Options.integer(:n_gpu_layers, n_gpu_layers, 0..Options::MAX_U32)
         Options.integer(:parallel, parallel, 1..MAX_SEQUENCES)
         Options.integer(:queue, queue, 0..Options::MAX_U32)
-        _open(known(path), n_ctx, n_threads, parallel, queue, Options.flash_attn(flash_attn),
+        _open(known(path), n_ctx, [n_threads, adaptive_threads], parallel, queue, Options.flash_attn(flash_attn),
               Options::CacheTypes.check(cache_type_k, cache_type_v),
               *Speculation.open_arguments(draft, draft_tokens) { |name| known(name) }).tap { |m| m.send(:after_open) }
       rescue Elelem::LoadError => e

@@ -34,6 +34,12 @@ module Elelem
       raise ArgumentError, "#{name} must be an Integer in #{range}, got #{value.inspect}"
     end
 
+    def boolean(name, value)
+      return value if [true, false].include?(value)
+
+      raise ArgumentError, "#{name} must be true or false, got #{value.inspect}"
+    end
+
     # `flash_attn:` values: `:auto`, llama.cpp's default, is flash attention on the CPU.
     FLASH_ATTN = { auto: true, true => true, false => false }.freeze
 

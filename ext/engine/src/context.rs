@@ -42,6 +42,9 @@ pub struct ContextParams {
     /// The most rows of logits one pass computes, beyond one per sequence: a
     /// speculative decoder's verification pass wants one per token it carries.
     pub n_outputs_max: u32,
+    /// Run a pass on fewer threads while other work takes the cores (see
+    /// `threads.rs`); never where the thread count would change its result.
+    pub adaptive_threads: bool,
 }
 
 impl Default for ContextParams {
@@ -56,6 +59,7 @@ impl Default for ContextParams {
             type_k: CacheType::default(),
             type_v: CacheType::default(),
             n_outputs_max: 1,
+            adaptive_threads: true,
         }
     }
 }
@@ -139,7 +143,10 @@ impl Context {
     pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Context> {
         validate(&params)?;
         validate_output(&model, &params)?;
-        let backend = Backend::cpu(params.n_threads)?;
+        let mut backend = Backend::cpu(params.n_threads)?;
+        if params.adaptive_threads {
+            backend.adapt_threads();
+        }
         let kv = match model.hparams.arch.kind() {
             Kind::Decoder => KvCache::new(
                 &backend,
@@ -318,6 +325,12 @@ impl Context {
     /// an interrupt that came just before would be lost.
     pub fn abort_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.abort)
+    }
+
+    /// How many threads the last pass ran on: `n_threads`, or fewer while other work
+    /// takes the cores ([`ContextParams::adaptive_threads`]).
+    pub fn last_pass_threads(&self) -> usize {
+        self.backend.last_threads()
     }
 
     /// Runs this context's passes on `other`'s worker threads, as a draft model does

@@ -128,6 +128,8 @@ pub struct EmbedParams {
     /// sizes its batches.
     pub n_ctx: u32,
     pub n_threads: usize,
+    /// As [`ContextParams::adaptive_threads`].
+    pub adaptive_threads: bool,
     /// The model's own (`pooling_type`) when `None`.
     pub pooling: Option<Pooling>,
     /// The most texts packed into one batch, each its own sequence.
@@ -163,6 +165,7 @@ impl Embedder {
             ContextParams {
                 n_ctx: n_batch,
                 n_threads: params.n_threads,
+                adaptive_threads: params.adaptive_threads,
                 n_ubatch: n_batch,
                 n_seq_max: params.batch_texts,
                 pooling: Some(pooling),

@@ -253,8 +253,12 @@ pub struct Backend {
     backend: NonNull<sys::ggml_backend>,
     n_threads: usize,
     workers: Workers,
-    /// The pool last attached to `backend`, to notice when `workers` holds a new one.
+    /// The pool last attached to `backend` (null: none, ggml's threads of one graph).
     attached: *mut sys::ggml_threadpool,
+    /// Fewer threads while the cores are taken by others; `None`: always `n_threads`.
+    governor: Option<crate::threads::Governor>,
+    /// How many threads the last graph ran on.
+    last_threads: usize,
 }
 
 unsafe impl Send for Backend {}
@@ -305,7 +309,17 @@ impl Backend {
             n_threads,
             workers: Workers::default(),
             attached: std::ptr::null_mut(),
+            governor: None,
+            last_threads: n_threads,
         })
+    }
+
+    /// Lets the thread count follow how many cores the machine gives the computing
+    /// thread (see [`crate::threads`]), for every graph whose result does not depend on it.
+    pub fn adapt_threads(&mut self) {
+        if self.n_threads > 1 && crate::threads::SchedStat::of_this_thread().is_some() {
+            self.governor = Some(crate::threads::Governor::new(self.n_threads));
+        }
     }
 
     /// Runs this backend's graphs on `other`'s worker threads. Two pools would each
@@ -338,28 +352,53 @@ impl Backend {
         (cpu.set_abort_callback)(self.as_ptr(), Some(should_abort), flag as *mut c_void);
     }
 
-    /// Attaches the worker pool for this process, made on first use and again after a fork.
-    fn ensure_pool(&mut self) -> Result<()> {
-        if self.n_threads <= 1 {
-            return Ok(());
-        }
-        let mut slot = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.as_ref().is_none_or(|p| p.owner_pid != std::process::id()) {
-            // Replacing the old pool drops it, which frees it only in the process that made it.
-            *slot = Some(Threadpool::new(self.n_threads)?);
-        }
-        let pool = slot.as_ref().expect("made above").pool.as_ptr();
+    /// Attaches the worker pool for this process, made on first use and again after
+    /// a fork, for a graph on all `n_threads`; fewer threads run on threads of ggml's
+    /// own for the one graph, the pool paused meanwhile, so none of it spins.
+    fn attach(&mut self, n_threads: usize) -> Result<()> {
+        let cpu = cpu()?;
+        let pool = if n_threads == self.n_threads && n_threads > 1 {
+            let mut slot = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.as_ref().is_none_or(|p| p.owner_pid != std::process::id()) {
+                // Replacing the old pool drops it, which frees it only in the process that made it.
+                *slot = Some(Threadpool::new(self.n_threads)?);
+            }
+            slot.as_ref().expect("made above").pool.as_ptr()
+        } else {
+            std::ptr::null_mut()
+        };
         if pool != self.attached {
-            unsafe { (cpu()?.set_threadpool)(self.as_ptr(), pool) };
+            // Detaching pauses the pool; the next graph on it resumes it.
+            unsafe { (cpu.set_threadpool)(self.as_ptr(), pool) };
             self.attached = pool;
         }
+        unsafe { (cpu.set_n_threads)(self.as_ptr(), n_threads as i32) };
         Ok(())
+    }
+
+    /// How many threads the last graph ran on.
+    pub fn last_threads(&self) -> usize {
+        self.last_threads
     }
 
     /// Runs an allocated graph; `Err(Aborted)` when the abort flag stopped it.
     pub fn compute(&mut self, graph: &Graph) -> Result<()> {
-        self.ensure_pool()?;
-        match unsafe { sys::ggml_backend_graph_compute(self.as_ptr(), graph.graph) } {
+        let adapt = self.governor.is_some() && !graph.bits_depend_on_threads();
+        let n_threads = match &self.governor {
+            Some(governor) if adapt => governor.threads(),
+            _ => self.n_threads,
+        };
+        self.attach(n_threads)?;
+        self.last_threads = n_threads;
+        let before = adapt.then(|| (std::time::Instant::now(), crate::threads::SchedStat::of_this_thread()));
+        let status = unsafe { sys::ggml_backend_graph_compute(self.as_ptr(), graph.graph) };
+        if let (Some(governor), Some((start, Some(before)))) = (self.governor.as_mut(), before) {
+            if let Some(after) = crate::threads::SchedStat::of_this_thread() {
+                let now = std::time::Instant::now();
+                governor.record(now - start, after.waited.saturating_sub(before.waited), now);
+            }
+        }
+        match status {
             sys::GGML_STATUS_SUCCESS => Ok(()),
             sys::GGML_STATUS_ABORTED => Err(Error::Aborted),
             sys::GGML_STATUS_ALLOC_FAILED => Err(Error::OutOfMemory("graph compute".into())),
@@ -465,6 +504,27 @@ macro_rules! op {
 impl Graph {
     pub fn n_nodes(&self) -> i32 {
         unsafe { sys::ggml_graph_n_nodes(self.graph) }
+    }
+
+    /// Whether the CPU backend's result depends on its thread count: it splits the
+    /// cells of a lone query's flash attention among its threads when they are many
+    /// (ggml-cpu's `ggml_compute_forward_flash_attn_ext_f16`, `use_split_kv_path`);
+    /// every other op gives each thread whole rows.
+    pub fn bits_depend_on_threads(&self) -> bool {
+        (0..self.n_nodes()).any(|i| {
+            let node = unsafe { &*sys::ggml_graph_node(self.graph, i) };
+            if node.op != sys::GGML_OP_FLASH_ATTN_EXT {
+                return false;
+            }
+            let [q, k, v] = [0, 1, 2].map(|j| unsafe { &*node.src[j] });
+            let float = |t: &sys::ggml_tensor| t.type_ == sys::GGML_TYPE_F16 || t.type_ == sys::GGML_TYPE_F32;
+            q.ne[1] == 1
+                && q.ne[3] == 1
+                && q.type_ == sys::GGML_TYPE_F32
+                && float(k)
+                && k.type_ == v.type_
+                && k.ne[1] >= 512
+        })
     }
 
     pub fn expand(&self, t: Tensor) {
@@ -872,4 +932,36 @@ pub fn system_info() -> Result<String> {
 /// the other operand's format (Q8_1, Q8_K): a matmul over them calls a null kernel.
 pub fn cpu_has_vec_dot(ty: sys::ggml_type) -> bool {
     init().is_ok() && sys::cpu::type_has_vec_dot(ty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A graph of one flash attention: `n_q` queries over `n_kv` cells stored as `kv`.
+    fn attention(n_q: i64, n_kv: i64, kv: sys::ggml_type) -> bool {
+        let mut arena = GraphArena::new(16);
+        let graph = arena.graph().unwrap();
+        let q = graph.input("q", sys::GGML_TYPE_F32, &[64, n_q, 4, 1]);
+        let k = graph.input("k", kv, &[64, n_kv, 2, 1]);
+        let v = graph.input("v", kv, &[64, n_kv, 2, 1]);
+        let mask = graph.input("mask", sys::GGML_TYPE_F16, &[n_kv, n_q, 1, 1]);
+        graph.expand(graph.flash_attn(q, k, v, mask, 0.125, 0.0));
+        graph.bits_depend_on_threads()
+    }
+
+    #[test]
+    fn only_a_lone_querys_flash_attention_over_512_float_cells_depends_on_threads() {
+        assert!(attention(1, 512, sys::GGML_TYPE_F16));
+        assert!(attention(1, 4096, sys::GGML_TYPE_F32));
+        assert!(!attention(1, 511, sys::GGML_TYPE_F16));
+        assert!(!attention(2, 512, sys::GGML_TYPE_F16));
+        assert!(!attention(1, 4096, sys::GGML_TYPE_Q8_0));
+        let mut arena = GraphArena::new(16);
+        let graph = arena.graph().unwrap();
+        let w = graph.input("w", sys::GGML_TYPE_F32, &[64, 64]);
+        let x = graph.input("x", sys::GGML_TYPE_F32, &[64, 1]);
+        graph.expand(graph.mul_mat(w, x));
+        assert!(!graph.bits_depend_on_threads());
+    }
 }

@@ -38,6 +38,7 @@ pub mod sampler;
 mod scheduler;
 pub mod speculative;
 mod text;
+mod threads;
 pub mod tool_calls;
 
 pub use batcher::{Batcher, Chooser, DraftStats, Event, Logprob, Request, RequestId, Summary};

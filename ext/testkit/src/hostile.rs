@@ -814,6 +814,7 @@ fn exercise_encoder(model: Arc<Model>) -> Result<Vec<u32>> {
         let params = EmbedParams {
             n_ctx: 16,
             n_threads: 1,
+            adaptive_threads: false,
             pooling,
             batch_texts: 2,
         };

@@ -5,6 +5,20 @@
 //!   architecture and per weight type, whose goldens come from llama.cpp.
 //! - [`hostile`]: the corpus of malformed and adversarial GGUF files, and what each
 //!   must do (open and run, or be refused with a load error).
+//! - [`model_path`]: the real models `rake models` downloads.
 
 pub mod canary;
 pub mod hostile;
+
+use std::path::PathBuf;
+
+/// A real model's file in `$ELELEM_MODEL_DIR` (by default `~/.cache/elelem/models`,
+/// where `rake models` puts them); panics naming the task when it is missing.
+pub fn model_path(file: &str) -> PathBuf {
+    let dir = std::env::var_os("ELELEM_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/elelem/models"));
+    let path = dir.join(file);
+    assert!(path.exists(), "{} is missing: run `rake models` first", path.display());
+    path
+}

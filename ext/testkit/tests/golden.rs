@@ -9,20 +9,11 @@ use elelem_engine::{
     cpu_model, generate, sampler, Batcher, BuildProfile, CacheType, Context, ContextParams, Event, GenerateParams,
     Model, ModelParams, Request, RequestId, TextParams,
 };
-use elelem_testkit::canary;
+use elelem_testkit::{canary, model_path};
 use serde_json::Value;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn model_path(file: &str) -> PathBuf {
-    let dir = std::env::var_os("ELELEM_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/elelem/models"));
-    let path = dir.join(file);
-    assert!(path.exists(), "{} is missing: run `rake models` first", path.display());
-    path
 }
 
 /// The recording of `doc` for this build's profile: from the file, or else from the

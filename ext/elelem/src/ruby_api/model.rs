@@ -28,6 +28,7 @@ struct Loaded {
     embedder: Mutex<Option<engine::Embedder>>,
     n_ctx: u32,
     n_threads: usize,
+    adaptive_threads: bool,
     path: String,
     /// The draft model's context, for speculative decoding (`Elelem.open(..., draft:)`).
     draft: Option<Mutex<engine::Context>>,
@@ -101,7 +102,7 @@ impl Model {
         ruby: &Ruby,
         path: RString,
         n_ctx: u32,
-        n_threads: usize,
+        (n_threads, adaptive_threads): (usize, bool),
         parallel: u32,
         max_queue: usize,
         flash_attn: bool,
@@ -124,6 +125,7 @@ impl Model {
             let params = engine::ContextParams {
                 n_ctx,
                 n_threads,
+                adaptive_threads,
                 flash_attn,
                 ..Default::default()
             };
@@ -177,6 +179,7 @@ impl Model {
                 embedder: Mutex::new(None),
                 n_ctx,
                 n_threads,
+                adaptive_threads,
                 path: path.display().to_string(),
                 draft,
                 draft_name,
@@ -459,6 +462,7 @@ impl Model {
             loaded.scheduler.as_ref().map_or(0, |s| s.params().n_seq_max),
         )?;
         h.aset(sym("n_threads"), loaded.n_threads)?;
+        h.aset(sym("adaptive_threads"), loaded.adaptive_threads)?;
         h.aset(
             sym("flash_attn"),
             loaded.scheduler.as_ref().is_none_or(|s| s.params().flash_attn),
@@ -746,6 +750,7 @@ impl Model {
             let params = engine::EmbedParams {
                 n_ctx: loaded.n_ctx,
                 n_threads: loaded.n_threads,
+                adaptive_threads: loaded.adaptive_threads,
                 pooling: Some(wanted),
                 batch_texts,
             };
