@@ -7,9 +7,11 @@
 
 use std::ffi::{c_void, CStr, CString};
 use std::ptr::NonNull;
+use std::time::Instant;
 
 use ggml_sys as sys;
 
+use crate::threads::SchedStat;
 use crate::{Error, Result};
 
 /// A tensor in some ggml context this module owns. Copyable: it is only a handle,
@@ -259,6 +261,8 @@ pub struct Backend {
     governor: Option<crate::threads::Governor>,
     /// How many threads the last graph ran on.
     last_threads: usize,
+    /// Room for the graphs of [`Backend::run_in_segments`], kept between passes.
+    segments: Option<GraphArena>,
 }
 
 unsafe impl Send for Backend {}
@@ -311,6 +315,7 @@ impl Backend {
             attached: std::ptr::null_mut(),
             governor: None,
             last_threads: n_threads,
+            segments: None,
         })
     }
 
@@ -383,22 +388,57 @@ impl Backend {
 
     /// Runs an allocated graph; `Err(Aborted)` when the abort flag stopped it.
     pub fn compute(&mut self, graph: &Graph) -> Result<()> {
-        let adapt = self.governor.is_some() && !graph.bits_depend_on_threads();
-        let n_threads = match &self.governor {
-            Some(governor) if adapt => governor.threads(),
-            _ => self.n_threads,
+        let Some(governor) = &self.governor else {
+            return self.run(graph, self.n_threads);
         };
+        let n_threads = governor.threads();
+        let (start, before) = (Instant::now(), SchedStat::of_this_thread());
+        let result = if n_threads < self.n_threads && graph.bits_depend_on_threads() {
+            self.run_in_segments(graph, n_threads)
+        } else {
+            self.run(graph, n_threads)
+        };
+        if let (Some(governor), Some(before), Some(after)) =
+            (self.governor.as_mut(), before, SchedStat::of_this_thread())
+        {
+            let now = Instant::now();
+            governor.record(now - start, after.waited.saturating_sub(before.waited), now);
+        }
+        result
+    }
+
+    /// Runs `graph` on `n_threads` threads but its nodes whose bits depend on the thread
+    /// count, which run on all of them: the graph in runs of consecutive nodes of either
+    /// kind, each a graph of its own over the same (allocated) tensors.
+    fn run_in_segments(&mut self, graph: &Graph, n_threads: usize) -> Result<()> {
+        let n_nodes = graph.n_nodes();
+        let mut arena = match self.segments.take() {
+            Some(arena) if arena.max_nodes >= n_nodes as usize => arena,
+            _ => GraphArena::new(n_nodes as usize),
+        };
+        let mut result = Ok(());
+        let mut first = 0;
+        while first < n_nodes && result.is_ok() {
+            let pinned = graph.node_bits_depend_on_threads(first);
+            let last = (first + 1..n_nodes)
+                .find(|&i| graph.node_bits_depend_on_threads(i) != pinned)
+                .unwrap_or(n_nodes);
+            result = arena.graph().and_then(|segment| {
+                (first..last).for_each(|i| segment.add_node(graph.node(i)));
+                self.run(&segment, if pinned { self.n_threads } else { n_threads })
+            });
+            first = last;
+        }
+        self.segments = Some(arena);
+        self.last_threads = n_threads;
+        result
+    }
+
+    /// Runs `graph` on `n_threads` threads.
+    fn run(&mut self, graph: &Graph, n_threads: usize) -> Result<()> {
         self.attach(n_threads)?;
         self.last_threads = n_threads;
-        let before = adapt.then(|| (std::time::Instant::now(), crate::threads::SchedStat::of_this_thread()));
-        let status = unsafe { sys::ggml_backend_graph_compute(self.as_ptr(), graph.graph) };
-        if let (Some(governor), Some((start, Some(before)))) = (self.governor.as_mut(), before) {
-            if let Some(after) = crate::threads::SchedStat::of_this_thread() {
-                let now = std::time::Instant::now();
-                governor.record(now - start, after.waited.saturating_sub(before.waited), now);
-            }
-        }
-        match status {
+        match unsafe { sys::ggml_backend_graph_compute(self.as_ptr(), graph.graph) } {
             sys::GGML_STATUS_SUCCESS => Ok(()),
             sys::GGML_STATUS_ABORTED => Err(Error::Aborted),
             sys::GGML_STATUS_ALLOC_FAILED => Err(Error::OutOfMemory("graph compute".into())),
@@ -506,25 +546,38 @@ impl Graph {
         unsafe { sys::ggml_graph_n_nodes(self.graph) }
     }
 
-    /// Whether the CPU backend's result depends on its thread count: it splits the
-    /// cells of a lone query's flash attention among its threads when they are many
+    /// Whether the CPU backend's result depends on its thread count (see
+    /// [`Graph::node_bits_depend_on_threads`]).
+    pub fn bits_depend_on_threads(&self) -> bool {
+        (0..self.n_nodes()).any(|i| self.node_bits_depend_on_threads(i))
+    }
+
+    /// Whether node `i`'s result depends on the CPU backend's thread count: ggml splits
+    /// the cells of a lone query's flash attention among its threads when they are many
     /// (ggml-cpu's `ggml_compute_forward_flash_attn_ext_f16`, `use_split_kv_path`);
     /// every other op gives each thread whole rows.
-    pub fn bits_depend_on_threads(&self) -> bool {
-        (0..self.n_nodes()).any(|i| {
-            let node = unsafe { &*sys::ggml_graph_node(self.graph, i) };
-            if node.op != sys::GGML_OP_FLASH_ATTN_EXT {
-                return false;
-            }
-            let [q, k, v] = [0, 1, 2].map(|j| unsafe { &*node.src[j] });
-            let float = |t: &sys::ggml_tensor| t.type_ == sys::GGML_TYPE_F16 || t.type_ == sys::GGML_TYPE_F32;
-            q.ne[1] == 1
-                && q.ne[3] == 1
-                && q.type_ == sys::GGML_TYPE_F32
-                && float(k)
-                && k.type_ == v.type_
-                && k.ne[1] >= 512
-        })
+    pub fn node_bits_depend_on_threads(&self, i: i32) -> bool {
+        let node = unsafe { &*self.node(i) };
+        if node.op != sys::GGML_OP_FLASH_ATTN_EXT {
+            return false;
+        }
+        let [q, k, v] = [0, 1, 2].map(|j| unsafe { &*node.src[j] });
+        let float = |t: &sys::ggml_tensor| t.type_ == sys::GGML_TYPE_F16 || t.type_ == sys::GGML_TYPE_F32;
+        q.ne[1] == 1
+            && q.ne[3] == 1
+            && q.type_ == sys::GGML_TYPE_F32
+            && float(k)
+            && k.type_ == v.type_
+            && k.ne[1] >= 512
+    }
+
+    fn node(&self, i: i32) -> *mut sys::ggml_tensor {
+        unsafe { sys::ggml_graph_node(self.graph, i) }
+    }
+
+    /// Appends a node of another graph (a segment of it, computed on its own).
+    fn add_node(&self, node: *mut sys::ggml_tensor) {
+        unsafe { sys::ggml_graph_add_node(self.graph, node) }
     }
 
     pub fn expand(&self, t: Tensor) {

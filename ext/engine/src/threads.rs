@@ -16,8 +16,9 @@
 //! ~0 and nothing changes.
 //!
 //! The thread count never changes a result but in one place: ggml splits a lone
-//! query's flash attention over ≥ 512 cells among its threads, so such a pass runs
-//! on the configured count (see [`crate::ggml::Graph::bits_depend_on_threads`]).
+//! query's flash attention over ≥ 512 cells among its threads, so such a node runs on
+//! the configured count, and the rest of its pass on fewer, a graph of its own for each
+//! run of nodes (see [`crate::ggml::Graph::node_bits_depend_on_threads`]).
 
 use std::time::{Duration, Instant};
 
