@@ -32,6 +32,7 @@ RSpec.describe Elelem::CLI do
     expect(expected[0]).to eq(0)
     expect(run("generate", "-m", qwen, "-t", "2", "-n", "8", input: "def hello\n")).to eq(expected)
     expect(run("generate", "-m", qwen, "-t", "2", "-n", "8", "-", input: "def hello\n")).to eq(expected)
+    expect(run("generate", "-m", qwen, "-t", "2", "--fixed-threads", "-n", "8", "def hello")).to eq(expected)
     expect(run("tokenize", "-m", qwen, "-", input: "def hello")[1]).to eq("750 23811\n")
   end
 

@@ -26,6 +26,9 @@ module Elelem
       end
       parser.on("-c", "--ctx N", "--n-ctx N", Integer, "context size (default #{ctx})") { |n| opts[:n_ctx] = n } if ctx
       parser.on("-t", "--threads N", Integer, "CPU threads (default #{Etc.nprocessors})") { |n| opts[:n_threads] = n }
+      parser.on("--fixed-threads", "always all N threads, even while other work takes the cores") do
+        opts[:adaptive_threads] = false
+      end
     end
 
     # The sampling flags: the flag, its type, the option it sets, what it is.
