@@ -294,8 +294,16 @@ RSpec.describe "elelem serve" do
                               "--workers", "2")
     workers = server.children
     expect(workers.size).to eq(2)
-    Array.new(4) { Thread.new { server.request("POST", "/v1/completions", { prompt: "def add", max_tokens: 4 }) } }
-         .each { |t| expect(t.value.code).to eq("200") }
+    # Which worker accepts a connection is up to the kernel: send requests until both have run the model
+    # (a worker that served none has touched none of the weights, and shares nothing to measure).
+    run_model = ->(pid) { server.memory[pid]["Rss"] > server.memory[server.pid]["Rss"] + 200 }
+    20.times do
+      break if workers.all?(&run_model)
+
+      Array.new(4) { Thread.new { server.request("POST", "/v1/completions", { prompt: "def add", max_tokens: 4 }) } }
+           .each { |t| expect(t.value.code).to eq("200") }
+    end
+    expect(workers.select(&run_model)).to eq(workers)
     memory = server.memory
     puts "\n    cluster mode, MiB (master #{server.pid}, workers #{workers.join(", ")}):"
     memory.each do |pid, m|
