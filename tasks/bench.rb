@@ -42,7 +42,7 @@ module Bench
     "decode t/s under a GBNF grammar" => [:min, 1.0],
     "tg128 t/s with a JSON Schema vs without (both elelem)" => [:min, 0.9],
     "tg32@depth t/s best mode" => [:min, 1.0],
-    "tg128 t/s, one core busy" => [:min, 1.0],
+    "tg128 t/s, one core busy" => [:min, 1.0], "tg32@depth t/s, one core busy" => [:min, 1.0],
     "embed 256×64 texts/s batch 1" => [:min, 1.0], "embed 256×64 texts/s batch 32" => [:min, 1.0],
     "embed peak RSS MiB" => [:max, 1.0],
     # Speculative decoding (BenchSpeculative), for code to complete and for edits alike.
@@ -240,15 +240,22 @@ module Bench
   end
 
   # Decode while another process keeps one core busy (a server shares its cores with
-  # Ruby threads and other processes): both engines under the same competing load,
-  # ours with its thread count adapting (the default) and fixed.
+  # Ruby threads and other processes): both engines under the same competing load, ours
+  # with its thread count adapting (the default) and fixed; at depth 0 and at the first
+  # depth of DEPTHS, where a lone query's flash attention splits its cells by thread.
   def contended_rows(path, threads)
     return [] if threads < 2
 
-    label = "tg#{TG} t/s, one core busy"
-    { true => label, false => "#{label}, fixed threads" }.map do |adaptive, metric|
+    depth = list("BENCH_DEPTHS", DEPTHS).map(&:to_i).min
+    [true, false].flat_map do |adaptive|
+      fixed = adaptive ? "" : ", fixed threads"
       with_both(path, threads, N_CTX, adaptive_threads: adaptive) do |_model, ours, peer|
-        with_busy_core { interleaved(metric, ours, peer) { |side| side.decode_rate(TG) } }
+        with_busy_core do
+          [interleaved("tg#{TG} t/s, one core busy#{fixed}", ours, peer) { |side| side.decode_rate(TG) },
+           interleaved("tg#{TG_DEPTH}@#{depth} t/s, one core busy#{fixed}", ours, peer) do |side|
+             side.decode_rate(TG_DEPTH, depth:)
+           end]
+        end
       end
     end
   end
