@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use ggml_sys as sys;
 
-use crate::threads::SchedStat;
+use crate::threads::{Governor, SchedStat};
 use crate::{Error, Result};
 
 /// A tensor in some ggml context this module owns. Copyable: it is only a handle,
@@ -258,7 +258,7 @@ pub struct Backend {
     /// The pool last attached to `backend` (null: none, ggml's threads of one graph).
     attached: *mut sys::ggml_threadpool,
     /// Fewer threads while the cores are taken by others; `None`: always `n_threads`.
-    governor: Option<crate::threads::Governor>,
+    governor: Option<Governor>,
     /// How many threads the last graph ran on.
     last_threads: usize,
     /// Room for the graphs of [`Backend::run_in_segments`], kept between passes.
@@ -322,8 +322,8 @@ impl Backend {
     /// Lets the thread count follow how many cores the machine gives the computing
     /// thread (see [`crate::threads`]), for every graph whose result does not depend on it.
     pub fn adapt_threads(&mut self) {
-        if self.n_threads > 1 && crate::threads::SchedStat::of_this_thread().is_some() {
-            self.governor = Some(crate::threads::Governor::new(self.n_threads));
+        if self.n_threads > 1 && SchedStat::of_this_thread().is_some() {
+            self.governor = Some(Governor::new(self.n_threads));
         }
     }
 
