@@ -66,7 +66,8 @@ module Elelem
     # @param path [String] the .gguf file, or a known model's name ({Models.list}), fetched
     #   on first use (a file of that name wins)
     # @param n_ctx [Integer] the most tokens the context holds: one sequence may use all of
-    #   them, and `parallel` sequences share them (llama.cpp's unified KV cache)
+    #   them, and `parallel` sequences share them (llama.cpp's unified KV cache), unless
+    #   `batch_invariant` splits them
     # @param n_threads [Integer] CPU threads for the forward pass
     # @param adaptive_threads [Boolean] run a pass on fewer threads while other processes or
     #   threads keep the cores busy (measured from the scheduler's own account of the waits),
@@ -94,6 +95,12 @@ module Elelem
     #   the text so far, with no second model. See README, "Speculative decoding"
     # @param draft_tokens [Integer, nil] how many tokens a draft holds (1 to
     #   {Model::MAX_DRAFT_TOKENS}); nil (the default) adapts it to how many are accepted
+    # @param batch_invariant [Boolean] give every sequence the tokens it gets alone, whatever
+    #   else the model generates beside it: other threads' requests, a server's other clients, a
+    #   speculative draft (greedy speculation then gives plain greedy text exactly). Passes run
+    #   on ggml's reference kernels and each sequence keeps `n_ctx / parallel` tokens of its own;
+    #   it needs flash attention, decodes 7-33 % slower and evaluates prompts about 2x slower
+    #   (see README, "Batch-invariant generation"), and the tokens are not llama.cpp's
     # @yieldparam model [Model] closed when the block returns or raises
     # @return [Model, Object] the model, or the block's value
     # @raise [Elelem::LoadError] when the file is missing (the message names the known models),
@@ -101,9 +108,9 @@ module Elelem
     # @raise [Elelem::IncompatibleDraftError] when the draft model's vocabulary is not the model's
     def open(path, n_ctx: Model::DEFAULT_N_CTX, n_threads: Etc.nprocessors, adaptive_threads: true, n_gpu_layers: 0,
              parallel: 1, queue: Model::DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16,
-             draft: nil, draft_tokens: nil)
+             draft: nil, draft_tokens: nil, batch_invariant: false)
       model = Model.open(path, n_ctx:, n_threads:, adaptive_threads:, n_gpu_layers:, parallel:, queue:, flash_attn:,
-                               cache_type_k:, cache_type_v:, draft:, draft_tokens:)
+                               cache_type_k:, cache_type_v:, draft:, draft_tokens:, batch_invariant:)
       return model unless block_given?
 
       begin

@@ -33,6 +33,9 @@ RSpec.describe Elelem::CLI do
     expect(run("generate", "-m", qwen, "-t", "2", "-n", "8", input: "def hello\n")).to eq(expected)
     expect(run("generate", "-m", qwen, "-t", "2", "-n", "8", "-", input: "def hello\n")).to eq(expected)
     expect(run("generate", "-m", qwen, "-t", "2", "--fixed-threads", "-n", "8", "def hello")).to eq(expected)
+    invariant = Elelem.open(qwen, n_threads: 2, batch_invariant: true) { |m| m.generate("def hello", max_tokens: 8) }
+    status, out, = run("generate", "-m", qwen, "-t", "2", "--batch-invariant", "-n", "8", "def hello")
+    expect([status, out]).to eq([0, "#{invariant}\n"])
     expect(run("tokenize", "-m", qwen, "-", input: "def hello")[1]).to eq("750 23811\n")
   end
 

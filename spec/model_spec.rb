@@ -22,7 +22,7 @@ RSpec.describe Elelem::Model do
   it "describes the model" do
     expect(model.info).to include(architecture: "llama", n_layer: 5, n_embd: 64, n_head: 8, n_head_kv: 4,
                                   n_ff: 512, n_vocab: 512, n_ctx_train: 2048, n_ctx: 64, n_gpu_layers: 0,
-                                  adaptive_threads: true)
+                                  adaptive_threads: true, batch_invariant: false)
   end
 
   it "adapts its thread count to busy cores unless told not to, with the same tokens" do

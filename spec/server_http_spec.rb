@@ -63,74 +63,99 @@ RSpec.describe "elelem serve" do
     server&.stop if server&.pid
   end
 
-  describe "on the canary" do
-    before(:all) do
-      @template = canary_template
-      @server = ServeProcess.new("-m", SpecModels.canary, "-t", "1", "-c", "2048", "--parallel", "4", "--queue", "32",
-                                 "--template", @template.path)
+  # Request i of the load test: chat and completions in turn, each prompt its own.
+  def load_request(index)
+    body = { max_tokens: 8, temperature: 0, stream: true, stream_options: { include_usage: true } }
+    if index.even?
+      ["/v1/chat/completions", body.merge(messages: [{ role: "user", content: "question #{index} of the load" }])]
+    else
+      ["/v1/completions", body.merge(prompt: "the canary sings song #{index}")]
     end
+  end
 
-    after(:all) do
-      expect(@server.stop.exitstatus).to eq(0)
-      @template.unlink
-    end
+  # What is wrong with a stream, if anything.
+  def stream_problems(status, headers, events)
+    *chunks, usage = events[0..-2]
+    {
+      "status #{status}" => status != 200,
+      "content-type #{headers["content-type"]}" => headers["content-type"] != ["text/event-stream"],
+      "no single [DONE] at the end" => events.last != "[DONE]" || events.count("[DONE]") != 1,
+      "not one id" => [*chunks, usage].map { |c| c["id"] }.uniq.size != 1,
+      "no finish reason" => !%w[stop length].include?(chunks.dig(-1, "choices", 0, "finish_reason")),
+      "bad usage #{usage}" => !usage.dig("usage", "completion_tokens")&.between?(1, 8)
+    }.select { |_, bad| bad }.keys
+  end
 
-    # Request i of the load test: chat and completions in turn, each prompt its own.
-    def load_request(index)
-      body = { max_tokens: 8, temperature: 0, stream: true, stream_options: { include_usage: true } }
-      if index.even?
-        ["/v1/chat/completions", body.merge(messages: [{ role: "user", content: "question #{index} of the load" }])]
-      else
-        ["/v1/completions", body.merge(prompt: "the canary sings song #{index}")]
+  # The text of a well-formed stream; raises on anything out of place.
+  def stream_text(status, headers, events)
+    problems = stream_problems(status, headers, events)
+    raise problems.join(", ") unless problems.empty?
+
+    events[0..-3].map do |chunk|
+      choice = chunk["choices"][0]
+      choice.key?("delta") ? choice["delta"]["content"].to_s : choice["text"]
+    end.join
+  end
+
+  # Request indices 0...25 from 8 concurrent streaming clients, 25 each: `[index, text or error]`.
+  def concurrent_load(server)
+    Array.new(8) do |client|
+      Thread.new do
+        Array.new(25) do |n|
+          index = ((client * 7) + n) % 25
+          [index, stream_text(*server.stream(*load_request(index)))]
+        rescue StandardError => e
+          [index, e]
+        end
       end
-    end
+    end.flat_map(&:value)
+  end
 
-    # What is wrong with a stream, if anything.
-    def stream_problems(status, headers, events)
-      *chunks, usage = events[0..-2]
-      {
-        "status #{status}" => status != 200,
-        "content-type #{headers["content-type"]}" => headers["content-type"] != ["text/event-stream"],
-        "no single [DONE] at the end" => events.last != "[DONE]" || events.count("[DONE]") != 1,
-        "not one id" => [*chunks, usage].map { |c| c["id"] }.uniq.size != 1,
-        "no finish reason" => !%w[stop length].include?(chunks.dig(-1, "choices", 0, "finish_reason")),
-        "bad usage #{usage}" => !usage.dig("usage", "completion_tokens")&.between?(1, 8)
-      }.select { |_, bad| bad }.keys
-    end
+  # The load test, after each request alone: every response complete and well-formed,
+  # none lost. Returns how many replies are the text of the same request served alone.
+  def load_test(server, label)
+    alone = Array.new(25) { |i| stream_text(*server.stream(*load_request(i))) }
+    started = now
+    results = concurrent_load(server)
+    seconds = now - started
+    failed = results.reject { |_, text| text.is_a?(String) }
+    agreeing = results.count { |index, text| text == alone[index] }
+    puts "\n    load#{label}: #{results.size} streaming requests from 8 clients in #{seconds.round(1)} s " \
+         "(#{(results.size / seconds).round(1)} requests/s), #{failed.size} failed, #{agreeing} of " \
+         "#{results.size} replies identical to the same request served alone"
+    expect(failed).to be_empty
+    expect(results.size).to eq(200)
+    agreeing
+  end
 
-    # The text of a well-formed stream; raises on anything out of place.
-    def stream_text(status, headers, events)
-      problems = stream_problems(status, headers, events)
-      raise problems.join(", ") unless problems.empty?
+  # The canary served with parallel 4, a queue of 32 and a chat template, plus `flags`.
+  def serve_canary(*flags)
+    @template = canary_template
+    @server = ServeProcess.new("-m", SpecModels.canary, "-t", "1", "-c", "2048", "--parallel", "4", "--queue", "32",
+                               "--template", @template.path, *flags)
+  end
 
-      events[0..-3].map do |chunk|
-        choice = chunk["choices"][0]
-        choice.key?("delta") ? choice["delta"]["content"].to_s : choice["text"]
-      end.join
-    end
+  def stop_canary
+    expect(@server.stop.exitstatus).to eq(0)
+    @template.unlink
+  end
+
+  describe "on the canary" do
+    before(:all) { serve_canary }
+    after(:all) { stop_canary }
 
     it "serves 8 concurrent streaming clients x 25 requests: every response complete and well-formed" do
-      alone = Array.new(25) { |i| stream_text(*@server.stream(*load_request(i))) }
-      started = now
-      results = Array.new(8) do |client|
-        Thread.new do
-          Array.new(25) do |n|
-            index = ((client * 7) + n) % 25
-            [index, stream_text(*@server.stream(*load_request(index)))]
-          rescue StandardError => e
-            [index, e]
-          end
-        end
-      end.flat_map(&:value)
-      seconds = now - started
-      failed = results.reject { |_, text| text.is_a?(String) }
-      agreeing = results.count { |index, text| text == alone[index] }
-      puts "\n    load: #{results.size} streaming requests from 8 clients in #{seconds.round(1)} s " \
-           "(#{(results.size / seconds).round(1)} requests/s), #{failed.size} failed, #{agreeing} of " \
-           "#{results.size} replies identical to the same request served alone"
-      expect(failed).to be_empty
-      expect(results.size).to eq(200)
-      expect(agreeing).to be >= results.size / 2
+      agreeing = load_test(@server, "")
+      expect(agreeing).to be >= 100
+    end
+  end
+
+  describe "on the canary, batch-invariant" do
+    before(:all) { serve_canary("--batch-invariant") }
+    after(:all) { stop_canary }
+
+    it "gives every reply of the load test the text of the same request served alone" do
+      expect(load_test(@server, " (batch-invariant)")).to eq(200)
     end
   end
 

@@ -29,7 +29,7 @@ module Elelem
       # @return [Model]
       def open(path, n_ctx: DEFAULT_N_CTX, n_threads: Etc.nprocessors, adaptive_threads: true, n_gpu_layers: 0,
                parallel: 1, queue: DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16,
-               draft: nil, draft_tokens: nil)
+               draft: nil, draft_tokens: nil, batch_invariant: false)
         path = path.to_path if path.respond_to?(:to_path)
         raise ArgumentError, "path must be a String, got #{path.class}" unless path.is_a?(String)
 
@@ -39,9 +39,11 @@ module Elelem
         Options.integer(:n_gpu_layers, n_gpu_layers, 0..Options::MAX_U32)
         Options.integer(:parallel, parallel, 1..MAX_SEQUENCES)
         Options.integer(:queue, queue, 0..Options::MAX_U32)
+        Options.boolean(:batch_invariant, batch_invariant)
         _open(known(path), n_ctx, [n_threads, adaptive_threads], parallel, queue, Options.flash_attn(flash_attn),
               Options::CacheTypes.check(cache_type_k, cache_type_v),
-              *Speculation.open_arguments(draft, draft_tokens) { |name| known(name) }).tap { |m| m.send(:after_open) }
+              *Speculation.open_arguments(draft, draft_tokens) { |name| known(name) }, batch_invariant)
+          .tap { |m| m.send(:after_open) }
       rescue Elelem::LoadError => e
         raise unless e.message.include?("No such file")
 
@@ -353,14 +355,17 @@ module Elelem
       _stats.merge(timings(last).except(:constraint_us).merge(last.slice(:n_past, :reused_prompt_tokens)))
     end
 
-    # @return [String] e.g. `#<Elelem::Model qwen2 0.5B Q4_K_M n_ctx=4096>`, or for an
-    #   embedding model `#<Elelem::Model bert 22M F16 embeddings=384 pooling=mean>`
+    # @return [String] e.g. `#<Elelem::Model qwen2 0.5B Q4_K_M n_ctx=4096>` (with
+    #   ` batch_invariant` when opened so), or for an embedding model
+    #   `#<Elelem::Model bert 22M F16 embeddings=384 pooling=mean>`
     def inspect
       return "#<#{self.class.name} closed>" if closed?
 
       i = info
       label = [i[:architecture], i[:size_label], i[:file_type]].compact.join(" ")
-      return "#<#{self.class.name} #{label} n_ctx=#{i[:n_ctx]}>" if i[:kind] == :decoder
+      if i[:kind] == :decoder
+        return "#<#{self.class.name} #{label} n_ctx=#{i[:n_ctx]}#{" batch_invariant" if i[:batch_invariant]}>"
+      end
 
       "#<#{self.class.name} #{label} embeddings=#{i[:embedding_length]} pooling=#{i[:pooling] || :none}>"
     end

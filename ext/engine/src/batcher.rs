@@ -142,7 +142,7 @@ impl Active<'_> {
     fn cells_to_come(&self, ctx: &Context) -> usize {
         let budget = self.prompt.len() + self.params.generate.max_tokens as usize;
         let held = self.slot.map_or(0, |s| ctx.seq_tokens(s).len());
-        budget.min(ctx.params().n_ctx as usize).saturating_sub(held)
+        budget.min(ctx.n_ctx_seq()).saturating_sub(held)
     }
 }
 
@@ -182,7 +182,8 @@ pub(crate) fn take_token(
 
 pub struct Batcher<'a> {
     model: Arc<Model>,
-    n_ctx: u32,
+    /// The most tokens a sequence holds, in words for errors.
+    n_ctx_seq: (usize, String),
     slots: Vec<Slot>,
     /// Requests waiting for a slot, first come first served.
     queue: VecDeque<RequestId>,
@@ -198,7 +199,7 @@ impl<'a> Batcher<'a> {
     pub fn new(ctx: &Context, max_queue: usize) -> Batcher<'a> {
         Batcher {
             model: Arc::clone(ctx.model()),
-            n_ctx: ctx.params().n_ctx,
+            n_ctx_seq: (ctx.n_ctx_seq(), ctx.capacity_words()),
             slots: (0..ctx.params().n_seq_max)
                 .map(|_| Slot {
                     request: None,
@@ -231,11 +232,11 @@ impl<'a> Batcher<'a> {
                 "token id {bad} is out of range (vocabulary size {n_vocab})"
             )));
         }
-        if prompt.len() > self.n_ctx as usize {
+        if prompt.len() > self.n_ctx_seq.0 {
             return Err(Error::ContextFull(format!(
-                "{} tokens do not fit: the context holds 0 of n_ctx {}",
+                "{} tokens do not fit: the sequence holds 0 of {}",
                 prompt.len(),
-                self.n_ctx
+                self.n_ctx_seq.1
             )));
         }
         params.sampler.validate().map_err(Error::InvalidArgument)?;
@@ -416,12 +417,15 @@ impl<'a> Batcher<'a> {
                 0
             };
             let budget = active.prompt.len() + active.params.generate.max_tokens as usize;
-            if !reuse {
+            // A batch-invariant context gives each sequence cells of its own, whose bits
+            // nothing else changes: there is nothing to wait for, and nothing to evict.
+            let shared_cells = !ctx.params().batch_invariant;
+            if !reuse && shared_cells {
                 // A fresh sequence starts from an empty cache, as llama.cpp's does, so
                 // its cells (and so its bits) are those of a lone run.
                 self.evict_idle(ctx, usize::MAX, None);
             }
-            let needed = budget.min(ctx.params().n_ctx as usize) - kept;
+            let needed = budget.min(ctx.n_ctx_seq()) - kept;
             let pledged: usize = self
                 .slots
                 .iter()
@@ -430,7 +434,7 @@ impl<'a> Batcher<'a> {
                 .sum();
             // The sequence's own cache beyond the kept prefix is freed on admission.
             let available = |ctx: &Context| ctx.free_cells() as usize + ctx.seq_tokens(seq).len() - kept;
-            if available(ctx) < needed + pledged {
+            if shared_cells && available(ctx) < needed + pledged {
                 self.evict_idle(ctx, needed + pledged - available(ctx), Some(seq));
                 let running = self.slots.iter().any(|s| s.request.is_some());
                 if running && available(ctx) < needed + pledged {
@@ -566,7 +570,7 @@ impl<'a> Batcher<'a> {
             Logprob { logprob, top }
         });
         let complete = active.constraint.as_ref().is_some_and(Constraint::is_finished);
-        let room = (ctx.params().n_ctx as usize).saturating_sub(active.prompt.len());
+        let room = ctx.n_ctx_seq().saturating_sub(active.prompt.len());
         let (text, stop) = take_token(
             ctx.model(),
             &mut active.text,

@@ -45,6 +45,14 @@ pub struct ContextParams {
     /// Run a pass on fewer threads while other work takes the cores (see
     /// `threads.rs`); never where the thread count would change its result.
     pub adaptive_threads: bool,
+    /// Give every row the bits it would get in a pass of its own, whatever else the
+    /// pass carries: other sequences, more of the same prompt, a speculative draft.
+    /// Passes run on ggml's reference kernels (`Backend::use_reference_kernels`) and
+    /// each sequence keeps `n_ctx / n_seq_max` cells of its own (llama.cpp's
+    /// non-unified cache), whose keys flash attention visits in position order. Needs
+    /// flash attention and a model opened without repacked weights. The bits are not
+    /// the default kernels' (so not llama.cpp's), and prompts take longer.
+    pub batch_invariant: bool,
 }
 
 impl Default for ContextParams {
@@ -60,6 +68,7 @@ impl Default for ContextParams {
             type_v: CacheType::default(),
             n_outputs_max: 1,
             adaptive_threads: true,
+            batch_invariant: false,
         }
     }
 }
@@ -143,9 +152,13 @@ impl Context {
     pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Context> {
         validate(&params)?;
         validate_output(&model, &params)?;
+        validate_batch_invariant(&model, &params)?;
         let mut backend = Backend::cpu(params.n_threads)?;
         if params.adaptive_threads {
             backend.adapt_threads();
+        }
+        if params.batch_invariant {
+            backend.use_reference_kernels()?;
         }
         let kv = match model.hparams.arch.kind() {
             Kind::Decoder => KvCache::new(
@@ -154,6 +167,7 @@ impl Context {
                 params.n_ctx,
                 params.n_ubatch.min(params.n_ctx),
                 params.n_seq_max,
+                params.batch_invariant,
                 !params.flash_attn,
                 (params.type_k, params.type_v),
             )?,
@@ -254,13 +268,22 @@ impl Context {
 
     /// `dst` becomes a copy of `src` (llama.cpp's `seq_rm(dst)` then `seq_cp(src, dst)`):
     /// it shares `src`'s cells, and so its prefix, without evaluating anything.
-    pub fn seq_copy(&mut self, src: SeqId, dst: SeqId) {
-        if src == dst {
-            return;
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] in a batch-invariant context, whose sequences
+    /// share no cells.
+    pub fn seq_copy(&mut self, src: SeqId, dst: SeqId) -> Result<()> {
+        if self.params.batch_invariant {
+            return Err(Error::InvalidArgument(
+                "a batch-invariant context's sequences share no cells".into(),
+            ));
         }
-        self.seq_truncate(dst, 0);
-        self.kv.seq_cp(src, dst, 0, i32::MAX);
-        self.seqs[dst as usize] = self.seqs[src as usize].clone();
+        if src != dst {
+            self.seq_truncate(dst, 0);
+            self.kv.seq_cp(src, dst, 0, i32::MAX);
+            self.seqs[dst as usize] = self.seqs[src as usize].clone();
+        }
+        Ok(())
     }
 
     /// Every sequence but `seq` is forgotten (llama.cpp's `seq_keep`).
@@ -407,13 +430,38 @@ impl Context {
 
     fn check_fits(&self, seq: SeqId, n_tokens: usize) -> Result<()> {
         let held = self.seqs[seq as usize].len();
-        if (held + n_tokens) as u64 > u64::from(self.params.n_ctx) {
+        if held + n_tokens > self.n_ctx_seq() {
             return Err(Error::ContextFull(format!(
-                "{n_tokens} tokens do not fit: the context holds {held} of n_ctx {}",
-                self.params.n_ctx
+                "{n_tokens} tokens do not fit: the sequence holds {held} of {}",
+                self.capacity_words()
             )));
         }
         Ok(())
+    }
+
+    /// The most tokens one sequence holds: `n_ctx`, or in a batch-invariant context
+    /// its share of it (llama.cpp's `n_ctx_seq`).
+    pub fn n_ctx_seq(&self) -> usize {
+        let n_ctx = self.params.n_ctx as usize;
+        if self.params.batch_invariant {
+            n_ctx / self.params.n_seq_max as usize
+        } else {
+            n_ctx
+        }
+    }
+
+    /// [`Context::n_ctx_seq`] in words, for errors.
+    pub fn capacity_words(&self) -> String {
+        if self.params.batch_invariant {
+            format!(
+                "{} (n_ctx {} split among {} sequences)",
+                self.n_ctx_seq(),
+                self.params.n_ctx,
+                self.params.n_seq_max
+            )
+        } else {
+            format!("n_ctx {}", self.params.n_ctx)
+        }
     }
 
     /// One pass over tokens of any sequences (at most [`Context::max_batch`], each
@@ -461,12 +509,13 @@ impl Context {
         for (seq, &end) in next.iter().enumerate() {
             self.check_fits(seq as SeqId, end as usize - self.seqs[seq].len())?;
         }
+        let placed: Vec<(i32, SeqId)> = pos.iter().zip(batch).map(|(&p, t)| (p, t.seq)).collect();
         // Every group finds its cells before any takes them, as llama.cpp prepares a batch.
         let slots = self
             .kv
             .groups
             .iter()
-            .map(|cells| cells.find_slot(batch.len() as u32))
+            .map(|cells| cells.find_slot(&placed))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| {
                 Error::ContextFull(format!(
@@ -475,9 +524,8 @@ impl Context {
                     self.params.n_ctx
                 ))
             })?;
-        let placed = pos.iter().zip(batch).map(|(&p, t)| (p, t.seq));
         for (cells, slot) in self.kv.groups.iter_mut().zip(&slots) {
-            cells.apply(slot, placed.clone());
+            cells.apply(slot, placed.iter().copied());
         }
         let tokens: Vec<u32> = batch.iter().map(|t| t.token).collect();
         let seqs: Vec<SeqId> = batch.iter().map(|t| t.seq).collect();
@@ -568,6 +616,32 @@ fn validate(params: &ContextParams) -> Result<()> {
         return Err(Error::InvalidArgument(format!(
             "n_ubatch must be between 1 and 8192, got {}",
             params.n_ubatch
+        )));
+    }
+    Ok(())
+}
+
+/// A batch-invariant context's attention must visit keys one at a time in cell order
+/// (flash attention; the plain product and soft-max reduce over cells in SIMD lanes)
+/// and its matrix products must not take repacked kernels, which ignore `use_ref`.
+fn validate_batch_invariant(model: &Model, params: &ContextParams) -> Result<()> {
+    if !params.batch_invariant {
+        return Ok(());
+    }
+    if !params.flash_attn && model.hparams.arch.kind() == Kind::Decoder {
+        return Err(Error::InvalidArgument(
+            "batch-invariant passes need flash attention".into(),
+        ));
+    }
+    if model.repacked_bytes() > 0 {
+        return Err(Error::InvalidArgument(
+            "batch-invariant passes need a model opened without repacked weights (ModelParams::repack false)".into(),
+        ));
+    }
+    if params.n_ctx < params.n_seq_max {
+        return Err(Error::InvalidArgument(format!(
+            "a batch-invariant context splits n_ctx among its sequences: n_ctx {} is less than one cell for each of {}",
+            params.n_ctx, params.n_seq_max
         )));
     }
     Ok(())

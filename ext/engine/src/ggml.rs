@@ -263,6 +263,8 @@ pub struct Backend {
     last_threads: usize,
     /// Room for the graphs of [`Backend::run_in_segments`], kept between passes.
     segments: Option<GraphArena>,
+    /// Whether graphs run on ggml's reference kernels (see [`Backend::use_reference_kernels`]).
+    reference: bool,
 }
 
 unsafe impl Send for Backend {}
@@ -316,7 +318,23 @@ impl Backend {
             governor: None,
             last_threads: n_threads,
             segments: None,
+            reference: false,
         })
+    }
+
+    /// Runs every later graph on ggml's reference kernels (ggml-cpu's `use_ref`): each
+    /// output of a matrix product is one `vec_dot` over its whole row, and flash
+    /// attention takes a query's keys one at a time, in cell order, skipping the masked
+    /// ones. No kernel then depends on how many rows a pass has or how many threads run
+    /// it, so a row's bits are the same in any batch, as long as weights are not held in
+    /// repacked layouts (whose kernels ignore the setting; see `ModelParams::repack`).
+    pub fn use_reference_kernels(&mut self) -> Result<()> {
+        let set_use_ref = cpu()?
+            .set_use_ref
+            .ok_or_else(|| Error::Cpu("ggml's CPU backend has no ggml_backend_cpu_set_use_ref".into()))?;
+        unsafe { set_use_ref(self.as_ptr(), true) };
+        self.reference = true;
+        Ok(())
     }
 
     /// Lets the thread count follow how many cores the machine gives the computing
@@ -393,7 +411,7 @@ impl Backend {
         };
         let n_threads = governor.threads();
         let (start, before) = (Instant::now(), SchedStat::of_this_thread());
-        let result = if n_threads < self.n_threads && graph.bits_depend_on_threads() {
+        let result = if n_threads < self.n_threads && !self.reference && graph.bits_depend_on_threads() {
             self.run_in_segments(graph, n_threads)
         } else {
             self.run(graph, n_threads)
@@ -850,6 +868,7 @@ struct Cpu {
     set_threadpool: SetThreadpool,
     get_extra_bufts: Option<GetExtraBufts>,
     get_features: Option<GetFeatures>,
+    set_use_ref: Option<SetUseRef>,
 }
 
 type SetNThreads = unsafe extern "C" fn(sys::ggml_backend_t, i32);
@@ -859,6 +878,7 @@ type ThreadpoolFree = unsafe extern "C" fn(*mut sys::ggml_threadpool);
 type SetThreadpool = unsafe extern "C" fn(sys::ggml_backend_t, *mut sys::ggml_threadpool);
 type GetExtraBufts = unsafe extern "C" fn(sys::ggml_backend_dev_t) -> *mut sys::ggml_backend_buffer_type_t;
 type GetFeatures = unsafe extern "C" fn(sys::ggml_backend_reg_t) -> *mut sys::ggml_backend_feature;
+type SetUseRef = unsafe extern "C" fn(sys::ggml_backend_t, bool);
 
 // SAFETY: the device and registry are process-wide ggml singletons, never freed.
 unsafe impl Send for Cpu {}
@@ -907,6 +927,7 @@ fn cpu() -> Result<&'static Cpu> {
                 c"ggml_backend_dev_get_extra_bufts",
             )),
             get_features: std::mem::transmute::<*mut c_void, Option<GetFeatures>>(proc_(c"ggml_backend_get_features")),
+            set_use_ref: std::mem::transmute::<*mut c_void, Option<SetUseRef>>(proc_(c"ggml_backend_cpu_set_use_ref")),
         })
     })
     .as_ref()

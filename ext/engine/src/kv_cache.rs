@@ -136,6 +136,8 @@ pub(crate) struct Cells {
     head: u32,
     /// A key this many positions behind the query (or more) is invisible.
     window: Option<u32>,
+    /// Cells per sequence when each has a range of its own (see [`Cells::partitioned`]).
+    partition: Option<u32>,
 }
 
 impl Cells {
@@ -147,6 +149,18 @@ impl Cells {
             seq_pos: vec![BTreeMap::new(); n_seq as usize],
             head: 0,
             window,
+            partition: None,
+        }
+    }
+
+    /// Cells where sequence `s` keeps position `p` in cell `s · per_seq + p`, never
+    /// reused while it holds them (a sliding window only masks): its keys lie in
+    /// position order whatever else the cache holds, as when it is alone, so attention
+    /// that visits them in cell order sees the same sequence either way.
+    fn partitioned(per_seq: u32, window: Option<u32>, n_seq: u32) -> Cells {
+        Cells {
+            partition: Some(per_seq),
+            ..Cells::new(per_seq * n_seq, window, n_seq)
         }
     }
 
@@ -217,11 +231,29 @@ impl Cells {
         }
     }
 
-    /// The cells for the next `n_tokens` tokens, without taking them: empty cells,
-    /// or (sliding groups) cells of one sequence that its next token can no longer
-    /// see. The search starts at the head, or at 0 when enough cells before the head
-    /// are free, and wraps.
-    pub fn find_slot(&self, n_tokens: u32) -> Option<Vec<u32>> {
+    /// The cells for the tokens `(position, sequence)`, without taking them: in a
+    /// partitioned group each position's own cell, if the sequence's range has it;
+    /// otherwise as [`Cells::find_free`] finds them.
+    pub fn find_slot(&self, tokens: &[(i32, SeqId)]) -> Option<Vec<u32>> {
+        match self.partition {
+            Some(per_seq) => tokens
+                .iter()
+                .map(|&(p, seq)| {
+                    u32::try_from(p)
+                        .ok()
+                        .filter(|&p| p < per_seq)
+                        .map(|p| seq * per_seq + p)
+                })
+                .collect(),
+            None => self.find_free(tokens.len() as u32),
+        }
+    }
+
+    /// The cells for the next `n_tokens` tokens: empty cells, or (sliding groups)
+    /// cells of one sequence that its next token can no longer see. The search
+    /// starts at the head, or at 0 when enough cells before the head are free, and
+    /// wraps.
+    fn find_free(&self, n_tokens: u32) -> Option<Vec<u32>> {
         let size = self.size();
         if n_tokens > size {
             return None;
@@ -297,8 +329,10 @@ impl Cells {
         }
     }
 
-    /// llama.cpp's `seq_cp` within one cache: `dst` shares `src`'s cells of positions `p0..p1`.
+    /// llama.cpp's `seq_cp` within one cache: `dst` shares `src`'s cells of positions
+    /// `p0..p1` (not in a partitioned group, where each sequence has cells of its own).
     pub fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: i32, p1: i32) {
+        debug_assert!(self.partition.is_none(), "partitioned cells are never shared");
         if src == dst {
             return;
         }
@@ -380,13 +414,16 @@ pub(crate) struct KvCache {
 impl KvCache {
     /// `n_ubatch` is the most tokens one graph adds: the sliding group keeps that
     /// many cells beyond the windows of its `n_seq` sequences, so a micro-batch never
-    /// overwrites a key one of its own tokens still sees.
+    /// overwrites a key one of its own tokens still sees. `partitioned` gives each
+    /// sequence `n_ctx / n_seq` cells of its own in every group ([`Cells::partitioned`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         backend: &Backend,
         hp: &HParams,
         n_ctx: u32,
         n_ubatch: u32,
         n_seq: u32,
+        partitioned: bool,
         v_trans: bool,
         (type_k, type_v): (CacheType, CacheType),
     ) -> Result<KvCache> {
@@ -397,13 +434,15 @@ impl KvCache {
         let layer_group = (0..hp.n_layer as usize)
             .map(|il| {
                 let sliding = hp.is_swa(il);
+                let window = hp.swa.as_ref().filter(|_| sliding).map(|swa| swa.window);
                 *group_of_kind[usize::from(sliding)].get_or_insert_with(|| {
-                    groups.push(match &hp.swa {
-                        Some(swa) if sliding => {
-                            let ring = swa.window.saturating_mul(n_seq).saturating_add(n_ubatch);
-                            Cells::new(pad(full.min(ring)), Some(swa.window), n_seq)
+                    groups.push(match window {
+                        _ if partitioned => Cells::partitioned(n_ctx / n_seq, window, n_seq),
+                        Some(window) => {
+                            let ring = window.saturating_mul(n_seq).saturating_add(n_ubatch);
+                            Cells::new(pad(full.min(ring)), Some(window), n_seq)
                         }
-                        _ => Cells::new(full, None, n_seq),
+                        None => Cells::new(full, None, n_seq),
                     });
                     groups.len() - 1
                 })
@@ -534,8 +573,9 @@ mod tests {
         let mut left = n;
         while left > 0 {
             let n_tok = left.min(ubatch);
-            let idxs = cells.find_slot(n_tok).expect("a slot");
-            cells.apply(&idxs, (p..).map(|p| (p, seq)));
+            let tokens: Vec<(i32, SeqId)> = (p..p + n_tok as i32).map(|p| (p, seq)).collect();
+            let idxs = cells.find_slot(&tokens).expect("a slot");
+            cells.apply(&idxs, tokens.into_iter());
             taken.push(idxs);
             p += n_tok as i32;
             left -= n_tok;
@@ -643,6 +683,28 @@ mod tests {
         assert_eq!(cells.used.len(), 7);
         cells.seq_keep(2);
         assert!(cells.used.is_empty());
+    }
+
+    #[test]
+    fn partitioned_cells_keep_each_sequence_in_position_order_in_its_own_range() {
+        // Three sequences of 100 cells each, a window that only masks.
+        let mut cells = Cells::partitioned(100, Some(8), 3);
+        assert_eq!(cells.size(), 300);
+        // Interleaved arrivals: each position still lands in its sequence's own cell.
+        let mixed = [(0, 2), (0, 0), (1, 2), (1, 0), (0, 1), (2, 2)];
+        let idxs = cells.find_slot(&mixed).unwrap();
+        assert_eq!(idxs, [200, 0, 201, 1, 100, 202]);
+        cells.apply(&idxs, mixed.into_iter());
+        assert_eq!(feed(&mut cells, 2, 3, 20, 7)[1], (210..217).collect::<Vec<_>>());
+        // Past the window nothing is reused: only the mask hides old keys.
+        let mut row = [0u16; 300];
+        cells.mask_row(22, 2, &mut row, MASK_VISIBLE, MASK_HIDDEN);
+        let visible: Vec<usize> = (0..300).filter(|&i| row[i] == MASK_VISIBLE).collect();
+        assert_eq!(visible, (215..223).collect::<Vec<_>>());
+        // A sequence's range is all it has; truncated, it refills the same cells.
+        assert_eq!(cells.find_slot(&[(100, 0)]), None);
+        cells.seq_rm(2, 10, i32::MAX);
+        assert_eq!(cells.find_slot(&[(10, 2), (11, 2)]), Some(vec![210, 211]));
     }
 
     #[test]

@@ -15,11 +15,25 @@ use crate::ggml::{self, Buffer, CpuDevice, Tensor};
 use crate::hparams::HParams;
 use crate::{Error, Result};
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ModelParams {
     /// Layers to offload to a GPU. This build has the CPU backend only, so like
     /// llama.cpp it runs everything on the CPU and reports 0 layers offloaded.
     pub n_gpu_layers: u32,
+    /// Copy the weights whose type and shape the CPU has faster kernels for into those
+    /// kernels' interleaved layouts, as llama.cpp does (on by default). Their products
+    /// take one path for a few rows and another for more, so a batch-invariant context
+    /// (`ContextParams::batch_invariant`) needs a model opened without.
+    pub repack: bool,
+}
+
+impl Default for ModelParams {
+    fn default() -> Self {
+        ModelParams {
+            n_gpu_layers: 0,
+            repack: true,
+        }
+    }
 }
 
 /// A loaded model. Immutable after [`Model::open`]; share it across contexts with `Arc`.
@@ -46,16 +60,20 @@ impl std::fmt::Debug for Model {
 }
 
 impl Model {
-    pub fn open(path: impl AsRef<Path>, _params: &ModelParams) -> Result<Model> {
+    pub fn open(path: impl AsRef<Path>, params: &ModelParams) -> Result<Model> {
         let path = path.as_ref();
         let gguf = Gguf::open(path).map_err(|e| Error::Load(format!("{}: {e}", path.display())))?;
-        Model::from_gguf(gguf).map_err(|e| match e {
+        Model::from_gguf_with(gguf, params).map_err(|e| match e {
             Error::Load(msg) => Error::Load(format!("{}: {msg}", path.display())),
             other => other,
         })
     }
 
     pub fn from_gguf(gguf: Gguf) -> Result<Model> {
+        Model::from_gguf_with(gguf, &ModelParams::default())
+    }
+
+    pub fn from_gguf_with(gguf: Gguf, params: &ModelParams) -> Result<Model> {
         let arch_name = gguf
             .get("general.architecture")
             .and_then(Value::as_str)
@@ -79,7 +97,7 @@ impl Model {
         validate_vocab(&gguf, n_vocab)?;
 
         let device = CpuDevice::get()?;
-        let mut loader = Loader::new(&gguf, &device)?;
+        let mut loader = Loader::new(&gguf, &device, params.repack)?;
         let weights = arch.load(&mut loader, &hparams)?;
         loader.check_all_used(arch)?;
         let placed = loader.place()?;
@@ -193,6 +211,8 @@ pub(crate) struct Loader<'a> {
     contexts: Vec<ggml::Context>,
     planned: Vec<Planned>,
     by_key: HashMap<(String, usize), Tensor>,
+    /// Whether matrices may go to a repacking buffer type (`ModelParams::repack`).
+    repack: bool,
 }
 
 struct Placed {
@@ -204,7 +224,7 @@ struct Placed {
 }
 
 impl<'a> Loader<'a> {
-    fn new(gguf: &'a Gguf, device: &'a CpuDevice) -> Result<Loader<'a>> {
+    fn new(gguf: &'a Gguf, device: &'a CpuDevice, repack: bool) -> Result<Loader<'a>> {
         // A tied output head can add one descriptor per buffer type beyond the file's tensors.
         let n = gguf.tensors().len() + 1;
         let contexts = device
@@ -218,6 +238,7 @@ impl<'a> Loader<'a> {
             contexts,
             planned: Vec::new(),
             by_key: HashMap::new(),
+            repack,
         })
     }
 
@@ -270,6 +291,9 @@ impl<'a> Loader<'a> {
     /// `mul_mat_id`.
     fn matmul_buft(&self, ggml_type: sys::ggml_type, ne: &[i64], n_used: Option<u32>) -> Result<usize> {
         let plain = self.device.weight_bufts.len() - 1;
+        if !self.repack {
+            return Ok(plain);
+        }
         let probe = ggml::Context::new_no_alloc(4)?;
         let weight = probe.new_tensor(ggml_type, ne)?;
         let op = match n_used {

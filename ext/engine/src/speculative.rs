@@ -213,11 +213,12 @@ impl Speculation {
                 "token id {bad} is out of range (vocabulary size {n_vocab})"
             )));
         }
-        let n_ctx = target.params().n_ctx;
-        if prompt.len() > n_ctx as usize {
+        let n_ctx = target.n_ctx_seq();
+        if prompt.len() > n_ctx {
             return Err(Error::ContextFull(format!(
-                "{} tokens do not fit: the context holds 0 of n_ctx {n_ctx}",
-                prompt.len()
+                "{} tokens do not fit: the sequence holds 0 of {}",
+                prompt.len(),
+                target.capacity_words()
             )));
         }
         text_params.sampler.validate().map_err(Error::InvalidArgument)?;
@@ -236,10 +237,11 @@ impl Speculation {
             }
             (DraftSource::Model, Some(draft)) => {
                 check_compatible(model, draft.model())?;
-                if draft.params().n_ctx < n_ctx {
+                if draft.n_ctx_seq() < n_ctx {
                     return Err(Error::InvalidArgument(format!(
-                        "the draft's context (n_ctx {}) is smaller than the target's ({n_ctx})",
-                        draft.params().n_ctx
+                        "the draft's context ({}) is smaller than the target's ({})",
+                        draft.capacity_words(),
+                        target.capacity_words()
                     )));
                 }
             }
@@ -356,7 +358,7 @@ impl Speculation {
         let mut draft_ctx = self.draft_context(draft)?;
         let n_past = target.seq_tokens(0).len();
         // Room for the verification pass and the token after it, within max_tokens.
-        let room = (target.params().n_ctx as usize).saturating_sub(n_past + 2);
+        let room = target.n_ctx_seq().saturating_sub(n_past + 2);
         let budget = (self.params.generate.max_tokens as usize).saturating_sub(self.tokens.len() + 1);
         let k = (self.k as usize).min(room).min(budget);
         let proposal = match draft_ctx.as_deref_mut() {
@@ -463,7 +465,7 @@ impl Speculation {
             let (logprob, top) = log_softmax_top(logits, token, k as usize);
             Logprob { logprob, top }
         });
-        let room = (target.params().n_ctx as usize).saturating_sub(self.prompt.len());
+        let room = target.n_ctx_seq().saturating_sub(self.prompt.len());
         let (text, stop) = take_token(
             target.model(),
             &mut self.text,

@@ -29,6 +29,9 @@ module Elelem
       parser.on("--fixed-threads", "always all N threads, even while other work takes the cores") do
         opts[:adaptive_threads] = false
       end
+      parser.on("--batch-invariant", "each sequence's tokens as alone, whatever runs beside it (slower)") do
+        opts[:batch_invariant] = true
+      end
     end
 
     # The sampling flags: the flag, its type, the option it sets, what it is.

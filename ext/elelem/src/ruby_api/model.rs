@@ -29,6 +29,9 @@ struct Loaded {
     n_ctx: u32,
     n_threads: usize,
     adaptive_threads: bool,
+    /// Whether a sequence's tokens are independent of what else the passes carry
+    /// (`ContextParams::batch_invariant`).
+    batch_invariant: bool,
     path: String,
     /// The draft model's context, for speculative decoding (`Elelem.open(..., draft:)`).
     draft: Option<Mutex<engine::Context>>,
@@ -96,7 +99,8 @@ impl Model {
     /// `path` is taken as bytes: file names need not be UTF-8. `cache_types` are the KV
     /// cache's K and V types by name. `draft` is nil, a draft model's path, or an open
     /// `Elelem::Model` whose weights draft; `lookup` makes prompt lookup the default
-    /// instead; `draft_tokens` fixes a draft's length (nil: adaptive).
+    /// instead; `draft_tokens` fixes a draft's length (nil: adaptive). `batch_invariant`
+    /// opens the weights unrepacked for a batch-invariant context.
     #[allow(clippy::too_many_arguments)]
     fn open(
         ruby: &Ruby,
@@ -109,6 +113,7 @@ impl Model {
         cache_types: (String, String),
         draft: Value,
         (lookup, draft_tokens): (bool, Option<u32>),
+        batch_invariant: bool,
     ) -> Result<Model, Error> {
         // SAFETY: copied at once, before any Ruby code can run.
         let path = PathBuf::from(OsStr::from_bytes(unsafe { path.as_slice() }));
@@ -121,7 +126,16 @@ impl Model {
         let length = draft_tokens.map_or(engine::DraftLength::Adaptive, engine::DraftLength::Fixed);
         let never = AtomicBool::new(false);
         let loaded = without_gvl(ruby, &never, || -> engine::Result<Loaded> {
-            let model = Arc::new(engine::Model::open(&path, &engine::ModelParams::default())?);
+            let model_params = engine::ModelParams {
+                repack: !batch_invariant,
+                ..Default::default()
+            };
+            let model = Arc::new(engine::Model::open(&path, &model_params)?);
+            if batch_invariant && model.hparams.arch.kind() == engine::arch::Kind::Encoder {
+                return Err(engine::Error::InvalidArgument(
+                    "batch_invariant applies to generating text, and this is an embedding model".into(),
+                ));
+            }
             let params = engine::ContextParams {
                 n_ctx,
                 n_threads,
@@ -144,6 +158,7 @@ impl Model {
                         n_seq_max: parallel,
                         type_k,
                         type_v,
+                        batch_invariant,
                         // A speculative verification pass has a row per drafted token, and one more.
                         n_outputs_max: engine::speculative::MAX_DRAFT_TOKENS + 1,
                         ..params.clone()
@@ -180,6 +195,7 @@ impl Model {
                 n_ctx,
                 n_threads,
                 adaptive_threads,
+                batch_invariant,
                 path: path.display().to_string(),
                 draft,
                 draft_name,
@@ -463,6 +479,7 @@ impl Model {
         )?;
         h.aset(sym("n_threads"), loaded.n_threads)?;
         h.aset(sym("adaptive_threads"), loaded.adaptive_threads)?;
+        h.aset(sym("batch_invariant"), loaded.batch_invariant)?;
         h.aset(
             sym("flash_attn"),
             loaded.scheduler.as_ref().is_none_or(|s| s.params().flash_attn),
@@ -985,7 +1002,7 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     // The natives are private: callers go through the Ruby methods that check arguments.
     class
         .singleton_class()?
-        .define_private_method("_open", function!(Model::open, 9))?;
+        .define_private_method("_open", function!(Model::open, 10))?;
     class.define_private_method("_run", method!(Model::run, 5))?;
     class.define_private_method("_run_all", method!(Model::run_all, 3))?;
     class.define_private_method("_parse_reply", method!(Model::parse_reply, 2))?;
