@@ -99,8 +99,8 @@ module Elelem
     #   else the model generates beside it: other threads' requests, a server's other clients, a
     #   speculative draft (greedy speculation then gives plain greedy text exactly). Passes run
     #   on ggml's reference kernels and each sequence keeps `n_ctx / parallel` tokens of its own;
-    #   it needs flash attention, decodes 7-33 % slower and evaluates prompts about 2x slower
-    #   (see README, "Batch-invariant generation"), and the tokens are not llama.cpp's
+    #   it needs flash attention, decodes up to about 30 % slower and evaluates prompts 2-2.5x
+    #   slower (see README, "Batch-invariant generation"), and the tokens are not llama.cpp's
     # @yieldparam model [Model] closed when the block returns or raises
     # @return [Model, Object] the model, or the block's value
     # @raise [Elelem::LoadError] when the file is missing (the message names the known models),

@@ -310,18 +310,42 @@ module Bench
   # Greedy replies in a batch of 8 beside the same requests alone: how many are
   # identical, and the top-two logit margin (alone) where the others part. (llama.cpp's
   # own batched passes part from its lone runs on the same sequences: the matrix and
-  # attention kernels round differently for a pass of many rows.)
-  def agreement_rows(path, threads)
-    Elelem.open(path, n_ctx: N_CTX, n_threads: threads, parallel: 8) do |model|
+  # attention kernels round differently for a pass of many rows.) `batch_invariant`
+  # opens the model so, whose replies should all be identical.
+  def agreement_rows(path, threads, batch_invariant: false)
+    label = batch_invariant ? ", batch-invariant" : ""
+    Elelem.open(path, n_ctx: N_CTX, n_threads: threads, parallel: 8, batch_invariant:) do |model|
       alone = AGREEMENT_PROMPTS.map { |p| model.complete(p, max_tokens: 32, ignore_eos: true, logprobs: 2) }
       together = AGREEMENT_PROMPTS.each_slice(8).flat_map do |group|
         model.generate_all(group, max_tokens: 32, ignore_eos: true)
       end
       margins = alone.zip(together).filter_map { |single, text| parting_margin(model, single, text) }
-      [{ "metric" => "greedy replies identical alone and 8 together (of #{alone.size})",
+      [{ "metric" => "greedy replies identical alone and 8 together (of #{alone.size})#{label}",
          "elelem" => alone.size - margins.size },
-       { "metric" => "top-two margin where they part, largest", "elelem" => margins.max || 0.0 }]
+       { "metric" => "top-two margin where they part, largest#{label}", "elelem" => margins.max || 0.0 }]
     end
+  end
+
+  # Batch-invariant generation (Elelem.open(..., batch_invariant: true)) beside llama.cpp's
+  # default passes: what its reference kernels cost in prompt and decode speed (compare the
+  # default rows above), then its agreement. Twice N_CTX, so that each of 8 sequences holds
+  # a prompt of PP tokens.
+  def invariant_rows(path, threads)
+    streams = list("BENCH_STREAMS", STREAMS).map(&:to_i)
+    rows = Elelem.open(path, n_ctx: 2 * N_CTX, n_threads: threads, parallel: streams.max,
+                             batch_invariant: true) do |model|
+      Peer.open(path, threads, N_CTX) do |peer|
+        ours = Elelem::Bench.new(model)
+        [ours, peer].each { |side| side.prompt_rate(64) && side.batch_rate(1, 8) } # warm-up
+        [interleaved("pp#{PP} t/s, batch-invariant", ours, peer) { |side| side.prompt_rate(PP) }] +
+          streams.map do |n|
+            interleaved("#{n} streams tg#{TG_STREAM} t/s (all), batch-invariant", ours, peer) do |side|
+              side.batch_rate(n, TG_STREAM)
+            end
+          end
+      end
+    end
+    rows + agreement_rows(path, threads, batch_invariant: true)
   end
 
   # The lone run's top-two logit margin at the first token the batched text changes.
@@ -427,7 +451,8 @@ module Bench
   # The rows measured at two threads only: depth, streams, contention, open time, memory.
   def two_thread_rows(name, path, threads)
     rows = depth_rows(path, threads) + stream_rows(path, threads) + agreement_rows(path, threads) +
-           contended_rows(path, threads) + open_rows(path, threads) + constraint_rows(name, path, threads)
+           invariant_rows(path, threads) + contended_rows(path, threads) + open_rows(path, threads) +
+           constraint_rows(name, path, threads)
     rows += attention_rows(path, threads) if name == ENV.fetch("BENCH_ATTN_MODEL", MODELS.first)
     ours, theirs = rss_pair(path, threads)
     rows << { "metric" => "peak RSS MiB", "elelem" => ours, "llama.cpp" => theirs }

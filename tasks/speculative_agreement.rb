@@ -12,7 +12,9 @@ require_relative "speculative_prompts"
 # (AGREEMENT_TOKENS), on the golden prompts and 50 of our own (code to complete, edits),
 # plain beside the 0.5B drafting and beside prompt lookup (both with adaptive drafts):
 # how many outputs are identical, and where the others first differ, the plain run's
-# top-two logit margin there. Writes tmp/speculative_agreement.json.
+# top-two logit margin there. Writes tmp/speculative_agreement.json. AGREEMENT_BATCH_INVARIANT=1 opens
+# the target with `batch_invariant: true`, where every output should be identical (and writes
+# tmp/speculative_agreement_batch_invariant.json).
 module SpeculativeAgreement
   TARGET = "qwen2.5-coder-1.5b"
   DRAFT = "qwen2.5-coder-0.5b"
@@ -27,7 +29,8 @@ module SpeculativeAgreement
     tokens = Integer(ENV.fetch("AGREEMENT_TOKENS", "64"))
     limit = Integer(ENV.fetch("AGREEMENT_PROMPTS", prompts.size.to_s))
     runs = []
-    Elelem.open(Elelem::Models.fetch(TARGET), n_ctx: 4096, n_threads: 2, draft: Elelem::Models.fetch(DRAFT)) do |model|
+    Elelem.open(Elelem::Models.fetch(TARGET), n_ctx: 4096, n_threads: 2, draft: Elelem::Models.fetch(DRAFT),
+                                              batch_invariant: batch_invariant?) do |model|
       # Written after every prompt: a run stopped early keeps what it measured.
       prompts.first(limit).each_with_index do |prompt, i|
         write(summarize(runs << measure(model, prompt, i, tokens), tokens))
@@ -36,9 +39,14 @@ module SpeculativeAgreement
     puts JSON.pretty_generate(summarize(runs, tokens).except("runs"))
   end
 
+  def batch_invariant?
+    ENV.fetch("AGREEMENT_BATCH_INVARIANT", "0") == "1"
+  end
+
   def write(report)
     FileUtils.mkdir_p(File.join(Reference::ROOT, "tmp"))
-    File.write(File.join(Reference::ROOT, "tmp", "speculative_agreement.json"), JSON.pretty_generate(report))
+    name = batch_invariant? ? "speculative_agreement_batch_invariant" : "speculative_agreement"
+    File.write(File.join(Reference::ROOT, "tmp", "#{name}.json"), JSON.pretty_generate(report))
   end
 
   # One prompt: plain greedy (with the top two logprobs), then each drafter.
@@ -68,7 +76,8 @@ module SpeculativeAgreement
 
   def summarize(runs, tokens)
     summary = %w[draft lookup].to_h { |label| [label, figures(runs.map { |r| r[label] })] }
-    { "target" => TARGET, "draft" => DRAFT, "tokens" => tokens, "summary" => summary, "runs" => runs }
+    { "target" => TARGET, "draft" => DRAFT, "batch_invariant" => batch_invariant?, "tokens" => tokens,
+      "summary" => summary, "runs" => runs }
   end
 
   def figures(rows)
