@@ -1,0 +1,70 @@
+//! The time of one decode pass over 1, 2, 4 and 8 sequences (every row an output),
+//! with the default kernels and batch-invariant: what batching gains per row, and
+//! what the reference kernels cost.
+//!
+//!     cargo run --release -p elelem-engine --example pass_times -- MODEL [N_THREADS] [REPS]
+//!
+//! Each of 8 sequences first holds a prompt of 64 tokens; the passes then add one
+//! token to each of the first N. Prints `mode rows ms/pass`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use elelem_engine::{BatchToken, Context, ContextParams, Model, ModelParams};
+
+const SEQUENCES: u32 = 8;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [model, rest @ ..] = args.as_slice() else {
+        return Err("usage: pass_times MODEL [N_THREADS] [REPS]".into());
+    };
+    let n_threads = rest.first().map_or(Ok(2), |s| s.parse())?;
+    let reps: u32 = rest.get(1).map_or(Ok(50), |s| s.parse())?;
+    for batch_invariant in [false, true] {
+        let params = ModelParams {
+            repack: !batch_invariant,
+            ..Default::default()
+        };
+        let model = Arc::new(Model::open(model, &params)?);
+        let params = ContextParams {
+            n_ctx: 1024 * SEQUENCES,
+            n_threads,
+            n_seq_max: SEQUENCES,
+            n_outputs_max: SEQUENCES,
+            adaptive_threads: false,
+            batch_invariant,
+            ..Default::default()
+        };
+        let mut ctx = Context::new(Arc::clone(&model), params)?;
+        let n_vocab = model.hparams.n_vocab;
+        let token = |i: u32| (i * 7919 + 13) % n_vocab;
+        for seq in 0..SEQUENCES {
+            let prompt: Vec<BatchToken> = (0..64)
+                .map(|i| BatchToken {
+                    token: token(i + 64 * seq),
+                    seq,
+                    output: i == 63,
+                })
+                .collect();
+            ctx.decode_batch(&prompt)?;
+        }
+        let mode = if batch_invariant { "batch-invariant" } else { "default" };
+        for rows in [1, 2, 4, 8] {
+            let start = Instant::now();
+            for rep in 0..reps {
+                let batch: Vec<BatchToken> = (0..rows)
+                    .map(|seq| BatchToken {
+                        token: token(rep * SEQUENCES + seq),
+                        seq,
+                        output: true,
+                    })
+                    .collect();
+                ctx.decode_batch(&batch)?;
+            }
+            let ms = start.elapsed().as_secs_f64() * 1000.0 / f64::from(reps);
+            println!("{mode} {rows} {ms:.1}");
+        }
+    }
+    Ok(())
+}
