@@ -92,7 +92,9 @@ module Elelem
     #   (unless a call says `draft: false`): a draft model of the same vocabulary (a path, a
     #   known model's name, or an open {Model}, whose weights are shared) proposes tokens that
     #   the model verifies several at a time; `:lookup` drafts from n-grams of the prompt and
-    #   the text so far, with no second model. See README, "Speculative decoding"
+    #   the text so far, `:copy` copies what followed the last earlier occurrence of the text's
+    #   last three tokens (edits, quotes), both with no second model. See README, "Speculative
+    #   decoding"
     # @param draft_tokens [Integer, nil] how many tokens a draft holds (1 to
     #   {Model::MAX_DRAFT_TOKENS}); nil (the default) adapts it to how many are accepted
     # @param batch_invariant [Boolean] give every sequence the tokens it gets alone, whatever

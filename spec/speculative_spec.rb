@@ -30,6 +30,7 @@ RSpec.describe "speculative decoding" do
     it "drafts per call as asked: lookup, another length, or not at all" do
       plain = @model.generate(prompt, max_tokens: 16, ignore_eos: true, draft: false)
       expect(@model.generate(prompt, max_tokens: 16, ignore_eos: true, draft: :lookup)).to eq(plain)
+      expect(@model.generate(prompt, max_tokens: 16, ignore_eos: true, draft: :copy)).to eq(plain)
       expect(@model.generate(prompt, max_tokens: 16, ignore_eos: true, draft_tokens: 7)).to eq(plain)
       expect(@model.complete(prompt, max_tokens: 4, draft: false).timings).not_to include(:draft_proposed)
     end
@@ -63,6 +64,12 @@ RSpec.describe "speculative decoding" do
       expect(model.info[:draft]).to be_nil
     end
     expect { Elelem.open(SpecModels.canary, draft: 42) }.to raise_error(ArgumentError, /draft must be/)
+    Elelem.open(SpecModels.canary, n_ctx: 128, n_threads: 1, draft: :copy) do |model|
+      expect(model.info).to include(draft: :copy, draft_tokens: :auto)
+      completion = model.complete(prompt * 3, max_tokens: 16, ignore_eos: true)
+      expect(completion.tokens).to eq(model.generate(prompt * 3, max_tokens: 16, ignore_eos: true, draft: false))
+      expect(completion.timings[:draft_accepted]).to be_positive
+    end
     expect { Elelem.open(SpecModels.canary, draft: :lookup, draft_tokens: 99) }
       .to raise_error(ArgumentError, /draft_tokens/)
   end

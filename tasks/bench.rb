@@ -53,6 +53,8 @@ module Bench
     "tg64 t/s lookup k=4 vs llama.cpp's lookup" => [:min, 1.0],
     "tg64 t/s lookup k=4 vs llama.cpp plain" => [:min, 1.5],
     "tg64 t/s lookup adaptive vs llama.cpp's lookup k=4" => [:min, 1.0],
+    "tg64 t/s copy adaptive vs llama.cpp plain" => [:min, 1.5],
+    "tg64 t/s copy adaptive vs llama.cpp's lookup k=4" => [:min, 1.0],
     # `elelem serve` beside llama-server under the same load (BenchServer).
     "streams over HTTP tg64 t/s (all)" => [:min, 1.0],
     "streams over HTTP ttft p50 ms" => [:max, 1.0], "streams over HTTP ttft p99 ms" => [:max, 1.0]

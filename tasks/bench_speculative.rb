@@ -10,7 +10,8 @@ require_relative "speculative_prompts"
 # Qwen2.5-Coder-0.5B drafting and with prompt lookup (draft length K, as llama.cpp's
 # tools take it, and adaptive), beside llama.cpp plain (the driver's lookup mode with no
 # draft: one token a pass), its speculative mode (llama-speculative-simple's loop, the
-# same pair, the same K) and its lookup mode (llama-lookup's). Decode speed counts the
+# same pair, the same K) and its lookup mode (llama-lookup's); and elelem copying (`draft:
+# :copy`, adaptive; llama.cpp's ngram-simple, which only its server runs). Decode speed counts the
 # tokens after the prompt's pass and the seconds they took, on both sides. Also the
 # share of drafted tokens accepted. Each figure the median of BENCH_REPS, A B A B.
 module BenchSpeculative
@@ -53,7 +54,8 @@ module BenchSpeculative
       plain: -> { ours(job, draft: false) }, theirs_plain: -> { theirs(job, "lookup", 0) },
       draft: -> { ours(job, draft_tokens: K) }, theirs_draft: -> { theirs(job, "speculative", K) },
       lookup: -> { ours(job, draft: :lookup, draft_tokens: K) }, theirs_lookup: -> { theirs(job, "lookup", K) },
-      draft_auto: -> { ours(job) }, lookup_auto: -> { ours(job, draft: :lookup) }
+      draft_auto: -> { ours(job) }, lookup_auto: -> { ours(job, draft: :lookup) },
+      copy_auto: -> { ours(job, draft: :copy) }
     }
     ways.transform_values(&:call)
   end
@@ -90,7 +92,9 @@ module BenchSpeculative
      ["tg#{TOKENS} t/s 0.5B draft adaptive vs llama.cpp's speculative k=#{K}", :draft_auto, :theirs_draft],
      ["tg#{TOKENS} t/s lookup k=#{K} vs llama.cpp's lookup", :lookup, :theirs_lookup],
      ["tg#{TOKENS} t/s lookup k=#{K} vs llama.cpp plain", :lookup, :theirs_plain],
-     ["tg#{TOKENS} t/s lookup adaptive vs llama.cpp's lookup k=#{K}", :lookup_auto, :theirs_lookup]]
+     ["tg#{TOKENS} t/s lookup adaptive vs llama.cpp's lookup k=#{K}", :lookup_auto, :theirs_lookup],
+     ["tg#{TOKENS} t/s copy adaptive vs llama.cpp plain", :copy_auto, :theirs_plain],
+     ["tg#{TOKENS} t/s copy adaptive vs llama.cpp's lookup k=#{K}", :copy_auto, :theirs_lookup]]
       .map do |label, ours, theirs|
         { "metric" => "#{task}: #{label}", "elelem" => rate.call(ours), "llama.cpp" => rate.call(theirs) }
       end + acceptance_rows(task, figures)
@@ -104,6 +108,7 @@ module BenchSpeculative
      { "metric" => "#{task}: lookup k=#{K} acceptance %", "elelem" => acceptance.call(:lookup),
        "llama.cpp" => acceptance.call(:theirs_lookup) },
      { "metric" => "#{task}: 0.5B draft adaptive acceptance %", "elelem" => acceptance.call(:draft_auto) },
-     { "metric" => "#{task}: lookup adaptive acceptance %", "elelem" => acceptance.call(:lookup_auto) }]
+     { "metric" => "#{task}: lookup adaptive acceptance %", "elelem" => acceptance.call(:lookup_auto) },
+     { "metric" => "#{task}: copy adaptive acceptance %", "elelem" => acceptance.call(:copy_auto) }]
   end
 end

@@ -88,8 +88,9 @@ module Elelem
     #   (`start: ...`, with `%json {...}` for an embedded JSON Schema)
     # @param regex [String, nil] constrain the whole text to match this regex (Rust `regex` syntax)
     # @param choice [Array<String>, nil] constrain the text to exactly one of these strings
-    # @param draft [false, :lookup, :model, nil] speculative decoding (see README, "Speculative
-    #   decoding"): `:lookup` drafts from n-grams of the prompt and the text so far, `:model`
+    # @param draft [false, :lookup, :copy, :model, nil] speculative decoding (see README,
+    #   "Speculative decoding"): `:lookup` drafts from n-grams of the prompt and the text so far,
+    #   `:copy` copies what followed the last earlier occurrence of its last three tokens, `:model`
     #   with the draft model the model was opened with, `false` decodes plainly; nil (the
     #   default) does as {Elelem.open}'s `draft:` says. Greedy text is the target's own choice
     #   at every token; sampled text has the target's distribution. Not with a constraint

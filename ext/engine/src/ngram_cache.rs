@@ -5,6 +5,9 @@
 //! seen often enough, token after token, until no n-gram has one. Only the cache
 //! of the current context is kept (llama.cpp's optional dynamic and static caches,
 //! read from files, are empty in its `lookup` by default).
+//!
+//! Also the copy drafter ([`copy_draft`]), which follows one earlier occurrence
+//! of the text's last few tokens instead of their usual followers.
 
 use std::collections::HashMap;
 
@@ -100,9 +103,48 @@ impl NgramCache {
     }
 }
 
+/// How many of the text's last tokens the copy drafter looks for (llama.cpp's
+/// `ngram-simple` takes 12 by default; 3 found more of our edits' copied stretches).
+pub const COPY_NGRAM: usize = 3;
+
+/// The copy drafter (llama.cpp's `ngram-simple` speculation): the up to `n` tokens
+/// that followed the most recent earlier occurrence of the text's last
+/// [`COPY_NGRAM`] tokens. When the model is rewriting or quoting what the prompt
+/// holds, that occurrence is where it is copying from, and the draft is the rest
+/// of the stretch.
+pub fn copy_draft(text: &[u32], n: usize) -> Vec<u32> {
+    let len = text.len();
+    if n == 0 || len <= COPY_NGRAM {
+        return Vec::new();
+    }
+    let suffix = &text[len - COPY_NGRAM..];
+    (0..len - COPY_NGRAM)
+        .rev()
+        .find(|&start| &text[start..start + COPY_NGRAM] == suffix)
+        .map(|start| {
+            let from = start + COPY_NGRAM;
+            text[from..len.min(from + n)].to_vec()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copy_drafts_follow_the_latest_earlier_occurrence() {
+        // "a b c" occurs at 0 and 5; the text ends with it again at 10.
+        let text = [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 1, 2, 3];
+        assert_eq!(copy_draft(&text, 4), [7, 8, 1, 2]);
+        assert_eq!(copy_draft(&text, 1), [7]);
+        // The draft stops at the end of the text.
+        assert_eq!(copy_draft(&[5, 6, 7, 5, 6, 7, 5, 6, 7], 8), [5, 6, 7]);
+        // No earlier occurrence, too short a text, nothing asked.
+        assert!(copy_draft(&[1, 2, 3, 4, 5, 6], 4).is_empty());
+        assert!(copy_draft(&[1, 2, 3], 4).is_empty());
+        assert!(copy_draft(&text, 0).is_empty());
+    }
 
     fn cache(text: &[u32]) -> NgramCache {
         let mut cache = NgramCache::default();

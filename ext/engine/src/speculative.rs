@@ -8,8 +8,9 @@
 //!
 //! Drafters ([`DraftSource`]): a draft model (a smaller model of the same
 //! vocabulary, in a context of its own, proposing its greedy choices, or at a
-//! temperature its samples), or prompt lookup ([`NgramCache`]: the n-grams of the
-//! prompt and the text so far).
+//! temperature its samples), prompt lookup ([`NgramCache`]: the n-grams of the
+//! prompt and the text so far), or copying ([`copy_draft`]: what followed the last
+//! earlier occurrence of the text's last few tokens).
 //!
 //! The passes follow llama.cpp's schedule exactly, so that greedy ids can be
 //! compared with its tools': the prompt but its last token is evaluated first, by
@@ -31,7 +32,7 @@ use std::time::Instant;
 
 use crate::batcher::{take_token, DraftStats, Event, Logprob, Request, Summary};
 use crate::context::BatchToken;
-use crate::ngram_cache::NgramCache;
+use crate::ngram_cache::{copy_draft, NgramCache};
 use crate::sampler::{greedy, log_softmax_top, Sampler, SamplerParams};
 use crate::text::{FinishReason, TextParams, TextStream};
 use crate::{Context, Error, Model, Result, StopReason};
@@ -58,6 +59,25 @@ pub enum DraftSource {
     Model,
     /// Prompt lookup: no second model.
     Lookup,
+    /// Copying from the prompt and the text so far ([`copy_draft`]): no second model.
+    Copy,
+}
+
+impl DraftSource {
+    /// Its name in the APIs: `model`, `lookup`, `copy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DraftSource::Model => "model",
+            DraftSource::Lookup => "lookup",
+            DraftSource::Copy => "copy",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<DraftSource> {
+        [DraftSource::Model, DraftSource::Lookup, DraftSource::Copy]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
 }
 
 /// How many tokens a draft holds.
@@ -245,7 +265,7 @@ impl Speculation {
                     )));
                 }
             }
-            (DraftSource::Lookup, _) => {}
+            (DraftSource::Lookup | DraftSource::Copy, _) => {}
         }
         let text = TextStream::new(text_params.stop.clone())?;
         if text.has_stops() {
@@ -308,15 +328,15 @@ impl Speculation {
 
     fn draft_context<'c>(&self, draft: Option<&'c mut Context>) -> Result<Option<&'c mut Context>> {
         match (self.source, draft) {
-            (DraftSource::Lookup, _) => Ok(None),
+            (DraftSource::Lookup | DraftSource::Copy, _) => Ok(None),
             (DraftSource::Model, Some(draft)) => Ok(Some(draft)),
             (DraftSource::Model, None) => Err(Error::Internal("the draft model's context is missing".into())),
         }
     }
 
     /// Evaluates the prompt but its last token in both contexts (keeping, with
-    /// `reuse_prefix`, what each shares with its previous sequence); for lookup, then
-    /// the last token alone, and chooses the first token.
+    /// `reuse_prefix`, what each shares with its previous sequence); without a draft
+    /// model (lookup, copy), then the last token alone, and chooses the first token.
     fn start(&mut self, target: &mut Context, draft: Option<&mut Context>) -> Result<()> {
         let start = Instant::now();
         let head = &self.prompt[..self.prompt.len() - 1];
@@ -332,9 +352,11 @@ impl Speculation {
             return Ok(());
         }
         self.phase = Phase::Decoding;
-        if self.source == DraftSource::Lookup {
+        if self.source != DraftSource::Model {
             self.history = self.prompt.clone();
-            self.ngrams.update(&self.history, self.history.len());
+            if self.source == DraftSource::Lookup {
+                self.ngrams.update(&self.history, self.history.len());
+            }
             let start = Instant::now();
             target.decode_batch(&[BatchToken {
                 token: self.last,
@@ -362,6 +384,7 @@ impl Speculation {
         let budget = (self.params.generate.max_tokens as usize).saturating_sub(self.tokens.len() + 1);
         let k = (self.k as usize).min(room).min(budget);
         let proposal = match draft_ctx.as_deref_mut() {
+            None if self.source == DraftSource::Copy => Draft::certain(copy_draft(&self.history, k)),
             None => Draft::certain(self.ngrams.draft(&self.history, k)),
             Some(draft) => self.draft_with_model(draft, target.model().hparams.n_vocab, n_past, k)?,
         };
@@ -456,9 +479,11 @@ impl Speculation {
     fn take(&mut self, target: &Context, token: u32, row: usize) {
         self.sampler.accept(token);
         self.tokens.push(token);
-        if self.source == DraftSource::Lookup {
+        if self.source != DraftSource::Model {
             self.history.push(token);
-            self.ngrams.update(&self.history, 1);
+            if self.source == DraftSource::Lookup {
+                self.ngrams.update(&self.history, 1);
+            }
         }
         let logits = target.output_logits(row);
         let logprob = self.logprobs.map(|k| {

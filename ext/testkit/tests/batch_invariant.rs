@@ -163,7 +163,7 @@ fn a_batch_invariant_context_needs_flash_attention_and_plain_weights() {
 #[test]
 fn speculative_greedy_output_is_plain_greedy_output() {
     let model = open(QWEN);
-    // The model drafts for itself with prompt lookup: drafts from n-grams of the prompt.
+    // No draft model: prompt lookup and copying draft from the prompt's text.
     let text = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n";
     let tokenizer = model.tokenizer().unwrap();
     let prompt = tokenizer.tokenize(&format!("{text}{text}# the same, iteratively\n"), true, true);
@@ -177,7 +177,12 @@ fn speculative_greedy_output_is_plain_greedy_output() {
     let expected = generate(&mut target, &prompt, params.clone(), sampler::greedy)
         .unwrap()
         .0;
-    for length in [DraftLength::Fixed(4), DraftLength::Adaptive] {
+    let drafts = [
+        (DraftSource::Lookup, DraftLength::Fixed(4)),
+        (DraftSource::Lookup, DraftLength::Adaptive),
+        (DraftSource::Copy, DraftLength::Adaptive),
+    ];
+    for (source, length) in drafts {
         let request = Request {
             prompt: prompt.clone(),
             params: TextParams {
@@ -188,10 +193,7 @@ fn speculative_greedy_output_is_plain_greedy_output() {
             choose: None,
             constraint: None,
         };
-        let spec = SpeculativeParams {
-            source: DraftSource::Lookup,
-            length,
-        };
+        let spec = SpeculativeParams { source, length };
         let mut speculation = Speculation::new(&target, None, request, spec).unwrap();
         let summary = loop {
             match speculation.next_event(&mut target, None).unwrap() {
@@ -202,6 +204,6 @@ fn speculative_greedy_output_is_plain_greedy_output() {
         };
         let stats = summary.draft.unwrap();
         assert!(stats.accepted > 0 && stats.accepted < stats.proposed, "{stats:?}");
-        assert_eq!(summary.tokens, expected, "{length:?}");
+        assert_eq!(summary.tokens, expected, "{source:?} {length:?}");
     }
 }

@@ -1,7 +1,7 @@
 //! Speculative decoding on the synthetic models: a draft model of the same vocabulary
 //! (the Llama 3-shaped model drafting for the canary, so that it is often wrong and the
-//! caches roll back often) and prompt lookup, greedy and sampled; a mismatched pair is
-//! refused.
+//! caches roll back often), prompt lookup and copying, greedy and sampled; a mismatched
+//! pair is refused.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -118,6 +118,25 @@ fn prompt_lookup_keeps_the_targets_greedy_tokens() {
         assert_eq!(summary.tokens, expected);
         assert!(summary.draft.unwrap().accepted > 0, "{:?}", summary.draft);
         assert_eq!(summary.decode_tokens, 47, "the first token comes with the prompt");
+    }
+}
+
+#[test]
+fn copying_keeps_the_targets_greedy_tokens() {
+    let model = synthetic("tiny-llama-canary");
+    let mut target = context(&model);
+    let prompt: Vec<u32> = PROMPT.iter().cycle().take(60).copied().collect();
+    let expected = plain(&mut target, &prompt, 48);
+    for length in [DraftLength::Fixed(6), DraftLength::Adaptive] {
+        let params = SpeculativeParams {
+            source: DraftSource::Copy,
+            length,
+        };
+        let summary = speculate(&mut target, None, request(&prompt, 48, 0.0), params).unwrap();
+        assert_eq!(summary.tokens, expected);
+        let stats = summary.draft.unwrap();
+        assert!(stats.accepted > 0, "{stats:?}");
+        assert!(summary.decode_passes < summary.decode_tokens, "{summary:?}");
     }
 }
 

@@ -98,8 +98,8 @@ impl Drop for Cancel<'_> {
 impl Model {
     /// `path` is taken as bytes: file names need not be UTF-8. `cache_types` are the KV
     /// cache's K and V types by name. `draft` is nil, a draft model's path, or an open
-    /// `Elelem::Model` whose weights draft; `lookup` makes prompt lookup the default
-    /// instead; `draft_tokens` fixes a draft's length (nil: adaptive). `batch_invariant`
+    /// `Elelem::Model` whose weights draft; `drafter` ("lookup" or "copy") makes that
+    /// drafter the default instead; `draft_tokens` fixes a draft's length (nil: adaptive). `batch_invariant`
     /// opens the weights unrepacked for a batch-invariant context.
     #[allow(clippy::too_many_arguments)]
     fn open(
@@ -112,7 +112,7 @@ impl Model {
         flash_attn: bool,
         cache_types: (String, String),
         draft: Value,
-        (lookup, draft_tokens): (bool, Option<u32>),
+        (drafter, draft_tokens): (Option<String>, Option<u32>),
         batch_invariant: bool,
     ) -> Result<Model, Error> {
         // SAFETY: copied at once, before any Ruby code can run.
@@ -186,7 +186,7 @@ impl Model {
             let source = if draft.is_some() {
                 Some(engine::DraftSource::Model)
             } else {
-                lookup.then_some(engine::DraftSource::Lookup)
+                drafter.as_deref().and_then(engine::DraftSource::from_name)
             };
             Ok(Loaded {
                 model,
@@ -504,7 +504,7 @@ impl Model {
             sym("draft"),
             match loaded.speculation.map(|s| s.source) {
                 Some(engine::DraftSource::Model) => loaded.draft_name.clone().map(|name| ruby.into_value(name)),
-                Some(engine::DraftSource::Lookup) => Some(sym("lookup").as_value()),
+                Some(source) => Some(sym(source.name()).as_value()),
                 None => None,
             },
         )?;
@@ -596,7 +596,7 @@ impl<'r> Delivery<'r> {
 }
 
 /// How a call speculates: `draft:` (nil: the model's default, or "none", "lookup",
-/// "model") and `draft_tokens:` (nil: the model's default). A constrained call does
+/// "copy", "model") and `draft_tokens:` (nil: the model's default). A constrained call does
 /// not speculate by default, and refuses to when asked.
 fn speculation(
     ruby: &Ruby,
@@ -611,19 +611,21 @@ fn speculation(
         None if constrained => return Ok(None),
         None => loaded.speculation.map(|s| s.source),
         Some("none") => None,
-        Some("lookup") => Some(engine::DraftSource::Lookup),
         Some("model") if loaded.draft.is_some() => Some(engine::DraftSource::Model),
         Some("model") => {
             return Err(invalid(
                 "draft: :model needs a draft model: open the model with Elelem.open(path, draft: draft_path)",
             ))
         }
-        Some(other) => return Err(invalid(&format!("unknown draft {other}"))),
+        Some(name) => match engine::DraftSource::from_name(name) {
+            Some(source) => Some(source),
+            None => return Err(invalid(&format!("unknown draft {name}"))),
+        },
     };
     let Some(source) = source else {
         if draft_tokens.is_some() {
             return Err(invalid(
-                "draft_tokens: is the length of speculative drafts: give draft: :lookup too, or open the model \
+                "draft_tokens: is the length of speculative drafts: give draft: :lookup or :copy too, or open the model \
                  with a draft model",
             ));
         }
@@ -675,7 +677,7 @@ fn speculate(
             .draft
             .as_ref()
             .map(|d| d.lock().unwrap_or_else(|p| p.into_inner())),
-        engine::DraftSource::Lookup => None,
+        engine::DraftSource::Lookup | engine::DraftSource::Copy => None,
     };
     let mut speculation =
         engine::Speculation::new(&lease, draft.as_deref(), request, params).map_err(|e| engine_error(ruby, e))?;
