@@ -311,6 +311,11 @@ impl<'a> Batcher<'a> {
         !self.requests.contains_key(&id)
     }
 
+    /// Whether no request is waiting or running (some may hold events not yet taken).
+    pub fn has_no_work(&self) -> bool {
+        self.requests.values().all(|active| active.done)
+    }
+
     /// Whether no request is waiting, running, or holding events not yet taken.
     pub fn is_idle(&self) -> bool {
         self.requests.is_empty()

@@ -286,6 +286,13 @@ impl Context {
         Ok(())
     }
 
+    /// Lets the worker threads sleep until the next pass instead of polling for it
+    /// (see [`Backend::rest`]): for when no pass follows soon, as at the end of work.
+    pub fn rest(&mut self) {
+        // Only a detach that the CPU backend refuses fails, and then the workers poll on.
+        let _ = self.backend.rest();
+    }
+
     /// Every sequence but `seq` is forgotten (llama.cpp's `seq_keep`).
     pub fn seq_keep(&mut self, seq: SeqId) {
         self.kv.seq_keep(seq);

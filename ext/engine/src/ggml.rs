@@ -399,6 +399,18 @@ impl Backend {
         Ok(())
     }
 
+    /// Lets the worker pool sleep now. After a graph ggml's workers poll for the next
+    /// one for about 100 ms (`poll` 50), which keeps passes close together but takes
+    /// a core from whatever runs once the work is over: another process, Ruby threads.
+    /// Detaching the pool pauses it; the next graph attaches it again and wakes it.
+    pub fn rest(&mut self) -> Result<()> {
+        if !self.attached.is_null() {
+            unsafe { (cpu()?.set_threadpool)(self.as_ptr(), std::ptr::null_mut()) };
+            self.attached = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
     /// How many threads the last graph ran on.
     pub fn last_threads(&self) -> usize {
         self.last_threads

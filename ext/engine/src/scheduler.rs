@@ -161,6 +161,9 @@ impl Scheduler {
             inner = self.lock();
             inner.stepping = false;
             inner.batcher.complete(&ctx, plan, result, seconds);
+            if inner.batcher.has_no_work() {
+                ctx.rest();
+            }
             inner.snapshot = ContextSnapshot::of(&ctx);
             if inner.closed {
                 drop(ctx);
@@ -287,7 +290,8 @@ impl std::ops::DerefMut for Lease<'_> {
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
-        let ctx = self.ctx.take().expect("held until dropped");
+        let mut ctx = self.ctx.take().expect("held until dropped");
+        ctx.rest();
         let mut inner = self.scheduler.lock();
         inner.stepping = false;
         inner.leased_by = None;
