@@ -55,6 +55,14 @@ pub struct ContextParams {
     pub batch_invariant: bool,
 }
 
+impl ContextParams {
+    /// The cells each sequence has of its own: `n_ctx / n_seq_max` in a
+    /// batch-invariant context; none in a unified cache.
+    fn cells_per_sequence(&self) -> Option<u32> {
+        self.batch_invariant.then(|| self.n_ctx / self.n_seq_max)
+    }
+}
+
 impl Default for ContextParams {
     fn default() -> Self {
         ContextParams {
@@ -167,7 +175,7 @@ impl Context {
                 params.n_ctx,
                 params.n_ubatch.min(params.n_ctx),
                 params.n_seq_max,
-                params.batch_invariant,
+                params.cells_per_sequence(),
                 !params.flash_attn,
                 (params.type_k, params.type_v),
             )?,
@@ -289,8 +297,7 @@ impl Context {
     /// Lets the worker threads sleep until the next pass instead of polling for it
     /// (see [`Backend::rest`]): for when no pass follows soon, as at the end of work.
     pub fn rest(&mut self) {
-        // Only a detach that the CPU backend refuses fails, and then the workers poll on.
-        let _ = self.backend.rest();
+        self.backend.rest();
     }
 
     /// Every sequence but `seq` is forgotten (llama.cpp's `seq_keep`).
@@ -449,12 +456,7 @@ impl Context {
     /// The most tokens one sequence holds: `n_ctx`, or in a batch-invariant context
     /// its share of it (llama.cpp's `n_ctx_seq`).
     pub fn n_ctx_seq(&self) -> usize {
-        let n_ctx = self.params.n_ctx as usize;
-        if self.params.batch_invariant {
-            n_ctx / self.params.n_seq_max as usize
-        } else {
-            n_ctx
-        }
+        self.params.cells_per_sequence().unwrap_or(self.params.n_ctx) as usize
     }
 
     /// [`Context::n_ctx_seq`] in words, for errors.

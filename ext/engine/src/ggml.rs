@@ -403,12 +403,13 @@ impl Backend {
     /// one for about 100 ms (`poll` 50), which keeps passes close together but takes
     /// a core from whatever runs once the work is over: another process, Ruby threads.
     /// Detaching the pool pauses it; the next graph attaches it again and wakes it.
-    pub fn rest(&mut self) -> Result<()> {
+    pub fn rest(&mut self) {
         if !self.attached.is_null() {
-            unsafe { (cpu()?.set_threadpool)(self.as_ptr(), std::ptr::null_mut()) };
+            // A backend exists only once `cpu()` has succeeded.
+            let cpu = cpu().expect("the CPU backend is loaded");
+            unsafe { (cpu.set_threadpool)(self.as_ptr(), std::ptr::null_mut()) };
             self.attached = std::ptr::null_mut();
         }
-        Ok(())
     }
 
     /// How many threads the last graph ran on.

@@ -414,8 +414,8 @@ pub(crate) struct KvCache {
 impl KvCache {
     /// `n_ubatch` is the most tokens one graph adds: the sliding group keeps that
     /// many cells beyond the windows of its `n_seq` sequences, so a micro-batch never
-    /// overwrites a key one of its own tokens still sees. `partitioned` gives each
-    /// sequence `n_ctx / n_seq` cells of its own in every group ([`Cells::partitioned`]).
+    /// overwrites a key one of its own tokens still sees. `cells_per_sequence` gives
+    /// each sequence that many cells of its own in every group ([`Cells::partitioned`]).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         backend: &Backend,
@@ -423,7 +423,7 @@ impl KvCache {
         n_ctx: u32,
         n_ubatch: u32,
         n_seq: u32,
-        partitioned: bool,
+        cells_per_sequence: Option<u32>,
         v_trans: bool,
         (type_k, type_v): (CacheType, CacheType),
     ) -> Result<KvCache> {
@@ -436,13 +436,13 @@ impl KvCache {
                 let sliding = hp.is_swa(il);
                 let window = hp.swa.as_ref().filter(|_| sliding).map(|swa| swa.window);
                 *group_of_kind[usize::from(sliding)].get_or_insert_with(|| {
-                    groups.push(match window {
-                        _ if partitioned => Cells::partitioned(n_ctx / n_seq, window, n_seq),
-                        Some(window) => {
+                    groups.push(match (cells_per_sequence, window) {
+                        (Some(per_seq), _) => Cells::partitioned(per_seq, window, n_seq),
+                        (None, Some(window)) => {
                             let ring = window.saturating_mul(n_seq).saturating_add(n_ubatch);
                             Cells::new(pad(full.min(ring)), Some(window), n_seq)
                         }
-                        None => Cells::new(full, None, n_seq),
+                        (None, None) => Cells::new(full, None, n_seq),
                     });
                     groups.len() - 1
                 })

@@ -38,19 +38,13 @@ fn context(model: &Arc<Model>, n_threads: usize) -> Context {
     Context::new(Arc::clone(model), params).unwrap()
 }
 
-fn argmax(logits: &[f32]) -> u32 {
-    (0..logits.len())
-        .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
-        .unwrap() as u32
-}
-
 /// The logits after each of `steps` greedy tokens (and after the prompt) of a
 /// sequence alone in sequence 0 of a fresh context, its prompt in one pass.
 fn alone(model: &Arc<Model>, prompt: &[u32], steps: usize, n_threads: usize) -> Vec<Vec<f32>> {
     let mut ctx = context(model, n_threads);
     let mut out = vec![ctx.decode(prompt).unwrap().to_vec()];
     for _ in 0..steps {
-        let next = argmax(out.last().unwrap());
+        let next = sampler::greedy(out.last().unwrap());
         out.push(ctx.decode(&[next]).unwrap().to_vec());
     }
     out
@@ -79,7 +73,7 @@ fn together(model: &Arc<Model>, prompts: &[Vec<u32>], steps: usize, chunk: usize
                 }
                 fed[i] = end;
             } else if outs[i].len() <= steps {
-                let token = argmax(outs[i].last().unwrap());
+                let token = sampler::greedy(outs[i].last().unwrap());
                 batch.push(BatchToken {
                     token,
                     seq,

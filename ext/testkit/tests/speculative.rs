@@ -103,39 +103,25 @@ fn a_draft_model_keeps_the_targets_greedy_tokens_and_rolls_back_both_caches() {
 }
 
 #[test]
-fn prompt_lookup_keeps_the_targets_greedy_tokens() {
+fn drafting_from_the_text_keeps_the_targets_greedy_tokens() {
     let model = synthetic("tiny-llama-canary");
     let mut target = context(&model);
-    // A prompt that repeats itself, then the model's own text, which lookup copies back.
+    // A prompt that repeats itself, then the model's own text, which lookup and
+    // copying draft back.
     let prompt: Vec<u32> = PROMPT.iter().cycle().take(60).copied().collect();
     let expected = plain(&mut target, &prompt, 48);
-    for length in [DraftLength::Fixed(3), DraftLength::Adaptive] {
-        let params = SpeculativeParams {
-            source: DraftSource::Lookup,
-            length,
-        };
+    let drafts = [
+        (DraftSource::Lookup, DraftLength::Fixed(3)),
+        (DraftSource::Lookup, DraftLength::Adaptive),
+        (DraftSource::Copy, DraftLength::Fixed(6)),
+        (DraftSource::Copy, DraftLength::Adaptive),
+    ];
+    for (source, length) in drafts {
+        let params = SpeculativeParams { source, length };
         let summary = speculate(&mut target, None, request(&prompt, 48, 0.0), params).unwrap();
-        assert_eq!(summary.tokens, expected);
+        assert_eq!(summary.tokens, expected, "{source:?} {length:?}");
         assert!(summary.draft.unwrap().accepted > 0, "{:?}", summary.draft);
         assert_eq!(summary.decode_tokens, 47, "the first token comes with the prompt");
-    }
-}
-
-#[test]
-fn copying_keeps_the_targets_greedy_tokens() {
-    let model = synthetic("tiny-llama-canary");
-    let mut target = context(&model);
-    let prompt: Vec<u32> = PROMPT.iter().cycle().take(60).copied().collect();
-    let expected = plain(&mut target, &prompt, 48);
-    for length in [DraftLength::Fixed(6), DraftLength::Adaptive] {
-        let params = SpeculativeParams {
-            source: DraftSource::Copy,
-            length,
-        };
-        let summary = speculate(&mut target, None, request(&prompt, 48, 0.0), params).unwrap();
-        assert_eq!(summary.tokens, expected);
-        let stats = summary.draft.unwrap();
-        assert!(stats.accepted > 0, "{stats:?}");
         assert!(summary.decode_passes < summary.decode_tokens, "{summary:?}");
     }
 }

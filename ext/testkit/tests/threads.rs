@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use elelem_engine::{BatchToken, CacheType, Context, ContextParams, Model, ModelParams};
+use elelem_engine::{sampler, BatchToken, CacheType, Context, ContextParams, Model, ModelParams};
 use elelem_gguf::Gguf;
 use elelem_testkit::{canary, model_path};
 
@@ -29,7 +29,7 @@ fn logits(model: &Arc<Model>, params: &ContextParams, n_threads: usize, prompt: 
     let prompt: Vec<u32> = (0..prompt as u32).map(|i| (i * 7919 + 13) % n_vocab).collect();
     let mut out = ctx.decode(&prompt).unwrap().to_vec();
     for _ in 0..steps {
-        let next = argmax(ctx.logits());
+        let next = sampler::greedy(ctx.logits());
         out.extend_from_slice(ctx.decode(&[next]).unwrap());
     }
     for pass in 0..2u32 {
@@ -44,12 +44,6 @@ fn logits(model: &Arc<Model>, params: &ContextParams, n_threads: usize, prompt: 
         (0..batch.len()).for_each(|row| out.extend_from_slice(ctx.output_logits(row)));
     }
     out
-}
-
-fn argmax(logits: &[f32]) -> u32 {
-    (0..logits.len())
-        .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
-        .unwrap() as u32
 }
 
 fn assert_same_bits(name: &str, model: &Arc<Model>, params: &ContextParams, prompt: usize, steps: usize) {
@@ -145,7 +139,7 @@ fn a_context_whose_cores_are_taken_runs_on_fewer_threads_with_the_same_bits() {
         let mut out = ctx.decode(&prompt).unwrap().to_vec();
         let mut threads = vec![(ctx.n_past(), ctx.last_pass_threads())];
         for _ in 0..40 {
-            let next = argmax(ctx.logits());
+            let next = sampler::greedy(ctx.logits());
             out.extend_from_slice(ctx.decode(&[next]).unwrap());
             threads.push((ctx.n_past(), ctx.last_pass_threads()));
         }

@@ -617,10 +617,9 @@ fn speculation(
                 "draft: :model needs a draft model: open the model with Elelem.open(path, draft: draft_path)",
             ))
         }
-        Some(name) => match engine::DraftSource::from_name(name) {
-            Some(source) => Some(source),
-            None => return Err(invalid(&format!("unknown draft {name}"))),
-        },
+        Some(name) => {
+            Some(engine::DraftSource::from_name(name).ok_or_else(|| invalid(&format!("unknown draft {name}")))?)
+        }
     };
     let Some(source) = source else {
         if draft_tokens.is_some() {
