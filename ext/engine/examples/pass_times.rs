@@ -1,8 +1,11 @@
 //! The time of one decode pass over 1, 2, 4 and 8 sequences (every row an output),
-//! with the default kernels and batch-invariant: what batching gains per row, and
-//! what the reference kernels cost.
+//! in three modes: `default` (our few-row kernels where they fit), `ggml` (ggml's
+//! products only) and `batch-invariant`: what batching gains per row, what our
+//! kernels gain, and what the reference kernels cost.
 //!
-//!     cargo run --release -p elelem-engine --example pass_times -- MODEL [N_THREADS] [REPS]
+//!     cargo run --release -p elelem-engine --example pass_times -- MODEL [N_THREADS] [REPS] [MODE]
+//!
+//! MODE is one of the three (all when absent).
 //!
 //! Each of 8 sequences first holds a prompt of 64 tokens; the passes then add one
 //! token to each of the first N. Prints `mode rows ms/pass`.
@@ -17,11 +20,16 @@ const SEQUENCES: u32 = 8;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [model, rest @ ..] = args.as_slice() else {
-        return Err("usage: pass_times MODEL [N_THREADS] [REPS]".into());
+        return Err("usage: pass_times MODEL [N_THREADS] [REPS] [MODE]".into());
     };
     let n_threads = rest.first().map_or(Ok(2), |s| s.parse())?;
     let reps: u32 = rest.get(1).map_or(Ok(50), |s| s.parse())?;
-    for batch_invariant in [false, true] {
+    let only = rest.get(2).map(String::as_str);
+    for mode in ["default", "ggml", "batch-invariant"] {
+        if only.is_some_and(|only| only != mode) {
+            continue;
+        }
+        let batch_invariant = mode == "batch-invariant";
         let params = ModelParams {
             repack: !batch_invariant,
             ..Default::default()
@@ -34,6 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             n_outputs_max: SEQUENCES,
             adaptive_threads: false,
             batch_invariant,
+            own_kernels: mode != "ggml",
             ..Default::default()
         };
         let mut ctx = Context::new(Arc::clone(&model), params)?;
@@ -49,7 +58,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .collect();
             ctx.decode_batch(&prompt)?;
         }
-        let mode = if batch_invariant { "batch-invariant" } else { "default" };
         for rows in [1, 2, 4, 8] {
             let start = Instant::now();
             for rep in 0..reps {

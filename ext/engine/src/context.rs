@@ -6,6 +6,7 @@ use crate::arch::Kind;
 use crate::embed::Pooling;
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
 use crate::graph_inputs::{distinct_seqs, Batch, Inputs, MaskFor};
+use crate::kernels::Products;
 use crate::kv_cache::{CacheType, Cells, KvCache, SeqId, KV_PAD, MAX_SEQUENCES};
 use crate::layers::GraphBuilder;
 use crate::{Error, Model, Result};
@@ -53,6 +54,10 @@ pub struct ContextParams {
     /// flash attention and a model opened without repacked weights. The bits are not
     /// the default kernels' (so not llama.cpp's), and prompts take longer.
     pub batch_invariant: bool,
+    /// Let passes of a few rows multiply with our own kernels where one fits the
+    /// weights and the CPU (`kernels.rs`): the bits of ggml's one-row kernel for every
+    /// row, in less time than ggml's several-row kernels. Off: ggml's products only.
+    pub own_kernels: bool,
 }
 
 impl ContextParams {
@@ -60,6 +65,18 @@ impl ContextParams {
     /// batch-invariant context; none in a unified cache.
     fn cells_per_sequence(&self) -> Option<u32> {
         self.batch_invariant.then(|| self.n_ctx / self.n_seq_max)
+    }
+
+    /// Whose matrix products the passes use: ours where they give ggml's bits for
+    /// the kernels this context runs on (reference ones when batch-invariant).
+    fn products(&self) -> Products {
+        if self.own_kernels {
+            Products::Own {
+                reference: self.batch_invariant,
+            }
+        } else {
+            Products::Ggml
+        }
     }
 }
 
@@ -77,6 +94,7 @@ impl Default for ContextParams {
             n_outputs_max: 1,
             adaptive_threads: true,
             batch_invariant: false,
+            own_kernels: true,
         }
     }
 }
@@ -228,7 +246,7 @@ impl Context {
     /// cell), so it never grows later.
     fn reserve(&mut self) -> Result<()> {
         let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::size).collect();
-        let graph = self.arena.graph()?;
+        let graph = self.arena.graph()?.use_products(self.params.products());
         let shape = PassShape {
             n_tokens: self.max_batch(),
             n_outputs: self.max_outputs(),
@@ -574,7 +592,7 @@ impl Context {
             // The arena holds one graph at a time, and the allocator lays out one.
             self.last_graph = None;
             let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::n_kv).collect();
-            let graph = self.arena.graph()?;
+            let graph = self.arena.graph()?.use_products(self.params.products());
             let shape = PassShape {
                 n_tokens: batch.tokens.len() as u32,
                 n_outputs: batch.out_rows.len() as u32,

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use ggml_sys as sys;
 
+use crate::kernels::{self, Products};
 use crate::threads::{Governor, SchedStat};
 use crate::{Error, Result};
 
@@ -552,7 +553,11 @@ impl GraphArena {
         if graph.is_null() {
             return Err(Error::Internal("graph arena too small".into()));
         }
-        Ok(Graph { ctx, graph })
+        Ok(Graph {
+            ctx,
+            graph,
+            products: Products::Ggml,
+        })
     }
 }
 
@@ -560,6 +565,8 @@ impl GraphArena {
 pub struct Graph {
     ctx: Context,
     graph: *mut sys::ggml_cgraph,
+    /// Whose products [`Graph::mul_mat`] uses ([`crate::kernels`]).
+    products: Products,
 }
 
 // SAFETY: the cgraph lives in the context's memory and only its owner uses it,
@@ -634,7 +641,40 @@ impl Graph {
         op!(self, sys::ggml_get_rows(self.c(), a.as_ptr(), rows.as_ptr()))
     }
 
+    /// Sets whose products [`Graph::mul_mat`] uses.
+    pub fn use_products(mut self, products: Products) -> Graph {
+        self.products = products;
+        self
+    }
+
+    /// `w · x`: ggml's `mul_mat`, or a kernel of ours with the same bits for a few
+    /// rows (see [`crate::kernels`]).
     pub fn mul_mat(&self, w: Tensor, x: Tensor) -> Tensor {
+        if let Some(kernel) = kernels::for_product(w, x, self.products) {
+            let [k, rows, ..] = x.ne();
+            let quantized = self
+                .ctx
+                .new_tensor(kernel.activation_type(), &[k, rows])
+                .expect("the arena is sized for the graph");
+            let quantized = op!(self, sys::ggml_cpy(self.c(), x.as_ptr(), quantized.as_ptr()));
+            let mut args = [w.as_ptr(), quantized.as_ptr()];
+            return op!(
+                self,
+                sys::ggml_custom_4d(
+                    self.c(),
+                    sys::GGML_TYPE_F32,
+                    w.ne()[1],
+                    rows,
+                    1,
+                    1,
+                    args.as_mut_ptr(),
+                    args.len() as i32,
+                    kernel.op(),
+                    sys::GGML_N_TASKS_MAX,
+                    std::ptr::null_mut(),
+                )
+            );
+        }
         op!(self, sys::ggml_mul_mat(self.c(), w.as_ptr(), x.as_ptr()))
     }
 

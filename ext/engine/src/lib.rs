@@ -9,6 +9,8 @@
 //!   buffer. [`Context::decode`] is the hot path.
 //! - [`arch`]: one graph builder per architecture over the shared pieces in
 //!   [`layers`].
+//! - [`kernels`]: matrix products of our own (AVX-512 VNNI) for passes of a few
+//!   rows, each with the bits of the ggml kernel it stands in for.
 //! - [`Embedder`]: embeddings and reranker scores (encoders such as BERT, or a
 //!   decoder's last hidden state), pooled and normalized as llama.cpp's.
 //! - [`Speculation`]: speculative decoding of one sequence, drafted by a smaller
@@ -30,6 +32,7 @@ mod generate;
 pub mod ggml;
 mod graph_inputs;
 pub mod hparams;
+pub mod kernels;
 mod kv_cache;
 pub mod layers;
 mod model;

@@ -1,0 +1,75 @@
+//! The time of one matrix product over 1 to 16 activation rows, with our few-row
+//! kernels and with ggml's products, for the weight types the kernels take (random
+//! weights, quantized by ggml, in the buffer a model would hold them in):
+//!
+//!     cargo run --release -p elelem-engine --example product_times -- [N_THREADS] [REPS]
+//!
+//! Prints `type K×N rows ours_ms ggml_ms`.
+
+use elelem_engine::ggml::{Backend, Buffer, Context, CpuDevice, Gallocr, GraphArena, Tensor};
+use elelem_engine::kernels::Products;
+use ggml_sys as sys;
+use std::time::Instant;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n_threads = args.first().map_or(Ok(2), |s| s.parse())?;
+    let reps: u32 = args.get(1).map_or(Ok(20), |s| s.parse())?;
+    let device = CpuDevice::get()?;
+    let mut backend = Backend::cpu(n_threads)?;
+    // The 1.5B's feed-forward down projection (Q4_K) and its output head (Q6_K).
+    for (ty, buft, k, n) in [
+        (sys::GGML_TYPE_Q4_K, "CPU_REPACK", 8960, 1536),
+        (sys::GGML_TYPE_Q6_K, "CPU", 1536, 151936),
+    ] {
+        let Some(&buft) = device.weight_bufts.iter().find(|b| b.name() == buft) else {
+            println!("no {buft} buffer type here");
+            continue;
+        };
+        let ctx = Context::new_no_alloc(1)?;
+        let w = ctx.new_tensor(ty, &[k, n])?;
+        let _buffer = Buffer::alloc_ctx_tensors(&ctx, buft, "weights")?;
+        let weights: Vec<f32> = (0..k * n).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
+        let mut quantized = vec![0u8; unsafe { sys::ggml_row_size(ty, k) } * n as usize];
+        unsafe {
+            sys::ggml_quantize_chunk(
+                ty,
+                weights.as_ptr(),
+                quantized.as_mut_ptr().cast(),
+                0,
+                n,
+                k,
+                std::ptr::null(),
+            )
+        };
+        w.write(&quantized);
+        for rows in [1, 2, 4, 8, 16] {
+            let [ours, theirs] = [true, false].map(|own| time(w, k, rows, own, reps, &mut backend));
+            let name = unsafe { std::ffi::CStr::from_ptr(sys::ggml_type_name(ty)) }.to_string_lossy();
+            println!("{name} {k}x{n} {rows} {ours:.2} {theirs:.2}");
+        }
+    }
+    Ok(())
+}
+
+/// Milliseconds per product of `w` with `rows` rows.
+fn time(w: Tensor, k: i64, rows: i64, own: bool, reps: u32, backend: &mut Backend) -> f64 {
+    let mut arena = GraphArena::new(16);
+    let products = if own {
+        Products::Own { reference: false }
+    } else {
+        Products::Ggml
+    };
+    let graph = arena.graph().expect("arena").use_products(products);
+    let x = graph.input("x", sys::GGML_TYPE_F32, &[k, rows]);
+    graph.expand(graph.mul_mat(w, x));
+    let mut galloc = Gallocr::new(backend.default_buft()).expect("allocator");
+    galloc.alloc(&graph).expect("alloc");
+    x.write(&vec![0.5f32; (k * rows) as usize]);
+    backend.compute(&graph).expect("compute");
+    let start = Instant::now();
+    for _ in 0..reps {
+        backend.compute(&graph).expect("compute");
+    }
+    start.elapsed().as_secs_f64() * 1000.0 / f64::from(reps)
+}

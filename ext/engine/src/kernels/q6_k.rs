@@ -1,0 +1,158 @@
+//! Q6_K weights times a few activation rows, with AVX-512 VNNI.
+//!
+//! ggml multiplies Q6_K weights (never repacked on x86) by each activation row with
+//! `ggml_vec_dot_q6_K_q8_K`, and by eight rows or more with its tiled kernel, which
+//! at eight rows spends most of its time unpacking. Here each block of a weight row
+//! is unpacked once and dotted with every activation row.
+//!
+//! The results are ggml's bits. Below eight rows ggml computes each output with
+//! `vec_dot`: its eight integer lanes per block are formed exactly here (lane `l`
+//! holds elements `32c + 4l .. 32c + 4l + 4` of every 32-wide chunk `c`, less the
+//! `−32` offset through the sums of sub-blocks `2l` and `2l + 1`), then its float
+//! steps follow in its order: per block `acc = fma(d_w·d_x, f32(lanes), acc)`, at
+//! the end its horizontal sum. From eight rows on ggml's tiled kernel takes over,
+//! which adds per block `out = fma(f32(sum)·d_w, d_x, out)` with the block's exact
+//! sum: [`mul_rows`] follows whichever ggml would run (`tiled`).
+
+use std::arch::x86_64::*;
+
+use super::{f16_to_f32, hsum_float_8, BlockQ8K, Dot, Product, QK_K, ROWS_PER_PASS};
+
+/// ggml's `block_q6_K`.
+#[repr(C)]
+pub struct BlockQ6K {
+    /// Low four bits: elements `128j + e` (low nibble) and `128j + 64 + e` (high), at `64j + e`.
+    ql: [u8; QK_K / 2],
+    /// High two bits: of elements `128j + 32i + e` at bits `2i` of `32j + e`.
+    qh: [u8; QK_K / 4],
+    scales: [i8; QK_K / 16],
+    d: u16,
+}
+
+/// `out[r][row] = w_row(row) · x[r]` for the weight rows `rows` and every activation
+/// row `r` of `x` (each row holds `nb` blocks), with the bits of `vec_dot` or, when
+/// `tiled`, of ggml's tiled kernel.
+///
+/// # Safety
+/// [`super::avx512_vnni`] is true, and `product` holds the units (weight rows or
+/// groups) named.
+pub(super) unsafe fn mul_rows(product: &Product<BlockQ6K>, rows: std::ops::Range<usize>, tiled: bool) {
+    let dots: [Dot<BlockQ6K>; ROWS_PER_PASS] = if tiled {
+        [
+            dot_rows::<1, true>,
+            dot_rows::<2, true>,
+            dot_rows::<3, true>,
+            dot_rows::<4, true>,
+            dot_rows::<5, true>,
+            dot_rows::<6, true>,
+            dot_rows::<7, true>,
+            dot_rows::<8, true>,
+        ]
+    } else {
+        [
+            dot_rows::<1, false>,
+            dot_rows::<2, false>,
+            dot_rows::<3, false>,
+            dot_rows::<4, false>,
+            dot_rows::<5, false>,
+            dot_rows::<6, false>,
+            dot_rows::<7, false>,
+            dot_rows::<8, false>,
+        ]
+    };
+    product.for_each_unit(&dots, 1, rows);
+}
+
+/// One weight row times `R` activation rows, in the tiled kernel's order (`TILED`)
+/// or `vec_dot`'s.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_rows<const R: usize, const TILED: bool>(
+    w: *const BlockQ6K,
+    nb: usize,
+    x: *const BlockQ8K,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let low4 = _mm512_set1_epi8(0x0f);
+    let low2 = _mm512_set1_epi8(0x03);
+    // Per 16-bit lane: the shift that brings a chunk's two high bits down, for the
+    // first and second chunk of each 64-element product.
+    let shift_even = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    let shift_odd = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    // Lane L of product k (elements 64k + 4L..) has sub-block 4k + L/4's scale.
+    let spread: [__m128i; 4] = std::array::from_fn(|k| {
+        let at = |l: usize| (4 * k + l / 4) as i8;
+        _mm_setr_epi8(
+            at(0),
+            at(1),
+            at(2),
+            at(3),
+            at(4),
+            at(5),
+            at(6),
+            at(7),
+            at(8),
+            at(9),
+            at(10),
+            at(11),
+            at(12),
+            at(13),
+            at(14),
+            at(15),
+        )
+    });
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut sum = [0f32; R];
+    for b in 0..nb {
+        let wb = &*w.add(b);
+        let scales = _mm_loadu_si128(wb.scales.as_ptr().cast());
+        let scales16 = _mm256_cvtepi8_epi16(scales);
+        // Both 16-bit halves of lane L carry its scale, for one `vpdpwssd`.
+        let scale: [__m512i; 4] = std::array::from_fn(|k| {
+            let s = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(scales, spread[k]));
+            _mm512_or_si512(_mm512_and_si512(s, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(s, 16))
+        });
+        let mut quants = [_mm512_setzero_si512(); 4];
+        for j in 0..2 {
+            let low = _mm512_loadu_si512(wb.ql.as_ptr().add(64 * j).cast());
+            let high = _mm512_broadcast_i64x4(_mm256_loadu_si256(wb.qh.as_ptr().add(32 * j).cast()));
+            let top = |shift| _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(high, shift), low2), 4);
+            quants[2 * j] = _mm512_or_si512(_mm512_and_si512(low, low4), top(shift_even));
+            quants[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(low, 4), low4), top(shift_odd));
+        }
+        let d = f16_to_f32(wb.d);
+        for r in 0..R {
+            let xb = &*x.add(r * nb + b);
+            let mut sums = _mm512_setzero_si512();
+            for k in 0..4 {
+                let q8 = _mm512_loadu_si512(xb.qs.as_ptr().add(64 * k).cast());
+                // Pairs of products fit 16 bits (63·128·2 < 2¹⁵).
+                sums = _mm512_dpwssd_epi32(sums, _mm512_maddubs_epi16(quants[k], q8), scale[k]);
+            }
+            let lanes = _mm256_add_epi32(_mm512_castsi512_si256(sums), _mm512_extracti64x4_epi64(sums, 1));
+            let offset = _mm256_slli_epi32(
+                _mm256_madd_epi16(_mm256_loadu_si256(xb.bsums.as_ptr().cast()), scales16),
+                5,
+            );
+            let lanes = _mm256_sub_epi32(lanes, offset);
+            if TILED {
+                // ggml's compiler fuses its `out + block·d_x` into one multiply-add.
+                let block = lanes_sum(lanes) as f32 * d;
+                sum[r] = block.mul_add(xb.d, sum[r]);
+            } else {
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb.d * d), _mm256_cvtepi32_ps(lanes), acc[r]);
+            }
+        }
+    }
+    for r in 0..R {
+        *out.add(r * out_stride) = if TILED { sum[r] } else { hsum_float_8(acc[r]) };
+    }
+}
+
+/// The exact sum of eight integer lanes.
+#[target_feature(enable = "avx2")]
+unsafe fn lanes_sum(v: __m256i) -> i32 {
+    let v = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, 1)))
+}
