@@ -81,8 +81,11 @@ unsafe fn group<const R: usize, const PER_PAIR: bool>(
         let wb = &*w.add(b);
         let d = _mm256_cvtph_ps(_mm_loadu_si128(wb.d.as_ptr().cast()));
         let dmin = _mm256_cvtph_ps(_mm_loadu_si128(wb.dmin.as_ptr().cast()));
-        let mut sums = [_mm512_setzero_si512(); R];
-        let mut min_sums = [_mm256_setzero_si256(); R];
+        // The block unpacked once for every row (it stays in L1): per pair of
+        // sub-blocks, the low and high nibbles, the scales and the mins.
+        let mut quants = [[_mm512_setzero_si512(); 8]; 4];
+        let mut scales = [[_mm512_setzero_si512(); 2]; 4];
+        let mut mins = [_mm256_setzero_si256(); 4];
         for pair in 0..4 {
             let (scales_lo, mins_lo) = scales_and_mins(&wb.scales, 2 * pair);
             let (scales_hi, mins_hi) = scales_and_mins(&wb.scales, 2 * pair + 1);
@@ -91,46 +94,55 @@ unsafe fn group<const R: usize, const PER_PAIR: bool>(
                 let s = _mm_cvtsi64_si128(s as i64);
                 _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(s, s))
             };
-            let (scale_lo, scale_hi) = (widen(scales_lo), widen(scales_hi));
+            scales[pair] = [widen(scales_lo), widen(scales_hi)];
             // Row j's two mins side by side, for one `madd` with the two sub-block sums.
-            let mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
+            mins[pair] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
                 _mm_cvtsi64_si128(mins_lo as i64),
                 _mm_cvtsi64_si128(mins_hi as i64),
             ));
             let qs = wb.qs.as_ptr().add(256 * pair);
-            let raw: [__m512i; 4] = std::array::from_fn(|i| _mm512_loadu_si512(qs.add(64 * i).cast()));
-            let lo: [__m512i; 4] = std::array::from_fn(|i| _mm512_and_si512(raw[i], nibble));
-            let hi: [__m512i; 4] = std::array::from_fn(|i| _mm512_and_si512(_mm512_srli_epi16(raw[i], 4), nibble));
-            for r in 0..R {
-                let xb = &*x.add(r * nb + b);
+            for i in 0..4 {
+                let raw = _mm512_loadu_si512(qs.add(64 * i).cast());
+                quants[pair][i] = _mm512_and_si512(raw, nibble);
+                quants[pair][4 + i] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
+            }
+        }
+        for r in 0..R {
+            let xb = &*x.add(r * nb + b);
+            let dx = _mm256_set1_ps(xb.d);
+            // The row's eight sub-block sums (of its `bsums` pairs), as 16-bit lanes.
+            let bsums = _mm256_loadu_si256(xb.bsums.as_ptr().cast());
+            let sub_block_sums = _mm256_broadcastsi128_si256(_mm_hadd_epi16(
+                _mm256_castsi256_si128(bsums),
+                _mm256_extracti128_si256(bsums, 1),
+            ));
+            let mut sum = _mm512_setzero_si512();
+            let mut min_sum = _mm256_setzero_si256();
+            for pair in 0..4 {
                 let q = xb.qs.as_ptr().add(64 * pair);
                 let eight = |at: usize| _mm512_set1_epi64(std::ptr::read_unaligned(q.add(at).cast::<i64>()));
                 let mut dot_lo = _mm512_setzero_si512();
                 let mut dot_hi = _mm512_setzero_si512();
                 for i in 0..4 {
-                    dot_lo = _mm512_dpbusd_epi32(dot_lo, lo[i], eight(8 * i));
-                    dot_hi = _mm512_dpbusd_epi32(dot_hi, hi[i], eight(32 + 8 * i));
+                    dot_lo = _mm512_dpbusd_epi32(dot_lo, quants[pair][i], eight(8 * i));
+                    dot_hi = _mm512_dpbusd_epi32(dot_hi, quants[pair][4 + i], eight(32 + 8 * i));
                 }
-                let sum = _mm512_add_epi32(
-                    _mm512_mullo_epi32(dot_lo, scale_lo),
-                    _mm512_mullo_epi32(dot_hi, scale_hi),
+                let pair_sum = _mm512_add_epi32(
+                    _mm512_mullo_epi32(dot_lo, scales[pair][0]),
+                    _mm512_mullo_epi32(dot_hi, scales[pair][1]),
                 );
-                let bsum = |s: usize| i32::from(xb.bsums[2 * s]) + i32::from(xb.bsums[2 * s + 1]);
-                let both = (bsum(2 * pair) & 0xffff) | (bsum(2 * pair + 1) << 16);
-                let min_sum = _mm256_madd_epi16(_mm256_set1_epi32(both), mins);
+                // The sums of sub-blocks 2·pair and 2·pair + 1 in every 32-bit lane.
+                let both = _mm256_permutevar8x32_epi32(sub_block_sums, _mm256_set1_epi32(pair as i32));
+                let pair_min_sum = _mm256_madd_epi16(both, mins[pair]);
                 if PER_PAIR {
-                    let dx = _mm256_set1_ps(xb.d);
-                    accumulate(&mut acc[r], &mut acc_mins[r], sum, min_sum, d, dmin, dx);
+                    accumulate(&mut acc[r], &mut acc_mins[r], pair_sum, pair_min_sum, d, dmin, dx);
                 } else {
-                    sums[r] = _mm512_add_epi32(sums[r], sum);
-                    min_sums[r] = _mm256_add_epi32(min_sums[r], min_sum);
+                    sum = _mm512_add_epi32(sum, pair_sum);
+                    min_sum = _mm256_add_epi32(min_sum, pair_min_sum);
                 }
             }
-        }
-        if !PER_PAIR {
-            for r in 0..R {
-                let dx = _mm256_set1_ps((*x.add(r * nb + b)).d);
-                accumulate(&mut acc[r], &mut acc_mins[r], sums[r], min_sums[r], d, dmin, dx);
+            if !PER_PAIR {
+                accumulate(&mut acc[r], &mut acc_mins[r], sum, min_sum, d, dmin, dx);
             }
         }
     }
