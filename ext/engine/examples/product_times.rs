@@ -1,10 +1,12 @@
 //! The time of one matrix product over 1 to 16 activation rows, with our few-row
 //! kernels and with ggml's products, for the weight types the kernels take (random
-//! weights, quantized by ggml, in the buffer a model would hold them in):
+//! weights, quantized by ggml, in the buffer a model would hold them in; plain Q4_K
+//! on ggml's reference kernels, as a batch-invariant context runs it):
 //!
 //!     cargo run --release -p elelem-engine --example product_times -- [N_THREADS] [REPS]
 //!
-//! Prints `type K×N rows ours_ms ggml_ms`.
+//! Prints `type buffer K×N rows ours_ms ggml_ms` (rows where ours does not apply
+//! time ggml's twice).
 
 use elelem_engine::ggml::{Backend, Buffer, Context, CpuDevice, Gallocr, GraphArena, Tensor};
 use elelem_engine::kernels::Products;
@@ -17,13 +19,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reps: u32 = args.get(1).map_or(Ok(20), |s| s.parse())?;
     let device = CpuDevice::get()?;
     let mut backend = Backend::cpu(n_threads)?;
+    let mut reference = Backend::cpu(n_threads)?;
+    reference.use_reference_kernels()?;
     // Eight of the 1.5B's feed-forward down projections (Q4_K, 62 MB: more than the
     // cache holds, as a model's layers are) and its output head (Q6_K).
-    for (ty, buft, k, n) in [
-        (sys::GGML_TYPE_Q4_K, "CPU_REPACK", 8960, 8 * 1536),
-        (sys::GGML_TYPE_Q4_K, "CPU", 8960, 8 * 1536),
-        (sys::GGML_TYPE_Q6_K, "CPU", 1536, 151936),
+    for (ty, buft, k, n, on_reference) in [
+        (sys::GGML_TYPE_Q4_K, "CPU_REPACK", 8960, 8 * 1536, false),
+        (sys::GGML_TYPE_Q4_K, "CPU", 8960, 8 * 1536, true),
+        (sys::GGML_TYPE_Q6_K, "CPU", 1536, 151936, false),
     ] {
+        let backend = if on_reference { &mut reference } else { &mut backend };
         let Some(&buft) = device.weight_bufts.iter().find(|b| b.name() == buft) else {
             println!("no {buft} buffer type here");
             continue;
@@ -46,7 +51,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         w.write(&quantized);
         for rows in [1, 2, 4, 8, 16] {
-            let [ours, theirs] = [true, false].map(|own| time(w, k, rows, own, reps, &mut backend));
+            let [ours, theirs] = [true, false].map(|own| time(w, k, rows, own, on_reference, reps, backend));
             let name = unsafe { std::ffi::CStr::from_ptr(sys::ggml_type_name(ty)) }.to_string_lossy();
             println!("{name} {} {k}x{n} {rows} {ours:.2} {theirs:.2}", buft.name());
         }
@@ -54,11 +59,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Milliseconds per product of `w` with `rows` rows.
-fn time(w: Tensor, k: i64, rows: i64, own: bool, reps: u32, backend: &mut Backend) -> f64 {
+/// Milliseconds per product of `w` with `rows` rows (`reference`: on ggml's
+/// reference kernels, which `backend` runs).
+fn time(w: Tensor, k: i64, rows: i64, own: bool, reference: bool, reps: u32, backend: &mut Backend) -> f64 {
     let mut arena = GraphArena::new(16);
     let products = if own {
-        Products::Own { reference: false }
+        Products::Own { reference }
     } else {
         Products::Ggml
     };

@@ -28,6 +28,10 @@ pub const MAX_ROWS: i64 = 16;
 /// Unless there is a kernel of ours for the tiled order, the products stay ggml's.
 const TILED_MIN_ROWS: i64 = 8;
 
+/// Below this many rows `vec_dot` over plain Q4_K weights is as fast as our kernel,
+/// which decodes each block's scales once per weight row, not once per product.
+const PLAIN_Q4_K_MIN_ROWS: i64 = 4;
+
 /// Which matrix products a graph uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Products {
@@ -55,6 +59,7 @@ pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
         || x.ggml_type() != sys::GGML_TYPE_F32
         || !unsafe { sys::ggml_is_contiguous(x.as_ptr()) }
         || !avx512_vnni()
+        || !(is_repacked(w) || in_host_memory(w))
     {
         return None;
     }
@@ -64,7 +69,7 @@ pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
     let tiled = !reference && rows >= TILED_MIN_ROWS;
     match (w.ggml_type(), is_repacked(w)) {
         (sys::GGML_TYPE_Q4_K, true) if n % 8 == 0 => Some(Kernel::Q4Kx8),
-        (sys::GGML_TYPE_Q4_K, false) if !tiled => Some(Kernel::Q4K),
+        (sys::GGML_TYPE_Q4_K, false) if !tiled && rows >= PLAIN_Q4_K_MIN_ROWS => Some(Kernel::Q4K),
         (sys::GGML_TYPE_Q6_K, false) => Some(Kernel::Q6K { tiled }),
         _ => None,
     }
@@ -100,6 +105,14 @@ fn avx512_vnni() -> bool {
         #[cfg(not(target_arch = "x86_64"))]
         false
     })
+}
+
+/// Whether `w`'s data is in host memory, where a custom op on the CPU backend can
+/// read it (another backend's weights stay with ggml's products; the CPU's
+/// repacking buffer, also in host memory, does not say so).
+fn in_host_memory(w: Tensor) -> bool {
+    let buffer = unsafe { (*w.as_ptr()).buffer };
+    !buffer.is_null() && unsafe { sys::ggml_backend_buffer_is_host(buffer) }
 }
 
 /// Whether `w` lives in ggml's repacking buffer (which holds Q4_K as `block_q4_Kx8`
