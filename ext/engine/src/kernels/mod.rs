@@ -28,9 +28,9 @@ pub const MAX_ROWS: i64 = 16;
 /// Unless there is a kernel of ours for the tiled order, the products stay ggml's.
 const TILED_MIN_ROWS: i64 = 8;
 
-/// Below this many rows `vec_dot` over plain Q4_K weights is as fast as our kernel,
-/// which decodes each block's scales once per weight row, not once per product.
-const PLAIN_Q4_K_MIN_ROWS: i64 = 4;
+/// A lone row gains nothing from our plain Q4_K kernel: `vec_dot` is as fast (ours
+/// pays its per-block decoding for one row only).
+const PLAIN_Q4_K_MIN_ROWS: i64 = 2;
 
 /// Which matrix products a graph uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
