@@ -1,10 +1,12 @@
 //! Matrix products of our own for the few-row passes ggml runs slowly (decode steps
 //! of several sequences, speculative verification), as custom ops on the CPU backend.
 //!
-//! Each kernel gives every output the bits of ggml's one-row kernel for the same
-//! weights, so a pass of one row still matches llama.cpp bit for bit, and a row's
-//! product does not depend on the other rows of its pass. Larger passes (prompts)
-//! stay with ggml's own products.
+//! Each kernel gives every output the bits ggml's own product would give it in the
+//! same pass (ggml changes kernels, and their order of float operations, with the
+//! row count: see each kernel), so passes still match llama.cpp bit for bit. With
+//! ggml's reference kernels (batch-invariant contexts) that is `vec_dot`'s at any
+//! row count, so a row's product does not depend on the other rows of its pass.
+//! Larger passes (prompts) stay with ggml's own products.
 
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
@@ -66,13 +68,22 @@ pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
     // ggml multiplies plain K-quant weights with `vec_dot` (reference kernels, or
     // below eight rows) or its tiled kernel, repacked Q4_K ones with a gemm per four
     // rows and a gemv for the rest: each kernel here follows whichever ggml runs.
-    let tiled = !reference && rows >= TILED_MIN_ROWS;
+    let tiled = !reference && rows >= TILED_MIN_ROWS && tiled_enabled();
     match (w.ggml_type(), is_repacked(w)) {
         (sys::GGML_TYPE_Q4_K, true) if n % 8 == 0 => Some(Kernel::Q4Kx8),
         (sys::GGML_TYPE_Q4_K, false) if !tiled && rows >= PLAIN_Q4_K_MIN_ROWS => Some(Kernel::Q4K),
         (sys::GGML_TYPE_Q6_K, false) => Some(Kernel::Q6K { tiled }),
         _ => None,
     }
+}
+
+/// Whether ggml's tiled kernel is on: `GGML_CPU_TILED_MM` unset or not 0, as ggml
+/// reads it.
+fn tiled_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("GGML_CPU_TILED_MM").map_or(true, |v| v.trim().parse::<i64>().is_ok_and(|n| n != 0))
+    })
 }
 
 /// Weights per K-quant block.
