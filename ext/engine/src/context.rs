@@ -55,8 +55,8 @@ pub struct ContextParams {
     /// the default kernels' (so not llama.cpp's), and prompts take longer.
     pub batch_invariant: bool,
     /// Let passes of a few rows multiply with our own kernels where one fits the
-    /// weights and the CPU (`kernels.rs`): the bits of ggml's one-row kernel for every
-    /// row, in less time than ggml's several-row kernels. Off: ggml's products only.
+    /// weights and the CPU (`kernels/`): the bits of the ggml kernel that would run
+    /// for the same pass, in less time. Off: ggml's products only.
     pub own_kernels: bool,
 }
 

@@ -61,15 +61,18 @@ pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
         || x.ggml_type() != sys::GGML_TYPE_F32
         || !unsafe { sys::ggml_is_contiguous(x.as_ptr()) }
         || !avx512_vnni()
-        || !(is_repacked(w) || in_host_memory(w))
     {
+        return None;
+    }
+    let repacked = is_repacked(w);
+    if !(repacked || in_host_memory(w)) {
         return None;
     }
     // ggml multiplies plain K-quant weights with `vec_dot` (reference kernels, or
     // below eight rows) or its tiled kernel, repacked Q4_K ones with a gemm per four
     // rows and a gemv for the rest: each kernel here follows whichever ggml runs.
     let tiled = !reference && rows >= TILED_MIN_ROWS && tiled_enabled();
-    match (w.ggml_type(), is_repacked(w)) {
+    match (w.ggml_type(), repacked) {
         (sys::GGML_TYPE_Q4_K, true) if n % 8 == 0 => Some(Kernel::Q4Kx8),
         (sys::GGML_TYPE_Q4_K, false) if !tiled && rows >= PLAIN_Q4_K_MIN_ROWS => Some(Kernel::Q4K),
         (sys::GGML_TYPE_Q6_K, false) => Some(Kernel::Q6K { tiled }),
@@ -215,7 +218,8 @@ fn off_x86(_: *mut sys::ggml_tensor, _: c_int, _: c_int) {
 /// A product's operands, as its op finds them: `out = w · x`.
 #[cfg(target_arch = "x86_64")]
 struct Product<W> {
-    /// The weights: `n_weight_rows` rows (or groups of rows) of `nb` blocks each.
+    /// The weights: `n_weight_rows` rows of `nb` blocks each (stored row by row, or
+    /// in groups of eight rows interleaved).
     w: *const W,
     nb: usize,
     n_weight_rows: usize,
@@ -299,6 +303,26 @@ const ROWS_PER_PASS: usize = 8;
 /// activation rows, into `out[r·out_stride]` (and the next columns, for a group).
 #[cfg(target_arch = "x86_64")]
 type Dot<W> = unsafe fn(*const W, usize, *const BlockQ8K, *mut f32, usize);
+
+/// A kernel's inner loops for 1 to [`ROWS_PER_PASS`] rows: `dots!(f)` or, for a
+/// kernel with a second const parameter, `dots!(f, FLAG)`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dots {
+    ($f:ident $(, $flag:expr)?) => {
+        [
+            $f::<1 $(, $flag)?>,
+            $f::<2 $(, $flag)?>,
+            $f::<3 $(, $flag)?>,
+            $f::<4 $(, $flag)?>,
+            $f::<5 $(, $flag)?>,
+            $f::<6 $(, $flag)?>,
+            $f::<7 $(, $flag)?>,
+            $f::<8 $(, $flag)?>,
+        ]
+    };
+}
+#[cfg(target_arch = "x86_64")]
+use dots;
 
 /// The six-bit scales and mins of sub-block `s` of a `block_q4_K` (`packed` at
 /// `12·s`: one block's twelve bytes, or a `block_q4_Kx8`'s for eight rows), decoded

@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{f16_to_f32, hsum_float_8, scales_and_mins, BlockQ8K, Dot, Product, QK_K, ROWS_PER_PASS};
+use super::{dots, f16_to_f32, hsum_float_8, scales_and_mins, BlockQ8K, Dot, Product, QK_K, ROWS_PER_PASS};
 
 /// ggml's `block_q4_K`.
 #[repr(C)]
@@ -33,16 +33,7 @@ pub struct BlockQ4K {
 /// [`super::avx512_vnni`] is true, and `product` holds the units (weight rows or
 /// groups) named.
 pub(super) unsafe fn mul_rows(product: &Product<BlockQ4K>, rows: std::ops::Range<usize>) {
-    let dots: [Dot<BlockQ4K>; ROWS_PER_PASS] = [
-        dot_rows::<1>,
-        dot_rows::<2>,
-        dot_rows::<3>,
-        dot_rows::<4>,
-        dot_rows::<5>,
-        dot_rows::<6>,
-        dot_rows::<7>,
-        dot_rows::<8>,
-    ];
+    let dots: [Dot<BlockQ4K>; ROWS_PER_PASS] = dots!(dot_rows);
     product.for_each_unit(&dots, 1, rows);
 }
 

@@ -16,7 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{scales_and_mins, BlockQ8K, Dot, Product, ROWS_PER_PASS};
+use super::{dots, scales_and_mins, BlockQ8K, Dot, Product, ROWS_PER_PASS};
 
 /// ggml's `block_q4_Kx8`: eight `block_q4_K` rows interleaved.
 #[repr(C)]
@@ -39,26 +39,8 @@ pub struct BlockQ4Kx8 {
 /// [`super::avx512_vnni`] is true, and `product` holds the units (weight rows or
 /// groups) named.
 pub(super) unsafe fn mul_rows(product: &Product<BlockQ4Kx8>, groups: std::ops::Range<usize>) {
-    let as_gemm: [Dot<BlockQ4Kx8>; ROWS_PER_PASS] = [
-        group::<1, true>,
-        group::<2, true>,
-        group::<3, true>,
-        group::<4, true>,
-        group::<5, true>,
-        group::<6, true>,
-        group::<7, true>,
-        group::<8, true>,
-    ];
-    let as_gemv: [Dot<BlockQ4Kx8>; ROWS_PER_PASS] = [
-        group::<1, false>,
-        group::<2, false>,
-        group::<3, false>,
-        group::<4, false>,
-        group::<5, false>,
-        group::<6, false>,
-        group::<7, false>,
-        group::<8, false>,
-    ];
+    let as_gemm: [Dot<BlockQ4Kx8>; ROWS_PER_PASS] = dots!(group, true);
+    let as_gemv: [Dot<BlockQ4Kx8>; ROWS_PER_PASS] = dots!(group, false);
     let in_fours = product.n_rows - product.n_rows % 4;
     product.first_rows(in_fours).for_each_unit(&as_gemm, 8, groups.clone());
     product.rows_from(in_fours).for_each_unit(&as_gemv, 8, groups);

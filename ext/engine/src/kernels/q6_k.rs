@@ -16,7 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{f16_to_f32, hsum_float_8, BlockQ8K, Dot, Product, QK_K, ROWS_PER_PASS};
+use super::{dots, f16_to_f32, hsum_float_8, BlockQ8K, Dot, Product, QK_K, ROWS_PER_PASS};
 
 /// ggml's `block_q6_K`.
 #[repr(C)]
@@ -38,27 +38,9 @@ pub struct BlockQ6K {
 /// groups) named.
 pub(super) unsafe fn mul_rows(product: &Product<BlockQ6K>, rows: std::ops::Range<usize>, tiled: bool) {
     let dots: [Dot<BlockQ6K>; ROWS_PER_PASS] = if tiled {
-        [
-            dot_rows::<1, true>,
-            dot_rows::<2, true>,
-            dot_rows::<3, true>,
-            dot_rows::<4, true>,
-            dot_rows::<5, true>,
-            dot_rows::<6, true>,
-            dot_rows::<7, true>,
-            dot_rows::<8, true>,
-        ]
+        dots!(dot_rows, true)
     } else {
-        [
-            dot_rows::<1, false>,
-            dot_rows::<2, false>,
-            dot_rows::<3, false>,
-            dot_rows::<4, false>,
-            dot_rows::<5, false>,
-            dot_rows::<6, false>,
-            dot_rows::<7, false>,
-            dot_rows::<8, false>,
-        ]
+        dots!(dot_rows, false)
     };
     product.for_each_unit(&dots, 1, rows);
 }
