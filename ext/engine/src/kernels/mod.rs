@@ -21,6 +21,8 @@ mod q4_k;
 mod q4_k_x8;
 #[cfg(target_arch = "x86_64")]
 mod q6_k;
+#[cfg(target_arch = "x86_64")]
+mod q8_0_family;
 
 /// The most activation rows a product of ours takes; more go to ggml.
 pub const MAX_ROWS: i64 = 16;
@@ -30,9 +32,10 @@ pub const MAX_ROWS: i64 = 16;
 /// Unless there is a kernel of ours for the tiled order, the products stay ggml's.
 const TILED_MIN_ROWS: i64 = 8;
 
-/// A lone row gains nothing from our plain Q4_K kernel: `vec_dot` is as fast (ours
-/// pays its per-block decoding for one row only).
-const PLAIN_Q4_K_MIN_ROWS: i64 = 2;
+/// A lone row gains nothing from our plain Q4_K, Q5_0 and Q8_0 kernels: `vec_dot`
+/// streams one weight row at a time as fast (ours pays its per-block decoding for one
+/// row only, or reads more rows at once than the prefetcher follows).
+const VEC_DOT_ROWS: i64 = 1;
 
 /// Which matrix products a graph uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,7 +60,7 @@ pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
     let [xk, rows, x2, x3] = x.ne();
     let shapes_fit = xk == k && w2 == 1 && w3 == 1 && x2 == 1 && x3 == 1 && (1..=MAX_ROWS).contains(&rows);
     if !shapes_fit
-        || k % QK_K as i64 != 0
+        || k % unsafe { sys::ggml_blck_size(w.ggml_type()) } != 0
         || x.ggml_type() != sys::GGML_TYPE_F32
         || !unsafe { sys::ggml_is_contiguous(x.as_ptr()) }
         || !avx512_vnni()
@@ -71,11 +74,14 @@ pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
     // ggml multiplies plain K-quant weights with `vec_dot` (reference kernels, or
     // below eight rows) or its tiled kernel, repacked Q4_K ones with a gemm per four
     // rows and a gemv for the rest: each kernel here follows whichever ggml runs.
+    // Q5_0 and Q8_0 take the same float steps in `vec_dot` and in tinyBLAS.
     let tiled = !reference && rows >= TILED_MIN_ROWS && tiled_enabled();
     match (w.ggml_type(), repacked) {
         (sys::GGML_TYPE_Q4_K, true) if n % 8 == 0 => Some(Kernel::Q4Kx8),
-        (sys::GGML_TYPE_Q4_K, false) if !tiled && rows >= PLAIN_Q4_K_MIN_ROWS => Some(Kernel::Q4K),
+        (sys::GGML_TYPE_Q4_K, false) if !tiled && rows > VEC_DOT_ROWS => Some(Kernel::Q4K),
         (sys::GGML_TYPE_Q6_K, false) => Some(Kernel::Q6K { tiled }),
+        (sys::GGML_TYPE_Q5_0, false) if rows > VEC_DOT_ROWS => Some(Kernel::Q5_0),
+        (sys::GGML_TYPE_Q8_0, false) if rows > VEC_DOT_ROWS => Some(Kernel::Q8_0),
         _ => None,
     }
 }
@@ -149,6 +155,10 @@ pub enum Kernel {
     /// Q6_K weights, activations as Q8_K, with the bits of ggml's tiled kernel or of
     /// `vec_dot`.
     Q6K { tiled: bool },
+    /// Q5_0 weights, activations as Q8_0.
+    Q5_0,
+    /// Q8_0 weights, activations as Q8_0.
+    Q8_0,
 }
 
 impl Kernel {
@@ -157,6 +167,7 @@ impl Kernel {
     pub fn activation_type(self) -> sys::ggml_type {
         match self {
             Kernel::Q4Kx8 | Kernel::Q4K | Kernel::Q6K { .. } => sys::GGML_TYPE_Q8_K,
+            Kernel::Q5_0 | Kernel::Q8_0 => sys::GGML_TYPE_Q8_0,
         }
     }
 
@@ -167,6 +178,8 @@ impl Kernel {
             Kernel::Q4K => Some(q4_k_op),
             Kernel::Q6K { tiled: false } => Some(q6_k_op::<false>),
             Kernel::Q6K { tiled: true } => Some(q6_k_op::<true>),
+            Kernel::Q5_0 => Some(q8_0_family_op::<q8_0_family::BlockQ5_0>),
+            Kernel::Q8_0 => Some(q8_0_family_op::<q8_0_family::BlockQ8_0>),
         }
     }
 }
@@ -210,6 +223,22 @@ unsafe extern "C" fn q6_k_op<const TILED: bool>(dst: *mut sys::ggml_tensor, ith:
     off_x86(dst, ith, nth)
 }
 
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C" fn q8_0_family_op<B: q8_0_family::Block>(
+    dst: *mut sys::ggml_tensor,
+    ith: c_int,
+    nth: c_int,
+    _: *mut c_void,
+) {
+    let product = Product::of(dst);
+    q8_0_family::mul_rows::<B>(&product, share(product.n_weight_rows, ith, nth));
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe extern "C" fn q8_0_family_op<B>(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
+    off_x86(dst, ith, nth)
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 fn off_x86(_: *mut sys::ggml_tensor, _: c_int, _: c_int) {
     unreachable!("no kernel of ours is chosen off x86-64");
@@ -217,14 +246,14 @@ fn off_x86(_: *mut sys::ggml_tensor, _: c_int, _: c_int) {
 
 /// A product's operands, as its op finds them: `out = w · x`.
 #[cfg(target_arch = "x86_64")]
-struct Product<W> {
+struct Product<W, X = BlockQ8K> {
     /// The weights: `n_weight_rows` rows of `nb` blocks each (stored row by row, or
     /// in groups of eight rows interleaved).
     w: *const W,
     nb: usize,
     n_weight_rows: usize,
     /// The activations, quantized: `n_rows` rows of `nb` blocks.
-    x: *const BlockQ8K,
+    x: *const X,
     n_rows: usize,
     /// `n_rows` rows of `out_stride` floats.
     out: *mut f32,
@@ -232,13 +261,13 @@ struct Product<W> {
 }
 
 #[cfg(target_arch = "x86_64")]
-impl<W> Product<W> {
-    unsafe fn of(dst: *mut sys::ggml_tensor) -> Product<W> {
+impl<W, X> Product<W, X> {
+    unsafe fn of(dst: *mut sys::ggml_tensor) -> Product<W, X> {
         let dst = &*dst;
         let (w, xq) = (&*dst.src[0], &*dst.src[1]);
         Product {
             w: w.data.cast(),
-            nb: w.ne[0] as usize / QK_K,
+            nb: (w.ne[0] / sys::ggml_blck_size(w.type_)) as usize,
             n_weight_rows: w.ne[1] as usize,
             x: xq.data.cast(),
             n_rows: xq.ne[1] as usize,
@@ -248,7 +277,7 @@ impl<W> Product<W> {
     }
 
     /// The same product over activation rows `first..` only.
-    unsafe fn rows_from(&self, first: usize) -> Product<W> {
+    unsafe fn rows_from(&self, first: usize) -> Product<W, X> {
         Product {
             x: self.x.add(first * self.nb),
             n_rows: self.n_rows - first,
@@ -258,10 +287,13 @@ impl<W> Product<W> {
     }
 
     /// The same product over the first `n_rows` activation rows only.
-    fn first_rows(&self, n_rows: usize) -> Product<W> {
+    fn first_rows(&self, n_rows: usize) -> Product<W, X> {
         Product { n_rows, ..*self }
     }
+}
 
+#[cfg(target_arch = "x86_64")]
+impl<W> Product<W> {
     /// Runs `dots[R - 1]` for each unit of `units` (a weight row, or a group of
     /// `width` rows stored together) and each run of up to [`ROWS_PER_PASS`]
     /// activation rows.
@@ -285,14 +317,14 @@ impl<W> Product<W> {
 }
 
 #[cfg(target_arch = "x86_64")]
-impl<W> Clone for Product<W> {
+impl<W, X> Clone for Product<W, X> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-impl<W> Copy for Product<W> {}
+impl<W, X> Copy for Product<W, X> {}
 
 /// Activation rows one pass over a weight row (or group) serves: their accumulators
 /// fill the registers. More rows take more passes over weights then in cache.
@@ -481,5 +513,15 @@ mod tests {
     #[test]
     fn ours_have_ggmls_bits_for_q6_k() {
         ours_have_ggmls_bits(sys::GGML_TYPE_Q6_K, "CPU");
+    }
+
+    #[test]
+    fn ours_have_ggmls_bits_for_q5_0() {
+        ours_have_ggmls_bits(sys::GGML_TYPE_Q5_0, "CPU");
+    }
+
+    #[test]
+    fn ours_have_ggmls_bits_for_q8_0() {
+        ours_have_ggmls_bits(sys::GGML_TYPE_Q8_0, "CPU");
     }
 }

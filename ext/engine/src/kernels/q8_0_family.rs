@@ -1,0 +1,158 @@
+//! Weights in ggml's 32-weight blocks with one scale (Q5_0, Q8_0) times a few
+//! activation rows, with AVX-512 VNNI.
+//!
+//! Models whose rows are no multiple of 256 (Qwen2.5 0.5B's 896) keep most weights
+//! as Q5_0 and their output head as Q8_0. ggml multiplies them by one activation row
+//! with `vec_dot` (`ggml_vec_dot_q5_0_q8_0`), as fast as the memory allows, and by
+//! several with llamafile's tinyBLAS, which at 2 to 8 rows takes 1.3–1.8× as long as
+//! this kernel (`examples/product_times.rs`). Here each block of two weight rows is
+//! unpacked once and dotted with every activation row, the two rows' chains of
+//! multiply-adds side by side.
+//!
+//! The results are ggml's bits, at any row count: `vec_dot` and tinyBLAS take the
+//! same steps. Per block each forms eight integer lanes (lane `l` the sum of
+//! products `4l .. 4l + 4`, exact however formed; here through unsigned weights,
+//! `w + offset`, less `offset ·` the activations' sums), then `acc = fma(d_w·d_x,
+//! f32(lanes), acc)`; at the end their horizontal sum (`hsum_float_8`, which is
+//! tinyBLAS's `hsum` too).
+
+use std::arch::x86_64::*;
+
+use super::{f16_to_f32, hsum_float_8, Product, ROWS_PER_PASS};
+
+/// Weights per block, and values per Q8_0 activation block.
+pub const QK: usize = 32;
+
+/// ggml's `block_q5_0`: weight `j` is `(qs nibble | bit j of qh << 4) − 16`.
+#[repr(C)]
+pub struct BlockQ5_0 {
+    d: u16,
+    qh: [u8; 4],
+    /// Weights `j` (low nibbles) and `j + 16` (high nibbles) at `j`.
+    qs: [u8; QK / 2],
+}
+
+/// ggml's `block_q8_0`: the weights' (or activations') bytes, and their scale.
+#[repr(C)]
+pub struct BlockQ8_0 {
+    d: u16,
+    qs: [i8; QK],
+}
+
+/// A block type: its scale, and its 32 weights as unsigned bytes `w + OFFSET`
+/// (`vpdpbusd` multiplies unsigned by signed bytes).
+pub trait Block {
+    const OFFSET: u8;
+    fn d(&self) -> u16;
+    /// # Safety
+    /// The CPU has AVX-512 BW and VL.
+    unsafe fn unsigned_weights(&self) -> __m256i;
+}
+
+impl Block for BlockQ5_0 {
+    const OFFSET: u8 = 16;
+
+    fn d(&self) -> u16 {
+        self.d
+    }
+
+    #[inline(always)]
+    unsafe fn unsigned_weights(&self) -> __m256i {
+        let qs = _mm_loadu_si128(self.qs.as_ptr().cast());
+        let nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f));
+        // The fifth bit, set where qh says: `w + 16` in 0..32.
+        let high = u32::from_le_bytes(self.qh);
+        _mm256_mask_add_epi8(nibbles, high, nibbles, _mm256_set1_epi8(16))
+    }
+}
+
+impl Block for BlockQ8_0 {
+    const OFFSET: u8 = 128;
+
+    fn d(&self) -> u16 {
+        self.d
+    }
+
+    #[inline(always)]
+    unsafe fn unsigned_weights(&self) -> __m256i {
+        _mm256_xor_si256(_mm256_loadu_si256(self.qs.as_ptr().cast()), _mm256_set1_epi8(i8::MIN))
+    }
+}
+
+/// `out[r][row] = w_row(row) · x[r]` for the weight rows `rows` and every activation
+/// row `r` of `x` (each row holds `nb` blocks).
+///
+/// # Safety
+/// [`super::avx512_vnni`] is true, and `product` holds the weight rows named.
+pub(super) unsafe fn mul_rows<B: Block>(product: &Product<B, BlockQ8_0>, rows: std::ops::Range<usize>) {
+    let mut first = 0;
+    while first < product.n_rows {
+        let count = (product.n_rows - first).min(ROWS_PER_PASS);
+        let part = product.rows_from(first).first_rows(count);
+        match count {
+            1 => side_by_side::<B, 1>(&part, rows.clone()),
+            2 => side_by_side::<B, 2>(&part, rows.clone()),
+            3 => side_by_side::<B, 3>(&part, rows.clone()),
+            4 => side_by_side::<B, 4>(&part, rows.clone()),
+            5 => side_by_side::<B, 5>(&part, rows.clone()),
+            6 => side_by_side::<B, 6>(&part, rows.clone()),
+            7 => side_by_side::<B, 7>(&part, rows.clone()),
+            _ => side_by_side::<B, 8>(&part, rows.clone()),
+        }
+        first += count;
+    }
+}
+
+/// The weight rows `rows` times the `R` activation rows of `product`, two weight rows
+/// at a time (the last alone): at most sixteen accumulators.
+#[inline(always)]
+unsafe fn side_by_side<B: Block, const R: usize>(product: &Product<B, BlockQ8_0>, rows: std::ops::Range<usize>) {
+    let mut row = rows.start;
+    while row + 2 <= rows.end {
+        dot_rows::<B, R, 2>(product, row);
+        row += 2;
+    }
+    for row in row..rows.end {
+        dot_rows::<B, R, 1>(product, row);
+    }
+}
+
+/// How far ahead of a weight row's block its bytes are prefetched. Two rows read side
+/// by side in blocks of 22 or 34 bytes outrun the hardware's prefetcher: without this
+/// a product of two activation rows took 1.8× as long.
+const PREFETCH_BYTES: usize = 1024;
+
+/// Weight rows `first .. first + P` times the `R` activation rows of `product`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_rows<B: Block, const R: usize, const P: usize>(product: &Product<B, BlockQ8_0>, first: usize) {
+    let nb = product.nb;
+    let offset = _mm256_set1_epi8(B::OFFSET as i8);
+    let mut acc = [[_mm256_setzero_ps(); P]; R];
+    for b in 0..nb {
+        let blocks: [&B; P] = std::array::from_fn(|p| &*product.w.add((first + p) * nb + b));
+        for block in blocks {
+            _mm_prefetch::<_MM_HINT_T0>((block as *const B).cast::<i8>().add(PREFETCH_BYTES));
+        }
+        let weights: [__m256i; P] = std::array::from_fn(|p| blocks[p].unsigned_weights());
+        let d: [f32; P] = std::array::from_fn(|p| f16_to_f32(blocks[p].d()));
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let xb = &*product.x.add(r * nb + b);
+            let q8 = _mm256_loadu_si256(xb.qs.as_ptr().cast());
+            // −offset · (the sum of each four activations): the lanes start there.
+            let start = _mm256_sub_epi32(
+                _mm256_setzero_si256(),
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), offset, q8),
+            );
+            let dx = f16_to_f32(xb.d);
+            for p in 0..P {
+                let lanes = _mm256_dpbusd_epi32(start, weights[p], q8);
+                acc[p] = _mm256_fmadd_ps(_mm256_set1_ps(d[p] * dx), _mm256_cvtepi32_ps(lanes), acc[p]);
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        for (p, &acc) in acc.iter().enumerate() {
+            *product.out.add(r * product.out_stride + first + p) = hsum_float_8(acc);
+        }
+    }
+}
