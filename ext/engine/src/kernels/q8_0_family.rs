@@ -89,31 +89,65 @@ pub(super) unsafe fn mul_rows<B: Block>(product: &Product<B, BlockQ8_0>, rows: s
     while first < product.n_rows {
         let count = (product.n_rows - first).min(ROWS_PER_PASS);
         let part = product.rows_from(first).first_rows(count);
+        let activations = Activations::of::<B>(&part);
         match count {
-            1 => side_by_side::<B, 1>(&part, rows.clone()),
-            2 => side_by_side::<B, 2>(&part, rows.clone()),
-            3 => side_by_side::<B, 3>(&part, rows.clone()),
-            4 => side_by_side::<B, 4>(&part, rows.clone()),
-            5 => side_by_side::<B, 5>(&part, rows.clone()),
-            6 => side_by_side::<B, 6>(&part, rows.clone()),
-            7 => side_by_side::<B, 7>(&part, rows.clone()),
-            _ => side_by_side::<B, 8>(&part, rows.clone()),
+            1 => side_by_side::<B, 1>(&part, &activations, rows.clone()),
+            2 => side_by_side::<B, 2>(&part, &activations, rows.clone()),
+            3 => side_by_side::<B, 3>(&part, &activations, rows.clone()),
+            4 => side_by_side::<B, 4>(&part, &activations, rows.clone()),
+            5 => side_by_side::<B, 5>(&part, &activations, rows.clone()),
+            6 => side_by_side::<B, 6>(&part, &activations, rows.clone()),
+            7 => side_by_side::<B, 7>(&part, &activations, rows.clone()),
+            _ => side_by_side::<B, 8>(&part, &activations, rows.clone()),
         }
         first += count;
+    }
+}
+
+/// What each activation block contributes to every weight row's dot products, worked
+/// out once: the lanes' starting values (`−offset ·` the sums of each four
+/// activations) and the block's scale as F32, for row `r` block `b` at `r·nb + b`.
+struct Activations {
+    starts: Vec<__m256i>,
+    scales: Vec<f32>,
+}
+
+impl Activations {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn of<B: Block>(product: &Product<B, BlockQ8_0>) -> Activations {
+        let offset = _mm256_set1_epi8(B::OFFSET as i8);
+        let blocks = std::slice::from_raw_parts(product.x, product.n_rows * product.nb);
+        Activations {
+            starts: blocks
+                .iter()
+                .map(|xb| {
+                    let q8 = _mm256_loadu_si256(xb.qs.as_ptr().cast());
+                    _mm256_sub_epi32(
+                        _mm256_setzero_si256(),
+                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), offset, q8),
+                    )
+                })
+                .collect(),
+            scales: blocks.iter().map(|xb| f16_to_f32(xb.d)).collect(),
+        }
     }
 }
 
 /// The weight rows `rows` times the `R` activation rows of `product`, two weight rows
 /// at a time (the last alone): at most sixteen accumulators.
 #[inline(always)]
-unsafe fn side_by_side<B: Block, const R: usize>(product: &Product<B, BlockQ8_0>, rows: std::ops::Range<usize>) {
+unsafe fn side_by_side<B: Block, const R: usize>(
+    product: &Product<B, BlockQ8_0>,
+    activations: &Activations,
+    rows: std::ops::Range<usize>,
+) {
     let mut row = rows.start;
     while row + 2 <= rows.end {
-        dot_rows::<B, R, 2>(product, row);
+        dot_rows::<B, R, 2>(product, activations, row);
         row += 2;
     }
     for row in row..rows.end {
-        dot_rows::<B, R, 1>(product, row);
+        dot_rows::<B, R, 1>(product, activations, row);
     }
 }
 
@@ -124,9 +158,12 @@ const PREFETCH_BYTES: usize = 1024;
 
 /// Weight rows `first .. first + P` times the `R` activation rows of `product`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_rows<B: Block, const R: usize, const P: usize>(product: &Product<B, BlockQ8_0>, first: usize) {
+unsafe fn dot_rows<B: Block, const R: usize, const P: usize>(
+    product: &Product<B, BlockQ8_0>,
+    activations: &Activations,
+    first: usize,
+) {
     let nb = product.nb;
-    let offset = _mm256_set1_epi8(B::OFFSET as i8);
     let mut acc = [[_mm256_setzero_ps(); P]; R];
     for b in 0..nb {
         let blocks: [&B; P] = std::array::from_fn(|p| &*product.w.add((first + p) * nb + b));
@@ -136,14 +173,12 @@ unsafe fn dot_rows<B: Block, const R: usize, const P: usize>(product: &Product<B
         let weights: [__m256i; P] = std::array::from_fn(|p| blocks[p].unsigned_weights());
         let d: [f32; P] = std::array::from_fn(|p| f16_to_f32(blocks[p].d()));
         for (r, acc) in acc.iter_mut().enumerate() {
-            let xb = &*product.x.add(r * nb + b);
-            let q8 = _mm256_loadu_si256(xb.qs.as_ptr().cast());
-            // −offset · (the sum of each four activations): the lanes start there.
-            let start = _mm256_sub_epi32(
-                _mm256_setzero_si256(),
-                _mm256_dpbusd_epi32(_mm256_setzero_si256(), offset, q8),
+            let at = r * nb + b;
+            let q8 = _mm256_loadu_si256((*product.x.add(at)).qs.as_ptr().cast());
+            let (start, dx) = (
+                *activations.starts.get_unchecked(at),
+                *activations.scales.get_unchecked(at),
             );
-            let dx = f16_to_f32(xb.d);
             for p in 0..P {
                 let lanes = _mm256_dpbusd_epi32(start, weights[p], q8);
                 acc[p] = _mm256_fmadd_ps(_mm256_set1_ps(d[p] * dx), _mm256_cvtepi32_ps(lanes), acc[p]);
