@@ -337,10 +337,10 @@ const ROWS_PER_PASS: usize = 8;
 type Dot<W> = unsafe fn(*const W, usize, *const BlockQ8K, *mut f32, usize);
 
 /// A kernel's inner loops for 1 to [`ROWS_PER_PASS`] rows: `dots!(f)` or, for a
-/// kernel with a second const parameter, `dots!(f, FLAG)`.
+/// kernel with a second generic parameter (a flag or a block type), `dots!(f, P)`.
 #[cfg(target_arch = "x86_64")]
 macro_rules! dots {
-    ($f:ident $(, $flag:expr)?) => {
+    ($f:ident $(, $flag:tt)?) => {
         [
             $f::<1 $(, $flag)?>,
             $f::<2 $(, $flag)?>,

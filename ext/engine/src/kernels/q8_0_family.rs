@@ -18,7 +18,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{f16_to_f32, hsum_float_8, Product, ROWS_PER_PASS};
+use super::{dots, f16_to_f32, hsum_float_8, Product, ROWS_PER_PASS};
 
 /// Weights per block, and values per Q8_0 activation block.
 pub const QK: usize = 32;
@@ -85,21 +85,12 @@ impl Block for BlockQ8_0 {
 /// # Safety
 /// [`super::avx512_vnni`] is true, and `product` holds the weight rows named.
 pub(super) unsafe fn mul_rows<B: Block>(product: &Product<B, BlockQ8_0>, rows: std::ops::Range<usize>) {
+    let sides: [SideBySide<B>; ROWS_PER_PASS] = dots!(side_by_side, B);
     let mut first = 0;
     while first < product.n_rows {
         let count = (product.n_rows - first).min(ROWS_PER_PASS);
         let part = product.rows_from(first).first_rows(count);
-        let activations = Activations::of::<B>(&part);
-        match count {
-            1 => side_by_side::<B, 1>(&part, &activations, rows.clone()),
-            2 => side_by_side::<B, 2>(&part, &activations, rows.clone()),
-            3 => side_by_side::<B, 3>(&part, &activations, rows.clone()),
-            4 => side_by_side::<B, 4>(&part, &activations, rows.clone()),
-            5 => side_by_side::<B, 5>(&part, &activations, rows.clone()),
-            6 => side_by_side::<B, 6>(&part, &activations, rows.clone()),
-            7 => side_by_side::<B, 7>(&part, &activations, rows.clone()),
-            _ => side_by_side::<B, 8>(&part, &activations, rows.clone()),
-        }
+        sides[count - 1](&part, &Activations::of::<B>(&part), rows.clone());
         first += count;
     }
 }
@@ -133,10 +124,11 @@ impl Activations {
     }
 }
 
+type SideBySide<B> = unsafe fn(&Product<B, BlockQ8_0>, &Activations, std::ops::Range<usize>);
+
 /// The weight rows `rows` times the `R` activation rows of `product`, two weight rows
 /// at a time (the last alone): at most sixteen accumulators.
-#[inline(always)]
-unsafe fn side_by_side<B: Block, const R: usize>(
+unsafe fn side_by_side<const R: usize, B: Block>(
     product: &Product<B, BlockQ8_0>,
     activations: &Activations,
     rows: std::ops::Range<usize>,
