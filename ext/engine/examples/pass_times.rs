@@ -1,4 +1,4 @@
-//! The time of one decode pass over 1, 2, 4 and 8 sequences (every row an output),
+//! The time of one decode pass over 1, 2, 4, 5 and 8 sequences (every row an output),
 //! in three modes: `default` (our few-row kernels where they fit), `ggml` (ggml's
 //! products only) and `batch-invariant`: what batching gains per row, what our
 //! kernels gain, and what the reference kernels cost.
@@ -58,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .collect();
             ctx.decode_batch(&prompt)?;
         }
-        for rows in [1, 2, 4, 8] {
+        for rows in [1, 2, 4, 5, 8] {
             let start = Instant::now();
             for rep in 0..reps {
                 let batch: Vec<BatchToken> = (0..rows)

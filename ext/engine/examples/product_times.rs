@@ -3,10 +3,12 @@
 //! weights, quantized by ggml, in the buffer a model would hold them in; plain Q4_K
 //! on ggml's reference kernels, as a batch-invariant context runs it):
 //!
-//!     cargo run --release -p elelem-engine --example product_times -- [N_THREADS] [REPS]
+//!     cargo run --release -p elelem-engine --example product_times -- [N_THREADS] [REPS] [TYPE]
 //!
-//! Prints `type buffer K×N rows ours_ms ggml_ms` (rows where ours does not apply
-//! time ggml's twice).
+//! TYPE (`q4_K`, `q6_K`, `q5_0` or `q8_0`) times that type's products only. Ours and
+//! ggml's take turns, `REPS` products at a turn, five turns each; prints `type buffer
+//! K×N rows ours_ms ggml_ms`, the medians (rows where ours does not apply time ggml's
+//! twice).
 
 use elelem_engine::ggml::{Backend, Buffer, Context, CpuDevice, Gallocr, GraphArena, Tensor};
 use elelem_engine::kernels::Products;
@@ -17,6 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let n_threads = args.first().map_or(Ok(2), |s| s.parse())?;
     let reps: u32 = args.get(1).map_or(Ok(20), |s| s.parse())?;
+    let only = args.get(2).map(String::as_str);
     let device = CpuDevice::get()?;
     let mut backend = Backend::cpu(n_threads)?;
     let mut reference = Backend::cpu(n_threads)?;
@@ -32,6 +35,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (sys::GGML_TYPE_Q8_0, "CPU", 896, 151936, false),
     ] {
         let backend = if on_reference { &mut reference } else { &mut backend };
+        let name = unsafe { std::ffi::CStr::from_ptr(sys::ggml_type_name(ty)) }.to_string_lossy();
+        if only.is_some_and(|only| only != name) {
+            continue;
+        }
         let Some(&buft) = device.weight_bufts.iter().find(|b| b.name() == buft) else {
             println!("no {buft} buffer type here");
             continue;
@@ -53,14 +60,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
         };
         w.write(&quantized);
-        for rows in [1, 2, 4, 8, 16] {
-            let [ours, theirs] = [true, false].map(|own| time(w, k, rows, own, on_reference, reps, backend));
-            let name = unsafe { std::ffi::CStr::from_ptr(sys::ggml_type_name(ty)) }.to_string_lossy();
+        for rows in [1, 2, 4, 5, 8, 16] {
+            let mut turns = [const { Vec::new() }; 2];
+            for _ in 0..TURNS {
+                for (own, times) in [true, false].into_iter().zip(&mut turns) {
+                    times.push(time(w, k, rows, own, on_reference, reps, backend));
+                }
+            }
+            let [ours, theirs] = turns.map(|mut times| {
+                times.sort_by(f64::total_cmp);
+                times[TURNS / 2]
+            });
             println!("{name} {} {k}x{n} {rows} {ours:.2} {theirs:.2}", buft.name());
         }
     }
     Ok(())
 }
+
+/// Turns each side takes at each row count.
+const TURNS: usize = 5;
 
 /// Milliseconds per product of `w` with `rows` rows (`reference`: on ggml's
 /// reference kernels, which `backend` runs).

@@ -296,22 +296,22 @@ impl<W, X> Product<W, X> {
 impl<W> Product<W> {
     /// Runs `dots[R - 1]` for each unit of `units` (a weight row, or a group of
     /// `width` rows stored together) and each run of up to [`ROWS_PER_PASS`]
-    /// activation rows.
+    /// activation rows: unit by unit, so that a unit read from memory serves every
+    /// run while it is in the cache.
     unsafe fn for_each_unit(&self, dots: &[Dot<W>; ROWS_PER_PASS], width: usize, units: std::ops::Range<usize>) {
-        let mut first = 0;
-        while first < self.n_rows {
-            let count = (self.n_rows - first).min(ROWS_PER_PASS);
-            let (x, out) = (self.x.add(first * self.nb), self.out.add(first * self.out_stride));
-            for unit in units.clone() {
+        for unit in units {
+            let mut first = 0;
+            while first < self.n_rows {
+                let count = (self.n_rows - first).min(ROWS_PER_PASS);
                 dots[count - 1](
                     self.w.add(unit * self.nb),
                     self.nb,
-                    x,
-                    out.add(unit * width),
+                    self.x.add(first * self.nb),
+                    self.out.add(first * self.out_stride + unit * width),
                     self.out_stride,
                 );
+                first += count;
             }
-            first += count;
         }
     }
 }

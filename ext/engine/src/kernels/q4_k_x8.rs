@@ -42,8 +42,12 @@ pub(super) unsafe fn mul_rows(product: &Product<BlockQ4Kx8>, groups: std::ops::R
     let as_gemm: [Dot<BlockQ4Kx8>; ROWS_PER_PASS] = dots!(group, true);
     let as_gemv: [Dot<BlockQ4Kx8>; ROWS_PER_PASS] = dots!(group, false);
     let in_fours = product.n_rows - product.n_rows % 4;
-    product.first_rows(in_fours).for_each_unit(&as_gemm, 8, groups.clone());
-    product.rows_from(in_fours).for_each_unit(&as_gemv, 8, groups);
+    let (gemm_rows, gemv_rows) = (product.first_rows(in_fours), product.rows_from(in_fours));
+    // Group by group, so that both orders take a group read from memory.
+    for group in groups {
+        gemm_rows.for_each_unit(&as_gemm, 8, group..group + 1);
+        gemv_rows.for_each_unit(&as_gemv, 8, group..group + 1);
+    }
 }
 
 /// One group of eight weight rows times `R` activation rows, in the gemm's order
