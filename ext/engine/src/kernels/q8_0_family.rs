@@ -5,9 +5,9 @@
 //! as Q5_0 and their output head as Q8_0. ggml multiplies them by one activation row
 //! with `vec_dot` (`ggml_vec_dot_q5_0_q8_0`), as fast as the memory allows, and by
 //! several with llamafile's tinyBLAS, which at 2 to 8 rows takes 1.3–1.8× as long as
-//! this kernel (`examples/product_times.rs`). Here each block of two weight rows is
-//! unpacked once and dotted with every activation row, the two rows' chains of
-//! multiply-adds side by side.
+//! this kernel (`examples/product_times.rs`). Here each weight block is unpacked once
+//! and dotted with every activation row; Q5_0's weight rows run in pairs, the two
+//! rows' chains of multiply-adds side by side.
 //!
 //! The results are ggml's bits, at any row count: `vec_dot` and tinyBLAS take the
 //! same steps. Per block each forms eight integer lanes (lane `l` the sum of
@@ -43,6 +43,9 @@ pub struct BlockQ8_0 {
 /// (`vpdpbusd` multiplies unsigned by signed bytes).
 pub trait Block {
     const OFFSET: u8;
+    /// Whether two weight rows run side by side. Measured (`product_times`, 2 to 8
+    /// rows): Q5_0's blocks gain from it (1.2–1.3× at 2 rows), Q8_0's lose (0.7×).
+    const SIDE_BY_SIDE: bool;
     fn d(&self) -> u16;
     /// # Safety
     /// The CPU has AVX-512 BW and VL.
@@ -51,6 +54,7 @@ pub trait Block {
 
 impl Block for BlockQ5_0 {
     const OFFSET: u8 = 16;
+    const SIDE_BY_SIDE: bool = true;
 
     fn d(&self) -> u16 {
         self.d
@@ -68,6 +72,7 @@ impl Block for BlockQ5_0 {
 
 impl Block for BlockQ8_0 {
     const OFFSET: u8 = 128;
+    const SIDE_BY_SIDE: bool = false;
 
     fn d(&self) -> u16 {
         self.d
@@ -127,14 +132,15 @@ impl Activations {
 type SideBySide<B> = unsafe fn(&Product<B, BlockQ8_0>, &Activations, std::ops::Range<usize>);
 
 /// The weight rows `rows` times the `R` activation rows of `product`, two weight rows
-/// at a time (the last alone): at most sixteen accumulators.
+/// at a time (the last alone) where the block type gains from it: at most sixteen
+/// accumulators.
 unsafe fn side_by_side<const R: usize, B: Block>(
     product: &Product<B, BlockQ8_0>,
     activations: &Activations,
     rows: std::ops::Range<usize>,
 ) {
     let mut row = rows.start;
-    while row + 2 <= rows.end {
+    while B::SIDE_BY_SIDE && row + 2 <= rows.end {
         dot_rows::<B, R, 2>(product, activations, row);
         row += 2;
     }
