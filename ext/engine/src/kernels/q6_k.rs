@@ -84,7 +84,13 @@ unsafe fn dot_rows<const R: usize, const TILED: bool>(
         )
     });
     let mut acc = [_mm256_setzero_ps(); R];
-    let mut sum = [0f32; R];
+    // Tiled: lane r holds row r's sum.
+    let mut sums = _mm256_setzero_ps();
+    // Where row r's block scales lie, from the first row's, in F32 steps (rows past
+    // `R` read the first row's: their sums stay zero).
+    const STEP: usize = std::mem::size_of::<BlockQ8K>() / std::mem::size_of::<f32>();
+    let at_row = std::array::from_fn::<i32, 8, _>(|r| if r < R { (r * nb * STEP) as i32 } else { 0 });
+    let at_row = _mm256_loadu_si256(at_row.as_ptr().cast());
     for b in 0..nb {
         let wb = &*w.add(b);
         let scales = _mm_loadu_si128(wb.scales.as_ptr().cast());
@@ -103,6 +109,7 @@ unsafe fn dot_rows<const R: usize, const TILED: bool>(
             quants[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(low, 4), low4), top(shift_odd));
         }
         let d = f16_to_f32(wb.d);
+        let mut row_lanes = [_mm256_setzero_si256(); 8];
         for r in 0..R {
             let xb = &*x.add(r * nb + b);
             let mut sums = _mm512_setzero_si512();
@@ -118,23 +125,35 @@ unsafe fn dot_rows<const R: usize, const TILED: bool>(
             );
             let lanes = _mm256_sub_epi32(lanes, offset);
             if TILED {
-                // ggml's compiler fuses its `out + block·d_x` into one multiply-add.
-                let block = lanes_sum(lanes) as f32 * d;
-                sum[r] = block.mul_add(xb.d, sum[r]);
+                row_lanes[r] = lanes;
             } else {
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb.d * d), _mm256_cvtepi32_ps(lanes), acc[r]);
             }
         }
+        if TILED {
+            // Every row's `out = fma(f32(sum)·d_w, d_x, out)` in one lane of its own
+            // (ggml's compiler fuses its `out + block·d_x`).
+            let block = _mm256_mul_ps(_mm256_cvtepi32_ps(row_sums(&row_lanes)), _mm256_set1_ps(d));
+            let dx = _mm256_i32gather_ps::<4>(std::ptr::addr_of!((*x.add(b)).d), at_row);
+            sums = _mm256_fmadd_ps(block, dx, sums);
+        }
     }
+    let tiled: [f32; 8] = std::mem::transmute(sums);
     for r in 0..R {
-        *out.add(r * out_stride) = if TILED { sum[r] } else { hsum_float_8(acc[r]) };
+        *out.add(r * out_stride) = if TILED { tiled[r] } else { hsum_float_8(acc[r]) };
     }
 }
 
-/// The exact sum of eight integer lanes.
+/// The exact sums of eight rows' eight integer lanes: lane r holds row r's.
 #[target_feature(enable = "avx2")]
-unsafe fn lanes_sum(v: __m256i) -> i32 {
-    let v = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    let v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
-    _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, 1)))
+#[inline]
+unsafe fn row_sums(rows: &[__m256i; 8]) -> __m256i {
+    // Per 128-bit half, pairs, then fours: [r0, r1, r2, r3] of each half's lanes.
+    let pairs = |a, b| _mm256_hadd_epi32(a, b);
+    let low = pairs(pairs(rows[0], rows[1]), pairs(rows[2], rows[3]));
+    let high = pairs(pairs(rows[4], rows[5]), pairs(rows[6], rows[7]));
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256(low, high, 0x20),
+        _mm256_permute2x128_si256(low, high, 0x31),
+    )
 }
