@@ -1,11 +1,12 @@
-//! The time of one matrix product over 1 to 16 activation rows, with our few-row
-//! kernels and with ggml's products, for the weight types the kernels take (random
+//! The time of one matrix product over a few to a micro-batch of activation rows,
+//! with our kernels and with ggml's products, for the weight types the kernels take (random
 //! weights, quantized by ggml, in the buffer a model would hold them in; plain Q4_K
 //! on ggml's reference kernels, as a batch-invariant context runs it):
 //!
-//!     cargo run --release -p elelem-engine --example product_times -- [N_THREADS] [REPS] [TYPE]
+//!     cargo run --release -p elelem-engine --example product_times -- [N_THREADS] [REPS] [TYPE] [ROWS]
 //!
-//! TYPE (`q4_K`, `q6_K`, `q5_0` or `q8_0`) times that type's products only. Ours and
+//! TYPE (`q4_K`, `q6_K`, `q5_0` or `q8_0`; `all` when absent) times that type's
+//! products only; ROWS is a list of row counts (`1,2,4,5,8,16,17,32,33,64` when absent). Ours and
 //! ggml's take turns, `REPS` products at a turn, five turns each; prints `type buffer
 //! K×N rows ours_ms ggml_ms`, the medians (rows where ours does not apply time ggml's
 //! twice).
@@ -19,7 +20,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let n_threads = args.first().map_or(Ok(2), |s| s.parse())?;
     let reps: u32 = args.get(1).map_or(Ok(20), |s| s.parse())?;
-    let only = args.get(2).map(String::as_str);
+    let only = args.get(2).map(String::as_str).filter(|&t| t != "all");
+    let row_counts: Vec<i64> = match args.get(3) {
+        Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        None => vec![1, 2, 4, 5, 8, 16, 17, 32, 33, 64],
+    };
     let device = CpuDevice::get()?;
     let mut backend = Backend::cpu(n_threads)?;
     let mut reference = Backend::cpu(n_threads)?;
@@ -60,7 +65,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
         };
         w.write(&quantized);
-        for rows in [1, 2, 4, 5, 8, 16] {
+        for &rows in &row_counts {
             let mut turns = [const { Vec::new() }; 2];
             for _ in 0..TURNS {
                 for (own, times) in [true, false].into_iter().zip(&mut turns) {

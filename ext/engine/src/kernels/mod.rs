@@ -6,7 +6,8 @@
 //! row count: see each kernel), so passes still match llama.cpp bit for bit. With
 //! ggml's reference kernels (batch-invariant contexts) that is `vec_dot`'s at any
 //! row count, so a row's product does not depend on the other rows of its pass.
-//! Larger passes (prompts) stay with ggml's own products.
+//! Prompt passes take them too, up to the row count where ggml's kernel for the
+//! weight type catches up (see [`Kernel::max_rows`]).
 
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
@@ -24,8 +25,20 @@ mod q6_k;
 #[cfg(target_arch = "x86_64")]
 mod q8_0_family;
 
-/// The most activation rows a product of ours takes; more go to ggml.
-pub const MAX_ROWS: i64 = 16;
+/// The most activation rows a product of ours takes (a default micro-batch); more go
+/// to ggml. Some kernels stop earlier: [`Kernel::max_rows`].
+pub const MAX_ROWS: i64 = 512;
+
+/// The most rows our Q6_K kernel takes in ggml's tiled order: from 48 rows ggml's
+/// tiled product is faster (`examples/product_times.rs`, 2 threads, the 1.5B's head:
+/// ours took 0.87 of its time at 40 rows, 1.10 at 48, 1.9 at 128).
+const TILED_Q6_K_MAX_ROWS: i64 = 40;
+
+/// The most rows our Q8_0 kernel takes beside tinyBLAS, which catches up from about
+/// 24 rows (the 0.5B's head: ours 0.77 of its time at 17 rows, 0.94 at 24, 1.05 at
+/// 32, 1.12 at 256); with the reference kernels (`vec_dot` per output) ours stays
+/// ahead at any count.
+const TINYBLAS_Q8_0_MAX_ROWS: i64 = 24;
 
 /// From this many rows on, ggml's default kernels multiply plain K-quant weights with
 /// their tiled product (`ggml_tiled_min_batch`), whose bits are not `vec_dot`'s.
@@ -76,14 +89,15 @@ pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
     // rows and a gemv for the rest: each kernel here follows whichever ggml runs.
     // Q5_0 and Q8_0 take the same float steps in `vec_dot` and in tinyBLAS.
     let tiled = !reference && rows >= TILED_MIN_ROWS && tiled_enabled();
-    match (w.ggml_type(), repacked) {
-        (sys::GGML_TYPE_Q4_K, true) if n % 8 == 0 => Some(Kernel::Q4Kx8),
-        (sys::GGML_TYPE_Q4_K, false) if !tiled && rows > VEC_DOT_ROWS => Some(Kernel::Q4K),
-        (sys::GGML_TYPE_Q6_K, false) => Some(Kernel::Q6K { tiled }),
-        (sys::GGML_TYPE_Q5_0, false) if rows > VEC_DOT_ROWS => Some(Kernel::Q5_0),
-        (sys::GGML_TYPE_Q8_0, false) if rows > VEC_DOT_ROWS => Some(Kernel::Q8_0),
-        _ => None,
-    }
+    let kernel = match (w.ggml_type(), repacked) {
+        (sys::GGML_TYPE_Q4_K, true) if n % 8 == 0 => Kernel::Q4Kx8,
+        (sys::GGML_TYPE_Q4_K, false) if !tiled && rows > VEC_DOT_ROWS => Kernel::Q4K,
+        (sys::GGML_TYPE_Q6_K, false) => Kernel::Q6K { tiled },
+        (sys::GGML_TYPE_Q5_0, false) if rows > VEC_DOT_ROWS => Kernel::Q5_0,
+        (sys::GGML_TYPE_Q8_0, false) if rows > VEC_DOT_ROWS => Kernel::Q8_0,
+        _ => return None,
+    };
+    (rows <= kernel.max_rows(reference)).then_some(kernel)
 }
 
 /// Whether ggml's tiled kernel is on: `GGML_CPU_TILED_MM` unset or not 0, as ggml
@@ -162,6 +176,19 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    /// The most activation rows this kernel takes: where it stops being faster than
+    /// the ggml kernel it stands in for (with ggml's `reference` kernels, or its
+    /// default ones). The repacked and plain Q4_K and the Q5_0 kernels stay ahead up
+    /// to [`MAX_ROWS`] (repacked Q4_K: 0.63 of ggml's time at 512 rows; Q5_0 0.88 at
+    /// 96, within the noise at 512).
+    fn max_rows(self, reference: bool) -> i64 {
+        match self {
+            Kernel::Q6K { tiled: true } => TILED_Q6_K_MAX_ROWS,
+            Kernel::Q8_0 if !reference => TINYBLAS_Q8_0_MAX_ROWS,
+            _ => MAX_ROWS,
+        }
+    }
+
     /// The type ggml's own kernel quantizes the activations to (`vec_dot_type`),
     /// which a `ggml_cpy` produces with the same function.
     pub fn activation_type(self) -> sys::ggml_type {
@@ -428,7 +455,7 @@ mod tests {
     }
 
     /// Random weights of `ty` (quantized by ggml) in a buffer of type `buft`, times
-    /// 1..=MAX_ROWS random rows, with ggml's default kernels and with its reference
+    /// 1..=MAX_ROWS random rows (a selection of counts), with ggml's default kernels and with its reference
     /// kernels: wherever a kernel of ours takes the product, it has the bits of ggml's
     /// product of the same rows; with the reference kernels and plain weights, each row
     /// the bits of that row alone.
@@ -463,6 +490,9 @@ mod tests {
             );
         }
         w.write(&quantized);
+        // Every count a kernel's inner loops and ggml's tiles tell apart, then a few
+        // up to a whole micro-batch.
+        let row_counts = (1..=17).chain([23, 24, 25, 33, 40, 41, 63, 64, 100, 255, MAX_ROWS]);
         let x = floats((k * MAX_ROWS) as usize, 11);
         let mut compared = 0;
         for reference in [false, true] {
@@ -473,7 +503,7 @@ mod tests {
             let alone: Vec<Vec<f32>> = (0..MAX_ROWS as usize)
                 .map(|r| product(w, &x[r * k as usize..], 1, Products::Ggml, &mut backend).0)
                 .collect();
-            for rows in 1..=MAX_ROWS {
+            for rows in row_counts.clone() {
                 let (ours, taken) = product(w, &x, rows, Products::Own { reference }, &mut backend);
                 if !taken {
                     continue;
