@@ -3,9 +3,10 @@
 //! products only) and `batch-invariant`: what batching gains per row, what our
 //! kernels gain, and what the reference kernels cost.
 //!
-//!     cargo run --release -p elelem-engine --example pass_times -- MODEL [N_THREADS] [REPS] [MODE]
+//!     cargo run --release -p elelem-engine --example pass_times -- MODEL [N_THREADS] [REPS] [MODE] [ROWS]
 //!
-//! MODE is one of the three (all when absent).
+//! MODE is one of the three (`all` or absent: each); ROWS a list of row counts up to 8
+//! (`1,2,4,5,8` when absent).
 //!
 //! Each of 8 sequences first holds a prompt of 64 tokens; the passes then add one
 //! token to each of the first N. Prints `mode rows ms/pass`.
@@ -20,11 +21,18 @@ const SEQUENCES: u32 = 8;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [model, rest @ ..] = args.as_slice() else {
-        return Err("usage: pass_times MODEL [N_THREADS] [REPS] [MODE]".into());
+        return Err("usage: pass_times MODEL [N_THREADS] [REPS] [MODE] [ROWS]".into());
     };
     let n_threads = rest.first().map_or(Ok(2), |s| s.parse())?;
     let reps: u32 = rest.get(1).map_or(Ok(50), |s| s.parse())?;
-    let only = rest.get(2).map(String::as_str);
+    let only = rest.get(2).map(String::as_str).filter(|&mode| mode != "all");
+    let row_counts: Vec<u32> = match rest.get(3) {
+        Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        None => vec![1, 2, 4, 5, 8],
+    };
+    if row_counts.iter().any(|&rows| !(1..=SEQUENCES).contains(&rows)) {
+        return Err(format!("row counts go from 1 to {SEQUENCES}").into());
+    }
     for mode in ["default", "ggml", "batch-invariant"] {
         if only.is_some_and(|only| only != mode) {
             continue;
@@ -58,7 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .collect();
             ctx.decode_batch(&prompt)?;
         }
-        for rows in [1, 2, 4, 5, 8] {
+        for &rows in &row_counts {
             let start = Instant::now();
             for rep in 0..reps {
                 let batch: Vec<BatchToken> = (0..rows)

@@ -557,6 +557,7 @@ impl GraphArena {
             ctx,
             graph,
             products: Products::Ggml,
+            chunks: Default::default(),
         })
     }
 }
@@ -567,6 +568,10 @@ pub struct Graph {
     graph: *mut sys::ggml_cgraph,
     /// Whose products [`Graph::mul_mat`] uses ([`crate::kernels`]).
     products: Products,
+    /// The work counters of the graph's products of ours, one per op (its userdata),
+    /// boxed so that they stay put while the graph is computed.
+    #[allow(clippy::vec_box, reason = "ops hold their addresses while the vector grows")]
+    chunks: std::cell::RefCell<Vec<Box<kernels::Chunks>>>,
 }
 
 // SAFETY: the cgraph lives in the context's memory and only its owner uses it,
@@ -671,11 +676,19 @@ impl Graph {
                     args.len() as i32,
                     kernel.op(),
                     sys::GGML_N_TASKS_MAX,
-                    std::ptr::null_mut(),
+                    self.new_chunks(),
                 )
             );
         }
         op!(self, sys::ggml_mul_mat(self.c(), w.as_ptr(), x.as_ptr()))
+    }
+
+    /// A work counter for a product of ours, kept as long as the graph.
+    fn new_chunks(&self) -> *mut std::ffi::c_void {
+        let mut chunks = self.chunks.borrow_mut();
+        chunks.push(Box::default());
+        let counter: &kernels::Chunks = chunks.last().expect("just pushed");
+        (counter as *const kernels::Chunks).cast_mut().cast()
     }
 
     /// `w[ids[i, t]] · x[:, i, t]` for each selected expert `i` of each token `t`.

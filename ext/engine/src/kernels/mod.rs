@@ -10,6 +10,7 @@
 //! weight type catches up (see [`Kernel::max_rows`]).
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use ggml_sys as sys;
@@ -211,63 +212,109 @@ impl Kernel {
     }
 }
 
-/// Splits `n` items among `nth` threads: thread `ith`'s range.
-fn share(n: usize, ith: c_int, nth: c_int) -> std::ops::Range<usize> {
-    let per = n.div_ceil(nth as usize);
-    let start = (ith as usize * per).min(n);
-    start..(start + per).min(n)
+/// A product's weight units (rows, or repacked groups of eight), handed out a chunk
+/// at a time to whichever of the op's threads asks next. A thread the host preempts,
+/// or one slowed by another process, leaves its chunks to the others, where a fixed
+/// share per thread kept them waiting at ggml's barrier after the op.
+///
+/// Each custom op node holds one, as its userdata, for the graph's life.
+#[derive(Debug, Default)]
+pub struct Chunks {
+    next: AtomicUsize,
+    finished: AtomicUsize,
 }
 
-/// `dst = w · xq`, `dst->src = [w, xq]`: this thread's share of the weight rows
-/// (or of their groups of eight, for repacked Q4_K).
-unsafe extern "C" fn q4_k_x8_op(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
+/// Chunks per thread a product is cut into: enough for a late thread's share to be
+/// taken over, few enough that each is a long run of weights for the prefetcher.
+const CHUNKS_PER_THREAD: usize = 8;
+
+impl Chunks {
+    /// Runs `work` over chunks of `0..units` (even-sized: Q5_0 takes its rows in
+    /// pairs) until none is left. The last of the op's `nth` threads to finish sets
+    /// the counters back for the next computation of the graph, which ggml starts
+    /// only after its barrier, so no thread still reads them.
+    ///
+    /// # Safety
+    /// `chunks` is the op's userdata, a [`Chunks`] its graph keeps alive; every one
+    /// of the op's `nth` threads calls this once per computation.
+    unsafe fn share(chunks: *mut c_void, units: usize, nth: c_int, mut work: impl FnMut(std::ops::Range<usize>)) {
+        let chunks = &*chunks.cast::<Chunks>();
+        let per_chunk = units.div_ceil(nth as usize * CHUNKS_PER_THREAD).next_multiple_of(2);
+        loop {
+            let start = chunks.next.fetch_add(1, Ordering::Relaxed) * per_chunk;
+            if start >= units {
+                break;
+            }
+            work(start..(start + per_chunk).min(units));
+        }
+        if chunks.finished.fetch_add(1, Ordering::AcqRel) + 1 == nth as usize {
+            chunks.next.store(0, Ordering::Relaxed);
+            chunks.finished.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// `dst = w · xq`, `dst->src = [w, xq]`, `chunks` a [`Chunks`]: the weight rows (or
+/// their groups of eight, for repacked Q4_K) this thread takes.
+unsafe extern "C" fn q4_k_x8_op(dst: *mut sys::ggml_tensor, _ith: c_int, nth: c_int, chunks: *mut c_void) {
     #[cfg(target_arch = "x86_64")]
     {
         let product = Product::of(dst);
-        q4_k_x8::mul_rows(&product, share(product.n_weight_rows / 8, ith, nth));
+        Chunks::share(chunks, product.n_weight_rows / 8, nth, |groups| {
+            q4_k_x8::mul_rows(&product, groups)
+        });
     }
     #[cfg(not(target_arch = "x86_64"))]
-    off_x86(dst, ith, nth)
+    off_x86(dst, _ith, nth, chunks)
 }
 
-unsafe extern "C" fn q4_k_op(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
+unsafe extern "C" fn q4_k_op(dst: *mut sys::ggml_tensor, _ith: c_int, nth: c_int, chunks: *mut c_void) {
     #[cfg(target_arch = "x86_64")]
     {
         let product = Product::of(dst);
-        q4_k::mul_rows(&product, share(product.n_weight_rows, ith, nth));
+        Chunks::share(chunks, product.n_weight_rows, nth, |rows| {
+            q4_k::mul_rows(&product, rows)
+        });
     }
     #[cfg(not(target_arch = "x86_64"))]
-    off_x86(dst, ith, nth)
+    off_x86(dst, _ith, nth, chunks)
 }
 
-unsafe extern "C" fn q6_k_op<const TILED: bool>(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
+unsafe extern "C" fn q6_k_op<const TILED: bool>(
+    dst: *mut sys::ggml_tensor,
+    _ith: c_int,
+    nth: c_int,
+    chunks: *mut c_void,
+) {
     #[cfg(target_arch = "x86_64")]
     {
         let product = Product::of(dst);
-        q6_k::mul_rows(&product, share(product.n_weight_rows, ith, nth), TILED);
+        Chunks::share(chunks, product.n_weight_rows, nth, |rows| {
+            q6_k::mul_rows(&product, rows, TILED)
+        });
     }
     #[cfg(not(target_arch = "x86_64"))]
-    off_x86(dst, ith, nth)
+    off_x86(dst, _ith, nth, chunks)
 }
 
 #[cfg(target_arch = "x86_64")]
 unsafe extern "C" fn q8_0_family_op<B: q8_0_family::Block>(
     dst: *mut sys::ggml_tensor,
-    ith: c_int,
+    _ith: c_int,
     nth: c_int,
-    _: *mut c_void,
+    chunks: *mut c_void,
 ) {
     let product = Product::of(dst);
-    q8_0_family::mul_rows::<B>(&product, share(product.n_weight_rows, ith, nth));
+    q8_0_family::mul_rows::<B>(&product, |work| Chunks::share(chunks, product.n_weight_rows, nth, work));
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe extern "C" fn q8_0_family_op<B>(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
-    off_x86(dst, ith, nth)
+unsafe extern "C" fn q8_0_family_op<B>(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, chunks: *mut c_void) {
+    off_x86(dst, ith, nth, chunks)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn off_x86(_: *mut sys::ggml_tensor, _: c_int, _: c_int) {
+fn off_x86(_: *mut sys::ggml_tensor, _: c_int, _: c_int, _: *mut c_void) {
     unreachable!("no kernel of ours is chosen off x86-64");
 }
 

@@ -84,20 +84,33 @@ impl Block for BlockQ8_0 {
     }
 }
 
-/// `out[r][row] = w_row(row) · x[r]` for the weight rows `rows` and every activation
-/// row `r` of `x` (each row holds `nb` blocks).
+/// `out[r][row] = w_row(row) · x[r]` for the weight rows `share` hands this thread
+/// and every activation row `r` of `x` (each row holds `nb` blocks). `share` runs the
+/// work it is given on each range of weight rows this thread takes.
 ///
 /// # Safety
-/// [`super::avx512_vnni`] is true, and `product` holds the weight rows named.
-pub(super) unsafe fn mul_rows<B: Block>(product: &Product<B, BlockQ8_0>, rows: std::ops::Range<usize>) {
+/// [`super::avx512_vnni`] is true, and `product` holds the weight rows `share` names.
+pub(super) unsafe fn mul_rows<B: Block>(
+    product: &Product<B, BlockQ8_0>,
+    share: impl FnOnce(&mut dyn FnMut(std::ops::Range<usize>)),
+) {
     let sides: [SideBySide<B>; ROWS_PER_PASS] = dots!(side_by_side, B);
-    let mut first = 0;
-    while first < product.n_rows {
-        let count = (product.n_rows - first).min(ROWS_PER_PASS);
-        let part = product.rows_from(first).first_rows(count);
-        sides[count - 1](&part, &Activations::of::<B>(&part), rows.clone());
-        first += count;
-    }
+    // Worked out once per thread, for all the weight rows it takes.
+    let runs: Vec<(Product<B, BlockQ8_0>, Activations)> = (0..product.n_rows)
+        .step_by(ROWS_PER_PASS)
+        .map(|first| {
+            let part = product
+                .rows_from(first)
+                .first_rows((product.n_rows - first).min(ROWS_PER_PASS));
+            let activations = Activations::of::<B>(&part);
+            (part, activations)
+        })
+        .collect();
+    share(&mut |rows| {
+        for (part, activations) in &runs {
+            sides[part.n_rows - 1](part, activations, rows.clone());
+        }
+    });
 }
 
 /// What each activation block contributes to every weight row's dot products, worked
