@@ -502,10 +502,10 @@ mod tests {
     }
 
     /// Random weights of `ty` (quantized by ggml) in a buffer of type `buft`, times
-    /// 1..=MAX_ROWS random rows (a selection of counts), with ggml's default kernels and with its reference
-    /// kernels: wherever a kernel of ours takes the product, it has the bits of ggml's
-    /// product of the same rows; with the reference kernels and plain weights, each row
-    /// the bits of that row alone.
+    /// random rows (a selection of counts up to MAX_ROWS), with ggml's default kernels
+    /// and with its reference kernels: wherever a kernel of ours takes the product, it
+    /// has the bits of ggml's product of the same rows; with the reference kernels and
+    /// plain weights, each row the bits of that row alone.
     fn ours_have_ggmls_bits(ty: sys::ggml_type, buft: &str) {
         // A short row, and a long one (a feed-forward down projection's) over a count
         // of weight rows that is no multiple of ggml's tiles.
