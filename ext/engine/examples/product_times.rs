@@ -1,15 +1,15 @@
 //! The time of one matrix product over a few to a micro-batch of activation rows,
-//! with our kernels and with ggml's products, for the weight types the kernels take (random
-//! weights, quantized by ggml, in the buffer a model would hold them in; plain Q4_K
-//! on ggml's reference kernels, as a batch-invariant context runs it):
+//! with our kernels and with ggml's products, for the weight types the kernels take
+//! (random weights, quantized by ggml, in the buffer a model would hold them in;
+//! plain Q4_K on ggml's reference kernels, as a batch-invariant context runs it):
 //!
 //!     cargo run --release -p elelem-engine --example product_times -- [N_THREADS] [REPS] [TYPE] [ROWS]
 //!
 //! TYPE (`q4_K`, `q6_K`, `q5_0` or `q8_0`; `all` when absent) times that type's
-//! products only; ROWS is a list of row counts (`1,2,4,5,8,16,17,32,33,64` when absent). Ours and
-//! ggml's take turns, `REPS` products at a turn, five turns each; prints `type buffer
-//! K×N rows ours_ms ggml_ms`, the medians (rows where ours does not apply time ggml's
-//! twice).
+//! products only; ROWS is a list of row counts (`1,2,4,5,8,16,17,32,33,64` when
+//! absent). Ours and ggml's take turns, `REPS` products at a turn, five turns each;
+//! prints `type buffer K×N rows ours_ms ggml_ms`, the medians (rows where ours does
+//! not apply time ggml's twice).
 
 use elelem_engine::ggml::{Backend, Buffer, Context, CpuDevice, Gallocr, GraphArena, Tensor};
 use elelem_engine::kernels::Products;
