@@ -119,6 +119,7 @@ fn main() {
     }
     println!("cargo:rerun-if-changed={}", ggml.display());
     println!("cargo:rerun-if-changed=wrapper.h");
+    println!("cargo:rerun-if-changed=include/elelem_amx.h");
     println!("cargo:rerun-if-changed=src/variants.rs");
     for var in [
         "ELELEM_GGML_DIR",
@@ -374,7 +375,9 @@ fn ggml_dir() -> PathBuf {
 }
 
 /// A compiler configured as ggml's CMake configures it for a Release build on Linux:
-/// GNU dialects (which let GCC contract `a*b+c` into FMA, as the reference does), -O3, NDEBUG.
+/// GNU dialects (which let GCC contract `a*b+c` into FMA, as the reference does), -O3, NDEBUG,
+/// and `include/elelem_amx.h` forced into every source (GCC 12 miscompiles ggml's AMX tile
+/// configuration without it; the reference's CMake forces it in too, so both compile the same).
 fn compiler(ggml: &Path, out: &Path, cpp: bool, cpu_flags: &[String], openmp: bool) -> cc::Build {
     let mut build = cc::Build::new();
     build
@@ -393,7 +396,9 @@ fn compiler(ggml: &Path, out: &Path, cpp: bool, cpu_flags: &[String], openmp: bo
         .define("_GNU_SOURCE", None)
         .define("GGML_SCHED_MAX_COPIES", "4")
         .define("GGML_USE_CPU_REPACK", None)
-        .define("GGML_USE_LLAMAFILE", None);
+        .define("GGML_USE_LLAMAFILE", None)
+        .flag("-include")
+        .flag(amx_header().to_str().unwrap());
     for flag in cpu_flags {
         build.flag(flag);
     }
@@ -467,6 +472,11 @@ fn collect_sources(dir: &Path, text: &mut String) {
             text.push_str(&fs::read_to_string(&path).unwrap_or_default());
         }
     }
+}
+
+/// The header that makes ggml's AMX code correct under every compiler (see its comment).
+fn amx_header() -> PathBuf {
+    Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap()).join("include/elelem_amx.h")
 }
 
 fn env_flag(name: &str) -> bool {

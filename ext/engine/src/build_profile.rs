@@ -14,7 +14,8 @@ pub struct BuildProfile {
     pub ggml_version: &'static str,
     /// The C compiler's family and version, e.g. `gcc 12.2.0`.
     pub compiler: &'static str,
-    /// The instruction-set macros the CPU backend was compiled under (e.g. `AVX512FP16`).
+    /// The instruction-set macros the CPU backend was compiled under (e.g. `AVX512FP16`);
+    /// `AMX_*` only while ggml's AMX kernels are in use.
     pub isa: Vec<&'static str>,
     /// The flags that chose them (informative: the profile is what they chose).
     pub cpu_flags: &'static str,
@@ -30,7 +31,7 @@ impl BuildProfile {
     /// # Errors
     /// [`crate::Error::Cpu`] when the CPU backend cannot be loaded.
     pub fn current() -> crate::Result<BuildProfile> {
-        Ok(match crate::ggml::cpu_variant()? {
+        let mut profile = match crate::ggml::cpu_variant()? {
             None => BuildProfile {
                 arch: std::env::consts::ARCH,
                 ggml_version: ggml_sys::GGML_VERSION,
@@ -47,7 +48,13 @@ impl BuildProfile {
                 cpu_flags: v.flags,
                 variant: Some(v.name),
             },
-        })
+        };
+        // AMX compiled in but off here runs the code of a build without it (ggml tests
+        // `__AMX_INT8__` only to offer the AMX buffer), so it gives that build's bits.
+        if *crate::ggml::amx()? != crate::ggml::Amx::InUse {
+            profile.isa.retain(|f| !f.starts_with("AMX"));
+        }
+        Ok(profile)
     }
 
     /// A short stable name, `<arch>-<12 hex digits>`: a digest of everything that

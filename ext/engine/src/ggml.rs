@@ -213,17 +213,10 @@ pub struct CpuDevice {
 impl CpuDevice {
     pub fn get() -> Result<CpuDevice> {
         let cpu = cpu()?;
-        let mut weight_bufts = Vec::new();
-        unsafe {
-            if let Some(get_extra) = cpu.get_extra_bufts {
-                let mut p = get_extra(cpu.dev);
-                while !p.is_null() && !(*p).is_null() {
-                    weight_bufts.push(BufferType(*p));
-                    p = p.add(1);
-                }
-            }
-            weight_bufts.push(BufferType(sys::ggml_backend_cpu_buffer_type()));
-        }
+        let mut weight_bufts = extra_bufts(cpu.get_extra_bufts, cpu.dev);
+        // ggml checks only the permission; an AMX buffer is used only where every check passed.
+        weight_bufts.retain(|b| b.name() != AMX_BUFFER || cpu.amx == Amx::InUse);
+        weight_bufts.push(BufferType(unsafe { sys::ggml_backend_cpu_buffer_type() }));
         Ok(CpuDevice {
             dev: cpu.dev,
             weight_bufts,
@@ -935,6 +928,32 @@ struct Cpu {
     get_extra_bufts: Option<GetExtraBufts>,
     get_features: Option<GetFeatures>,
     set_use_ref: Option<SetUseRef>,
+    amx: Amx,
+}
+
+/// ggml's AMX kernels (Intel's tile instructions, the fastest prompt path of the CPUs that
+/// have them) in this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Amx {
+    /// Not compiled into the CPU backend in use.
+    NotBuilt,
+    /// Compiled in and usable: the weight types they take go to ggml's AMX buffer.
+    InUse,
+    /// Compiled in but unusable here, and why; the AVX-512 path runs instead.
+    Off(String),
+}
+
+impl Amx {
+    /// The state, given whether the backend was compiled with AMX, whether ggml offers its
+    /// AMX buffer type, and what [`sys::cpu::amx_refusal`] says.
+    fn decide(built: bool, offered: bool, refusal: Option<String>) -> Amx {
+        match (built, refusal) {
+            (false, _) => Amx::NotBuilt,
+            (true, Some(reason)) => Amx::Off(reason),
+            (true, None) if offered => Amx::InUse,
+            (true, None) => Amx::Off("ggml's CPU backend did not offer its AMX buffer".to_string()),
+        }
+    }
 }
 
 type SetNThreads = unsafe extern "C" fn(sys::ggml_backend_t, i32);
@@ -969,6 +988,18 @@ fn cpu() -> Result<&'static Cpu> {
         }
         let reg = sys::ggml_backend_dev_backend_reg(dev);
         let proc_ = |name: &CStr| sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
+        let get_extra_bufts =
+            std::mem::transmute::<*mut c_void, Option<GetExtraBufts>>(proc_(c"ggml_backend_dev_get_extra_bufts"));
+        let amx = Amx::decide(
+            amx_built()?,
+            extra_bufts(get_extra_bufts, dev).iter().any(|b| b.name() == AMX_BUFFER),
+            sys::cpu::amx_refusal(),
+        );
+        if let Amx::Off(reason) = &amx {
+            eprintln!(
+                "elelem: warning: ggml's AMX kernels are built in, but {reason}; matrix products use AVX-512 instead"
+            );
+        }
         let required = |name: &CStr| {
             let p = proc_(name);
             if p.is_null() {
@@ -989,15 +1020,49 @@ fn cpu() -> Result<&'static Cpu> {
             set_threadpool: std::mem::transmute::<*mut c_void, SetThreadpool>(required(
                 c"ggml_backend_cpu_set_threadpool",
             )?),
-            get_extra_bufts: std::mem::transmute::<*mut c_void, Option<GetExtraBufts>>(proc_(
-                c"ggml_backend_dev_get_extra_bufts",
-            )),
+            get_extra_bufts,
             get_features: std::mem::transmute::<*mut c_void, Option<GetFeatures>>(proc_(c"ggml_backend_get_features")),
             set_use_ref: std::mem::transmute::<*mut c_void, Option<SetUseRef>>(proc_(c"ggml_backend_cpu_set_use_ref")),
+            amx,
         })
     })
     .as_ref()
     .map_err(|e| Error::Cpu(e.clone()))
+}
+
+/// The name of ggml's AMX weight buffer type.
+const AMX_BUFFER: &str = "AMX";
+
+/// Whether the CPU backend in use was compiled with ggml's AMX kernels.
+fn amx_built() -> std::result::Result<bool, String> {
+    let isa: Vec<&str> = match sys::cpu::load()?.variant {
+        Some(variant) => variant.features.to_vec(),
+        None => sys::GGML_ISA.split_whitespace().collect(),
+    };
+    Ok(isa.contains(&"AMX_INT8"))
+}
+
+/// The CPU device's extra weight buffer types (repacked layouts, AMX), best first.
+fn extra_bufts(get_extra: Option<GetExtraBufts>, dev: sys::ggml_backend_dev_t) -> Vec<BufferType> {
+    let mut bufts = Vec::new();
+    if let Some(get_extra) = get_extra {
+        unsafe {
+            let mut p = get_extra(dev);
+            while !p.is_null() && !(*p).is_null() {
+                bufts.push(BufferType(*p));
+                p = p.add(1);
+            }
+        }
+    }
+    bufts
+}
+
+/// ggml's AMX kernels in this process (loads the CPU backend if it is not yet).
+///
+/// # Errors
+/// [`Error::Cpu`] when the CPU backend cannot be loaded.
+pub fn amx() -> Result<&'static Amx> {
+    Ok(&cpu()?.amx)
 }
 
 /// Loads the CPU backend (see [`cpu`]) if it is not yet.
@@ -1056,14 +1121,20 @@ pub fn system_info() -> Result<String> {
             while !f.is_null() && !(*f).name.is_null() {
                 let name = CStr::from_ptr((*f).name).to_string_lossy();
                 let value = CStr::from_ptr((*f).value).to_string_lossy();
+                f = f.add(1);
+                if name.starts_with("AMX") && matches!(cpu.amx, Amx::Off(_)) {
+                    continue;
+                }
                 parts.push(if value == "1" {
                     name.to_string()
                 } else {
                     format!("{name}={value}")
                 });
-                f = f.add(1);
             }
         }
+    }
+    if matches!(cpu.amx, Amx::Off(_)) {
+        parts.push("AMX=off".to_string());
     }
     Ok(parts.join(" "))
 }
@@ -1077,6 +1148,26 @@ pub fn cpu_has_vec_dot(ty: sys::ggml_type) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn amx_is_used_only_where_it_is_built_offered_and_not_refused() {
+        assert_eq!(Amx::decide(false, true, None), Amx::NotBuilt);
+        assert_eq!(Amx::decide(true, true, None), Amx::InUse);
+        assert_eq!(
+            Amx::decide(true, true, Some("hidden".into())),
+            Amx::Off("hidden".into())
+        );
+        assert!(matches!(Amx::decide(true, false, None), Amx::Off(r) if r.contains("did not offer")));
+    }
+
+    #[test]
+    fn no_amx_buffer_holds_weights_unless_amx_is_in_use() {
+        let device = CpuDevice::get().unwrap();
+        let has_amx = device.weight_bufts.iter().any(|b| b.name() == AMX_BUFFER);
+        assert_eq!(has_amx, *amx().unwrap() == Amx::InUse);
+        let profile = crate::BuildProfile::current().unwrap();
+        assert_eq!(profile.isa.contains(&"AMX_INT8"), has_amx, "{profile:?}");
+    }
 
     /// A graph of one flash attention: `n_q` queries over `n_kv` cells stored as `kv`.
     fn attention(n_q: i64, n_kv: i64, kv: sys::ggml_type) -> bool {

@@ -92,6 +92,43 @@ pub fn cpu_features() -> Vec<&'static str> {
     }
 }
 
+/// Why ggml's AMX kernels cannot run in this process, or `None` when they can: the CPU
+/// must report AMX-INT8 (CPUID), the operating system must enable the tile state (XCR0
+/// bits 17 and 18; hypervisors may hide it), and Linux must grant this process the
+/// tile-data permission (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, which ggml asks for too).
+/// Each thread repeats the request before its first tile load (`include/elelem_amx.h`).
+pub fn amx_refusal() -> Option<String> {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let (cpuid, os) = x86::amx_support();
+        amx_refusal_given(cpuid, os, x86::request_amx_permission)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        Some("AMX runs only on x86-64 Linux here".to_string())
+    }
+}
+
+/// [`amx_refusal`] from its facts: CPUID's AMX-INT8 bit, XCR0's tile bits, and the
+/// permission request (made only when both are set).
+pub fn amx_refusal_given(
+    cpuid: bool,
+    os_enabled: bool,
+    request_permission: impl FnOnce() -> std::io::Result<()>,
+) -> Option<String> {
+    if !cpuid {
+        return Some("this CPU does not report AMX-INT8".to_string());
+    }
+    if !os_enabled {
+        return Some(
+            "the operating system (or the hypervisor) does not enable the AMX tile state (XCR0 bits 17-18)".to_string(),
+        );
+    }
+    request_permission()
+        .err()
+        .map(|e| format!("Linux refused this process the AMX tile-data permission (arch_prctl: {e})"))
+}
+
 /// The features of `variant` missing from `have`.
 pub fn missing<'a>(variant: &'a BuiltVariant, have: &[&str]) -> Vec<&'a str> {
     variant.features.iter().copied().filter(|f| !have.contains(f)).collect()
@@ -201,6 +238,29 @@ mod x86 {
         add("AMX_INT8", amx_os && bit(d7, 25));
         add("AMX_BF16", amx_os && bit(d7, 22));
         have
+    }
+
+    /// Whether CPUID reports AMX-TILE and AMX-INT8, and whether XCR0 enables their state.
+    #[allow(unused_unsafe)]
+    pub fn amx_support() -> (bool, bool) {
+        if unsafe { __cpuid(0) }.eax < 7 {
+            return (false, false);
+        }
+        let d7 = unsafe { __cpuid_count(7, 0) }.edx;
+        let osxsave = unsafe { __cpuid(1) }.ecx & (1 << 27) != 0;
+        let xcr0 = if osxsave { unsafe { xgetbv0() } } else { 0 };
+        (d7 & (3 << 24) == 3 << 24, xcr0 & 0x6_0000 == 0x6_0000)
+    }
+
+    /// Asks Linux for the AMX tile-data state for this process (idempotent).
+    #[cfg(target_os = "linux")]
+    pub fn request_amx_permission() -> std::io::Result<()> {
+        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+        const XFEATURE_XTILEDATA: libc::c_long = 18;
+        match unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
     }
 
     #[target_feature(enable = "xsave")]
@@ -386,6 +446,39 @@ mod tests {
         );
         let err = choose(&built(), AVX2_CPU, Some("haswell"), |_| 0).unwrap_err();
         assert!(err.contains("ggml's score"), "{err}");
+    }
+
+    #[test]
+    fn amx_is_refused_for_each_missing_piece_and_asks_permission_last() {
+        let asked = std::cell::Cell::new(false);
+        let grant = || {
+            asked.set(true);
+            Ok(())
+        };
+        let cpu = amx_refusal_given(false, true, grant).unwrap();
+        assert!(cpu.contains("does not report AMX-INT8"), "{cpu}");
+        assert!(!asked.get());
+        let hidden = amx_refusal_given(true, false, grant).unwrap();
+        assert!(hidden.contains("hypervisor") && hidden.contains("XCR0"), "{hidden}");
+        assert!(!asked.get());
+        let refused = amx_refusal_given(true, true, || Err(std::io::Error::from_raw_os_error(libc::EPERM))).unwrap();
+        assert!(
+            refused.contains("refused") && refused.contains("Operation not permitted"),
+            "{refused}"
+        );
+        assert_eq!(amx_refusal_given(true, true, grant), None);
+        assert!(asked.get());
+    }
+
+    #[test]
+    fn amx_refusal_agrees_with_the_cpu_features() {
+        // Where AMX is in the features (CPUID and XCR0 both), only the permission can refuse it.
+        let refusal = amx_refusal();
+        if cpu_features().contains(&"AMX_INT8") {
+            assert!(refusal.as_ref().is_none_or(|r| r.contains("arch_prctl")), "{refusal:?}");
+        } else {
+            assert!(refusal.is_some());
+        }
     }
 
     #[test]
