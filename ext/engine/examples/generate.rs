@@ -2,7 +2,7 @@
 //! `cargo run --release --example generate -- MODEL 1,2,3 N_PREDICT [N_THREADS] [N_CTX]`.
 use std::sync::Arc;
 
-use elelem_engine::{generate, sampler, Context, ContextParams, GenerateParams, Model, ModelParams};
+use elelem_engine::{generate, text::sampler, Context, ContextParams, GenerateParams, Model, ModelParams};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();

@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use elelem_engine::{generate, sampler, BuildProfile, Context, ContextParams, GenerateParams, Model, ModelParams};
+use elelem_engine::{
+    generate, text::sampler, BuildProfile, Context, ContextParams, GenerateParams, Model, ModelParams,
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -11,8 +11,8 @@
 //! prints `type buffer K×N rows ours_ms ggml_ms`, the medians (rows where ours does
 //! not apply time ggml's twice).
 
+use elelem_engine::ggml::kernels::Products;
 use elelem_engine::ggml::{Backend, Buffer, Context, CpuDevice, Gallocr, GraphArena, Tensor};
-use elelem_engine::kernels::Products;
 use ggml_sys as sys;
 use std::time::Instant;
 

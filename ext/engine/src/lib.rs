@@ -8,59 +8,47 @@
 //! - [`Context`]: one sequence: the KV cache, the graph allocator, the compute
 //!   buffer. [`Context::decode`] is the hot path.
 //! - [`arch`]: one graph builder per architecture over the shared pieces in
-//!   [`layers`].
-//! - [`kernels`]: matrix products of our own (AVX-512 VNNI) for passes of a few
+//!   [`model::layers`].
+//! - [`ggml::kernels`]: matrix products of our own (AVX-512 VNNI) for passes of a few
 //!   rows, each with the bits of the ggml kernel it stands in for.
 //! - [`Embedder`]: embeddings and reranker scores (encoders such as BERT, or a
 //!   decoder's last hidden state), pooled and normalized as llama.cpp's.
 //! - [`Speculation`]: speculative decoding of one sequence, drafted by a smaller
 //!   model or by prompt lookup ([`NgramCache`]), verified by the target in one pass.
 //! - [`Constraint`]: structured output (JSON Schema, grammars, regexes,
-//!   choices) as a token mask per step, through llguidance; [`tool_calls`]
+//!   choices) as a token mask per step, through llguidance; [`text::tool_calls`]
 //!   reads a reply's calls and gives the lazy constraint's triggers.
+//!
+//! The folders read bottom-up, each using only those below it: [`ggml`] (the tensor
+//! library's wrappers, the CPU backend, our kernels), [`memory`] (the KV cache),
+//! [`model`] (GGUF to placed weights, hyper-parameters, the graph's shared pieces),
+//! [`arch`] (one file per architecture, and the registry); [`text`] stands alone
+//! (sampling, constraints, chat templates); [`runtime`] (contexts, batching,
+//! speculation, embeddings) sits on all of them. `script/imports` checks it.
 
 pub mod arch;
-mod batcher;
-mod build_profile;
-pub mod chat;
-pub mod constraint;
-mod context;
-pub mod embed;
 mod error;
-mod gbnf;
-mod generate;
 pub mod ggml;
-mod graph_inputs;
-pub mod hparams;
-pub mod kernels;
-mod kv_cache;
-pub mod layers;
-mod model;
-pub mod ngram_cache;
-pub mod sampler;
-mod scheduler;
-pub mod speculative;
-mod text;
-mod threads;
-pub mod tool_calls;
+pub mod memory;
+pub mod model;
+pub mod runtime;
+pub mod text;
 
-pub use batcher::{Batcher, Chooser, DraftStats, Event, Logprob, Request, RequestId, Summary};
-pub use build_profile::{cpu_model, BuildProfile};
-pub use constraint::{Constraint, ConstraintFactory, ConstraintSpec};
-pub use context::{BatchToken, Context, ContextParams, DecodeStats};
 pub use elelem_tokenizer::Tokenizer;
-pub use embed::{EmbedParams, Embedder, Normalize, Pooling};
 pub use error::{Error, Result};
-pub use generate::{generate, GenerateParams, StopReason};
-pub use hparams::HParams;
-pub use kv_cache::{CacheType, SeqId, MAX_SEQUENCES};
-pub use model::{Model, ModelParams};
-pub use ngram_cache::NgramCache;
-pub use scheduler::{ContextSnapshot, Lease, Scheduler};
+pub use ggml::{cpu_model, BuildProfile};
+pub use memory::{CacheType, SeqId, MAX_SEQUENCES};
+pub use model::{HParams, Model, ModelParams, Pooling};
+pub use runtime::{
+    generate, BatchToken, Batcher, Chooser, Context, ContextParams, ContextSnapshot, DecodeStats, DraftLength,
+    DraftSource, DraftStats, EmbedParams, Embedder, Event, Lease, Logprob, NgramCache, Normalize, Request, RequestId,
+    Scheduler, Speculation, SpeculativeParams, Summary,
+};
 /// The JSON values constraints and tool calls are made of.
 pub use serde_json;
-pub use speculative::{DraftLength, DraftSource, Speculation, SpeculativeParams};
-pub use text::{FinishReason, TextParams, TextStream};
+pub use text::{
+    Constraint, ConstraintFactory, ConstraintSpec, FinishReason, GenerateParams, StopReason, TextParams, TextStream,
+};
 
 /// The tokenizer of a GGUF file's vocabulary alone (a vocab-only GGUF, as
 /// llama.cpp's `vocab_only`, or any model file: no tensor is read). A file that is

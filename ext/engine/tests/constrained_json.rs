@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use elelem_engine::sampler::{Sampler, SamplerParams};
-use elelem_engine::tool_calls::ToolCallFormat;
+use elelem_engine::text::sampler::{Sampler, SamplerParams};
+use elelem_engine::text::tool_calls::ToolCallFormat;
 use elelem_engine::{Constraint, ConstraintSpec, Context, ContextParams, Model, ModelParams};
 use serde_json::{json, Value};
 

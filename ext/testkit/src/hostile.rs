@@ -17,9 +17,9 @@ use std::sync::Arc;
 use elelem_gguf::{Gguf, GgufWriter, TensorType, Value};
 
 use crate::canary::{self, Family, Rng, Shape};
-use elelem_engine::arch::Kind;
-use elelem_engine::chat;
-use elelem_engine::sampler::{self, Sampler, SamplerParams};
+use elelem_engine::model::Kind;
+use elelem_engine::text::chat;
+use elelem_engine::text::sampler::{self, Sampler, SamplerParams};
 use elelem_engine::{
     generate, Context, ContextParams, EmbedParams, Embedder, GenerateParams, Model, Normalize, Pooling, Result,
 };
@@ -734,7 +734,7 @@ pub fn corpus(n_random: usize) -> Vec<Case> {
 /// template when it has them. Panics if any id leaves the vocabulary.
 pub fn exercise(bytes: &[u8]) -> Result<Vec<u32>> {
     let model = Arc::new(Model::from_gguf(Gguf::from_bytes(bytes)?)?);
-    if model.hparams.arch.kind() == Kind::Encoder {
+    if model.hparams.arch.kind == Kind::Encoder {
         return exercise_encoder(model);
     }
     let n_vocab = model.hparams.n_vocab;

@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use elelem_engine::speculative::MAX_DRAFT_TOKENS;
+use elelem_engine::runtime::speculative::MAX_DRAFT_TOKENS;
 use elelem_engine::{
-    generate, sampler, BatchToken, Context, ContextParams, DraftLength, DraftSource, Event, GenerateParams, Model,
-    ModelParams, Request, SeqId, Speculation, SpeculativeParams, TextParams,
+    generate, text::sampler, BatchToken, Context, ContextParams, DraftLength, DraftSource, Event, GenerateParams,
+    Model, ModelParams, Request, SeqId, Speculation, SpeculativeParams, TextParams,
 };
 use elelem_testkit::model_path;
 

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use elelem_engine::{
-    cpu_model, generate, sampler, Batcher, BuildProfile, CacheType, Context, ContextParams, Event, GenerateParams,
-    Model, ModelParams, Request, RequestId, TextParams,
+    cpu_model, generate, text::sampler, Batcher, BuildProfile, CacheType, Context, ContextParams, Event,
+    GenerateParams, Model, ModelParams, Request, RequestId, TextParams,
 };
 use elelem_testkit::{canary, model_path};
 use serde_json::Value;

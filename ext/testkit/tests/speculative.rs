@@ -6,10 +6,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use elelem_engine::speculative::{check_compatible, MAX_DRAFT_TOKENS};
+use elelem_engine::runtime::speculative::{check_compatible, MAX_DRAFT_TOKENS};
 use elelem_engine::{
-    generate, sampler, Context, ContextParams, DraftLength, DraftSource, Error, Event, GenerateParams, Model, Request,
-    Speculation, SpeculativeParams, Summary, TextParams,
+    generate, text::sampler, Context, ContextParams, DraftLength, DraftSource, Error, Event, GenerateParams, Model,
+    Request, Speculation, SpeculativeParams, Summary, TextParams,
 };
 use elelem_gguf::{Gguf, GgufWriter, Value};
 use elelem_testkit::canary::{self, Shape};

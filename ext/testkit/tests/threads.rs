@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use elelem_engine::{sampler, BatchToken, CacheType, Context, ContextParams, Model, ModelParams};
+use elelem_engine::{text::sampler, BatchToken, CacheType, Context, ContextParams, Model, ModelParams};
 use elelem_gguf::Gguf;
 use elelem_testkit::{canary, model_path};
 

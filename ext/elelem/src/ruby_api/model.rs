@@ -50,7 +50,7 @@ impl Loaded {
                 format!(
                     "{} ({}) is an embedding model: it has no text to generate; use embed or rerank",
                     hp.name.as_deref().unwrap_or(&self.path),
-                    hp.arch.name()
+                    hp.arch.name
                 ),
             )
         })
@@ -131,7 +131,7 @@ impl Model {
                 ..Default::default()
             };
             let model = Arc::new(engine::Model::open(&path, &model_params)?);
-            if batch_invariant && model.hparams.arch.kind() == engine::arch::Kind::Encoder {
+            if batch_invariant && model.hparams.arch.kind == engine::model::Kind::Encoder {
                 return Err(engine::Error::InvalidArgument(
                     "batch_invariant applies to generating text, and this is an embedding model".into(),
                 ));
@@ -150,23 +150,23 @@ impl Model {
             };
             let draft_name = draft_model.as_ref().map(|m| {
                 let hp = &m.hparams;
-                hp.name.clone().unwrap_or_else(|| hp.arch.name().to_string())
+                hp.name.clone().unwrap_or_else(|| hp.arch.name.to_string())
             });
-            let (scheduler, draft) = match model.hparams.arch.kind() {
-                engine::arch::Kind::Decoder => {
+            let (scheduler, draft) = match model.hparams.arch.kind {
+                engine::model::Kind::Decoder => {
                     let target = engine::ContextParams {
                         n_seq_max: parallel,
                         type_k,
                         type_v,
                         batch_invariant,
                         // A speculative verification pass has a row per drafted token, and one more.
-                        n_outputs_max: engine::speculative::MAX_DRAFT_TOKENS + 1,
+                        n_outputs_max: engine::runtime::speculative::MAX_DRAFT_TOKENS + 1,
                         ..params.clone()
                     };
                     let ctx = engine::Context::new(Arc::clone(&model), target)?;
                     let draft = match draft_model {
                         Some(draft_model) => {
-                            engine::speculative::check_compatible(&model, &draft_model)?;
+                            engine::runtime::speculative::check_compatible(&model, &draft_model)?;
                             let mut draft = engine::Context::new(draft_model, params)?;
                             // A speculation holds the target's lease while it drafts.
                             draft.share_workers(&ctx);
@@ -176,12 +176,12 @@ impl Model {
                     };
                     (Some(Arc::new(engine::Scheduler::new(ctx, max_queue))), draft)
                 }
-                engine::arch::Kind::Encoder if draft_model.is_some() => {
+                engine::model::Kind::Encoder if draft_model.is_some() => {
                     return Err(engine::Error::IncompatibleDraft(
                         "an embedding model generates no text to draft".into(),
                     ))
                 }
-                engine::arch::Kind::Encoder => (None, None),
+                engine::model::Kind::Encoder => (None, None),
             };
             let source = if draft.is_some() {
                 Some(engine::DraftSource::Model)
@@ -427,11 +427,11 @@ impl Model {
     fn tool_call_format(ruby: &Ruby, rb_self: &Self, template: Option<String>) -> Result<magnus::Symbol, Error> {
         let template = template.or_else(|| rb_self.model(ruby).ok()?.chat_template().map(str::to_string));
         Ok(ruby.to_symbol(match tool_call_format(template.as_deref()) {
-            engine::tool_calls::ToolCallFormat::Hermes => "hermes",
-            engine::tool_calls::ToolCallFormat::Llama3Json => "llama3_json",
-            engine::tool_calls::ToolCallFormat::Mistral => "mistral",
-            engine::tool_calls::ToolCallFormat::MistralArgs => "mistral_args",
-            engine::tool_calls::ToolCallFormat::Unsupported => "unsupported",
+            engine::text::tool_calls::ToolCallFormat::Hermes => "hermes",
+            engine::text::tool_calls::ToolCallFormat::Llama3Json => "llama3_json",
+            engine::text::tool_calls::ToolCallFormat::Mistral => "mistral",
+            engine::text::tool_calls::ToolCallFormat::MistralArgs => "mistral_args",
+            engine::text::tool_calls::ToolCallFormat::Unsupported => "unsupported",
         }))
     }
 
@@ -458,7 +458,7 @@ impl Model {
         let hp = &loaded.model.hparams;
         let h = ruby.hash_new();
         let sym = |k: &str| ruby.to_symbol(k);
-        h.aset(sym("architecture"), hp.arch.name())?;
+        h.aset(sym("architecture"), hp.arch.name)?;
         h.aset(sym("name"), hp.name.clone())?;
         h.aset(sym("size_label"), hp.size_label.clone())?;
         h.aset(sym("file_type"), hp.file_type)?;
@@ -492,9 +492,9 @@ impl Model {
         h.aset(sym("cache_type_v"), cache_types.map(|t| sym(t.1.name())))?;
         h.aset(
             sym("kind"),
-            sym(match hp.arch.kind() {
-                engine::arch::Kind::Decoder => "decoder",
-                engine::arch::Kind::Encoder => "encoder",
+            sym(match hp.arch.kind {
+                engine::model::Kind::Decoder => "decoder",
+                engine::model::Kind::Encoder => "encoder",
             }),
         )?;
         h.aset(sym("pooling"), hp.pooling.map(|p| sym(p.name())))?;
@@ -787,7 +787,7 @@ impl Model {
     /// The most tokens an input to `embed` may have.
     fn embed_max_tokens(ruby: &Ruby, rb_self: &Self) -> Result<usize, Error> {
         let loaded = rb_self.loaded(ruby)?;
-        Ok(engine::embed::max_tokens(&loaded.model, loaded.n_ctx) as usize)
+        Ok(engine::runtime::embed::max_tokens(&loaded.model, loaded.n_ctx) as usize)
     }
 }
 
@@ -833,7 +833,7 @@ fn logprob_hash(ruby: &Ruby, token: u32, lp: &engine::Logprob) -> Result<RHash, 
 /// A conversation to render, converted from Ruby; the model supplies the rest.
 struct ChatRequest {
     template: Option<String>,
-    input: engine::chat::ChatInput,
+    input: engine::text::chat::ChatInput,
 }
 
 impl ChatRequest {
@@ -848,7 +848,7 @@ impl ChatRequest {
         let messages = (0..messages.len())
             .map(|i| template_value::to_template(ruby, messages.entry(i as isize)?))
             .collect::<Result<Vec<_>, _>>()?;
-        let input = engine::chat::ChatInput {
+        let input = engine::text::chat::ChatInput {
             messages,
             add_generation_prompt,
             variables: template_value::variables(ruby, variables)?,
@@ -861,11 +861,11 @@ impl ChatRequest {
 
 /// Renders with the request's template, else the GGUF's own, else llama.cpp's
 /// built-in format for the architecture, with the model's BOS and EOS.
-fn render(ruby: &Ruby, model: &engine::Model, chat: ChatRequest) -> Result<engine::chat::Rendered, Error> {
+fn render(ruby: &Ruby, model: &engine::Model, chat: ChatRequest) -> Result<engine::text::chat::Rendered, Error> {
     let template = chat
         .template
         .or_else(|| model.chat_template().map(str::to_string))
-        .or_else(|| engine::chat::builtin_template(model.hparams.arch.name()).map(str::to_string))
+        .or_else(|| engine::text::chat::builtin_template(model.hparams.arch.name).map(str::to_string))
         .ok_or_else(|| {
             Error::new(
                 ruby.get_inner(&errors::ERROR),
@@ -877,20 +877,20 @@ fn render(ruby: &Ruby, model: &engine::Model, chat: ChatRequest) -> Result<engin
         id.map(|t| String::from_utf8_lossy(tokenizer.token_to_piece(t, true)).into_owned())
             .unwrap_or_default()
     };
-    let input = engine::chat::ChatInput {
+    let input = engine::text::chat::ChatInput {
         bos_token: special(tokenizer.bos()),
         eos_token: special(tokenizer.eos()),
         ..chat.input
     };
     // Bounded by the template's fuel, not by the abort flag.
     let never = AtomicBool::new(false);
-    without_gvl(ruby, &never, || engine::chat::render(&template, &input))?.map_err(|e| engine_error(ruby, e))
+    without_gvl(ruby, &never, || engine::text::chat::render(&template, &input))?.map_err(|e| engine_error(ruby, e))
 }
 
-fn tool_call_format(template: Option<&str>) -> engine::tool_calls::ToolCallFormat {
+fn tool_call_format(template: Option<&str>) -> engine::text::tool_calls::ToolCallFormat {
     template.map_or(
-        engine::tool_calls::ToolCallFormat::Unsupported,
-        engine::tool_calls::ToolCallFormat::detect,
+        engine::text::tool_calls::ToolCallFormat::Unsupported,
+        engine::text::tool_calls::ToolCallFormat::detect,
     )
 }
 
@@ -978,7 +978,7 @@ fn prompt_ids(ruby: &Ruby, model: &engine::Model, prompt: Value) -> Result<Vec<u
 
 fn text_params(ruby: &Ruby, opts: RHash) -> Result<engine::TextParams, Error> {
     let get = |k: &str| opts.fetch::<_, Value>(ruby.to_symbol(k));
-    let sampler = engine::sampler::SamplerParams {
+    let sampler = engine::text::sampler::SamplerParams {
         temperature: f32::try_convert(get("temperature")?)?,
         top_k: u32::try_convert(get("top_k")?)?,
         top_p: f32::try_convert(get("top_p")?)?,
@@ -1009,7 +1009,7 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     class.define_private_method("_parse_reply", method!(Model::parse_reply, 2))?;
     class.define_private_method("_tool_call_format", method!(Model::tool_call_format, 1))?;
     class.const_set("MAX_SEQUENCES", engine::MAX_SEQUENCES)?;
-    class.const_set("MAX_DRAFT_TOKENS", engine::speculative::MAX_DRAFT_TOKENS)?;
+    class.const_set("MAX_DRAFT_TOKENS", engine::runtime::speculative::MAX_DRAFT_TOKENS)?;
     class.define_private_method("_tokenizer", method!(Model::tokenizer, 0))?;
     class.define_private_method("_chat_template", method!(Model::chat_template, 0))?;
     class.define_private_method("_render_chat", method!(Model::render_chat, 5))?;

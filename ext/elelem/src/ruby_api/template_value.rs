@@ -1,7 +1,7 @@
 //! Ruby objects as chat-template values, as transformers hands Python's to
 //! jinja2: Hashes keep their order, Symbols become strings, nil is Python's None.
 
-use elelem_engine::chat::{self, Value as TemplateValue};
+use elelem_engine::text::chat::{self, Value as TemplateValue};
 use magnus::r_hash::ForEach;
 use magnus::{prelude::*, Error, Float, Integer, RArray, RHash, RString, Ruby, Symbol, Value};
 

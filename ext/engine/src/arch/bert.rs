@@ -9,11 +9,11 @@
 //! - There is no output head: the last block's states are pooled into embeddings,
 //!   or, for a reranker, into `cls`/`cls.output` scores.
 
-use crate::arch::{run_encoder, ArchSpec, Classifier, EncoderInput, FfnWeights, Kind, LayerWeights, Weights};
-use crate::ggml::Tensor;
-use crate::hparams::{HParams, Keys, RopeMode};
-use crate::layers::GraphBuilder;
-use crate::model::Loader;
+use super::common::run_encoder;
+use crate::ggml::{RopeMode, Tensor};
+use crate::model::{
+    ArchSpec, Classifier, EncoderInput, FfnWeights, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Weights,
+};
 use crate::{Error, Result};
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -33,7 +33,7 @@ pub(crate) fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
     hp.n_token_types = keys
         .global_u32("tokenizer.ggml.token_type_count")?
         .filter(|&n| n > 0)
-        .ok_or_else(|| Error::Load(format!("{} model needs to define token type count", hp.arch.name())))?;
+        .ok_or_else(|| Error::Load(format!("{} model needs to define token type count", hp.arch.name)))?;
     Ok(())
 }
 

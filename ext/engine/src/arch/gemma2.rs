@@ -11,11 +11,11 @@
 //!   residual adds, and the feed-forward is GeGLU.
 //! - The output head is always the embeddings.
 
-use crate::arch::{load_llama_like, run_layers, ArchSpec, AttentionWeights, Head, Kind, LayerWeights, Weights};
-use crate::ggml::Tensor;
-use crate::hparams::{read_swa, HParams, Keys, RopeMode};
-use crate::layers::{Glu, GraphBuilder};
-use crate::model::Loader;
+use super::common::{load_llama_like, run_layers, Head};
+use crate::ggml::{RopeMode, Tensor};
+use crate::model::{
+    read_swa, ArchSpec, AttentionWeights, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Weights,
+};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {

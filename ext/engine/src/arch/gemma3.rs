@@ -11,11 +11,10 @@
 //!   projection, before its post-norm.
 //! - The output head is usually the embeddings (tied); the logits may be soft-capped.
 
-use crate::arch::{gemma2, load_llama_like, run_layers, ArchSpec, Head, Kind, LayerWeights, Weights};
-use crate::ggml::Tensor;
-use crate::hparams::{read_swa, HParams, Keys, Rope, RopeMode};
-use crate::layers::GraphBuilder;
-use crate::model::Loader;
+use super::common::{load_llama_like, run_layers, Head};
+use super::gemma2;
+use crate::ggml::{Rope, RopeMode, Tensor};
+use crate::model::{read_swa, ArchSpec, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {

@@ -6,8 +6,9 @@
 //! Llama 3.1's `rope_freqs` may be present. Feed-forward biases, deepstack
 //! embeddings and files that switch rope off are refused.
 
-use crate::arch::{llama, ArchSpec, Kind};
-use crate::hparams::{HParams, Keys, RopeMode};
+use super::llama;
+use crate::ggml::RopeMode;
+use crate::model::{ArchSpec, HParams, Keys, Kind};
 use crate::{Error, Result};
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {

@@ -4,13 +4,9 @@
 //! `rope_freqs.weight`, the llama3 rope scaling as one factor per rotated pair,
 //! applied in every layer.
 
-use crate::arch::{
-    load_llama_like, no_extra_hparams, run_layers, ArchSpec, Head, Kind, LayerWeights, RopeFactors, Weights,
-};
-use crate::ggml::Tensor;
-use crate::hparams::{HParams, RopeMode};
-use crate::layers::{Glu, GraphBuilder};
-use crate::model::Loader;
+use super::common::{load_llama_like, no_extra_hparams, run_layers, Head};
+use crate::ggml::{RopeMode, Tensor};
+use crate::model::{ArchSpec, Glu, GraphBuilder, HParams, Kind, LayerWeights, Loader, RopeFactors, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {

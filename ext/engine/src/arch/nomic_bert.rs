@@ -4,11 +4,10 @@
 //! - The feed-forward is SwiGLU without biases (llama.cpp reads `ffn_up.bias` and
 //!   `ffn_down.bias` where present but its graph does not use them; neither do we).
 
-use crate::arch::{bert, run_encoder, ArchSpec, EncoderInput, Kind, LayerWeights, Weights};
-use crate::ggml::Tensor;
-use crate::hparams::{HParams, RopeMode};
-use crate::layers::GraphBuilder;
-use crate::model::Loader;
+use super::bert;
+use super::common::run_encoder;
+use crate::ggml::{RopeMode, Tensor};
+use crate::model::{ArchSpec, EncoderInput, GraphBuilder, HParams, Kind, LayerWeights, Loader, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {

@@ -7,11 +7,9 @@
 //!
 //! OLMo 3 files (this architecture with a sliding window) are refused.
 
-use crate::arch::{load_llama_like, run_layers, ArchSpec, AttentionWeights, Head, Kind, LayerWeights, Weights};
-use crate::ggml::Tensor;
-use crate::hparams::{HParams, Keys, RopeMode};
-use crate::layers::{Glu, GraphBuilder};
-use crate::model::Loader;
+use super::common::{load_llama_like, run_layers, Head};
+use crate::ggml::{RopeMode, Tensor};
+use crate::model::{ArchSpec, AttentionWeights, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Weights};
 use crate::{Error, Result};
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {

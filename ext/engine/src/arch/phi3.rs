@@ -6,14 +6,10 @@
 //! short frequency factors (`rope_factors_long/short`), the long ones used when the
 //! context is longer than the original one, and `rope.scaling.attn_factor`.
 
-use crate::arch::llama::ffn_residual;
-use crate::arch::{
-    load_llama_like, no_extra_hparams, run_layers, ArchSpec, FfnWeights, Head, Kind, LayerWeights, RopeFactors, Weights,
-};
-use crate::ggml::Tensor;
-use crate::hparams::{HParams, RopeMode};
-use crate::layers::GraphBuilder;
-use crate::model::Loader;
+use super::common::{load_llama_like, no_extra_hparams, run_layers, Head};
+use super::llama::ffn_residual;
+use crate::ggml::{RopeMode, Tensor};
+use crate::model::{ArchSpec, FfnWeights, GraphBuilder, HParams, Kind, LayerWeights, Loader, RopeFactors, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {

@@ -3,9 +3,10 @@
 //! head rotated together), and usually an untied output head. The forward
 //! graph is llama's: only the weights differ.
 
-use crate::arch::{llama, load_llama_like, no_extra_hparams, ArchSpec, Head, Kind, Weights};
-use crate::hparams::{HParams, RopeMode};
-use crate::model::Loader;
+use super::common::{load_llama_like, no_extra_hparams, Head};
+use super::llama;
+use crate::ggml::RopeMode;
+use crate::model::{ArchSpec, HParams, Kind, Loader, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {

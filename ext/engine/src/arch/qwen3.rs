@@ -2,9 +2,10 @@
 //! per-head RMS norm of Q and of K before NEOX rope (llama's block applies the
 //! norms a layer has).
 
-use crate::arch::{llama, load_llama_like, no_extra_hparams, ArchSpec, Head, Kind, LayerWeights, Weights};
-use crate::hparams::{HParams, RopeMode};
-use crate::model::Loader;
+use super::common::{load_llama_like, no_extra_hparams, Head};
+use super::llama;
+use crate::ggml::RopeMode;
+use crate::model::{ArchSpec, HParams, Kind, LayerWeights, Loader, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {

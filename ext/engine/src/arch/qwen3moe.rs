@@ -4,9 +4,10 @@
 //! experts per token, weighted by their renormalized probabilities. There is no
 //! shared expert.
 
-use crate::arch::{llama, load_llama_like, ArchSpec, FfnWeights, Head, Kind, LayerWeights, Weights};
-use crate::hparams::{HParams, Keys, RopeMode};
-use crate::model::Loader;
+use super::common::{load_llama_like, Head};
+use super::llama;
+use crate::ggml::RopeMode;
+use crate::model::{ArchSpec, FfnWeights, HParams, Keys, Kind, LayerWeights, Loader, Weights};
 use crate::{Error, Result};
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {

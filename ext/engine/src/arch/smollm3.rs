@@ -1,9 +1,10 @@
 //! smollm3 (SmolLM3): llama's graph, except that every fourth layer attends
 //! without rotary embeddings (NoPE). Its files carry no rope factors.
 
-use crate::arch::{llama, load_llama_like, ArchSpec, Head, Kind, Weights};
-use crate::hparams::{HParams, Keys, RopeMode};
-use crate::model::Loader;
+use super::common::{load_llama_like, Head};
+use super::llama;
+use crate::ggml::RopeMode;
+use crate::model::{ArchSpec, HParams, Keys, Kind, Loader, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {

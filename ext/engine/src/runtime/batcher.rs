@@ -13,11 +13,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::constraint::Constraint;
-use crate::context::BatchToken;
-use crate::kv_cache::SeqId;
-use crate::sampler::{log_softmax_top, Sampler};
-use crate::text::{FinishReason, TextParams, TextStream};
+use crate::memory::kv_cache::SeqId;
+use crate::runtime::context::BatchToken;
+use crate::text::constraint::Constraint;
+use crate::text::sampler::{log_softmax_top, Sampler};
+use crate::text::stream::{FinishReason, TextParams, TextStream};
 use crate::{Context, Error, GenerateParams, Model, Result, StopReason};
 
 /// A request's handle.

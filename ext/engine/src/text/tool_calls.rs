@@ -19,7 +19,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::constraint::{ConstraintSpec, Trigger};
+use crate::text::constraint::{ConstraintSpec, Trigger};
 use crate::{Error, Result};
 
 /// How a chat template writes the assistant's tool calls.

@@ -16,7 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{dots, f16_to_f32, hsum_float_8, BlockQ8K, Dot, Product, QK_K, ROWS_PER_PASS};
+use super::product::{dots, f16_to_f32, hsum_float_8, BlockQ8K, Dot, Product, QK_K, ROWS_PER_PASS};
 
 /// ggml's `block_q6_K`.
 #[repr(C)]

@@ -61,7 +61,7 @@ impl ConstraintSpec {
                 }
                 TopLevelGrammar::from_json_schema(schema)
             }
-            ConstraintSpec::Gbnf(gbnf) => TopLevelGrammar::from_lark(crate::gbnf::to_lark(gbnf)?),
+            ConstraintSpec::Gbnf(gbnf) => TopLevelGrammar::from_lark(crate::text::gbnf::to_lark(gbnf)?),
             ConstraintSpec::Lark(lark) => TopLevelGrammar::from_lark(lark.clone()),
             ConstraintSpec::Regex(regex) => TopLevelGrammar::from_regex(regex),
             ConstraintSpec::Choice(choices) => {

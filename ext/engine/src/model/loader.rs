@@ -1,186 +1,16 @@
-//! A model: the GGUF mapped, its hyper-parameters read, every tensor the
-//! architecture needs checked and placed in a backend buffer before any graph
-//! is built.
+//! Declaring the model's tensors (each validated against the file) and placing them
+//! in backend buffers: over the mapping where they can stay as stored, repacked where
+//! the CPU has a faster layout.
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::sync::Arc;
 
-use elelem_gguf::{FileBytes, Gguf, TensorInfo, TensorType, Value};
-use elelem_tokenizer::Tokenizer;
+use elelem_gguf::{Gguf, TensorInfo, TensorType};
 use ggml_sys as sys;
 
-use crate::arch::{Arch, AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, Weights};
+use super::hparams::HParams;
+use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights};
 use crate::ggml::{self, Buffer, CpuDevice, Tensor};
-use crate::hparams::HParams;
 use crate::{Error, Result};
-
-#[derive(Debug, Clone)]
-pub struct ModelParams {
-    /// Layers to offload to a GPU. This build has the CPU backend only, so like
-    /// llama.cpp it runs everything on the CPU and reports 0 layers offloaded.
-    pub n_gpu_layers: u32,
-    /// Copy the weights whose type and shape the CPU has faster kernels for into those
-    /// kernels' interleaved layouts, as llama.cpp does (on by default). Their products
-    /// take one path for a few rows and another for more, so a batch-invariant context
-    /// (`ContextParams::batch_invariant`) needs a model opened without.
-    pub repack: bool,
-}
-
-impl Default for ModelParams {
-    fn default() -> Self {
-        ModelParams {
-            n_gpu_layers: 0,
-            repack: true,
-        }
-    }
-}
-
-/// A loaded model. Immutable after [`Model::open`]; share it across contexts with `Arc`.
-pub struct Model {
-    pub hparams: HParams,
-    pub(crate) weights: Weights,
-    /// The tokenizer, or why the file's vocabulary cannot be used (ids still work then).
-    tokenizer: std::result::Result<Arc<Tokenizer>, String>,
-    chat_template: Option<String>,
-    weights_bytes: usize,
-    repacked_bytes: usize,
-    n_weights: usize,
-    // Declared after `weights` so the tensors' buffers and the mapping outlive nothing
-    // that points into them: buffers reference the file's mapping.
-    _buffers: Vec<Buffer>,
-    _contexts: Vec<ggml::Context>,
-    _file: FileBytes,
-}
-
-impl std::fmt::Debug for Model {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Model").field("hparams", &self.hparams).finish()
-    }
-}
-
-impl Model {
-    pub fn open(path: impl AsRef<Path>, params: &ModelParams) -> Result<Model> {
-        let path = path.as_ref();
-        let gguf = Gguf::open(path).map_err(|e| Error::Load(format!("{}: {e}", path.display())))?;
-        Model::from_gguf_with(gguf, params).map_err(|e| match e {
-            Error::Load(msg) => Error::Load(format!("{}: {msg}", path.display())),
-            other => other,
-        })
-    }
-
-    pub fn from_gguf(gguf: Gguf) -> Result<Model> {
-        Model::from_gguf_with(gguf, &ModelParams::default())
-    }
-
-    pub fn from_gguf_with(gguf: Gguf, params: &ModelParams) -> Result<Model> {
-        let arch_name = gguf
-            .get("general.architecture")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Error::Load("missing general.architecture".into()))?;
-        let arch = Arch::from_name(arch_name)?;
-        let embd = gguf
-            .tensor("token_embd.weight")
-            .ok_or_else(|| Error::Load("missing tensor token_embd.weight".into()))?;
-        let n_vocab = embd
-            .dims
-            .get(1)
-            .and_then(|&n| u32::try_from(n).ok())
-            .filter(|&n| n > 0)
-            .ok_or_else(|| {
-                Error::Load(format!(
-                    "tensor token_embd.weight has shape {:?}, expected [n_embd, n_vocab]",
-                    embd.dims
-                ))
-            })?;
-        let hparams = HParams::read(&gguf, arch, n_vocab)?;
-        validate_vocab(&gguf, n_vocab)?;
-
-        let device = CpuDevice::get()?;
-        let mut loader = Loader::new(&gguf, &device, params.repack)?;
-        let weights = arch.load(&mut loader, &hparams)?;
-        loader.check_all_used(arch)?;
-        let placed = loader.place()?;
-        let tokenizer = Tokenizer::from_gguf(&gguf)
-            .map(Arc::new)
-            .map_err(|e| format!("this model's tokenizer is not supported: {e}"));
-        let chat_template = gguf
-            .get("tokenizer.chat_template")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        // Everything before the tensor data has been read into our own structures.
-        gguf.release(0..gguf.data_offset() as usize);
-        Ok(Model {
-            hparams,
-            weights,
-            tokenizer,
-            chat_template,
-            weights_bytes: placed.weights_bytes,
-            repacked_bytes: placed.repacked_bytes,
-            n_weights: placed.n_weights,
-            _buffers: placed.buffers,
-            _contexts: placed.contexts,
-            _file: gguf.into_file_bytes(),
-        })
-    }
-
-    /// Bytes of weight data the graphs read (mapped plus repacked).
-    pub fn weights_bytes(&self) -> usize {
-        self.weights_bytes
-    }
-
-    /// Bytes of weights copied into repacked layouts (the rest is the mapping itself).
-    pub fn repacked_bytes(&self) -> usize {
-        self.repacked_bytes
-    }
-
-    /// How many weight tensors the graphs use.
-    pub fn n_weights(&self) -> usize {
-        self.n_weights
-    }
-
-    /// Whether `token` ends a generation (llama.cpp's end-of-generation set).
-    pub fn is_eog(&self, token: u32) -> bool {
-        self.tokenizer.as_ref().is_ok_and(|t| t.is_eog(token))
-    }
-
-    /// The model's tokenizer, shared: it outlives the model in whoever clones it.
-    pub fn tokenizer(&self) -> Result<&Arc<Tokenizer>> {
-        self.tokenizer.as_ref().map_err(|e| Error::Tokenizer(e.clone()))
-    }
-
-    /// The GGUF's Jinja chat template, if it has one.
-    pub fn chat_template(&self) -> Option<&str> {
-        self.chat_template.as_deref()
-    }
-
-    pub(crate) fn weights(&self) -> &Weights {
-        &self.weights
-    }
-}
-
-fn validate_vocab(gguf: &Gguf, n_vocab: u32) -> Result<()> {
-    let Some(tokens) = gguf.get("tokenizer.ggml.tokens") else {
-        return Ok(());
-    };
-    let n_tokens = tokens.as_array().map(<[Value]>::len).unwrap_or(0);
-    if n_tokens != n_vocab as usize {
-        return Err(Error::Load(format!(
-            "tokenizer.ggml.tokens has {n_tokens} entries but token_embd.weight has {n_vocab} rows"
-        )));
-    }
-    for key in ["tokenizer.ggml.scores", "tokenizer.ggml.token_type"] {
-        if let Some(v) = gguf.get(key) {
-            let n = v.as_array().map(<[Value]>::len).unwrap_or(0);
-            if n != n_tokens {
-                return Err(Error::Load(format!(
-                    "{key} has {n} entries, tokenizer.ggml.tokens has {n_tokens}"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
 
 /// How a weight is used, which decides the types it may have and where it may live.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -215,16 +45,16 @@ pub(crate) struct Loader<'a> {
     repack: bool,
 }
 
-struct Placed {
-    buffers: Vec<Buffer>,
-    contexts: Vec<ggml::Context>,
-    weights_bytes: usize,
-    repacked_bytes: usize,
-    n_weights: usize,
+pub(super) struct Placed {
+    pub(super) buffers: Vec<Buffer>,
+    pub(super) contexts: Vec<ggml::Context>,
+    pub(super) weights_bytes: usize,
+    pub(super) repacked_bytes: usize,
+    pub(super) n_weights: usize,
 }
 
 impl<'a> Loader<'a> {
-    fn new(gguf: &'a Gguf, device: &'a CpuDevice, repack: bool) -> Result<Loader<'a>> {
+    pub(super) fn new(gguf: &'a Gguf, device: &'a CpuDevice, repack: bool) -> Result<Loader<'a>> {
         // A tied output head can add one descriptor per buffer type beyond the file's tensors.
         let n = gguf.tensors().len() + 1;
         let contexts = device
@@ -437,13 +267,12 @@ impl<'a> Loader<'a> {
     /// Like llama.cpp (which counts the tensors it loaded), refuses a file with tensors
     /// the architecture does not read: they would change the math in its graph
     /// (`rope_freqs`, a fused `attn_qkv`, experts), and ignoring them would decode wrong.
-    fn check_all_used(&self, arch: Arch) -> Result<()> {
+    pub(super) fn check_all_used(&self, arch: &str) -> Result<()> {
         let used: std::collections::HashSet<&str> = self.planned.iter().map(|p| p.info.name.as_str()).collect();
         match self.gguf.tensors().iter().find(|t| !used.contains(t.name.as_str())) {
             Some(unused) => Err(Error::Load(format!(
                 "tensor {} is not part of elelem's {} graph (llama.cpp would use it or refuse the file)",
-                unused.name,
-                arch.name()
+                unused.name, arch
             ))),
             None => Ok(()),
         }
@@ -453,7 +282,7 @@ impl<'a> Loader<'a> {
     /// the mapped file (one CPU buffer over the whole mapping, zero-copy); the others
     /// are allocated in their buffer type and filled through `ggml_backend_tensor_set`,
     /// which repacks them.
-    fn place(self) -> Result<Placed> {
+    pub(super) fn place(self) -> Result<Placed> {
         let plain = self.device.weight_bufts.len() - 1;
         let file = self.gguf.file_bytes();
         let mut buffers = Vec::new();

@@ -31,7 +31,7 @@ impl BuildProfile {
     /// # Errors
     /// [`crate::Error::Cpu`] when the CPU backend cannot be loaded.
     pub fn current() -> crate::Result<BuildProfile> {
-        let mut profile = match crate::ggml::cpu_variant()? {
+        let mut profile = match super::device::cpu_variant()? {
             None => BuildProfile {
                 arch: std::env::consts::ARCH,
                 ggml_version: ggml_sys::GGML_VERSION,
@@ -51,7 +51,7 @@ impl BuildProfile {
         };
         // AMX compiled in but off here runs the code of a build without it (ggml tests
         // `__AMX_INT8__` only to offer the AMX buffer), so it gives that build's bits.
-        if *crate::ggml::amx()? != crate::ggml::Amx::InUse {
+        if *super::device::amx()? != super::device::Amx::InUse {
             profile.isa.retain(|f| !f.starts_with("AMX"));
         }
         Ok(profile)
@@ -97,6 +97,13 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_profile_names_amx_only_while_it_is_in_use() {
+        let profile = BuildProfile::current().unwrap();
+        let in_use = *super::super::device::amx().unwrap() == super::super::device::Amx::InUse;
+        assert_eq!(profile.isa.contains(&"AMX_INT8"), in_use, "{profile:?}");
+    }
 
     #[test]
     fn fnv1a64_matches_the_published_vectors() {

@@ -3,42 +3,73 @@
 
 use elelem_gguf::{Gguf, Value};
 
-use crate::arch::{Arch, Kind};
-use crate::embed::Pooling;
+use crate::ggml::{Rope, RopeMode};
+use crate::memory::kv_cache::KvShape;
 use crate::{Error, Result};
 
 /// The largest layer count or tensor width accepted: far beyond any real model,
 /// small enough that no size computed from them overflows.
 const MAX_WIDTH: u64 = 1 << 20;
 
-/// How pairs of dimensions are rotated.
+/// What a model's graph is, which decides its norms, its memory and its output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(i32)]
-pub enum RopeMode {
-    /// Consecutive pairs (2i, 2i+1): llama.
-    Norm = 0,
-    /// Halves (i, i + n/2): qwen2, gemma3.
-    Neox = 2,
+pub enum Kind {
+    /// A language model: RMS norms, a KV cache, an output head (and embeddings from
+    /// its last hidden state when asked, as llama.cpp gives Qwen3-Embedding's).
+    Decoder,
+    /// A text encoder (BERT and kin): LayerNorms with biases, and every pass sees only
+    /// its own tokens (llama.cpp gives these no KV cache), which yield embeddings only.
+    Encoder,
 }
 
-/// The rotary embedding, with the scaling the file declares (`rope.scaling.type`):
-/// linear scales every frequency by `freq_scale`; YaRN (`ext_factor` 1) blends
-/// scaled and unscaled frequencies between `beta_slow` and `beta_fast` rotations
-/// over `n_ctx_orig` and corrects the magnitude by `attn_factor`; LongRoPE's factors
-/// are tensors (see [`crate::arch::RopeFactors`]) and its `attn_factor` a key.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rope {
-    pub mode: RopeMode,
-    pub n_dims: u32,
-    /// The context the model was trained with before any extension (llama.cpp's
-    /// `n_ctx_orig_yarn`).
-    pub n_ctx_orig: u32,
-    pub freq_base: f32,
-    pub freq_scale: f32,
-    pub ext_factor: f32,
-    pub attn_factor: f32,
-    pub beta_fast: f32,
-    pub beta_slow: f32,
+/// How a text's token states become its embedding (llama.cpp's `llama_pooling_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pooling {
+    /// No pooling: one embedding per token.
+    None,
+    /// The average of the text's token states.
+    Mean,
+    /// The first token's state (BERT's `[CLS]`).
+    Cls,
+    /// The last token's state (decoders as embedders, e.g. Qwen3-Embedding).
+    Last,
+    /// A reranker's relevance score(s): the first token's state (the last, for a
+    /// causal model) through the classification head.
+    Rank,
+}
+
+impl Pooling {
+    pub const ALL: [Pooling; 5] = [Pooling::None, Pooling::Mean, Pooling::Cls, Pooling::Last, Pooling::Rank];
+
+    /// From a GGUF's `pooling_type` (llama.cpp's enum values 0 to 4).
+    pub fn from_id(id: i64) -> Option<Pooling> {
+        usize::try_from(id).ok().and_then(|i| Pooling::ALL.get(i).copied())
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pooling::None => "none",
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+            Pooling::Last => "last",
+            Pooling::Rank => "rank",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Pooling> {
+        Pooling::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+/// What the common hyper-parameters take from an architecture (its `ArchSpec`'s facts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArchTraits {
+    /// Its `general.architecture` name, the prefix of its keys.
+    pub name: &'static str,
+    pub kind: Kind,
+    pub rope_mode: RopeMode,
+    /// Whether its feed-forwards may be a mixture of experts.
+    pub experts: bool,
 }
 
 /// Sliding-window attention on some layers (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`):
@@ -54,7 +85,7 @@ pub struct Swa {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct HParams {
-    pub arch: Arch,
+    pub arch: ArchTraits,
     pub n_layer: u32,
     pub n_embd: u32,
     pub n_head: u32,
@@ -115,6 +146,19 @@ impl HParams {
         self.swa.as_ref().is_some_and(|swa| swa.layers[il])
     }
 
+    /// The KV cache's shape for this model.
+    pub fn kv_shape(&self) -> KvShape {
+        KvShape {
+            windows: (0..self.n_layer as usize)
+                .map(|il| self.swa.as_ref().filter(|_| self.is_swa(il)).map(|swa| swa.window))
+                .collect(),
+            n_embd_k: self.n_embd_k_gqa(),
+            n_embd_v: self.n_embd_v_gqa(),
+            head_dim_k: self.head_dim_k,
+            head_dim_v: self.head_dim_v,
+        }
+    }
+
     /// The usual attention scale, 1/sqrt(head size).
     pub fn kq_scale(&self) -> f32 {
         1.0 / (self.head_dim_k as f32).sqrt()
@@ -135,10 +179,15 @@ impl HParams {
 
     /// Reads and validates the hyper-parameters of `arch`; `n_vocab` comes from the
     /// embedding tensor, the one place every model states it.
-    pub fn read(gguf: &Gguf, arch: Arch, n_vocab: u32) -> Result<HParams> {
+    pub(crate) fn read(
+        gguf: &Gguf,
+        arch: ArchTraits,
+        n_vocab: u32,
+        read_extra: fn(&Keys, &mut HParams) -> Result<()>,
+    ) -> Result<HParams> {
         let keys = Keys {
             gguf,
-            prefix: arch.name(),
+            prefix: arch.name,
         };
         let n_embd = keys.u32("embedding_length")?;
         let n_head = keys.u32("attention.head_count")?;
@@ -146,7 +195,7 @@ impl HParams {
         if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
             return Err(Error::Load(format!(
                 "{}: attention.head_count_kv ({n_head_kv}) must divide attention.head_count ({n_head})",
-                arch.name()
+                arch.name
             )));
         }
         let default_head_dim = if n_embd % n_head == 0 { n_embd / n_head } else { 0 };
@@ -156,14 +205,14 @@ impl HParams {
             return Err(Error::Load(format!(
                 "{}: attention heads must split embedding_length {n_embd} evenly into an even head size \
                  (head_count {n_head}, key_length {head_dim_k})",
-                arch.name()
+                arch.name
             )));
         }
         let n_expert = keys.opt_u32("expert_count")?.unwrap_or(0);
-        if n_expert > 0 && !arch.has_experts() {
+        if n_expert > 0 && !arch.experts {
             return Err(Error::Load(format!(
                 "{}: a mixture of experts ({n_expert} experts) is not supported for this architecture",
-                arch.name()
+                arch.name
             )));
         }
         let n_ctx_train = keys.u32("context_length")?;
@@ -171,11 +220,11 @@ impl HParams {
         if rope_dims == 0 || rope_dims > head_dim_k || rope_dims % 2 != 0 {
             return Err(Error::Load(format!(
                 "{}: rope.dimension_count {rope_dims} must be even and at most the head size {head_dim_k}",
-                arch.name()
+                arch.name
             )));
         }
         let freq_base = keys.opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
-        let eps_key = match arch.kind() {
+        let eps_key = match arch.kind {
             Kind::Decoder => "attention.layer_norm_rms_epsilon",
             Kind::Encoder => "attention.layer_norm_epsilon",
         };
@@ -196,7 +245,7 @@ impl HParams {
             if v == 0 || v > MAX_WIDTH {
                 return Err(Error::Load(format!(
                     "{}: {what} = {v} is out of range (1 to {MAX_WIDTH})",
-                    arch.name()
+                    arch.name
                 )));
             }
         }
@@ -204,7 +253,7 @@ impl HParams {
         if !(positive(freq_base) && positive(norm_eps)) {
             return Err(Error::Load(format!(
                 "{}: rope.freq_base ({freq_base}) and {eps_key} ({norm_eps}) must be positive and finite",
-                arch.name()
+                arch.name
             )));
         }
         let pooling = match keys.opt_i64("pooling_type")? {
@@ -212,7 +261,7 @@ impl HParams {
             Some(id) => Some(Pooling::from_id(id).ok_or_else(|| {
                 Error::Load(format!(
                     "{}.pooling_type {id} is not one llama.cpp knows (0 to 4)",
-                    arch.name()
+                    arch.name
                 ))
             })?),
         };
@@ -224,7 +273,7 @@ impl HParams {
                 .filter(|&n| n > 0 && u64::from(n) <= MAX_WIDTH)
                 .ok_or_else(|| Error::Load(format!("{full} must be a non-empty array of labels")))?,
         };
-        let rope = read_rope_scaling(&keys, arch.rope_mode(), rope_dims, n_ctx_train, freq_base)?;
+        let rope = read_rope_scaling(&keys, arch.rope_mode, rope_dims, n_ctx_train, freq_base)?;
         let mut hp = HParams {
             arch,
             n_layer,
@@ -263,7 +312,7 @@ impl HParams {
                 .and_then(Value::as_u64)
                 .and_then(file_type_name),
         };
-        arch.read_hparams(&keys, &mut hp)?;
+        read_extra(&keys, &mut hp)?;
         Ok(hp)
     }
 }

@@ -5,48 +5,12 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use crate::graph_inputs::distinct_seqs;
-use crate::kv_cache::{SeqId, MAX_SEQUENCES};
-use crate::{BatchToken, Context, ContextParams, Error, Model, Result};
-
-/// How a text's token states become its embedding (llama.cpp's `llama_pooling_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Pooling {
-    /// No pooling: one embedding per token.
-    None,
-    /// The average of the text's token states.
-    Mean,
-    /// The first token's state (BERT's `[CLS]`).
-    Cls,
-    /// The last token's state (decoders as embedders, e.g. Qwen3-Embedding).
-    Last,
-    /// A reranker's relevance score(s): the first token's state (the last, for a
-    /// causal model) through the classification head.
-    Rank,
-}
-
-impl Pooling {
-    pub const ALL: [Pooling; 5] = [Pooling::None, Pooling::Mean, Pooling::Cls, Pooling::Last, Pooling::Rank];
-
-    /// From a GGUF's `pooling_type` (llama.cpp's enum values 0 to 4).
-    pub fn from_id(id: i64) -> Option<Pooling> {
-        usize::try_from(id).ok().and_then(|i| Pooling::ALL.get(i).copied())
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Pooling::None => "none",
-            Pooling::Mean => "mean",
-            Pooling::Cls => "cls",
-            Pooling::Last => "last",
-            Pooling::Rank => "rank",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Pooling> {
-        Pooling::ALL.into_iter().find(|p| p.name() == name)
-    }
-}
+use super::context::{BatchToken, Context, ContextParams};
+use crate::memory::kv_cache::{SeqId, MAX_SEQUENCES};
+use crate::model::inputs::distinct_seqs;
+use crate::model::Model;
+pub use crate::model::Pooling;
+use crate::{Error, Result};
 
 /// How an embedding is scaled after pooling, as `llama-embedding --embd-normalize`
 /// (common's `common_embd_normalize`, whose float and double arithmetic this keeps).

@@ -4,9 +4,42 @@
 
 use elelem_tokenizer::Utf8Stream;
 
-use crate::generate::{GenerateParams, StopReason};
-use crate::sampler::SamplerParams;
+use crate::text::sampler::SamplerParams;
 use crate::{Error, Result};
+
+#[derive(Debug, Clone, Default)]
+pub struct GenerateParams {
+    pub max_tokens: u32,
+    /// Keep going past end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// Keep the K and V of the prompt's prefix shared with the sequence's previous
+    /// request (a chat's earlier turns) instead of evaluating it again. The
+    /// continuation is then llama.cpp's with its prompt cache, not a fresh
+    /// evaluation's: the remaining tokens are evaluated in smaller batches, which
+    /// rounds differently.
+    pub reuse_prefix: bool,
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model produced an end-of-generation token (included in the output).
+    Eos,
+    /// `max_tokens` were produced.
+    Length,
+    /// The context window is full.
+    ContextFull,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Eos => "eos",
+            StopReason::Length => "length",
+            StopReason::ContextFull => "context_full",
+        }
+    }
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct TextParams {

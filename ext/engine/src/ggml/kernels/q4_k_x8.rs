@@ -16,7 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{dots, scales_and_mins, BlockQ8K, Dot, Product, ROWS_PER_PASS};
+use super::product::{dots, scales_and_mins, BlockQ8K, Dot, Product, ROWS_PER_PASS};
 
 /// ggml's `block_q4_Kx8`: eight `block_q4_K` rows interleaved.
 #[repr(C)]

@@ -30,11 +30,11 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::batcher::{take_token, DraftStats, Event, Logprob, Request, Summary};
-use crate::context::BatchToken;
-use crate::ngram_cache::{copy_draft, NgramCache};
-use crate::sampler::{greedy, log_softmax_top, Sampler, SamplerParams};
-use crate::text::{FinishReason, TextParams, TextStream};
+use crate::runtime::batcher::{take_token, DraftStats, Event, Logprob, Request, Summary};
+use crate::runtime::context::BatchToken;
+use crate::runtime::ngram_cache::{copy_draft, NgramCache};
+use crate::text::sampler::{greedy, log_softmax_top, Sampler, SamplerParams};
+use crate::text::stream::{FinishReason, TextParams, TextStream};
 use crate::{Context, Error, Model, Result, StopReason};
 
 /// The most tokens one draft holds (a verification pass computes one more row).
@@ -593,7 +593,7 @@ fn prefill(ctx: &mut Context, head: &[u32], reuse_prefix: bool) -> Result<usize>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::tests::sampler;
+    use crate::text::sampler::tests::sampler;
 
     /// The tokens chosen over many rows with the same logits and guess, as frequencies.
     fn frequencies(logits: &[f32], guess: u32, q: &[(u32, f64)], n: usize) -> (Vec<f64>, f64) {

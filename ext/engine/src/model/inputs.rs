@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use ggml_sys as sys;
 
 use crate::ggml::{Graph, Tensor};
-use crate::kv_cache::{Cells, KvCache, SeqId, MASK_HIDDEN, MASK_VISIBLE};
+use crate::memory::kv_cache::{Cells, KvCache, SeqId, MASK_HIDDEN, MASK_VISIBLE};
 
 /// One micro-batch: each token with its position and sequence, the rows whose
 /// logits are wanted, and the cache cells each group put the tokens in.
@@ -272,7 +272,7 @@ pub struct Inputs {
     pub tokens: TokenIds,
     pub pos: Positions,
     pub out_ids: OutputRows,
-    /// One per KV cache group (see [`crate::kv_cache`]).
+    /// One per KV cache group (see [`crate::memory::kv_cache`]).
     pub kv: Vec<KvGroupInput>,
     /// Added while the graph is built, by the pieces that need them.
     pub(crate) added: RefCell<Vec<Box<dyn GraphInput>>>,

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use crate::batcher::{Batcher, Event, Request, RequestId};
+use crate::runtime::batcher::{Batcher, Event, Request, RequestId};
 use crate::{Context, ContextParams, DecodeStats, Error, Model, Result};
 
 /// How often a waiting thread looks at its interrupt flag.

@@ -14,7 +14,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ggml::{self, Backend, Buffer, Tensor};
-use crate::hparams::HParams;
 use crate::Result;
 use ggml_sys as sys;
 
@@ -411,6 +410,19 @@ pub(crate) struct KvCache {
     _rot: Option<(ggml::Context, Buffer)>,
 }
 
+/// What the cache's shape takes from a model: each layer's sliding window (`None`
+/// where the layer sees the whole context) and the widths of its keys and values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvShape {
+    pub windows: Vec<Option<u32>>,
+    /// K's and V's widths over all KV heads.
+    pub n_embd_k: u32,
+    pub n_embd_v: u32,
+    /// One head's, which the quantized caches' rotations span.
+    pub head_dim_k: u32,
+    pub head_dim_v: u32,
+}
+
 impl KvCache {
     /// `n_ubatch` is the most tokens one graph adds: the sliding group keeps that
     /// many cells beyond the windows of its `n_seq` sequences, so a micro-batch never
@@ -419,7 +431,7 @@ impl KvCache {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         backend: &Backend,
-        hp: &HParams,
+        shape: &KvShape,
         n_ctx: u32,
         n_ubatch: u32,
         n_seq: u32,
@@ -431,10 +443,11 @@ impl KvCache {
         let full = pad(n_ctx);
         let mut groups = Vec::new();
         let mut group_of_kind = [None, None];
-        let layer_group = (0..hp.n_layer as usize)
-            .map(|il| {
-                let sliding = hp.is_swa(il);
-                let window = hp.swa.as_ref().filter(|_| sliding).map(|swa| swa.window);
+        let layer_group = shape
+            .windows
+            .iter()
+            .map(|&window| {
+                let sliding = window.is_some();
                 *group_of_kind[usize::from(sliding)].get_or_insert_with(|| {
                     groups.push(match (cells_per_sequence, window) {
                         (Some(per_seq), _) => Cells::partitioned(per_seq, window, n_seq),
@@ -448,22 +461,22 @@ impl KvCache {
                 })
             })
             .collect::<Vec<_>>();
-        let ctx = ggml::Context::new_no_alloc(2 * hp.n_layer as usize)?;
-        let mut k = Vec::with_capacity(hp.n_layer as usize);
-        let mut v = Vec::with_capacity(hp.n_layer as usize);
+        let ctx = ggml::Context::new_no_alloc(2 * shape.windows.len())?;
+        let mut k = Vec::with_capacity(shape.windows.len());
+        let mut v = Vec::with_capacity(shape.windows.len());
         for (il, &g) in layer_group.iter().enumerate() {
             let cells = i64::from(groups[g].size());
             k.push(
-                ctx.new_tensor(type_k.ggml_type(), &[hp.n_embd_k_gqa().into(), cells])?
+                ctx.new_tensor(type_k.ggml_type(), &[shape.n_embd_k.into(), cells])?
                     .set_name(&format!("cache_k_l{il}")),
             );
             v.push(
-                ctx.new_tensor(type_v.ggml_type(), &[hp.n_embd_v_gqa().into(), cells])?
+                ctx.new_tensor(type_v.ggml_type(), &[shape.n_embd_v.into(), cells])?
                     .set_name(&format!("cache_v_l{il}")),
             );
         }
         // What failing to allocate the keys and values would cost, so the error says.
-        let row_bytes = type_k.row_bytes(hp.n_embd_k_gqa().into()) + type_v.row_bytes(hp.n_embd_v_gqa().into());
+        let row_bytes = type_k.row_bytes(shape.n_embd_k.into()) + type_v.row_bytes(shape.n_embd_v.into());
         let bytes: u64 = layer_group
             .iter()
             .map(|&g| row_bytes * u64::from(groups[g].size()))
@@ -475,8 +488,8 @@ impl KvCache {
         let buffer = Buffer::alloc_ctx_tensors(&ctx, backend.default_buft(), &what)?;
         buffer.clear(0);
         let rotations = [
-            rotation(type_k, hp.head_dim_k, true),
-            rotation(type_v, hp.head_dim_v, false),
+            rotation(type_k, shape.head_dim_k, true),
+            rotation(type_v, shape.head_dim_v, false),
         ];
         let (k_rot, v_rot, rot) = if rotations.iter().any(Option::is_some) {
             let rot_ctx = ggml::Context::new_no_alloc(2)?;

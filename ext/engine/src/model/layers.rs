@@ -6,13 +6,11 @@
 
 use ggml_sys as sys;
 
-use crate::arch::{AttentionWeights, FfnWeights, Kind, LayerWeights, Norm, QkvWeights};
-use crate::embed::Pooling;
-use crate::ggml::{Graph, Tensor};
-use crate::graph_inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows};
-use crate::hparams::HParams;
-use crate::kv_cache::KvCache;
-use crate::model::Model;
+use super::hparams::{HParams, Kind, Pooling};
+use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows};
+use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, Weights};
+use crate::ggml::{Graph, Rope, Tensor};
+use crate::memory::kv_cache::KvCache;
 
 /// The activation of a gated feed-forward.
 #[derive(Debug, Clone, Copy)]
@@ -28,7 +26,8 @@ pub struct GraphBuilder<'a> {
     /// The mask of attention over the pass's own tokens, once a layer has asked for it.
     pub(crate) own_mask: std::cell::Cell<Option<Tensor>>,
     pub inputs: Inputs,
-    pub(crate) model: &'a Model,
+    pub(crate) hparams: &'a HParams,
+    pub(crate) weights: &'a Weights,
     pub(crate) kv: &'a KvCache,
     pub n_tokens: i64,
     /// The cells a sequence may use (llama.cpp's `n_ctx_seq`): picks LongRoPE's factors.
@@ -41,16 +40,16 @@ pub struct GraphBuilder<'a> {
 
 impl GraphBuilder<'_> {
     pub fn hparams(&self) -> &HParams {
-        &self.model.hparams
+        self.hparams
     }
 
     pub fn layers(&self) -> &[LayerWeights] {
-        &self.model.weights().layers
+        &self.weights.layers
     }
 
     /// The token embeddings (times the model's embedding multiplier, if it has one).
     pub fn embed(&self) -> Tensor {
-        let x = self.graph.get_rows(self.model.weights().tok_embd, self.inputs.tokens.0);
+        let x = self.graph.get_rows(self.weights.tok_embd, self.inputs.tokens.0);
         match self.hparams().embedding_scale {
             Some(scale) => self.graph.scale(x, scale),
             None => x,
@@ -73,12 +72,8 @@ impl GraphBuilder<'_> {
 
     /// Rotates Q or K by position, with the frequency factors the model has for this
     /// context's length.
-    pub fn rope(&self, x: Tensor, rope: &crate::hparams::Rope) -> Tensor {
-        let factors = self
-            .model
-            .weights()
-            .rope_factors
-            .for_context(self.n_ctx_seq, rope.n_ctx_orig);
+    pub fn rope(&self, x: Tensor, rope: &Rope) -> Tensor {
+        let factors = self.weights.rope_factors.for_context(self.n_ctx_seq, rope.n_ctx_orig);
         self.graph.rope(x, self.inputs.pos.0, rope, factors)
     }
 
@@ -86,7 +81,7 @@ impl GraphBuilder<'_> {
     /// positions' rows where the model has them, LayerNormed (bert's `inp_norm`).
     pub fn embed_encoder(&self) -> Tensor {
         let g = self.graph;
-        let w = self.model.weights();
+        let w = self.weights;
         let mut x = self.embed();
         let Some(input) = &w.input else { return x };
         if let Some(types) = input.token_type {
@@ -109,7 +104,7 @@ impl GraphBuilder<'_> {
     pub fn norm(&self, x: Tensor, norm: Option<Norm>, name: &str, il: usize) -> Tensor {
         let g = self.graph;
         let hp = self.hparams();
-        let mut y = match hp.arch.kind() {
+        let mut y = match hp.arch.kind {
             Kind::Decoder => g.rms_norm(x, hp.norm_eps),
             Kind::Encoder => g.layer_norm(x, hp.norm_eps),
         };
@@ -422,7 +417,7 @@ impl GraphBuilder<'_> {
     /// What the pass outputs from the last block's `x`: the logits (the final norm and
     /// the head), or the embeddings pooled (after the final norm, for a decoder).
     pub fn output(&self, x: Tensor) -> Tensor {
-        let head = self.model.weights().head.as_ref();
+        let head = self.weights.head.as_ref();
         let x = match head {
             Some(head) => self.norm(x, Some(head.norm), "result_norm", 0),
             None => x,
@@ -465,7 +460,7 @@ impl GraphBuilder<'_> {
     /// A reranker's head on the pooled rows: `tanh(cls · x + b)`, then `cls_out · _ + b`.
     fn classify(&self, x: Tensor) -> Tensor {
         let g = self.graph;
-        let classifier = &self.model.weights().classifier;
+        let classifier = &self.weights.classifier;
         let linear = |x: Tensor, (w, b): (Tensor, Option<Tensor>)| {
             let y = g.mul_mat(w, x);
             b.map_or(y, |b| g.add(y, b))
@@ -475,7 +470,7 @@ impl GraphBuilder<'_> {
     }
 
     /// The output head on the normed hidden states.
-    fn logits(&self, x: Tensor, head: &crate::arch::OutputHead) -> Tensor {
+    fn logits(&self, x: Tensor, head: &super::weights::OutputHead) -> Tensor {
         let g = self.graph;
         let mut logits = g.mul_mat(head.output, x);
         if let Some(b) = head.bias {

@@ -2,14 +2,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::arch::Kind;
-use crate::embed::Pooling;
+use crate::ggml::kernels::Products;
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
-use crate::graph_inputs::{distinct_seqs, Batch, Inputs, MaskFor};
-use crate::kernels::Products;
-use crate::kv_cache::{CacheType, Cells, KvCache, SeqId, KV_PAD, MAX_SEQUENCES};
-use crate::layers::GraphBuilder;
-use crate::{Error, Model, Result};
+use crate::memory::kv_cache::{CacheType, Cells, KvCache, SeqId, KV_PAD, MAX_SEQUENCES};
+use crate::model::inputs::{distinct_seqs, Batch, Inputs, MaskFor};
+use crate::model::{GraphBuilder, Kind, Model, Pooling};
+use crate::{Error, Result};
 
 /// The fewest graph nodes a forward pass is given room for; models with many
 /// weights get 8 per weight, as llama.cpp sizes its graphs. A graph that outgrew
@@ -186,10 +184,10 @@ impl Context {
         if params.batch_invariant {
             backend.use_reference_kernels()?;
         }
-        let kv = match model.hparams.arch.kind() {
+        let kv = match model.hparams.arch.kind {
             Kind::Decoder => KvCache::new(
                 &backend,
-                &model.hparams,
+                &model.hparams.kv_shape(),
                 params.n_ctx,
                 params.n_ubatch.min(params.n_ctx),
                 params.n_seq_max,
@@ -655,7 +653,7 @@ fn validate_batch_invariant(model: &Model, params: &ContextParams) -> Result<()>
     if !params.batch_invariant {
         return Ok(());
     }
-    if !params.flash_attn && model.hparams.arch.kind() == Kind::Decoder {
+    if !params.flash_attn && model.hparams.arch.kind == Kind::Decoder {
         return Err(Error::InvalidArgument(
             "batch-invariant passes need flash attention".into(),
         ));
@@ -678,9 +676,9 @@ fn validate_batch_invariant(model: &Model, params: &ContextParams) -> Result<()>
 fn validate_output(model: &Model, params: &ContextParams) -> Result<()> {
     let hp = &model.hparams;
     match params.pooling {
-        None if hp.arch.kind() == Kind::Encoder => Err(Error::InvalidArgument(format!(
+        None if hp.arch.kind == Kind::Encoder => Err(Error::InvalidArgument(format!(
             "{} is an embedding model: it gives embeddings, not text",
-            hp.arch.name()
+            hp.arch.name
         ))),
         Some(Pooling::Rank) if model.weights().classifier.is_empty() => Err(Error::InvalidArgument(
             "rank pooling needs a reranker's classification head (cls.weight or cls.output.weight), \
@@ -734,7 +732,8 @@ fn build(graph: &Graph, model: &Model, kv: &KvCache, params: &ContextParams, sha
         graph,
         own_mask: std::cell::Cell::new(None),
         inputs,
-        model,
+        hparams: &model.hparams,
+        weights: model.weights(),
         kv,
         n_tokens: shape.n_tokens.into(),
         // llama.cpp pads the context to whole cache pages before comparing it; the
@@ -743,7 +742,7 @@ fn build(graph: &Graph, model: &Model, kv: &KvCache, params: &ContextParams, sha
         pooling: params.pooling,
         n_seqs: shape.n_seqs.into(),
     };
-    let output = model.hparams.arch.build(&builder);
+    let output = model.arch().build(&builder);
     graph.mark_output(output);
     graph.expand(output);
     (builder.inputs, output)

@@ -18,7 +18,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{dots, f16_to_f32, hsum_float_8, Product, ROWS_PER_PASS};
+use super::product::{dots, f16_to_f32, hsum_float_8, Product, ROWS_PER_PASS};
 
 /// Weights per block, and values per Q8_0 activation block.
 pub const QK: usize = 32;

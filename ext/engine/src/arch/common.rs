@@ -1,0 +1,87 @@
+//! What several architectures share: loading a llama-like model's weights, and the
+//! loops of decoder and encoder blocks.
+
+use crate::ggml::Tensor;
+use crate::model::{
+    Classifier, Glu, GraphBuilder, HParams, Keys, LayerWeights, Loader, OutputHead, RopeFactors, Weights,
+};
+use crate::Result;
+
+/// For architectures with no hyper-parameters beyond the common ones.
+pub fn no_extra_hparams(_: &Keys, _: &mut HParams) -> Result<()> {
+    Ok(())
+}
+
+/// Where an architecture's output head comes from.
+#[derive(Clone, Copy)]
+pub enum Head {
+    /// `output.weight`, or the embeddings when the file has none.
+    TiedIfAbsent,
+    /// Always the embeddings.
+    Tied,
+    /// Always `output.weight`.
+    Own,
+}
+
+/// The weights of a llama-like model: the embeddings, the output norm and `head`,
+/// then `layer(loader, il)` for each block; no output bias and no rope factors (set
+/// them after, where the architecture has them).
+pub fn load_llama_like(
+    loader: &mut Loader,
+    hp: &HParams,
+    head: Head,
+    mut layer: impl FnMut(&mut Loader, u32) -> Result<LayerWeights>,
+) -> Result<Weights> {
+    let (embd, vocab) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
+    let tok_embd = loader.rows("token_embd.weight", &[embd, vocab])?;
+    let output_norm = loader.norm("output_norm.weight", embd)?;
+    let output = match head {
+        Head::TiedIfAbsent => loader.optional_matrix("output.weight", &[embd, vocab])?,
+        Head::Tied => None,
+        Head::Own => Some(loader.matrix("output.weight", &[embd, vocab])?),
+    };
+    let output = match output {
+        Some(t) => t,
+        None => loader.matrix("token_embd.weight", &[embd, vocab])?,
+    };
+    let layers = (0..hp.n_layer).map(|il| layer(loader, il)).collect::<Result<_>>()?;
+    Ok(Weights {
+        tok_embd,
+        input: None,
+        head: Some(OutputHead {
+            norm: output_norm,
+            output,
+            bias: None,
+        }),
+        classifier: Classifier::default(),
+        rope_factors: RopeFactors::default(),
+        layers,
+    })
+}
+
+/// An encoder's graph: its input, then post-norm blocks (the residual added, then
+/// LayerNormed, after attention and after the feed-forward) around the attention
+/// `attend` builds from a block's input, then the pooling.
+pub fn run_encoder(b: &GraphBuilder, attend: impl Fn(&LayerWeights, usize, Tensor) -> Tensor) -> Tensor {
+    let g = b.graph;
+    let x = b.layers().iter().enumerate().fold(b.embed_encoder(), |x, (il, layer)| {
+        let attn = attend(layer, il, x);
+        let (attn, x) = b.select_outputs_if_last(il, attn, x);
+        let ffn_in = b.norm(g.add(attn, x), layer.attn_post_norm, "attn_out_norm", il);
+        // SiLU for a gated feed-forward (nomic-bert's); bert's sequential one is GELU.
+        let ffn = b.ffn(&layer.ffn, ffn_in, il, Glu::Silu);
+        b.norm(g.add(ffn, ffn_in), layer.ffn_post_norm, "layer_out_norm", il)
+    });
+    b.output(x)
+}
+
+/// Runs `block` over every layer from the embeddings `x`, then the output head (or
+/// the pooling of embeddings, see [`GraphBuilder::output`]).
+pub fn run_layers(b: &GraphBuilder, x: Tensor, block: impl Fn(&LayerWeights, usize, Tensor) -> Tensor) -> Tensor {
+    let x = b
+        .layers()
+        .iter()
+        .enumerate()
+        .fold(x, |x, (il, layer)| block(layer, il, x));
+    b.output(x)
+}

@@ -1,0 +1,251 @@
+//! The CPU backend that runs graphs, with its worker threads.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::time::Instant;
+
+use ggml_sys as sys;
+
+use super::device::{cpu, BufferType};
+use super::graph::{Graph, GraphArena};
+use super::threads::{Governor, SchedStat};
+use crate::{Error, Result};
+
+/// The CPU backend: where graphs run. One per engine context, so each has its
+/// own thread count and abort flag. Its worker threads persist between graphs
+/// (ggml would otherwise start and join them for every forward pass) and may be
+/// shared with another backend that never computes at the same time (see
+/// [`Backend::share_workers`]).
+pub struct Backend {
+    backend: NonNull<sys::ggml_backend>,
+    n_threads: usize,
+    workers: Workers,
+    /// The pool last attached to `backend` (null: none, ggml's threads of one graph).
+    attached: *mut sys::ggml_threadpool,
+    /// Fewer threads while the cores are taken by others; `None`: always `n_threads`.
+    governor: Option<Governor>,
+    /// How many threads the last graph ran on.
+    last_threads: usize,
+    /// Room for the graphs of [`Backend::run_in_segments`], kept between passes.
+    segments: Option<GraphArena>,
+    /// Whether graphs run on ggml's reference kernels (see [`Backend::use_reference_kernels`]).
+    reference: bool,
+}
+
+unsafe impl Send for Backend {}
+
+/// A slot for a worker pool, made on first use and again after a fork.
+type Workers = std::sync::Arc<std::sync::Mutex<Option<Threadpool>>>;
+
+struct Threadpool {
+    pool: NonNull<sys::ggml_threadpool>,
+    /// Worker threads do not survive `fork`: a child must not wait for them.
+    owner_pid: u32,
+}
+
+unsafe impl Send for Threadpool {}
+
+impl Threadpool {
+    fn new(n_threads: usize) -> Result<Threadpool> {
+        let mut params = unsafe { sys::ggml_threadpool_params_default(n_threads as i32) };
+        let pool = NonNull::new(unsafe { (cpu()?.threadpool_new)(&mut params) })
+            .ok_or_else(|| Error::OutOfMemory("CPU thread pool".into()))?;
+        Ok(Threadpool {
+            pool,
+            owner_pid: std::process::id(),
+        })
+    }
+}
+
+impl Drop for Threadpool {
+    fn drop(&mut self) {
+        // In a forked child the workers are gone; joining them would hang, so the
+        // parent's pool is left alone there.
+        if self.owner_pid == std::process::id() {
+            if let Ok(cpu) = cpu() {
+                unsafe { (cpu.threadpool_free)(self.pool.as_ptr()) }
+            }
+        }
+    }
+}
+
+impl Backend {
+    pub fn cpu(n_threads: usize) -> Result<Backend> {
+        let cpu = cpu()?;
+        let backend = NonNull::new(unsafe { sys::ggml_backend_dev_init(cpu.dev, std::ptr::null()) })
+            .ok_or_else(|| Error::OutOfMemory("CPU backend".into()))?;
+        unsafe { (cpu.set_n_threads)(backend.as_ptr(), n_threads as i32) };
+        Ok(Backend {
+            backend,
+            n_threads,
+            workers: Workers::default(),
+            attached: std::ptr::null_mut(),
+            governor: None,
+            last_threads: n_threads,
+            segments: None,
+            reference: false,
+        })
+    }
+
+    /// Runs every later graph on ggml's reference kernels (ggml-cpu's `use_ref`): each
+    /// output of a matrix product is one `vec_dot` over its whole row, and flash
+    /// attention takes a query's keys one at a time, in cell order, skipping the masked
+    /// ones. No kernel then depends on how many rows a pass has or how many threads run
+    /// it, so a row's bits are the same in any batch, as long as weights are not held in
+    /// repacked layouts (whose kernels ignore the setting; see `ModelParams::repack`).
+    pub fn use_reference_kernels(&mut self) -> Result<()> {
+        let set_use_ref = cpu()?
+            .set_use_ref
+            .ok_or_else(|| Error::Cpu("ggml's CPU backend has no ggml_backend_cpu_set_use_ref".into()))?;
+        unsafe { set_use_ref(self.as_ptr(), true) };
+        self.reference = true;
+        Ok(())
+    }
+
+    /// Lets the thread count follow how many cores the machine gives the computing
+    /// thread (see [`crate::ggml::threads`]), for every graph whose result does not depend on it.
+    pub fn adapt_threads(&mut self) {
+        if self.n_threads > 1 && SchedStat::of_this_thread().is_some() {
+            self.governor = Some(Governor::new(self.n_threads));
+        }
+    }
+
+    /// Runs this backend's graphs on `other`'s worker threads. Two pools would each
+    /// keep polling a while after their graph ends, taking cores from the other
+    /// (a draft model and its target take turns many times a token). The caller
+    /// guarantees the two never compute at the same time.
+    pub fn share_workers(&mut self, other: &Backend) {
+        debug_assert_eq!(self.n_threads, other.n_threads, "a pool has one thread count");
+        self.workers = std::sync::Arc::clone(&other.workers);
+    }
+
+    pub fn as_ptr(&self) -> sys::ggml_backend_t {
+        self.backend.as_ptr()
+    }
+
+    pub fn default_buft(&self) -> BufferType {
+        BufferType(unsafe { sys::ggml_backend_get_default_buffer_type(self.as_ptr()) })
+    }
+
+    /// Makes ggml poll `flag` between graph nodes and stop when it is set.
+    ///
+    /// # Safety
+    /// `flag` must outlive every later `compute` on this backend.
+    pub unsafe fn set_abort_flag(&self, flag: *const std::sync::atomic::AtomicBool) {
+        unsafe extern "C" fn should_abort(data: *mut c_void) -> bool {
+            (*(data as *const std::sync::atomic::AtomicBool)).load(std::sync::atomic::Ordering::Relaxed)
+        }
+        // A backend exists only once `cpu()` has succeeded.
+        let cpu = cpu().expect("the CPU backend is loaded");
+        (cpu.set_abort_callback)(self.as_ptr(), Some(should_abort), flag as *mut c_void);
+    }
+
+    /// Attaches the worker pool for this process, made on first use and again after
+    /// a fork, for a graph on all `n_threads`; fewer threads run on threads of ggml's
+    /// own for the one graph, the pool paused meanwhile, so none of it spins.
+    fn attach(&mut self, n_threads: usize) -> Result<()> {
+        let cpu = cpu()?;
+        let pool = if n_threads == self.n_threads && n_threads > 1 {
+            let mut slot = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.as_ref().is_none_or(|p| p.owner_pid != std::process::id()) {
+                // Replacing the old pool drops it, which frees it only in the process that made it.
+                *slot = Some(Threadpool::new(self.n_threads)?);
+            }
+            slot.as_ref().expect("made above").pool.as_ptr()
+        } else {
+            std::ptr::null_mut()
+        };
+        if pool != self.attached {
+            // Detaching pauses the pool; the next graph on it resumes it.
+            unsafe { (cpu.set_threadpool)(self.as_ptr(), pool) };
+            self.attached = pool;
+        }
+        unsafe { (cpu.set_n_threads)(self.as_ptr(), n_threads as i32) };
+        Ok(())
+    }
+
+    /// Lets the worker pool sleep now. After a graph ggml's workers poll for the next
+    /// one for about 100 ms (`poll` 50), which keeps passes close together but takes
+    /// a core from whatever runs once the work is over: another process, Ruby threads.
+    /// Detaching the pool pauses it; the next graph attaches it again and wakes it.
+    pub fn rest(&mut self) {
+        if !self.attached.is_null() {
+            // A backend exists only once `cpu()` has succeeded.
+            let cpu = cpu().expect("the CPU backend is loaded");
+            unsafe { (cpu.set_threadpool)(self.as_ptr(), std::ptr::null_mut()) };
+            self.attached = std::ptr::null_mut();
+        }
+    }
+
+    /// How many threads the last graph ran on.
+    pub fn last_threads(&self) -> usize {
+        self.last_threads
+    }
+
+    /// Runs an allocated graph; `Err(Aborted)` when the abort flag stopped it.
+    pub fn compute(&mut self, graph: &Graph) -> Result<()> {
+        let Some(governor) = &self.governor else {
+            return self.run(graph, self.n_threads);
+        };
+        let n_threads = governor.threads();
+        let (start, before) = (Instant::now(), SchedStat::of_this_thread());
+        let result = if n_threads < self.n_threads && !self.reference && graph.bits_depend_on_threads() {
+            self.run_in_segments(graph, n_threads)
+        } else {
+            self.run(graph, n_threads)
+        };
+        if let (Some(governor), Some(before), Some(after)) =
+            (self.governor.as_mut(), before, SchedStat::of_this_thread())
+        {
+            let now = Instant::now();
+            governor.record(now - start, after.waited.saturating_sub(before.waited), now);
+        }
+        result
+    }
+
+    /// Runs `graph` on `n_threads` threads but its nodes whose bits depend on the thread
+    /// count, which run on all of them: the graph in runs of consecutive nodes of either
+    /// kind, each a graph of its own over the same (allocated) tensors.
+    fn run_in_segments(&mut self, graph: &Graph, n_threads: usize) -> Result<()> {
+        let n_nodes = graph.n_nodes();
+        let mut arena = match self.segments.take() {
+            Some(arena) if arena.max_nodes >= n_nodes as usize => arena,
+            _ => GraphArena::new(n_nodes as usize),
+        };
+        let mut result = Ok(());
+        let mut first = 0;
+        while first < n_nodes && result.is_ok() {
+            let pinned = graph.node_bits_depend_on_threads(first);
+            let last = (first + 1..n_nodes)
+                .find(|&i| graph.node_bits_depend_on_threads(i) != pinned)
+                .unwrap_or(n_nodes);
+            result = arena.graph().and_then(|segment| {
+                (first..last).for_each(|i| segment.add_node(graph.node(i)));
+                self.run(&segment, if pinned { self.n_threads } else { n_threads })
+            });
+            first = last;
+        }
+        self.segments = Some(arena);
+        self.last_threads = n_threads;
+        result
+    }
+
+    /// Runs `graph` on `n_threads` threads.
+    fn run(&mut self, graph: &Graph, n_threads: usize) -> Result<()> {
+        self.attach(n_threads)?;
+        self.last_threads = n_threads;
+        match unsafe { sys::ggml_backend_graph_compute(self.as_ptr(), graph.graph) } {
+            sys::GGML_STATUS_SUCCESS => Ok(()),
+            sys::GGML_STATUS_ABORTED => Err(Error::Aborted),
+            sys::GGML_STATUS_ALLOC_FAILED => Err(Error::OutOfMemory("graph compute".into())),
+            status => Err(Error::Internal(format!("graph compute failed with status {status}"))),
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        unsafe { sys::ggml_backend_free(self.as_ptr()) }
+        // The pool drops after the last backend that used it.
+    }
+}

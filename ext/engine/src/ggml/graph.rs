@@ -1,0 +1,509 @@
+//! A forward pass being built: a [`Graph`] whose methods are the ops the
+//! architectures use, the arena its metadata lives in, and the allocator of its
+//! compute buffer.
+
+use std::ptr::NonNull;
+
+use ggml_sys as sys;
+
+use super::device::BufferType;
+use super::kernels::{self, Products};
+use super::tensor::{Context, Tensor};
+use crate::{Error, Result};
+
+/// How pairs of dimensions are rotated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum RopeMode {
+    /// Consecutive pairs (2i, 2i+1): llama.
+    Norm = 0,
+    /// Halves (i, i + n/2): qwen2, gemma3.
+    Neox = 2,
+}
+
+/// The rotary embedding, with the scaling the file declares (`rope.scaling.type`):
+/// linear scales every frequency by `freq_scale`; YaRN (`ext_factor` 1) blends
+/// scaled and unscaled frequencies between `beta_slow` and `beta_fast` rotations
+/// over `n_ctx_orig` and corrects the magnitude by `attn_factor`; LongRoPE's factors
+/// are tensors (see `RopeFactors` in the model's weights) and its `attn_factor` a key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rope {
+    pub mode: RopeMode,
+    pub n_dims: u32,
+    /// The context the model was trained with before any extension (llama.cpp's
+    /// `n_ctx_orig_yarn`).
+    pub n_ctx_orig: u32,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    pub ext_factor: f32,
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+}
+
+/// A `ggml_gallocr`: plans and holds the compute buffer of the graphs.
+pub struct Gallocr(NonNull<sys::ggml_gallocr>);
+
+unsafe impl Send for Gallocr {}
+
+impl Gallocr {
+    pub fn new(buft: BufferType) -> Result<Gallocr> {
+        NonNull::new(unsafe { sys::ggml_gallocr_new(buft.0) })
+            .map(Gallocr)
+            .ok_or_else(|| Error::OutOfMemory("graph allocator".into()))
+    }
+
+    /// Sizes the compute buffer for `graph` (the worst case) once.
+    pub fn reserve(&mut self, graph: &Graph) -> Result<()> {
+        if unsafe { sys::ggml_gallocr_reserve(self.0.as_ptr(), graph.graph) } {
+            Ok(())
+        } else {
+            Err(Error::OutOfMemory(format!(
+                "compute buffer for {} graph nodes",
+                graph.n_nodes()
+            )))
+        }
+    }
+
+    pub fn alloc(&mut self, graph: &Graph) -> Result<()> {
+        if unsafe { sys::ggml_gallocr_alloc_graph(self.0.as_ptr(), graph.graph) } {
+            Ok(())
+        } else {
+            Err(Error::OutOfMemory("compute buffer".into()))
+        }
+    }
+
+    pub fn buffer_size(&self) -> usize {
+        unsafe { sys::ggml_gallocr_get_buffer_size(self.0.as_ptr(), 0) }
+    }
+}
+
+impl Drop for Gallocr {
+    fn drop(&mut self) {
+        unsafe { sys::ggml_gallocr_free(self.0.as_ptr()) }
+    }
+}
+
+/// The metadata memory for one graph at a time: reused by every forward pass, so
+/// building a graph allocates nothing.
+pub struct GraphArena {
+    buffer: Vec<u8>,
+    pub(super) max_nodes: usize,
+}
+
+impl GraphArena {
+    pub fn new(max_nodes: usize) -> GraphArena {
+        let size =
+            unsafe { sys::ggml_tensor_overhead() * max_nodes + sys::ggml_graph_overhead_custom(max_nodes, false) };
+        GraphArena {
+            buffer: vec![0; size],
+            max_nodes,
+        }
+    }
+
+    /// Starts a new graph in the arena (dropping whatever the previous one built).
+    pub fn graph(&mut self) -> Result<Graph> {
+        let ctx = Context::over_buffer(&mut self.buffer)?;
+        let graph = unsafe { sys::ggml_new_graph_custom(ctx.as_ptr(), self.max_nodes, false) };
+        if graph.is_null() {
+            return Err(Error::Internal("graph arena too small".into()));
+        }
+        Ok(Graph {
+            ctx,
+            graph,
+            products: Products::Ggml,
+            chunks: Default::default(),
+        })
+    }
+}
+
+/// A forward pass being built: a no-alloc context plus its `ggml_cgraph`.
+pub struct Graph {
+    ctx: Context,
+    pub(super) graph: *mut sys::ggml_cgraph,
+    /// Whose products [`Graph::mul_mat`] uses ([`crate::ggml::kernels`]).
+    products: Products,
+    /// The work counters of the graph's products of ours, one per op (its userdata),
+    /// boxed so that they stay put while the graph is computed.
+    #[allow(clippy::vec_box, reason = "ops hold their addresses while the vector grows")]
+    chunks: std::cell::RefCell<Vec<Box<kernels::Chunks>>>,
+}
+
+// SAFETY: the cgraph lives in the context's memory and only its owner uses it,
+// from one thread at a time (a context kept between passes may move threads).
+unsafe impl Send for Graph {}
+
+macro_rules! op {
+    ($self:ident, $call:expr) => {
+        Tensor::from_raw(unsafe { $call }).expect("ggml ops only fail on invalid arguments, which callers validate")
+    };
+}
+
+impl Graph {
+    pub fn n_nodes(&self) -> i32 {
+        unsafe { sys::ggml_graph_n_nodes(self.graph) }
+    }
+
+    /// Whether the CPU backend's result depends on its thread count (see
+    /// [`Graph::node_bits_depend_on_threads`]).
+    pub fn bits_depend_on_threads(&self) -> bool {
+        (0..self.n_nodes()).any(|i| self.node_bits_depend_on_threads(i))
+    }
+
+    /// Whether node `i`'s result depends on the CPU backend's thread count: ggml splits
+    /// the cells of a lone query's flash attention among its threads when they are many
+    /// (ggml-cpu's `ggml_compute_forward_flash_attn_ext_f16`, `use_split_kv_path`);
+    /// every other op gives each thread whole rows.
+    pub fn node_bits_depend_on_threads(&self, i: i32) -> bool {
+        let node = unsafe { &*self.node(i) };
+        if node.op != sys::GGML_OP_FLASH_ATTN_EXT {
+            return false;
+        }
+        let [q, k, v] = [0, 1, 2].map(|j| unsafe { &*node.src[j] });
+        let float = |t: &sys::ggml_tensor| t.type_ == sys::GGML_TYPE_F16 || t.type_ == sys::GGML_TYPE_F32;
+        q.ne[1] == 1
+            && q.ne[3] == 1
+            && q.type_ == sys::GGML_TYPE_F32
+            && float(k)
+            && k.type_ == v.type_
+            && k.ne[1] >= 512
+    }
+
+    pub(super) fn node(&self, i: i32) -> *mut sys::ggml_tensor {
+        unsafe { sys::ggml_graph_node(self.graph, i) }
+    }
+
+    /// Appends a node of another graph (a segment of it, computed on its own).
+    pub(super) fn add_node(&self, node: *mut sys::ggml_tensor) {
+        unsafe { sys::ggml_graph_add_node(self.graph, node) }
+    }
+
+    pub fn expand(&self, t: Tensor) {
+        unsafe { sys::ggml_build_forward_expand(self.graph, t.as_ptr()) }
+    }
+
+    /// A graph input (the allocator gives it memory; we fill it before computing).
+    pub fn input(&self, name: &str, ty: sys::ggml_type, ne: &[i64]) -> Tensor {
+        let t = self.ctx.new_tensor(ty, ne).expect("the arena is sized for the graph");
+        unsafe { sys::ggml_set_input(t.as_ptr()) };
+        t.set_name(name)
+    }
+
+    pub fn mark_output(&self, t: Tensor) {
+        unsafe { sys::ggml_set_output(t.as_ptr()) }
+    }
+
+    fn c(&self) -> *mut sys::ggml_context {
+        self.ctx.as_ptr()
+    }
+
+    pub fn get_rows(&self, a: Tensor, rows: Tensor) -> Tensor {
+        op!(self, sys::ggml_get_rows(self.c(), a.as_ptr(), rows.as_ptr()))
+    }
+
+    /// Sets whose products [`Graph::mul_mat`] uses.
+    pub fn use_products(mut self, products: Products) -> Graph {
+        self.products = products;
+        self
+    }
+
+    /// `w · x`: ggml's `mul_mat`, or a kernel of ours with the same bits for a few
+    /// rows (see [`crate::ggml::kernels`]).
+    pub fn mul_mat(&self, w: Tensor, x: Tensor) -> Tensor {
+        if let Some(kernel) = kernels::for_product(w, x, self.products) {
+            let [k, rows, ..] = x.ne();
+            let quantized = self
+                .ctx
+                .new_tensor(kernel.activation_type(), &[k, rows])
+                .expect("the arena is sized for the graph");
+            let quantized = op!(self, sys::ggml_cpy(self.c(), x.as_ptr(), quantized.as_ptr()));
+            let mut args = [w.as_ptr(), quantized.as_ptr()];
+            return op!(
+                self,
+                sys::ggml_custom_4d(
+                    self.c(),
+                    sys::GGML_TYPE_F32,
+                    w.ne()[1],
+                    rows,
+                    1,
+                    1,
+                    args.as_mut_ptr(),
+                    args.len() as i32,
+                    kernel.op(),
+                    sys::GGML_N_TASKS_MAX,
+                    self.new_chunks(),
+                )
+            );
+        }
+        op!(self, sys::ggml_mul_mat(self.c(), w.as_ptr(), x.as_ptr()))
+    }
+
+    /// A work counter for a product of ours, kept as long as the graph.
+    fn new_chunks(&self) -> *mut std::ffi::c_void {
+        let mut chunks = self.chunks.borrow_mut();
+        chunks.push(Box::default());
+        let counter: &kernels::Chunks = chunks.last().expect("just pushed");
+        (counter as *const kernels::Chunks).cast_mut().cast()
+    }
+
+    /// `w[ids[i, t]] · x[:, i, t]` for each selected expert `i` of each token `t`.
+    pub fn mul_mat_id(&self, w: Tensor, x: Tensor, ids: Tensor) -> Tensor {
+        op!(
+            self,
+            sys::ggml_mul_mat_id(self.c(), w.as_ptr(), x.as_ptr(), ids.as_ptr())
+        )
+    }
+
+    pub fn soft_max(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_soft_max(self.c(), a.as_ptr()))
+    }
+
+    /// `softmax(a * scale + mask)` per row (no ALiBi).
+    pub fn soft_max_ext(&self, a: Tensor, mask: Tensor, scale: f32) -> Tensor {
+        op!(
+            self,
+            sys::ggml_soft_max_ext(self.c(), a.as_ptr(), mask.as_ptr(), scale, 0.0)
+        )
+    }
+
+    /// `w · x` accumulated in F32 whatever the types (llama.cpp's attention scores).
+    pub fn mul_mat_f32(&self, w: Tensor, x: Tensor) -> Tensor {
+        let out = self.mul_mat(w, x);
+        unsafe { sys::ggml_mul_mat_set_prec(out.as_ptr(), sys::GGML_PREC_F32) };
+        out
+    }
+
+    pub fn cont_2d(&self, a: Tensor, ne0: i64, ne1: i64) -> Tensor {
+        op!(self, sys::ggml_cont_2d(self.c(), a.as_ptr(), ne0, ne1))
+    }
+
+    /// The indices of the `k` largest values of each row, largest first.
+    pub fn argsort_top_k(&self, a: Tensor, k: i32) -> Tensor {
+        op!(self, sys::ggml_argsort_top_k(self.c(), a.as_ptr(), k))
+    }
+
+    pub fn sum_rows(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_sum_rows(self.c(), a.as_ptr()))
+    }
+
+    pub fn clamp(&self, a: Tensor, min: f32, max: f32) -> Tensor {
+        op!(self, sys::ggml_clamp(self.c(), a.as_ptr(), min, max))
+    }
+
+    pub fn div(&self, a: Tensor, b: Tensor) -> Tensor {
+        op!(self, sys::ggml_div(self.c(), a.as_ptr(), b.as_ptr()))
+    }
+
+    pub fn cont(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_cont(self.c(), a.as_ptr()))
+    }
+
+    pub fn add(&self, a: Tensor, b: Tensor) -> Tensor {
+        op!(self, sys::ggml_add(self.c(), a.as_ptr(), b.as_ptr()))
+    }
+
+    pub fn mul(&self, a: Tensor, b: Tensor) -> Tensor {
+        op!(self, sys::ggml_mul(self.c(), a.as_ptr(), b.as_ptr()))
+    }
+
+    pub fn scale(&self, a: Tensor, s: f32) -> Tensor {
+        op!(self, sys::ggml_scale(self.c(), a.as_ptr(), s))
+    }
+
+    pub fn tanh(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_tanh(self.c(), a.as_ptr()))
+    }
+
+    pub fn rms_norm(&self, a: Tensor, eps: f32) -> Tensor {
+        op!(self, sys::ggml_rms_norm(self.c(), a.as_ptr(), eps))
+    }
+
+    /// LayerNorm without its weight and bias: mean 0, variance 1 per row.
+    pub fn layer_norm(&self, a: Tensor, eps: f32) -> Tensor {
+        op!(self, sys::ggml_norm(self.c(), a.as_ptr(), eps))
+    }
+
+    /// GELU with ggml's tabulated approximation (as llama.cpp's `LLM_FFN_GELU`).
+    pub fn gelu(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_gelu(self.c(), a.as_ptr()))
+    }
+
+    /// A contiguous copy of `a` in another type.
+    pub fn cast(&self, a: Tensor, ty: sys::ggml_type) -> Tensor {
+        op!(self, sys::ggml_cast(self.c(), a.as_ptr(), ty))
+    }
+
+    pub fn transpose(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_transpose(self.c(), a.as_ptr()))
+    }
+
+    pub fn swiglu_split(&self, gate: Tensor, up: Tensor) -> Tensor {
+        op!(self, sys::ggml_swiglu_split(self.c(), gate.as_ptr(), up.as_ptr()))
+    }
+
+    pub fn geglu_split(&self, gate: Tensor, up: Tensor) -> Tensor {
+        op!(self, sys::ggml_geglu_split(self.c(), gate.as_ptr(), up.as_ptr()))
+    }
+
+    /// SwiGLU of one tensor: silu of its first half times its second half.
+    pub fn swiglu(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_swiglu(self.c(), a.as_ptr()))
+    }
+
+    /// GeGLU of one tensor: gelu of its first half times its second half.
+    pub fn geglu(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_geglu(self.c(), a.as_ptr()))
+    }
+
+    pub fn view_3d(&self, a: Tensor, ne: [i64; 3], nb1: usize, nb2: usize, offset: usize) -> Tensor {
+        op!(
+            self,
+            sys::ggml_view_3d(self.c(), a.as_ptr(), ne[0], ne[1], ne[2], nb1, nb2, offset)
+        )
+    }
+
+    pub fn reshape_2d(&self, a: Tensor, ne0: i64, ne1: i64) -> Tensor {
+        op!(self, sys::ggml_reshape_2d(self.c(), a.as_ptr(), ne0, ne1))
+    }
+
+    pub fn reshape_4d(&self, a: Tensor, ne: [i64; 4]) -> Tensor {
+        op!(
+            self,
+            sys::ggml_reshape_4d(self.c(), a.as_ptr(), ne[0], ne[1], ne[2], ne[3])
+        )
+    }
+
+    /// `cur` rotated by the Walsh-Hadamard matrix `rot` (n × n) in rows of n, as
+    /// llama.cpp's `llama_mul_mat_hadamard`: a matrix product the CPU backend
+    /// computes as a fast Walsh-Hadamard transform, told so by its hint.
+    pub fn mul_mat_hadamard(&self, cur: Tensor, rot: Tensor) -> Tensor {
+        let n = rot.ne()[0];
+        let ne = cur.ne();
+        let rows = ne.iter().product::<i64>() / n;
+        let res = if unsafe { sys::ggml_is_contiguous(cur.as_ptr()) } {
+            self.reshape_2d(cur, n, rows)
+        } else {
+            self.cont_2d(cur, n, rows)
+        };
+        let res = self.mul_mat(rot, res);
+        unsafe { sys::ggml_mul_mat_set_hint(res.as_ptr(), sys::GGML_HINT_SRC0_IS_HADAMARD) };
+        self.reshape_4d(res, ne)
+    }
+
+    pub fn reshape_3d(&self, a: Tensor, ne0: i64, ne1: i64, ne2: i64) -> Tensor {
+        op!(self, sys::ggml_reshape_3d(self.c(), a.as_ptr(), ne0, ne1, ne2))
+    }
+
+    pub fn view_2d(&self, a: Tensor, ne0: i64, ne1: i64, nb1: usize, offset: usize) -> Tensor {
+        op!(self, sys::ggml_view_2d(self.c(), a.as_ptr(), ne0, ne1, nb1, offset))
+    }
+
+    pub fn view_1d(&self, a: Tensor, ne0: i64, offset: usize) -> Tensor {
+        op!(self, sys::ggml_view_1d(self.c(), a.as_ptr(), ne0, offset))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn view_4d(&self, a: Tensor, ne: [i64; 4], nb1: usize, nb2: usize, nb3: usize, offset: usize) -> Tensor {
+        op!(
+            self,
+            sys::ggml_view_4d(self.c(), a.as_ptr(), ne[0], ne[1], ne[2], ne[3], nb1, nb2, nb3, offset)
+        )
+    }
+
+    pub fn permute(&self, a: Tensor, axes: [i32; 4]) -> Tensor {
+        op!(
+            self,
+            sys::ggml_permute(self.c(), a.as_ptr(), axes[0], axes[1], axes[2], axes[3])
+        )
+    }
+
+    pub fn set_rows(&self, dst: Tensor, src: Tensor, rows: Tensor) -> Tensor {
+        op!(
+            self,
+            sys::ggml_set_rows(self.c(), dst.as_ptr(), src.as_ptr(), rows.as_ptr())
+        )
+    }
+
+    /// The rotary embedding `rope` describes (YaRN included); `freq_factors`, where
+    /// given, divides each pair's frequency (llama3's `rope_freqs`, LongRoPE's factors).
+    pub fn rope(&self, x: Tensor, pos: Tensor, rope: &Rope, freq_factors: Option<Tensor>) -> Tensor {
+        op!(
+            self,
+            sys::ggml_rope_ext(
+                self.c(),
+                x.as_ptr(),
+                pos.as_ptr(),
+                freq_factors.map_or(std::ptr::null_mut(), |f| f.as_ptr()),
+                rope.n_dims as i32,
+                rope.mode as i32,
+                rope.n_ctx_orig as i32,
+                rope.freq_base,
+                rope.freq_scale,
+                rope.ext_factor,
+                rope.attn_factor,
+                rope.beta_fast,
+                rope.beta_slow,
+            )
+        )
+    }
+
+    /// Flash attention with F32 accumulation, as llama.cpp sets it; a non-zero
+    /// `logit_softcap` caps the scores at `cap * tanh(score / cap)`.
+    pub fn flash_attn(
+        &self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor,
+        kq_scale: f32,
+        logit_softcap: f32,
+    ) -> Tensor {
+        let out = op!(
+            self,
+            sys::ggml_flash_attn_ext(
+                self.c(),
+                q.as_ptr(),
+                k.as_ptr(),
+                v.as_ptr(),
+                mask.as_ptr(),
+                kq_scale,
+                0.0,
+                logit_softcap
+            )
+        );
+        unsafe { sys::ggml_flash_attn_ext_set_prec(out.as_ptr(), sys::GGML_PREC_F32) };
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A graph of one flash attention: `n_q` queries over `n_kv` cells stored as `kv`.
+    fn attention(n_q: i64, n_kv: i64, kv: sys::ggml_type) -> bool {
+        let mut arena = GraphArena::new(16);
+        let graph = arena.graph().unwrap();
+        let q = graph.input("q", sys::GGML_TYPE_F32, &[64, n_q, 4, 1]);
+        let k = graph.input("k", kv, &[64, n_kv, 2, 1]);
+        let v = graph.input("v", kv, &[64, n_kv, 2, 1]);
+        let mask = graph.input("mask", sys::GGML_TYPE_F16, &[n_kv, n_q, 1, 1]);
+        graph.expand(graph.flash_attn(q, k, v, mask, 0.125, 0.0));
+        graph.bits_depend_on_threads()
+    }
+
+    #[test]
+    fn only_a_lone_querys_flash_attention_over_512_float_cells_depends_on_threads() {
+        assert!(attention(1, 512, sys::GGML_TYPE_F16));
+        assert!(attention(1, 4096, sys::GGML_TYPE_F32));
+        assert!(!attention(1, 511, sys::GGML_TYPE_F16));
+        assert!(!attention(2, 512, sys::GGML_TYPE_F16));
+        assert!(!attention(1, 4096, sys::GGML_TYPE_Q8_0));
+        let mut arena = GraphArena::new(16);
+        let graph = arena.graph().unwrap();
+        let w = graph.input("w", sys::GGML_TYPE_F32, &[64, 64]);
+        let x = graph.input("x", sys::GGML_TYPE_F32, &[64, 1]);
+        graph.expand(graph.mul_mat(w, x));
+        assert!(!graph.bits_depend_on_threads());
+    }
+}

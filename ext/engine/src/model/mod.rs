@@ -1,0 +1,186 @@
+//! A model: the GGUF mapped, its hyper-parameters read, every tensor the
+//! architecture needs checked and placed in a backend buffer before any graph
+//! is built.
+
+use std::sync::Arc;
+
+use elelem_gguf::{FileBytes, Gguf, Value};
+use elelem_tokenizer::Tokenizer;
+
+use crate::ggml::{self, Buffer, CpuDevice};
+use crate::{Error, Result};
+
+pub mod hparams;
+pub mod inputs;
+pub mod layers;
+mod loader;
+mod spec;
+pub mod weights;
+
+pub(crate) use hparams::{read_swa, Keys};
+pub use hparams::{ArchTraits, HParams, Kind, Pooling, Swa};
+pub use layers::{Glu, GraphBuilder};
+pub(crate) use loader::Loader;
+pub use spec::{Arch, ArchSpec};
+pub use weights::{
+    AttentionWeights, Classifier, EncoderInput, FfnWeights, LayerWeights, Norm, OutputHead, QkvWeights, RopeFactors,
+    Weights,
+};
+
+#[derive(Debug, Clone)]
+pub struct ModelParams {
+    /// Layers to offload to a GPU. This build has the CPU backend only, so like
+    /// llama.cpp it runs everything on the CPU and reports 0 layers offloaded.
+    pub n_gpu_layers: u32,
+    /// Copy the weights whose type and shape the CPU has faster kernels for into those
+    /// kernels' interleaved layouts, as llama.cpp does (on by default). Their products
+    /// take one path for a few rows and another for more, so a batch-invariant context
+    /// (`ContextParams::batch_invariant`) needs a model opened without.
+    pub repack: bool,
+}
+
+impl Default for ModelParams {
+    fn default() -> Self {
+        ModelParams {
+            n_gpu_layers: 0,
+            repack: true,
+        }
+    }
+}
+
+/// A loaded model. Immutable after `Model::open`; share it across contexts with `Arc`.
+pub struct Model {
+    arch: Arch,
+    pub hparams: HParams,
+    pub(crate) weights: Weights,
+    /// The tokenizer, or why the file's vocabulary cannot be used (ids still work then).
+    tokenizer: std::result::Result<Arc<Tokenizer>, String>,
+    chat_template: Option<String>,
+    weights_bytes: usize,
+    repacked_bytes: usize,
+    n_weights: usize,
+    // Declared after `weights` so the tensors' buffers and the mapping outlive nothing
+    // that points into them: buffers reference the file's mapping.
+    _buffers: Vec<Buffer>,
+    _contexts: Vec<ggml::Context>,
+    _file: FileBytes,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("hparams", &self.hparams).finish()
+    }
+}
+
+impl Model {
+    /// Loads `gguf` as a model of `arch` (which `crate::arch::lookup` finds by name;
+    /// `Model::open` does both).
+    pub fn load(gguf: Gguf, arch: Arch, params: &ModelParams) -> Result<Model> {
+        let embd = gguf
+            .tensor("token_embd.weight")
+            .ok_or_else(|| Error::Load("missing tensor token_embd.weight".into()))?;
+        let n_vocab = embd
+            .dims
+            .get(1)
+            .and_then(|&n| u32::try_from(n).ok())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                Error::Load(format!(
+                    "tensor token_embd.weight has shape {:?}, expected [n_embd, n_vocab]",
+                    embd.dims
+                ))
+            })?;
+        let hparams = HParams::read(&gguf, arch.traits(), n_vocab, arch.read_extra_hparams())?;
+        validate_vocab(&gguf, n_vocab)?;
+
+        let device = CpuDevice::get()?;
+        let mut loader = Loader::new(&gguf, &device, params.repack)?;
+        let weights = arch.load(&mut loader, &hparams)?;
+        loader.check_all_used(arch.name())?;
+        let placed = loader.place()?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)
+            .map(Arc::new)
+            .map_err(|e| format!("this model's tokenizer is not supported: {e}"));
+        let chat_template = gguf
+            .get("tokenizer.chat_template")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        // Everything before the tensor data has been read into our own structures.
+        gguf.release(0..gguf.data_offset() as usize);
+        Ok(Model {
+            arch,
+            hparams,
+            weights,
+            tokenizer,
+            chat_template,
+            weights_bytes: placed.weights_bytes,
+            repacked_bytes: placed.repacked_bytes,
+            n_weights: placed.n_weights,
+            _buffers: placed.buffers,
+            _contexts: placed.contexts,
+            _file: gguf.into_file_bytes(),
+        })
+    }
+
+    /// Bytes of weight data the graphs read (mapped plus repacked).
+    pub fn weights_bytes(&self) -> usize {
+        self.weights_bytes
+    }
+
+    /// Bytes of weights copied into repacked layouts (the rest is the mapping itself).
+    pub fn repacked_bytes(&self) -> usize {
+        self.repacked_bytes
+    }
+
+    /// How many weight tensors the graphs use.
+    pub fn n_weights(&self) -> usize {
+        self.n_weights
+    }
+
+    /// Whether `token` ends a generation (llama.cpp's end-of-generation set).
+    pub fn is_eog(&self, token: u32) -> bool {
+        self.tokenizer.as_ref().is_ok_and(|t| t.is_eog(token))
+    }
+
+    /// The model's tokenizer, shared: it outlives the model in whoever clones it.
+    pub fn tokenizer(&self) -> Result<&Arc<Tokenizer>> {
+        self.tokenizer.as_ref().map_err(|e| Error::Tokenizer(e.clone()))
+    }
+
+    /// The GGUF's Jinja chat template, if it has one.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+
+    pub(crate) fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
+    /// Its architecture.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+}
+
+fn validate_vocab(gguf: &Gguf, n_vocab: u32) -> Result<()> {
+    let Some(tokens) = gguf.get("tokenizer.ggml.tokens") else {
+        return Ok(());
+    };
+    let n_tokens = tokens.as_array().map(<[Value]>::len).unwrap_or(0);
+    if n_tokens != n_vocab as usize {
+        return Err(Error::Load(format!(
+            "tokenizer.ggml.tokens has {n_tokens} entries but token_embd.weight has {n_vocab} rows"
+        )));
+    }
+    for key in ["tokenizer.ggml.scores", "tokenizer.ggml.token_type"] {
+        if let Some(v) = gguf.get(key) {
+            let n = v.as_array().map(<[Value]>::len).unwrap_or(0);
+            if n != n_tokens {
+                return Err(Error::Load(format!(
+                    "{key} has {n} entries, tokenizer.ggml.tokens has {n_tokens}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}

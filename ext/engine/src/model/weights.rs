@@ -1,0 +1,148 @@
+//! The typed weights an architecture declares (see [`super::spec::ArchSpec`]) and its
+//! graph reads: a block's norms, attention and feed-forward, the output head.
+
+use crate::ggml::Tensor;
+
+/// The weights of one transformer block. What every block has is required; the
+/// norms an architecture may lack are options the graph applies where present.
+pub struct LayerWeights {
+    /// Before attention (post-norm blocks, olmo2's and bert's, have none).
+    pub attn_norm: Option<Norm>,
+    pub attn: AttentionWeights,
+    /// After attention: before its residual add (gemma2, gemma3, olmo2), or after
+    /// it (bert's `attn_output_norm`).
+    pub attn_post_norm: Option<Norm>,
+    /// Before the feed-forward.
+    pub ffn_norm: Option<Norm>,
+    pub ffn: FfnWeights,
+    /// After the feed-forward: before its residual add, or after it (bert's
+    /// `layer_output_norm`).
+    pub ffn_post_norm: Option<Norm>,
+}
+
+/// A norm's weight and, for LayerNorms, its bias. Which norm it is (RMS or
+/// LayerNorm) is the architecture's [`Kind`].
+#[derive(Clone, Copy)]
+pub struct Norm {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl From<Tensor> for Norm {
+    fn from(weight: Tensor) -> Norm {
+        Norm { weight, bias: None }
+    }
+}
+
+/// Self-attention's projections.
+pub struct AttentionWeights {
+    pub qkv: QkvWeights,
+    /// RMS norms of Q and K before rope: one head wide (qwen3, gemma3) or over all
+    /// the heads (olmo2).
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    pub wo: Tensor,
+    pub bo: Option<Tensor>,
+}
+
+/// Q, K and V: three projections, or one fused (llama.cpp's `create_tensor_qkv`).
+pub enum QkvWeights {
+    Separate {
+        wq: Tensor,
+        wk: Tensor,
+        wv: Tensor,
+        bq: Option<Tensor>,
+        bk: Option<Tensor>,
+        bv: Option<Tensor>,
+    },
+    Fused {
+        wqkv: Tensor,
+        bqkv: Option<Tensor>,
+    },
+}
+
+/// The feed-forward of a block.
+pub enum FfnWeights {
+    /// `down(act(gate(x)) * up(x))`.
+    Gated { gate: Tensor, up: Tensor, down: Tensor },
+    /// The gate and up projections in one `up` twice as wide, the gate its first half (phi3).
+    GatedFused { up: Tensor, down: Tensor },
+    /// `down(gelu(up(x) + up_b)) + down_b` (bert).
+    Sequential {
+        up: Tensor,
+        up_b: Option<Tensor>,
+        down: Tensor,
+        down_b: Option<Tensor>,
+    },
+    /// A mixture of SwiGLU experts: the router [n_embd, n_expert] and the experts'
+    /// stacked weights [.., .., n_expert].
+    Experts {
+        router: Tensor,
+        gate: Tensor,
+        up: Tensor,
+        down: Tensor,
+    },
+}
+
+pub struct Weights {
+    pub tok_embd: Tensor,
+    /// What an encoder adds to the token embeddings before its first block.
+    pub input: Option<EncoderInput>,
+    /// The language-model head: every decoder has one, encoders none.
+    pub head: Option<OutputHead>,
+    /// A reranker's classification head, which `rank` pooling applies.
+    pub classifier: Classifier,
+    /// Per-pair divisors of the rotary frequencies, where the model has them.
+    pub rope_factors: RopeFactors,
+    pub layers: Vec<LayerWeights>,
+}
+
+/// The final norm and the projection to the vocabulary.
+pub struct OutputHead {
+    pub norm: Norm,
+    /// `token_embd.weight` when the model ties them.
+    pub output: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+/// BERT's input: the first token type's row (every token is "sentence A", as in
+/// llama.cpp), absolute positions where the model has them, and a LayerNorm.
+pub struct EncoderInput {
+    pub token_type: Option<Tensor>,
+    pub positions: Option<Tensor>,
+    pub norm: Norm,
+}
+
+/// `tanh(cls · x + cls_b)` then `cls_out · _ + cls_out_b`, each part where present
+/// (llama.cpp's `build_pooling` for `rank`).
+#[derive(Default)]
+pub struct Classifier {
+    pub dense: Option<(Tensor, Option<Tensor>)>,
+    pub out: Option<(Tensor, Option<Tensor>)>,
+}
+
+impl Classifier {
+    pub fn is_empty(&self) -> bool {
+        self.dense.is_none() && self.out.is_none()
+    }
+}
+
+/// F32 [rope dims / 2] tensors that divide each rotated pair's frequency: Llama 3.1's
+/// `rope_freqs` (llama3 rope scaling), or LongRoPE's `rope_factors_long` and
+/// `rope_factors_short` (Phi-3.5, Phi-4-mini), of which a context picks one.
+#[derive(Default, Clone, Copy)]
+pub struct RopeFactors {
+    pub freqs: Option<Tensor>,
+    pub long: Option<Tensor>,
+    pub short: Option<Tensor>,
+}
+
+impl RopeFactors {
+    /// The factors a context of `n_ctx_seq` cells rotates with, as llama.cpp's
+    /// `get_rope_factors` picks them: `rope_freqs` if present, else LongRoPE's long
+    /// factors when the context is longer than the model's original one, else the short.
+    pub fn for_context(&self, n_ctx_seq: u32, n_ctx_orig: u32) -> Option<Tensor> {
+        self.freqs
+            .or(if n_ctx_seq > n_ctx_orig { self.long } else { self.short })
+    }
+}

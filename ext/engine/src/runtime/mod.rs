@@ -1,0 +1,19 @@
+//! Running a model: a [`Context`] of sequences over its KV cache, continuous batching
+//! of requests ([`Batcher`], [`Scheduler`]), speculative decoding, embeddings, and the
+//! one-sequence generation loop.
+
+pub mod batcher;
+pub mod context;
+pub mod embed;
+pub mod generate;
+pub mod ngram_cache;
+pub mod scheduler;
+pub mod speculative;
+
+pub use batcher::{Batcher, Chooser, DraftStats, Event, Logprob, Request, RequestId, Summary};
+pub use context::{BatchToken, Context, ContextParams, DecodeStats};
+pub use embed::{EmbedParams, Embedder, Normalize};
+pub use generate::generate;
+pub use ngram_cache::NgramCache;
+pub use scheduler::{ContextSnapshot, Lease, Scheduler};
+pub use speculative::{DraftLength, DraftSource, Speculation, SpeculativeParams};
