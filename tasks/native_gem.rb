@@ -22,7 +22,7 @@ module NativeGem
   STAGE = File.join(WORK, PLATFORM)
   PKG = File.join(ROOT, "pkg")
   # What a user's gem holds besides the libraries.
-  FILES = ["lib/**/*.rb", "exe/*", "README.md", "CHANGELOG.md", "LICENSE"].freeze
+  FILES = ["lib/**/*.rb", "exe/*", "README.md", "CHANGELOG.md", "LICENSE", "docs/*.md"].freeze
 
   module_function
 
