@@ -103,6 +103,7 @@ fn main() {
     }
 
     generate_bindings(&ggml, &out);
+    generate_block_layouts(&ggml, &out);
 
     let cpu_flags = if variants.is_empty() {
         cpu_flags.join(" ")
@@ -110,6 +111,7 @@ fn main() {
         String::new()
     };
     println!("cargo:rustc-env=ELELEM_GGML_VERSION={version}");
+    println!("cargo:rustc-env=ELELEM_GGML_SOURCE_DIR={}", ggml.display());
     println!("cargo:rustc-env=ELELEM_GGML_CPU_FLAGS={cpu_flags}");
     println!("cargo:rustc-env=ELELEM_GGML_COMPILER={compiler_version}");
     println!("cargo:rustc-env=ELELEM_GGML_ISA={}", isa.join(" "));
@@ -119,6 +121,7 @@ fn main() {
     }
     println!("cargo:rerun-if-changed={}", ggml.display());
     println!("cargo:rerun-if-changed=wrapper.h");
+    println!("cargo:rerun-if-changed=layouts.hpp");
     println!("cargo:rerun-if-changed=include/elelem_amx.h");
     println!("cargo:rerun-if-changed=src/variants.rs");
     for var in [
@@ -502,5 +505,23 @@ fn generate_bindings(ggml: &Path, out: &Path) {
         .generate()
         .expect("bindgen failed on ggml's headers")
         .write_to_file(out.join("bindings.rs"))
+        .unwrap();
+}
+
+/// ggml's quantized block types (`ggml-common.h`, and `repack.h`'s interleaved ones) as
+/// Rust structs with ggml's layout, for elelem's kernels to check their own against at
+/// compile time: a ggml that moves a field fails the build, not the bits.
+fn generate_block_layouts(ggml: &Path, out: &Path) {
+    bindgen::Builder::default()
+        .header("layouts.hpp")
+        .clang_args(["-x", "c++", "-std=c++17"])
+        .clang_arg(format!("-I{}", ggml.join("include").display()))
+        .clang_arg(format!("-I{}", ggml.join("src").display()))
+        .clang_arg(format!("-I{}", ggml.join("src/ggml-cpu").display()))
+        .allowlist_type("block_(q4_K|q6_K|q8_K|q5_0|q8_0|q4_Kx8)")
+        .layout_tests(false)
+        .generate()
+        .expect("bindgen failed on ggml's block types")
+        .write_to_file(out.join("layouts.rs"))
         .unwrap();
 }

@@ -11,6 +11,9 @@
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
 /// The version of the vendored ggml, as its CMake would report it.
+/// Where the ggml sources this build compiled are (`vendor/ggml`, or `ELELEM_GGML_DIR`):
+/// tests check what elelem mirrors of ggml's private code against them.
+pub const GGML_SOURCE_DIR: &str = env!("ELELEM_GGML_SOURCE_DIR");
 pub const GGML_VERSION: &str = env!("ELELEM_GGML_VERSION");
 
 /// The flags the CPU backend was compiled with (`-march=native` unless told otherwise);
@@ -54,3 +57,10 @@ mod variants {
 pub use variants::{variant_spec, VariantSpec, DEFAULT_VARIANTS, X86_VARIANTS};
 
 pub mod cpu;
+
+/// ggml's quantized block types with ggml's own layout (read by bindgen from its headers),
+/// for code that declares its own copies to check them against.
+#[allow(non_camel_case_types, non_snake_case, dead_code)]
+pub mod layouts {
+    include!(concat!(env!("OUT_DIR"), "/layouts.rs"));
+}

@@ -48,7 +48,14 @@ const TINYBLAS_Q8_0_MAX_ROWS: i64 = 24;
 /// From this many rows on, ggml's default kernels multiply plain K-quant weights with
 /// their tiled product (`ggml_tiled_min_batch`), whose bits are not `vec_dot`'s.
 /// Unless there is a kernel of ours for the tiled order, the products stay ggml's.
+/// What this module mirrors of ggml's private choices (this number, its switches'
+/// parsing, the repacking buffer's name) is checked against the vendored source by
+/// `tests::ggmls_private_choices_are_the_ones_mirrored_here`; the block layouts are
+/// checked against ggml's headers at compile time (`same_layout!`).
 const TILED_MIN_ROWS: i64 = 8;
+
+/// The name of ggml's repacking buffer type (`ggml_backend_cpu_repack_buffer_type`).
+const REPACK_BUFFER: &str = "CPU_REPACK";
 
 /// A lone row gains nothing from our plain Q4_K, Q5_0 and Q8_0 kernels: `vec_dot`
 /// streams one weight row at a time as fast (ours pays its per-block decoding for one
@@ -93,7 +100,7 @@ pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
     // below eight rows) or its tiled kernel, repacked Q4_K ones with a gemm per four
     // rows and a gemv for the rest: each kernel here follows whichever ggml runs.
     // Q5_0 and Q8_0 take the same float steps in `vec_dot` and in tinyBLAS.
-    let tiled = !reference && rows >= TILED_MIN_ROWS && tiled_enabled();
+    let tiled = !reference && tiled_takes(rows);
     let kernel = match (w.ggml_type(), repacked) {
         (sys::GGML_TYPE_Q4_K, true) if n % 8 == 0 => Kernel::Q4Kx8,
         (sys::GGML_TYPE_Q4_K, false) if !tiled && rows > VEC_DOT_ROWS => Kernel::Q4K,
@@ -105,13 +112,36 @@ pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
     (rows <= kernel.max_rows(reference)).then_some(kernel)
 }
 
-/// Whether ggml's tiled kernel is on: `GGML_CPU_TILED_MM` unset or not 0, as ggml
-/// reads it.
-fn tiled_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("GGML_CPU_TILED_MM").map_or(true, |v| v.trim().parse::<i64>().is_ok_and(|n| n != 0))
-    })
+/// Whether ggml's tiled kernel takes a product of `rows` activation rows (of a type it
+/// has): `GGML_CPU_TILED_MM` unset or not 0 (ggml's master switch), and `rows` at least
+/// [`TILED_MIN_ROWS`] or `GGML_CPU_TILED_MM_FORCE=1` (`ggml_tiled_min_batch`), each
+/// parsed with C's `atoi` as ggml parses it.
+fn tiled_takes(rows: i64) -> bool {
+    static SWITCHES: OnceLock<(bool, bool)> = OnceLock::new();
+    let (enabled, forced) = *SWITCHES.get_or_init(|| {
+        let switch = |name: &str| std::env::var(name).ok().map(|v| atoi(&v));
+        (
+            switch("GGML_CPU_TILED_MM").is_none_or(|n| n != 0),
+            switch("GGML_CPU_TILED_MM_FORCE") == Some(1),
+        )
+    });
+    enabled && (rows >= TILED_MIN_ROWS || forced)
+}
+
+/// C's `atoi`: blanks, a sign, then the digits up to the first other character (0 when
+/// there are none).
+fn atoi(text: &str) -> i64 {
+    let text = text.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let (sign, digits) = match text.as_bytes().first() {
+        Some(b'-') => (-1, &text[1..]),
+        Some(b'+') => (1, &text[1..]),
+        _ => (1, text),
+    };
+    let n = digits
+        .bytes()
+        .take_while(u8::is_ascii_digit)
+        .fold(0i64, |n, d| n.wrapping_mul(10).wrapping_add(i64::from(d - b'0')));
+    sign * n
 }
 
 /// Whether this CPU runs our kernels (all of them need AVX-512 VNNI).
@@ -148,7 +178,7 @@ fn is_repacked(w: Tensor) -> bool {
     !buffer.is_null()
         && unsafe { std::ffi::CStr::from_ptr(sys::ggml_backend_buft_name(sys::ggml_backend_buffer_get_type(buffer))) }
             .to_bytes()
-            == b"CPU_REPACK"
+            == REPACK_BUFFER.as_bytes()
 }
 
 /// A product of ours: the type its activations are quantized to first, and the op.

@@ -16,6 +16,23 @@ pub(super) struct BlockQ8K {
     pub(super) bsums: [i16; QK_K / 16],
 }
 
+/// Fails the build unless our block type `$ours` has the layout of ggml's `$theirs`
+/// (read from ggml's headers by bindgen): the same size, each named field at the same
+/// offset, and no more alignment than ggml's (ours reads ggml's memory).
+macro_rules! same_layout {
+    ($ours:ty, $theirs:ty, $($field:ident),+) => {
+        const _: () = {
+            use std::mem::{align_of, offset_of, size_of};
+            assert!(size_of::<$ours>() == size_of::<$theirs>());
+            assert!(align_of::<$ours>() <= align_of::<$theirs>());
+            $(assert!(offset_of!($ours, $field) == offset_of!($theirs, $field));)+
+        };
+    };
+}
+pub(super) use same_layout;
+
+same_layout!(BlockQ8K, sys::layouts::block_q8_K, d, qs, bsums);
+
 /// A product's operands, as its op finds them: `out = w · x`.
 pub(super) struct Product<W, X = BlockQ8K> {
     /// The weights: `n_weight_rows` rows of `nb` blocks each (stored row by row, or

@@ -13,7 +13,9 @@
 
 use std::arch::x86_64::*;
 
-use super::product::{dots, f16_to_f32, hsum_float_8, scales_and_mins, BlockQ8K, Dot, Product, QK_K, ROWS_PER_PASS};
+use super::product::{
+    dots, f16_to_f32, hsum_float_8, same_layout, scales_and_mins, BlockQ8K, Dot, Product, QK_K, ROWS_PER_PASS,
+};
 
 /// ggml's `block_q4_K`.
 #[repr(C)]
@@ -25,6 +27,8 @@ pub struct BlockQ4K {
     /// Sub-blocks `2j` (low nibbles) and `2j + 1` (high nibbles) at `32j`.
     qs: [u8; QK_K / 2],
 }
+
+same_layout!(BlockQ4K, ggml_sys::layouts::block_q4_K, scales, qs);
 
 /// `out[r][row] = w_row(row) · x[r]` for the weight rows `rows` and every activation
 /// row `r` of `x` (each row holds `nb` blocks).

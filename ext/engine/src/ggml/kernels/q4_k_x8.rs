@@ -16,7 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::product::{dots, scales_and_mins, BlockQ8K, Dot, Product, ROWS_PER_PASS};
+use super::product::{dots, same_layout, scales_and_mins, BlockQ8K, Dot, Product, ROWS_PER_PASS};
 
 /// ggml's `block_q4_Kx8`: eight `block_q4_K` rows interleaved.
 #[repr(C)]
@@ -30,6 +30,8 @@ pub struct BlockQ4Kx8 {
     /// elements `8i..8i+8` of rows 0..8, eight bytes each.
     qs: [u8; 1024],
 }
+
+same_layout!(BlockQ4Kx8, ggml_sys::layouts::block_q4_Kx8, d, dmin, scales, qs);
 
 /// `out[r][8g + j] = w_row(8g + j) · x[r]` for the weight groups `groups` and every
 /// activation row `r` of `x` (`x[r]` holds `nb` blocks), with the bits of ggml's

@@ -16,7 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::product::{dots, f16_to_f32, hsum_float_8, BlockQ8K, Dot, Product, QK_K, ROWS_PER_PASS};
+use super::product::{dots, f16_to_f32, hsum_float_8, same_layout, BlockQ8K, Dot, Product, QK_K, ROWS_PER_PASS};
 
 /// ggml's `block_q6_K`.
 #[repr(C)]
@@ -28,6 +28,8 @@ pub struct BlockQ6K {
     scales: [i8; QK_K / 16],
     d: u16,
 }
+
+same_layout!(BlockQ6K, ggml_sys::layouts::block_q6_K, ql, qh, scales, d);
 
 /// `out[r][row] = w_row(row) · x[r]` for the weight rows `rows` and every activation
 /// row `r` of `x` (each row holds `nb` blocks), with the bits of `vec_dot` or, when

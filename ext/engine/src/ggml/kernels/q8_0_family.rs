@@ -18,7 +18,7 @@
 
 use std::arch::x86_64::*;
 
-use super::product::{dots, f16_to_f32, hsum_float_8, Product, ROWS_PER_PASS};
+use super::product::{dots, f16_to_f32, hsum_float_8, same_layout, Product, ROWS_PER_PASS};
 
 /// Weights per block, and values per Q8_0 activation block.
 pub const QK: usize = 32;
@@ -32,12 +32,16 @@ pub struct BlockQ5_0 {
     qs: [u8; QK / 2],
 }
 
+same_layout!(BlockQ5_0, ggml_sys::layouts::block_q5_0, d, qh, qs);
+
 /// ggml's `block_q8_0`: the weights' (or activations') bytes, and their scale.
 #[repr(C)]
 pub struct BlockQ8_0 {
     d: u16,
     qs: [i8; QK],
 }
+
+same_layout!(BlockQ8_0, ggml_sys::layouts::block_q8_0, d, qs);
 
 /// A block type: its scale, and its 32 weights as unsigned bytes `w + OFFSET`
 /// (`vpdpbusd` multiplies unsigned by signed bytes).

@@ -146,3 +146,43 @@ fn ours_have_ggmls_bits_for_q5_0() {
 fn ours_have_ggmls_bits_for_q8_0() {
     ours_have_ggmls_bits(sys::GGML_TYPE_Q8_0, "CPU");
 }
+
+#[test]
+fn ggmls_private_choices_are_the_ones_mirrored_here() {
+    let source = |file: &str| {
+        let path = std::path::Path::new(sys::GGML_SOURCE_DIR)
+            .join("src/ggml-cpu")
+            .join(file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let tiled = source("tiled/tiled.cpp");
+    for line in [
+        format!("return rows >= {TILED_MIN_ROWS} || ggml_tiled_matmul_forced();"),
+        "enabled = env == NULL || atoi(env) != 0;".to_string(),
+        "forced = env != NULL && atoi(env) == 1;".to_string(),
+    ] {
+        assert!(
+            tiled.contains(&line),
+            "ggml's tiled.cpp no longer says `{line}`: update kernels/mod.rs"
+        );
+    }
+    assert!(
+        source("repack.cpp").contains(&format!("return \"{REPACK_BUFFER}\";")),
+        "ggml's repacking buffer is no longer named {REPACK_BUFFER}"
+    );
+}
+
+#[test]
+fn switches_parse_as_cs_atoi() {
+    for (text, n) in [
+        ("1", 1),
+        (" 8x", 8),
+        ("-2", -2),
+        ("+3", 3),
+        ("abc", 0),
+        ("", 0),
+        ("0", 0),
+    ] {
+        assert_eq!(atoi(text), n, "{text:?}");
+    }
+}
