@@ -686,10 +686,9 @@ fn speculate(
         if lease.is_closed() {
             return Err(errors::closed(ruby));
         }
-        let event = without_gvl(ruby, &interrupt, || {
-            speculation.next_event(&mut lease, draft.as_deref_mut())
-        })?
-        .map_err(|e| engine_error(ruby, e))?;
+        let draft_ctx = draft.as_deref_mut();
+        let event = without_gvl(ruby, &interrupt, || speculation.next_event(&mut lease, draft_ctx))?
+            .map_err(|e| engine_error(ruby, e))?;
         if let Some(result) = deliver.event(event)? {
             return Ok(result);
         }
