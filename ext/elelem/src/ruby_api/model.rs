@@ -15,7 +15,7 @@ use engine::serde_json;
 use magnus::{function, method, prelude::*, Error, RArray, RHash, RModule, RString, Ruby, TryConvert, Value};
 
 use super::errors::{self, engine_error};
-use super::nogvl::{without_gvl, Interrupt};
+use super::nogvl::{resumable, without_gvl, Interrupt};
 use super::template_value;
 use super::tokenizer::Tokenizer;
 
@@ -261,7 +261,7 @@ impl Model {
             id,
         };
         loop {
-            let event = without_gvl(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
+            let event = resumable(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
                 .map_err(|e| engine_error(ruby, e))?;
             if let Some(result) = deliver.event(event)? {
                 return Ok(result);
@@ -334,7 +334,7 @@ impl Model {
                 scheduler,
                 id,
             };
-            let event = without_gvl(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
+            let event = resumable(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
                 .map_err(|e| engine_error(ruby, e))?
                 .ok_or_else(|| Error::new(ruby.get_inner(&errors::ERROR), "the request vanished"))?;
             handle(i, event)?;
@@ -779,7 +779,7 @@ impl Model {
         let embedder = slot.as_mut().expect("made above");
         let interrupt = AbortInterrupt(embedder.abort_flag());
         let vectors =
-            without_gvl(ruby, &interrupt, || embedder.embed(&inputs, normalize))?.map_err(|e| engine_error(ruby, e))?;
+            resumable(ruby, &interrupt, || embedder.embed(&inputs, normalize))?.map_err(|e| engine_error(ruby, e))?;
         Ok(ruby.ary_from_iter(vectors.into_iter().map(|v| ruby.ary_from_vec(v))))
     }
 

@@ -204,3 +204,21 @@ where
         }
     }
 }
+
+/// Runs engine `work` as [`without_gvl`] does, and again while it ends `Aborted` by an
+/// interrupt for which Ruby then raised nothing: a signal Ruby handles itself (SIGCHLD,
+/// whenever a child process exits, calls the unblock function too) or with a trap handler
+/// that returns, a `Thread#wakeup`. Only for work that can start again where it stopped: a
+/// request's next event (the aborted pass is planned again), an embedding call.
+pub fn resumable<I, F, T>(ruby: &Ruby, interrupt: &I, mut work: F) -> Result<elelem_engine::Result<T>, Error>
+where
+    I: Interrupt,
+    F: FnMut() -> elelem_engine::Result<T> + Send,
+{
+    loop {
+        match without_gvl(ruby, interrupt, &mut work)? {
+            Err(elelem_engine::Error::Aborted) => continue,
+            result => return Ok(result),
+        }
+    }
+}
