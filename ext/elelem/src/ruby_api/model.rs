@@ -298,8 +298,12 @@ impl Model {
             requests.push((Cancel(scheduler, id), yield_text));
         }
         let block = ruby.block_given();
-        let results: Vec<Option<RHash>> = vec![None; requests.len()];
-        let results = std::cell::RefCell::new(results);
+        // A Ruby Array, not a Vec: the result Hashes must be where the GC sees them (the
+        // stack, or an object on it) while the block runs and the waits release the GVL.
+        let results = ruby.ary_new_capa(requests.len());
+        for _ in 0..requests.len() {
+            results.push(ruby.qnil())?;
+        }
         let handle = |i: usize, event: engine::Event| -> Result<(), Error> {
             let yield_text = requests[i].1;
             match event {
@@ -314,7 +318,7 @@ impl Model {
                     if block && yield_text && !tail.is_empty() {
                         let _: Value = ruby.yield_value((i, tail))?;
                     }
-                    results.borrow_mut()[i] = Some(summary_hash(ruby, &summary)?);
+                    results.store(i as isize, summary_hash(ruby, &summary)?)?;
                 }
             }
             Ok(())
@@ -325,7 +329,8 @@ impl Model {
                     handle(i, event)?;
                 }
             }
-            let Some(i) = results.borrow().iter().position(Option::is_none) else {
+            let Some(i) = (0..requests.len()).find(|&i| results.entry::<Value>(i as isize).is_ok_and(|r| r.is_nil()))
+            else {
                 break;
             };
             let id = requests[i].0 .1;
@@ -339,7 +344,7 @@ impl Model {
                 .ok_or_else(|| Error::new(ruby.get_inner(&errors::ERROR), "the request vanished"))?;
             handle(i, event)?;
         }
-        Ok(ruby.ary_from_iter(results.into_inner().into_iter().flatten()))
+        Ok(results)
     }
 
     /// The model's tokenizer, shared with it.
