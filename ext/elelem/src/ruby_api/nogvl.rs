@@ -5,7 +5,8 @@
 //! included), raises an [`Interrupt`]: the engine's abort flag, so ggml stops
 //! between two graph nodes, or a request's, so its thread stops waiting and the
 //! pass it runs, if any, is aborted. Back under the GVL, pending interrupts are
-//! delivered through magnus (as `Err`).
+//! delivered through magnus (as `Err`); work stopped by one that Ruby raises
+//! nothing for (a SIGCHLD) goes on through [`resumable`].
 //!
 //! Two flags keep Ruby from ever longjmp-ing over our Rust frames (which would
 //! skip their destructors, leaving e.g. a mutex locked forever):
@@ -36,6 +37,7 @@
 //!   gets [`unblock_main`], which reaches the interrupt through [`MAIN`], a static
 //!   that the caller clears, and waits on until no call is inside, before its
 //!   frame can go.
+
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
