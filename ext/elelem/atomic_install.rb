@@ -15,6 +15,7 @@ require "fileutils"
 # is neither: whoever opens the name gets the old file or the new one, whole, and whoever has
 # the old one mapped keeps it.
 module AtomicInstall
+  # What the command line takes.
   USAGE = "usage: atomic_install.rb [--prune GLOB] SOURCE... DEST (a directory for several sources or --prune)"
 
   module_function
