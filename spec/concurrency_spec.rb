@@ -118,6 +118,24 @@ RSpec.describe "a model in a living process" do
       end
     end
 
+    it "carries on through the signals Ruby raises nothing for: a child's exit (SIGCHLD), a trap that returns" do
+      trapped = 0
+      previous = trap("USR1") { trapped += 1 }
+      begin
+        # Mid-prompt: a child exits at 0.5 s, another sends SIGUSR1 at about 1 s and exits.
+        children = [Process.spawn("sleep", "0.5"),
+                    Process.spawn(RbConfig.ruby, "-e", "sleep 0.9; Process.kill(:USR1, #{Process.pid})")]
+        started = now
+        expect(model.generate(long_prompt, max_tokens: 1).size).to eq(1)
+        expect(now - started).to be > 1.5
+        children.each { |pid| Process.wait(pid) }
+        expect(trapped).to eq(1)
+      ensure
+        trap("USR1", previous)
+      end
+      still_works!
+    end
+
     it "stops on Ctrl-C (SIGINT from another process, as a terminal sends it)" do
       previous = trap("INT", "DEFAULT") # Ruby's own handler: Interrupt in the main thread
       begin

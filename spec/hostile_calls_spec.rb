@@ -83,8 +83,12 @@ RSpec.describe "hostile calls" do
     bad = [nil, [], [1], [{}], [{ role: 1, content: "x" }], [{ role: "user", content: 5 }],
            [{ role: "user", content: invalid_utf8 }], [{ role: "user", content: "x", extra: alien }],
            [{ role: "user", content: "x", tool_calls: loop }],
-           [{ role: "user", content: "x", tool_calls: [{ 1.5 => "key" }] }], "hi"]
+           [{ role: "user", content: "x", tool_calls: [{ 1.5 => "key" }] }],
+           [{ role: "user", content: "x", tool_calls: [{ 2**200 => "key" }] }], "hi"]
     refuses(bad) { |m| model.chat_prompt(m, template: "{{ messages[0].content }}") }
+    # Integer keys, as values, up to the template engine's 128 bits.
+    big_key = [{ role: "user", content: "x", extra: { 2**70 => 1 } }]
+    expect(model.chat_prompt(big_key, template: "{{ messages[0].extra }}")).to eq("{1180591620717411303424: 1}")
     refuses(bad) { |m| model.chat(m, template: "{{ messages[0].content }}", max_tokens: 1) }
     messages = [{ role: "user", content: "hi" }]
     variables = [{ tools: "all" }, { tools: [1] }, { messages: [] }, { documents: alien }, { deep: loop },

@@ -48,19 +48,23 @@ RSpec.describe "CPU variants" do
     end
   end
 
-  it "builds the extension under the platform's library name (RbConfig), with the variants' libraries" do
+  it "builds the extension under the platform's library name (RbConfig), with the variants' libraries, " \
+     "and installs them by renames" do
     Dir.mktmpdir do |dir|
       extconf = File.join(ROOT, "ext", "elelem", "extconf.rb")
       system({ "ELELEM_CPU_VARIANTS" => nil }, RbConfig.ruby, extconf, chdir: dir, exception: true, out: File::NULL)
       makefile = File.read(File.join(dir, "Makefile"))
       soext = RbConfig::CONFIG["SOEXT"]
       expect(makefile).to include("DLLIB = elelem.#{RbConfig::CONFIG["DLEXT"]}")
-      expect(makefile).to match(%r{release/libelelem\.#{soext} \$\(DLLIB\)})
+      expect(makefile).to match(%r{atomic_install\.rb \S+/release/libelelem\.#{soext} \$\(DLLIB\)$})
       expect(makefile).not_to include("ggml-cpu")
       system({ "ELELEM_CPU_VARIANTS" => "default" }, RbConfig.ruby, extconf, chdir: dir, exception: true,
                                                                              out: File::NULL)
-      expect(File.read(File.join(dir, "Makefile")))
-        .to include("libelelem-ggml.#{soext}").and include("libggml-cpu-*.#{soext} $(RUBYARCHDIR)/")
+      makefile = File.read(File.join(dir, "Makefile"))
+      expect(makefile).to include("libelelem-ggml.#{soext}").and include("libggml-cpu-*.#{soext} $(RUBYARCHDIR)")
+      # Every library goes in place by a rename (spec/atomic_install_spec.rb), none by a copy.
+      expect(makefile.lines.grep(/^\t(cp|install) /)).to be_empty
+      expect(makefile.lines.grep(/atomic_install\.rb/).size).to eq(3)
     end
   end
 end

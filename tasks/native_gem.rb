@@ -72,10 +72,11 @@ module NativeGem
     release = File.join(TARGET_DIR, "release")
     libs = { "libelelem.so" => "elelem.so", "libelelem-ggml.so" => "libelelem-ggml.so" }
     Dir[File.join(release, "libggml-cpu-*.so")].each { |f| libs[File.basename(f)] = File.basename(f) }
+    # strip writes each into the fresh stage itself: stripping a copy would rewrite it in
+    # place (binutils 2.40 truncates the file it strips).
     libs.each do |from, to|
-      dest = File.join(STAGE, "lib", "elelem", to)
-      FileUtils.cp(File.join(release, from), dest)
-      system("strip", "--strip-unneeded", dest, exception: true)
+      system("strip", "--strip-unneeded", "-o", File.join(STAGE, "lib", "elelem", to), File.join(release, from),
+             exception: true)
     end
   end
 

@@ -281,19 +281,42 @@ fn build_variants(
     println!("cargo:rustc-link-search=native={}", lib_dir.display());
     println!("cargo:rustc-link-lib=dylib=elelem-ggml");
 
-    // Beside the crate's artifacts too (target/<profile>/), for the extension's Makefile.
+    // Beside the crate's artifacts too (target/<profile>/), for the extension's Makefile;
+    // a variant an earlier build made and this one did not goes.
     if let Some(profile_dir) = out.ancestors().nth(3) {
+        let names: Vec<_> = fs::read_dir(&lib_dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
         for entry in fs::read_dir(profile_dir).into_iter().flatten().flatten() {
             let file = entry.file_name().to_string_lossy().to_string();
-            if file.starts_with("libggml-cpu-") && file.ends_with(".so") {
+            if file.starts_with("libggml-cpu-") && file.ends_with(".so") && !names.contains(&entry.file_name()) {
                 let _ = fs::remove_file(entry.path());
             }
         }
-        for entry in fs::read_dir(&lib_dir).unwrap().flatten() {
-            fs::copy(entry.path(), profile_dir.join(entry.file_name())).unwrap();
+        for name in names {
+            install(&lib_dir.join(&name), &profile_dir.join(&name)).unwrap();
         }
     }
     built
+}
+
+/// Puts `source` at `dest` as ext/elelem/atomic_install.rb does for the Makefile (see there
+/// why): unless `dest` holds the same bytes already, a copy beside it renamed over it, so a
+/// process that has the old library loaded (a test, a Ruby) keeps its pages.
+fn install(source: &Path, dest: &Path) -> std::io::Result<()> {
+    let bytes = fs::read(source)?;
+    if fs::read(dest).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    let mut temp = dest.as_os_str().to_owned();
+    temp.push(format!(".{}.tmp", std::process::id()));
+    fs::write(&temp, &bytes)?;
+    fs::set_permissions(&temp, fs::metadata(source)?.permissions())?;
+    fs::rename(&temp, dest).inspect_err(|_| {
+        let _ = fs::remove_file(&temp);
+    })
 }
 
 /// The shared library holding ggml-base and the backend registry in a variants build.

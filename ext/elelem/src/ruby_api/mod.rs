@@ -8,6 +8,7 @@ mod tokenizer;
 use magnus::{function, prelude::*, Error, RHash, Ruby};
 
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
+    nogvl::init();
     let elelem = ruby.define_module("Elelem")?;
     elelem.define_singleton_method("ggml_version", function!(elelem_engine::ggml_version, 0))?;
     elelem.define_singleton_method("system_info", function!(system_info, 0))?;

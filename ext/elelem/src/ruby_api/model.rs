@@ -15,7 +15,7 @@ use engine::serde_json;
 use magnus::{function, method, prelude::*, Error, RArray, RHash, RModule, RString, Ruby, TryConvert, Value};
 
 use super::errors::{self, engine_error};
-use super::nogvl::{without_gvl, Interrupt};
+use super::nogvl::{resumable, without_gvl, Interrupt};
 use super::template_value;
 use super::tokenizer::Tokenizer;
 
@@ -261,7 +261,7 @@ impl Model {
             id,
         };
         loop {
-            let event = without_gvl(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
+            let event = resumable(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
                 .map_err(|e| engine_error(ruby, e))?;
             if let Some(result) = deliver.event(event)? {
                 return Ok(result);
@@ -298,8 +298,12 @@ impl Model {
             requests.push((Cancel(scheduler, id), yield_text));
         }
         let block = ruby.block_given();
-        let results: Vec<Option<RHash>> = vec![None; requests.len()];
-        let results = std::cell::RefCell::new(results);
+        // A Ruby Array, not a Vec: the result Hashes must be where the GC sees them (the
+        // stack, or an object on it) while the block runs and the waits release the GVL.
+        let results = ruby.ary_new_capa(requests.len());
+        for _ in 0..requests.len() {
+            results.push(ruby.qnil())?;
+        }
         let handle = |i: usize, event: engine::Event| -> Result<(), Error> {
             let yield_text = requests[i].1;
             match event {
@@ -314,7 +318,7 @@ impl Model {
                     if block && yield_text && !tail.is_empty() {
                         let _: Value = ruby.yield_value((i, tail))?;
                     }
-                    results.borrow_mut()[i] = Some(summary_hash(ruby, &summary)?);
+                    results.store(i as isize, summary_hash(ruby, &summary)?)?;
                 }
             }
             Ok(())
@@ -325,7 +329,8 @@ impl Model {
                     handle(i, event)?;
                 }
             }
-            let Some(i) = results.borrow().iter().position(Option::is_none) else {
+            let Some(i) = (0..requests.len()).find(|&i| results.entry::<Value>(i as isize).is_ok_and(|r| r.is_nil()))
+            else {
                 break;
             };
             let id = requests[i].0 .1;
@@ -334,12 +339,12 @@ impl Model {
                 scheduler,
                 id,
             };
-            let event = without_gvl(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
+            let event = resumable(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
                 .map_err(|e| engine_error(ruby, e))?
                 .ok_or_else(|| Error::new(ruby.get_inner(&errors::ERROR), "the request vanished"))?;
             handle(i, event)?;
         }
-        Ok(ruby.ary_from_iter(results.into_inner().into_iter().flatten()))
+        Ok(results)
     }
 
     /// The model's tokenizer, shared with it.
@@ -686,10 +691,9 @@ fn speculate(
         if lease.is_closed() {
             return Err(errors::closed(ruby));
         }
-        let event = without_gvl(ruby, &interrupt, || {
-            speculation.next_event(&mut lease, draft.as_deref_mut())
-        })?
-        .map_err(|e| engine_error(ruby, e))?;
+        let draft_ctx = draft.as_deref_mut();
+        let event = without_gvl(ruby, &interrupt, || speculation.next_event(&mut lease, draft_ctx))?
+            .map_err(|e| engine_error(ruby, e))?;
         if let Some(result) = deliver.event(event)? {
             return Ok(result);
         }
@@ -780,7 +784,7 @@ impl Model {
         let embedder = slot.as_mut().expect("made above");
         let interrupt = AbortInterrupt(embedder.abort_flag());
         let vectors =
-            without_gvl(ruby, &interrupt, || embedder.embed(&inputs, normalize))?.map_err(|e| engine_error(ruby, e))?;
+            resumable(ruby, &interrupt, || embedder.embed(&inputs, normalize))?.map_err(|e| engine_error(ruby, e))?;
         Ok(ruby.ary_from_iter(vectors.into_iter().map(|v| ruby.ary_from_vec(v))))
     }
 

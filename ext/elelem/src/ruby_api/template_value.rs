@@ -47,10 +47,7 @@ fn convert(ruby: &Ruby, value: Value, depth: usize) -> Result<TemplateValue, Err
         return Ok(TemplateValue::from(sym.name()?.into_owned()));
     }
     if let Some(i) = Integer::from_value(value) {
-        return i
-            .to_i128()
-            .map(TemplateValue::from)
-            .map_err(|_| arg_error(ruby, format!("{i} is too large for a chat template")));
+        return integer(ruby, i);
     }
     if let Some(f) = Float::from_value(value) {
         return Ok(TemplateValue::from(f.to_f64()));
@@ -65,7 +62,7 @@ fn convert(ruby: &Ruby, value: Value, depth: usize) -> Result<TemplateValue, Err
         let mut entries = Vec::with_capacity(hash.len());
         hash.foreach(|key: Value, item: Value| {
             let key = match Integer::from_value(key) {
-                Some(i) => TemplateValue::from(i.to_i64()?),
+                Some(i) => integer(ruby, i)?,
                 None => TemplateValue::from(name_of(ruby, key)?),
             };
             entries.push((key, convert(ruby, item, depth + 1)?));
@@ -80,6 +77,13 @@ fn convert(ruby: &Ruby, value: Value, depth: usize) -> Result<TemplateValue, Err
             value.class().inspect()
         ),
     ))
+}
+
+/// An Integer, as a value or a Hash key: up to 128 bits, as the template engine takes them.
+fn integer(ruby: &Ruby, i: Integer) -> Result<TemplateValue, Error> {
+    i.to_i128()
+        .map(TemplateValue::from)
+        .map_err(|_| arg_error(ruby, format!("{i} is too large for a chat template (at most 128 bits)")))
 }
 
 /// A Hash key or variable name: a String or a Symbol.
