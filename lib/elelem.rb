@@ -59,60 +59,66 @@ module Elelem
   #     it), `:in_use`
 
   class << self
-    # Opens a GGUF model.
+    # Opens a GGUF model. An option left out takes its default from {Defaults::OPEN}; an
+    # unknown key, or a value of the wrong type or out of range, is an ArgumentError naming it.
     #
     #   Elelem.open("qwen2.5-coder-0.5b") { |model| model.generate("def hello") }
     #
     # @param path [String] the .gguf file, or a known model's name ({Models.list}), fetched
     #   on first use (a file of that name wins)
-    # @param n_ctx [Integer] the most tokens the context holds: one sequence may use all of
-    #   them, and `parallel` sequences share them (llama.cpp's unified KV cache), unless
-    #   `batch_invariant` splits them
-    # @param n_threads [Integer] CPU threads for the forward pass
-    # @param adaptive_threads [Boolean] run a pass on fewer threads while other processes or
-    #   threads keep the cores busy (measured from the scheduler's own account of the waits),
-    #   and on all `n_threads` again once they are free; never for a pass whose result would
-    #   change with the thread count, so the tokens are the same either way. See README,
-    #   "Sharing the cores"
-    # @param n_gpu_layers [Integer] layers to offload to a GPU; this build is CPU-only and,
-    #   like llama.cpp, runs every layer on the CPU (see {Model#info})
-    # @param parallel [Integer] how many sequences generate at once (1 to
+    # @param options [Hash] how to open it:
+    # @option options [Integer] :n_ctx the most tokens the context holds (1 to
+    #   {Defaults::MAX_N_CTX}): one sequence may use all of them, and `parallel` sequences share
+    #   them (llama.cpp's unified KV cache), unless `batch_invariant` splits them
+    # @option options [Integer] :n_threads CPU threads for the forward pass (the CPUs this process
+    #   may run on, as `Etc.nprocessors` counts them; 1 to {Defaults::MAX_THREADS})
+    # @option options [Boolean] :adaptive_threads run a pass on fewer threads while other
+    #   processes or threads keep the cores busy (measured from the scheduler's own account of the
+    #   waits), and on all `n_threads` again once they are free; never for a pass whose
+    #   result would change with the thread count, so the tokens are the same either way. See
+    #   README, "Sharing the cores"
+    # @option options [Integer] :n_gpu_layers layers to offload to a GPU; this build is
+    #   CPU-only and, like llama.cpp, runs every layer on the CPU (see {Model#info})
+    # @option options [Integer] :parallel how many sequences generate at once (up to
     #   {Model::MAX_SEQUENCES}): concurrent calls from threads beyond it wait in a queue
-    # @param queue [Integer] how many calls may wait; one more raises {BusyError}
-    # @param flash_attn [Symbol, Boolean] attention as one flash-attention kernel (`true`;
-    #   `:auto`, llama.cpp's default, picks it on the CPU) or as plain matrix products and a
-    #   soft-max (`false`, llama.cpp's `-fa off`, faster deep into a long context); each gives
-    #   llama.cpp's bits in the same mode
-    # @param cache_type_k [Symbol] what the KV cache stores keys as, as llama.cpp's `-ctk`:
-    #   `:f16` (the default) or `:q8_0` / `:q4_0` (about half / a quarter of the memory, and
-    #   llama.cpp's bits with the same types, which differ from F16's)
-    # @param cache_type_v [Symbol] the same for values (`-ctv`); a quantized V cache needs
-    #   flash attention (`flash_attn: false` with it raises ArgumentError, as llama.cpp refuses)
-    # @param draft [String, Model, Symbol, nil] speculative decoding for every generation
-    #   (unless a call says `draft: false`): a draft model of the same vocabulary (a path, a
-    #   known model's name, or an open {Model}, whose weights are shared) proposes tokens that
-    #   the model verifies several at a time; `:lookup` drafts from n-grams of the prompt and
-    #   the text so far, `:copy` copies what followed the last earlier occurrence of the text's
-    #   last three tokens (edits, quotes), both with no second model. See README, "Speculative
-    #   decoding"
-    # @param draft_tokens [Integer, nil] how many tokens a draft holds (1 to
-    #   {Model::MAX_DRAFT_TOKENS}); nil (the default) adapts it to how many are accepted
-    # @param batch_invariant [Boolean] give every sequence the tokens it gets alone, whatever
-    #   else the model generates beside it: other threads' requests, a server's other clients, a
-    #   speculative draft (greedy speculation then gives plain greedy text exactly). Passes run
-    #   on ggml's reference kernels and each sequence keeps `n_ctx / parallel` tokens of its own;
-    #   it needs flash attention, decodes up to about 30 % slower and evaluates prompts 2-2.5x
-    #   slower (see README, "Batch-invariant generation"), and the tokens are not llama.cpp's
+    # @option options [Integer] :queue how many calls may wait; one more raises {BusyError}
+    # @option options [Symbol, Boolean] :flash_attn attention as one flash-attention kernel
+    #   (`true`; `:auto`, the default as in llama.cpp, picks it on the CPU) or as plain matrix
+    #   products and a soft-max (`false`, llama.cpp's `-fa off`, faster deep into a long context);
+    #   each gives llama.cpp's bits in the same mode
+    # @option options [Symbol] :cache_type_k what the KV cache stores keys as, as llama.cpp's
+    #   `-ctk`: `:f16` or `:q8_0` / `:q4_0` (about half / a quarter of the memory,
+    #   and llama.cpp's bits with the same types, which differ from F16's)
+    # @option options [Symbol] :cache_type_v the same for values (`-ctv`); a quantized V cache
+    #   needs flash attention (`flash_attn: false` with it raises ArgumentError, as llama.cpp refuses)
+    # @option options [String, Model, Symbol, nil] :draft speculative decoding for every
+    #   generation (unless a call says `draft: false`): a draft model
+    #   of the same vocabulary (a path, a known model's name, or an open {Model}, whose weights are
+    #   shared) proposes tokens that the model verifies several at a time; `:lookup` drafts from
+    #   n-grams of the prompt and the text so far, `:copy` copies what followed the last earlier
+    #   occurrence of the text's last three tokens, both with no second model. See README,
+    #   "Speculative decoding"
+    # @option options [Integer, nil] :draft_tokens how many tokens a draft holds (1 to
+    #   {Model::MAX_DRAFT_TOKENS}); nil adapts it to how many are accepted
+    # @option options [Boolean] :batch_invariant give every sequence the tokens it gets alone,
+    #   whatever else the model generates beside it: other threads' requests, a server's
+    #   other clients, a speculative draft (greedy speculation then gives plain greedy text
+    #   exactly). Passes run on ggml's reference kernels and each sequence keeps
+    #   `n_ctx / parallel` tokens of its own; it needs flash attention, decodes up to about 30 %
+    #   slower and evaluates prompts 2-2.5x slower (see README, "Batch-invariant generation"),
+    #   and the tokens are not llama.cpp's
+    # @option options [Boolean] :own_kernels let passes of a few rows multiply with elelem's own
+    #   matrix-product kernels where one fits the weights and the CPU: the bits of the
+    #   ggml kernel that would run for the same pass, in less time; `false` runs ggml's products
+    #   only
     # @yieldparam model [Model] closed when the block returns or raises
     # @return [Model, Object] the model, or the block's value
+    # @raise [ArgumentError] for an unknown option, or a value of the wrong type or out of range
     # @raise [Elelem::LoadError] when the file is missing (the message names the known models),
     #   malformed or unsupported
     # @raise [Elelem::IncompatibleDraftError] when the draft model's vocabulary is not the model's
-    def open(path, n_ctx: Model::DEFAULT_N_CTX, n_threads: Etc.nprocessors, adaptive_threads: true, n_gpu_layers: 0,
-             parallel: 1, queue: Model::DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16,
-             draft: nil, draft_tokens: nil, batch_invariant: false)
-      model = Model.open(path, n_ctx:, n_threads:, adaptive_threads:, n_gpu_layers:, parallel:, queue:, flash_attn:,
-                               cache_type_k:, cache_type_v:, draft:, draft_tokens:, batch_invariant:)
+    def open(path, **options)
+      model = Model.open(path, **options)
       return model unless block_given?
 
       begin

@@ -172,6 +172,28 @@ RSpec.describe Elelem::Model do
       expect { model.generate(prompt, max_tokens: -5) }.to raise_error(ArgumentError, /max_tokens/)
     end
 
+    it "names the option at fault when opening" do
+      open = ->(**options) { Elelem.open(SpecModels.canary, **options) }
+      expect { open.call(n_ctxx: 64) }
+        .to raise_error(ArgumentError, /unknown keyword: :n_ctxx \(Elelem.open takes n_ctx,/)
+      expect { open.call("n_ctx" => 64) }.to raise_error(ArgumentError, /unknown keyword: "n_ctx"/)
+      expect { open.call(n_ctx: Elelem::Defaults::MAX_N_CTX + 1) }
+        .to raise_error(ArgumentError, /\An_ctx must be an Integer in 1..1048576, got 1048577\z/)
+      expect { open.call(n_ctx: 2**70) }.to raise_error(ArgumentError, /n_ctx must be an Integer/)
+      expect { open.call(parallel: 1.0) }.to raise_error(ArgumentError, /parallel must be an Integer/)
+      expect { open.call(own_kernels: nil) }.to raise_error(ArgumentError, /own_kernels must be true or false, got nil/)
+      expect { open.call(flash_attn: :on) }.to raise_error(ArgumentError, /flash_attn must be :auto, true or false/)
+      expect { open.call(draft_tokens: 0) }.to raise_error(ArgumentError, /draft_tokens must be an Integer in 1..16/)
+    end
+
+    it "gives the same greedy ids with ggml's products only (own_kernels: false)" do
+      ours = model.generate(prompt, max_tokens: 8, ignore_eos: true)
+      ggml = Elelem.open(SpecModels.canary, n_ctx: 64, own_kernels: false) do |m|
+        m.generate(prompt, max_tokens: 8, ignore_eos: true)
+      end
+      expect(ggml).to eq(ours)
+    end
+
     it "raises ContextFullError for a prompt that does not fit n_ctx" do
       expect { model.generate([1] * 65) }.to raise_error(Elelem::ContextFullError, /n_ctx 64/)
       expect(model.generate(prompt, max_tokens: 1).size).to eq(1)

@@ -25,9 +25,10 @@ module Elelem
       "convert" => "convert a Hugging Face BERT directory (safetensors) to GGUF, as convert_hf_to_gguf.py does"
     }.freeze
 
-    # The sampling each command uses unless told otherwise: `generate` is greedy, as
-    # {Model#generate}; `chat` samples (with a seed it shows) and penalizes repeats, since
-    # greedy small models loop on long answers.
+    # The sampling each command uses unless told otherwise, where it deliberately differs from
+    # {Model#generate}'s: `generate` is greedy as the library is, but writes up to 256 tokens (a
+    # screenful) where 32 suit a test; `chat` samples at temperature 0.7 (with a seed it shows)
+    # and penalizes repeats, since greedy small models loop on long answers.
     SAMPLING = {
       "generate" => Options::GENERATION_DEFAULTS.merge(max_tokens: 256),
       "chat" => Options::GENERATION_DEFAULTS.merge(Options::CHAT_DEFAULTS, temperature: 0.7, repeat_penalty: 1.1)

@@ -14,36 +14,27 @@ module Elelem
     include Embeddings
 
     # The context size {Elelem.open} uses unless told otherwise.
-    DEFAULT_N_CTX = 4096
+    DEFAULT_N_CTX = Defaults::OPEN.fetch(:n_ctx)
     # The largest `n_ctx` accepted.
-    MAX_N_CTX = Options::MAX_N_CTX
-    # The most threads accepted.
-    MAX_THREADS = 512
+    MAX_N_CTX = Defaults::MAX_N_CTX
     # How many requests may wait for a free sequence unless told otherwise.
-    DEFAULT_QUEUE = 256
+    DEFAULT_QUEUE = Defaults::OPEN.fetch(:queue)
     # The most alternatives `logprobs:` reports per token.
     MAX_LOGPROBS = 20
 
     class << self
       # Opens a model; see {Elelem.open}.
       # @return [Model]
-      def open(path, n_ctx: DEFAULT_N_CTX, n_threads: Etc.nprocessors, adaptive_threads: true, n_gpu_layers: 0,
-               parallel: 1, queue: DEFAULT_QUEUE, flash_attn: :auto, cache_type_k: :f16, cache_type_v: :f16,
-               draft: nil, draft_tokens: nil, batch_invariant: false)
+      def open(path, **options)
         path = path.to_path if path.respond_to?(:to_path)
         raise ArgumentError, "path must be a String, got #{path.class}" unless path.is_a?(String)
 
-        Options.integer(:n_ctx, n_ctx, 1..MAX_N_CTX)
-        Options.integer(:n_threads, n_threads, 1..MAX_THREADS)
-        Options.boolean(:adaptive_threads, adaptive_threads)
-        Options.integer(:n_gpu_layers, n_gpu_layers, 0..Options::MAX_U32)
-        Options.integer(:parallel, parallel, 1..MAX_SEQUENCES)
-        Options.integer(:queue, queue, 0..Options::MAX_U32)
-        Options.boolean(:batch_invariant, batch_invariant)
-        _open(known(path), n_ctx, [n_threads, adaptive_threads], parallel, queue, Options.flash_attn(flash_attn),
-              Options::CacheTypes.check(cache_type_k, cache_type_v),
-              *Speculation.open_arguments(draft, draft_tokens) { |name| known(name) }, batch_invariant)
-          .tap { |m| m.send(:after_open) }
+        # A draft model's file, like the model's, may be a known model's name; the native
+        # side checks every option else.
+        draft = options[:draft]
+        draft = draft.to_path if draft.respond_to?(:to_path)
+        options = options.merge(draft: known(draft)) if draft.is_a?(String)
+        _open(known(path), options).tap { |m| m.send(:after_open) }
       rescue Elelem::LoadError => e
         raise unless e.message.include?("No such file")
 

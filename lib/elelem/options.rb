@@ -6,18 +6,16 @@ module Elelem
   # @api private
   module Options
     # The largest context (and so token count) accepted anywhere.
-    MAX_N_CTX = 1 << 20
+    MAX_N_CTX = Defaults::MAX_N_CTX
     # Seeds are unsigned 64-bit.
     MAX_SEED = (1 << 64) - 1
     # Counts and ids the native side holds in 32 bits.
     MAX_U32 = (1 << 32) - 1
 
-    # Sampling and stopping options, with their defaults (greedy: temperature 0).
-    # `draft: nil` and `draft_tokens: nil` speculate as the model was opened to (see {Speculation}).
-    GENERATION_DEFAULTS = {
-      max_tokens: 32, ignore_eos: false, temperature: 0.0, top_k: 40, top_p: 0.95, min_p: 0.05,
-      repeat_penalty: 1.0, repeat_last_n: 64, seed: nil, stop: nil, reuse_prefix: false, draft: nil, draft_tokens: nil
-    }.freeze
+    # Sampling and stopping options, with their defaults: the engine's ({Defaults::GENERATION};
+    # greedy: temperature 0), a random seed, no stop strings. `draft: nil` and `draft_tokens: nil`
+    # speculate as the model was opened to (see {Speculation}).
+    GENERATION_DEFAULTS = Defaults::GENERATION.merge(seed: nil, stop: nil, draft: nil, draft_tokens: nil).freeze
 
     # What {Model#chat} changes: a reply runs to the end of the turn, bounded so that a
     # model that never ends its turn stops, and earlier turns stay in the KV cache.
@@ -32,36 +30,6 @@ module Elelem
       return value if value.is_a?(Integer) && range.cover?(value)
 
       raise ArgumentError, "#{name} must be an Integer in #{range}, got #{value.inspect}"
-    end
-
-    def boolean(name, value)
-      return value if [true, false].include?(value)
-
-      raise ArgumentError, "#{name} must be true or false, got #{value.inspect}"
-    end
-
-    # `flash_attn:` values: `:auto`, llama.cpp's default, is flash attention on the CPU.
-    FLASH_ATTN = { auto: true, true => true, false => false }.freeze
-
-    # @return [Boolean] `flash_attn:` as the native side takes it
-    def flash_attn(value)
-      FLASH_ATTN.fetch(value) { raise ArgumentError, "flash_attn must be :auto, true or false, got #{value.inspect}" }
-    end
-
-    # What the KV cache stores K and V as (`cache_type_k:` / `cache_type_v:`, llama.cpp's `-ctk` /
-    # `-ctv`): `:f16`, its default, or a quantized type.
-    module CacheTypes
-      # The types accepted, llama.cpp's names for them.
-      ALL = %i[f16 q8_0 q4_0].freeze
-
-      # @return [Array<String>] `cache_type_k:` and `cache_type_v:` as the native side takes them
-      def self.check(type_k, type_v)
-        { cache_type_k: type_k, cache_type_v: type_v }.map do |name, value|
-          next value.to_s if ALL.include?(value)
-
-          raise ArgumentError, "#{name} must be one of #{ALL.map(&:inspect).join(", ")}, got #{value.inspect}"
-        end
-      end
     end
 
     def float(name, value)

@@ -17,10 +17,10 @@ module Elelem
     # The matcher behind {RSpec#decode}.
     class DecodeMatcher
       # @param prompt [String, Array<Integer>] text (tokenized with special tokens) or ids
-      # @param max_tokens [Integer] how many tokens to decode
+      # @param max_tokens [Integer] how many tokens to decode ({Model#generate}'s default unless given)
       # @param ignore_eos [Boolean] keep going past end-of-generation tokens
       # @param name [String, nil] the case's name in the file (default: the prompt)
-      def initialize(prompt, max_tokens: 32, ignore_eos: false, name: nil)
+      def initialize(prompt, max_tokens: Options::GENERATION_DEFAULTS[:max_tokens], ignore_eos: false, name: nil)
         @prompt = prompt
         @max_tokens = max_tokens
         @ignore_eos = ignore_eos

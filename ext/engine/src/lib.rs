@@ -40,9 +40,9 @@ pub use ggml::{cpu_model, BuildProfile};
 pub use memory::{CacheType, SeqId, MAX_SEQUENCES};
 pub use model::{HParams, Model, ModelParams, Pooling};
 pub use runtime::{
-    generate, BatchToken, Batcher, Chooser, Context, ContextParams, ContextSnapshot, DecodeStats, DraftLength,
-    DraftSource, DraftStats, EmbedParams, Embedder, Event, Lease, Logprob, NgramCache, Normalize, Request, RequestId,
-    Scheduler, Speculation, SpeculativeParams, Summary,
+    generate, BatchToken, Batcher, Chooser, Context, ContextParams, ContextSnapshot, DecodeStats, Draft, DraftLength,
+    DraftSource, DraftStats, EmbedParams, Embedder, EmbedderGuard, Event, Lease, Logprob, NgramCache, Normalize,
+    OpenParams, Request, RequestId, Runtime, Scheduler, Speculation, SpeculativeParams, Summary,
 };
 /// The JSON values constraints and tool calls are made of.
 pub use serde_json;

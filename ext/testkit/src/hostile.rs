@@ -815,6 +815,7 @@ fn exercise_encoder(model: Arc<Model>) -> Result<Vec<u32>> {
             n_ctx: 16,
             n_threads: 1,
             adaptive_threads: false,
+            own_kernels: true,
             pooling,
             batch_texts: 2,
         };

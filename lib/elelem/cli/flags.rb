@@ -25,7 +25,9 @@ module Elelem
         opts[:model] = m
       end
       parser.on("-c", "--ctx N", "--n-ctx N", Integer, "context size (default #{ctx})") { |n| opts[:n_ctx] = n } if ctx
-      parser.on("-t", "--threads N", Integer, "CPU threads (default #{Etc.nprocessors})") { |n| opts[:n_threads] = n }
+      parser.on("-t", "--threads N", Integer, "CPU threads (default #{Defaults::OPEN[:n_threads]})") do |n|
+        opts[:n_threads] = n
+      end
       parser.on("--fixed-threads", "always all N threads, even while other work takes the cores") do
         opts[:adaptive_threads] = false
       end

@@ -11,6 +11,9 @@ module Elelem
       MAX_STOPS = 16
       # What OpenAI's completions endpoint generates when `max_tokens` is not given.
       COMPLETION_MAX_TOKENS = 16
+      # OpenAI's API samples at temperature 1 and top_p 1 unless told, not greedily as the
+      # library does: a client written for it expects its defaults.
+      OPENAI_SAMPLING = { temperature: 1.0, top_p: 1.0 }.freeze
 
       # @return [Symbol] `:chat` or `:completion`
       attr_reader :kind
@@ -82,13 +85,14 @@ module Elelem
         raise invalid("stream_options.include_usage must be a boolean", "stream_options")
       end
 
-      # Sampling as OpenAI defines it (temperature 1 and top_p 1 unless told), plus
+      # Sampling as OpenAI defines it ({OPENAI_SAMPLING} unless told), plus
       # llama.cpp's `top_k`, `min_p`, `repeat_penalty` and `ignore_eos`, which llama-server
       # takes too.
       def sampling
         {
           ignore_eos: optional("ignore_eos", true, false),
-          temperature: number("temperature", 0.0..2.0) || 1.0, top_p: number("top_p", 0.0..1.0) || 1.0,
+          temperature: number("temperature", 0.0..2.0) || OPENAI_SAMPLING[:temperature],
+          top_p: number("top_p", 0.0..1.0) || OPENAI_SAMPLING[:top_p],
           top_k: integer("top_k", 0..Options::MAX_U32), min_p: number("min_p", 0.0..1.0),
           repeat_penalty: number("repeat_penalty", 0.01..10.0), seed: integer("seed", 0..Options::MAX_SEED),
           stop: stops

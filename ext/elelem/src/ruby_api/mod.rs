@@ -1,7 +1,14 @@
+mod chat;
+mod constraint;
 mod convert;
+mod defaults;
+mod embeddings;
 mod errors;
+mod generation;
 mod model;
 mod nogvl;
+mod open_params;
+mod speculation;
 mod template_value;
 mod tokenizer;
 
@@ -14,6 +21,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     elelem.define_singleton_method("system_info", function!(system_info, 0))?;
     elelem.define_singleton_method("build_profile", function!(build_profile, 0))?;
     elelem.define_singleton_method("cpu_variants", function!(cpu_variants, 0))?;
+    defaults::init(ruby, &elelem)?;
     tokenizer::init(ruby, &elelem)?;
     convert::init(ruby, &elelem)?;
     model::init(ruby, &elelem)

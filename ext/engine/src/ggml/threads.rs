@@ -33,6 +33,29 @@ pub const FIRST_PROBE: Duration = Duration::from_millis(200);
 /// The longest wait between probes while the cores stay taken.
 pub const LAST_PROBE: Duration = Duration::from_millis(3200);
 
+/// The CPUs this process may run on, counted as Ruby's `Etc.nprocessors` counts them:
+/// its affinity mask on Linux, else the CPUs online.
+pub fn available_cpus() -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: the set is plain data, zeroed, and sized for the call.
+        let count = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+                libc::CPU_COUNT(&set)
+            } else {
+                0
+            }
+        };
+        if count > 0 {
+            return count as usize;
+        }
+    }
+    // SAFETY: sysconf reads a value and has no other effect.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(online).ok().filter(|&n| n > 0).unwrap_or(1)
+}
+
 /// The thread count of the next passes, from how the last ones were scheduled.
 #[derive(Debug)]
 pub struct Governor {

@@ -180,6 +180,44 @@ pub(crate) fn take_token(
     (piece, stop)
 }
 
+/// A request that passed [`admit`]: its text stream, and its sampler, which has
+/// seen the prompt (the repeat penalty's window starts in it).
+pub(crate) struct Admitted {
+    pub text: TextStream,
+    pub sampler: Sampler,
+}
+
+/// Checks a request before it takes a sequence, for plain and speculative decoding
+/// alike: a prompt of known ids that fits a sequence (`capacity`: its tokens, and
+/// the same in words for the error), valid sampling, and stop strings (which need
+/// the model's tokenizer; without one ids still generate, with no text).
+pub(crate) fn admit(model: &Model, capacity: (usize, &str), prompt: &[u32], params: &TextParams) -> Result<Admitted> {
+    if prompt.is_empty() {
+        return Err(Error::InvalidArgument("the prompt is empty".into()));
+    }
+    let n_vocab = model.hparams.n_vocab;
+    if let Some(&bad) = prompt.iter().find(|&&t| t >= n_vocab) {
+        return Err(Error::InvalidArgument(format!(
+            "token id {bad} is out of range (vocabulary size {n_vocab})"
+        )));
+    }
+    if prompt.len() > capacity.0 {
+        return Err(Error::ContextFull(format!(
+            "{} tokens do not fit: the sequence holds 0 of {}",
+            prompt.len(),
+            capacity.1
+        )));
+    }
+    params.sampler.validate().map_err(Error::InvalidArgument)?;
+    let text = TextStream::new(params.stop.clone())?;
+    if text.has_stops() {
+        model.tokenizer()?;
+    }
+    let mut sampler = Sampler::new(params.sampler.clone());
+    prompt.iter().for_each(|&t| sampler.accept(t));
+    Ok(Admitted { text, sampler })
+}
+
 pub struct Batcher<'a> {
     model: Arc<Model>,
     /// The most tokens a sequence holds, in words for errors.
@@ -223,28 +261,7 @@ impl<'a> Batcher<'a> {
             choose,
             constraint,
         } = request;
-        if prompt.is_empty() {
-            return Err(Error::InvalidArgument("the prompt is empty".into()));
-        }
-        let n_vocab = self.model.hparams.n_vocab;
-        if let Some(&bad) = prompt.iter().find(|&&t| t >= n_vocab) {
-            return Err(Error::InvalidArgument(format!(
-                "token id {bad} is out of range (vocabulary size {n_vocab})"
-            )));
-        }
-        if prompt.len() > self.n_ctx_seq.0 {
-            return Err(Error::ContextFull(format!(
-                "{} tokens do not fit: the sequence holds 0 of {}",
-                prompt.len(),
-                self.n_ctx_seq.1
-            )));
-        }
-        params.sampler.validate().map_err(Error::InvalidArgument)?;
-        let text = TextStream::new(params.stop.clone())?;
-        // Without a usable tokenizer ids still generate, with no text; stop strings need text.
-        if text.has_stops() {
-            self.model.tokenizer()?;
-        }
+        let Admitted { text, sampler } = admit(&self.model, (self.n_ctx_seq.0, &self.n_ctx_seq.1), &prompt, &params)?;
         // Waiting requests take the free sequences first, at the next pass: only those
         // beyond them wait in the queue.
         let free = self.slots.iter().filter(|s| s.request.is_none()).count();
@@ -254,8 +271,6 @@ impl<'a> Batcher<'a> {
                 self.queue.len() - free.min(self.queue.len())
             )));
         }
-        let mut sampler = Sampler::new(params.sampler.clone());
-        prompt.iter().for_each(|&t| sampler.accept(t));
         let id = RequestId(self.next_id);
         self.next_id += 1;
         self.requests.insert(

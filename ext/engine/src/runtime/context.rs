@@ -15,6 +15,12 @@ use crate::{Error, Result};
 const MIN_NODES: usize = 8192;
 /// The prompt is evaluated in micro-batches of at most this many tokens, as llama.cpp's n_ubatch.
 pub const DEFAULT_UBATCH: u32 = 512;
+/// The context size unless told otherwise (`Elelem.open`'s `n_ctx:`, `Elelem::Defaults::N_CTX`).
+pub const DEFAULT_N_CTX: u32 = 4096;
+/// The largest context, and so the most tokens any count may ask for (`max_tokens`).
+pub const MAX_N_CTX: u32 = 1 << 20;
+/// The most threads a pass may run on.
+pub const MAX_THREADS: usize = 512;
 
 #[derive(Debug, Clone)]
 pub struct ContextParams {
@@ -81,7 +87,7 @@ impl ContextParams {
 impl Default for ContextParams {
     fn default() -> Self {
         ContextParams {
-            n_ctx: 4096,
+            n_ctx: DEFAULT_N_CTX,
             n_threads: 2,
             n_ubatch: DEFAULT_UBATCH,
             n_seq_max: 1,
@@ -618,16 +624,15 @@ impl Context {
 }
 
 fn validate(params: &ContextParams) -> Result<()> {
-    if params.n_ctx == 0 || params.n_ctx > 1 << 20 {
+    if params.n_ctx == 0 || params.n_ctx > MAX_N_CTX {
         return Err(Error::InvalidArgument(format!(
-            "n_ctx must be between 1 and {}, got {}",
-            1 << 20,
+            "n_ctx must be between 1 and {MAX_N_CTX}, got {}",
             params.n_ctx
         )));
     }
-    if params.n_threads == 0 || params.n_threads > 512 {
+    if params.n_threads == 0 || params.n_threads > MAX_THREADS {
         return Err(Error::InvalidArgument(format!(
-            "n_threads must be between 1 and 512, got {}",
+            "n_threads must be between 1 and {MAX_THREADS}, got {}",
             params.n_threads
         )));
     }

@@ -94,6 +94,8 @@ pub struct EmbedParams {
     pub n_threads: usize,
     /// As [`ContextParams::adaptive_threads`].
     pub adaptive_threads: bool,
+    /// As [`ContextParams::own_kernels`].
+    pub own_kernels: bool,
     /// The model's own (`pooling_type`) when `None`.
     pub pooling: Option<Pooling>,
     /// The most texts packed into one batch, each its own sequence.
@@ -130,6 +132,7 @@ impl Embedder {
                 n_ctx: n_batch,
                 n_threads: params.n_threads,
                 adaptive_threads: params.adaptive_threads,
+                own_kernels: params.own_kernels,
                 n_ubatch: n_batch,
                 n_seq_max: params.batch_texts,
                 pooling: Some(pooling),

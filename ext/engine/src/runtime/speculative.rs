@@ -30,7 +30,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::runtime::batcher::{take_token, DraftStats, Event, Logprob, Request, Summary};
+use crate::runtime::batcher::{admit, take_token, Admitted, DraftStats, Event, Logprob, Request, Summary};
 use crate::runtime::context::BatchToken;
 use crate::runtime::ngram_cache::{copy_draft, NgramCache};
 use crate::text::sampler::{greedy, log_softmax_top, Sampler, SamplerParams};
@@ -224,24 +224,8 @@ impl Speculation {
             ));
         }
         let model = target.model();
-        if prompt.is_empty() {
-            return Err(Error::InvalidArgument("the prompt is empty".into()));
-        }
-        let n_vocab = model.hparams.n_vocab;
-        if let Some(&bad) = prompt.iter().find(|&&t| t >= n_vocab) {
-            return Err(Error::InvalidArgument(format!(
-                "token id {bad} is out of range (vocabulary size {n_vocab})"
-            )));
-        }
         let n_ctx = target.n_ctx_seq();
-        if prompt.len() > n_ctx {
-            return Err(Error::ContextFull(format!(
-                "{} tokens do not fit: the sequence holds 0 of {}",
-                prompt.len(),
-                target.capacity_words()
-            )));
-        }
-        text_params.sampler.validate().map_err(Error::InvalidArgument)?;
+        let Admitted { text, sampler } = admit(model, (n_ctx, &target.capacity_words()), &prompt, &text_params)?;
         if let DraftLength::Fixed(k) = params.length {
             if !(1..=MAX_DRAFT_TOKENS).contains(&k) {
                 return Err(Error::InvalidArgument(format!(
@@ -267,12 +251,6 @@ impl Speculation {
             }
             (DraftSource::Lookup | DraftSource::Copy, _) => {}
         }
-        let text = TextStream::new(text_params.stop.clone())?;
-        if text.has_stops() {
-            model.tokenizer()?;
-        }
-        let mut sampler = Sampler::new(text_params.sampler.clone());
-        prompt.iter().for_each(|&t| sampler.accept(t));
         // The draft model draws at the request's temperature, without penalties (any q
         // keeps the target's distribution; a closer one is accepted more often).
         let draft_sampler = Sampler::new(SamplerParams {

@@ -7,7 +7,10 @@ use elelem_tokenizer::Utf8Stream;
 use crate::text::sampler::SamplerParams;
 use crate::{Error, Result};
 
-#[derive(Debug, Clone, Default)]
+/// The most tokens a generation makes unless told otherwise (`Elelem::Defaults::MAX_TOKENS`).
+pub const DEFAULT_MAX_TOKENS: u32 = 32;
+
+#[derive(Debug, Clone)]
 pub struct GenerateParams {
     pub max_tokens: u32,
     /// Keep going past end-of-generation tokens.
@@ -18,6 +21,16 @@ pub struct GenerateParams {
     /// evaluation's: the remaining tokens are evaluated in smaller batches, which
     /// rounds differently.
     pub reuse_prefix: bool,
+}
+
+impl Default for GenerateParams {
+    fn default() -> Self {
+        GenerateParams {
+            max_tokens: DEFAULT_MAX_TOKENS,
+            ignore_eos: false,
+            reuse_prefix: false,
+        }
+    }
 }
 
 /// Why generation ended.
