@@ -206,8 +206,12 @@ impl Kernel {
             Kernel::Q4K => Some(q4_k_op),
             Kernel::Q6K { tiled: false } => Some(q6_k_op::<false>),
             Kernel::Q6K { tiled: true } => Some(q6_k_op::<true>),
+            #[cfg(target_arch = "x86_64")]
             Kernel::Q5_0 => Some(q8_0_family_op::<q8_0_family::BlockQ5_0>),
+            #[cfg(target_arch = "x86_64")]
             Kernel::Q8_0 => Some(q8_0_family_op::<q8_0_family::BlockQ8_0>),
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Q5_0 | Kernel::Q8_0 => Some(q8_0_family_op),
         }
     }
 }
@@ -309,7 +313,7 @@ unsafe extern "C" fn q8_0_family_op<B: q8_0_family::Block>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe extern "C" fn q8_0_family_op<B>(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, chunks: *mut c_void) {
+unsafe extern "C" fn q8_0_family_op(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, chunks: *mut c_void) {
     off_x86(dst, ith, nth, chunks)
 }
 
