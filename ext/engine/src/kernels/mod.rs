@@ -10,7 +10,9 @@
 //! weight type catches up (see [`Kernel::max_rows`]).
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
+#[cfg(target_arch = "x86_64")]
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 use ggml_sys as sys;
@@ -111,10 +113,12 @@ fn tiled_enabled() -> bool {
 }
 
 /// Weights per K-quant block.
+#[cfg(target_arch = "x86_64")]
 const QK_K: usize = 256;
 
 /// ggml's `block_q8_K`: 256 activations quantized to bytes, the other operand of
 /// every K-quant product.
+#[cfg(target_arch = "x86_64")]
 #[repr(C)]
 struct BlockQ8K {
     d: f32,
@@ -223,6 +227,8 @@ impl Kernel {
 ///
 /// Each custom op node holds one, as its userdata, for the graph's life.
 #[derive(Debug, Default)]
+// Off x86-64 no kernel of ours is chosen, so nothing takes chunks.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub struct Chunks {
     next: AtomicUsize,
     finished: AtomicUsize,
@@ -230,8 +236,10 @@ pub struct Chunks {
 
 /// Chunks per thread a product is cut into: enough for a late thread's share to be
 /// taken over, few enough that each is a long run of weights for the prefetcher.
+#[cfg(target_arch = "x86_64")]
 const CHUNKS_PER_THREAD: usize = 8;
 
+#[cfg(target_arch = "x86_64")]
 impl Chunks {
     /// Runs `work` over chunks of `0..units` (even-sized: Q5_0 takes its rows in
     /// pairs) until none is left. The last of the op's `nth` threads to finish sets
