@@ -2,13 +2,30 @@
 
 require "etc"
 require "json"
+require "rbconfig"
 require_relative "elelem/version"
 require_relative "elelem/errors"
 
-begin
-  require_relative "elelem/elelem"
-rescue ::LoadError => e
-  raise ::LoadError, "elelem's native extension is not built (#{e.message}); run `rake compile`"
+# The native extension. A platform gem carries one build per Ruby ABI (the C API changes
+# between minor versions), in lib/elelem/<major>.<minor>/ as rb-sys's cross gems lay them
+# out, beside the ggml libraries they share in lib/elelem/; a source build has one, in
+# lib/elelem/.
+ruby_abi = RUBY_VERSION[/\A\d+\.\d+/]
+carried_abis = Dir[File.join(__dir__, "elelem", "*", "elelem.#{RbConfig::CONFIG["DLEXT"]}")]
+               .map { |f| File.basename(File.dirname(f)) }.sort_by { |v| v.split(".").map(&:to_i) }
+if carried_abis.empty?
+  begin
+    require_relative "elelem/elelem"
+  rescue ::LoadError => e
+    raise ::LoadError, "elelem's native extension is not built (#{e.message}); run `rake compile`"
+  end
+elsif carried_abis.include?(ruby_abi)
+  require_relative "elelem/#{ruby_abi}/elelem"
+else
+  raise ::LoadError, "this elelem gem (#{Elelem::VERSION}, precompiled for #{RUBY_PLATFORM}) carries its native " \
+                     "extension for Ruby #{carried_abis.join(" and ")}, not for Ruby #{RUBY_VERSION}: run it " \
+                     "with one of those, or install the source gem, which builds for any Ruby " \
+                     "(`gem install elelem --platform ruby`; it needs cargo)"
 end
 
 require_relative "elelem/options"

@@ -3,6 +3,7 @@
 require "spec_helper"
 require "open3"
 require "rbconfig"
+require "fileutils"
 require "tmpdir"
 
 # The precompiled gem's run-time choice of ggml's CPU variant, and what a source build says
@@ -45,6 +46,23 @@ RSpec.describe "CPU variants" do
       end
       _, err, = ruby_with({ "ELELEM_CPU_VARIANT" => "pentium" }, "Elelem.system_info")
       expect(err).to include("no such CPU variant in this build")
+    end
+  end
+
+  it "refuses a Ruby whose ABI a platform gem does not carry, naming those it does" do
+    Dir.mktmpdir do |dir|
+      Dir.glob("**/*.rb", base: File.join(ROOT, "lib")).each do |file|
+        FileUtils.mkdir_p(File.join(dir, File.dirname(file)))
+        FileUtils.cp(File.join(ROOT, "lib", file), File.join(dir, file))
+      end
+      %w[2.7 9.9].each do |abi|
+        FileUtils.mkdir_p(File.join(dir, "elelem", abi))
+        FileUtils.touch(File.join(dir, "elelem", abi, "elelem.#{RbConfig::CONFIG["DLEXT"]}"))
+      end
+      _, err, status = Open3.capture3(RbConfig.ruby, "-I", dir, "-e", 'require "elelem"')
+      expect(status).not_to be_success
+      expect(err).to include("carries its native extension for Ruby 2.7 and 9.9, not for Ruby #{RUBY_VERSION}")
+        .and include("gem install elelem --platform ruby").and include("(LoadError)")
     end
   end
 

@@ -3,6 +3,7 @@
 require "fileutils"
 require "English"
 require "json"
+require_relative "platforms"
 
 # The reference implementation: llama.cpp from the same pinned package as our
 # ggml, built with its own CMake defaults into tmp/reference, driven by
@@ -30,26 +31,53 @@ module Reference
     Elelem.build_profile[:variant]
   end
 
-  # The driver built like this elelem: natively, or with CPU variants.
+  # The driver built like this elelem: natively, or with CPU variants; or the one
+  # ELELEM_REFERENCE names, built beforehand by a process that could build it (for a Ruby in
+  # a chroot or under emulation, which has no compiler: see NativeGem.check).
   def binary
-    return BINARY unless variant
+    ENV["ELELEM_CPU_VARIANT"] = variant if variant
+    return ENV["ELELEM_REFERENCE"] if ENV["ELELEM_REFERENCE"]
 
-    ENV["ELELEM_CPU_VARIANT"] = variant
-    VARIANTS_BINARY
+    variant ? VARIANTS_BINARY : BINARY
   end
 
-  # Configures once (llama.cpp's build takes minutes; with every CPU variant, longer);
-  # later calls only bring the driver up to date.
+  # Configures once (llama.cpp's build takes minutes); later calls only bring the driver
+  # up to date.
   def build
-    dir = variant ? VARIANTS_BUILD : BUILD
-    unless File.exist?(File.join(dir, "CMakeCache.txt"))
-      llama = File.join(VendorGgml.package_dir, "llama.cpp")
-      FileUtils.mkdir_p(dir)
-      system("cmake", "-S", File.join(ROOT, "tools", "reference"), "-B", dir, "-DCMAKE_BUILD_TYPE=Release",
-             "-DLLAMA_CPP_DIR=#{llama}", *("-DELELEM_REFERENCE_VARIANTS=ON" if variant), exception: true)
+    if ENV["ELELEM_REFERENCE"]
+      # built beforehand
+    elsif variant
+      build_variants(Platforms.host_platform, [variant])
+    else
+      configure(BUILD)
+      system("cmake", "--build", BUILD, "--target", "elelem-reference", "-j", Etc.nprocessors.to_s, exception: true)
     end
-    system("cmake", "--build", dir, "--target", "elelem-reference", "-j", Etc.nprocessors.to_s, exception: true)
     binary
+  end
+
+  # llama.cpp's release-style build for `platform` (cross-compiled for aarch64 with Debian's
+  # toolchain), of which only the driver and the CPU variants named are compiled: ggml's
+  # library depends on every variant of llama.cpp's list, and GCC 12 cannot compile the
+  # SME ones, so each target is built alone (`make <target>/fast`, without what it depends on).
+  # @return [String] the driver
+  def build_variants(platform, variants)
+    dir = platform == Platforms.host_platform ? VARIANTS_BUILD : File.join(ROOT, "tmp", "reference-#{platform}")
+    toolchain = File.join(ROOT, "tools", "reference", "#{Platforms.arch(platform)[:gnu]}.cmake")
+    configure(dir, "-DELELEM_REFERENCE_VARIANTS=ON",
+              *("-DCMAKE_TOOLCHAIN_FILE=#{toolchain}" unless platform == Platforms.host_platform))
+    targets = ["ggml-base", *variants.flat_map { |v| ["ggml-cpu-#{v}-feats", "ggml-cpu-#{v}"] }, "ggml", "llama",
+               "elelem-reference"]
+    targets.each { |t| system("make", "-C", dir, "-j", Etc.nprocessors.to_s, "#{t}/fast", exception: true) }
+    File.join(dir, "bin", "elelem-reference")
+  end
+
+  def configure(dir, *options)
+    return if File.exist?(File.join(dir, "CMakeCache.txt"))
+
+    llama = File.join(VendorGgml.package_dir, "llama.cpp")
+    FileUtils.mkdir_p(dir)
+    system("cmake", "-S", File.join(ROOT, "tools", "reference"), "-B", dir, "-DCMAKE_BUILD_TYPE=Release",
+           "-DLLAMA_CPP_DIR=#{llama}", *options, exception: true)
   end
 
   def run(*args)
@@ -67,14 +95,15 @@ module Reference
     end
   end
 
-  # The reference is built natively (GGML_NATIVE, ggml's default), or with the CPU variants
+  # The reference is built natively (GGML_NATIVE, ggml's default: -march=native, or
+  # -mcpu=native on aarch64), or with the CPU variants
   # and forced to elelem's, so its recordings are labelled with this build's profile only
   # when this build is native or runs a variant.
   def check_profile!
     flags = Elelem.build_profile[:cpu_flags]
-    return if flags == "-march=native" || variant
+    return if ["-march=native", "-mcpu=native"].include?(flags) || variant
 
-    raise "elelem was built with #{flags.inspect}, the reference with -march=native: its recordings " \
+    raise "elelem was built with #{flags.inspect}, the reference natively: its recordings " \
           "would carry the wrong build profile (rebuild without ELELEM_CPU_FLAGS / ELELEM_PORTABLE)"
   end
 end

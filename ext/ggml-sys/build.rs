@@ -5,9 +5,12 @@
 //!
 //! Environment:
 //! - `ELELEM_GGML_DIR`: where the vendored ggml lives (default `<workspace>/vendor/ggml`).
-//! - `ELELEM_PORTABLE=1`: no `-march=native`; a build that runs on any x86-64 / aarch64.
-//! - `ELELEM_CPU_FLAGS="-march=x86-64-v3 ..."`: these flags instead of `-march=native` for the
+//! - `ELELEM_PORTABLE=1`: no `-march=native` (`-mcpu=native` on aarch64); a build that runs
+//!   on any x86-64 / aarch64.
+//! - `ELELEM_CPU_FLAGS="-march=x86-64-v3 ..."`: these flags instead of the native ones for the
 //!   CPU backend (a fixed, named ISA level whose bits do not depend on the build machine).
+//! - `ELELEM_CPU_VARIANTS=default|all|<names>`: llama.cpp's release layout instead, one CPU
+//!   backend library per ISA level of its list for the target architecture (`src/variants.rs`).
 //!
 //! It also works out the build's *ISA profile*: the instruction-set macros the
 //! compiler defines under the CPU backend's flags that ggml's CPU sources branch on.
@@ -59,11 +62,9 @@ fn main() {
     let cpu = src.join("ggml-cpu");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     let target_arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap();
-    let arch_dir = match target_arch.as_str() {
-        "x86_64" => "x86",
-        "aarch64" => "arm",
-        other => panic!("ggml-sys: no CPU backend sources wired up for target arch {other}"),
-    };
+    let isa_list = variant_isa(&target_arch)
+        .unwrap_or_else(|| panic!("ggml-sys: no CPU backend sources wired up for target arch {target_arch}"));
+    let arch_dir = isa_list.dir;
 
     let version = fs::read_to_string(ggml.join("VERSION"))
         .expect("vendor/ggml/VERSION is missing: run `rake vendor` again")
@@ -76,6 +77,8 @@ fn main() {
     let cpu_flags: Vec<String> = match env::var("ELELEM_CPU_FLAGS") {
         Ok(flags) if !flags.trim().is_empty() => flags.split_whitespace().map(String::from).collect(),
         _ if portable => Vec::new(),
+        // As ggml's native build: GCC on aarch64 tunes and enables features with -mcpu.
+        _ if target_arch == "aarch64" => vec!["-mcpu=native".to_string()],
         _ => vec!["-march=native".to_string()],
     };
 
@@ -84,14 +87,14 @@ fn main() {
     backend.push(cpu.join("arch").join(arch_dir).join("quants.c"));
     backend.push(cpu.join("arch").join(arch_dir).join("repack.cpp"));
 
-    let variants = requested_variants(&target_arch);
+    let variants = requested_variants(isa_list);
     let (compiler_version, isa) = if variants.is_empty() {
         build_static(&ggml, &out, &base, &backend, &cpu_flags, openmp);
         let (compiler_version, isa) = isa_profile(&cpu, &cpu_flags);
         write_built_variants(&out, &[]);
         (compiler_version, isa)
     } else {
-        let built = build_variants(&ggml, &out, &base, &backend, &variants, openmp);
+        let built = build_variants(&ggml, &out, &base, &backend, isa_list, &variants, openmp);
         write_built_variants(&out, &built);
         (built[0].compiler.clone(), Vec::new())
     };
@@ -163,8 +166,9 @@ fn build_static(ggml: &Path, out: &Path, base: &[PathBuf], backend: &[PathBuf], 
 }
 
 /// The variants `ELELEM_CPU_VARIANTS` asks for: `default` (the platform gem's set), `all`
-/// (llama.cpp's whole list) or names separated by commas; none when it is unset.
-fn requested_variants(target_arch: &str) -> Vec<&'static VariantSpec> {
+/// (llama.cpp's whole list for the target's architecture) or names separated by commas;
+/// none when it is unset.
+fn requested_variants(isa: &'static VariantIsa) -> Vec<&'static VariantSpec> {
     let Ok(value) = env::var("ELELEM_CPU_VARIANTS") else {
         return Vec::new();
     };
@@ -172,22 +176,19 @@ fn requested_variants(target_arch: &str) -> Vec<&'static VariantSpec> {
     if value.is_empty() || value == "0" {
         return Vec::new();
     }
-    assert_eq!(
-        target_arch, "x86_64",
-        "ggml-sys: ELELEM_CPU_VARIANTS builds x86-64 variants only (llama.cpp's x86 list)"
-    );
     let names: Vec<&str> = match value {
-        "default" | "1" => DEFAULT_VARIANTS.to_vec(),
-        "all" => X86_VARIANTS.iter().map(|v| v.name).collect(),
+        "default" | "1" => isa.default.to_vec(),
+        "all" => isa.variants.iter().map(|v| v.name).collect(),
         list => list.split(',').map(str::trim).filter(|s| !s.is_empty()).collect(),
     };
     names
         .into_iter()
         .map(|name| {
-            variant_spec(name).unwrap_or_else(|| {
-                let known: Vec<&str> = X86_VARIANTS.iter().map(|v| v.name).collect();
+            isa.spec(name).unwrap_or_else(|| {
+                let known: Vec<&str> = isa.variants.iter().map(|v| v.name).collect();
                 panic!(
-                    "ggml-sys: ELELEM_CPU_VARIANTS names {name:?}, not one of llama.cpp's: {}",
+                    "ggml-sys: ELELEM_CPU_VARIANTS names {name:?}, not one of llama.cpp's {} variants: {}",
+                    isa.arch,
                     known.join(", ")
                 )
             })
@@ -215,6 +216,7 @@ fn build_variants(
     out: &Path,
     base: &[PathBuf],
     backend: &[PathBuf],
+    isa_list: &VariantIsa,
     variants: &[&'static VariantSpec],
     openmp: bool,
 ) -> Vec<Built> {
@@ -241,8 +243,7 @@ fn build_variants(
     let cpu = ggml.join("src").join("ggml-cpu");
     let mut built = Vec::new();
     for spec in variants {
-        let (flags, defines) = variant_flags(spec);
-        let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        let (flags, defines) = isa_list.flags(spec);
         let obj_dir = out.join(format!("obj-{}", spec.name));
         let mut objects = Vec::new();
         for (cpp, files) in split_by_language(backend) {
@@ -256,7 +257,7 @@ fn build_variants(
         let mut feats = compiler(ggml, out, true, &[], false);
         feats
             .out_dir(obj_dir.join("feats"))
-            .file(cpu.join("arch/x86/cpu-feats.cpp"));
+            .file(cpu.join("arch").join(isa_list.dir).join("cpu-feats.cpp"));
         backend_defines(&mut feats, &defines);
         objects.extend(feats.compile_intermediates());
         let name = format!("libggml-cpu-{}.so", spec.name);
@@ -436,7 +437,8 @@ fn compiler(ggml: &Path, out: &Path, cpp: bool, cpu_flags: &[String], openmp: bo
 
 /// The compiler's name and version, and the ISA profile: the macros that `cpu_flags`
 /// make the compiler define (beyond its baseline) and that some file under `cpu_dir`
-/// tests. `__AVXVNNI__` is left out when `__AVX512VNNI__` and `__AVX512VL__` are in:
+/// tests (x86's `__AVX2__` kind, and aarch64's `__ARM_FEATURE_*`, which has no trailing
+/// underscores). `__AVXVNNI__` is left out when `__AVX512VNNI__` and `__AVX512VL__` are in:
 /// each test of it that picks code is an `#elif` after those two (the other one only
 /// reports the feature), so it then changes nothing that is compiled.
 fn isa_profile(cpu_dir: &Path, cpu_flags: &[String]) -> (String, Vec<String>) {
@@ -474,7 +476,10 @@ fn isa_profile(cpu_dir: &Path, cpu_flags: &[String]) -> (String, Vec<String>) {
         .into_iter()
         .map(|(name, _)| name)
         .filter(|name| !baseline.iter().any(|(b, _)| b == name))
-        .filter(|name| name.starts_with("__") && name.ends_with("__") && tested.contains(name.as_str()))
+        .filter(|name| {
+            (name.starts_with("__") && name.ends_with("__") || name.starts_with("__ARM_FEATURE_"))
+                && tested.contains(name.as_str())
+        })
         .map(|name| name.trim_matches('_').to_string())
         .collect();
     isa.sort();

@@ -3,8 +3,9 @@
 //! (the highest `ggml_backend_score` among them), or forced by `ELELEM_CPU_VARIANT`.
 //!
 //! Before a variant library is opened at all (scoring opens it), this CPU's features are
-//! read with CPUID, operating-system support included (XCR0), so a variant the CPU
-//! cannot run is refused with an error naming what it lacks, never run into a SIGILL.
+//! read (x86-64: CPUID, operating-system support included (XCR0); aarch64: Linux's
+//! hardware capabilities), so a variant the CPU cannot run is refused with an error naming
+//! what it lacks, never run into a SIGILL.
 
 use std::sync::OnceLock;
 
@@ -79,16 +80,75 @@ pub fn type_has_vec_dot(ty: crate::ggml_type) -> bool {
     }
 }
 
-/// The features of llama.cpp's variant list (`SSE42`, `AVX2`, `AVX512`, `AMX_INT8`, ...)
-/// that this CPU and the operating system support.
+/// The features of llama.cpp's variant list (`SSE42`, `AVX2`, `AVX512`, `AMX_INT8`, ...;
+/// `DOTPROD`, `SVE`, `MATMUL_INT8`, ... on aarch64) that this CPU and the operating system
+/// support.
 pub fn cpu_features() -> Vec<&'static str> {
     #[cfg(target_arch = "x86_64")]
     {
         x86::features()
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+    {
+        let (hwcap, hwcap2) = unsafe { (libc::getauxval(libc::AT_HWCAP), libc::getauxval(libc::AT_HWCAP2)) };
+        aarch64_features(hwcap, hwcap2)
+    }
+    #[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_os = "linux"))))]
     {
         Vec::new()
+    }
+}
+
+/// The aarch64 features that Linux's `AT_HWCAP` and `AT_HWCAP2` words report, read as
+/// ggml's `ggml_feats_get_arch64_runtime` (`ggml-feats.h`) reads them for its score, so
+/// the variant refused here is the one ggml would score 0.
+#[cfg(any(test, all(target_arch = "aarch64", target_os = "linux")))]
+pub fn aarch64_features(hwcap: u64, hwcap2: u64) -> Vec<&'static str> {
+    const HWCAP_FPHP: u64 = 1 << 9;
+    const HWCAP_ASIMDHP: u64 = 1 << 10;
+    const HWCAP_ASIMDDP: u64 = 1 << 20;
+    const HWCAP_SVE: u64 = 1 << 22;
+    const HWCAP2_SVE2: u64 = 1 << 1;
+    const HWCAP2_I8MM: u64 = 1 << 13;
+    const HWCAP2_SME: u64 = 1 << 23;
+    [
+        ("DOTPROD", hwcap & HWCAP_ASIMDDP != 0),
+        (
+            "FP16_VECTOR_ARITHMETIC",
+            hwcap & HWCAP_FPHP != 0 && hwcap & HWCAP_ASIMDHP != 0,
+        ),
+        ("SVE", hwcap & HWCAP_SVE != 0),
+        ("MATMUL_INT8", hwcap2 & HWCAP2_I8MM != 0),
+        ("SVE2", hwcap2 & HWCAP2_SVE2 != 0),
+        ("SME", hwcap2 & HWCAP2_SME != 0),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect()
+}
+
+/// The SVE vector length in use, as a build-profile entry (`SVE_BITS_256`), on aarch64
+/// Linux with SVE: ggml's SVE kernels pick their code by it (`svcntb()`), and CPUs differ
+/// (Graviton 3: 256 bits, Graviton 4: 128), so with SVE compiled in it decides the bits as
+/// much as a macro does.
+pub fn sve_bits_tag() -> Option<&'static str> {
+    static TAG: OnceLock<Option<String>> = OnceLock::new();
+    TAG.get_or_init(|| sve_bytes().map(|bytes| format!("SVE_BITS_{}", bytes * 8)))
+        .as_deref()
+}
+
+/// Linux's `prctl(PR_SVE_GET_VL)`: this thread's vector length in bytes, where SVE is.
+fn sve_bytes() -> Option<u32> {
+    #[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+    {
+        const PR_SVE_GET_VL: libc::c_int = 51;
+        const PR_SVE_VL_LEN_MASK: libc::c_int = 0xffff;
+        let vl = unsafe { libc::prctl(PR_SVE_GET_VL) };
+        (vl > 0).then(|| (vl & PR_SVE_VL_LEN_MASK) as u32)
+    }
+    #[cfg(not(all(target_arch = "aarch64", target_os = "linux")))]
+    {
+        None
     }
 }
 
@@ -478,6 +538,102 @@ mod tests {
             assert!(refusal.as_ref().is_none_or(|r| r.contains("arch_prctl")), "{refusal:?}");
         } else {
             assert!(refusal.is_some());
+        }
+    }
+
+    /// `BuiltVariant`s of the aarch64 variants the platform gem ships, as build.rs makes them.
+    fn aarch64_built() -> Vec<&'static BuiltVariant> {
+        crate::AARCH64
+            .default
+            .iter()
+            .map(|name| {
+                let spec = crate::AARCH64.spec(name).unwrap();
+                &*Box::leak(Box::new(v(spec.name, spec.features)))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn aarch64_hwcaps_choose_the_variant_ggml_would() {
+        const FPHP_ASIMDHP: u64 = 3 << 9;
+        const ASIMDDP: u64 = 1 << 20;
+        const SVE: u64 = 1 << 22;
+        const SVE2: u64 = 1 << 1;
+        const I8MM: u64 = 1 << 13;
+        const SME: u64 = 1 << 23;
+        let cpus: &[(&str, u64, u64, &str)] = &[
+            ("Cortex-A72 (Raspberry Pi 4)", 0, 0, "armv8.0_1"),
+            ("Cortex-A55: dot product only", ASIMDDP, 0, "armv8.2_1"),
+            (
+                "Neoverse N1 (Graviton 2), Cortex-A76 (Pi 5)",
+                ASIMDDP | FPHP_ASIMDHP,
+                0,
+                "armv8.2_2",
+            ),
+            (
+                "Neoverse V1 (Graviton 3)",
+                ASIMDDP | FPHP_ASIMDHP | SVE,
+                I8MM,
+                "armv8.6_1",
+            ),
+            (
+                "Neoverse V2 (Graviton 4)",
+                ASIMDDP | FPHP_ASIMDHP | SVE,
+                I8MM | SVE2,
+                "armv8.6_2",
+            ),
+            (
+                "an SME CPU (qemu -cpu max)",
+                ASIMDDP | FPHP_ASIMDHP | SVE,
+                I8MM | SVE2 | SME,
+                "armv8.6_2",
+            ),
+            ("half-precision scalar without vector", ASIMDDP | 1 << 9, 0, "armv8.2_1"),
+        ];
+        for &(cpu, hwcap, hwcap2, expected) in cpus {
+            let have = aarch64_features(hwcap, hwcap2);
+            let chosen = choose(&aarch64_built(), &have, None, ggml_like_score).unwrap();
+            assert_eq!(chosen.name, expected, "{cpu}: {have:?}");
+        }
+        let graviton2 = aarch64_features(ASIMDDP | FPHP_ASIMDHP, 0);
+        let err = choose(&aarch64_built(), &graviton2, Some("armv8.2_3"), ggml_like_score).unwrap_err();
+        assert!(
+            err.contains("it lacks SVE (this CPU runs: armv8.0_1, armv8.2_1, armv8.2_2)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn variant_flags_are_ggml_cmakes() {
+        let arm = |name| crate::AARCH64.flags(crate::AARCH64.spec(name).unwrap());
+        assert_eq!(arm("armv8.0_1"), (vec!["-march=armv8-a".to_string()], vec![]));
+        assert_eq!(
+            arm("armv8.2_2"),
+            (
+                vec!["-march=armv8.2-a+dotprod+fp16".to_string()],
+                vec![
+                    "GGML_USE_DOTPROD".to_string(),
+                    "GGML_USE_FP16_VECTOR_ARITHMETIC".to_string()
+                ]
+            )
+        );
+        assert_eq!(arm("armv8.6_2").0, ["-march=armv8.6-a+dotprod+fp16+sve+i8mm+sve2"]);
+        assert_eq!(arm("armv9.2_2").0, ["-march=armv9.2-a+dotprod+fp16+sve+i8mm+sve2+sme"]);
+        let (flags, defines) = crate::X86.flags(crate::X86.spec("haswell").unwrap());
+        assert_eq!(flags, ["-msse4.2", "-mf16c", "-mfma", "-mbmi2", "-mavx", "-mavx2"]);
+        assert_eq!(
+            defines,
+            [
+                "GGML_SSE42",
+                "GGML_F16C",
+                "GGML_FMA",
+                "GGML_BMI2",
+                "GGML_AVX",
+                "GGML_AVX2"
+            ]
+        );
+        for isa in [&crate::X86, &crate::AARCH64] {
+            assert!(isa.default.iter().all(|name| isa.spec(name).is_some()), "{}", isa.arch);
         }
     }
 

@@ -54,7 +54,7 @@ include!(concat!(env!("OUT_DIR"), "/built_variants.rs"));
 mod variants {
     include!("variants.rs");
 }
-pub use variants::{variant_spec, VariantSpec, DEFAULT_VARIANTS, X86_VARIANTS};
+pub use variants::{variant_isa, VariantIsa, VariantSpec, AARCH64, X86};
 
 pub mod cpu;
 

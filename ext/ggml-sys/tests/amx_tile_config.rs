@@ -135,8 +135,8 @@ fn gcc_major() -> Option<u32> {
 
 /// The flag sets to try: the AMX flags alone (runnable on any x86-64), and the
 /// `sapphirerapids` variant's whole set where this CPU runs its non-AMX instructions.
-fn flag_sets() -> Vec<Vec<&'static str>> {
-    let mut sets = vec![vec!["-mamx-tile", "-mamx-int8", "-mamx-bf16"]];
+fn flag_sets() -> Vec<Vec<String>> {
+    let mut sets = vec![["-mamx-tile", "-mamx-int8", "-mamx-bf16"].map(String::from).to_vec()];
     let runs_variant = std::is_x86_feature_detected!("avx512f")
         && std::is_x86_feature_detected!("avx512cd")
         && std::is_x86_feature_detected!("avx512vl")
@@ -149,7 +149,7 @@ fn flag_sets() -> Vec<Vec<&'static str>> {
         && std::is_x86_feature_detected!("f16c")
         && std::is_x86_feature_detected!("bmi2");
     if runs_variant {
-        let (flags, _) = variant_flags(variant_spec("sapphirerapids").unwrap());
+        let (flags, _) = X86.flags(X86.spec("sapphirerapids").unwrap());
         sets.push(flags);
     }
     sets
@@ -169,6 +169,7 @@ fn ggml_tile_config_reaches_ldtilecfg_whole() {
 
     let recorded = format!("{RECORDING_LDTILECFG}{ggml}{MAIN}");
     for flags in flag_sets() {
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         let mut fixed_flags = vec![force.as_str()];
         fixed_flags.extend(&flags);
         let fixed = loaded_config(&dir, "fixed", &recorded, &fixed_flags);

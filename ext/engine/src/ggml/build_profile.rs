@@ -15,7 +15,8 @@ pub struct BuildProfile {
     /// The C compiler's family and version, e.g. `gcc 12.2.0`.
     pub compiler: &'static str,
     /// The instruction-set macros the CPU backend was compiled under (e.g. `AVX512FP16`);
-    /// `AMX_*` only while ggml's AMX kernels are in use.
+    /// `AMX_*` only while ggml's AMX kernels are in use; with SVE, the vector length in use
+    /// (`SVE_BITS_256`).
     pub isa: Vec<&'static str>,
     /// The flags that chose them (informative: the profile is what they chose).
     pub cpu_flags: &'static str,
@@ -49,6 +50,10 @@ impl BuildProfile {
                 variant: Some(v.name),
             },
         };
+        // ggml's SVE kernels pick their code by this CPU's vector length.
+        if profile.isa.contains(&"ARM_FEATURE_SVE") {
+            profile.isa.extend(ggml_sys::cpu::sve_bits_tag());
+        }
         // AMX compiled in but off here runs the code of a build without it (ggml tests
         // `__AMX_INT8__` only to offer the AMX buffer), so it gives that build's bits.
         if *super::device::amx()? != super::device::Amx::InUse {

@@ -10,7 +10,9 @@
 //! weight type catches up (see [`Kernel::max_rows`]).
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
+#[cfg(target_arch = "x86_64")]
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 use ggml_sys as sys;
@@ -227,8 +229,12 @@ impl Kernel {
             Kernel::Q4K => Some(q4_k_op),
             Kernel::Q6K { tiled: false } => Some(q6_k_op::<false>),
             Kernel::Q6K { tiled: true } => Some(q6_k_op::<true>),
+            #[cfg(target_arch = "x86_64")]
             Kernel::Q5_0 => Some(q8_0_family_op::<q8_0_family::BlockQ5_0>),
+            #[cfg(target_arch = "x86_64")]
             Kernel::Q8_0 => Some(q8_0_family_op::<q8_0_family::BlockQ8_0>),
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Q5_0 | Kernel::Q8_0 => Some(q8_0_family_op),
         }
     }
 }
@@ -240,6 +246,8 @@ impl Kernel {
 ///
 /// Each custom op node holds one, as its userdata, for the graph's life.
 #[derive(Debug, Default)]
+// Off x86-64 no kernel of ours is chosen, so nothing takes chunks.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub struct Chunks {
     next: AtomicUsize,
     finished: AtomicUsize,
@@ -247,8 +255,10 @@ pub struct Chunks {
 
 /// Chunks per thread a product is cut into: enough for a late thread's share to be
 /// taken over, few enough that each is a long run of weights for the prefetcher.
+#[cfg(target_arch = "x86_64")]
 const CHUNKS_PER_THREAD: usize = 8;
 
+#[cfg(target_arch = "x86_64")]
 impl Chunks {
     /// Runs `work` over chunks of `0..units` (even-sized: Q5_0 takes its rows in
     /// pairs) until none is left. The last of the op's `nth` threads to finish sets
@@ -330,7 +340,7 @@ unsafe extern "C" fn q8_0_family_op<B: q8_0_family::Block>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe extern "C" fn q8_0_family_op<B>(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, chunks: *mut c_void) {
+unsafe extern "C" fn q8_0_family_op(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, chunks: *mut c_void) {
     off_x86(dst, ith, nth, chunks)
 }
 
