@@ -75,6 +75,26 @@ module Elelem
   #   @return [Array<Hash>] `:name`, `:features` (Array of String), `:runnable` (this CPU runs
   #     it), `:in_use`
 
+  # @!parse
+  #   # The defaults and limits the engine owns, defined by the extension at load (hence
+  #   # `native` here) so that
+  #   # each is written once and Ruby and Rust read the same value (spec/defaults_spec.rb
+  #   # fails on a second home).
+  #   module Defaults
+  #     # {Elelem.open}'s options when left out: `:n_ctx`, `:n_threads` (the CPUs this process
+  #     # may run on), `:adaptive_threads`, `:parallel`, `:queue`, `:flash_attn`,
+  #     # `:cache_type_k`, `:cache_type_v`, `:batch_invariant`, `:own_kernels`
+  #     OPEN = native
+  #     # {Model#generate}'s sampling and stopping options when left out: `:max_tokens`,
+  #     # `:ignore_eos`, `:temperature`, `:top_k`, `:top_p`, `:min_p`, `:repeat_penalty`,
+  #     # `:repeat_last_n`, `:reuse_prefix`
+  #     GENERATION = native
+  #     # The largest `n_ctx`, and so the most tokens any count may ask for.
+  #     MAX_N_CTX = native
+  #     # The most threads a pass may run on.
+  #     MAX_THREADS = native
+  #   end
+
   class << self
     # Opens a GGUF model. An option left out takes its default from {Defaults::OPEN}; an
     # unknown key, or a value of the wrong type or out of range, is an ArgumentError naming it.

@@ -58,7 +58,7 @@ RSpec.describe Elelem::Defaults do
 
   it "is where lib/'s constants for the limits come from" do
     limits = Dir[File.join(ROOT, "lib/**/*.rb")].flat_map do |file|
-      File.readlines(file).grep(/\b(MAX_N_CTX|MAX_THREADS|DEFAULT_N_CTX|DEFAULT_QUEUE)\s*=/)
+      File.readlines(file).grep_v(/^\s*#/).grep(/\b(MAX_N_CTX|MAX_THREADS|DEFAULT_N_CTX|DEFAULT_QUEUE)\s*=/)
     end
     expect(limits).not_to be_empty
     expect(limits).to all(match(/= Defaults::/))
