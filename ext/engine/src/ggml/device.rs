@@ -138,13 +138,17 @@ pub enum Amx {
 
 impl Amx {
     /// The state, given whether the backend was compiled with AMX, whether ggml offers its
-    /// AMX buffer type, and what [`sys::cpu::amx_refusal`] says.
-    fn decide(built: bool, offered: bool, refusal: Option<String>) -> Amx {
-        match (built, refusal) {
-            (false, _) => Amx::NotBuilt,
-            (true, Some(reason)) => Amx::Off(reason),
-            (true, None) if offered => Amx::InUse,
-            (true, None) => Amx::Off("ggml's CPU backend did not offer its AMX buffer".to_string()),
+    /// AMX buffer type, and what [`sys::cpu::amx_refusal`] says. That is asked only of a
+    /// build with AMX: it requests the tile-data permission, which grows every signal
+    /// frame of the process (and the alternate signal stack it needs).
+    fn decide(built: bool, offered: bool, refusal: impl FnOnce() -> Option<String>) -> Amx {
+        if !built {
+            return Amx::NotBuilt;
+        }
+        match refusal() {
+            Some(reason) => Amx::Off(reason),
+            None if offered => Amx::InUse,
+            None => Amx::Off("ggml's CPU backend did not offer its AMX buffer".to_string()),
         }
     }
 }
@@ -186,7 +190,7 @@ pub(super) fn cpu() -> Result<&'static Cpu> {
         let amx = Amx::decide(
             amx_built()?,
             extra_bufts(get_extra_bufts, dev).iter().any(|b| b.name() == AMX_BUFFER),
-            sys::cpu::amx_refusal(),
+            sys::cpu::amx_refusal,
         );
         if let Amx::Off(reason) = &amx {
             eprintln!(
@@ -344,13 +348,14 @@ mod tests {
 
     #[test]
     fn amx_is_used_only_where_it_is_built_offered_and_not_refused() {
-        assert_eq!(Amx::decide(false, true, None), Amx::NotBuilt);
-        assert_eq!(Amx::decide(true, true, None), Amx::InUse);
+        let not_asked = || -> Option<String> { panic!("a build without AMX asks nothing") };
+        assert_eq!(Amx::decide(false, true, not_asked), Amx::NotBuilt);
+        assert_eq!(Amx::decide(true, true, || None), Amx::InUse);
         assert_eq!(
-            Amx::decide(true, true, Some("hidden".into())),
+            Amx::decide(true, true, || Some("hidden".into())),
             Amx::Off("hidden".into())
         );
-        assert!(matches!(Amx::decide(true, false, None), Amx::Off(r) if r.contains("did not offer")));
+        assert!(matches!(Amx::decide(true, false, || None), Amx::Off(r) if r.contains("did not offer")));
     }
 
     #[test]
