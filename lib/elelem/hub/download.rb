@@ -36,7 +36,9 @@ module Elelem
         return pointer if File.exist?(pointer)
 
         meta = @client.metadata(repo, commit, file)
-        raise HubError, "#{repo}/#{file}: the Hub's etag #{meta.etag.inspect} is not a sha" unless meta.etag.match?(ETAG)
+        unless meta.etag.match?(ETAG)
+          raise HubError, "#{repo}/#{file}: the Hub's etag #{meta.etag.inspect} is not a hash"
+        end
 
         blob = @cache.blob_path(repo, meta.etag)
         @cache.lock(repo, meta.etag) do
@@ -51,9 +53,9 @@ module Elelem
         partial = "#{blob}.incomplete"
         FileUtils.mkdir_p(File.dirname(blob))
         File.open(partial, "ab") do |f|
-          f.truncate(0) if meta.size && f.size > meta.size
-          progress = Progress.new(@out, label, meta.size, f.size)
-          receive(meta, f, progress) unless meta.size == f.size
+          f.truncate(0) if meta.bytes && f.size > meta.bytes
+          progress = Progress.new(@out, label, meta.bytes, f.size)
+          receive(meta, f, progress) unless meta.bytes == f.size
           progress.finish
         end
         verify(partial, meta, label)
@@ -70,7 +72,7 @@ module Elelem
         rescue Client::Unreachable => e
           failures = file.size > held ? 0 : failures + 1
           if failures >= MAX_FAILURES
-            raise HubOfflineError, "#{e.message}: the download stopped at #{file.size} of #{meta.size || "?"} " \
+            raise HubOfflineError, "#{e.message}: the download stopped at #{file.size} of #{meta.bytes || "?"} " \
                                    "bytes; run again to resume it"
           end
           sleep(failures)
@@ -96,11 +98,12 @@ module Elelem
         lfs = meta.etag.size == 64
         digest = lfs ? Digest::SHA256.new : Digest::SHA1.new.update("blob #{size}\0")
         File.open(partial, "rb") { |f| digest.update(f.read(CHUNK)) until f.eof? }
-        return if (meta.size.nil? || size == meta.size) && digest.hexdigest == meta.etag
+        return if (meta.bytes.nil? || size == meta.bytes) && digest.hexdigest == meta.etag
 
         File.delete(partial)
-        raise HubIntegrityError, "#{label}: the download (#{size} bytes, #{lfs ? "sha256" : "git sha1"} #{digest.hexdigest}) is " \
-                                 "not the file the Hub announced (#{meta.size} bytes, #{meta.etag}); deleted it"
+        kind = lfs ? "sha256" : "git sha1"
+        raise HubIntegrityError, "#{label}: the download (#{size} bytes, #{kind} #{digest.hexdigest}) is not the " \
+                                 "file the Hub announced (#{meta.bytes} bytes, #{meta.etag}); deleted it"
       end
     end
   end

@@ -41,8 +41,7 @@ module Elelem
           org, repo, *path = rest.split("/", -1)
           tag = nil
           repo, tag = repo.split(":", 2) if path.empty? && repo&.include?(":")
-          reference = new(repo: checked_repo(name, org, repo), file: checked_file(name, path), tag: checked_tag(name, tag))
-          reference.freeze
+          new(repo: checked_repo(name, org, repo), file: checked_file(name, path), tag: checked_tag(name, tag)).freeze
         end
 
         # Whether `name`, without `hf:`, reads as a file in a Hub repository (`org/repo/file.gguf`,
@@ -77,14 +76,18 @@ module Elelem
           return nil if path.empty?
 
           file = path.join("/")
-          if path.any? { |part| part.empty? || %w[. ..].include?(part) } || file.include?("\\") ||
-             file.match?(/[[:cntrl:]]/) || file.size > MAX_FILE_LENGTH
+          unless inside?(path, file)
             raise HubError, "#{name.inspect}: #{file.inspect} is not a file path inside a repository (no leading " \
                             "/, no empty, . or .. parts)"
           end
           raise HubError, "#{name.inspect}: #{file.inspect} is not a .gguf file" unless file.end_with?(".gguf")
 
           file
+        end
+
+        def inside?(path, file)
+          path.none? { |part| part.empty? || %w[. ..].include?(part) } && !file.match?(/[\\[:cntrl:]]/) &&
+            file.size <= MAX_FILE_LENGTH
         end
 
         def checked_tag(name, tag)

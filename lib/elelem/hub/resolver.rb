@@ -44,12 +44,16 @@ module Elelem
 
         info = @client.revision_info(ref.repo, REVISION)
         commit = info["sha"].to_s
-        raise HubError, "#{ref.repo}: the Hub's commit #{commit.inspect} is not a hash" unless commit.match?(Cache::COMMIT)
+        unless commit.match?(Cache::COMMIT)
+          raise HubError, "#{ref.repo}: the Hub's commit #{commit.inspect} is not a hash"
+        end
 
         names = Array(info["siblings"]).map { |s| s["rfilename"] }
         [commit, Choice.parts(choose(ref, names, HubNotFoundError)), true]
       rescue Client::Unreachable => e
-        cached_plan(ref, e.message).tap { |(commit)| @out&.puts "elelem: #{e.message}; using the cached #{commit[0, 12]}" }
+        plan = cached_plan(ref, e.message)
+        @out&.puts "elelem: #{e.message}; using the cached #{plan.first[0, 12]}"
+        plan
       end
 
       def cached_plan(ref, reason)
@@ -78,7 +82,7 @@ module Elelem
       def fetch(ref, commit, files, online)
         unless online
           missing = files.reject { |f| File.exist?(@cache.snapshot_path(ref.repo, commit, f)) }
-          raise HubOfflineError, "#{ref}: not in the cache (#{@cache.root}): #{missing.join(", ")}" unless missing.empty?
+          raise HubOfflineError, "#{ref}: not in the cache (#{@cache.root}): #{missing.join(", ")}" if missing.any?
 
           return files.map { |f| @cache.snapshot_path(ref.repo, commit, f) }
         end
