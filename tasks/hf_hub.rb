@@ -13,12 +13,9 @@ module HfHubClient
     hf-xet==1.8.0 httpcore2==2.16.2 httpx2==2.16.2 idna==3.20 packaging==26.4 PyYAML==6.0.4 tqdm==4.70.1
     truststore==0.10.5 typing_extensions==4.16.0
   ].freeze
-  VENV = File.join(Dir.home, ".cache", "elelem", "huggingface_hub-#{VERSION}")
-
-  module_function
 
   # The venv's python, with huggingface_hub installed; creates the venv on first use.
-  def python
-    PythonVenv.python(VENV, PACKAGES, pip_options: ["--no-deps"])
+  def self.python
+    PythonVenv.pinned("huggingface_hub", VERSION, PACKAGES)
   end
 end
