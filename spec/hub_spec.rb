@@ -14,6 +14,7 @@ RSpec.describe Elelem::Hub do
   tiny = "elelem-test/tiny-weights-GGUF"
   gated = "elelem-test/gated-GGUF"
   split = "elelem-test/split-GGUF"
+  plain = "elelem-test/plain-GGUF"
   qwen = "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF"
   qwen_file = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
   parts = (1..3).map { |i| "tiny-llama3-Q8_0-0000#{i}-of-00003.gguf" }
@@ -34,6 +35,7 @@ RSpec.describe Elelem::Hub do
       tiny => { files: weights.merge("README.md" => { text: "# tiny weights\n" }) },
       gated => { files: { "tiny-qwen3-q8_0.gguf" => SpecModels.synthetic("tiny-qwen3") }, gated: true },
       split => { files: split_files },
+      plain => { files: { "tiny-bert-f16.gguf" => { source: SpecModels.synthetic("tiny-bert"), lfs: false } } },
       qwen => { files: { qwen_file => SpecModels.path("qwen2.5-coder-0.5b") } }
     )
   end
@@ -134,6 +136,13 @@ RSpec.describe Elelem::Hub do
     puts "\n    huggingface_hub #{found["version"]}: shares the cache (both ways)"
   end
 
+  it "checks a file stored without LFS against its git blob sha1" do
+    path, = pull("hf:#{plain}")
+    expect(File.readlink(path)).to eq("../../blobs/#{source(plain, "tiny-bert-f16.gguf").git_sha1}")
+    expect(FileUtils.compare_file(path, SpecModels.synthetic("tiny-bert"))).to be(true)
+    expect(downloads.map(&:listener)).to eq([:hub])
+  end
+
   it "does not fetch a cached file again" do
     first = pull("hf:#{tiny}:Q8_0")
     @hub.clear
@@ -181,6 +190,11 @@ RSpec.describe Elelem::Hub do
     expect(File.basename(path)).to eq("tiny-qwen3-q8_0.gguf")
     by_listener = @hub.requests.group_by(&:listener).transform_values { |rs| rs.map(&:authorization).uniq }
     expect(by_listener).to eq(hub: ["Bearer #{FakeHub::TOKEN}"], cdn: [nil])
+    # The token file `huggingface-cli login` writes serves when HF_TOKEN is not set.
+    ENV.delete("HF_TOKEN")
+    File.write(File.join(ENV.fetch("HF_HOME"), "token"), "#{FakeHub::TOKEN}\n")
+    FileUtils.rm_rf(File.join(cache, "models--elelem-test--gated-GGUF"))
+    expect(pull("hf:#{gated}")).to eq([path])
   end
 
   it "works from the cache alone with HF_HUB_OFFLINE=1, and says what is missing" do
@@ -227,6 +241,9 @@ RSpec.describe Elelem::Hub do
     expect(@hub.requests).to be_empty
     expect { pull("hf:elelem-test/no-such-repo") }
       .to raise_error(Elelem::HubNotFoundError, %r{elelem-test/no-such-repo: no such repository on 127.0.0.1})
+    expect { Elelem::Models.resolve("elelem-test/no-such-repo/x.gguf") }.to raise_error(
+      Elelem::HubNotFoundError, %r{\Aelelem-test/no-such-repo/x.gguf: no such file, and as a Hugging Face reference: }
+    )
     expect(described_class.reference?("../models/x.gguf")).to be(false)
     expect(described_class.reference?(SpecModels.synthetic("tiny-qwen3"))).to be(false)
   end
@@ -245,6 +262,9 @@ RSpec.describe Elelem::Hub do
     expect(Elelem::CLI.new(out, err, StringIO.new).run(["pull", "hf:#{split}:Q8_0", "hf:#{tiny}:Q4_K"])).to eq(0)
     expect(out.string.lines.map { |l| File.basename(l.chomp) }).to eq(parts + ["tiny-weights-q4_k.gguf"])
     expect(err.string).to include("elelem: downloading #{split}/#{parts[0]}")
+    out = StringIO.new
+    expect(Elelem::CLI.new(out, err, StringIO.new).run(["pull", "qwen2.5-coder-0.5b"])).to eq(0)
+    expect(out.string).to eq("#{SpecModels.path("qwen2.5-coder-0.5b")}\n")
     err = StringIO.new
     expect(Elelem::CLI.new(out, err, StringIO.new).run(["pull", "hf:#{tiny}:Q5_K"])).to eq(1)
     expect(err.string.lines.size).to eq(1)

@@ -22,7 +22,7 @@ module Elelem
       "info" => "describe a model",
       "bench" => "measure prompt and decode speed (medians; `rake bench` adds llama.cpp beside it)",
       "fetch" => "download a known model (#{Models.names.join(", ")})",
-      "pull" => "download a model from Hugging Face (hf:org/repo[:QUANT], hf:org/repo/file.gguf) into its cache",
+      "pull" => "download a model from Hugging Face (hf:org/repo[:QUANT], hf:org/repo/file.gguf), or a known one",
       "convert" => "convert a Hugging Face BERT directory (safetensors) to GGUF, as convert_hf_to_gguf.py does"
     }.freeze
 
@@ -204,7 +204,7 @@ module Elelem
       return if opts.nil?
       raise OptionParser::MissingArgument, "REF (hf:org/repo[:QUANT] or hf:org/repo/file.gguf)" if rest.empty?
 
-      rest.each { |ref| @out.puts Hub.pull(ref, out: @err) }
+      rest.each { |ref| @out.puts Models.names.include?(ref) ? Models.fetch(ref, out: @err) : Hub.pull(ref, out: @err) }
     end
   end
 end

@@ -36,7 +36,7 @@ module Elelem
       def reference?(name)
         return false unless name.is_a?(String)
 
-        Reference::PREFIXES.any? { |p| name.start_with?(p) } || (Reference.unprefixed?(name) && !File.exist?(name))
+        prefixed?(name) || (Reference.unprefixed?(name) && !File.exist?(name))
       end
 
       # Downloads (where missing) every part of the model a reference names.
@@ -45,7 +45,7 @@ module Elelem
       # @return [Array<String>] the files in the cache, in part order
       # @raise [Elelem::HubError] (a subclass saying which) when it cannot
       def pull(name, out: $stderr)
-        Resolver.new(out).pull(Reference.parse(name))
+        resolving(name) { |ref| Resolver.new(out).pull(ref) }
       end
 
       # The file to load for a reference, downloaded on first use.
@@ -53,7 +53,7 @@ module Elelem
       # @return [String] the file in the cache
       # @raise [Elelem::HubError] as {pull}, and for a multi-part GGUF, which elelem cannot load
       def path(name, out: $stderr)
-        Resolver.new(out).path(Reference.parse(name))
+        resolving(name) { |ref| Resolver.new(out).path(ref) }
       end
 
       # @return [String] the cache: `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
@@ -82,6 +82,19 @@ module Elelem
       end
 
       private
+
+      def prefixed?(name)
+        Reference::PREFIXES.any? { |p| name.start_with?(p) }
+      end
+
+      # A name without `hf:` may have been meant as a local file: its errors say both.
+      def resolving(name)
+        yield Reference.parse(name)
+      rescue HubError => e
+        raise if prefixed?(name)
+
+        raise e.class, "#{name}: no such file, and as a Hugging Face reference: #{e.message}"
+      end
 
       def home
         env("HF_HOME") || File.join(env("XDG_CACHE_HOME") || File.join(Dir.home, ".cache"), "huggingface")

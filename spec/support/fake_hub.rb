@@ -12,10 +12,10 @@ require "uri"
 # - `GET /api/models/{repo}` and `/api/models/{repo}/revision/{rev}`: `id`, `sha` (the commit),
 #   `gated`, `siblings` (`rfilename`; with `?blobs=true` also `size`, `blobId`, and `lfs`
 #   with `sha256`, `size`, `pointerSize`);
-# - `HEAD` and `GET /{repo}/resolve/{rev}/{file}`: an LFS file (every .gguf) answers
+# - `HEAD` and `GET /{repo}/resolve/{rev}/{file}`: an LFS file (a .gguf, unless told) answers
 #   `302 Found` to the CDN with `X-Repo-Commit`, `X-Linked-Etag` (its sha256, quoted),
 #   `X-Linked-Size`, the LFS pointer's `ETag` and `Location`; another file (README.md) answers
-#   `200` with its git blob sha1 as `ETag`;
+#   `200` with its git blob sha1 as `ETag`, and its bytes;
 # - the CDN, a second listener (another origin, so the token must not follow the redirect):
 #   `GET /cdn/{sha256}` with `Range: bytes=N-` (`206`, `Content-Range`), `416` past the end;
 # - errors as the Hub gives them, with `X-Error-Code` / `X-Error-Message`: a missing repository
@@ -39,7 +39,7 @@ class FakeHub
   attr_reader :endpoint
 
   # @param repos [Hash{String => Hash}] repository id => `files:` (name => a path, or
-  #   `{ text: "..." }`) and `gated:` (true)
+  #   `{ text: "..." }`, or `{ source: path, lfs: false }`) and `gated:` (true)
   def initialize(repos)
     @repos = repos.to_h do |id, spec|
       entries = spec.fetch(:files).map { |name, src| Entry.new(name, **(src.is_a?(Hash) ? src : { source: src })) }
@@ -280,14 +280,16 @@ class FakeHub
 end
 
 class FakeHub
-  # A file of a repository: its bytes come from `source` (a path) or `text`.
+  # A file of a repository: its bytes come from `source` (a path) or `text`; stored with LFS unless `lfs: false`
+  # (the default for text).
   class Entry
     attr_reader :name, :size, :sha256, :git_sha1, :pointer
 
-    def initialize(name, source: nil, text: nil)
+    def initialize(name, source: nil, text: nil, lfs: text.nil?)
       @name = name
       @source = source
       @text = text
+      @lfs = lfs
       bytes = text || File.binread(source)
       @size = bytes.bytesize
       @sha256 = Digest::SHA256.hexdigest(bytes)
@@ -296,7 +298,7 @@ class FakeHub
     end
 
     def lfs?
-      @text.nil?
+      @lfs
     end
 
     # Writes `length` bytes from `offset` to `io`.
