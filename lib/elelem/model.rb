@@ -36,17 +36,24 @@ module Elelem
         options = options.merge(draft: known(draft)) if draft.is_a?(String)
         _open(known(path), options).tap { |m| m.send(:after_open) }
       rescue Elelem::LoadError => e
-        raise unless e.message.include?("No such file")
+        raise unless missing_file?(e)
 
         raise Elelem::LoadError, "#{e.message} (known model names open too, fetched on first use: " \
-                                 "#{Models.names.join(", ")}; see Elelem::Models.list)"
+                                 "#{Models.names.join(", ")}; see Elelem::Models.list; and Hugging Face " \
+                                 "references: hf:org/repo[:QUANT] or hf:org/repo/file.gguf)"
       end
 
       private
 
-      # A known model's name (unless a file has that name) is that model's path, fetched on first use.
+      # The loader found no file (a Hugging Face reference's own errors say what they miss).
+      def missing_file?(error)
+        !error.is_a?(HubError) && error.message.include?("No such file")
+      end
+
+      # A known model's name or a Hugging Face reference (unless a file has that name) stands
+      # for its file, fetched on first use; anything else is left to the loader to refuse.
       def known(path)
-        Models.names.include?(path) && !File.exist?(path) ? Models.fetch(path) : path
+        Models.locate(path) || path
       end
     end
 
