@@ -4,6 +4,7 @@ require "json"
 require "openssl"
 require_relative "server/http_error"
 require_relative "server/request"
+require_relative "server/generation"
 require_relative "server/reply"
 require_relative "server/event_stream"
 require_relative "server/runner"
@@ -154,45 +155,25 @@ module Elelem
     end
 
     def chat_completions(env)
-      request = Request.new(read_json(env), :chat, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix)
-      generate(env, request, chat_prompt(request))
-    end
-
-    # The conversation rendered by the chat template, as token ids.
-    def chat_prompt(request)
-      @model.chat_tokens(request.messages, template: @template, **request.variables)
-    rescue ArgumentError, TemplateError => e
-      raise HTTPError.new(400, e.message, param: "messages")
-    rescue ClosedError
-      raise
-    rescue Elelem::Error => e # a model without a template, served without one
-      raise HTTPError.new(500, "chat is not available: #{e.message} (elelem serve --template FILE)",
-                          code: "no_chat_template")
+      generate(env, :chat)
     end
 
     def completions(env)
-      request = Request.new(read_json(env), :completion, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix)
-      generate(env, request, request.prompt)
+      generate(env, :completion)
     end
 
-    def generate(env, request, prompt)
-      reply = Reply.new(request, @model, model_name)
-      return json(200, reply.complete(complete(request, prompt))) unless request.stream
+    def generate(env, kind)
+      request = Request.new(read_json(env), kind, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix,
+                                                  n_vocab: @model.info[:n_vocab])
+      generation = Generation.new(@model, request, @template)
+      reply = Reply.new(generation, @model, model_name)
+      return json(200, reply.complete(generation.run)) unless request.stream
 
       forget = ->(stream) { @streams_lock.synchronize { @streams.delete(stream) } }
       stream = EventStream.new(reply, socket: env["puma.socket"], logger: ->(e) { log(env, e) },
-                                      on_close: forget) { |&each_piece| complete(request, prompt, &each_piece) }
+                                      on_close: forget) { |&each_event| generation.run(&each_event) }
       @streams_lock.synchronize { @streams[stream] = true }
       [200, STREAM_HEADERS.dup, stream.start]
-    end
-
-    def complete(request, prompt, &)
-      @model.complete(prompt, **request.generation, logprobs: request.logprobs, &)
-    rescue ContextFullError => e
-      raise HTTPError.new(400, e.message, param: request.kind == :chat ? "messages" : "prompt",
-                                          code: "context_length_exceeded")
-    rescue ArgumentError => e
-      raise HTTPError.new(400, e.message)
     end
 
     # The body as JSON, read no further than one byte past the limit (a body announced
