@@ -41,6 +41,24 @@ RSpec.describe "speculative decoding" do
       expect(@model.generate([1, 2], max_tokens: 2, ignore_eos: true).size).to eq(2)
     end
 
+    it "carries on through the signals Ruby raises nothing for (children exiting), with the same tokens" do
+      run = ->(draft) { @model.generate(prompt, max_tokens: 200, ignore_eos: true, draft:) }
+      quiet = %i[model lookup].to_h { |draft| [draft, run.call(draft)] }
+      exits = 0
+      running = true
+      children = Thread.new do
+        while running
+          Process.wait(Process.spawn("true"))
+          exits += 1
+        end
+      end
+      signalled = Array.new(3) { quiet.keys.to_h { |draft| [draft, run.call(draft)] } }
+      running = false
+      children.join
+      expect(signalled).to all(eq(quiet))
+      expect(exits).to be > 3
+    end
+
     it "samples with a seed" do
       run = -> { @model.generate(prompt, max_tokens: 20, ignore_eos: true, temperature: 0.9, seed: 3) }
       expect(run.call).to eq(run.call)

@@ -10,7 +10,7 @@ use magnus::{Error, RHash, Ruby};
 
 use super::errors::{self, engine_error};
 use super::generation::Delivery;
-use super::nogvl::{without_gvl, Interrupt};
+use super::nogvl::{resumable, Interrupt};
 
 /// How a call speculates: `draft:` (nil: the model's default, or "none", "lookup",
 /// "copy", "model") and `draft_tokens:` (nil: the model's default); the engine
@@ -75,9 +75,11 @@ pub(super) fn speculate(
         if lease.is_closed() {
             return Err(errors::closed(ruby));
         }
-        let draft_ctx = draft.as_deref_mut();
-        let event = without_gvl(ruby, &interrupt, || speculation.next_event(&mut lease, draft_ctx))?
-            .map_err(|e| engine_error(ruby, e))?;
+        let mut draft_ctx = draft.as_deref_mut();
+        let event = resumable(ruby, &interrupt, || {
+            speculation.next_event(&mut lease, draft_ctx.as_deref_mut())
+        })?
+        .map_err(|e| engine_error(ruby, e))?;
         if let Some(result) = deliver.event(event)? {
             return Ok(result);
         }

@@ -333,10 +333,6 @@ impl Speculation {
         }
         self.phase = Phase::Decoding;
         if self.source != DraftSource::Model {
-            self.history = self.prompt.clone();
-            if self.source == DraftSource::Lookup {
-                self.ngrams.update(&self.history, self.history.len());
-            }
             let start = Instant::now();
             target.decode_batch(&[BatchToken {
                 token: self.last,
@@ -344,6 +340,10 @@ impl Speculation {
                 output: true,
             }])?;
             self.prompt_seconds += start.elapsed().as_secs_f64();
+            self.history = self.prompt.clone();
+            if self.source == DraftSource::Lookup {
+                self.ngrams.update(&self.history, self.history.len());
+            }
             let p = self.sampler.distribution(target.output_logits(0));
             let token = self.sampler.draw(&p);
             self.take(target, token, 0);
@@ -354,11 +354,24 @@ impl Speculation {
         Ok(())
     }
 
-    /// One round: a draft, the target's pass over it, the tokens it keeps.
+    /// One round: a draft, the target's pass over it, the tokens it keeps. A round that
+    /// is aborted leaves both caches as they were before it, so the next call plays it again.
     fn round(&mut self, target: &mut Context, draft: Option<&mut Context>) -> Result<()> {
-        let start = Instant::now();
         let mut draft_ctx = self.draft_context(draft)?;
         let n_past = target.seq_tokens(0).len();
+        let result = self.play_round(target, draft_ctx.as_deref_mut(), n_past);
+        if matches!(result, Err(Error::Aborted)) {
+            // The draft's guesses, or the target's pass without the draft's, are half done.
+            target.seq_truncate(0, n_past);
+            if let Some(draft) = draft_ctx {
+                draft.seq_truncate(0, n_past);
+            }
+        }
+        result
+    }
+
+    fn play_round(&mut self, target: &mut Context, mut draft_ctx: Option<&mut Context>, n_past: usize) -> Result<()> {
+        let start = Instant::now();
         // Room for the verification pass and the token after it, within max_tokens.
         let room = target.n_ctx_seq().saturating_sub(n_past + 2);
         let budget = (self.params.generate.max_tokens as usize).saturating_sub(self.tokens.len() + 1);

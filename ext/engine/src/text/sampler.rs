@@ -210,7 +210,11 @@ impl Sampler {
         seen.sort_unstable();
         for run in seen.chunk_by(|a, b| a == b) {
             if let Some(c) = self.candidates.get_mut(run[0] as usize) {
-                c.1 = if c.1 <= 0.0 { c.1 * p.repeat_penalty } else { c.1 / p.repeat_penalty };
+                c.1 = if c.1 <= 0.0 {
+                    c.1 * p.repeat_penalty
+                } else {
+                    c.1 / p.repeat_penalty
+                };
                 c.1 -= run.len() as f32 * p.frequency_penalty + p.presence_penalty;
             }
         }
