@@ -26,6 +26,8 @@ module Bench
   TTFT_PROMPT = 16
   # Sequences generated together, and the tokens each generates.
   STREAMS = [1, 2, 4, 8].freeze
+  # How many spinning processes the contended rows run beside (BENCH_LOADS).
+  LOADS = [1, 2, 4].freeze
   TG_STREAM = 64
   RSS_TOKENS = 64
   # Ratios (elelem / llama.cpp) each figure should reach: higher is better for
@@ -241,35 +243,63 @@ module Bench
     modes.flatten + best
   end
 
-  # Decode while another process keeps one core busy (a server shares its cores with
-  # Ruby threads and other processes): both engines under the same competing load, ours
-  # with its thread count adapting (the default) and fixed; at depth 0 and at the first
-  # depth of DEPTHS, where a lone query's flash attention splits its cells by thread.
+  # Decode while LOAD other processes spin (BENCH_LOADS, default 1, 2 and 4 on 2 threads: a
+  # server shares its cores with Ruby threads and other processes): elelem's default (its
+  # thread count adapting), fixed at `threads`, and on one thread, beside llama.cpp on
+  # `threads` and on one, all in turn under the same load, so each row compares what the
+  # same moment gave. The default should never fall below one thread's speed, the last row.
   def contended_rows(path, threads)
     return [] if threads < 2
 
     depth = list("BENCH_DEPTHS", DEPTHS).map(&:to_i).min
-    [true, false].flat_map do |adaptive|
-      fixed = adaptive ? "" : ", fixed threads"
-      with_both(path, threads, N_CTX, adaptive_threads: adaptive) do |_model, ours, peer|
-        with_busy_core do
-          [interleaved("tg#{TG} t/s, one core busy#{fixed}", ours, peer) { |side| side.decode_rate(TG) },
-           interleaved("tg#{TG_DEPTH}@#{depth} t/s, one core busy#{fixed}", ours, peer) do |side|
-             side.decode_rate(TG_DEPTH, depth:)
-           end]
+    with_contenders(path, threads) do |sides|
+      list("BENCH_LOADS", LOADS).map(&:to_i).flat_map do |load|
+        with_spinners(load) { load_rows(sides, load, depth) }
+      end
+    end
+  end
+
+  # The rows of one load: decode rates of every side, each rep in turn.
+  def load_rows(sides, load, depth)
+    samples = Array.new(reps) { sides.transform_values { |side| side.decode_rate(TG_DEPTH) } }
+    rate = ->(name) { median(samples.map { |sample| sample[name] }) }
+    label = "tg#{TG_DEPTH} t/s, load #{load}"
+    [{ "metric" => label, "elelem" => rate[:default], "llama.cpp" => rate[:peer] },
+     { "metric" => "#{label}, fixed threads", "elelem" => rate[:fixed], "llama.cpp" => rate[:peer] },
+     { "metric" => "#{label}, 1 thread", "elelem" => rate[:one], "llama.cpp" => rate[:peer_one] },
+     { "metric" => "default ÷ 1 thread, load #{load} (elelem)",
+       "elelem" => median(samples.map { |sample| sample[:default] / sample[:one] }) },
+     interleaved("tg#{TG_DEPTH}@#{depth} t/s, load #{load}", sides[:default], sides[:peer]) do |side|
+       side.decode_rate(TG_DEPTH, depth:)
+     end]
+  end
+
+  # Both engines, opened and warmed, in each thread setting of the contended rows.
+  def with_contenders(path, threads)
+    Elelem.open(path, n_ctx: N_CTX, n_threads: threads) do |default|
+      Elelem.open(path, n_ctx: N_CTX, n_threads: threads, adaptive_threads: false) do |fixed|
+        Elelem.open(path, n_ctx: N_CTX, n_threads: 1) do |one|
+          Peer.open(path, threads, N_CTX) do |peer|
+            Peer.open(path, 1, N_CTX) do |peer_one|
+              sides = { default: Elelem::Bench.new(default), fixed: Elelem::Bench.new(fixed),
+                        one: Elelem::Bench.new(one), peer:, peer_one: }
+              sides.each_value { |side| side.decode_rate(8) } # warm-up
+              yield sides
+            end
+          end
         end
       end
     end
   end
 
-  # Runs the block while another process spins on one core.
-  def with_busy_core
-    hog = Process.spawn(RbConfig.ruby, "-e", "loop {}")
+  # Runs the block while `count` other processes spin, each on a core of its own if it can.
+  def with_spinners(count)
+    spinners = Array.new(count) { Process.spawn(RbConfig.ruby, "-e", "loop {}") }
     yield
   ensure
-    if hog
-      Process.kill(:KILL, hog)
-      Process.wait(hog)
+    spinners&.each do |pid|
+      Process.kill(:KILL, pid)
+      Process.wait(pid)
     end
   end
 
