@@ -14,7 +14,8 @@ module Elelem
   #   tok.detokenize([9906, 1917])     # => "Hello world"
   class Tokenizer
     class << self
-      # Opens the vocabulary of a GGUF file.
+      # Opens the vocabulary of a GGUF file, or of a known model by its name, as
+      # {Elelem.open} takes them (`"qwen2.5-coder-0.5b"`, fetched on first use).
       # @param path [String, #to_path]
       # @return [Tokenizer]
       # @raise [Elelem::LoadError] not a GGUF, or a vocabulary llama.cpp would refuse
@@ -22,7 +23,7 @@ module Elelem
         path = path.to_path if path.respond_to?(:to_path)
         raise ArgumentError, "path must be a String, got #{path.class}" unless path.is_a?(String)
 
-        _open(path)
+        _open(Models.known(path))
       end
     end
 
