@@ -29,8 +29,13 @@ RSpec.describe "tool calls" do
       expect(call.message).to include(role: "assistant", tool_calls: [weather_call_message(call)])
 
       messages += [call.message, { role: "tool", name: "get_weather", content: '{"temperature": 18, "sky": "sunny"}' }]
-      # The answer turn offers no tool: still offered one, the 1.5B calls it again on some build
-      # profiles (the Intel one with AVX512-FP16), copying the doubled braces of its template.
+      # Still offered the tool, the 1.5B calls it again rather than answer, copying the doubled
+      # braces its GGUF template shows (`{{"name": ...}}`): the call is read, not left in the text.
+      again = model.complete(messages, tools: [weather], max_tokens: 96)
+      paris = { "city" => "Paris", "unit" => "celsius" }
+      expect(again.tool_calls.map(&:to_h)).to eq([{ name: "get_weather", arguments: paris, id: nil }])
+      expect(again.text).to eq("")
+      # The answer turn offers no tool, as the README's round trip does.
       answer = model.complete(messages, max_tokens: 96)
       expect(answer.tool_calls).to be_empty
       expect(answer.finish_reason).to eq(:eos)

@@ -11,11 +11,15 @@ module Elelem
     module_function
 
     # The messages as a template sees them: Hashes with String keys, in their order,
-    # after a system message made of `system` when given. A role must be known and a
-    # content text (or nil, or absent, as for an assistant's tool calls); the other
-    # keys (`tool_calls`, `tool_call_id`, `name`, ...) pass through as they are.
+    # after a system message made of `system` when given. A String alone is one user
+    # message. A role must be known and a content text (or nil, or absent, as for an
+    # assistant's tool calls); the other keys (`tool_calls`, `tool_call_id`, `name`, ...)
+    # pass through as they are.
     def messages(list, system = nil)
-      raise ArgumentError, "messages must be a non-empty Array of Hashes" unless list.is_a?(Array) && !list.empty?
+      list = [{ "role" => "user", "content" => list }] if list.is_a?(String)
+      unless list.is_a?(Array) && !list.empty?
+        raise ArgumentError, "messages must be a String or a non-empty Array of Hashes, got #{list.class}"
+      end
 
       messages = list.map { |m| message(m) }
       return messages if system.nil?
@@ -44,6 +48,15 @@ module Elelem
       raise ArgumentError, "a message has no role: #{msg.inspect[0, 60]}" unless message.key?("role")
 
       message
+    end
+
+    # The index of the first message (String keys) without a content that is not an
+    # assistant's tool calls, or nil: what a template that fails on a conversation most
+    # likely failed on.
+    def missing_content(messages)
+      messages.index do |m|
+        m["content"].nil? && !(m["role"] == "assistant" && m["tool_calls"].is_a?(Array))
+      end
     end
 
     def role(role)

@@ -98,7 +98,8 @@ module Elelem
       opts, rest = parse(argv, "generate [-m MODEL] [options] [PROMPT | -]") do |o, op|
         sampling_options(o, op, "generate")
         o.on("--chat", "send PROMPT as a user message through the chat template") { op[:chat] = true }
-        o.on("--json", "print one JSON object: text, finish reason, token counts, timings") { op[:json] = true }
+        o.on("--json", "print one JSON object: text, finish reason, token counts, seed (a string above 2^53), " \
+                       "timings") { op[:json] = true }
       end
       return if opts.nil?
 
@@ -120,8 +121,14 @@ module Elelem
 
     def summary(model, completion, gen)
       { text: completion.text, finish_reason: completion.finish_reason, prompt_tokens: completion.prompt_tokens,
-        completion_tokens: completion.tokens.size, seed: gen[:seed], model: model.info[:path],
+        completion_tokens: completion.tokens.size, seed: json_seed(gen[:seed]), model: model.info[:path],
         timings: completion.timings }
+    end
+
+    # A seed as JSON: a number while a double holds it exactly (random seeds always are),
+    # else its digits as a String, which no reader rounds.
+    def json_seed(seed)
+      seed > Options::MAX_EXACT_SEED ? seed.to_s : seed
     end
 
     def cmd_chat(argv)

@@ -1,13 +1,14 @@
 # frozen_string_literal: true
 
 module Elelem
-  # A call a model asked for in its reply ({Completion#tool_calls}): the tool's name and
-  # its arguments, parsed (a Hash, valid against the tool's JSON Schema).
-  ToolCall = Struct.new(:name, :arguments, keyword_init: true) do
+  # A call a model asked for in its reply ({Completion#tool_calls}): the tool's name, its
+  # arguments, parsed (a Hash, valid against the tool's JSON Schema), and its id where the
+  # model writes one (Mistral's formats), else nil.
+  ToolCall = Struct.new(:name, :arguments, :id, keyword_init: true) do
     # The call as an assistant message's `tool_calls` entry, to send back in the conversation.
     # @return [Hash]
     def to_message
-      { type: "function", function: { name:, arguments: } }
+      { id:, type: "function", function: { name:, arguments: } }.compact
     end
   end
 
@@ -81,6 +82,14 @@ module Elelem
       message = { role: "assistant", content: text }
       message[:tool_calls] = tool_calls.map(&:to_message) if tool_calls?
       message
+    end
+
+    # The completion as plain data (JSON-ready but for the Symbol finish reason): what
+    # {#inspect} summarizes, whole. The tool calls are `{ name:, arguments:, id: }` Hashes.
+    # @return [Hash{Symbol => Object}]
+    def to_h
+      { text:, tokens:, finish_reason:, prompt_tokens:, timings:, logprobs:, reasoning:,
+        tool_calls: tool_calls.map(&:to_h) }
     end
 
     # @return [String] the text

@@ -27,14 +27,22 @@ module Elelem
     # @param normalize [Symbol, Integer] `:l2` (unit length, the default), `:none`, `:max_abs`
     #   (largest magnitude 32760, an int16 range), `:taxicab` (`:l1`), or an Integer p > 2 (p-norm)
     # @param pooling [Symbol, nil] `:mean`, `:cls`, `:last`, `:none` (one vector per token) or
-    #   `:rank`; nil is the model's `pooling_type`
+    #   `:rank`; nil is the model's `pooling_type`, and required of a model without one (a
+    #   decoder such as Qwen2.5-Coder: `ArgumentError`, as the CLI's `--pooling` and the
+    #   server's `"pooling"` are)
     # @param batch_size [Integer] the most texts evaluated in one pass (1 to {Model::MAX_SEQUENCES})
     # @param truncate [Boolean] cut a text longer than the model takes (keeping its last
     #   token, the end marker) instead of raising `ArgumentError`
     # @return [Array<Float>, Array<Array<Float>>] one vector for one input, else one per input
     #   (with `pooling: :none`, each text's per-token vectors)
-    # @raise [ArgumentError] for an empty text, or one longer than the model takes
+    # @raise [ArgumentError] for an empty text, or no pooling for a model without one
+    # @raise [Elelem::InputTooLongError] for a text longer than the model takes (an ArgumentError)
     def embed(input, normalize: :l2, pooling: nil, batch_size: DEFAULT_BATCH_SIZE, truncate: false)
+      if pooling.nil? && !_info[:pooling]
+        raise ArgumentError, "#{_info[:name] || _info[:architecture]} has no pooling of its own: pass pooling: " \
+                             ":mean, :last or :cls (one vector per text), or :none (one vector per token)"
+      end
+
       single = single_text?(input)
       ids = embedding_ids(single ? [input] : input, truncate)
       vectors = _embed(ids, embedding_pooling(pooling), embedding_norm(normalize), checked_batch_size(batch_size))
@@ -57,7 +65,7 @@ module Elelem
       Options.text(:query, query)
       embedding_inputs(documents).each { |d| Options.text(:document, d) }
       Options.integer(:top_n, top_n, 0..documents.size) unless top_n.nil?
-      ids = documents.map { |doc| checked_length(tokenizer.send(:_rerank_ids, query, doc), false) }
+      ids = documents.map { |doc| checked_length(tokenizer.send(:_rerank_ids, query, doc)) }
       scores = _embed(ids, "rank", NORMALIZATIONS[:none], checked_batch_size(batch_size))
       ranked = scores.each_with_index.map { |s, i| { index: i, score: s.first, document: documents[i] } }
       ranked = ranked.sort_by { |r| [-r[:score], r[:index]] }
@@ -73,7 +81,7 @@ module Elelem
     end
 
     def per_token?(pooling)
-      (pooling || _info[:pooling] || :none) == :none
+      (pooling || _info[:pooling]) == :none
     end
 
     # Without pooling, each text's vector holds its tokens' rows one after another.
@@ -92,19 +100,21 @@ module Elelem
 
     def embedding_ids(texts, truncate)
       embedding_inputs(texts).map do |text|
-        checked_length(text.is_a?(String) ? tokenize(text) : Options.ids(text), truncate)
+        checked_length(text.is_a?(String) ? tokenize(text) : Options.ids(text), truncate:,
+                                                                                hint: "pass truncate: true to cut it")
       end
     end
 
-    def checked_length(ids, truncate)
+    # The ids, cut to the model's length when `truncate`, else refused when longer (`hint`
+    # saying how to cut them).
+    def checked_length(ids, truncate: false, hint: nil)
       raise ArgumentError, "cannot embed an empty text" if ids.empty?
 
       max = _embed_max_tokens
       return ids if ids.size <= max
       return ids.first(max - 1) << ids.last if truncate
 
-      raise ArgumentError, "a text of #{ids.size} tokens is longer than the #{max} this model embeds at once " \
-                           "(pass truncate: true to cut it)"
+      raise InputTooLongError.new(ids.size, max, hint)
     end
 
     def embedding_pooling(pooling)

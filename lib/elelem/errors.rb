@@ -11,6 +11,29 @@ module Elelem
   # `raise_exception` (a template refusing a role it does not take, say).
   class TemplateError < Error; end
 
+  # `tools:` given for a chat whose template cannot show them to the model (its prompt is
+  # the same with and without them, as with gemma-3-270m's built-in format): the model
+  # would never learn of the tools. Pass a `template:` that renders tools, or no tools.
+  class ToolsNotSupportedError < Error; end
+
+  # A text to embed or rerank is longer than the model takes at once (an ArgumentError, as
+  # any bad input): `truncate: true` cuts it instead, for {Embeddings#embed}.
+  class InputTooLongError < ArgumentError
+    # @return [Integer] the text's tokens
+    attr_reader :tokens
+    # @return [Integer] the most tokens the model embeds at once
+    attr_reader :limit
+
+    # @param tokens [Integer]
+    # @param limit [Integer]
+    # @param hint [String] how to cut it, in the caller's terms
+    def initialize(tokens, limit, hint = nil)
+      @tokens = tokens
+      @limit = limit
+      super("a text of #{tokens} tokens is longer than the #{limit} this model embeds at once#{" (#{hint})" if hint}")
+    end
+  end
+
   # A prompt does not fit the context window (`n_ctx`).
   class ContextFullError < Error; end
 

@@ -33,8 +33,8 @@ module Elelem
         # side checks every option else.
         draft = options[:draft]
         draft = draft.to_path if draft.respond_to?(:to_path)
-        options = options.merge(draft: known(draft)) if draft.is_a?(String)
-        _open(known(path), options).tap { |m| m.send(:after_open) }
+        options = options.merge(draft: Models.known(draft)) if draft.is_a?(String)
+        _open(Models.known(path), options).tap { |m| m.send(:after_open) }
       rescue Elelem::LoadError => e
         raise unless missing_file?(e)
 
@@ -48,12 +48,6 @@ module Elelem
       # The loader found no file (a Hugging Face reference's own errors say what they miss).
       def missing_file?(error)
         !error.is_a?(HubError) && error.message.include?("No such file")
-      end
-
-      # A known model's name or a Hugging Face reference (unless a file has that name) stands
-      # for its file, fetched on first use; anything else is left to the loader to refuse.
-      def known(path)
-        Models.locate(path) || path
       end
     end
 
@@ -212,11 +206,12 @@ module Elelem
     #                 function: { name: "get_weather", arguments: { city: "Paris" } } }] },
     #               { role: "tool", name: "get_weather", content: '{"celsius": 18}' }], tools: [weather])
     #
-    # @param messages [Array<Hash>] `{ role: "user", content: "..." }` hashes (String keys
-    #   too); roles are `system`, `user`, `assistant` and `tool`; a content is a String, nil
-    #   or an Array of text parts (`{ type: "text", text: "..." }` or Strings), joined by
-    #   newlines. Other keys reach the template as they are: an assistant's `tool_calls`
-    #   (`[{ id:, type: "function", function: { name:, arguments: } }]`, the arguments a
+    # @param messages [Array<Hash>, String] `{ role: "user", content: "..." }` hashes (String
+    #   keys too), or a String alone as one user message; roles are `system`, `user`,
+    #   `assistant` and `tool`; a content is a String or an Array of text parts (`{ type:
+    #   "text", text: "..." }` or Strings), joined by newlines, or nil (or absent) as in an
+    #   assistant's message with `tool_calls`. Other keys reach the template as they are:
+    #   an assistant's `tool_calls` (`[{ id:, type: "function", function: { name:, arguments: } }]`, the arguments a
     #   Hash or a JSON String), a tool result's `tool_call_id` and `name`, `reasoning_content`
     # @param template [String, nil] a Jinja chat template to use instead of the model's; a GGUF
     #   without one gets llama.cpp's built-in format for its architecture where there is one
@@ -225,9 +220,10 @@ module Elelem
     # @param parse_special [Boolean] read special-token text in message contents (`<|im_end|>`)
     #   as those tokens. Off by default: contents are plain text, so a user cannot end a turn or
     #   open a system one; only the template's own markup is special. Set it for trusted content only.
-    # @param options the options of {#generate}; every other keyword is a template variable,
-    #   passed through as it is (`enable_thinking: false`, `documents: [...]`), but `now:`; one
-    #   the template does not read is an ArgumentError
+    # @param options the options of {#generate} (`max_completion_tokens:`, OpenAI's newer name,
+    #   is `max_tokens:`); every other keyword is a template variable, passed through as it is
+    #   (`enable_thinking: false`, `documents: [...]`), but `now:`; one the template does not
+    #   read is an ArgumentError (`unknown keyword: :max_token (did you mean :max_tokens?)`)
     # @option options [Array<Hash>] :tools tool definitions, OpenAI-style JSON schemas of
     #   functions (`{ type: "function", function: { name:, description:, parameters: } }`): the
     #   template shows them to the model, and a call the model opens is constrained to the
@@ -240,9 +236,12 @@ module Elelem
     # @yieldparam piece [String] each new piece of the reply
     # @return [String] the reply
     # @raise [Elelem::Error] when the model has no template and none is given
+    # @raise [Elelem::ToolsNotSupportedError] for `tools:` that the template cannot show (the
+    #   prompt is the same without them: gemma-3-270m's built-in format, say)
     # @raise [Elelem::TemplateError] when the template fails (its `raise_exception`, say,
     #   refusing a role it does not take)
-    # @raise [ArgumentError] for an unknown role, a content that is not text, a value a
+    # @raise [ArgumentError] for an unknown role, a missing content that the template needs
+    #   (naming the message's index), a content that is not text, a value a
     #   template cannot take, or a keyword the template does not read (but `tools:`,
     #   `documents:`, `tool_choice:`, which every template gets)
     def chat(messages, template: nil, system: nil, parse_special: false, **options, &block)
@@ -258,7 +257,7 @@ module Elelem
     # @raise [ArgumentError] for a keyword the template does not read, as {#chat}
     def chat_prompt(messages, template: nil, system: nil, add_generation_prompt: true, **variables)
       args = chat_arguments(messages, template, system, variables)
-      _render_chat(args[0], args[1], add_generation_prompt ? true : false, *args[2..])
+      explaining_refusals(args[0]) { _render_chat(args[0], args[1], add_generation_prompt ? true : false, *args[2..]) }
     end
 
     # The token ids {#chat} evaluates for `messages`: {#chat_prompt} tokenized with the
@@ -269,7 +268,7 @@ module Elelem
     # @raise [ArgumentError] for a keyword the template does not read, as {#chat}
     def chat_tokens(messages, template: nil, system: nil, parse_special: false, **variables)
       args = chat_arguments(messages, template, system, variables)
-      _chat_ids(args[0], args[1], parse_special ? true : false, *args[2..])
+      explaining_refusals(args[0]) { _chat_ids(args[0], args[1], parse_special ? true : false, *args[2..]) }
     end
 
     # How many tokens a text or a conversation takes: `tokenize(text).size`, or for an

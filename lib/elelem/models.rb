@@ -38,12 +38,30 @@ module Elelem
       #   Elelem::Models.list.first
       #   # => {name: "qwen2.5-coder-0.5b", file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
       #   #     size: 491400064, path: "/root/.cache/elelem/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-      #   #     downloaded: true}
-      # @return [Array<Hash{Symbol => Object}>] `name`, `file`, `size` (bytes), `path`, `downloaded`
+      #   #     downloaded: true, base: false}
+      # @return [Array<Hash{Symbol => Object}>] `name`, `file`, `size` (bytes), `path`, `downloaded`,
+      #   `base` (a base model, pretrained only: not for chat)
       def list
         CATALOG.map do |e|
-          { name: e.name, file: e.file, size: e.bytes, path: path(e.name), downloaded: fetched?(e.name) }
+          { name: e.name, file: e.file, size: e.bytes, path: path(e.name), downloaded: fetched?(e.name),
+            base: e.base == true }
         end
+      end
+
+      # A known model's name or a Hugging Face reference (unless a file has that name) is
+      # that model's path, fetched on first use; anything else is itself, for the loader to
+      # open or refuse.
+      # @param path [String]
+      # @return [String]
+      def known(path)
+        locate(path) || path
+      end
+
+      # The catalog's base model (pretrained only, not tuned to chat) stored at `path`, if it is one.
+      # @param path [String, nil] a model file's path
+      # @return [Entry, nil]
+      def base_entry(path)
+        CATALOG.find { |e| e.base && path && File.basename(path) == e.file }
       end
 
       # @param name [String] a name from {names}

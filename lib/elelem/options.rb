@@ -9,6 +9,9 @@ module Elelem
     MAX_N_CTX = Defaults::MAX_N_CTX
     # Seeds are unsigned 64-bit.
     MAX_SEED = (1 << 64) - 1
+    # The largest integer a double (a JSON number, as most readers parse it) holds exactly:
+    # random seeds are drawn up to it, so that a seed printed as JSON reads back the same.
+    MAX_EXACT_SEED = (1 << 53) - 1
     # Counts and ids the native side holds in 32 bits.
     MAX_U32 = (1 << 32) - 1
 
@@ -115,9 +118,9 @@ module Elelem
       JSON.generate(list.map { |c| text(:choice, c) })
     end
 
-    # A random seed unless one is given: the same seed gives the same text.
+    # A random seed (up to {MAX_EXACT_SEED}) unless one is given: the same seed gives the same text.
     def seed(value)
-      value.nil? ? Random.new_seed & MAX_SEED : integer(:seed, value, 0..MAX_SEED)
+      value.nil? ? Random.new_seed & MAX_EXACT_SEED : integer(:seed, value, 0..MAX_SEED)
     end
 
     # `{token_id => bias}` as `[[id, bias], ...]`; a bias of `-Float::INFINITY` bans the token.

@@ -1,11 +1,20 @@
 # frozen_string_literal: true
 
+require "did_you_mean"
+
 module Elelem
   class Model
     # How {Model#chat} and {Model#complete} turn a conversation into a request (its
     # constraint included) and read the reply back: text, reasoning and tool calls.
     # @api private
     module Replies
+      # The keywords {Model#chat} and {Model#complete} take besides template variables: what
+      # an unknown keyword is checked against for a suggestion.
+      KEYWORDS = (Options::GENERATION_DEFAULTS.keys + Options::CONSTRAINTS +
+                  %i[template system parse_special logprobs now max_completion_tokens]).map(&:to_s).freeze
+      # Finds the keyword a misspelt one meant.
+      KEYWORD_CHECKER = DidYouMean::SpellChecker.new(dictionary: KEYWORDS)
+
       private
 
       # Whether `prompt` is a conversation (an Array of message Hashes) rather than ids.
@@ -16,15 +25,38 @@ module Elelem
       # What {#chat} evaluates and how: `[ids, generation options, constraint]`. `tools:` also
       # switch on the lazy constraint on tool calls unless a constraint on the whole reply is given.
       def chat_request(messages, template, system, parse_special, options)
-        options, constraint = Options.constraint(options)
+        options, constraint = Options.constraint(max_completion_tokens(options))
         generation = options.slice(*Options::GENERATION_DEFAULTS.keys)
         variables = options.except(*Options::GENERATION_DEFAULTS.keys)
-        ids = chat_tokens(messages, template:, system:, parse_special:, **variables)
+        render = ->(vars) { chat_tokens(messages, template:, system:, parse_special:, **vars) }
+        ids = render.call(variables)
         tools = variables[:tools]
-        if constraint.nil? && tools.is_a?(Array) && !tools.empty?
-          constraint = ["tools", JSON.generate(tools), template && Options.text(:template, template)]
+        if tools.is_a?(Array) && !tools.empty?
+          shown_tools!(ids, render.call(variables.merge(tools: nil)))
+          constraint ||= ["tools", JSON.generate(tools), template && Options.text(:template, template)]
         end
         [ids, Options::CHAT_DEFAULTS.merge(generation), constraint]
+      end
+
+      # OpenAI's newer name for `max_tokens`, as {Model#chat} takes it too.
+      def max_completion_tokens(options)
+        return options unless options.key?(:max_completion_tokens)
+
+        given = options[:max_completion_tokens]
+        if options.key?(:max_tokens) && options[:max_tokens] != given
+          raise ArgumentError, "max_tokens: and max_completion_tokens: (the same limit) disagree"
+        end
+
+        options.except(:max_completion_tokens).merge(max_tokens: given)
+      end
+
+      # Tools the template cannot show would be dropped without a word: its prompt is the
+      # same without them.
+      def shown_tools!(ids, ids_without_tools)
+        return unless ids == ids_without_tools
+
+        raise ToolsNotSupportedError, "this chat template cannot show tools to the model (its prompt is the " \
+                                      "same without them): pass a template: that renders tools, or no tools:"
       end
 
       # {#complete} for a conversation: the reply parsed into text, reasoning and tool calls.
@@ -38,7 +70,7 @@ module Elelem
         cut_by_stop = result[:finish_reason] == :stop && !Array(generation[:stop]).empty?
         content, reasoning, calls = _parse_reply(cut_by_stop ? result[:text] : result[:tokens],
                                                  template && Options.text(:template, template))
-        tool_calls = calls.map { |name, arguments| ToolCall.new(name:, arguments: JSON.parse(arguments)) }
+        tool_calls = calls.map { |name, arguments, id| ToolCall.new(name:, arguments: JSON.parse(arguments), id:) }
         completion(result.merge(text: content), json: constraint&.first == "json_schema", reasoning:, tool_calls:)
       end
 
@@ -50,8 +82,49 @@ module Elelem
 
       def chat_arguments(messages, template, system, variables)
         template = Options.text(:template, template) unless template.nil?
+        warn_base_model
         [ChatOptions.messages(messages, system), template, ChatOptions.variables(variables.except(:now)),
          ChatOptions.now(variables[:now])]
+      end
+
+      # Renders as the block does, its refusals in the caller's terms: a template failing on a
+      # message without content names that message, and an unknown keyword the option it most
+      # likely meant (`max_token:` is `max_tokens:`).
+      def explaining_refusals(messages)
+        yield
+      rescue TemplateError => e
+        index = ChatOptions.missing_content(messages)
+        raise if index.nil?
+
+        raise ArgumentError, "message #{index} (#{messages[index]["role"]}) has no content, which the chat " \
+                             "template needs (#{e.message.lines.first.strip[0, 80]})"
+      rescue ArgumentError => e
+        names = e.message[/\Aunknown keywords?: (.*?) \(/, 1]
+        suggestions = names && keyword_suggestions(names.split(", "))
+        raise unless suggestions
+
+        raise ArgumentError, "unknown keyword#{"s" if names.include?(",")}: #{suggestions}"
+      end
+
+      # `:max_token (did you mean :max_tokens?)` for each name, nil when none has a likely meaning.
+      def keyword_suggestions(names)
+        hints = names.map { |name| [name, KEYWORD_CHECKER.correct(name.delete_prefix(":")).first] }
+        return nil if hints.none?(&:last)
+
+        hints.map { |name, hint| hint ? "#{name} (did you mean :#{hint}?)" : name }.join(", ")
+      end
+
+      # A base model (not tuned to chat: {Models::Entry#base}) answers a chat with junk:
+      # said once per model, on its first chat.
+      def warn_base_model
+        return if @base_model_warned
+
+        @base_model_warned = true
+        entry = Models.base_entry(info[:path])
+        return unless entry
+
+        warn "elelem: #{entry.name} is a base model, not tuned to chat: expect its replies to a " \
+             "conversation to be poor (it continues text; see Elelem::Models.list)"
       end
     end
   end

@@ -23,7 +23,7 @@ module Elelem
         path = path.to_path if path.respond_to?(:to_path)
         raise ArgumentError, "path must be a String, got #{path.class}" unless path.is_a?(String)
 
-        _open(Models.locate(path) || path)
+        _open(Models.known(path))
       end
     end
 

@@ -459,6 +459,9 @@ fn every_formats_call_constraint_compiles() {
         ToolCallFormat::Llama3Json,
         ToolCallFormat::Mistral,
         ToolCallFormat::MistralArgs,
+        ToolCallFormat::FunctionaryV31,
+        ToolCallFormat::FunctionaryV32,
+        ToolCallFormat::FireFunction,
     ] {
         let triggers = format.triggers(&tools).unwrap();
         assert!(!triggers.is_empty(), "{format:?}");

@@ -17,8 +17,16 @@ module Elelem
 
       texts = rest.empty? || rest == ["-"] ? embed_lines : rest
       open_model({ model: EMBED_MODEL }.merge(opts)) do |model|
+        no_pooling(model) unless opts[:pooling] || model.info[:pooling]
         model.embed(texts, **opts.slice(:normalize, :pooling)).each { |vector| @out.puts JSON.generate(vector) }
       end
+    end
+
+    # A model without a pooling of its own (a decoder) needs one named, as in Ruby and over HTTP.
+    def no_pooling(model)
+      raise OptionParser::MissingArgument, "--pooling (#{model.info[:name] || model.info[:architecture]} has no " \
+                                           "pooling of its own: mean, last or cls give one vector per text, " \
+                                           "none one per token)"
     end
 
     # One text per line of standard input.

@@ -61,8 +61,14 @@ module Elelem
     def chat_options(parser, opts)
       parser.on("--system TEXT", "a system message (generate: implies --chat)") { |s| opts[:system] = s }
       parser.on("--template FILE", "a Jinja chat template instead of the model's (generate: implies --chat)") do |f|
-        opts[:template] = File.read(f)
+        opts[:template] = template_file(f)
       end
+    end
+
+    def template_file(path)
+      File.read(path)
+    rescue SystemCallError => e
+      raise ArgumentError, "--template #{path}: cannot read it (#{e.message.sub(/ @ .*/, "")})"
     end
 
     # The command's own options, if any, come from the block (given the parser and the options hash).

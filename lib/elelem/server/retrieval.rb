@@ -20,21 +20,25 @@ module Elelem
                             code: "not_supported")
       end
 
+      # The poolings that give one vector per input, OpenAI's shape.
+      POOLINGS = %w[mean last cls].freeze
+
       # `input`: a string, an array of strings, an array of token ids, or an array of
       # those arrays; `encoding_format`: `float` (default) or `base64` (little-endian f32,
-      # as OpenAI's clients ask for by default). Vectors are L2-normalized, as OpenAI's
-      # and llama-server's are.
+      # as OpenAI's clients ask for by default); `dimensions`: the model's own (a model
+      # does not shorten its vectors: any other is a 400). Beyond OpenAI's fields, as
+      # {Embeddings#embed} takes them: `pooling` (`mean`, `last` or `cls`; the model's own
+      # by default, and required of a model without one) and `truncate` (true cuts a
+      # text longer than the model takes, which is otherwise a 400). Vectors are
+      # L2-normalized, as OpenAI's and llama-server's are.
       def embeddings(env)
         body = retrieval_body(env)
         inputs = embedding_inputs(body["input"])
         format = encoding_format(body)
-        if (@model.info[:pooling] || :none) == :none
-          raise HTTPError.new(400, "#{model_name} has no pooling: it gives one vector per token, not per input",
-                              param: "input", code: "not_supported")
-        end
-
+        check_dimensions(body["dimensions"])
+        options = { pooling: embedding_pooling(body["pooling"]), truncate: truncate_flag(body) }
         ids = inputs.map { |input| input.is_a?(String) ? retrieval_tokens(input, "input") : input }
-        vectors = retrieval_call("input") { @model.embed(ids) }
+        vectors = retrieval_call("input") { @model.embed(ids, **options) }
         data = vectors.each_with_index.map do |v, index|
           { object: "embedding", index:, embedding: format == "base64" ? [v.pack("e*")].pack("m0") : v }
         end
@@ -55,6 +59,37 @@ module Elelem
         tokens = documents.sum { |d| query_tokens + retrieval_tokens(d, "documents").size }
         json(200, { object: "list", model: model_name, results:,
                     usage: { prompt_tokens: tokens, total_tokens: tokens } })
+      end
+
+      # `pooling` as {Embeddings#embed} takes it: one of {POOLINGS}, or nil for the model's own.
+      def embedding_pooling(pooling)
+        if pooling.nil?
+          return nil if @model.info[:pooling]
+
+          raise HTTPError.new(400, "#{model_name} has no pooling of its own: send \"pooling\": \"mean\", " \
+                                   "\"last\" or \"cls\" for one vector per input", param: "pooling")
+        end
+        return pooling.to_sym if POOLINGS.include?(pooling)
+
+        raise HTTPError.new(400, "pooling must be one of #{POOLINGS.join(", ")} (one vector per input), " \
+                                 "got #{pooling.inspect[0, 40]}", param: "pooling")
+      end
+
+      def truncate_flag(body)
+        truncate = body.fetch("truncate", false)
+        return truncate if [true, false].include?(truncate)
+
+        raise HTTPError.new(400, "truncate must be true or false", param: "truncate")
+      end
+
+      # OpenAI's `dimensions` shortens its text-embedding-3 vectors; these models' vectors
+      # have one length, so only that length is accepted.
+      def check_dimensions(dimensions)
+        size = @model.info[:embedding_length]
+        return if dimensions.nil? || dimensions == size
+
+        raise HTTPError.new(400, "dimensions must be #{size}, the length of #{model_name}'s embeddings " \
+                                 "(it does not shorten them), got #{dimensions.inspect[0, 40]}", param: "dimensions")
       end
 
       def rerank_params(body)
@@ -111,9 +146,12 @@ module Elelem
       # that cannot do this (an embedding model asked to rerank: 400).
       def retrieval_call(param)
         yield
+      rescue InputTooLongError => e
+        hint = " (send \"truncate\": true to cut it)" if param == "input"
+        raise HTTPError.new(400, "a text of #{e.tokens} tokens is longer than the #{e.limit} #{model_name} " \
+                                 "embeds at once#{hint}", param:, code: "context_length_exceeded")
       rescue ArgumentError => e
-        code = e.message.include?("longer than") ? "context_length_exceeded" : nil
-        raise HTTPError.new(400, e.message, param:, code:)
+        raise HTTPError.new(400, e.message, param:)
       end
 
       def usage(ids)

@@ -55,7 +55,7 @@ impl Model {
     }
 
     /// Splits a finished reply, given as its generated ids, into `[content,
-    /// reasoning, [[name, arguments_json], ...]]` by the tool-call format of
+    /// reasoning, [[name, arguments_json, id or nil], ...]]` by the tool-call format of
     /// `template` (or the model's own template). The ids are read with their
     /// special tokens as text (`[TOOL_CALLS]`, `<|python_tag|>`: llama.cpp's
     /// preserved tokens), less the end-of-generation tokens that end the reply;
@@ -76,7 +76,7 @@ impl Model {
         let reply = format.parse(&text);
         let calls = ruby.ary_new();
         for call in reply.tool_calls {
-            calls.push((call.name, call.arguments.to_string()))?;
+            calls.push((call.name, call.arguments.to_string(), call.id))?;
         }
         Ok(ruby.ary_new_from_values(&[
             ruby.str_new(&reply.content).as_value(),
@@ -88,7 +88,8 @@ impl Model {
     }
 
     /// The tool-call format `template` (or the model's own template) teaches, as a
-    /// Symbol (`:hermes`, `:llama3_json`, `:mistral`, `:mistral_args`, `:unsupported`).
+    /// Symbol (`:hermes`, `:llama3_json`, `:mistral`, `:mistral_args`,
+    /// `:functionary_v3_1`, `:functionary_v3_2`, `:firefunction`, `:unsupported`).
     fn tool_call_format(ruby: &Ruby, rb_self: &Self, template: Option<String>) -> Result<magnus::Symbol, Error> {
         let template = template.or_else(|| rb_self.model(ruby).ok()?.chat_template().map(str::to_string));
         Ok(ruby.to_symbol(match tool_call_format(template.as_deref()) {
@@ -96,6 +97,9 @@ impl Model {
             engine::text::tool_calls::ToolCallFormat::Llama3Json => "llama3_json",
             engine::text::tool_calls::ToolCallFormat::Mistral => "mistral",
             engine::text::tool_calls::ToolCallFormat::MistralArgs => "mistral_args",
+            engine::text::tool_calls::ToolCallFormat::FunctionaryV31 => "functionary_v3_1",
+            engine::text::tool_calls::ToolCallFormat::FunctionaryV32 => "functionary_v3_2",
+            engine::text::tool_calls::ToolCallFormat::FireFunction => "firefunction",
             engine::text::tool_calls::ToolCallFormat::Unsupported => "unsupported",
         }))
     }

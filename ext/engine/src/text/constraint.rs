@@ -77,6 +77,16 @@ impl ConstraintSpec {
         })
     }
 
+    /// llguidance's refusal of the spec, in the spec's own terms: a GBNF
+    /// grammar's rules by their names, not the Lark names they were given.
+    fn refusal(&self, message: &str) -> Error {
+        let message = match self {
+            ConstraintSpec::Gbnf(_) => crate::text::gbnf::with_gbnf_names(message),
+            _ => message.to_string(),
+        };
+        Error::InvalidArgument(format!("unsupported {}: {message}", self.kind()))
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             ConstraintSpec::JsonSchema(_) => "JSON schema",
@@ -177,10 +187,10 @@ impl ConstraintFactory {
         let parser = self
             .factory
             .create_parser(grammar)
-            .map_err(|e| Error::InvalidArgument(format!("unsupported {}: {e}", spec.kind())))?;
+            .map_err(|e| spec.refusal(&e.to_string()))?;
         let matcher = Matcher::new(Ok(parser));
         match matcher.get_error() {
-            Some(e) => Err(Error::InvalidArgument(format!("unsupported {}: {e}", spec.kind()))),
+            Some(e) => Err(spec.refusal(&e)),
             None => Ok(matcher),
         }
     }

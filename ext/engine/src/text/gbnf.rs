@@ -60,6 +60,48 @@ fn rule_name(gbnf: &str) -> String {
     name
 }
 
+/// A message about the Lark grammar [`to_lark`] wrote, with each rule name
+/// in it (`g_ws_h_utail`) written as the GBNF grammar names it (`ws-Tail`), so
+/// that an error speaks of the user's rules, not of generated ones.
+pub fn with_gbnf_names(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find("g_") {
+        let starts_word = !rest[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+        let name_len = rest[at..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len() - at);
+        let lark = &rest[at..at + name_len];
+        out.push_str(&rest[..at]);
+        match gbnf_name(lark).filter(|_| starts_word) {
+            Some(name) => out.push_str(&name),
+            None => out.push_str(lark),
+        }
+        rest = &rest[at + name_len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The GBNF name [`rule_name`] maps to `lark`, if it is one of its names.
+fn gbnf_name(lark: &str) -> Option<String> {
+    let mut chars = lark.strip_prefix("g_")?.chars();
+    let mut name = String::new();
+    while let Some(c) = chars.next() {
+        if c != '_' {
+            name.push(c);
+            continue;
+        }
+        match chars.next()? {
+            '_' => name.push('_'),
+            'h' => name.push('-'),
+            'u' => name.push(chars.next()?.to_ascii_uppercase()),
+            _ => return None,
+        }
+    }
+    (!name.is_empty()).then_some(name)
+}
+
 struct Parser {
     chars: Vec<char>,
     pos: usize,
@@ -326,6 +368,17 @@ mod tests {
         assert_eq!(
             lark,
             "start: g_root\ng_root: (\"a\" | \"b\") g_space\ng_space: \"\" | \" \"\n"
+        );
+    }
+
+    #[test]
+    fn speaks_of_the_grammars_own_rule_names() {
+        for name in ["root", "ws-Tail", "a_b", "X9", "-_-"] {
+            assert_eq!(gbnf_name(&rule_name(name)).as_deref(), Some(name));
+        }
+        assert_eq!(
+            with_gbnf_names("unknown name: g_fo_uo (in g_root); keep big_deal, g_, g_x_q"),
+            "unknown name: foO (in root); keep big_deal, g_, g_x_q"
         );
     }
 

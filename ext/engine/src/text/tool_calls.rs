@@ -6,12 +6,19 @@
 //! template's source:
 //! - Hermes (Qwen 2.5/3, Hermes 2/3, QwQ, …): `<tool_call>\n{"name": …,
 //!   "arguments": {…}}\n</tool_call>`, one block per call; Qwen2.5-Coder
-//!   often writes the bare object instead, so a reply that is one is a call too;
-//! - Llama 3.x: a bare JSON object `{"name": …, "parameters": {…}}`, maybe after
-//!   `<|python_tag|>`;
-//! - Mistral: `[TOOL_CALLS]` then a JSON array of `{"name", "arguments"}`
-//!   (Nemo), or `[TOOL_CALLS]name[ARGS]{…}` per call (Small 3.2, Devstral:
-//!   [`ToolCallFormat::MistralArgs`]).
+//!   often writes the bare object instead, in a code fence or not, and the
+//!   1.5B copies its template's doubled braces (`{{"name": …}}`). Everything
+//!   llama.cpp's Hermes 2 Pro parser reads is read: the other tags around the
+//!   object (`<function_call>`, `<tools>`, `<json>`, …), code fences, and
+//!   `<function=name>{…}</function>` or `<function name="name">`;
+//! - Llama 3.x: a bare JSON object `{"name": …, "parameters": {…}}` (maybe with
+//!   `"type": "function"`), maybe after `<|python_tag|>`, several separated by `;`;
+//! - Mistral: `[TOOL_CALLS]` then a JSON array of `{"name", "arguments", "id"}`
+//!   (Nemo), or `[TOOL_CALLS]name[CALL_ID]id[ARGS]{…}` per call, the id
+//!   optional (Small 3.2, Devstral: [`ToolCallFormat::MistralArgs`]);
+//! - Functionary v3.1: `<function=name>{…}</function>`; v3.2: `>>>name\n{…}`
+//!   blocks, `>>>all\n` before text for the user;
+//! - FireFunction v2: ` functools[{"name", "arguments"}, …]`.
 //!
 //! Reasoning is the text inside `<think>…</think>`; a reply that only closes
 //! the block (the template opened it in the prompt) has its reasoning before
@@ -29,6 +36,9 @@ pub enum ToolCallFormat {
     Llama3Json,
     Mistral,
     MistralArgs,
+    FunctionaryV31,
+    FunctionaryV32,
+    FireFunction,
     /// A template with no tool-call format we read: replies are plain text.
     Unsupported,
 }
@@ -38,6 +48,8 @@ pub enum ToolCallFormat {
 pub struct ToolCall {
     pub name: String,
     pub arguments: Value,
+    /// The call's id where the model writes one (Mistral's).
+    pub id: Option<String>,
 }
 
 /// A reply split into what the user reads, what the model thought, and the
@@ -60,6 +72,12 @@ impl ToolCallFormat {
         } else if template.contains("<tool_call>") && !template.contains("<function=") {
             // Qwen3-Coder's `<tool_call><function=…><parameter=…>` is XML, not JSON.
             ToolCallFormat::Hermes
+        } else if template.contains(">>>all") {
+            ToolCallFormat::FunctionaryV32
+        } else if template.contains("functools[") {
+            ToolCallFormat::FireFunction
+        } else if template.contains("<function=") && !template.contains("<parameter=") {
+            ToolCallFormat::FunctionaryV31
         } else if template.contains("<|start_header_id|>")
             && (template.contains("<|python_tag|>") || template.contains("ipython"))
         {
@@ -74,8 +92,10 @@ impl ToolCallFormat {
     pub fn parse(self, text: &str) -> ParsedReply {
         let (reasoning, text) = split_reasoning(text);
         let (content, tool_calls) = match self {
-            ToolCallFormat::Hermes => parse_hermes(text),
+            ToolCallFormat::Hermes | ToolCallFormat::FunctionaryV31 => parse_hermes(text),
             ToolCallFormat::Llama3Json => parse_llama3(text),
+            ToolCallFormat::FunctionaryV32 => parse_functionary_v3_2(text),
+            ToolCallFormat::FireFunction => parse_firefunction(text),
             ToolCallFormat::Mistral | ToolCallFormat::MistralArgs => parse_mistral(text),
             ToolCallFormat::Unsupported => (text.to_string(), Vec::new()),
         };
@@ -130,28 +150,57 @@ impl ToolCallFormat {
                 },
                 bare,
             ],
-            ToolCallFormat::Mistral => vec![Trigger {
-                text: "[TOOL_CALLS]".into(),
+            ToolCallFormat::Mistral | ToolCallFormat::FireFunction => vec![Trigger {
+                text: if self == ToolCallFormat::Mistral {
+                    "[TOOL_CALLS]"
+                } else {
+                    "functools"
+                }
+                .into(),
                 spec: ConstraintSpec::JsonSchema(json!({ "type": "array", "items": call, "minItems": 1 })),
                 at_start: false,
             }],
-            ToolCallFormat::MistralArgs => {
-                let alternatives = tools
-                    .iter()
-                    .map(|tool| {
-                        let (name, parameters) = tool_parts(tool)?;
-                        Ok(format!("{} \"[ARGS]\" %json {parameters}", lark_string(name)))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                vec![Trigger {
-                    text: "[TOOL_CALLS]".into(),
-                    spec: ConstraintSpec::Lark(format!("start: {}", alternatives.join(" | "))),
-                    at_start: false,
-                }]
+            ToolCallFormat::MistralArgs => vec![named_arguments_trigger(tools, "[TOOL_CALLS]", "\"[ARGS]\"", "", &[])?],
+            ToolCallFormat::FunctionaryV31 => {
+                vec![named_arguments_trigger(
+                    tools,
+                    "<function=",
+                    "\">\"",
+                    " \"</function>\"",
+                    &[],
+                )?]
+            }
+            // The first block follows the prompt's own `>>>`: only the later ones are held.
+            ToolCallFormat::FunctionaryV32 => {
+                vec![named_arguments_trigger(tools, ">>>", "\"\\n\"", "", &["\"all\\n\""])?]
             }
             ToolCallFormat::Unsupported => Vec::new(),
         })
     }
+}
+
+/// A trigger on `text` after which the model writes one of the tools' names,
+/// `separator`, its arguments and `end` (Lark), or one of `others`.
+fn named_arguments_trigger(
+    tools: &[Value],
+    text: &str,
+    separator: &str,
+    end: &str,
+    others: &[&str],
+) -> Result<Trigger> {
+    let mut alternatives = tools
+        .iter()
+        .map(|tool| {
+            let (name, parameters) = tool_parts(tool)?;
+            Ok(format!("{} {separator} %json {parameters}{end}", lark_string(name)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    alternatives.extend(others.iter().map(|other| other.to_string()));
+    Ok(Trigger {
+        text: text.into(),
+        spec: ConstraintSpec::Lark(format!("start: {}", alternatives.join(" | "))),
+        at_start: false,
+    })
 }
 
 /// A Lark literal matching `text` exactly.
@@ -225,91 +274,258 @@ pub fn split_reasoning(text: &str) -> (Option<String>, &str) {
     (Some(thought.trim().to_string()), &text[close + CLOSE.len()..])
 }
 
-/// A call object: `{"name": …, "arguments" | "parameters": …}`; arguments
-/// given as a JSON string (some models do) are parsed.
+/// A call object: `{"name": …, "arguments" | "parameters": …}`, or OpenAI's
+/// `{"type": "function", "function": {…}}` around one; arguments given as a
+/// JSON string (some models do) are parsed, and an `id` is kept.
 fn read_call(value: &Value) -> Option<ToolCall> {
+    if let Some(function) = value.get("function").filter(|f| f.is_object()) {
+        return read_call(function).map(|call| ToolCall {
+            id: call.id.or_else(|| id_of(value)),
+            ..call
+        });
+    }
     let name = value.get("name")?.as_str()?.to_string();
     let arguments = value
         .get("arguments")
         .or_else(|| value.get("parameters"))
         .cloned()
         .unwrap_or(json!({}));
-    let arguments = match arguments {
-        Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
-        other => other,
-    };
-    Some(ToolCall { name, arguments })
+    Some(ToolCall {
+        name,
+        arguments: arguments_value(arguments),
+        id: id_of(value),
+    })
 }
 
-fn parse_hermes(text: &str) -> (String, Vec<ToolCall>) {
-    const OPEN: &str = "<tool_call>";
-    const CLOSE: &str = "</tool_call>";
+fn id_of(value: &Value) -> Option<String> {
+    value.get("id").and_then(Value::as_str).map(str::to_string)
+}
+
+/// Arguments written as a JSON string, parsed; anything else as it is.
+fn arguments_value(arguments: Value) -> Value {
+    match arguments {
+        Value::String(s) => lenient_json(&s).unwrap_or(Value::String(s)),
+        other => other,
+    }
+}
+
+/// The length of the JSON object or array that `text` opens, by its brackets
+/// (strings and their escapes skipped); `None` when it is not closed.
+fn bracketed_len(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for (at, c) in text.char_indices() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' | '[' => depth += 1,
+            '}' | ']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(at + 1);
+                }
+            }
+            _ if depth == 0 => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// JSON as models write it: as it is, or with the doubled braces of a template
+/// that shows its example call inside a Jinja or Python format string
+/// (Qwen2.5-Coder-1.5B writes `{{"name": …, "arguments": {…}}}` after
+/// reading its own template's `{{`): one pair around the object, or every
+/// brace doubled.
+fn lenient_json(text: &str) -> Option<Value> {
+    let text = text.trim();
+    if let Ok(value) = serde_json::from_str(text) {
+        return Some(value);
+    }
+    if !text.starts_with("{{") {
+        return None;
+    }
+    let inner = text.strip_prefix('{').and_then(|t| t.strip_suffix('}'))?;
+    serde_json::from_str(inner)
+        .ok()
+        .or_else(|| serde_json::from_str(&undoubled_braces(text)).ok())
+}
+
+/// `text` with each `{{` and `}}` outside strings written once.
+fn undoubled_braces(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+        } else if (c == '{' || c == '}') && chars.peek() == Some(&c) {
+            chars.next();
+        }
+    }
+    out
+}
+
+/// The call object that `text` opens (after blanks, maybe with its braces
+/// doubled) and the bytes it takes.
+fn object_call(text: &str) -> Option<(ToolCall, usize)> {
+    let start = text.len() - text.trim_start().len();
+    let len = bracketed_len(&text[start..])?;
+    let call = read_call(&lenient_json(&text[start..start + len])?)?;
+    Some((call, start + len))
+}
+
+/// A call object written bare in prose: it must name its arguments too, so
+/// that an example object in an answer stays text.
+fn bare_object_call(text: &str) -> Option<(ToolCall, usize)> {
+    let (call, len) = object_call(text)?;
+    let body = lenient_json(&text[..len])?;
+    let body = body.get("function").filter(|f| f.is_object()).unwrap_or(&body);
+    (body.get("arguments").is_some() || body.get("parameters").is_some()).then_some((call, len))
+}
+
+/// The tags that older Hermes-style models and llama.cpp's Hermes 2 Pro parser
+/// put around a call object, besides `<tool_call>`.
+const CALL_TAGS: [&str; 8] = [
+    "tool_call",
+    "function_call",
+    "tool",
+    "tools",
+    "response",
+    "json",
+    "xml",
+    "JSON",
+];
+
+/// `text` with `prefix` taken off its start, after blanks.
+fn after<'t>(text: &'t str, prefix: &str) -> Option<&'t str> {
+    text.trim_start().strip_prefix(prefix)
+}
+
+/// The call that starts exactly at `text` in one of the shapes Hermes-style
+/// and Llama 3.x models write, and the bytes it takes:
+/// - `<tool_call>{…}</tool_call>` (or another of [`CALL_TAGS`]), maybe in a
+///   code fence, the closing tag optional at the end of the reply;
+/// - a code fence around a bare call object;
+/// - `<function=name>{…}</function>` and `<function name="name">{…}</function>`;
+/// - a bare call object naming its arguments.
+fn call_at(text: &str) -> Option<(ToolCall, usize)> {
+    if let Some(fenced) = text.strip_prefix("```") {
+        let lang_len = fenced
+            .find('\n')
+            .filter(|&n| fenced[..n].chars().all(|c| c.is_ascii_alphanumeric()))?;
+        let body = &fenced[lang_len + 1..];
+        let (call, len) = call_at(body.trim_start())
+            .map(|(call, len)| (call, len + body.len() - body.trim_start().len()))
+            .or_else(|| object_call(body))?;
+        let rest = &body[len..];
+        let close = after(rest, "```").map_or(0, |r| rest.len() - r.len());
+        return Some((call, 3 + lang_len + 1 + len + close));
+    }
+    if let Some(tagged) = text.strip_prefix('<') {
+        if let Some(named) = tagged
+            .strip_prefix("function=")
+            .or_else(|| tagged.strip_prefix("function name=\""))
+        {
+            let name_end = named.find(['>', '"'])?;
+            let name = &named[..name_end];
+            let args_at = &named[name_end..];
+            let args_at = args_at.strip_prefix("\">").or_else(|| args_at.strip_prefix('>'))?;
+            let start = args_at.len() - args_at.trim_start().len();
+            let len = bracketed_len(&args_at[start..])?;
+            let arguments = lenient_json(&args_at[start..start + len])?;
+            let rest = &args_at[start + len..];
+            let close = after(rest, "</function>").map_or(0, |r| rest.len() - r.len());
+            let used = text.len() - rest.len() + close;
+            let call = ToolCall {
+                name: name.trim().to_string(),
+                arguments: arguments_value(arguments),
+                id: None,
+            };
+            return Some((call, used));
+        }
+        let tag = CALL_TAGS
+            .iter()
+            .find(|tag| tagged.strip_prefix(**tag).is_some_and(|r| r.starts_with('>')))?;
+        let body = &tagged[tag.len() + 1..];
+        let (call, len) = object_call(body)?;
+        let rest = &body[len..];
+        let close = after(rest, &format!("</{tag}>")).map_or(0, |r| rest.len() - r.len());
+        return Some((call, 1 + tag.len() + 1 + len + close));
+    }
+    if let Some(inner) = text.strip_prefix('{') {
+        return bare_object_call(text).or_else(|| {
+            // `{{"name": …}}` whose closing braces the lazy constraint cut to the
+            // inner object's: the outer `{` and a lone `}` after it go with the call.
+            let (call, len) = bare_object_call(inner.trim_start()).filter(|_| inner.trim_start().starts_with('{'))?;
+            let rest = &inner[inner.len() - inner.trim_start().len() + len..];
+            let close = after(rest, "}").map_or(0, |r| rest.len() - r.len());
+            Some((call, text.len() - rest.len() + close))
+        });
+    }
+    None
+}
+
+/// Every call in `text` in the shapes of [`call_at`], wherever it starts;
+/// the text around them is the content. A call cut short or malformed stays
+/// in the content, as the model wrote it.
+fn parse_tagged_and_bare(text: &str) -> (String, Vec<ToolCall>) {
     let mut content = String::new();
     let mut calls = Vec::new();
     let mut rest = text;
-    while let Some(open) = rest.find(OPEN) {
-        let body_start = open + OPEN.len();
-        let (body, after) = match rest[body_start..].find(CLOSE) {
-            Some(close) => (
-                &rest[body_start..body_start + close],
-                &rest[body_start + close + CLOSE.len()..],
-            ),
-            // Cut short (max_tokens): what there is may still parse.
-            None => (&rest[body_start..], ""),
-        };
-        match serde_json::from_str::<Value>(body.trim())
-            .ok()
-            .as_ref()
-            .and_then(read_call)
-        {
-            Some(call) => {
-                content.push_str(&rest[..open]);
+    let mut from = 0;
+    while let Some(offset) = rest[from..].find(['<', '`', '{']) {
+        let at = from + offset;
+        match call_at(&rest[at..]) {
+            Some((call, len)) => {
+                content.push_str(&rest[..at]);
                 calls.push(call);
+                rest = &rest[at + len..];
+                // Llama 3.x separates calls with `;`.
+                let trimmed = rest.trim_start();
+                if let Some(after_semicolon) = trimmed.strip_prefix(';') {
+                    rest = after_semicolon;
+                }
+                from = 0;
             }
-            None => content.push_str(&rest[..rest.len() - after.len()]),
+            None => from = at + 1,
         }
-        rest = after;
     }
     content.push_str(rest);
-    if calls.is_empty() {
-        // Qwen2.5-Coder's habit: the reply is the bare call object.
-        let (bare, calls) = parse_bare_calls(text);
-        if !calls.is_empty() {
-            return (bare, calls);
-        }
-    }
     (content, calls)
+}
+
+fn parse_hermes(text: &str) -> (String, Vec<ToolCall>) {
+    parse_tagged_and_bare(text)
 }
 
 fn parse_llama3(text: &str) -> (String, Vec<ToolCall>) {
     let body = text.trim_start();
-    parse_bare_calls(body.strip_prefix("<|python_tag|>").unwrap_or(body))
-}
-
-/// A reply that is nothing but call objects (in a code fence, or separated by
-/// `;` as Llama 3.x sometimes writes them); otherwise the text and no call.
-fn parse_bare_calls(text: &str) -> (String, Vec<ToolCall>) {
-    let mut rest = text.trim();
-    if let Some(fenced) = rest.strip_prefix("```") {
-        let fenced = fenced.strip_prefix("json").unwrap_or(fenced);
-        rest = fenced.strip_suffix("```").unwrap_or(fenced).trim();
-    }
-    let mut calls = Vec::new();
-    while !rest.is_empty() {
-        let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
-        let Some(call) = stream.next().and_then(|value| value.ok()).as_ref().and_then(read_call) else {
-            return (text.to_string(), Vec::new());
-        };
-        calls.push(call);
-        rest = rest[stream.byte_offset()..].trim_start();
-        rest = rest.strip_prefix(';').unwrap_or(rest).trim_start();
-    }
-    (String::new(), calls)
+    parse_tagged_and_bare(body.strip_prefix("<|python_tag|>").unwrap_or(body))
 }
 
 fn parse_mistral(text: &str) -> (String, Vec<ToolCall>) {
     const TAG: &str = "[TOOL_CALLS]";
     const ARGS: &str = "[ARGS]";
+    const CALL_ID: &str = "[CALL_ID]";
     let Some(at) = text.find(TAG) else {
         return (text.to_string(), Vec::new());
     };
@@ -317,30 +533,84 @@ fn parse_mistral(text: &str) -> (String, Vec<ToolCall>) {
     let body = text[at + TAG.len()..].trim();
     if body.starts_with('[') {
         // Nemo: one JSON array of calls.
-        let mut stream = serde_json::Deserializer::from_str(body).into_iter::<Value>();
-        if let Some(Ok(Value::Array(items))) = stream.next() {
-            if let Some(calls) = items.iter().map(read_call).collect::<Option<Vec<_>>>() {
-                return (content + body[stream.byte_offset()..].trim(), calls);
+        if let Some(len) = bracketed_len(body) {
+            if let Some(Value::Array(items)) = lenient_json(&body[..len]) {
+                if let Some(calls) = items.iter().map(read_call).collect::<Option<Vec<_>>>() {
+                    return (content + body[len..].trim(), calls);
+                }
             }
         }
         return (text.to_string(), Vec::new());
     }
-    // Small 3.2 / Devstral: name[ARGS]{…}, repeated after another tag.
+    // Small 3.2 / Devstral: name[CALL_ID]id[ARGS]{…} (the id optional),
+    // repeated after another tag.
     let mut calls = Vec::new();
     for part in text[at..].split(TAG).skip(1) {
-        let Some((name, arguments)) = part.split_once(ARGS) else {
+        let Some((head, arguments)) = part.split_once(ARGS) else {
             return (text.to_string(), Vec::new());
         };
-        let mut stream = serde_json::Deserializer::from_str(arguments.trim()).into_iter::<Value>();
-        match stream.next() {
-            Some(Ok(arguments)) => calls.push(ToolCall {
+        let (name, id) = match head.split_once(CALL_ID) {
+            Some((name, id)) => (name, Some(id.trim().to_string())),
+            None => (head, None),
+        };
+        let arguments = arguments.trim();
+        match bracketed_len(arguments).and_then(|len| lenient_json(&arguments[..len])) {
+            Some(arguments) => calls.push(ToolCall {
                 name: name.trim().to_string(),
                 arguments,
+                id,
             }),
-            _ => return (text.to_string(), Vec::new()),
+            None => return (text.to_string(), Vec::new()),
         }
     }
     (content, calls)
+}
+
+/// Functionary v3.2: `recipient\ncontent` blocks after `>>>` (the prompt ends
+/// with the first `>>>`); `all` is the user, any other recipient a tool whose
+/// content is the call's JSON arguments.
+fn parse_functionary_v3_2(text: &str) -> (String, Vec<ToolCall>) {
+    let mut content = String::new();
+    let mut calls = Vec::new();
+    for (index, block) in text.split(">>>").enumerate() {
+        let (recipient, body) = block.split_once('\n').unwrap_or((block, ""));
+        let recipient = recipient.trim();
+        if recipient == "all" {
+            content.push_str(body);
+            continue;
+        }
+        let is_name = !recipient.is_empty() && !recipient.contains(char::is_whitespace);
+        match lenient_json(body).filter(|_| is_name) {
+            Some(arguments) => calls.push(ToolCall {
+                name: recipient.to_string(),
+                arguments: arguments_value(arguments),
+                id: None,
+            }),
+            None => {
+                if index > 0 {
+                    content.push_str(">>>");
+                }
+                content.push_str(block);
+            }
+        }
+    }
+    (content, calls)
+}
+
+/// FireFunction v2: ` functools[{"name": …, "arguments": {…}}, …]`.
+fn parse_firefunction(text: &str) -> (String, Vec<ToolCall>) {
+    const TAG: &str = "functools";
+    let Some(at) = text.find(TAG) else {
+        return (text.to_string(), Vec::new());
+    };
+    let body = &text[at + TAG.len()..];
+    let calls = bracketed_len(body)
+        .and_then(|len| lenient_json(&body[..len]))
+        .and_then(|value| value.as_array()?.iter().map(read_call).collect::<Option<Vec<_>>>());
+    match calls {
+        Some(calls) => (text[..at].to_string(), calls),
+        None => (text.to_string(), Vec::new()),
+    }
 }
 
 #[cfg(test)]
@@ -351,7 +621,152 @@ mod tests {
         ToolCall {
             name: name.into(),
             arguments,
+            id: None,
         }
+    }
+
+    fn call_with_id(name: &str, arguments: Value, id: &str) -> ToolCall {
+        ToolCall {
+            id: Some(id.into()),
+            ..call(name, arguments)
+        }
+    }
+
+    /// `(content, calls)` of a reply in `format`.
+    fn parsed(format: ToolCallFormat, text: &str) -> (String, Vec<ToolCall>) {
+        let reply = format.parse(text);
+        (reply.content, reply.tool_calls)
+    }
+
+    /// The replies of llama.cpp's tests/test-chat.cpp (the tree vendored in
+    /// llama-cpp-python 0.3.36's sdist, which `rake peer_suite` fetches), at the
+    /// line given, for the template that teaches each format; `special_function`
+    /// is its tool, `{"arg1": 1}` its call's arguments.
+    #[test]
+    fn reads_what_llama_cpp_reads() {
+        let args = || json!({"arg1": 1});
+        let special = || call("special_function", args());
+        let hello = "Hello, world!\nWhat's up?";
+        let cases: Vec<(u32, ToolCallFormat, &str, &str, Vec<ToolCall>)> = vec![
+            // Hermes 2 Pro, Hermes 3, Qwen2.5.
+            (3332, ToolCallFormat::Hermes, "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}</tool_call>", "", vec![special()]),
+            (3340, ToolCallFormat::Hermes, "Hello, world!\nWhat's up?<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}</tool_call>", hello, vec![special()]),
+            (6107, ToolCallFormat::Hermes, "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}\n</tool_call>", "", vec![special()]),
+            (6150, ToolCallFormat::Hermes, "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"special_function_with_opt\", \"arguments\": {\"arg1\": 1, \"arg2\": 2}}\n</tool_call>", "", vec![special(), call("special_function_with_opt", json!({"arg1": 1, "arg2": 2}))]),
+            (6106, ToolCallFormat::Hermes, hello, hello, vec![]),
+            // Mistral Nemo, with the call's id.
+            (5917, ToolCallFormat::Mistral, "[TOOL_CALLS][{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}, \"id\": \"123456789\"}]", "", vec![call_with_id("special_function", args(), "123456789")]),
+            // Functionary v3.1 and v3.2.
+            (5934, ToolCallFormat::FunctionaryV31, "<function=special_function>{\"arg1\": 1}</function>", "", vec![special()]),
+            (5951, ToolCallFormat::FunctionaryV32, "all\nHello, world!\nWhat's up?", hello, vec![]),
+            (5952, ToolCallFormat::FunctionaryV32, "special_function\n{\"arg1\": 1}", "", vec![special()]),
+            // FireFunction v2.
+            (5971, ToolCallFormat::FireFunction, " functools[{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}]", "", vec![special()]),
+            // Mistral Small 3.2 (with ids) and Devstral (without).
+            (6254, ToolCallFormat::MistralArgs, "[TOOL_CALLS]special_function[CALL_ID]123456789[ARGS]{\"arg1\": 1}", "", vec![call_with_id("special_function", args(), "123456789")]),
+            (6260, ToolCallFormat::MistralArgs, "[TOOL_CALLS]special_function[CALL_ID]000000001[ARGS]{\"arg1\": 1}[TOOL_CALLS]special_function_with_opt[CALL_ID]000000002[ARGS]{\"arg1\": 1, \"arg2\": 2}", "", vec![call_with_id("special_function", args(), "000000001"), call_with_id("special_function_with_opt", json!({"arg1": 1, "arg2": 2}), "000000002")]),
+            (6285, ToolCallFormat::MistralArgs, "[TOOL_CALLS]special_function[ARGS]{\"arg1\": 1}", "", vec![special()]),
+            (6290, ToolCallFormat::MistralArgs, "Hello, world!\nWhat's up?[TOOL_CALLS]special_function[ARGS]{\"arg1\": 1}", hello, vec![special()]),
+            // Llama 3.x's plain reply with tools offered.
+            (6300, ToolCallFormat::Llama3Json, hello, hello, vec![]),
+        ];
+        for (line, format, text, content, calls) in cases {
+            assert_eq!(
+                parsed(format, text),
+                (content.to_string(), calls),
+                "test-chat.cpp:{line}"
+            );
+        }
+    }
+
+    /// The shapes the Hermes 2 Pro parser of llama.cpp's common/chat.cpp read
+    /// before its PEG rewrite (`common_chat_parse_hermes_2_pro`: other tags around
+    /// the object, code fences, `<function=…>`), and the Llama 3.x variants.
+    #[test]
+    fn reads_the_other_shapes_hermes_and_llama3_models_write() {
+        let special = || call("special_function", json!({"arg1": 1}));
+        let object = "{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}";
+        for text in [
+            format!("<function_call>{object}</function_call>"),
+            format!("<tool>\n  {object}\n</tool>"),
+            format!("<tools>\n  {object}\n</tools>"),
+            format!("<response>\n  {object}\n</response>"),
+            format!("<json>\n  {object}\n</json>"),
+            format!("<xml>\n  {object}\n</xml>"),
+            format!("<JSON>\n  {object}\n</JSON>"),
+            format!("```xml\n<response>\n    {object}\n</response>\n```"),
+            format!("```json\n  {object}\n```"),
+            format!("```\n  {object} \n```"),
+            object.to_string(),
+            "{\n  \"name\": \"special_function\", \"arguments\": {\"arg1\": 1}\n}".to_string(),
+            "<function=special_function>{\"arg1\": 1}</function>".to_string(),
+            "<function name=\"special_function\">\n{\"arg1\": 1}\n</function>".to_string(),
+            // Cut short by max_tokens after the object: the closing tag is missing.
+            format!("<tool_call>\n{object}"),
+            // OpenAI's shape, arguments as a JSON string.
+            "{\"type\": \"function\", \"function\": {\"name\": \"special_function\", \"arguments\": \"{\\\"arg1\\\": 1}\"}}".to_string(),
+        ] {
+            assert_eq!(parsed(ToolCallFormat::Hermes, &text), (String::new(), vec![special()]), "{text}");
+        }
+        for text in [
+            "{\"name\": \"special_function\", \"parameters\": {\"arg1\": 1}}",
+            "{\"type\": \"function\", \"name\": \"special_function\", \"parameters\": {\"arg1\": 1}}",
+            "<|python_tag|>{\"name\": \"special_function\", \"parameters\": {\"arg1\": 1}}",
+        ] {
+            assert_eq!(
+                parsed(ToolCallFormat::Llama3Json, text),
+                (String::new(), vec![special()]),
+                "{text}"
+            );
+        }
+    }
+
+    /// Qwen2.5-Coder-1.5B-Instruct's second turn of the README's round trip: its
+    /// GGUF template shows the call inside doubled braces, and it copies them.
+    #[test]
+    fn reads_calls_written_with_doubled_braces() {
+        let paris = || call("get_weather", json!({"city": "Paris", "unit": "celsius"}));
+        for text in [
+            "{{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}}",
+            "<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}}\n</tool_call>",
+            "{{\"name\": \"get_weather\", \"arguments\": {{\"city\": \"Paris\", \"unit\": \"celsius\"}}}}",
+        ] {
+            assert_eq!(parsed(ToolCallFormat::Hermes, text), (String::new(), vec![paris()]), "{text}");
+        }
+        // The 1.5B's answer turn, the tool still offered: the lazy constraint holds the
+        // call from its inner `{"name":` and ends it with that object.
+        let cut = "{{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}";
+        assert_eq!(parsed(ToolCallFormat::Hermes, cut), (String::new(), vec![paris()]));
+        // A brace inside a string is the string's.
+        let text = "{{\"name\": \"say\", \"arguments\": {\"text\": \"}}{{\"}}}";
+        assert_eq!(
+            parsed(ToolCallFormat::Hermes, text).1,
+            vec![call("say", json!({"text": "}}{{"}))]
+        );
+    }
+
+    #[test]
+    fn leaves_prose_and_examples_as_text() {
+        for text in [
+            "Use {\"name\": \"x\"} to name it.",
+            "The set {1, 2} has two elements.",
+            "Call it like `get_weather` with {\"city\": \"Paris\"}.",
+            "<b>bold</b> and ```code``` and {{ jinja }}",
+            "```\nnot json\n```",
+            "<function=broken>{\"a\": </function>",
+            "unclosed {\"name\": \"x\", \"arguments\": {",
+        ] {
+            assert_eq!(
+                parsed(ToolCallFormat::Hermes, text),
+                (text.to_string(), vec![]),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            parsed(ToolCallFormat::FunctionaryV32, "a b\n{}").0,
+            "a b\n{}",
+            "a recipient is one word"
+        );
     }
 
     #[test]
@@ -381,6 +796,13 @@ mod tests {
             ("Mistral-Small-3.2-24B-Instruct-2506.jinja", ToolCallFormat::MistralArgs),
             ("Qwen3-Coder.jinja", ToolCallFormat::Unsupported),
             ("google-gemma-2-2b-it.jinja", ToolCallFormat::Unsupported),
+            ("meetkai-functionary-medium-v3.1.jinja", ToolCallFormat::FunctionaryV31),
+            ("meetkai-functionary-medium-v3.2.jinja", ToolCallFormat::FunctionaryV32),
+            (
+                "fireworks-ai-llama-3-firefunction-v2.jinja",
+                ToolCallFormat::FireFunction,
+            ),
+            ("unsloth-mistral-Devstral-Small-2507.jinja", ToolCallFormat::MistralArgs),
         ] {
             assert_eq!(seen.get(template), Some(&format), "{template}");
         }
@@ -450,7 +872,10 @@ mod tests {
         let reply = ToolCallFormat::Mistral.parse(
             "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abc123def\"}]",
         );
-        assert_eq!(reply.tool_calls, vec![call("get_weather", json!({"city": "Paris"}))]);
+        assert_eq!(
+            reply.tool_calls,
+            vec![call_with_id("get_weather", json!({"city": "Paris"}), "abc123def")]
+        );
         let reply = ToolCallFormat::Mistral
             .parse("[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}");
         assert_eq!(
