@@ -3,11 +3,14 @@
 require "json"
 require "openssl"
 require_relative "server/http_error"
+require_relative "server/fields"
 require_relative "server/request"
 require_relative "server/reply"
 require_relative "server/event_stream"
 require_relative "server/runner"
 require_relative "server/retrieval"
+require_relative "server/llama_endpoints"
+require_relative "server/ollama"
 
 module Elelem
   # OpenAI's HTTP API over a {Model}, as a Rack application: a plain callable taking
@@ -32,6 +35,9 @@ module Elelem
   # field of a request is not checked: the one model is served whatever a client names.
   class Server
     include Retrieval
+    include LlamaEndpoints
+    include Ollama
+    prepend Metrics::Tracking
 
     # The largest request body taken unless told otherwise (a chat filling a 32k-token
     # context is about 130 KB).
@@ -44,7 +50,7 @@ module Elelem
       "/v1/chat/completions" => [%w[POST], :chat_completions], "/v1/completions" => [%w[POST], :completions],
       "/v1/models" => [%w[GET HEAD], :models], "/health" => [%w[GET HEAD], :health],
       "/v1/embeddings" => [%w[POST], :embeddings], "/v1/rerank" => [%w[POST], :rerank]
-    }.freeze
+    }.merge(LlamaEndpoints::ROUTES, Ollama::ROUTES).freeze
     # The headers of a streaming reply: no cache or proxy may hold its events back.
     STREAM_HEADERS = { "content-type" => "text/event-stream", "cache-control" => "no-cache",
                        "x-accel-buffering" => "no" }.freeze
@@ -105,9 +111,9 @@ module Elelem
       check_serves(handler)
       send(handler, env)
     rescue HTTPError => e
-      error(e)
+      error(e, env)
     rescue StandardError, NoMemoryError => e
-      error(refusal(e) || unexpected(env, e))
+      error(refusal(e) || unexpected(env, e), env)
     end
 
     def route(env)
@@ -176,14 +182,24 @@ module Elelem
     end
 
     def generate(env, request, prompt)
-      reply = Reply.new(request, @model, model_name)
+      respond(env, request, prompt, Reply.new(request, @model, model_name), EventStream)
+    end
+
+    # The reply's whole object, or a stream of its pieces (`stream_class`: the API's framing).
+    def respond(env, request, prompt, reply, stream_class, headers: STREAM_HEADERS)
       return json(200, reply.complete(complete(request, prompt))) unless request.stream
 
       forget = ->(stream) { @streams_lock.synchronize { @streams.delete(stream) } }
-      stream = EventStream.new(reply, socket: env["puma.socket"], logger: ->(e) { log(env, e) },
-                                      on_close: forget) { |&each_piece| complete(request, prompt, &each_piece) }
+      stream = stream_class.new(reply, socket: env["puma.socket"], logger: ->(e) { log(env, e) },
+                                       on_close: forget) { |&each_piece| complete(request, prompt, &each_piece) }
       @streams_lock.synchronize { @streams[stream] = true }
-      [200, STREAM_HEADERS.dup, stream.start]
+      [200, headers.dup, stream.start]
+    end
+
+    # The model a request names: the one served, whatever the name (several models, routed
+    # by name, will choose here).
+    def model_for(_name)
+      @model
     end
 
     def complete(request, prompt, &)
@@ -238,8 +254,8 @@ module Elelem
       errors.flush if errors.respond_to?(:flush)
     end
 
-    def error(http_error)
-      status, headers, body = json(http_error.status, http_error.to_h)
+    def error(http_error, env)
+      status, headers, body = json(http_error.status, error_body(http_error, env["PATH_INFO"].to_s.chomp("/")))
       [status, headers.merge(http_error.headers), body]
     end
 

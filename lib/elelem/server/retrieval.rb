@@ -8,7 +8,7 @@ module Elelem
       # The most texts one request may embed or rerank.
       MAX_INPUTS = 2048
       # The routes that generate text, which an embedding model (an encoder) cannot serve.
-      GENERATING = %i[chat_completions completions].freeze
+      GENERATING = %i[chat_completions completions completion infill ollama_chat ollama_generate].freeze
 
       private
 
@@ -28,10 +28,7 @@ module Elelem
         body = retrieval_body(env)
         inputs = embedding_inputs(body["input"])
         format = encoding_format(body)
-        if (@model.info[:pooling] || :none) == :none
-          raise HTTPError.new(400, "#{model_name} has no pooling: it gives one vector per token, not per input",
-                              param: "input", code: "not_supported")
-        end
+        check_pooling
 
         ids = inputs.map { |input| input.is_a?(String) ? retrieval_tokens(input, "input") : input }
         vectors = retrieval_call("input") { @model.embed(ids) }
@@ -39,6 +36,14 @@ module Elelem
           { object: "embedding", index:, embedding: format == "base64" ? [v.pack("e*")].pack("m0") : v }
         end
         json(200, { object: "list", data:, model: model_name, usage: usage(ids) })
+      end
+
+      # A 400 for a model without pooling, which gives one vector per token, not per input.
+      def check_pooling
+        return unless (@model.info[:pooling] || :none) == :none
+
+        raise HTTPError.new(400, "#{model_name} has no pooling: it gives one vector per token, not per input",
+                            param: "input", code: "not_supported")
       end
 
       # `query`, `documents` (strings), optional `top_n` and `return_documents`: each

@@ -1,0 +1,106 @@
+# frozen_string_literal: true
+
+module Elelem
+  class Server
+    module Ollama
+      # The objects of an Ollama chat or generate reply (docs/api.md of ollama/ollama): each
+      # with `model`, `created_at` and `done`; the last with `done_reason` and the figures
+      # (`total_duration`, `prompt_eval_count`, `eval_count`, ... in nanoseconds and tokens),
+      # and for generate the `context` (the prompt's ids and the reply's, to send back).
+      class Reply
+        # How elelem's stop reasons read in Ollama's `done_reason`.
+        DONE_REASONS = { stop: "stop", eos: "stop", length: "length", context_full: "length" }.freeze
+
+        # The time as Ollama writes it (RFC 3339, nanoseconds, UTC).
+        # @return [String]
+        def self.now
+          Time.now.utc.iso8601(9)
+        end
+
+        # Nanoseconds since a monotonic instant.
+        # @param since [Float] `Process.clock_gettime(Process::CLOCK_MONOTONIC)` then
+        # @return [Integer]
+        def self.nanoseconds(since)
+          ((Process.clock_gettime(Process::CLOCK_MONOTONIC) - since) * 1e9).round
+        end
+
+        # @param request [Request]
+        # @param model_name [String] the `model` field
+        # @param prompt [Array<Integer>] the prompt's ids (a generate reply's `context` starts with them)
+        def initialize(request, model_name, prompt)
+          @chat = request.kind == :chat
+          @model_name = model_name
+          @prompt = prompt
+          @started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        end
+
+        # The one object of a request that does not stream.
+        # @param completion [Completion]
+        # @return [Hash]
+        def complete(completion)
+          final(completion, completion.text)
+        end
+
+        # Nothing opens an Ollama stream.
+        # @return [nil]
+        def opening; end
+
+        # The object carrying a piece of the text.
+        # @param piece [String]
+        # @return [Hash]
+        def piece(piece)
+          head.merge(text(piece), done: false)
+        end
+
+        # The last object of a stream: no text, the figures.
+        # @param completion [Completion]
+        # @return [Array<Hash>]
+        def closing(completion)
+          [final(completion, "")]
+        end
+
+        # The answer to a request with nothing to generate: the model is loaded (it always is).
+        # @return [Hash]
+        def loaded
+          head.merge(text(""), done: true, done_reason: "load")
+        end
+
+        private
+
+        def head
+          { model: @model_name, created_at: Reply.now }
+        end
+
+        def text(text)
+          @chat ? { message: { role: "assistant", content: text } } : { response: text }
+        end
+
+        def final(completion, text)
+          t = completion.timings
+          context = @chat ? {} : { context: @prompt + completion.tokens }
+          figures = { total_duration: Reply.nanoseconds(@started), load_duration: 0,
+                      prompt_eval_count: completion.prompt_tokens,
+                      prompt_eval_duration: (t[:prompt_seconds] * 1e9).round,
+                      eval_count: completion.tokens.size, eval_duration: (t[:decode_seconds] * 1e9).round }
+          done = { done: true, done_reason: DONE_REASONS.fetch(completion.finish_reason, "stop") }
+          head.merge(text(text), **done, **context, **figures)
+        end
+      end
+
+      # An Ollama stream: one JSON object a line (`application/x-ndjson`), the last with
+      # `done: true`; an error after the 200 is a line `{"error": "..."}`, as Ollama's
+      # clients read it.
+      class Stream < NativeStream
+        private
+
+        def event(object)
+          "#{JSON.generate(object)}\n"
+        end
+
+        def error_body(error)
+          Ollama.error_body(error)
+        end
+      end
+    end
+  end
+end
