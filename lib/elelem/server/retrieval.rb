@@ -16,7 +16,8 @@ module Elelem
       def check_serves(handler)
         return unless GENERATING.include?(handler) && @model.info[:kind] == :encoder
 
-        raise HTTPError.new(501, "#{model_name} is an embedding model: it serves /v1/embeddings and /v1/rerank",
+        raise HTTPError.new(501, "#{model_name} is an embedding model: it serves /v1/embeddings, /v1/rerank " \
+                                 "and /api/embed",
                             code: "not_supported")
       end
 
