@@ -13,8 +13,9 @@ module Elelem
     # prefix keeps its last 3/4 of a batch of tokens, the suffix its first 1/4 (less the
     # prompt's), and the extra chunks what is left of the context.
     class Infill
-      # llama-server's defaults that size the parts: its batch (`-b`) and `n_predict` (`-n`).
+      # llama-server's default batch (`-b`): the prefix and suffix share one.
       BATCH = 2048
+      # llama-server's default `-n` (no limit), which sizes the room left to the extra chunks.
       N_PREDICT = -1
       # What separates extra chunks without a file separator token (llama-server's bytes).
       SNIPPET = "\n\n--- snippet ---\n\n"
