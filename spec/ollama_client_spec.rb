@@ -46,7 +46,7 @@ RSpec.describe "elelem serve and Ollama's clients" do
     end
   end
 
-  it "answers the Python client: list, show, ps, chat and generate streamed and not, a schema, embeddings" do
+  it "answers the Python client: list, show, ps, chat and generate streamed and not, a schema, tools, embeddings" do
     result = run_client(OllamaClient.python, File.join(ROOT, "spec", "support", "ollama_client.py"))
     expect(result["version"]).to eq(OllamaClient::VERSION)
     expect(result["list"]).to eq([{ "model" => name, "size" => File.size(@qwen), "family" => "qwen2",
@@ -72,6 +72,15 @@ RSpec.describe "elelem serve and Ollama's clients" do
                                             "context" => hello + generated.tokens)
       raw = model.complete(model.tokenize("def fibonacci(n):"), max_tokens: 16, **ollama_greedy)
       expect(result["generate_raw_stream"]).to eq(raw.text)
+
+      city = { type: "object", properties: { city: { type: "string" } }, required: ["city"] }
+      weather = { type: "function", function: { name: "get_weather", description: "The weather in a city",
+                                                parameters: city } }
+      question = [{ role: "user", content: "What is the weather in Paris?" }]
+      called = model.complete(question, tools: [weather], max_tokens: 48, **ollama_greedy)
+      calls = called.tool_calls.map { |c| { "name" => c.name, "arguments" => c.arguments } }
+      expect(calls).not_to be_empty
+      expect(result["tools"]).to eq("content" => called.text, "done_reason" => "stop", "calls" => calls)
     end
 
     expect(result["structured"]["validated"]).to include("name" => a_string_including("Lovelace"), "age" => 36)

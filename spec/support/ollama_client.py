@@ -2,7 +2,7 @@
 
 Usage: ollama_client.py CHAT_HOST EMBED_HOST. Prints one JSON object: what the client
 parsed from list, show, ps, chat and generate (streamed and not), a reply in a JSON
-Schema's shape (validated by pydantic), embeddings, and the errors of refused requests.
+Schema's shape (validated by pydantic), a tool call, embeddings, and the errors of refused requests.
 """
 
 import json
@@ -57,6 +57,15 @@ out["structured"] = {"content": person.message.content, "done_reason": person.do
 mode = client.generate(model=name, prompt="Reply with the JSON object {\"answer\": 42} and nothing else.",
                        format="json", options={"temperature": 0, "num_predict": 32})
 out["json_mode"] = {"response": mode.response, "done_reason": mode.done_reason}
+
+weather = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                          "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                         "required": ["city"]}}}
+called = client.chat(model=name, messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+                     tools=[weather], options={"temperature": 0, "num_predict": 48})
+out["tools"] = {"content": called.message.content, "done_reason": called.done_reason,
+                "calls": [{"name": c.function.name, "arguments": dict(c.function.arguments)}
+                          for c in called.message.tool_calls or []]}
 
 embedded = embedder.embed(model="any", input=["Why is the sky blue?", "Why is the grass green?"])
 out["embed"] = {"embeddings": [list(e) for e in embedded.embeddings], "prompt_eval_count": embedded.prompt_eval_count}

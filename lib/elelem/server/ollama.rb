@@ -33,9 +33,14 @@ module Elelem
 
       private
 
+      # With `tools`, the conversation itself is generated from ({Model#complete} reads the
+      # calls out of the reply), once the template has taken it.
       def ollama_chat(env)
         request = ollama_request(env, :chat)
-        ollama_generation(env, request) { chat_prompt(request) }
+        ollama_generation(env, request) do
+          ids = chat_prompt(request)
+          request.tools? ? request.messages : ids
+        end
       end
 
       # The prompt through the chat template (as a user message, after `system`), unless
@@ -57,7 +62,7 @@ module Elelem
 
       def ollama_request(env, kind)
         Request.new(retrieval_body(env), kind, max_tokens: @max_tokens, n_ctx: model_for(nil).info[:n_ctx],
-                                               reuse_prefix: @reuse_prefix)
+                                               reuse_prefix: @reuse_prefix, template: @template)
       end
 
       def ollama_generation(env, request)

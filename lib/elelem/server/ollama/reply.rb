@@ -38,7 +38,7 @@ module Elelem
         # @param completion [Completion]
         # @return [Hash]
         def complete(completion)
-          final(completion, completion.text)
+          final(completion, completion.text, completion.tool_calls)
         end
 
         # Nothing opens an Ollama stream.
@@ -56,7 +56,7 @@ module Elelem
         # @param completion [Completion]
         # @return [Array<Hash>]
         def closing(completion)
-          [final(completion, "")]
+          [final(completion, "", completion.tool_calls)]
         end
 
         # The answer to a request with nothing to generate: the model is loaded (it always is).
@@ -71,11 +71,15 @@ module Elelem
           { model: @model_name, created_at: Reply.now }
         end
 
-        def text(text)
-          @chat ? { message: { role: "assistant", content: text } } : { response: text }
+        # A chat's message (with its tool calls, arguments as objects) or a generate's response.
+        def text(text, tool_calls = [])
+          return { response: text } unless @chat
+
+          calls = tool_calls.map { |call| { function: { name: call.name, arguments: call.arguments } } }
+          { message: { role: "assistant", content: text, **(calls.empty? ? {} : { tool_calls: calls }) } }
         end
 
-        def final(completion, text)
+        def final(completion, text, tool_calls)
           t = completion.timings
           context = @chat ? {} : { context: @prompt + completion.tokens }
           figures = { total_duration: Reply.nanoseconds(@started), load_duration: 0,
@@ -83,7 +87,7 @@ module Elelem
                       prompt_eval_duration: (t[:prompt_seconds] * 1e9).round,
                       eval_count: completion.tokens.size, eval_duration: (t[:decode_seconds] * 1e9).round }
           done = { done: true, done_reason: DONE_REASONS.fetch(completion.finish_reason, "stop") }
-          head.merge(text(text), **done, **context, **figures)
+          head.merge(text(text, tool_calls), **done, **context, **figures)
         end
       end
 

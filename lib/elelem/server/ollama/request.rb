@@ -42,8 +42,10 @@ module Elelem
         # @param max_tokens [Integer] the server's cap on generated tokens (`num_predict: -1` gets it)
         # @param n_ctx [Integer] the model's context: a larger `num_ctx` is refused
         # @param reuse_prefix [Boolean] keep cached prefixes (see {Model#generate})
+        # @param template [String, nil] the server's chat template (a chat with `tools` reads its
+        #   tool calls with it)
         # @raise [HTTPError] 400, naming the field at fault
-        def initialize(body, kind, max_tokens:, n_ctx:, reuse_prefix:)
+        def initialize(body, kind, max_tokens:, n_ctx:, reuse_prefix:, template: nil)
           raise invalid("the request body must be a JSON object, got #{json_type(body)}") unless body.is_a?(Hash)
 
           @body = body
@@ -53,7 +55,12 @@ module Elelem
           no_thinking
           @stream = optional("stream", true, false) != false
           @generation = options(max_tokens, n_ctx).merge(format, reuse_prefix:)
-          kind == :chat ? chat : generate
+          kind == :chat ? chat(template) : generate
+        end
+
+        # @return [Boolean] whether a chat gives tools, whose calls the reply is read for
+        def tools?
+          !variables.fetch(:tools, []).empty?
         end
 
         # @return [nil] an Ollama request asks for no log-probabilities here
@@ -66,9 +73,12 @@ module Elelem
 
         private
 
-        def chat
+        # With tools, the generation is {Model#complete}'s for a conversation: the calls are
+        # constrained to the tools' schemas and read out of the reply.
+        def chat(template)
           @messages = required("messages", Array).map { |message| chat_message(message) }
           @variables = { tools: optional("tools", Array) }.compact
+          @generation = @generation.merge(@variables, template:) if tools?
         end
 
         # Ollama's message fields as the chat templates read them (`tool_name` is a tool
