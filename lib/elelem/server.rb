@@ -23,7 +23,9 @@ module Elelem
   # Routes (under the mount point, `SCRIPT_NAME`): `POST /v1/chat/completions`,
   # `POST /v1/completions` (both streaming as server-sent events when asked),
   # `POST /v1/embeddings`, `POST /v1/rerank` (llama-server's shape; see {Retrieval}),
-  # `GET /v1/models`, `GET /v1/models/NAME`, `GET /health`. Concurrent requests run
+  # `GET /v1/models`, `GET /v1/models/NAME`, `GET /health`; llama-server's own endpoints
+  # ({LlamaEndpoints}: `/completion`, `/infill`, `/tokenize`, `/metrics`, ...) and Ollama's API
+  # ({Ollama}: `/api/chat`, `/api/generate`, ...), each with its error shape. Concurrent requests run
   # together in the model's passes (`parallel:` of {Elelem.open}); past those and the
   # model's `queue:`, a request is answered 503 at once.
   #
