@@ -101,8 +101,9 @@ module Elelem
     #
     #   Elelem.open("qwen2.5-coder-0.5b") { |model| model.generate("def hello") }
     #
-    # @param path [String] the .gguf file, or a known model's name ({Models.list}), fetched
-    #   on first use (a file of that name wins)
+    # @param path [String] the .gguf file, a known model's name ({Models.list}), or a Hugging
+    #   Face reference ({Hub}: `hf:org/repo:Q4_K_M`, `hf:org/repo/file.gguf`), fetched on first
+    #   use (a file of that name wins)
     # @param options [Hash] how to open it:
     # @option options [Integer] :n_ctx the most tokens the context holds (1 to
     #   {Defaults::MAX_N_CTX}): one sequence may use all of them, and `parallel` sequences share
@@ -153,6 +154,7 @@ module Elelem
     # @raise [ArgumentError] for an unknown option, or a value of the wrong type or out of range
     # @raise [Elelem::LoadError] when the file is missing (the message names the known models),
     #   malformed or unsupported
+    # @raise [Elelem::HubError] when a Hugging Face reference cannot be resolved or downloaded
     # @raise [Elelem::IncompatibleDraftError] when the draft model's vocabulary is not the model's
     def open(path, **options)
       model = Model.open(path, **options)

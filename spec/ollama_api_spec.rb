@@ -68,7 +68,11 @@ RSpec.describe "Ollama's API" do
   end
 
   it "refuses in Ollama's shape: images, think, template, options out of range, a larger num_ctx, bad JSON" do
+    tool = { type: "function", function: { name: "f", parameters: { type: "object" } } }
     refusals = {
+      { messages: [{ "role" => "robot", "content" => "x" }] } => "messages[0].role must be one of",
+      { messages: [{ "role" => "tool", "content" => "x", "tool_name" => 1 }] } => "tool_name must be a string",
+      { messages:, tools: [tool], format: "json" } => "format with tools is not supported",
       { messages: [messages.first.merge("images" => ["aGk="])] } => "images are not supported",
       { messages:, think: true } => "think is not supported",
       { messages:, options: { temperature: "hot" } } => "temperature must be a number",

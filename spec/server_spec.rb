@@ -269,22 +269,34 @@ RSpec.describe Elelem::Server do
       end
     end
 
-    it "names the field of the wrong type or out of range" do
+    it "names the field of the wrong type or out of range, or that the server does not implement" do
       chat = { messages: }
+      tool = { type: "function", function: { name: "f" } }
       cases = {
         "messages" => [{}, { messages: "hi" }, { messages: [] }, { messages: [{ role: "wizard", content: "hi" }] },
                        { messages: [{ role: "user", content: [{ type: "image_url", image_url: "x" }] }] },
-                       { messages: [1] }],
+                       { messages: [1] }, { messages: [{ role: "user" }] },
+                       { messages: [{ role: "assistant", tool_calls: [{ function: { name: "f", arguments: "{" } }] }] },
+                       { messages: [{ role: "developer" }] }],
         "temperature" => [chat.merge(temperature: "hot"), chat.merge(temperature: 3)],
         "max_tokens" => [chat.merge(max_tokens: -1), chat.merge(max_tokens: "10"), chat.merge(max_tokens: 1.5)],
         "top_p" => [chat.merge(top_p: 2)], "seed" => [chat.merge(seed: -1), chat.merge(seed: "1")],
         "stop" => [chat.merge(stop: 5), chat.merge(stop: [""]), chat.merge(stop: Array.new(17, "x"))],
-        "stream" => [chat.merge(stream: "yes")], "n" => [chat.merge(n: 2)],
+        "stream" => [chat.merge(stream: "yes")], "n" => [chat.merge(n: 0), chat.merge(n: 64)],
         "stream_options" => [chat.merge(stream_options: { include_usage: "yes" }), chat.merge(stream_options: 1)],
         "logprobs" => [chat.merge(logprobs: 1)], "top_logprobs" => [chat.merge(top_logprobs: 2),
                                                                     chat.merge(logprobs: true, top_logprobs: 21)],
-        "tools" => [chat.merge(tools: "get_weather")],
-        "response_format" => [chat.merge(response_format: { type: "json_object" })],
+        "tools" => [chat.merge(tools: "get_weather"), chat.merge(tools: [{ type: "function" }]),
+                    chat.merge(tools: [{ type: "retrieval", function: { name: "f" } }])],
+        "tool_choice" => [chat.merge(tool_choice: "always"),
+                          chat.merge(tools: [tool], tool_choice: { type: "function", function: { name: "other" } })],
+        "response_format" => [chat.merge(response_format: { type: "xml" }),
+                              chat.merge(response_format: { type: "json_schema" }),
+                              chat.merge(response_format: { type: "json_object" }, tools: [tool])],
+        "logit_bias" => [chat.merge(logit_bias: { "x" => 1 }), chat.merge(logit_bias: { "1" => 101 }),
+                         chat.merge(logit_bias: { "99999999" => 1 })],
+        "presence_penalty" => [chat.merge(presence_penalty: 3)],
+        "audio" => [chat.merge(audio: { voice: "alloy" })], "functions" => [chat.merge(functions: [])],
         "model" => [chat.merge(model: 4)]
       }
       cases.each do |param, bodies|

@@ -20,4 +20,10 @@ module PythonVenv
     File.write(File.join(dir, "installed"), "#{packages.join("\n")}\n")
     python
   end
+
+  # The python of a venv in ~/.cache/elelem named `name-version`, holding exactly `packages`
+  # (every dependency pinned, so pip resolves nothing).
+  def pinned(name, version, packages)
+    python(File.join(Dir.home, ".cache", "elelem", "#{name}-#{version}"), packages, pip_options: ["--no-deps"])
+  end
 end

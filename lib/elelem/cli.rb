@@ -10,7 +10,7 @@ require_relative "cli/flags"
 require_relative "cli/serve"
 
 module Elelem
-  # The `elelem` command: generate, chat, serve, tokenize, embed, info, bench, fetch, convert.
+  # The `elelem` command: generate, chat, serve, tokenize, embed, info, bench, fetch, pull, convert.
   class CLI
     # The subcommands and what each does.
     COMMANDS = {
@@ -22,6 +22,7 @@ module Elelem
       "info" => "describe a model",
       "bench" => "measure prompt and decode speed (medians; `rake bench` adds llama.cpp beside it)",
       "fetch" => "download a known model (#{Models.names.join(", ")})",
+      "pull" => "download a model from Hugging Face (hf:org/repo[:QUANT], hf:org/repo/file.gguf), or a known one",
       "convert" => "convert a Hugging Face BERT directory (safetensors) to GGUF, as convert_hf_to_gguf.py does"
     }.freeze
 
@@ -196,6 +197,14 @@ module Elelem
       raise OptionParser::MissingArgument, "NAME (one of #{Models.names.join(", ")})" if rest.empty?
 
       rest.each { |name| @out.puts Models.fetch(name, out: @err) }
+    end
+
+    def cmd_pull(argv)
+      opts, rest = parse(argv, "pull REF... (hf:org/repo[:QUANT] or hf:org/repo/file.gguf)", model: false)
+      return if opts.nil?
+      raise OptionParser::MissingArgument, "REF (hf:org/repo[:QUANT] or hf:org/repo/file.gguf)" if rest.empty?
+
+      rest.each { |ref| @out.puts Models.names.include?(ref) ? Models.fetch(ref, out: @err) : Hub.pull(ref, out: @err) }
     end
   end
 end

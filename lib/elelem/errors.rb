@@ -37,4 +37,24 @@ module Elelem
 
   # A native computation was stopped by an interrupt that Ruby then did not raise.
   class InterruptedError < Error; end
+
+  # A Hugging Face reference (`hf:org/repo:Q4_K_M`, `hf:org/repo/file.gguf`; see {Hub}) that
+  # could not be resolved or downloaded. A {LoadError}: the model cannot be opened.
+  class HubError < LoadError; end
+
+  # No such repository, revision or file on the Hub, or no GGUF of the quantization asked for
+  # (the Hub answers 401 for a repository it hides from the caller, so a private one reads as missing).
+  class HubNotFoundError < HubError; end
+
+  # The repository is gated or private and `HF_TOKEN` is missing, refused, or of an account
+  # without access to it.
+  class HubAuthError < HubError; end
+
+  # A file is needed that is not in the cache, while `HF_HUB_OFFLINE` is set or the Hub cannot
+  # be reached.
+  class HubOfflineError < HubError; end
+
+  # A downloaded file whose size or checksum (sha256 for LFS files, git's blob sha1 for others)
+  # is not the one the Hub announced; it is deleted, never used.
+  class HubIntegrityError < HubError; end
 end

@@ -36,17 +36,24 @@ module Elelem
         options = options.merge(draft: known(draft)) if draft.is_a?(String)
         _open(known(path), options).tap { |m| m.send(:after_open) }
       rescue Elelem::LoadError => e
-        raise unless e.message.include?("No such file")
+        raise unless missing_file?(e)
 
         raise Elelem::LoadError, "#{e.message} (known model names open too, fetched on first use: " \
-                                 "#{Models.names.join(", ")}; see Elelem::Models.list)"
+                                 "#{Models.names.join(", ")}; see Elelem::Models.list; and Hugging Face " \
+                                 "references: hf:org/repo[:QUANT] or hf:org/repo/file.gguf)"
       end
 
       private
 
-      # A known model's name (unless a file has that name) is that model's path, fetched on first use.
+      # The loader found no file (a Hugging Face reference's own errors say what they miss).
+      def missing_file?(error)
+        !error.is_a?(HubError) && error.message.include?("No such file")
+      end
+
+      # A known model's name or a Hugging Face reference (unless a file has that name) stands
+      # for its file, fetched on first use; anything else is left to the loader to refuse.
       def known(path)
-        Models.names.include?(path) && !File.exist?(path) ? Models.fetch(path) : path
+        Models.locate(path) || path
       end
     end
 
@@ -64,6 +71,11 @@ module Elelem
     # @param min_p [Float] ... at least min_p times the likeliest's probability
     # @param repeat_penalty [Float] divide the logits of recent tokens by this (1: off)
     # @param repeat_last_n [Integer] how many recent tokens count as recent
+    # @param presence_penalty [Float] subtract this from the logits of recent tokens (0: off;
+    #   OpenAI's `presence_penalty`, applied as llama.cpp applies it, after `repeat_penalty`)
+    # @param frequency_penalty [Float] subtract this once per time a token is recent (0: off)
+    # @param logit_bias [Hash{Integer => Float}, nil] add to the logits of these token ids before
+    #   sampling (`-Float::INFINITY` bans a token), as OpenAI's and llama.cpp's `logit_bias`
     # @param seed [Integer, nil] the random seed; the same seed gives the same text
     # @param stop [String, Array<String>, nil] strings that end the generation (never emitted)
     # @param reuse_prefix [Boolean] keep the cached keys and values of the prompt's prefix shared
@@ -270,6 +282,16 @@ module Elelem
       raise ArgumentError, "count_tokens takes no chat options for a text" unless chat.empty?
 
       tokenize(text_or_messages).size
+    end
+
+    # The format in which a chat template teaches the model to write tool calls, as
+    # {#complete} reads them: `:hermes` (`<tool_call>{...}</tool_call>`), `:llama3_json`,
+    # `:mistral` (`[TOOL_CALLS][...]`), `:mistral_args` (`[TOOL_CALLS]name[ARGS]{...}`), or
+    # `:unsupported` (replies are read as plain text).
+    # @param template [String, nil] a Jinja chat template instead of the model's
+    # @return [Symbol]
+    def tool_call_format(template: nil)
+      _tool_call_format(template && Options.text(:template, template))
     end
 
     # @return [String, nil] the GGUF's Jinja chat template (nil when it has none, even where

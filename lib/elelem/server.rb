@@ -5,6 +5,7 @@ require "openssl"
 require_relative "server/http_error"
 require_relative "server/fields"
 require_relative "server/request"
+require_relative "server/generation"
 require_relative "server/reply"
 require_relative "server/event_stream"
 require_relative "server/runner"
@@ -39,7 +40,6 @@ module Elelem
     include Retrieval
     include LlamaEndpoints
     include Ollama
-    prepend Metrics::Tracking
 
     # The largest request body taken unless told otherwise (a chat filling a 32k-token
     # context is about 130 KB).
@@ -85,6 +85,7 @@ module Elelem
       @created = Time.now.to_i
       @streams = {}
       @streams_lock = Mutex.new
+      @metrics = Metrics.new(model.info[:parallel] || 1)
     end
 
     # Answers one request (Rack's interface).
@@ -162,38 +163,36 @@ module Elelem
     end
 
     def chat_completions(env)
-      request = Request.new(read_json(env), :chat, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix)
-      generate(env, request, chat_prompt(request))
-    end
-
-    # The conversation rendered by the chat template, as token ids.
-    def chat_prompt(request)
-      @model.chat_tokens(request.messages, template: @template, **request.variables)
-    rescue ArgumentError, TemplateError => e
-      raise HTTPError.new(400, e.message, param: "messages")
-    rescue ClosedError
-      raise
-    rescue Elelem::Error => e # a model without a template, served without one
-      raise HTTPError.new(500, "chat is not available: #{e.message} (elelem serve --template FILE)",
-                          code: "no_chat_template")
+      generate(env, :chat)
     end
 
     def completions(env)
-      request = Request.new(read_json(env), :completion, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix)
-      generate(env, request, request.prompt)
+      generate(env, :completion)
     end
 
-    def generate(env, request, prompt)
-      respond(env, request, prompt, Reply.new(request, @model, model_name), EventStream)
+    def generate(env, kind)
+      body = read_json(env)
+      model = model_for(body.is_a?(Hash) ? body["model"] : nil)
+      request = Request.new(body, kind, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix,
+                                        n_vocab: model.info[:n_vocab])
+      generation = new_generation(model, request)
+      respond(env, generation, Reply.new(generation, model, model_name), EventStream)
     end
 
-    # The reply's whole object, or a stream of its pieces (`stream_class`: the API's framing).
-    def respond(env, request, prompt, reply, stream_class, headers: STREAM_HEADERS)
-      return json(200, reply.complete(complete(request, prompt))) unless request.stream
+    # What a request generates on `model`, counted in the metrics; `prompt`: one its route
+    # built, instead of the request's own.
+    def new_generation(model, request, prompt: nil)
+      Generation.new(model, request, @template, metrics: @metrics, prompt:)
+    end
+
+    # The reply's whole object, or a stream of its pieces (`stream_class`: the API's framing),
+    # for every route that generates.
+    def respond(env, generation, reply, stream_class, headers: STREAM_HEADERS)
+      return json(200, reply.complete(generation.run)) unless generation.request.stream
 
       forget = ->(stream) { @streams_lock.synchronize { @streams.delete(stream) } }
       stream = stream_class.new(reply, socket: env["puma.socket"], logger: ->(e) { log(env, e) },
-                                       on_close: forget) { |&each_piece| complete(request, prompt, &each_piece) }
+                                       on_close: forget) { |&each_event| generation.run(&each_event) }
       @streams_lock.synchronize { @streams[stream] = true }
       [200, headers.dup, stream.start]
     end
@@ -202,15 +201,6 @@ module Elelem
     # by name, will choose here).
     def model_for(_name)
       @model
-    end
-
-    def complete(request, prompt, &)
-      @model.complete(prompt, **request.generation, logprobs: request.logprobs, &)
-    rescue ContextFullError => e
-      raise HTTPError.new(400, e.message, param: request.kind == :chat ? "messages" : "prompt",
-                                          code: "context_length_exceeded")
-    rescue ArgumentError => e
-      raise HTTPError.new(400, e.message)
     end
 
     # The body as JSON, read no further than one byte past the limit (a body announced

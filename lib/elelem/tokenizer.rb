@@ -15,14 +15,15 @@ module Elelem
   class Tokenizer
     class << self
       # Opens the vocabulary of a GGUF file.
-      # @param path [String, #to_path]
+      # @param path [String, #to_path] the file, a known model's name ({Models.list}) or a Hugging
+      #   Face reference ({Hub}), fetched on first use
       # @return [Tokenizer]
       # @raise [Elelem::LoadError] not a GGUF, or a vocabulary llama.cpp would refuse
       def open(path)
         path = path.to_path if path.respond_to?(:to_path)
         raise ArgumentError, "path must be a String, got #{path.class}" unless path.is_a?(String)
 
-        _open(path)
+        _open(Models.locate(path) || path)
       end
     end
 

@@ -21,7 +21,8 @@ module Elelem
     end
 
     def model_options(parser, opts, ctx, default)
-      parser.on("-m", "--model MODEL", "a .gguf path or a known model name (default #{default})") do |m|
+      parser.on("-m", "--model MODEL", "a .gguf path, a known model name or hf:org/repo[:QUANT] " \
+                                       "(default #{default})") do |m|
         opts[:model] = m
       end
       parser.on("-c", "--ctx N", "--n-ctx N", Integer, "context size (default #{ctx})") { |n| opts[:n_ctx] = n } if ctx

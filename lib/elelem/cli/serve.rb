@@ -45,10 +45,10 @@ module Elelem
     end
 
     def serve(model, opts)
-      # A known model is served under its short name; a file under its own.
+      # A known model or a Hugging Face reference is served under the name given; a file under its own.
       name = opts[:model] || Models::DEFAULT
       server = Server.new(model, api_key: opts.fetch(:api_key, ENV.fetch("ELELEM_API_KEY", nil)),
-                                 model_name: Models.names.include?(name) ? name : nil,
+                                 model_name: Models.names.include?(name) || Hub.reference?(name) ? name : nil,
                                  **opts.slice(:max_tokens, :template))
       Options.integer(:workers, opts[:workers], 0..256)
       runner = Server::Runner.new(server, **opts.slice(:host, :port, :workers),

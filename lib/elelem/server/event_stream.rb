@@ -21,13 +21,14 @@ module Elelem
       # How long {#close} waits for a killed generation to let go of its sequence.
       STOP_WAIT = 5
 
-      # @param reply [Reply] the objects to send
+      # @param reply [Reply] the objects to send (their chunks for each event of the generation)
       # @param socket [Object, nil] the client's socket where the server gives it (Puma's
       #   `puma.socket`), to send each event at once
       # @param logger [#call] takes an unexpected error raised mid-stream
       # @param on_close [#call] called with the stream once it is closed
-      # @yield a block that generates, passing each piece to the block it is given
-      # @yieldreturn [Completion]
+      # @yield a block that generates, passing each event (a piece of a choice, a finished
+      #   choice) to the block it is given
+      # @yieldreturn [Array<Completion>]
       def initialize(reply, socket: nil, logger: nil, on_close: nil, &generation)
         @reply = reply
         @socket = socket
@@ -55,8 +56,7 @@ module Elelem
       # @yieldparam event [String] `data: {...}\n\n`
       # @return [void]
       def each(&)
-        opening = @reply.opening
-        yield event(opening) if opening
+        @reply.opening.each { |chunk| yield event(chunk) }
         uncork
         events(@first, &)
       ensure
@@ -79,7 +79,7 @@ module Elelem
 
       # A generation killed ({#close}) closes the queue: the stream's reader gets nil.
       def generate(generation)
-        @events << [:done, generation.call { |piece| @events << [:piece, piece] unless piece.empty? }]
+        @events << [:done, generation.call { |piece| @events << [:piece, piece] }]
       rescue StandardError, NoMemoryError => e
         @events << [:error, e]
       ensure
@@ -93,8 +93,8 @@ module Elelem
       def events(event, &)
         loop do
           case event
-          in [:piece, piece] then yield event(@reply.piece(piece))
-          in [:done, completion] then return finish(completion, &)
+          in [:piece, piece] then @reply.piece(piece).each { |chunk| yield event(chunk) }
+          in [:done, completions] then return finish(completions, &)
           in [:error, error] then return failure(error, &)
           in nil then return failure(stopped, &)
           end
@@ -102,18 +102,29 @@ module Elelem
         end
       end
 
-      def finish(completion)
-        @reply.closing(completion).each { |chunk| yield event(chunk) }
-        yield "data: [DONE]\n\n"
+      def finish(completions, &)
+        @reply.closing(completions).each { |chunk| yield event(chunk) }
+        ending.each(&)
       end
 
-      # An error after the 200 went out: an error event, as OpenAI's clients read it, and
-      # no `[DONE]`. Unexpected errors are logged.
-      def failure(error)
-        return yield event(error.to_h) if error.is_a?(HTTPError)
+      # What follows the last chunk: OpenAI's `[DONE]`.
+      def ending
+        ["data: [DONE]\n\n"]
+      end
 
-        @logger&.call(error)
-        yield event(HTTPError.new(500, "the generation failed: #{error.message}").to_h)
+      # An error after the 200 went out: an error event, as the API's clients read it, and
+      # no {#ending}. Unexpected errors are logged.
+      def failure(error)
+        unless error.is_a?(HTTPError)
+          @logger&.call(error)
+          error = HTTPError.new(500, "the generation failed: #{error.message}")
+        end
+        yield event(error_body(error))
+      end
+
+      # An error in the API's shape: OpenAI's.
+      def error_body(error)
+        error.to_h
       end
 
       def event(object)

@@ -2,14 +2,21 @@
 
 module Elelem
   class Server
-    # Checks of a JSON request body's fields, for the request classes of every API: a field
-    # of the wrong type or out of range is an {HTTPError} 400 naming it. The including class
-    # keeps the body in `@body`.
+    # Checks of a JSON request body's fields, for the request classes of every API (OpenAI's,
+    # llama-server's, Ollama's): a field of the wrong type or out of range is an {HTTPError}
+    # 400 naming it. The including class keeps the body in `@body`.
     module Fields
       # The most stop strings a request may give.
       MAX_STOPS = 16
 
       private
+
+      # Keeps `body`, whose fields the checks read: a 400 unless it is a JSON object.
+      def take_body(body)
+        raise invalid("the request body must be a JSON object, got #{json_type(body)}") unless body.is_a?(Hash)
+
+        @body = body
+      end
 
       # A string or token ids; OpenAI's list of one prompt too. Several prompts would be
       # several choices, which one request does not give.
@@ -32,13 +39,17 @@ module Elelem
       end
 
       # The field's value, nil when absent or null; a 400 when it is of another type.
-      # Types are classes, or `true`/`false` for a boolean.
       def optional(name, *types)
-        value = @body[name]
+        typed(@body[name], name, *types)
+      end
+
+      # `value` when nil or of one of `types` (classes, or `true`/`false` for a boolean);
+      # else a 400 naming `path` (`tools[0].function.name`) and the field at the top.
+      def typed(value, path, *types)
         return value if value.nil? || types.any? { |t| t.is_a?(Module) ? value.is_a?(t) : value == t }
 
-        raise invalid("#{name} must be #{types.map { |t| type_name(t) }.uniq.join(" or ")}, got #{json_type(value)}",
-                      name)
+        raise invalid("#{path} must be #{types.map { |t| type_name(t) }.uniq.join(" or ")}, got #{json_type(value)}",
+                      path[/\A\w+/])
       end
 
       def integer(name, range)
@@ -53,6 +64,17 @@ module Elelem
         return value if value.nil? || range.cover?(value)
 
         raise invalid("#{name} must be a number from #{range.min} to #{range.max}, got #{value}", name)
+      end
+
+      # `stop`: a string or up to {MAX_STOPS} of them; nil for none.
+      def stops
+        stop = optional("stop", String, Array)
+        list = Array(stop)
+        unless list.size <= MAX_STOPS && list.all? { |s| s.is_a?(String) && !s.empty? }
+          raise invalid("stop must be a non-empty string or an array of at most #{MAX_STOPS} of them", "stop")
+        end
+
+        list.empty? ? nil : list
       end
 
       def type_name(type)
@@ -73,17 +95,6 @@ module Elelem
 
       def invalid(message, param = nil)
         HTTPError.new(400, message, param:)
-      end
-
-      # `stop`: a string or up to {MAX_STOPS} of them; nil for none.
-      def stops
-        stop = optional("stop", String, Array)
-        list = Array(stop)
-        unless list.size <= MAX_STOPS && list.all? { |s| s.is_a?(String) && !s.empty? }
-          raise invalid("stop must be a non-empty string or an array of at most #{MAX_STOPS} of them", "stop")
-        end
-
-        list.empty? ? nil : list
       end
     end
   end

@@ -129,22 +129,24 @@ module Elelem
       end
 
       def completion(env)
-        request = NativeRequest.new(retrieval_body(env), max_tokens: @max_tokens, reuse_prefix: @reuse_prefix)
-        native(env, request, request.prompt)
+        body = retrieval_body(env)
+        request = NativeRequest.new(body, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix)
+        native(env, model_for(body["model"]), request)
       end
 
       # Fill-in-the-middle: `input_prefix`, `input_suffix`, `input_extra`, and the optional
       # `prompt`, laid out as llama-server does ({Infill}); then as `/completion`.
       def infill(env)
         body = retrieval_body(env)
-        infill = Infill.new(model_for(body["model"]))
+        model = model_for(body["model"])
+        infill = Infill.new(model)
         request = NativeRequest.new(body, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix, infill: true)
-        native(env, request, infill.tokens(body))
+        native(env, model, request, infill.tokens(body))
       end
 
-      def native(env, request, prompt)
-        reply = NativeReply.new(request, model_for(nil), model_name, prompt)
-        respond(env, request, prompt, reply, NativeStream)
+      def native(env, model, request, prompt = nil)
+        generation = new_generation(model, request, prompt:)
+        respond(env, generation, NativeReply.new(generation, model, model_name), NativeStream)
       end
     end
   end

@@ -3,8 +3,8 @@
 module Elelem
   class Server
     # The server's counters, for `GET /metrics` (Prometheus text, llama-server's metric names)
-    # and `GET /slots`: every generation a route runs goes through {Tracking}, which counts it
-    # here. Thread-safe.
+    # and `GET /slots`: every choice a route generates ({Generation}) is counted here.
+    # Thread-safe.
     #
     # A model generates `parallel` sequences at once and queues the rest, so of the
     # generations in flight, the first `parallel` are processing and the others deferred.
@@ -46,12 +46,15 @@ module Elelem
       end
 
       # Counts one generation around the block: in flight while it runs, and its tokens and
-      # seconds once it returns a {Completion}.
-      # @param params [Hash] what the request asked (its settings), for `/slots`
+      # seconds once it returns a {Completion}. What it asked is kept for `/slots`, as
+      # llama-server's settings ({NativeRequest.settings}).
+      # @param options [Hash] its options of {Model#complete}
+      # @param stream [Boolean] whether its reply streams
+      # @param n_probs [Integer] how many alternatives each token's probabilities list
       # @yieldreturn [Completion]
       # @return [Completion] what the block returned
-      def track(params)
-        task = enter(params)
+      def track(options, stream:, n_probs:)
+        task = enter(NativeRequest.settings(options, stream:, n_probs:))
         completion = yield
         record(task, completion)
         completion
@@ -157,23 +160,6 @@ module Elelem
         help.map do |name, text|
           "# HELP llamacpp:#{name} #{text}\n# TYPE llamacpp:#{name} #{type}\nllamacpp:#{name} #{values[name]}\n"
         end.join
-      end
-
-      # Counts the generations of every route ({Server#complete}, prepended to the server).
-      module Tracking
-        # @param model [Model] see {Server#initialize}
-        # @param options [Hash] see {Server#initialize}
-        def initialize(model, **options)
-          super
-          @metrics = Metrics.new(model.info[:parallel] || 1)
-        end
-
-        private
-
-        def complete(request, prompt, &)
-          settings = NativeRequest.settings(request.generation, stream: request.stream, n_probs: request.logprobs || 0)
-          @metrics.track(settings) { super }
-        end
       end
     end
   end

@@ -12,41 +12,47 @@ module Elelem
       # How elelem's stop reasons read as llama-server's `stop_type`.
       STOP_TYPES = { stop: "word", eos: "eos", length: "limit", context_full: "limit" }.freeze
 
-      # @param request [NativeRequest]
+      # @param generation [Generation] what the request generates (its one choice)
       # @param model [Model] the served model (its tokenizer spells tokens and the prompt)
       # @param model_name [String] the `model` field
-      # @param prompt [String, Array<Integer>] what was evaluated
-      def initialize(request, model, model_name, prompt)
-        @request = request
+      def initialize(generation, model, model_name)
+        @request = generation.request
+        @prompt = generation.prompt
         @model = model
         @model_name = model_name
-        @prompt = prompt
       end
 
       # The whole reply of a request that does not stream.
-      # @param completion [Completion]
+      # @param completions [Array<Completion>] its one choice's
       # @return [Hash]
-      def complete(completion)
+      def complete(completions)
+        completion = completions.first
         ids = @request.return_tokens ? completion.tokens : []
         final(completion).merge(content: completion.text, tokens: ids, **probabilities(completion))
       end
 
       # Nothing opens a native stream.
-      # @return [nil]
-      def opening; end
-
-      # The chunk carrying a piece of the text.
-      # @param piece [String]
-      # @return [Hash]
-      def piece(piece)
-        { index: 0, content: piece, tokens: [], stop: false }
+      # @return [Array<Hash>] none
+      def opening
+        []
       end
 
-      # The last chunk: `stop: true`, the figures, no text (the pieces carried it).
-      # @param completion [Completion]
+      # The chunk of one event of the generation: a piece of the text, or once the choice is
+      # done, the last chunk (`stop: true`, the figures, no text: the pieces carried it).
+      # @param event [Array(Integer, String), Array(Integer, Completion)]
       # @return [Array<Hash>]
-      def closing(completion)
-        [final(completion).merge(content: "", tokens: [])]
+      def piece(event)
+        _index, piece = event
+        return [final(piece).merge(content: "", tokens: [])] if piece.is_a?(Completion)
+
+        [{ index: 0, content: piece, tokens: [], stop: false }]
+      end
+
+      # Nothing closes a native stream: its last chunk says `stop: true`.
+      # @param _completions [Array<Completion>]
+      # @return [Array<Hash>] none
+      def closing(_completions)
+        []
       end
 
       private
@@ -113,17 +119,8 @@ module Elelem
     class NativeStream < EventStream
       private
 
-      def finish(completion, &)
-        @reply.closing(completion).each { |chunk| yield event(chunk) }
-      end
-
-      # An error after the 200 went out, in the API's error shape; unexpected ones are logged.
-      def failure(error)
-        unless error.is_a?(HTTPError)
-          @logger&.call(error)
-          error = HTTPError.new(500, "the generation failed: #{error.message}")
-        end
-        yield event(error_body(error))
+      def ending
+        []
       end
 
       def error_body(error)

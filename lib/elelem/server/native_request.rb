@@ -11,6 +11,7 @@ module Elelem
     # `n_keep`, `dry_*`, ...) are accepted and ignored.
     class NativeRequest
       include Fields
+      include Generation::OneChoice
 
       # llama-server's sampling unless told (its `common_params_sampling`): not greedy.
       LLAMA_SERVER_SAMPLING = { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05 }.freeze
@@ -23,10 +24,12 @@ module Elelem
       attr_reader :return_tokens
       # @return [Integer, nil] how many alternatives each token's probabilities list (`n_probs`)
       attr_reader :logprobs
-      # @return [Hash] the options of {Model#complete}: `max_tokens`, `temperature`, a constraint, ...
+      # @return [Hash] the options of {Model#complete}: `max_tokens`, `temperature`, a grammar, ...
       attr_reader :generation
       # @return [String, Array<Integer>] the prompt: text or token ids (an infill's text after the prefix)
       attr_reader :prompt
+      # @return [Hash, nil] the JSON Schema the text must match (`json_schema`)
+      attr_reader :response_schema
 
       # @param body [Object] the parsed JSON body
       # @param max_tokens [Integer] the most tokens one request may generate (`n_predict: -1`
@@ -36,9 +39,7 @@ module Elelem
       # @param infill [Boolean] a `/infill` body: the prompt (text after the prefix) is optional
       # @raise [HTTPError] 400, naming the field at fault
       def initialize(body, max_tokens:, reuse_prefix: true, infill: false)
-        raise invalid("the request body must be a JSON object, got #{json_type(body)}") unless body.is_a?(Hash)
-
-        @body = body
+        take_body(body)
         @kind = :completion
         reply_fields
         @prompt = infill ? optional("prompt", String).to_s : completion_prompt
@@ -101,13 +102,12 @@ module Elelem
         asked.nil? || asked.negative? ? cap : [asked, cap].min
       end
 
-      # `json_schema` (an object) or `grammar` (GBNF), constrained as {Model#generate} does.
+      # `json_schema` (an object: {#response_schema}) or `grammar` (GBNF, an option of
+      # {Model#complete}), constrained as {Model#generate} does.
       def constraint
-        schema = optional("json_schema", Hash)
+        @response_schema = optional("json_schema", Hash)
         grammar = optional("grammar", String)
-        raise invalid("give json_schema or grammar, not both", "grammar") if schema && grammar
-
-        return { json_schema: schema } if schema
+        raise invalid("give json_schema or grammar, not both", "grammar") if @response_schema && grammar
 
         grammar.nil? || grammar.empty? ? {} : { grammar: }
       end

@@ -33,43 +33,38 @@ module Elelem
 
       private
 
-      # With `tools`, the conversation itself is generated from ({Model#complete} reads the
-      # calls out of the reply), once the template has taken it.
+      # The conversation through the chat template, as {Generation} answers a chat (with
+      # `tools`, {Model#complete} reads the calls out of the reply).
       def ollama_chat(env)
-        request = ollama_request(env, :chat)
-        ollama_generation(env, request) do
-          ids = chat_prompt(request)
-          request.tools? ? request.messages : ids
-        end
+        ollama_generation(env, :chat)
       end
 
       # The prompt through the chat template (as a user message, after `system`), unless
       # `raw`; with a `suffix`, a fill-in-the-middle prompt ({Infill}); after `context`.
       def ollama_generate(env)
-        request = ollama_request(env, :completion)
-        ollama_generation(env, request) do
-          model = model_for(nil)
+        ollama_generation(env, :completion) do |model, request|
           ids = if request.suffix
                   Infill.new(model).tokens("input_prefix" => request.text, "input_suffix" => request.suffix)
                 elsif request.raw
                   retrieval_tokens(request.text, "prompt")
                 else
-                  chat_prompt(request)
+                  Generation.chat_tokens(model, request.messages, template: @template)
                 end
           request.context + ids
         end
       end
 
-      def ollama_request(env, kind)
-        Request.new(retrieval_body(env), kind, max_tokens: @max_tokens, n_ctx: model_for(nil).info[:n_ctx],
-                                               reuse_prefix: @reuse_prefix, template: @template)
-      end
-
-      def ollama_generation(env, request)
+      # The request of `kind` on the model it names, generated from the prompt `prompt` builds
+      # (without it, the request's own).
+      def ollama_generation(env, kind, &prompt)
+        body = retrieval_body(env)
+        model = model_for(body["model"])
+        request = Request.new(body, kind, max_tokens: @max_tokens, n_ctx: model.info[:n_ctx],
+                                          reuse_prefix: @reuse_prefix)
         return json(200, Reply.new(request, model_name, []).loaded) if request.load_only?
 
-        prompt = yield
-        respond(env, request, prompt, Reply.new(request, model_name, prompt), Stream, headers: NDJSON_HEADERS)
+        generation = new_generation(model, request, prompt: prompt&.call(model, request))
+        respond(env, generation, Reply.new(request, model_name, generation.prompt), Stream, headers: NDJSON_HEADERS)
       end
 
       # `input`: a string or strings; `truncate` (on unless false) cuts a text longer than

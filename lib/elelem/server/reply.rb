@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
+require "json"
 require "securerandom"
+require_relative "chat_deltas"
 
 module Elelem
   class Server
@@ -11,66 +13,103 @@ module Elelem
       # length limit too.
       FINISH_REASONS = { stop: "stop", eos: "stop", length: "length", context_full: "length" }.freeze
 
-      # @param request [Request]
+      # @param generation [Generation] what the request generates
       # @param model [Model] the served model (its tokenizer spells the logprobs' tokens)
       # @param model_name [String] the `model` field of every object
-      def initialize(request, model, model_name)
-        @request = request
+      def initialize(generation, model, model_name)
+        @generation = generation
+        @request = generation.request
         @model = model
         @model_name = model_name
-        @chat = request.kind == :chat
+        @chat = @request.kind == :chat
         @id = "#{@chat ? "chatcmpl" : "cmpl"}-#{SecureRandom.hex(12)}"
         @created = Time.now.to_i
+        @deltas = {}
       end
 
       # The whole reply of a request that does not stream.
-      # @param completion [Completion]
+      # @param completions [Array<Completion>] one per choice
       # @return [Hash]
-      def complete(completion)
-        choice = { index: 0 }
-        if @chat
-          choice[:message] = assistant_message(completion.text)
-        else
-          choice[:text] = completion.text
+      def complete(completions)
+        choices = completions.each_with_index.map do |completion, index|
+          choice = @chat ? { index:, message: message(completion) } : { index:, text: completion.text }
+          choice.merge(logprobs: logprobs(completion), finish_reason: finish_reason(completion))
         end
-        choice.merge!(logprobs: logprobs(completion), finish_reason: finish_reason(completion))
-        header(@chat ? "chat.completion" : "text_completion").merge(choices: [choice], usage: usage(completion))
+        header(@chat ? "chat.completion" : "text_completion").merge(choices:, usage: usage(completions))
       end
 
-      # The chunk that opens a chat stream (the assistant's role); nil for completions.
-      # @return [Hash, nil]
-      def opening
-        chunk(delta: { role: "assistant", content: "" }) if @chat
-      end
-
-      # The chunk carrying a piece of the text.
-      # @param piece [String]
-      # @return [Hash]
-      def piece(piece)
-        @chat ? chunk(delta: { content: piece }) : chunk(text: piece)
-      end
-
-      # The chunks that close a stream: the finish reason (with the logprobs of every
-      # token, when asked for), then the usage when `stream_options.include_usage` asks.
-      # @param completion [Completion]
+      # The chunks that open a chat stream (each choice's role); none for completions.
       # @return [Array<Hash>]
-      def closing(completion)
-        empty = @chat ? { delta: {} } : { text: "" }
-        last = chunk(**empty, logprobs: logprobs(completion), finish_reason: finish_reason(completion))
-        usage = header(chunk_object).merge(choices: [], usage: usage(completion)) if @request.include_usage
-        [last, usage].compact
+      def opening
+        return [] unless @chat
+
+        Array.new(@request.choices) { |index| chunk(index, delta: { role: "assistant", content: "" }) }
+      end
+
+      # The chunks of one event of a choice: a piece of its text, or its {Completion} (the
+      # text held back, the tool calls, the finish reason with the logprobs of every token
+      # when asked for).
+      # @param event [Array(Integer, String), Array(Integer, Completion)]
+      # @return [Array<Hash>]
+      def piece(event)
+        index, piece = event
+        return finish(index, piece) if piece.is_a?(Completion)
+        return [chunk(index, text: piece)] unless @chat
+
+        deltas(index).piece(piece).map { |delta| chunk(index, delta:) }
+      end
+
+      # The chunks that close a stream: the usage, when `stream_options.include_usage` asks.
+      # @param completions [Array<Completion>]
+      # @return [Array<Hash>]
+      def closing(completions)
+        return [] unless @request.include_usage
+
+        [header(chunk_object).merge(choices: [], usage: usage(completions))]
       end
 
       private
 
-      # The assistant's turn. Tool-call parsing (another issue) will read `tool_calls` out
-      # of the text here, and make the finish reason `tool_calls`.
-      def assistant_message(text)
-        { role: "assistant", content: text }
+      def finish(index, completion)
+        last = { logprobs: logprobs(completion), finish_reason: finish_reason(completion) }
+        return [chunk(index, text: "", **last)] unless @chat
+
+        deltas(index).finish(tool_calls(completion)).map { |delta| chunk(index, delta:) } +
+          [chunk(index, delta: {}, **last)]
       end
 
-      def chunk(logprobs: nil, finish_reason: nil, **fields)
-        header(chunk_object).merge(choices: [{ index: 0, **fields, logprobs:, finish_reason: }])
+      def deltas(index)
+        @deltas[index] ||= ChatDeltas.new(thinking: @generation.thinking?, opened: @generation.thinking_opened?,
+                                          tools: @request.calls_tools?)
+      end
+
+      # The assistant's turn: its text (null when it only calls tools), its thinking, its calls.
+      def message(completion)
+        calls = tool_calls(completion)
+        content, reasoning = if @request.calls_tools?
+                               [completion.text, completion.reasoning.to_s]
+                             else
+                               ChatDeltas.split(completion.text, thinking: @generation.thinking?,
+                                                                 opened: @generation.thinking_opened?)
+                             end
+        message = { role: "assistant", content: calls.any? && content.empty? ? nil : content }
+        message[:reasoning_content] = reasoning unless reasoning.empty?
+        message[:tool_calls] = calls.map { |call| call_object(call) } if calls.any?
+        message
+      end
+
+      # The calls a reply makes: only where it may make them.
+      def tool_calls(completion)
+        @request.calls_tools? ? completion.tool_calls : []
+      end
+
+      def call_object(call)
+        { id: ChatDeltas.call_id, type: "function",
+          function: { name: call.name, arguments: JSON.generate(call.arguments) } }
+      end
+
+      def chunk(index, logprobs: nil, finish_reason: nil, **fields)
+        header(chunk_object).merge(choices: [{ index:, **fields, logprobs:, finish_reason: }])
       end
 
       def chunk_object
@@ -82,13 +121,16 @@ module Elelem
       end
 
       def finish_reason(completion)
+        return "tool_calls" if tool_calls(completion).any?
+
         FINISH_REASONS.fetch(completion.finish_reason, "stop")
       end
 
-      def usage(completion)
-        generated = completion.tokens.size
-        { prompt_tokens: completion.prompt_tokens, completion_tokens: generated,
-          total_tokens: completion.prompt_tokens + generated }
+      # The prompt once (every choice reads the same), and every choice's tokens.
+      def usage(completions)
+        prompt = completions.first.prompt_tokens
+        generated = completions.sum { |completion| completion.tokens.size }
+        { prompt_tokens: prompt, completion_tokens: generated, total_tokens: prompt + generated }
       end
 
       def logprobs(completion)

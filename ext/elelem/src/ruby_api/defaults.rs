@@ -35,6 +35,8 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     h.aset(sym("min_p"), decimal(sampler.min_p))?;
     h.aset(sym("repeat_penalty"), decimal(sampler.repeat_penalty))?;
     h.aset(sym("repeat_last_n"), sampler.repeat_last_n)?;
+    h.aset(sym("presence_penalty"), decimal(sampler.presence_penalty))?;
+    h.aset(sym("frequency_penalty"), decimal(sampler.frequency_penalty))?;
     h.aset(sym("reuse_prefix"), generate.reuse_prefix)?;
     defaults.const_set("GENERATION", frozen(h))
 }

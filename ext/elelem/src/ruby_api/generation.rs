@@ -301,6 +301,9 @@ fn text_params(ruby: &Ruby, opts: RHash) -> Result<engine::TextParams, Error> {
         min_p: f32::try_convert(get("min_p")?)?,
         repeat_penalty: f32::try_convert(get("repeat_penalty")?)?,
         repeat_last_n: u32::try_convert(get("repeat_last_n")?)?,
+        presence_penalty: f32::try_convert(get("presence_penalty")?)?,
+        frequency_penalty: f32::try_convert(get("frequency_penalty")?)?,
+        logit_bias: Vec::<(u32, f32)>::try_convert(get("logit_bias")?)?,
         seed: u64::try_convert(get("seed")?)?,
     };
     Ok(engine::TextParams {

@@ -10,10 +10,15 @@
 //! `/proc/thread-self/schedstat`). A share above [`CONTENDED`] over
 //! [`CONTENDED_WINDOWS`] windows of passes in a row drops a thread (one window may be a
 //! burst: a GC, another thread's brief work). Below the configured count it probes one
-//! more thread after [`FIRST_PROBE`] and keeps it if the share stays low; each failed
-//! probe doubles the wait, up to [`LAST_PROBE`], so a lasting load costs a probe
-//! window now and then and a passing one costs little. On a quiet machine the share is
-//! ~0 and nothing changes.
+//! more thread once a window at the lower count finds a core waiting for nobody, after
+//! [`FIRST_PROBE`], and keeps it if the share stays low; each failed probe doubles the
+//! wait, up to [`LAST_PROBE`]. While even the fewer threads wait for a core (more runnable
+//! threads than cores) it never probes: a thread more could only spin at ggml's barrier,
+//! which is how a pass on two threads under a load of four falls to a third of one
+//! thread's speed. A governor starts on the cores that the run queue leaves free when it
+//! is made (`procs_running` of `/proc/stat`), so a short run on a busy machine does not
+//! spend its first passes finding out. On a quiet machine the share is ~0 and nothing
+//! changes.
 //!
 //! The thread count never changes a result but in one place: ggml splits a lone
 //! query's flash attention over ≥ 512 cells among its threads, so such a node runs on
@@ -54,6 +59,14 @@ pub fn available_cpus() -> usize {
     // SAFETY: sysconf reads a value and has no other effect.
     let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     usize::try_from(online).ok().filter(|&n| n > 0).unwrap_or(1)
+}
+
+/// How many threads of the whole machine are runnable now, the caller's included
+/// (`procs_running` of `/proc/stat`); `None` where the kernel does not say.
+fn runnable_threads() -> Option<usize> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines()
+        .find_map(|line| line.strip_prefix("procs_running ")?.trim().parse().ok())
 }
 
 /// The thread count of the next passes, from how the last ones were scheduled.
@@ -100,13 +113,22 @@ impl SchedStat {
 }
 
 impl Governor {
+    /// A governor of at most `max` threads that starts on those the other runnable
+    /// threads of the machine leave free now.
     pub fn new(max: usize) -> Governor {
+        let others = runnable_threads().map_or(0, |n| n.saturating_sub(1));
+        Governor::starting(max, available_cpus().saturating_sub(others), Instant::now())
+    }
+
+    /// A governor of at most `max` threads that starts on `free` of them (at least one).
+    fn starting(max: usize, free: usize, now: Instant) -> Governor {
+        let current = free.clamp(1, max);
         Governor {
             max,
-            current: max,
+            current,
             window: Window::default(),
             contended: 0,
-            next_probe: None,
+            next_probe: (current < max).then(|| now + FIRST_PROBE),
             backoff: FIRST_PROBE,
             probing: false,
         }
@@ -143,7 +165,7 @@ impl Governor {
             self.current -= 1;
             self.contended = 0;
             self.next_probe = Some(now + self.backoff);
-        } else if self.next_probe.is_some_and(|at| now >= at) {
+        } else if !contended && self.next_probe.is_some_and(|at| now >= at) {
             self.current += 1;
             self.probing = true;
             self.next_probe = None;
@@ -154,6 +176,12 @@ impl Governor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A governor of `max` threads made on a machine with every core free.
+    fn quiet(max: usize) -> (Governor, Instant) {
+        let now = Instant::now();
+        (Governor::starting(max, max, now), now)
+    }
 
     /// Feeds one window of passes waiting `share` of their time.
     fn window(g: &mut Governor, share: f64, now: &mut Instant) {
@@ -166,7 +194,7 @@ mod tests {
 
     #[test]
     fn a_quiet_machine_keeps_every_thread() {
-        let (mut g, mut now) = (Governor::new(2), Instant::now());
+        let (mut g, mut now) = quiet(2);
         for _ in 0..100 {
             window(&mut g, 0.01, &mut now);
             assert_eq!(g.threads(), 2);
@@ -175,7 +203,7 @@ mod tests {
 
     #[test]
     fn one_contended_window_is_a_burst_and_two_drop_a_thread() {
-        let (mut g, mut now) = (Governor::new(2), Instant::now());
+        let (mut g, mut now) = quiet(2);
         for _ in 0..10 {
             window(&mut g, 0.5, &mut now);
             window(&mut g, 0.0, &mut now);
@@ -188,7 +216,7 @@ mod tests {
 
     #[test]
     fn a_busy_core_is_probed_again_ever_more_rarely() {
-        let (mut g, mut now) = (Governor::new(2), Instant::now());
+        let (mut g, mut now) = quiet(2);
         window(&mut g, 0.33, &mut now);
         window(&mut g, 0.33, &mut now);
         // One thread on the core left waits for nobody; a probe's second thread does.
@@ -210,7 +238,7 @@ mod tests {
 
     #[test]
     fn a_probe_that_finds_the_core_free_keeps_the_thread() {
-        let (mut g, mut now) = (Governor::new(2), Instant::now());
+        let (mut g, mut now) = quiet(2);
         window(&mut g, 0.4, &mut now);
         window(&mut g, 0.4, &mut now);
         while g.threads() == 1 {
@@ -224,16 +252,52 @@ mod tests {
 
     #[test]
     fn many_threads_step_down_one_at_a_time_and_never_below_one() {
-        let (mut g, mut now) = (Governor::new(4), Instant::now());
+        let (mut g, mut now) = quiet(4);
         for expected in [3, 2, 1] {
             window(&mut g, 0.5, &mut now);
             window(&mut g, 0.5, &mut now);
             assert_eq!(g.threads(), expected);
         }
-        // Still contended: probes of a second thread now and then, never none at all.
         for _ in 0..100 {
             window(&mut g, 0.5, &mut now);
-            assert!((1..=2).contains(&g.threads()));
+            assert_eq!(g.threads(), 1);
+        }
+    }
+
+    #[test]
+    fn a_thread_that_waits_itself_never_probes_and_the_end_of_the_load_is_found() {
+        let (mut g, mut now) = quiet(2);
+        window(&mut g, 0.5, &mut now);
+        window(&mut g, 0.5, &mut now);
+        // More runnable threads than cores: the one thread left waits too; a second could only spin.
+        for _ in 0..200 {
+            window(&mut g, 0.4, &mut now);
+            assert_eq!(g.threads(), 1);
+        }
+        // The load ends: the first quiet window past the wait probes, and the probe stays.
+        window(&mut g, 0.0, &mut now);
+        assert_eq!(g.threads(), 2);
+        window(&mut g, 0.0, &mut now);
+        assert_eq!(g.threads(), 2);
+    }
+
+    #[test]
+    fn a_busy_machine_starts_on_the_free_cores_and_probes_once_they_are_quiet() {
+        let now = Instant::now();
+        assert_eq!(Governor::starting(2, 2, now).threads(), 2);
+        assert_eq!(Governor::starting(8, 16, now).threads(), 8);
+        assert_eq!(Governor::starting(2, 0, now).threads(), 1);
+        let (mut g, mut now) = (Governor::starting(4, 2, now), now);
+        assert_eq!(g.threads(), 2);
+        window(&mut g, 0.0, &mut now);
+        window(&mut g, 0.0, &mut now);
+        assert_eq!(g.threads(), 3);
+    }
+
+    #[test]
+    fn the_run_queue_counts_the_caller() {
+        if let Some(n) = runnable_threads() {
+            assert!(n >= 1);
         }
     }
 

@@ -255,6 +255,8 @@ impl Speculation {
         // keeps the target's distribution; a closer one is accepted more often).
         let draft_sampler = Sampler::new(SamplerParams {
             repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             seed: text_params.sampler.seed ^ DRAFT_SEED_MIX,
             ..text_params.sampler.clone()
         });

@@ -91,8 +91,17 @@ pub struct SamplerParams {
     pub min_p: f32,
     /// 1 means no penalty.
     pub repeat_penalty: f32,
-    /// How many recent tokens the penalty looks at.
+    /// How many recent tokens the penalties look at.
     pub repeat_last_n: u32,
+    /// Subtracted from the logit of every token among the recent ones (OpenAI's
+    /// `presence_penalty`, llama.cpp's `penalty_present`); 0 means none.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time it is among the recent ones
+    /// (OpenAI's `frequency_penalty`, llama.cpp's `penalty_freq`); 0 means none.
+    pub frequency_penalty: f32,
+    /// Added to the logits of these tokens before anything else (OpenAI's
+    /// `logit_bias`, llama.cpp's `logit_bias` sampler); `-inf` bans a token.
+    pub logit_bias: Vec<(u32, f32)>,
     pub seed: u64,
 }
 
@@ -105,6 +114,9 @@ impl Default for SamplerParams {
             min_p: 0.05,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
             seed: 0,
         }
     }
@@ -124,6 +136,17 @@ impl SamplerParams {
         }
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
             return Err(format!("repeat_penalty must be > 0, got {}", self.repeat_penalty));
+        }
+        for (name, value) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !value.is_finite() {
+                return Err(format!("{name} must be finite, got {value}"));
+            }
+        }
+        if let Some((id, bias)) = self.logit_bias.iter().find(|b| b.1.is_nan() || b.1 == f32::INFINITY) {
+            return Err(format!("logit_bias of token {id} must be a number or -inf, got {bias}"));
         }
         Ok(())
     }
@@ -160,8 +183,7 @@ impl Sampler {
     }
 
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        let penalize = self.params.repeat_penalty != 1.0 && !self.recent.is_empty();
-        if self.params.temperature <= 0.0 && !penalize {
+        if self.params.temperature <= 0.0 && !self.adjusts_logits() {
             return greedy(logits);
         }
         self.fill_candidates(logits);
@@ -172,14 +194,24 @@ impl Sampler {
         self.sample_distribution().unwrap_or_else(|| greedy(logits))
     }
 
-    fn apply_penalty(&mut self) {
-        let penalty = self.params.repeat_penalty;
+    /// Whether the bias or a penalty changes these logits before the choice.
+    fn adjusts_logits(&self) -> bool {
+        let p = &self.params;
+        let penalizes = p.repeat_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        !p.logit_bias.is_empty() || (penalizes && !self.recent.is_empty())
+    }
+
+    /// llama.cpp's penalties sampler: each recent token's logit divided (multiplied,
+    /// when negative) by the repeat penalty, then lowered by the frequency penalty per
+    /// occurrence and by the presence penalty once.
+    fn apply_penalties(&mut self) {
+        let p = &self.params;
         let mut seen: Vec<u32> = self.recent.iter().copied().collect();
         seen.sort_unstable();
-        seen.dedup();
-        for id in seen {
-            if let Some(c) = self.candidates.get_mut(id as usize) {
-                c.1 = if c.1 <= 0.0 { c.1 * penalty } else { c.1 / penalty };
+        for run in seen.chunk_by(|a, b| a == b) {
+            if let Some(c) = self.candidates.get_mut(run[0] as usize) {
+                c.1 = if c.1 <= 0.0 { c.1 * p.repeat_penalty } else { c.1 / p.repeat_penalty };
+                c.1 -= run.len() as f32 * p.frequency_penalty + p.presence_penalty;
             }
         }
     }
@@ -218,7 +250,8 @@ impl Sampler {
         self.next_f64()
     }
 
-    /// The logits as candidates, NaN as -inf, with the repetition penalty applied.
+    /// The logits as candidates, NaN as -inf, with the bias and then the penalties
+    /// applied (llama.cpp's order).
     fn fill_candidates(&mut self, logits: &[f32]) {
         self.candidates.clear();
         self.candidates.extend(
@@ -227,8 +260,15 @@ impl Sampler {
                 .enumerate()
                 .map(|(i, &l)| (i as u32, if l.is_nan() { f32::NEG_INFINITY } else { l })),
         );
-        if self.params.repeat_penalty != 1.0 && !self.recent.is_empty() {
-            self.apply_penalty();
+        for &(id, bias) in &self.params.logit_bias {
+            if let Some(c) = self.candidates.get_mut(id as usize) {
+                c.1 += bias;
+            }
+        }
+        let p = &self.params;
+        let penalizes = p.repeat_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        if penalizes && !self.recent.is_empty() {
+            self.apply_penalties();
         }
     }
 
@@ -418,6 +458,42 @@ pub(crate) mod tests {
         });
         s.accept(0);
         assert_eq!(s.sample(&[2.0, 1.5]), 1);
+    }
+
+    #[test]
+    fn presence_and_frequency_penalties_lower_recent_tokens() {
+        let penalized = |presence_penalty, frequency_penalty| {
+            let mut s = Sampler::new(SamplerParams {
+                presence_penalty,
+                frequency_penalty,
+                ..Default::default()
+            });
+            [0, 0, 1].into_iter().for_each(|t| s.accept(t));
+            s.sample(&[3.0, 2.5, 1.2])
+        };
+        assert_eq!(penalized(0.0, 0.0), 0);
+        // Presence: 3.0 - 1 and 2.5 - 1 against 1.2.
+        assert_eq!(penalized(1.0, 0.0), 0);
+        // Frequency: 3.0 - 2 × 0.9 = 1.2, 2.5 - 0.9 = 1.6.
+        assert_eq!(penalized(0.0, 0.9), 1);
+        // Both: 3.0 - 2 - 1, 2.5 - 1 - 1 against 1.2.
+        assert_eq!(penalized(1.0, 1.0), 2);
+    }
+
+    #[test]
+    fn logit_bias_moves_and_bans_tokens() {
+        let biased = |logit_bias| {
+            Sampler::new(SamplerParams {
+                logit_bias,
+                ..Default::default()
+            })
+            .sample(&[1.0, 0.5, 0.2])
+        };
+        assert_eq!(biased(vec![]), 0);
+        assert_eq!(biased(vec![(2, 5.0)]), 2);
+        assert_eq!(biased(vec![(0, f32::NEG_INFINITY)]), 1);
+        // An id past the vocabulary changes nothing.
+        assert_eq!(biased(vec![(7, 9.0)]), 0);
     }
 
     #[test]

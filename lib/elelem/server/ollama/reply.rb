@@ -35,28 +35,35 @@ module Elelem
         end
 
         # The one object of a request that does not stream.
-        # @param completion [Completion]
+        # @param completions [Array<Completion>] its one choice's
         # @return [Hash]
-        def complete(completion)
+        def complete(completions)
+          completion = completions.first
           final(completion, completion.text, completion.tool_calls)
         end
 
         # Nothing opens an Ollama stream.
-        # @return [nil]
-        def opening; end
-
-        # The object carrying a piece of the text.
-        # @param piece [String]
-        # @return [Hash]
-        def piece(piece)
-          head.merge(text(piece), done: false)
+        # @return [Array<Hash>] none
+        def opening
+          []
         end
 
-        # The last object of a stream: no text, the figures.
-        # @param completion [Completion]
+        # The object of one event of the generation: a piece of the text, or once the choice
+        # is done, the last object (no text, the tool calls, the figures).
+        # @param event [Array(Integer, String), Array(Integer, Completion)]
         # @return [Array<Hash>]
-        def closing(completion)
-          [final(completion, "", completion.tool_calls)]
+        def piece(event)
+          _index, piece = event
+          return [final(piece, "", piece.tool_calls)] if piece.is_a?(Completion)
+
+          [head.merge(text(piece), done: false)]
+        end
+
+        # Nothing closes an Ollama stream: its last object says `done: true`.
+        # @param _completions [Array<Completion>]
+        # @return [Array<Hash>] none
+        def closing(_completions)
+          []
         end
 
         # The answer to a request with nothing to generate: the model is loaded (it always is).

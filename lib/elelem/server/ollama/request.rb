@@ -8,9 +8,13 @@ module Elelem
       # `top_k`, `top_p`, `min_p`, `seed`, `stop`, `repeat_penalty`, `repeat_last_n`,
       # `num_ctx`) with Ollama's defaults, `format` (`"json"` or a JSON Schema, constrained as
       # {Model#chat}'s `json_schema:`), `stream` (on unless false), `keep_alive` (accepted:
-      # the server keeps its model). `images` are refused (no vision yet), as is `think`.
+      # the server keeps its model). A chat's messages and tools are checked as OpenAI's
+      # ({ChatFields}); the model decides whether to call a tool (Ollama has no `tool_choice`).
+      # `images` are refused (no vision yet), as is `think`.
       class Request
         include Fields
+        include ChatFields
+        include Generation::OneChoice
 
         # Ollama's sampling unless told (its `api.DefaultOptions`).
         OLLAMA_SAMPLING = { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.0, repeat_penalty: 1.1,
@@ -22,12 +26,10 @@ module Elelem
         attr_reader :kind
         # @return [Boolean] whether the reply streams (NDJSON)
         attr_reader :stream
-        # @return [Hash] the options of {Model#complete}: `max_tokens`, `temperature`, a constraint, ...
+        # @return [Hash] the options of {Model#complete}: `max_tokens`, `temperature`, ...
         attr_reader :generation
         # @return [Array<Hash>] the conversation (a generate request's: `system` and the prompt)
         attr_reader :messages
-        # @return [Hash] template variables (`tools:`)
-        attr_reader :variables
         # @return [String] a generate request's prompt (`""`: just load the model)
         attr_reader :text
         # @return [String, nil] a generate request's `suffix`: the code after the hole (infill)
@@ -42,25 +44,17 @@ module Elelem
         # @param max_tokens [Integer] the server's cap on generated tokens (`num_predict: -1` gets it)
         # @param n_ctx [Integer] the model's context: a larger `num_ctx` is refused
         # @param reuse_prefix [Boolean] keep cached prefixes (see {Model#generate})
-        # @param template [String, nil] the server's chat template (a chat with `tools` reads its
-        #   tool calls with it)
         # @raise [HTTPError] 400, naming the field at fault
-        def initialize(body, kind, max_tokens:, n_ctx:, reuse_prefix:, template: nil)
-          raise invalid("the request body must be a JSON object, got #{json_type(body)}") unless body.is_a?(Hash)
-
-          @body = body
+        def initialize(body, kind, max_tokens:, n_ctx:, reuse_prefix:)
+          take_body(body)
           @kind = kind
           optional("model", String)
           optional("keep_alive", String, Numeric)
           no_thinking
           @stream = optional("stream", true, false) != false
-          @generation = options(max_tokens, n_ctx).merge(format, reuse_prefix:)
-          kind == :chat ? chat(template) : generate
-        end
-
-        # @return [Boolean] whether a chat gives tools, whose calls the reply is read for
-        def tools?
-          !variables.fetch(:tools, []).empty?
+          @generation = options(max_tokens, n_ctx).merge(reuse_prefix:)
+          @response_schema = format
+          kind == :chat ? chat : generate
         end
 
         # @return [nil] an Ollama request asks for no log-probabilities here
@@ -73,22 +67,21 @@ module Elelem
 
         private
 
-        # With tools, the generation is {Model#complete}'s for a conversation: the calls are
-        # constrained to the tools' schemas and read out of the reply.
-        def chat(template)
-          @messages = required("messages", Array).map { |message| chat_message(message) }
-          @variables = { tools: optional("tools", Array) }.compact
-          @generation = @generation.merge(@variables, template:) if tools?
+        # No messages: nothing to generate ({#load_only?}).
+        def chat
+          @messages = required("messages", Array).empty? ? [] : chat_messages
+          @tools = chat_tools
+          @tool_choice = "auto"
+          @parallel_tool_calls = true
+          schema_or_tools("format")
         end
 
         # Ollama's message fields as the chat templates read them (`tool_name` is a tool
-        # result's `name`).
-        def chat_message(message)
-          raise invalid("each message must be an object", "messages") unless message.is_a?(Hash)
-
+        # result's `name`), then checked as OpenAI's.
+        def chat_message(message, index)
           no_images(message["images"])
-          tool = message["tool_name"]
-          message.except("images", "tool_name").merge(tool ? { "name" => tool } : {})
+          tool = typed(message["tool_name"], "messages[#{index}].tool_name", String)
+          super(message.except("images", "tool_name").merge(tool ? { "name" => tool } : {}), index)
         end
 
         def generate
@@ -103,7 +96,6 @@ module Elelem
           system = optional("system", String)
           @messages = [*(system ? [{ "role" => "system", "content" => system }] : []),
                        { "role" => "user", "content" => @text }]
-          @variables = {}
         end
 
         def no_thinking
@@ -126,9 +118,9 @@ module Elelem
         def format
           format = optional("format", String, Hash)
           case format
-          when nil, "" then {}
-          when "json" then { json_schema: JSON_OBJECT }
-          when Hash then { json_schema: format }
+          when nil, "" then nil
+          when "json" then JSON_OBJECT
+          when Hash then format
           else raise invalid("format must be \"json\" or a JSON Schema, got #{format.inspect[0, 40]}", "format")
           end
         end
