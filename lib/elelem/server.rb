@@ -3,12 +3,15 @@
 require "json"
 require "openssl"
 require_relative "server/http_error"
+require_relative "server/fields"
 require_relative "server/request"
 require_relative "server/generation"
 require_relative "server/reply"
 require_relative "server/event_stream"
 require_relative "server/runner"
 require_relative "server/retrieval"
+require_relative "server/llama_endpoints"
+require_relative "server/ollama"
 
 module Elelem
   # OpenAI's HTTP API over a {Model}, as a Rack application: a plain callable taking
@@ -21,7 +24,9 @@ module Elelem
   # Routes (under the mount point, `SCRIPT_NAME`): `POST /v1/chat/completions`,
   # `POST /v1/completions` (both streaming as server-sent events when asked),
   # `POST /v1/embeddings`, `POST /v1/rerank` (llama-server's shape; see {Retrieval}),
-  # `GET /v1/models`, `GET /v1/models/NAME`, `GET /health`. Concurrent requests run
+  # `GET /v1/models`, `GET /v1/models/NAME`, `GET /health`; llama-server's own endpoints
+  # ({LlamaEndpoints}: `/completion`, `/infill`, `/tokenize`, `/metrics`, ...) and Ollama's API
+  # ({Ollama}: `/api/chat`, `/api/generate`, ...), each with its error shape. Concurrent requests run
   # together in the model's passes (`parallel:` of {Elelem.open}); past those and the
   # model's `queue:`, a request is answered 503 at once.
   #
@@ -33,6 +38,8 @@ module Elelem
   # field of a request is not checked: the one model is served whatever a client names.
   class Server
     include Retrieval
+    include LlamaEndpoints
+    include Ollama
 
     # The largest request body taken unless told otherwise (a chat filling a 32k-token
     # context is about 130 KB).
@@ -45,7 +52,7 @@ module Elelem
       "/v1/chat/completions" => [%w[POST], :chat_completions], "/v1/completions" => [%w[POST], :completions],
       "/v1/models" => [%w[GET HEAD], :models], "/health" => [%w[GET HEAD], :health],
       "/v1/embeddings" => [%w[POST], :embeddings], "/v1/rerank" => [%w[POST], :rerank]
-    }.freeze
+    }.merge(LlamaEndpoints::ROUTES, Ollama::ROUTES).freeze
     # The headers of a streaming reply: no cache or proxy may hold its events back.
     STREAM_HEADERS = { "content-type" => "text/event-stream", "cache-control" => "no-cache",
                        "x-accel-buffering" => "no" }.freeze
@@ -78,6 +85,7 @@ module Elelem
       @created = Time.now.to_i
       @streams = {}
       @streams_lock = Mutex.new
+      @metrics = Metrics.new(model.info[:parallel] || 1)
     end
 
     # Answers one request (Rack's interface).
@@ -106,9 +114,9 @@ module Elelem
       check_serves(handler)
       send(handler, env)
     rescue HTTPError => e
-      error(e)
+      error(e, env)
     rescue StandardError, NoMemoryError => e
-      error(refusal(e) || unexpected(env, e))
+      error(refusal(e) || unexpected(env, e), env)
     end
 
     def route(env)
@@ -163,17 +171,36 @@ module Elelem
     end
 
     def generate(env, kind)
-      request = Request.new(read_json(env), kind, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix,
-                                                  n_vocab: @model.info[:n_vocab])
-      generation = Generation.new(@model, request, @template)
-      reply = Reply.new(generation, @model, model_name)
-      return json(200, reply.complete(generation.run)) unless request.stream
+      body = read_json(env)
+      model = model_for(body.is_a?(Hash) ? body["model"] : nil)
+      request = Request.new(body, kind, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix,
+                                        n_vocab: model.info[:n_vocab])
+      generation = new_generation(model, request)
+      respond(env, generation, Reply.new(generation, model, model_name), EventStream)
+    end
+
+    # What a request generates on `model`, counted in the metrics; `prompt`: one its route
+    # built, instead of the request's own.
+    def new_generation(model, request, prompt: nil)
+      Generation.new(model, request, @template, metrics: @metrics, prompt:)
+    end
+
+    # The reply's whole object, or a stream of its pieces (`stream_class`: the API's framing),
+    # for every route that generates.
+    def respond(env, generation, reply, stream_class, headers: STREAM_HEADERS)
+      return json(200, reply.complete(generation.run)) unless generation.request.stream
 
       forget = ->(stream) { @streams_lock.synchronize { @streams.delete(stream) } }
-      stream = EventStream.new(reply, socket: env["puma.socket"], logger: ->(e) { log(env, e) },
-                                      on_close: forget) { |&each_event| generation.run(&each_event) }
+      stream = stream_class.new(reply, socket: env["puma.socket"], logger: ->(e) { log(env, e) },
+                                       on_close: forget) { |&each_event| generation.run(&each_event) }
       @streams_lock.synchronize { @streams[stream] = true }
-      [200, STREAM_HEADERS.dup, stream.start]
+      [200, headers.dup, stream.start]
+    end
+
+    # The model a request names: the one served, whatever the name (several models, routed
+    # by name, will choose here).
+    def model_for(_name)
+      @model
     end
 
     # The body as JSON, read no further than one byte past the limit (a body announced
@@ -219,8 +246,8 @@ module Elelem
       errors.flush if errors.respond_to?(:flush)
     end
 
-    def error(http_error)
-      status, headers, body = json(http_error.status, http_error.to_h)
+    def error(http_error, env)
+      status, headers, body = json(http_error.status, error_body(http_error, env["PATH_INFO"].to_s.chomp("/")))
       [status, headers.merge(http_error.headers), body]
     end
 

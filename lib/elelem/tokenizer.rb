@@ -59,6 +59,15 @@ module Elelem
       _eog?(checked([id]).first)
     end
 
+    # The vocabulary's fill-in-the-middle tokens, as llama.cpp finds them (the GGUF's
+    # `tokenizer.ggml.fim_*_token_id`, else the tokens named like `<|fim_prefix|>`): what a
+    # code model's infill prompt is laid out with (see `POST /infill` in docs/SERVING.md).
+    # @return [Hash{Symbol => Integer, nil}] `prefix:`, `suffix:`, `middle:`, `repo:` (before a
+    #   repository's name) and `file_separator:`, each nil where the vocabulary has none
+    def fim_tokens
+      %i[prefix suffix middle repo file_separator].zip(_fim).to_h
+    end
+
     # @!method n_vocab
     #   @return [Integer] how many tokens the vocabulary has
     # @!method bos

@@ -44,6 +44,7 @@ use std::ops::Range;
 use aho_corasick::AhoCorasick;
 
 pub use stream::Utf8Stream;
+pub use vocab::FimTokens;
 
 use bpe::{Bpe, Pre, PreConfig};
 use ugm::Unigram;
@@ -470,6 +471,11 @@ impl Tokenizer {
     /// `llama_vocab_get_add_sep`: whether embedding callers append SEP.
     pub fn add_sep(&self) -> bool {
         self.vocab.add_sep
+    }
+
+    /// The fill-in-the-middle tokens the vocabulary has (`llama_vocab_fim_pre`, ...).
+    pub fn fim(&self) -> FimTokens {
+        self.vocab.fim
     }
 
     /// How many tokens the vocabulary has (`llama_vocab_n_tokens`).

@@ -119,6 +119,23 @@ pub(crate) struct Defaults {
     pub(crate) keep_case: bool,
 }
 
+/// A vocabulary's fill-in-the-middle tokens, as llama.cpp finds them (the
+/// metadata's ids, else the tokens named like them): what llama-server's
+/// `format_prompt_infill` lays a prompt out with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FimTokens {
+    /// Before the prefix (`<|fim_prefix|>`).
+    pub pre: Option<u32>,
+    /// Before the suffix (`<|fim_suffix|>`).
+    pub suf: Option<u32>,
+    /// Where the middle is to be written (`<|fim_middle|>`).
+    pub mid: Option<u32>,
+    /// Before a repository's name (`<|repo_name|>`).
+    pub rep: Option<u32>,
+    /// Before each file's name (`<|file_sep|>`).
+    pub sep: Option<u32>,
+}
+
 pub(crate) struct Vocab {
     pub(crate) texts: Texts,
     pub(crate) scores: Vec<f32>,
@@ -128,6 +145,8 @@ pub(crate) struct Vocab {
     pub(crate) unk: Option<u32>,
     pub(crate) sep: Option<u32>,
     pub(crate) eog: BTreeSet<u32>,
+    /// The fill-in-the-middle tokens (`llama_vocab_fim_pre` ...).
+    pub(crate) fim: FimTokens,
     pub(crate) add_bos: bool,
     pub(crate) add_eos: bool,
     pub(crate) add_sep: bool,
@@ -205,7 +224,8 @@ impl Vocab {
                 }
             }
         }
-        let [(eot, _), (eom, _), _, _, _, (fim_pad, _), (fim_rep, _), (fim_sep, _)] = roles;
+        let [(eot, _), (eom, _), (fim_pre, _), (fim_suf, _), (fim_mid, _), (fim_pad, _), (fim_rep, _), (fim_sep, _)] =
+            roles;
 
         // llama.cpp marks control tokens named "unused" UNUSED here; its
         // Unigram matcher, the one reader of that bit, was built before, so
@@ -267,6 +287,13 @@ impl Vocab {
             unk,
             sep,
             eog,
+            fim: FimTokens {
+                pre: fim_pre,
+                suf: fim_suf,
+                mid: fim_mid,
+                rep: fim_rep,
+                sep: fim_sep,
+            },
             add_bos,
             add_eos,
             add_sep,

@@ -4,8 +4,9 @@ require "json"
 
 module Elelem
   class Server
-    # The fields of a chat completion request ({Request} of kind `:chat`): the messages,
-    # the tools and how to use them, the format of the reply, checked as OpenAI checks them.
+    # The fields of a chat request (OpenAI's chat completion, {Request} of kind `:chat`; Ollama's
+    # `/api/chat`, {Ollama::Request}): the messages, the tools and how to use them, the format of
+    # the reply, checked as OpenAI checks them. What {Generation} reads of a chat.
     module ChatFields
       # The roles a message may have; `developer` is OpenAI's newer name for `system`.
       ROLES = %w[developer system user assistant tool].freeze
@@ -40,10 +41,14 @@ module Elelem
         @tool_choice = chat_tool_choice
         @parallel_tool_calls = optional("parallel_tool_calls", true, false) != false
         @response_schema = response_format
+        schema_or_tools("response_format")
+      end
+
+      # A reply is constrained to a schema or free to call tools, not both.
+      def schema_or_tools(field)
         return unless @response_schema && calls_tools?
 
-        raise invalid("response_format with tools is not supported: ask for the tool calls, or for JSON",
-                      "response_format")
+        raise invalid("#{field} with tools is not supported: ask for the tool calls, or for JSON", field)
       end
 
       def chat_logprobs

@@ -102,18 +102,29 @@ module Elelem
         end
       end
 
-      def finish(completions)
+      def finish(completions, &)
         @reply.closing(completions).each { |chunk| yield event(chunk) }
-        yield "data: [DONE]\n\n"
+        ending.each(&)
       end
 
-      # An error after the 200 went out: an error event, as OpenAI's clients read it, and
-      # no `[DONE]`. Unexpected errors are logged.
-      def failure(error)
-        return yield event(error.to_h) if error.is_a?(HTTPError)
+      # What follows the last chunk: OpenAI's `[DONE]`.
+      def ending
+        ["data: [DONE]\n\n"]
+      end
 
-        @logger&.call(error)
-        yield event(HTTPError.new(500, "the generation failed: #{error.message}").to_h)
+      # An error after the 200 went out: an error event, as the API's clients read it, and
+      # no {#ending}. Unexpected errors are logged.
+      def failure(error)
+        unless error.is_a?(HTTPError)
+          @logger&.call(error)
+          error = HTTPError.new(500, "the generation failed: #{error.message}")
+        end
+        yield event(error_body(error))
+      end
+
+      # An error in the API's shape: OpenAI's.
+      def error_body(error)
+        error.to_h
       end
 
       def event(object)

@@ -4,36 +4,84 @@ require_relative "tool_call_grammar"
 
 module Elelem
   class Server
-    # What one request generates: its `n` choices, each a sequence of its own in the
-    # model's passes, running together (so `n` may not exceed the model's `parallel`).
+    # What one request generates, whichever API it came by (OpenAI's, llama-server's,
+    # Ollama's): its `n` choices, each a sequence of its own in the model's passes, running
+    # together (so `n` may not exceed the model's `parallel`), each counted in the server's
+    # {Metrics}.
     #
     # A chat whose reply may call tools is answered by {Model#complete} given the
     # messages, which constrains a call to the tool's schema once the model opens one, and
     # reads the calls back; `tool_choice: "required"` or a named function constrains the
     # whole reply to calls ({ToolCallGrammar}). Any other chat is answered from its
-    # rendered prompt, constrained to `response_format`'s schema when there is one.
+    # rendered prompt, and a completion from its prompt (or the one its route built: an
+    # infill's, an Ollama generate's), constrained to the request's schema when it has one.
+    #
+    # A request is read for `kind`, `stream`, `choices`, `generation_for(index)`,
+    # `logprobs`, `response_schema`, a completion's `prompt`, and a chat's {ChatFields}.
     class Generation
-      # @return [Request]
+      # The choices of a request whose API has no `n`: one, with the request's options.
+      module OneChoice
+        # @return [Integer] 1
+        def choices
+          1
+        end
+
+        # @param _index [Integer] the choice (0)
+        # @return [Hash] the request's options of {Model#complete}
+        def generation_for(_index)
+          generation
+        end
+      end
+
+      # @return [Request, NativeRequest, Ollama::Request]
       attr_reader :request
+      # @return [String, Array<Integer>] what the model evaluates: a chat's rendered conversation
+      #   or a completion's prompt, as token ids or text
+      attr_reader :prompt
+
+      # A conversation rendered by the chat template, as token ids.
+      # @param model [Model] the model whose template renders it
+      # @param messages [Array<Hash>] the checked messages
+      # @param template [String, nil] the server's chat template, instead of the model's
+      # @param tools [Array<Hash>, nil] the tools the template shows
+      # @return [Array<Integer>]
+      # @raise [HTTPError] 400 for a conversation the template cannot render, 500 for a model
+      #   without a template served without one
+      def self.chat_tokens(model, messages, template:, tools: nil)
+        model.chat_tokens(messages, template:, **{ tools: }.compact)
+      rescue ArgumentError, TemplateError => e
+        raise HTTPError.new(400, e.message, param: "messages")
+      rescue ToolsNotSupportedError => e
+        raise HTTPError.new(400, e.message, param: "tools")
+      rescue ClosedError
+        raise
+      rescue Elelem::Error => e # a model without a template, served without one
+        raise HTTPError.new(500, "chat is not available: #{e.message} (elelem serve --template FILE)",
+                            code: "no_chat_template")
+      end
 
       # @param model [Model] the served model
-      # @param request [Request] the checked request
+      # @param request [Request, NativeRequest, Ollama::Request] the checked request
       # @param template [String, nil] the server's chat template, instead of the model's
+      # @param metrics [Metrics] the server's counters, which count each choice
+      # @param prompt [String, Array<Integer>, nil] a completion's prompt as its route built it,
+      #   instead of the request's own
       # @raise [HTTPError] 400 for a chat the template cannot render, more choices than
       #   sequences, a call that cannot be forced
-      def initialize(model, request, template)
+      def initialize(model, request, template, metrics:, prompt: nil)
         @model = model
         @request = request
         @template = template
+        @metrics = metrics
         check_choices
-        @prompt = request.kind == :chat ? chat_prompt : request.prompt
-        @forced = forced_call if request.kind == :chat && request.forces_call?
+        @prompt = prompt || request_prompt
+        @forced = forced_call if chat? && request.forces_call?
       end
 
       # @return [Boolean] whether the model thinks before it answers (its template knows
       #   `<think>`): its thinking is then `reasoning_content`, as llama-server gives it
       def thinking?
-        return false unless request.kind == :chat
+        return false unless chat?
 
         @thinking = (@template || @model.chat_template).to_s.include?(ChatDeltas::THINK[0]) if @thinking.nil?
         @thinking
@@ -78,16 +126,15 @@ module Elelem
                                  "generates at once (elelem serve --parallel)", param: "n")
       end
 
-      # The conversation rendered by the chat template, as token ids.
-      def chat_prompt
-        @model.chat_tokens(request.messages, template: @template, **{ tools: request.tools }.compact)
-      rescue ArgumentError, TemplateError => e
-        raise HTTPError.new(400, e.message, param: "messages")
-      rescue ClosedError
-        raise
-      rescue Elelem::Error => e # a model without a template, served without one
-        raise HTTPError.new(500, "chat is not available: #{e.message} (elelem serve --template FILE)",
-                            code: "no_chat_template")
+      def chat?
+        request.kind == :chat
+      end
+
+      # A chat's conversation through the template, or a completion's prompt.
+      def request_prompt
+        return request.prompt unless chat?
+
+        Generation.chat_tokens(@model, request.messages, template: @template, tools: request.tools)
       end
 
       def forced_call
@@ -113,25 +160,26 @@ module Elelem
       # One choice's {Completion}, its pieces and then itself handed to the block.
       def choice(index, &on_event)
         each_piece = on_event && ->(piece) { on_event.call([index, piece]) unless piece.empty? }
-        completion = generate(request.generation_for(index), &each_piece)
+        options = request.generation_for(index)
+        completion = @metrics.track(options, stream: request.stream, n_probs: request.logprobs || 0) do
+          generate(options, &each_piece)
+        end
         on_event&.call([index, completion])
         completion
       rescue ContextFullError => e
-        raise HTTPError.new(400, e.message, param: request.kind == :chat ? "messages" : "prompt",
-                                            code: "context_length_exceeded")
+        raise HTTPError.new(400, e.message, param: chat? ? "messages" : "prompt", code: "context_length_exceeded")
       rescue ArgumentError, TemplateError => e
         raise HTTPError.new(400, e.message)
       end
 
       def generate(options, &)
         options = options.merge(logprobs: request.logprobs)
-        return @model.complete(@prompt, **options, &) unless request.kind == :chat
-        unless request.calls_tools?
-          return @model.complete(@prompt, **options, **{ json_schema: request.response_schema }.compact, &)
+        if chat? && request.calls_tools?
+          return @model.complete(request.messages, template: @template, tools: request.tools,
+                                                   **{ lark: @forced }.compact, **options, &)
         end
 
-        @model.complete(request.messages, template: @template, tools: request.tools, **{ lark: @forced }.compact,
-                                          **options, &)
+        @model.complete(@prompt, **options, **{ json_schema: request.response_schema }.compact, &)
       end
     end
   end

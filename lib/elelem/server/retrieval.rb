@@ -8,7 +8,7 @@ module Elelem
       # The most texts one request may embed or rerank.
       MAX_INPUTS = 2048
       # The routes that generate text, which an embedding model (an encoder) cannot serve.
-      GENERATING = %i[chat_completions completions].freeze
+      GENERATING = %i[chat_completions completions completion infill ollama_chat ollama_generate].freeze
 
       private
 
@@ -16,7 +16,8 @@ module Elelem
       def check_serves(handler)
         return unless GENERATING.include?(handler) && @model.info[:kind] == :encoder
 
-        raise HTTPError.new(501, "#{model_name} is an embedding model: it serves /v1/embeddings and /v1/rerank",
+        raise HTTPError.new(501, "#{model_name} is an embedding model: it serves /v1/embeddings, /v1/rerank " \
+                                 "and /api/embed",
                             code: "not_supported")
       end
 
@@ -43,6 +44,15 @@ module Elelem
           { object: "embedding", index:, embedding: format == "base64" ? [v.pack("e*")].pack("m0") : v }
         end
         json(200, { object: "list", data:, model: model_name, usage: usage(ids) })
+      end
+
+      # A 400 for a model without pooling, which gives one vector per token, not per input.
+      def check_pooling
+        return unless (@model.info[:pooling] || :none) == :none
+
+        raise HTTPError.new(400, "#{model_name} has no pooling of its own, and this API has no field to name one " \
+                                 "(/v1/embeddings takes \"pooling\": \"mean\", \"last\" or \"cls\")",
+                            param: "input", code: "not_supported")
       end
 
       # `query`, `documents` (strings), optional `top_n` and `return_documents`: each

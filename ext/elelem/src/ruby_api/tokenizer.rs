@@ -75,6 +75,12 @@ impl Tokenizer {
         ids
     }
 
+    /// `[pre, suf, mid, rep, sep]`, each an id or nil.
+    fn fim(&self) -> Vec<Option<u32>> {
+        let f = self.0.fim();
+        vec![f.pre, f.suf, f.mid, f.rep, f.sep]
+    }
+
     fn add_bos(&self) -> bool {
         self.0.add_bos()
     }
@@ -114,5 +120,6 @@ pub fn init(ruby: &Ruby, elelem: &RModule) -> Result<(), Error> {
     class.define_method("model", method!(Tokenizer::model, 0))?;
     class.define_method("pre", method!(Tokenizer::pre, 0))?;
     class.define_private_method("_eog?", method!(Tokenizer::is_eog, 1))?;
+    class.define_private_method("_fim", method!(Tokenizer::fim, 0))?;
     Ok(())
 }

@@ -1,0 +1,104 @@
+# frozen_string_literal: true
+
+require "time"
+require_relative "ollama/request"
+require_relative "ollama/reply"
+require_relative "ollama/catalog"
+
+module Elelem
+  class Server
+    # Ollama's API (docs/api.md of ollama/ollama) on the same server: `POST /api/chat` and
+    # `POST /api/generate` (streamed as NDJSON unless `stream: false`), `POST /api/embed` and
+    # `POST /api/embeddings`, and the model's listings ({Catalog}: `/api/tags`, `/api/show`,
+    # `/api/ps`, `/api/version`). Errors are Ollama's, `{"error": "..."}`, with the status.
+    module Ollama
+      include Catalog
+
+      # What each path answers, and to which methods.
+      ROUTES = {
+        "/api/chat" => [%w[POST], :ollama_chat], "/api/generate" => [%w[POST], :ollama_generate],
+        "/api/embed" => [%w[POST], :ollama_embed], "/api/embeddings" => [%w[POST], :ollama_embeddings],
+        **Catalog::ROUTES
+      }.freeze
+      # The headers of a streaming reply: one JSON object a line, sent as it is made.
+      NDJSON_HEADERS = { "content-type" => "application/x-ndjson", "cache-control" => "no-cache",
+                         "x-accel-buffering" => "no" }.freeze
+
+      # An error as Ollama gives it.
+      # @param error [HTTPError]
+      # @return [Hash]
+      def self.error_body(error)
+        { error: error.to_h.dig(:error, :message) }
+      end
+
+      private
+
+      # The conversation through the chat template, as {Generation} answers a chat (with
+      # `tools`, {Model#complete} reads the calls out of the reply).
+      def ollama_chat(env)
+        ollama_generation(env, :chat)
+      end
+
+      # The prompt through the chat template (as a user message, after `system`), unless
+      # `raw`; with a `suffix`, a fill-in-the-middle prompt ({Infill}); after `context`.
+      def ollama_generate(env)
+        ollama_generation(env, :completion) do |model, request|
+          ids = if request.suffix
+                  Infill.new(model).tokens("input_prefix" => request.text, "input_suffix" => request.suffix)
+                elsif request.raw
+                  retrieval_tokens(request.text, "prompt")
+                else
+                  Generation.chat_tokens(model, request.messages, template: @template)
+                end
+          request.context + ids
+        end
+      end
+
+      # The request of `kind` on the model it names, generated from the prompt `prompt` builds
+      # (without it, the request's own).
+      def ollama_generation(env, kind, &prompt)
+        body = retrieval_body(env)
+        model = model_for(body["model"])
+        request = Request.new(body, kind, max_tokens: @max_tokens, n_ctx: model.info[:n_ctx],
+                                          reuse_prefix: @reuse_prefix)
+        return json(200, Reply.new(request, model_name, []).loaded) if request.load_only?
+
+        generation = new_generation(model, request, prompt: prompt&.call(model, request))
+        respond(env, generation, Reply.new(request, model_name, generation.prompt), Stream, headers: NDJSON_HEADERS)
+      end
+
+      # `input`: a string or strings; `truncate` (on unless false) cuts a text longer than
+      # the model takes. The vectors are L2-normalized, as Ollama's are.
+      def ollama_embed(env)
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        body = retrieval_body(env)
+        raise HTTPError.new(400, "dimensions is not supported", param: "dimensions") unless body["dimensions"].nil?
+
+        ids = ollama_inputs(body["input"]).map { |input| retrieval_tokens(input, "input") }
+        vectors = ollama_vectors(ids, truncate: body["truncate"] != false)
+        json(200, { model: model_name, embeddings: vectors, total_duration: Reply.nanoseconds(started),
+                    load_duration: 0, prompt_eval_count: ids.sum(&:size) })
+      end
+
+      def ollama_inputs(input)
+        inputs = input.is_a?(String) ? [input] : input
+        return inputs if inputs.is_a?(Array) && inputs.size.between?(1, Retrieval::MAX_INPUTS) && inputs.all?(String)
+
+        raise HTTPError.new(400, "input must be a string or an array of 1 to #{Retrieval::MAX_INPUTS} strings")
+      end
+
+      # The older `/api/embeddings`: one `prompt`, one `embedding`.
+      def ollama_embeddings(env)
+        prompt = retrieval_body(env)["prompt"]
+        raise HTTPError.new(400, "prompt must be a string", param: "prompt") unless prompt.is_a?(String)
+
+        json(200, { embedding: ollama_vectors([retrieval_tokens(prompt, "prompt")], truncate: true).first })
+      end
+
+      def ollama_vectors(ids, truncate:)
+        check_pooling
+        retrieval_call("input") { model_for(nil).embed(ids, truncate:) }
+      end
+    end
+  end
+end
