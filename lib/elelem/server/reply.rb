@@ -74,8 +74,9 @@ module Elelem
         last = { logprobs: logprobs(completion), finish_reason: finish_reason(completion) }
         return [chunk(index, text: "", **last)] unless @chat
 
-        deltas(index).finish(tool_calls(completion)).map { |delta| chunk(index, delta:) } +
-          [chunk(index, delta: {}, **last)]
+        calls = tool_calls(completion)
+        deltas(index).finish(calls).reject { |delta| only_calls?(calls) && delta.key?(:content) }
+                     .map { |delta| chunk(index, delta:) } + [chunk(index, delta: {}, **last)]
       end
 
       def deltas(index)
@@ -92,10 +93,21 @@ module Elelem
                                ChatDeltas.split(completion.text, thinking: @generation.thinking?,
                                                                  opened: @generation.thinking_opened?)
                              end
-        message = { role: "assistant", content: calls.any? && content.empty? ? nil : content }
+        message = { role: "assistant", content: text_beside(calls, content) }
         message[:reasoning_content] = reasoning unless reasoning.empty?
         message[:tool_calls] = calls.map { |call| call_object(call) } if calls.any?
         message
+      end
+
+      # A reply's content: none where it only calls tools.
+      def text_beside(calls, content)
+        calls.any? && (content.empty? || only_calls?(calls)) ? nil : content
+      end
+
+      # Whether a reply that makes `calls` is calls alone: a forced call's grammar lets it
+      # write nothing else, so text beside them is a further call cut short (`max_tokens`).
+      def only_calls?(calls)
+        calls.any? && @request.forces_call?
       end
 
       # The calls a reply makes: only where it may make them.
