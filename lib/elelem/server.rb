@@ -10,11 +10,12 @@ require_relative "server/reply"
 require_relative "server/event_stream"
 require_relative "server/runner"
 require_relative "server/retrieval"
+require_relative "server/routing"
 require_relative "server/llama_endpoints"
 require_relative "server/ollama"
 
 module Elelem
-  # OpenAI's HTTP API over a {Model}, as a Rack application: a plain callable taking
+  # OpenAI's HTTP API over a {Model}, or several ({ModelPool}), as a Rack application: a plain callable taking
   # Rack's env and returning `[status, headers, body]`, so it needs no gem and runs on any
   # Rack server (`elelem serve` runs it on Puma) or inside an app:
   #
@@ -28,15 +29,18 @@ module Elelem
   # ({LlamaEndpoints}: `/completion`, `/infill`, `/tokenize`, `/metrics`, ...) and Ollama's API
   # ({Ollama}: `/api/chat`, `/api/generate`, ...), each with its error shape. Concurrent requests run
   # together in the model's passes (`parallel:` of {Elelem.open}); past those and the
-  # model's `queue:`, a request is answered 503 at once.
+  # model's `queue:`, a request is answered 503 at once. With several models, each request
+  # goes to the one its `model` names ({Routing}), opened on first use.
   #
   # Errors are OpenAI's error objects: 400 (malformed JSON, a field of the wrong type or
   # out of range, a prompt longer than the context, a rerank on a model without a
   # classification head), 401 (an API key is set and the request's Bearer token is not
   # it), 404, 405, 413 (a body over `max_body_bytes`), 501 (text asked of an embedding
-  # model), 503 (busy), 500 (anything unexpected, logged to `rack.errors`). The `model`
-  # field of a request is not checked: the one model is served whatever a client names.
+  # model), 503 (busy), 500 (anything unexpected, logged to `rack.errors`). With one model,
+  # the `model` field of a request is not checked: it is served whatever a client names;
+  # with several, an unknown name is a 404.
   class Server
+    include Routing
     include Retrieval
     include LlamaEndpoints
     include Ollama
@@ -50,19 +54,17 @@ module Elelem
     # What each path answers, and to which methods.
     ROUTES = {
       "/v1/chat/completions" => [%w[POST], :chat_completions], "/v1/completions" => [%w[POST], :completions],
-      "/v1/models" => [%w[GET HEAD], :models], "/health" => [%w[GET HEAD], :health],
+      "/health" => [%w[GET HEAD], :health],
       "/v1/embeddings" => [%w[POST], :embeddings], "/v1/rerank" => [%w[POST], :rerank]
-    }.merge(LlamaEndpoints::ROUTES, Ollama::ROUTES).freeze
+    }.merge(Routing::ROUTES, Routing::ROUTER_ROUTES, LlamaEndpoints::ROUTES, Ollama::ROUTES).freeze
     # The headers of a streaming reply: no cache or proxy may hold its events back.
     STREAM_HEADERS = { "content-type" => "text/event-stream", "cache-control" => "no-cache",
                        "x-accel-buffering" => "no" }.freeze
 
-    # @return [String] the name the server gives its model (`GET /v1/models`, each reply's `model`)
-    attr_reader :model_name
-
-    # @param model [Model] the model to serve; the server does not close it
-    # @param model_name [String, nil] the model's name in replies (default: its file's name
-    #   without `.gguf`)
+    # @param model [Model, ModelPool] the model to serve (the server does not close it), or
+    #   the models, by name
+    # @param model_name [String, nil] a model's name in replies (default: its file's name
+    #   without `.gguf`); a pool names its own
     # @param api_key [String, nil] when set, every `/v1` request needs `Authorization: Bearer KEY`
     #   (`/health` never does, for load balancers)
     # @param max_body_bytes [Integer] the largest request body accepted (413 past it)
@@ -73,10 +75,7 @@ module Elelem
     #   do not evaluate earlier turns again
     def initialize(model, model_name: nil, api_key: nil, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                    max_tokens: DEFAULT_MAX_TOKENS, template: nil, reuse_prefix: true)
-      raise ArgumentError, "model must be an Elelem::Model, got #{model.class}" unless model.is_a?(Model)
-
-      @model = model
-      @model_name = model_name ? Options.text(:model_name, model_name) : File.basename(model.info[:path], ".gguf")
+      @pool = pool_of(model, model_name)
       @api_key = api_key.nil? ? nil : Options.text(:api_key, api_key)
       @max_body_bytes = Options.integer(:max_body_bytes, max_body_bytes, 1..Options::MAX_U32)
       @max_tokens = Options.integer(:max_tokens, max_tokens, 0..Options::MAX_N_CTX)
@@ -85,7 +84,14 @@ module Elelem
       @created = Time.now.to_i
       @streams = {}
       @streams_lock = Mutex.new
-      @metrics = Metrics.new(model.info[:parallel] || 1)
+      @metrics = {}
+      @metrics_lock = Mutex.new
+    end
+
+    # @return [String] the name of the model served (with several, the first: the one a
+    #   request naming none gets)
+    def model_name
+      @pool.names.first
     end
 
     # Answers one request (Rack's interface).
@@ -111,12 +117,24 @@ module Elelem
     def answer(env)
       handler = route(env)
       authorize(env) unless handler == :health
-      check_serves(handler)
-      send(handler, env)
+      within_call(env, handler) { send(handler, env) }
     rescue HTTPError => e
       error(e, env)
     rescue StandardError, NoMemoryError => e
       error(refusal(e) || unexpected(env, e), env)
+    end
+
+    def pool_of(model, name)
+      case model
+      when Model
+        name = name ? Options.text(:model_name, name) : File.basename(model.info[:path], ".gguf")
+        ModelPool.new({ name => model }, budget: nil, ttl: ModelPool::FOREVER)
+      when ModelPool
+        raise ArgumentError, "model_name names a single model; a ModelPool names its own" if name
+
+        model
+      else raise ArgumentError, "model must be an Elelem::Model or an Elelem::Server::ModelPool, got #{model.class}"
+      end
     end
 
     def route(env)
@@ -147,21 +165,6 @@ module Elelem
       json(200, { status: "ok" })
     end
 
-    def models(_env)
-      json(200, { object: "list", data: [model_object] })
-    end
-
-    def model(env)
-      name = env["PATH_INFO"].to_s.chomp("/").delete_prefix("/v1/models/")
-      raise HTTPError.new(404, "no model named #{name}", param: "model", code: "model_not_found") if name != model_name
-
-      json(200, model_object)
-    end
-
-    def model_object
-      { id: model_name, object: "model", created: @created, owned_by: "elelem" }
-    end
-
     def chat_completions(env)
       generate(env, :chat)
     end
@@ -176,13 +179,19 @@ module Elelem
       request = Request.new(body, kind, max_tokens: @max_tokens, reuse_prefix: @reuse_prefix,
                                         n_vocab: model.info[:n_vocab])
       generation = new_generation(model, request)
-      respond(env, generation, Reply.new(generation, model, model_name), EventStream)
+      respond(env, generation, Reply.new(generation, model, served_name), EventStream)
     end
 
     # What a request generates on `model`, counted in the metrics; `prompt`: one its route
     # built, instead of the request's own.
     def new_generation(model, request, prompt: nil)
-      Generation.new(model, request, @template, metrics: @metrics, prompt:)
+      Generation.new(model, request, @template, metrics: metrics_for(served_name), prompt:)
+    end
+
+    # The counters of the model named `name` (each model has its own, as each of
+    # llama-server's router's instances has).
+    def metrics_for(name)
+      @metrics_lock.synchronize { @metrics[name] ||= Metrics.new(@pool.parallel(name)) }
     end
 
     # The reply's whole object, or a stream of its pieces (`stream_class`: the API's framing),
@@ -190,17 +199,15 @@ module Elelem
     def respond(env, generation, reply, stream_class, headers: STREAM_HEADERS)
       return json(200, reply.complete(generation.run)) unless generation.request.stream
 
-      forget = ->(stream) { @streams_lock.synchronize { @streams.delete(stream) } }
+      lease = hand_over_lease
+      forget = lambda do |stream|
+        @streams_lock.synchronize { @streams.delete(stream) }
+        lease.release
+      end
       stream = stream_class.new(reply, socket: env["puma.socket"], logger: ->(e) { log(env, e) },
                                        on_close: forget) { |&each_event| generation.run(&each_event) }
       @streams_lock.synchronize { @streams[stream] = true }
       [200, headers.dup, stream.start]
-    end
-
-    # The model a request names: the one served, whatever the name (several models, routed
-    # by name, will choose here).
-    def model_for(_name)
-      @model
     end
 
     # The body as JSON, read no further than one byte past the limit (a body announced

@@ -24,6 +24,7 @@ module Elelem
       parser.on("-m", "--model MODEL", "a .gguf path, a known model name or hf:org/repo[:QUANT] " \
                                        "(default #{default})") do |m|
         opts[:model] = m
+        (opts[:models] ||= []) << m # `serve` takes several
       end
       parser.on("-c", "--ctx N", "--n-ctx N", Integer, "context size (default #{ctx})") { |n| opts[:n_ctx] = n } if ctx
       parser.on("-t", "--threads N", Integer, "CPU threads (default #{Defaults::OPEN[:n_threads]})") do |n|

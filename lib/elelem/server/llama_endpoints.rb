@@ -36,7 +36,7 @@ module Elelem
       # An error in the shape of the API the path belongs to: Ollama's, llama-server's, OpenAI's.
       def error_body(error, path)
         return Ollama.error_body(error) if path.start_with?("/api/")
-        return LlamaEndpoints.error_body(error) if ROUTES.key?(path)
+        return LlamaEndpoints.error_body(error) if ROUTES.key?(path) || Routing::ROUTER_ROUTES.key?(path)
 
         error.to_h
       end
@@ -93,13 +93,14 @@ module Elelem
         raise HTTPError.new(400, e.message, param: "messages")
       end
 
-      def props(_env)
-        model = model_for(nil)
+      # `?model=NAME`: the model's (as on llama-server's router), loaded if it is not.
+      def props(env)
+        model = model_for(query_model(env))
         info = model.info
         settings = { params: NativeRequest.new({ "prompt" => "" }, max_tokens: @max_tokens).settings,
                      n_ctx: info[:n_ctx] }
         json(200, { default_generation_settings: settings, total_slots: info[:parallel] || 1,
-                    model_alias: model_name, model_path: info[:path],
+                    model_alias: served_name, model_path: info[:path],
                     modalities: { vision: false, video: false, audio: false },
                     endpoint_slots: true, endpoint_props: false, endpoint_metrics: true,
                     chat_template: @template || model.chat_template.to_s, **special_tokens(model),
@@ -114,8 +115,8 @@ module Elelem
 
       # `?fail_on_no_slot=1` answers 503 when every slot is busy, as llama-server does.
       def slots(env)
-        info = model_for(nil).info
-        slots = @metrics.slots(n_ctx: info[:n_ctx], speculative: !info[:draft].nil?)
+        info = model_for(query_model(env)).info
+        slots = metrics_for(served_name).slots(n_ctx: info[:n_ctx], speculative: !info[:draft].nil?)
         if env["QUERY_STRING"].to_s.match?(/(?:\A|&)fail_on_no_slot=[^&]/) && slots.all? { _1[:is_processing] }
           raise HTTPError.new(503, "no slot available", code: "unavailable")
         end
@@ -123,9 +124,11 @@ module Elelem
         json(200, slots)
       end
 
-      def metrics(_env)
-        [200, { "content-type" => PROMETHEUS, "process-start-time-unix" => @metrics.started.to_s },
-         [@metrics.prometheus]]
+      # `?model=NAME`: the model's counters (none loaded for them).
+      def metrics(env)
+        metrics = metrics_for(pool_answer { @pool.resolve(query_model(env)) })
+        [200, { "content-type" => PROMETHEUS, "process-start-time-unix" => metrics.started.to_s },
+         [metrics.prometheus]]
       end
 
       def completion(env)
@@ -146,7 +149,7 @@ module Elelem
 
       def native(env, model, request, prompt = nil)
         generation = new_generation(model, request, prompt:)
-        respond(env, generation, NativeReply.new(generation, model, model_name), NativeStream)
+        respond(env, generation, NativeReply.new(generation, model, served_name), NativeStream)
       end
     end
   end

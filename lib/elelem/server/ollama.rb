@@ -31,6 +31,18 @@ module Elelem
         { error: error.to_h.dig(:error, :message) }
       end
 
+      # A request's `keep_alive` in seconds (nil: the server's `--ttl`): how long its model
+      # stays loaded once idle ({ModelPool.seconds}).
+      # @param body [Hash] the request's body
+      # @return [Numeric, nil]
+      # @raise [HTTPError] 400 for a value that is not a duration
+      def self.keep_alive(body)
+        value = body["keep_alive"]
+        value.nil? ? nil : ModelPool.seconds(value)
+      rescue ArgumentError => e
+        raise HTTPError.new(400, "keep_alive: #{e.message}", param: "keep_alive")
+      end
+
       private
 
       # The conversation through the chat template, as {Generation} answers a chat (with
@@ -55,16 +67,18 @@ module Elelem
       end
 
       # The request of `kind` on the model it names, generated from the prompt `prompt` builds
-      # (without it, the request's own).
+      # (without it, the request's own). With nothing to generate, the model is loaded, or with
+      # `keep_alive: 0` unloaded once no request uses it.
       def ollama_generation(env, kind, &prompt)
         body = retrieval_body(env)
-        model = model_for(body["model"])
+        keep_alive = Ollama.keep_alive(body)
+        model = model_for(body["model"], keep_alive:)
         request = Request.new(body, kind, max_tokens: @max_tokens, n_ctx: model.info[:n_ctx],
                                           reuse_prefix: @reuse_prefix)
-        return json(200, Reply.new(request, model_name, []).loaded) if request.load_only?
+        return json(200, Reply.new(request, served_name, []).loaded(unload: keep_alive&.zero?)) if request.load_only?
 
         generation = new_generation(model, request, prompt: prompt&.call(model, request))
-        respond(env, generation, Reply.new(request, model_name, generation.prompt), Stream, headers: NDJSON_HEADERS)
+        respond(env, generation, Reply.new(request, served_name, generation.prompt), Stream, headers: NDJSON_HEADERS)
       end
 
       # `input`: a string or strings; `truncate` (on unless false) cuts a text longer than
@@ -72,11 +86,12 @@ module Elelem
       def ollama_embed(env)
         started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         body = retrieval_body(env)
+        model_for(body["model"], keep_alive: Ollama.keep_alive(body))
         raise HTTPError.new(400, "dimensions is not supported", param: "dimensions") unless body["dimensions"].nil?
 
         ids = ollama_inputs(body["input"]).map { |input| retrieval_tokens(input, "input") }
         vectors = ollama_vectors(ids, truncate: body["truncate"] != false)
-        json(200, { model: model_name, embeddings: vectors, total_duration: Reply.nanoseconds(started),
+        json(200, { model: served_name, embeddings: vectors, total_duration: Reply.nanoseconds(started),
                     load_duration: 0, prompt_eval_count: ids.sum(&:size) })
       end
 
@@ -89,7 +104,9 @@ module Elelem
 
       # The older `/api/embeddings`: one `prompt`, one `embedding`.
       def ollama_embeddings(env)
-        prompt = retrieval_body(env)["prompt"]
+        body = retrieval_body(env)
+        model_for(body["model"], keep_alive: Ollama.keep_alive(body))
+        prompt = body["prompt"]
         raise HTTPError.new(400, "prompt must be a string", param: "prompt") unless prompt.is_a?(String)
 
         json(200, { embedding: ollama_vectors([retrieval_tokens(prompt, "prompt")], truncate: true).first })
@@ -97,7 +114,7 @@ module Elelem
 
       def ollama_vectors(ids, truncate:)
         check_pooling
-        retrieval_call("input") { model_for(nil).embed(ids, truncate:) }
+        retrieval_call("input") { served_model.embed(ids, truncate:) }
       end
     end
   end

@@ -13,10 +13,10 @@ module Elelem
       private
 
       # A 501 for a text route on an embedding model.
-      def check_serves(handler)
-        return unless GENERATING.include?(handler) && @model.info[:kind] == :encoder
+      def check_serves(handler, model)
+        return unless GENERATING.include?(handler) && model.info[:kind] == :encoder
 
-        raise HTTPError.new(501, "#{model_name} is an embedding model: it serves /v1/embeddings, /v1/rerank " \
+        raise HTTPError.new(501, "#{served_name} is an embedding model: it serves /v1/embeddings, /v1/rerank " \
                                  "and /api/embed",
                             code: "not_supported")
       end
@@ -34,23 +34,24 @@ module Elelem
       # L2-normalized, as OpenAI's and llama-server's are.
       def embeddings(env)
         body = retrieval_body(env)
+        model = model_for(body["model"])
         inputs = embedding_inputs(body["input"])
         format = encoding_format(body)
         check_dimensions(body["dimensions"])
         options = { pooling: embedding_pooling(body["pooling"]), truncate: truncate_flag(body) }
         ids = inputs.map { |input| input.is_a?(String) ? retrieval_tokens(input, "input") : input }
-        vectors = retrieval_call("input") { @model.embed(ids, **options) }
+        vectors = retrieval_call("input") { model.embed(ids, **options) }
         data = vectors.each_with_index.map do |v, index|
           { object: "embedding", index:, embedding: format == "base64" ? [v.pack("e*")].pack("m0") : v }
         end
-        json(200, { object: "list", data:, model: model_name, usage: usage(ids) })
+        json(200, { object: "list", data:, model: served_name, usage: usage(ids) })
       end
 
       # A 400 for a model without pooling, which gives one vector per token, not per input.
       def check_pooling
-        return unless (@model.info[:pooling] || :none) == :none
+        return unless (served_model.info[:pooling] || :none) == :none
 
-        raise HTTPError.new(400, "#{model_name} has no pooling of its own, and this API has no field to name one " \
+        raise HTTPError.new(400, "#{served_name} has no pooling of its own, and this API has no field to name one " \
                                  "(/v1/embeddings takes \"pooling\": \"mean\", \"last\" or \"cls\")",
                             param: "input", code: "not_supported")
       end
@@ -59,24 +60,25 @@ module Elelem
       # document's `relevance_score`, best first.
       def rerank(env)
         body = retrieval_body(env)
+        model = model_for(body["model"])
         query, documents, top_n = rerank_params(body)
-        ranked = retrieval_call("documents") { @model.rerank(query, documents, top_n: top_n&.clamp(..documents.size)) }
+        ranked = retrieval_call("documents") { model.rerank(query, documents, top_n: top_n&.clamp(..documents.size)) }
         results = ranked.map do |r|
           result = { index: r[:index], relevance_score: r[:score] }
           body["return_documents"] ? result.merge(document: { text: r[:document] }) : result
         end
         query_tokens = retrieval_tokens(query, "query").size
         tokens = documents.sum { |d| query_tokens + retrieval_tokens(d, "documents").size }
-        json(200, { object: "list", model: model_name, results:,
+        json(200, { object: "list", model: served_name, results:,
                     usage: { prompt_tokens: tokens, total_tokens: tokens } })
       end
 
       # `pooling` as {Embeddings#embed} takes it: one of {POOLINGS}, or nil for the model's own.
       def embedding_pooling(pooling)
         if pooling.nil?
-          return nil if @model.info[:pooling]
+          return nil if served_model.info[:pooling]
 
-          raise HTTPError.new(400, "#{model_name} has no pooling of its own: send \"pooling\": \"mean\", " \
+          raise HTTPError.new(400, "#{served_name} has no pooling of its own: send \"pooling\": \"mean\", " \
                                    "\"last\" or \"cls\" for one vector per input", param: "pooling")
         end
         return pooling.to_sym if POOLINGS.include?(pooling)
@@ -95,10 +97,10 @@ module Elelem
       # OpenAI's `dimensions` shortens its text-embedding-3 vectors; these models' vectors
       # have one length, so only that length is accepted.
       def check_dimensions(dimensions)
-        size = @model.info[:embedding_length]
+        size = served_model.info[:embedding_length]
         return if dimensions.nil? || dimensions == size
 
-        raise HTTPError.new(400, "dimensions must be #{size}, the length of #{model_name}'s embeddings " \
+        raise HTTPError.new(400, "dimensions must be #{size}, the length of #{served_name}'s embeddings " \
                                  "(it does not shorten them), got #{dimensions.inspect[0, 40]}", param: "dimensions")
       end
 
@@ -147,7 +149,7 @@ module Elelem
       end
 
       def retrieval_tokens(text, param)
-        @model.tokenize(text)
+        served_model.tokenize(text)
       rescue ArgumentError => e
         raise HTTPError.new(400, e.message, param:)
       end
@@ -158,7 +160,7 @@ module Elelem
         yield
       rescue InputTooLongError => e
         hint = " (send \"truncate\": true to cut it)" if param == "input"
-        raise HTTPError.new(400, "a text of #{e.tokens} tokens is longer than the #{e.limit} #{model_name} " \
+        raise HTTPError.new(400, "a text of #{e.tokens} tokens is longer than the #{e.limit} #{served_name} " \
                                  "embeds at once#{hint}", param:, code: "context_length_exceeded")
       rescue ArgumentError => e
         raise HTTPError.new(400, e.message, param:)

@@ -5,9 +5,10 @@ require "digest"
 module Elelem
   class Server
     module Ollama
-      # Ollama's listings of the served model: `GET /api/tags` (the models there are),
-      # `POST /api/show` (one model's details, template and GGUF hyper-parameters),
-      # `GET /api/ps` (the models loaded, with their memory) and `GET /api/version`.
+      # Ollama's listings of the served models: `GET /api/tags` (the models there are, loaded
+      # or not), `POST /api/show` (one model's details, template and GGUF hyper-parameters;
+      # it loads the model), `GET /api/ps` (the models loaded, with their memory and expiry)
+      # and `GET /api/version`.
       module Catalog
         # What each path answers, and to which methods.
         ROUTES = {
@@ -25,50 +26,59 @@ module Elelem
         private
 
         def ollama_tags(_env)
-          json(200, { models: [ollama_model.merge(modified_at: ollama_modified_at)] })
+          models = @pool.models.map { |model| ollama_model(model).merge(modified_at: modified_at(model[:path])) }
+          json(200, { models: })
         end
 
         # The model's details, its chat template, its GGUF hyper-parameters (`model_info`) and
         # what it can do (`capabilities`: `completion`, `tools`, `insert`, or `embedding`).
+        # `model` names it (Ollama's older clients: `name`).
         def ollama_show(env)
-          retrieval_body(env)
-          model = model_for(nil)
+          body = retrieval_body(env)
+          model = model_for(body["model"] || body["name"])
           json(200, { modelfile: "FROM #{model.info[:path]}\n", parameters: "", template: ollama_template(model),
                       details: ollama_details(model.info), model_info: ollama_model_info(model),
-                      capabilities: ollama_capabilities(model), modified_at: ollama_modified_at })
+                      capabilities: ollama_capabilities(model),
+                      modified_at: modified_at(model.info[:path]) })
         end
 
-        # The one model, always loaded (it never expires): its memory is its weights, KV
-        # cache and compute buffer.
+        # The models loaded: the memory each took ({ModelPool.footprint}: weights, KV cache
+        # and compute buffer) and, once idle, when it will be unloaded (a model that is never
+        # unloaded has no `expires_at`).
         def ollama_ps(_env)
-          model = model_for(nil)
-          stats = model.stats
-          size = stats.values_at(:weights_bytes, :kv_cache_bytes, :compute_buffer_bytes).sum
-          vram = model.info[:backend] == "CPU" ? { size_vram: 0 } : {}
-          json(200, { models: [ollama_model.merge(size:, **vram, context_length: model.info[:n_ctx])] })
+          loaded = @pool.models.select { |model| model[:status] == :loaded }.map do |model|
+            info = model[:info]
+            ollama_model(model).merge(size: model[:bytes], **(info[:backend] == "CPU" ? { size_vram: 0 } : {}),
+                                      context_length: info[:n_ctx],
+                                      **({ expires_at: model[:expires_at].utc.iso8601(9) } if model[:expires_at]))
+          end
+          json(200, { models: loaded })
         end
 
         def ollama_version(_env)
           json(200, { version: VERSION })
         end
 
-        def ollama_model
-          info = model_for(nil).info
-          { name: model_name, model: model_name, size: File.size(info[:path]), digest: ollama_digest(info[:path]),
-            details: ollama_details(info) }
+        # A model of the pool as Ollama lists it ({ModelPool#models}).
+        def ollama_model(model)
+          path = model[:path]
+          { name: model[:name], model: model[:name], size: File.size(path), digest: ollama_digest(path),
+            details: ollama_details(model[:info]) }
         end
 
-        # The GGUF file's sha256, computed once (Ollama's digests are sha256 too).
+        # The GGUF file's sha256, computed once per file (Ollama's digests are sha256 too).
         def ollama_digest(path)
-          @ollama_digest ||= Digest::SHA256.file(path).hexdigest
+          (@ollama_digests ||= {})[path] ||= Digest::SHA256.file(path).hexdigest
         end
 
-        def ollama_modified_at
-          File.mtime(model_for(nil).info[:path]).utc.iso8601(9)
+        def modified_at(path)
+          File.mtime(path).utc.iso8601(9)
         end
 
+        # The details {Model#info} gives, blank for a model not opened yet.
         def ollama_details(info)
-          { parent_model: "", format: "gguf", family: info[:architecture], families: [info[:architecture]],
+          info ||= {}
+          { parent_model: "", format: "gguf", family: info[:architecture].to_s, families: [*info[:architecture]],
             parameter_size: info[:size_label].to_s, quantization_level: info[:file_type].to_s }
         end
 

@@ -66,10 +66,12 @@ module Elelem
           []
         end
 
-        # The answer to a request with nothing to generate: the model is loaded (it always is).
+        # The answer to a request with nothing to generate: the model is loaded, or is to be
+        # unloaded (Ollama's way to unload one: `keep_alive: 0`).
+        # @param unload [Boolean] whether the model is unloaded once idle
         # @return [Hash]
-        def loaded
-          head.merge(text(""), done: true, done_reason: "load")
+        def loaded(unload: false)
+          head.merge(text(""), done: true, done_reason: unload ? "unload" : "load")
         end
 
         private

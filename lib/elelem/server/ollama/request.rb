@@ -7,8 +7,8 @@ module Elelem
       # and turned into what {Model#complete} takes: `options` (`num_predict`, `temperature`,
       # `top_k`, `top_p`, `min_p`, `seed`, `stop`, `repeat_penalty`, `repeat_last_n`,
       # `num_ctx`) with Ollama's defaults, `format` (`"json"` or a JSON Schema, constrained as
-      # {Model#chat}'s `json_schema:`), `stream` (on unless false), `keep_alive` (accepted:
-      # the server keeps its model). A chat's messages and tools are checked as OpenAI's
+      # {Model#chat}'s `json_schema:`), `stream` (on unless false), `keep_alive` (read by
+      # the server: {Ollama.keep_alive}). A chat's messages and tools are checked as OpenAI's
       # ({ChatFields}); the model decides whether to call a tool (Ollama has no `tool_choice`).
       # `images` are refused (no vision yet), as is `think`.
       class Request

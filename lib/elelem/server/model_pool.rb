@@ -1,0 +1,470 @@
+# frozen_string_literal: true
+
+require "set"
+
+module Elelem
+  class Server
+    # The models one server serves, by name. Each is opened on first use and closed again
+    # when it has been idle past its keep-alive (the `keep_alive` of the last request that
+    # used it, else the pool's `ttl`), or sooner when another model needs its share of the
+    # memory budget (the least recently used first). A request holds a {Lease} on its model
+    # from its first use to the end of its reply (a stream's last event): a leased model is
+    # never closed.
+    #
+    # A model's share of the budget is an estimate until it has been opened: its file's size
+    # (the weights, which are most of it). Once open, it is what the model takes, measured
+    # when it opens and again whenever its last request ends: its weights, KV cache and
+    # compute buffer as {Model#stats} reports them (what Ollama's `/api/ps` shows as `size`).
+    # Whenever a measure leaves the budget overdrawn, idle models are closed; a first load
+    # beside models in use may overdraw it by its KV cache and compute buffer until they
+    # are idle.
+    #
+    # Opening and closing run outside the pool's lock, so one model's load holds up no
+    # request to another; requests for a model being opened wait for that one load.
+    # Thread-safe; `clock` gives the time (for the specs: expiry without waiting).
+    #
+    #   pool = Elelem::Server::ModelPool.new({ "coder" => "coder.gguf", "chat" => "chat.gguf" },
+    #                                        budget: 8 << 30, open_options: { parallel: 4 })
+    #   Elelem::Server.new(pool)
+    class ModelPool
+      # How long an idle model stays loaded unless a request says otherwise: Ollama's default
+      # `keep_alive`, five minutes.
+      DEFAULT_TTL = 300
+      # The share of the memory available at start (Linux's MemAvailable) that the default
+      # budget takes: the rest is left to the server itself and to the system.
+      BUDGET_SHARE = 0.75
+      # The longest model name a request may give.
+      MAX_NAME_BYTES = 256
+      # A keep-alive that never ends (Ollama's negative `keep_alive`).
+      FOREVER = Float::INFINITY
+      # The units of a duration, as Go's `time.ParseDuration` (Ollama's `keep_alive`) reads them, in seconds.
+      DURATION_UNITS = { "ns" => 1e-9, "us" => 1e-6, "µs" => 1e-6, "ms" => 1e-3, "s" => 1, "m" => 60,
+                         "h" => 3600 }.freeze
+      # One number and its unit of a duration.
+      DURATION_PART = /(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)/
+      # A size: a number and an optional binary unit (`8G`, `512MiB`, `1.5g`, `1000000`).
+      SIZE = /\A(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:i?b)?|b)?\z/i
+
+      # A name no model of the pool has.
+      class UnknownModelError < Elelem::Error; end
+      # A model that does not fit the memory budget: larger than all of it, or larger than
+      # what the models in use leave.
+      class NoRoomError < Elelem::Error; end
+
+      # A request's hold on a model: the model stays open until the lease is released.
+      class Lease
+        # @return [String] the model's name in the pool
+        attr_reader :name
+        # @return [Model] the open model
+        attr_reader :model
+        # @return [Numeric, nil] seconds the model stays loaded once idle after this lease
+        #   (nil: the pool's `ttl`)
+        attr_reader :keep_alive
+
+        # @param pool [ModelPool] the pool that lent it
+        # @param name [String] the model's name
+        # @param model [Model] the open model
+        # @param keep_alive [Numeric, nil] seconds it stays loaded once idle (nil: the pool's)
+        def initialize(pool, name, model, keep_alive)
+          @pool = pool
+          @name = name
+          @model = model
+          @keep_alive = keep_alive
+        end
+
+        # Lets go of the model. Idempotent.
+        # @return [void]
+        def release
+          @pool.release(self)
+        end
+      end
+
+      # What the pool knows of one model. `leases`: the leases out; `bytes`: its share of the
+      # budget; `owned`: opened by the pool (a model given opened is never closed by it).
+      Entry = Struct.new(:name, :path, :owned, :model, :info, :bytes, :loading, :leases, :last_used, :expires_at,
+                         :unloading)
+
+      class << self
+        # The memory budget unless told: {BUDGET_SHARE} of what Linux says is available now.
+        # @return [Integer, nil] bytes; nil (no limit) where `/proc/meminfo` does not say
+        def default_budget
+          kib = File.read("/proc/meminfo")[/^MemAvailable:\s+(\d+) kB/, 1]
+          kib && (kib.to_i * 1024 * BUDGET_SHARE).to_i
+        rescue SystemCallError
+          nil
+        end
+
+        # A size as people write it, in bytes: `8G`, `512M`, `1.5GiB`, `1000000` (binary units).
+        # @param text [String]
+        # @return [Integer]
+        # @raise [ArgumentError] for anything else, or zero
+        def bytes(text)
+          match = SIZE.match(text.to_s.strip)
+          bytes = match && (match[1].to_f * (1024**(" kmgt".index(match[2].to_s.downcase) || 0))).round
+          return bytes if bytes&.positive?
+
+          raise ArgumentError, "#{text.inspect[0, 40]} is not a size (a number of bytes, or with a unit: 512M, 8G)"
+        end
+
+        # A duration as Ollama's `keep_alive` takes it, in seconds: a number of seconds, or a Go
+        # duration (`30s`, `5m`, `1h30m`); a negative one is {FOREVER}.
+        # @param value [Numeric, String]
+        # @return [Numeric]
+        # @raise [ArgumentError] for anything else
+        def seconds(value)
+          seconds = value.is_a?(String) ? Float(value, exception: false) || go_duration(value) : value
+          unless seconds.is_a?(Numeric) && seconds.real? && !seconds.to_f.nan?
+            raise ArgumentError, "#{value.inspect[0, 40]} is not a duration (seconds, or with a unit: 30s, 5m, 1h; " \
+                                 "negative: for ever)"
+          end
+
+          seconds.negative? ? FOREVER : seconds
+        end
+
+        # Every model in `dir`, named by its file's name without `.gguf`, as llama-server's
+        # `--models-dir` names them; the parts of a multi-part GGUF (which elelem does not
+        # load) and `mmproj` projectors are left out.
+        # @param dir [String]
+        # @return [Hash{String => String}] name => path
+        # @raise [ArgumentError] when `dir` is not a directory or holds no model
+        def directory(dir)
+          raise ArgumentError, "#{dir}: not a directory" unless File.directory?(dir)
+
+          models = Dir.children(dir).sort.filter_map do |file|
+            path = File.join(dir, file)
+            next unless file.end_with?(".gguf") && File.file?(path)
+            next if file.start_with?("mmproj") || file.match?(Hub::Choice::SPLIT)
+
+            [File.basename(file, ".gguf"), path]
+          end
+          raise ArgumentError, "#{dir}: no .gguf model in it" if models.empty?
+
+          models.to_h
+        end
+
+        private
+
+        # Go's `time.ParseDuration` (`-1.5h`, `1h30m`, `300ms`); nil for anything else.
+        def go_duration(text)
+          sign, parts = text.match(/\A([+-]?)((?:#{DURATION_PART})+)\z/o)&.captures
+          return nil unless parts
+
+          seconds = parts.scan(DURATION_PART).sum { |number, unit| number.to_f * DURATION_UNITS.fetch(unit) }
+          sign == "-" ? -seconds : seconds
+        end
+      end
+
+      # @return [Integer, nil] the bytes the loaded models may take together (nil: no limit)
+      attr_reader :budget
+      # @return [Numeric] seconds an idle model stays loaded unless its last request said otherwise
+      attr_reader :ttl
+
+      # @param models [Hash{String => String, Model}] each model's name and its GGUF file, or
+      #   the model opened (served as it is, never closed by the pool); the first is the default
+      # @param budget [Integer, nil] the bytes the loaded models may take together (nil: no limit)
+      # @param ttl [Numeric] seconds an idle model stays loaded ({FOREVER}: until the budget needs it)
+      # @param open_options [Hash] {Elelem.open}'s options, for every model the pool opens
+      # @param clock [#call] the time now, as a Time
+      # @raise [ArgumentError] for no models, a name that is not a non-empty String, a file that is not there
+      def initialize(models, budget: ModelPool.default_budget, ttl: DEFAULT_TTL, open_options: {},
+                     clock: -> { Time.now })
+        raise ArgumentError, "a model pool needs at least one model" if models.empty?
+
+        @budget = budget.nil? ? nil : Options.integer(:budget, budget, 1..)
+        @ttl = ModelPool.seconds(ttl)
+        @open_options = open_options.dup.freeze
+        @clock = clock
+        @lock = Mutex.new
+        @changed = ConditionVariable.new # a load ended, or an idle model's expiry came nearer
+        @entries = models.to_h { |name, model| [name, entry(name, model)] }
+      end
+
+      # @return [Array<String>] the models' names, the default first
+      def names
+        @entries.keys
+      end
+
+      # The name of the model `name` asks for.
+      # @param name [String, nil] a model's name (nil or empty: the default one; with one model, any name)
+      # @return [String]
+      # @raise [ArgumentError] for a name that is not a String, or longer than {MAX_NAME_BYTES}
+      # @raise [UnknownModelError] for a name no model has
+      def resolve(name)
+        entry_for(name).name
+      end
+
+      # A lease on the model `name` asks for, opened first if it is not open (after closing
+      # idle models, least recently used first, when the budget needs their room).
+      # @param name [String, nil] as {#resolve} takes it
+      # @param keep_alive [Numeric, nil] seconds the model stays loaded once idle after this
+      #   lease (nil: the pool's `ttl`; 0: closed as soon as no request uses it)
+      # @return [Lease]
+      # @raise [ArgumentError, UnknownModelError] as {#resolve}
+      # @raise [NoRoomError] when the model does not fit the budget beside the models in use
+      # @raise [Elelem::LoadError] when the model's file does not open
+      def acquire(name, keep_alive: nil)
+        entry = entry_for(name)
+        evicted = @lock.synchronize do
+          @changed.wait(@lock) while entry.loading
+          return lease(entry, keep_alive) if entry.model
+
+          room_for(entry).tap { entry.loading = true }
+        end
+        close_all(evicted)
+        load(entry, keep_alive)
+      end
+
+      # Ends a lease (see {Lease#release}): once a model's last lease ends, its keep-alive
+      # starts, and a keep-alive of 0 closes it at once. The model's memory is measured again
+      # (its compute buffer grows to the largest pass it has run), and idle models are closed
+      # if the budget is overdrawn.
+      # @param lease [Lease]
+      # @return [void]
+      def release(lease)
+        entry = @entries.fetch(lease.name)
+        bytes = ModelPool.footprint(lease.model) unless lease.model.closed?
+        closing = @lock.synchronize do
+          next [] unless entry.leases.delete?(lease)
+
+          entry.last_used = now
+          entry.bytes = bytes if bytes && entry.model
+          expired = entry.leases.empty? ? expire(entry, entry.unloading ? 0 : lease.keep_alive || @ttl) : []
+          expired + evict(idle_models, used - @budget.to_i)
+        end
+        close_all(closing)
+      end
+
+      # Closes a model now, or once the requests using it end.
+      # @param name [String] as {#resolve} takes it
+      # @return [Boolean] false when it is not loaded, or was given to the pool opened
+      def unload(name)
+        entry = entry_for(name)
+        closing = @lock.synchronize do
+          return false unless entry.model && entry.owned
+
+          entry.unloading = true
+          entry.leases.empty? ? [detach(entry)] : []
+        end
+        close_all(closing)
+        true
+      end
+
+      # Closes the idle models whose keep-alive has passed (a thread of the pool's calls it
+      # as they expire).
+      # @return [Array<String>] their names
+      def reap
+        expired = @lock.synchronize { detach_expired }
+        close_all(expired)
+        expired.map(&:first)
+      end
+
+      # The models and their state.
+      # @return [Array<Hash>] for each: `name`, `path`, `status` (`:loaded`, `:loading` or
+      #   `:unloaded`), `bytes` (its share of the budget), `expires_at` (a Time; nil while in
+      #   use, kept for ever, or not loaded), `info` ({Model#info} as last opened; nil before)
+      def models
+        @lock.synchronize do
+          @entries.each_value.map do |e|
+            status = if e.model then :loaded
+                     elsif e.loading then :loading
+                     else :unloaded
+                     end
+            { name: e.name, path: e.path, status:, bytes: e.bytes, info: e.info,
+              expires_at: e.model && e.leases.empty? ? e.expires_at : nil }
+          end
+        end
+      end
+
+      # @param name [String] a model's name
+      # @return [Integer] how many sequences the model generates at once (as opened, or as it
+      #   will be)
+      def parallel(name)
+        info = @entries.fetch(name).info
+        info ? info[:parallel] : @open_options.fetch(:parallel, Defaults::OPEN.fetch(:parallel))
+      end
+
+      # Closes every model the pool opened, in use or not (for a server that has stopped).
+      # @return [void]
+      def close
+        @reaper&.kill
+        close_all(@lock.synchronize { @entries.each_value.select { |e| e.model && e.owned }.map { |e| detach(e) } })
+      end
+
+      private
+
+      def entry(name, model)
+        Options.text(:name, name)
+        raise ArgumentError, "a model's name must not be empty" if name.empty?
+
+        if model.is_a?(Model)
+          return Entry.new(name, model.info[:path], false, model, model.info, ModelPool.footprint(model), false,
+                           Set.new, now, nil, false)
+        end
+
+        path = Options.text(:path, model)
+        raise ArgumentError, "#{path}: no such file (model #{name})" unless File.file?(path)
+
+        Entry.new(name, path, true, nil, nil, File.size(path), false, Set.new, now, nil, false)
+      end
+
+      def entry_for(name)
+        name = nil if name == ""
+        raise ArgumentError, "model must be a string, got #{name.class}" unless name.nil? || name.is_a?(String)
+        if name && name.bytesize > MAX_NAME_BYTES
+          raise ArgumentError, "the model name is longer than #{MAX_NAME_BYTES} bytes"
+        end
+        return @entries.each_value.first if name.nil? || @entries.size == 1
+
+        # Ollama's clients name a model's default tag `:latest`.
+        @entries[name] || @entries[name.delete_suffix(":latest")] ||
+          raise(UnknownModelError, "model '#{name}' not found")
+      end
+
+      def now
+        @clock.call
+      end
+
+      # Under the lock: a new lease on an open model, which is in use again.
+      def lease(entry, keep_alive)
+        lease = Lease.new(self, entry.name, entry.model, keep_alive)
+        entry.leases << lease
+        entry.last_used = now
+        entry.expires_at = nil
+        lease
+      end
+
+      # Opens `entry`'s model (its room in the budget taken), leased to the caller; measures
+      # what it took, and closes idle models if that overdraws the budget.
+      def load(entry, keep_alive)
+        model = Model.open(entry.path, **@open_options)
+        held, evicted = @lock.synchronize do
+          entry.model = model
+          entry.info = model.info
+          entry.bytes = ModelPool.footprint(model)
+          entry.loading = false
+          @changed.broadcast
+          [lease(entry, keep_alive), evict(idle_models, used - @budget.to_i)]
+        end
+        close_all(evicted)
+        held
+      ensure
+        unless held
+          @lock.synchronize do
+            entry.loading = false
+            @changed.broadcast
+          end
+        end
+      end
+
+      # Under the lock: the idle models to close, least recently used first, so that `entry`
+      # fits the budget.
+      def room_for(entry)
+        return [] unless @budget
+
+        if entry.bytes > @budget
+          raise NoRoomError, "model '#{entry.name}' needs about #{mib(entry.bytes)}, more than the whole memory " \
+                             "budget of #{mib(@budget)} (elelem serve --memory-budget)"
+        end
+        shortfall = used + entry.bytes - @budget
+        idle = idle_models
+        if idle.sum(&:bytes) < shortfall
+          raise NoRoomError, "model '#{entry.name}' needs about #{mib(entry.bytes)} and the memory budget of " \
+                             "#{mib(@budget)} is held by models in use; retry later"
+        end
+
+        evict(idle, shortfall)
+      end
+
+      # Under the lock: the bytes the open (and opening) models take.
+      def used
+        @entries.each_value.sum { |e| e.model || e.loading ? e.bytes : 0 }
+      end
+
+      # Under the lock: the models the pool may close now, least recently used first.
+      def idle_models
+        @entries.each_value.select { |e| e.model && e.owned && e.leases.empty? }.sort_by(&:last_used)
+      end
+
+      # Under the lock: the first of `candidates` that free `bytes`, detached.
+      def evict(candidates, bytes)
+        return [] unless @budget
+
+        candidates.each_with_object([]) do |entry, evicted|
+          break evicted unless bytes.positive?
+
+          bytes -= entry.bytes
+          evicted << detach(entry)
+        end
+      end
+
+      # Under the lock: `entry`, idle now, expires `ttl` seconds from now; a model to close
+      # at once when that is now.
+      def expire(entry, ttl)
+        return [] unless entry.owned && entry.model && ttl != FOREVER
+
+        entry.expires_at = now + ttl
+        return [detach(entry)] unless ttl.positive?
+
+        @reaper = Thread.new { reap_expired } unless @reaper&.alive?
+        @changed.broadcast
+        []
+      end
+
+      # Under the lock: the idle models past their expiry, detached.
+      def detach_expired
+        time = now
+        @entries.each_value.select { |e| e.leases.empty? && e.expires_at && e.expires_at <= time }
+                .map { |e| detach(e) }
+      end
+
+      # Under the lock: the entry forgets its model; `[name, model]`, for the caller to close
+      # outside the lock.
+      def detach(entry)
+        model = entry.model
+        entry.model = entry.expires_at = nil
+        entry.unloading = false
+        [entry.name, model]
+      end
+
+      def close_all(detached)
+        detached.each { |_name, model| model.close }
+      end
+
+      # The reaper thread: closes each idle model as it expires, and ends when none is waiting
+      # to (the next expiry starts another).
+      def reap_expired
+        while (expired = next_expired)
+          close_all(expired)
+        end
+      end
+
+      def next_expired
+        @lock.synchronize do
+          loop do
+            expired = detach_expired
+            return expired unless expired.empty?
+
+            soonest = @entries.each_value.filter_map { |e| e.expires_at if e.model && e.leases.empty? }.min
+            # Under the lock, so that a release from now on starts another reaper.
+            return @reaper = nil unless soonest
+
+            @changed.wait(@lock, soonest - now)
+          end
+        end
+      end
+
+      def mib(bytes)
+        format("%.0f MiB", bytes / 1024.0 / 1024)
+      end
+
+      class << self
+        # The memory an open model takes: its weights, KV cache and compute buffer.
+        # @param model [Model]
+        # @return [Integer] bytes
+        def footprint(model)
+          model.stats.values_at(:weights_bytes, :kv_cache_bytes, :compute_buffer_bytes).compact.sum
+        end
+      end
+    end
+  end
+end
