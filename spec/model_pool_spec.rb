@@ -30,7 +30,6 @@ module ModelPoolSpecs
 end
 
 RSpec.describe Elelem::Server::ModelPool do
-
   before(:all) do
     @paths = { "llama" => SpecModels.synthetic("tiny-llama3"), "qwen" => SpecModels.synthetic("tiny-qwen3"),
                "canary" => SpecModels.canary }
@@ -144,7 +143,7 @@ RSpec.describe Elelem::Server::ModelPool do
       second = models.acquire("qwen")
       expect(second.model).to equal(first.model)
       expect(models.models.find { |m| m[:name] == "qwen" }).to include(bytes: @footprints["qwen"],
-                                                                         info: first.model.info)
+                                                                       info: first.model.info)
       [first, second].each(&:release)
     ensure
       models.close

@@ -17,7 +17,9 @@ RSpec.describe "Several models on one server" do
              "{% if add_generation_prompt %}<|assistant|>{% endif %}"
   open_options = { n_ctx: 256, n_threads: 1, parallel: 2 }.freeze
 
-  before(:all) { @paths = { "llama" => SpecModels.synthetic("tiny-llama3"), "qwen" => SpecModels.synthetic("tiny-qwen3") } }
+  before(:all) do
+    @paths = { "llama" => SpecModels.synthetic("tiny-llama3"), "qwen" => SpecModels.synthetic("tiny-qwen3") }
+  end
 
   around { |example| Timeout.timeout(120) { example.run } }
 
@@ -71,7 +73,7 @@ RSpec.describe "Several models on one server" do
     expect(%w[llama qwen].map { |m| json(post("/v1/completions", completion.merge(model: m)))["model"] })
       .to eq(%w[llama qwen])
     expect(json(post("/v1/chat/completions", { model: "qwen", messages: [{ role: "user", content: "Hi" }],
-                                                max_tokens: 2 }))["model"]).to eq("qwen")
+                                               max_tokens: 2 }))["model"]).to eq("qwen")
     expect(json(post("/completion", { model: "qwen", prompt: "Hi", n_predict: 2 }))["model"]).to eq("qwen")
     expect(json(post("/api/generate", { model: "llama", prompt: "Hi", stream: false,
                                         options: { num_predict: 2 } }))["model"]).to eq("llama")
@@ -168,8 +170,8 @@ RSpec.describe "Several models on one server" do
                                              open_options:, budget: nil)
       errors = StringIO.new
       app = Elelem::Server.new(broken)
-      response = Rack::MockRequest.new(app).post("/v1/completions", input: JSON.generate({ model: "broken", prompt: "x" }),
-                                                                    "rack.errors" => errors)
+      body = JSON.generate({ model: "broken", prompt: "x" })
+      response = Rack::MockRequest.new(app).post("/v1/completions", input: body, "rack.errors" => errors)
       expect(response.status).to eq(500)
       expect(JSON.parse(response.body)["error"]).to include(
         "code" => "model_load_failed", "message" => "model 'broken' could not be loaded (the server's log says why)"
@@ -193,10 +195,10 @@ RSpec.describe "Several models on one server" do
     expect(status).to be_success, err
     result = JSON.parse(out)
     puts "\n    openai #{result["version"]} with two models: #{result.except("version")}"
-    expect(result["listed"]).to eq([["tiny-llama3", "unloaded"], ["tiny-qwen3", "unloaded"]])
+    expect(result["listed"]).to eq([%w[tiny-llama3 unloaded], %w[tiny-qwen3 unloaded]])
     expect(result["chat"]).to eq(%w[tiny-llama3 tiny-qwen3])
     expect(result["completion"]).to eq(%w[tiny-llama3 tiny-qwen3])
-    expect(result["listed_after"]).to eq([["tiny-llama3", "loaded"], ["tiny-qwen3", "loaded"]])
+    expect(result["listed_after"]).to eq([%w[tiny-llama3 loaded], %w[tiny-qwen3 loaded]])
     expect(result["unknown"]).to eq("status" => 404, "code" => "model_not_found")
     expect(server.stop.exitstatus).to eq(0)
   ensure

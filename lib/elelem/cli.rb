@@ -79,12 +79,7 @@ module Elelem
 
     def open_model(opts, &)
       path = Models.resolve(opts[:model] || Models::DEFAULT)
-      Elelem.open(path, **open_options(opts), &)
-    end
-
-    # {Elelem.open}'s options among the command's.
-    def open_options(opts)
-      opts.slice(:n_ctx, :n_threads, :adaptive_threads, :batch_invariant, :parallel, :queue)
+      Elelem.open(path, **opts.slice(*OPEN_OPTIONS), &)
     end
 
     # The words of `rest` as one text, or standard input when there are none or just `-`.

@@ -4,6 +4,9 @@ module Elelem
   # The `elelem` command's option parsing: each command lists only its own flags,
   # with the defaults it really uses.
   class CLI
+    # The options of {Elelem.open} that the commands' flags set.
+    OPEN_OPTIONS = %i[n_ctx n_threads adaptive_threads batch_invariant parallel queue].freeze
+
     private
 
     # The options every command that opens a model takes, then the command's own.

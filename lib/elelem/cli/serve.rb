@@ -76,23 +76,26 @@ module Elelem
       opts[:models_dir] || opts.fetch(:models, []).size > 1
     end
 
-    # The models of `-m` (each resolved: a known model fetched, a reference downloaded) and of
-    # `--models-dir`, by name.
+    # The models of `-m` and of `--models-dir`, opened on first use.
     def model_pool(opts)
       if opts[:workers].positive?
         raise ArgumentError, "--workers shares one model's weights between processes; several models are served " \
                              "by one process"
       end
 
+      budget = opts.fetch(:memory_budget) { Server::ModelPool.default_budget }
+      Server::ModelPool.new(pool_models(opts), budget:, open_options: opts.slice(*OPEN_OPTIONS), **opts.slice(:ttl))
+    end
+
+    # The models of `-m` (each resolved: a known model fetched, a reference downloaded) and of
+    # `--models-dir`, by name.
+    def pool_models(opts)
       models = opts.fetch(:models, []).map { |m| [served_name(m), Models.resolve(m)] }
       models += Server::ModelPool.directory(opts[:models_dir]).to_a if opts[:models_dir]
       twice = models.map(&:first).tally.select { |_, n| n > 1 }.keys
       raise ArgumentError, "two models are named #{twice.first} (each model needs a name of its own)" if twice.any?
 
-      Server::ModelPool.new(models.to_h, open_options: open_options(opts),
-                                         **opts.slice(:ttl).merge(budget: opts.fetch(:memory_budget) do
-                                           Server::ModelPool.default_budget
-                                         end))
+      models.to_h
     end
 
     # A known model or a Hugging Face reference is served under the name given; a file under its own.
@@ -101,12 +104,12 @@ module Elelem
     end
 
     def serve(served, opts)
-      server = Server.new(served, api_key: opts.fetch(:api_key, ENV.fetch("ELELEM_API_KEY", nil)),
-                                  **(served.is_a?(Model) ? { model_name: served_name(opts[:model] || Models::DEFAULT) } : {}),
+      name = { model_name: served_name(opts[:model] || Models::DEFAULT) } if served.is_a?(Model)
+      server = Server.new(served, api_key: opts.fetch(:api_key, ENV.fetch("ELELEM_API_KEY", nil)), **name.to_h,
                                   **opts.slice(:max_tokens, :template))
       Options.integer(:workers, opts[:workers], 0..256)
       runner = Server::Runner.new(server, **opts.slice(:host, :port, :workers), threads: puma_threads(served, opts),
-                                          out: @out, err: @err)
+                                                                                out: @out, err: @err)
       runner.run do
         @out.puts "elelem: serving #{serving(served, server)} at #{runner.url}/v1 (parallel #{opts[:parallel]}, " \
                   "queue #{opts[:queue]}#{", #{opts[:workers]} workers" if opts[:workers].positive?}); Ctrl-C stops"
@@ -124,7 +127,7 @@ module Elelem
     def serving(served, server)
       return server.model_name if served.is_a?(Model)
 
-      budget = served.budget ? format("%.1f GiB", served.budget / 1024.0**3) : "no"
+      budget = served.budget ? format("%.1f GiB", served.budget / (1024.0**3)) : "no"
       "#{served.names.join(", ")} (each loaded on first use; #{budget} memory budget; idle ones unloaded after " \
         "#{served.ttl == Server::ModelPool::FOREVER ? "never" : "#{served.ttl}s"})"
     end

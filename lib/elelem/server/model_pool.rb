@@ -1,6 +1,9 @@
 # frozen_string_literal: true
 
 require "set"
+require_relative "model_pool/setup"
+require_relative "model_pool/budget"
+require_relative "model_pool/expiry"
 
 module Elelem
   class Server
@@ -27,6 +30,10 @@ module Elelem
     #                                        budget: 8 << 30, open_options: { parallel: 4 })
     #   Elelem::Server.new(pool)
     class ModelPool
+      extend Setup
+      include Budget
+      include Expiry
+
       # How long an idle model stays loaded unless a request says otherwise: Ollama's default
       # `keep_alive`, five minutes.
       DEFAULT_TTL = 300
@@ -37,13 +44,6 @@ module Elelem
       MAX_NAME_BYTES = 256
       # A keep-alive that never ends (Ollama's negative `keep_alive`).
       FOREVER = Float::INFINITY
-      # The units of a duration, as Go's `time.ParseDuration` (Ollama's `keep_alive`) reads them, in seconds.
-      DURATION_UNITS = { "ns" => 1e-9, "us" => 1e-6, "µs" => 1e-6, "ms" => 1e-3, "s" => 1, "m" => 60,
-                         "h" => 3600 }.freeze
-      # One number and its unit of a duration.
-      DURATION_PART = /(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)/
-      # A size: a number and an optional binary unit (`8G`, `512MiB`, `1.5g`, `1000000`).
-      SIZE = /\A(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:i?b)?|b)?\z/i
 
       # A name no model of the pool has.
       class UnknownModelError < Elelem::Error; end
@@ -83,76 +83,6 @@ module Elelem
       # budget; `owned`: opened by the pool (a model given opened is never closed by it).
       Entry = Struct.new(:name, :path, :owned, :model, :info, :bytes, :loading, :leases, :last_used, :expires_at,
                          :unloading)
-
-      class << self
-        # The memory budget unless told: {BUDGET_SHARE} of what Linux says is available now.
-        # @return [Integer, nil] bytes; nil (no limit) where `/proc/meminfo` does not say
-        def default_budget
-          kib = File.read("/proc/meminfo")[/^MemAvailable:\s+(\d+) kB/, 1]
-          kib && (kib.to_i * 1024 * BUDGET_SHARE).to_i
-        rescue SystemCallError
-          nil
-        end
-
-        # A size as people write it, in bytes: `8G`, `512M`, `1.5GiB`, `1000000` (binary units).
-        # @param text [String]
-        # @return [Integer]
-        # @raise [ArgumentError] for anything else, or zero
-        def bytes(text)
-          match = SIZE.match(text.to_s.strip)
-          bytes = match && (match[1].to_f * (1024**(" kmgt".index(match[2].to_s.downcase) || 0))).round
-          return bytes if bytes&.positive?
-
-          raise ArgumentError, "#{text.inspect[0, 40]} is not a size (a number of bytes, or with a unit: 512M, 8G)"
-        end
-
-        # A duration as Ollama's `keep_alive` takes it, in seconds: a number of seconds, or a Go
-        # duration (`30s`, `5m`, `1h30m`); a negative one is {FOREVER}.
-        # @param value [Numeric, String]
-        # @return [Numeric]
-        # @raise [ArgumentError] for anything else
-        def seconds(value)
-          seconds = value.is_a?(String) ? Float(value, exception: false) || go_duration(value) : value
-          unless seconds.is_a?(Numeric) && seconds.real? && !seconds.to_f.nan?
-            raise ArgumentError, "#{value.inspect[0, 40]} is not a duration (seconds, or with a unit: 30s, 5m, 1h; " \
-                                 "negative: for ever)"
-          end
-
-          seconds.negative? ? FOREVER : seconds
-        end
-
-        # Every model in `dir`, named by its file's name without `.gguf`, as llama-server's
-        # `--models-dir` names them; the parts of a multi-part GGUF (which elelem does not
-        # load) and `mmproj` projectors are left out.
-        # @param dir [String]
-        # @return [Hash{String => String}] name => path
-        # @raise [ArgumentError] when `dir` is not a directory or holds no model
-        def directory(dir)
-          raise ArgumentError, "#{dir}: not a directory" unless File.directory?(dir)
-
-          models = Dir.children(dir).sort.filter_map do |file|
-            path = File.join(dir, file)
-            next unless file.end_with?(".gguf") && File.file?(path)
-            next if file.start_with?("mmproj") || file.match?(Hub::Choice::SPLIT)
-
-            [File.basename(file, ".gguf"), path]
-          end
-          raise ArgumentError, "#{dir}: no .gguf model in it" if models.empty?
-
-          models.to_h
-        end
-
-        private
-
-        # Go's `time.ParseDuration` (`-1.5h`, `1h30m`, `300ms`); nil for anything else.
-        def go_duration(text)
-          sign, parts = text.match(/\A([+-]?)((?:#{DURATION_PART})+)\z/o)&.captures
-          return nil unless parts
-
-          seconds = parts.scan(DURATION_PART).sum { |number, unit| number.to_f * DURATION_UNITS.fetch(unit) }
-          sign == "-" ? -seconds : seconds
-        end
-      end
 
       # @return [Integer, nil] the bytes the loaded models may take together (nil: no limit)
       attr_reader :budget
@@ -228,8 +158,7 @@ module Elelem
 
           entry.last_used = now
           entry.bytes = bytes if bytes && entry.model
-          expired = entry.leases.empty? ? expire(entry, entry.unloading ? 0 : lease.keep_alive || @ttl) : []
-          expired + evict(idle_models, used - @budget.to_i)
+          ended(entry, lease) + evict(idle_models, used - @budget.to_i)
         end
         close_all(closing)
       end
@@ -267,12 +196,19 @@ module Elelem
           @entries.each_value.map do |e|
             status = if e.model then :loaded
                      elsif e.loading then :loading
-                     else :unloaded
+                     else
+                       :unloaded
                      end
             { name: e.name, path: e.path, status:, bytes: e.bytes, info: e.info,
               expires_at: e.model && e.leases.empty? ? e.expires_at : nil }
           end
         end
+      end
+
+      # @param name [String] a model's name
+      # @return [Boolean] whether the pool never closes the model (it was given opened)
+      def kept?(name)
+        !@entries.fetch(name).owned
       end
 
       # @param name [String] a model's name
@@ -308,16 +244,21 @@ module Elelem
       end
 
       def entry_for(name)
-        name = nil if name == ""
-        raise ArgumentError, "model must be a string, got #{name.class}" unless name.nil? || name.is_a?(String)
-        if name && name.bytesize > MAX_NAME_BYTES
-          raise ArgumentError, "the model name is longer than #{MAX_NAME_BYTES} bytes"
-        end
+        name = checked_name(name)
         return @entries.each_value.first if name.nil? || @entries.size == 1
 
         # Ollama's clients name a model's default tag `:latest`.
         @entries[name] || @entries[name.delete_suffix(":latest")] ||
           raise(UnknownModelError, "model '#{name}' not found")
+      end
+
+      # A request's name, nil for none; never used but as a key.
+      def checked_name(name)
+        return nil if name.nil? || name == ""
+        raise ArgumentError, "model must be a string, got #{name.class}" unless name.is_a?(String)
+        raise ArgumentError, "the model name is longer than #{MAX_NAME_BYTES} bytes" if name.bytesize > MAX_NAME_BYTES
+
+        name
       end
 
       def now
@@ -356,65 +297,12 @@ module Elelem
         end
       end
 
-      # Under the lock: the idle models to close, least recently used first, so that `entry`
-      # fits the budget.
-      def room_for(entry)
-        return [] unless @budget
+      # Under the lock: once the last lease on `entry` has ended, its keep-alive starts; a
+      # model to close at once when it is 0 (or an unload was asked).
+      def ended(entry, lease)
+        return [] unless entry.leases.empty?
 
-        if entry.bytes > @budget
-          raise NoRoomError, "model '#{entry.name}' needs about #{mib(entry.bytes)}, more than the whole memory " \
-                             "budget of #{mib(@budget)} (elelem serve --memory-budget)"
-        end
-        shortfall = used + entry.bytes - @budget
-        idle = idle_models
-        if idle.sum(&:bytes) < shortfall
-          raise NoRoomError, "model '#{entry.name}' needs about #{mib(entry.bytes)} and the memory budget of " \
-                             "#{mib(@budget)} is held by models in use; retry later"
-        end
-
-        evict(idle, shortfall)
-      end
-
-      # Under the lock: the bytes the open (and opening) models take.
-      def used
-        @entries.each_value.sum { |e| e.model || e.loading ? e.bytes : 0 }
-      end
-
-      # Under the lock: the models the pool may close now, least recently used first.
-      def idle_models
-        @entries.each_value.select { |e| e.model && e.owned && e.leases.empty? }.sort_by(&:last_used)
-      end
-
-      # Under the lock: the first of `candidates` that free `bytes`, detached.
-      def evict(candidates, bytes)
-        return [] unless @budget
-
-        candidates.each_with_object([]) do |entry, evicted|
-          break evicted unless bytes.positive?
-
-          bytes -= entry.bytes
-          evicted << detach(entry)
-        end
-      end
-
-      # Under the lock: `entry`, idle now, expires `ttl` seconds from now; a model to close
-      # at once when that is now.
-      def expire(entry, ttl)
-        return [] unless entry.owned && entry.model && ttl != FOREVER
-
-        entry.expires_at = now + ttl
-        return [detach(entry)] unless ttl.positive?
-
-        @reaper = Thread.new { reap_expired } unless @reaper&.alive?
-        @changed.broadcast
-        []
-      end
-
-      # Under the lock: the idle models past their expiry, detached.
-      def detach_expired
-        time = now
-        @entries.each_value.select { |e| e.leases.empty? && e.expires_at && e.expires_at <= time }
-                .map { |e| detach(e) }
+        expire(entry, entry.unloading ? 0 : lease.keep_alive || @ttl)
       end
 
       # Under the lock: the entry forgets its model; `[name, model]`, for the caller to close
@@ -428,42 +316,6 @@ module Elelem
 
       def close_all(detached)
         detached.each { |_name, model| model.close }
-      end
-
-      # The reaper thread: closes each idle model as it expires, and ends when none is waiting
-      # to (the next expiry starts another).
-      def reap_expired
-        while (expired = next_expired)
-          close_all(expired)
-        end
-      end
-
-      def next_expired
-        @lock.synchronize do
-          loop do
-            expired = detach_expired
-            return expired unless expired.empty?
-
-            soonest = @entries.each_value.filter_map { |e| e.expires_at if e.model && e.leases.empty? }.min
-            # Under the lock, so that a release from now on starts another reaper.
-            return @reaper = nil unless soonest
-
-            @changed.wait(@lock, soonest - now)
-          end
-        end
-      end
-
-      def mib(bytes)
-        format("%.0f MiB", bytes / 1024.0 / 1024)
-      end
-
-      class << self
-        # The memory an open model takes: its weights, KV cache and compute buffer.
-        # @param model [Model]
-        # @return [Integer] bytes
-        def footprint(model)
-          model.stats.values_at(:weights_bytes, :kv_cache_bytes, :compute_buffer_bytes).compact.sum
-        end
       end
     end
   end

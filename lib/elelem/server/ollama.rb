@@ -38,7 +38,12 @@ module Elelem
       # @raise [HTTPError] 400 for a value that is not a duration
       def self.keep_alive(body)
         value = body["keep_alive"]
-        value.nil? ? nil : ModelPool.seconds(value)
+        return nil if value.nil?
+        unless value.is_a?(String) || value.is_a?(Numeric)
+          raise HTTPError.new(400, "keep_alive must be a string or a number", param: "keep_alive")
+        end
+
+        ModelPool.seconds(value)
       rescue ArgumentError => e
         raise HTTPError.new(400, "keep_alive: #{e.message}", param: "keep_alive")
       end
@@ -75,7 +80,10 @@ module Elelem
         model = model_for(body["model"], keep_alive:)
         request = Request.new(body, kind, max_tokens: @max_tokens, n_ctx: model.info[:n_ctx],
                                           reuse_prefix: @reuse_prefix)
-        return json(200, Reply.new(request, served_name, []).loaded(unload: keep_alive&.zero?)) if request.load_only?
+        if request.load_only?
+          unload = keep_alive&.zero? && !@pool.kept?(served_name)
+          return json(200, Reply.new(request, served_name, []).loaded(unload:))
+        end
 
         generation = new_generation(model, request, prompt: prompt&.call(model, request))
         respond(env, generation, Reply.new(request, served_name, generation.prompt), Stream, headers: NDJSON_HEADERS)

@@ -12,15 +12,6 @@ module Elelem
 
       private
 
-      # A 501 for a text route on an embedding model.
-      def check_serves(handler, model)
-        return unless GENERATING.include?(handler) && model.info[:kind] == :encoder
-
-        raise HTTPError.new(501, "#{served_name} is an embedding model: it serves /v1/embeddings, /v1/rerank " \
-                                 "and /api/embed",
-                            code: "not_supported")
-      end
-
       # The poolings that give one vector per input, OpenAI's shape.
       POOLINGS = %w[mean last cls].freeze
 

@@ -56,6 +56,15 @@ module Elelem
                             code: "model_load_failed")
       end
 
+      # A 501 for a text route on an embedding model.
+      def check_serves(handler, model)
+        return unless Retrieval::GENERATING.include?(handler) && model.info[:kind] == :encoder
+
+        raise HTTPError.new(501, "#{served_name} is an embedding model: it serves /v1/embeddings, /v1/rerank " \
+                                 "and /api/embed",
+                            code: "not_supported")
+      end
+
       # The model the request leased ({#model_for} first).
       def served_model
         Thread.current[CALL].lease.model
@@ -125,8 +134,9 @@ module Elelem
         name = router_model(env)
         return json(200, { success: true }) if @pool.unload(name)
 
-        loaded = @pool.models.find { |m| m[:name] == name }[:status] == :loaded
-        raise HTTPError.new(400, loaded ? "model was opened by the application and stays loaded" : "model is not running")
+        raise HTTPError.new(400, "model was opened by the application and stays loaded") if @pool.kept?(name)
+
+        raise HTTPError.new(400, "model is not running")
       end
 
       # The name a router route's body gives, resolved.
