@@ -183,6 +183,21 @@ RSpec.describe "Several models on one server" do
     end
   end
 
+  it "serves a model the application opened as before: to any name, never unloaded" do
+    Elelem.open(@paths["qwen"], **open_options) do |model|
+      app = Rack::Lint.new(Elelem::Server.new(model, model_name: "q", template:))
+      reply = json(call("POST", "/v1/completions", { model: "../anything", prompt: "Hi", max_tokens: 1 }, app:))
+      expect(reply["model"]).to eq("q")
+      expect(json(call("POST", "/api/generate", { model: "x", prompt: "", keep_alive: 0 }, app:)))
+        .to include("done_reason" => "load")
+      ps = json(call("GET", "/api/ps", app:))["models"]
+      expect(ps.map { |m| [m["name"], m.key?("expires_at")] }).to eq([["q", false]])
+      expect(json(call("POST", "/models/unload", { model: "q" }, app:))["error"])
+        .to include("message" => "model was opened by the application and stays loaded")
+      expect(model).not_to be_closed
+    end
+  end
+
   it "serves two models with `elelem serve -m A -m B` to OpenAI's Python client" do
     file = Tempfile.new(["template", ".jinja"])
     file.write(template)

@@ -79,9 +79,21 @@ module LlamaServer
   # `n_ctx` tokens (-kvu, as elelem's `parallel:` sequences share its n_ctx), `threads`
   # threads, continuous batching (its default), and no web UI; yields once /health
   # answers 200, and stops it after. Its log goes to tmp/llama-server.log.
-  def serve(model, parallel:, n_ctx:, threads:, port:)
-    log = File.join(ROOT, "tmp", "llama-server.log")
-    pid = Process.spawn(build, "-m", model, "-np", parallel.to_s, "-c", n_ctx.to_s, "-kvu",
+  def serve(model, parallel:, n_ctx:, threads:, port:, &block)
+    run(["-m", model], parallel:, n_ctx:, threads:, port:, log: "llama-server.log", &block)
+  end
+
+  # llama-server's router mode over `dir`'s models (`--models-dir`: each a child llama-server
+  # started on the first request naming it, with the router's other flags, as `serve` gives
+  # them). Its log goes to tmp/llama-server-router.log.
+  def serve_router(dir, parallel:, n_ctx:, threads:, port:, &block)
+    run(["--models-dir", dir], parallel:, n_ctx:, threads:, port:, log: "llama-server-router.log", &block)
+  end
+
+  # llama-server with its model flags `models` and `serve`'s others, logging to tmp/`log`.
+  def run(models, parallel:, n_ctx:, threads:, port:, log:)
+    log = File.join(ROOT, "tmp", log)
+    pid = Process.spawn(build, *models, "-np", parallel.to_s, "-c", n_ctx.to_s, "-kvu",
                         "-t", threads.to_s, "-tb", threads.to_s, "--host", "127.0.0.1", "--port", port.to_s,
                         "--no-ui", %i[out err] => [log, "w"])
     wait_healthy(port, pid, log)

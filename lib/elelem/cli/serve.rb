@@ -57,19 +57,19 @@ module Elelem
       parser.on("--memory-budget SIZE", "with several models: what the loaded ones may take together, e.g. 8G " \
                                         "(default #{(Server::ModelPool::BUDGET_SHARE * 100).round}% of the " \
                                         "memory available at start)") do |size|
-        opts[:memory_budget] = flag_value("--memory-budget") { Server::ModelPool.bytes(size) }
+        opts[:memory_budget] = flag_value { Server::ModelPool.bytes(size) }
       end
       parser.on("--ttl DURATION", "with several models: unload one idle this long, e.g. 30s, 5m, -1 for never " \
                                   "(default #{Server::ModelPool::DEFAULT_TTL / 60}m)") do |ttl|
-        opts[:ttl] = flag_value("--ttl") { Server::ModelPool.seconds(ttl) }
+        opts[:ttl] = flag_value { Server::ModelPool.seconds(ttl) }
       end
     end
 
-    # The block's value; its ArgumentError as the flag's.
-    def flag_value(flag)
+    # The block's value; its ArgumentError as the flag's (OptionParser names the flag).
+    def flag_value
       yield
     rescue ArgumentError => e
-      raise OptionParser::InvalidArgument, "#{flag}: #{e.message}"
+      raise OptionParser::InvalidArgument, e.message
     end
 
     def several_models?(opts)

@@ -48,9 +48,10 @@ module Elelem
         def ollama_ps(_env)
           loaded = @pool.models.select { |model| model[:status] == :loaded }.map do |model|
             info = model[:info]
+            expires = model[:expires_at]
             ollama_model(model).merge(size: model[:bytes], **(info[:backend] == "CPU" ? { size_vram: 0 } : {}),
                                       context_length: info[:n_ctx],
-                                      **({ expires_at: model[:expires_at].utc.iso8601(9) } if model[:expires_at]))
+                                      **(expires ? { expires_at: expires.utc.iso8601(9) } : {}))
           end
           json(200, { models: loaded })
         end
