@@ -4,6 +4,7 @@ require "set"
 require_relative "model_pool/setup"
 require_relative "model_pool/budget"
 require_relative "model_pool/expiry"
+require_relative "model_pool/lease"
 
 module Elelem
   class Server
@@ -50,34 +51,6 @@ module Elelem
       # A model that does not fit the memory budget: larger than all of it, or larger than
       # what the models in use leave.
       class NoRoomError < Elelem::Error; end
-
-      # A request's hold on a model: the model stays open until the lease is released.
-      class Lease
-        # @return [String] the model's name in the pool
-        attr_reader :name
-        # @return [Model] the open model
-        attr_reader :model
-        # @return [Numeric, nil] seconds the model stays loaded once idle after this lease
-        #   (nil: the pool's `ttl`)
-        attr_reader :keep_alive
-
-        # @param pool [ModelPool] the pool that lent it
-        # @param name [String] the model's name
-        # @param model [Model] the open model
-        # @param keep_alive [Numeric, nil] seconds it stays loaded once idle (nil: the pool's)
-        def initialize(pool, name, model, keep_alive)
-          @pool = pool
-          @name = name
-          @model = model
-          @keep_alive = keep_alive
-        end
-
-        # Lets go of the model. Idempotent.
-        # @return [void]
-        def release
-          @pool.release(self)
-        end
-      end
 
       # What the pool knows of one model. `leases`: the leases out; `bytes`: its share of the
       # budget; `owned`: opened by the pool (a model given opened is never closed by it).
@@ -161,30 +134,6 @@ module Elelem
           ended(entry, lease) + evict(idle_models, used - @budget.to_i)
         end
         close_all(closing)
-      end
-
-      # Closes a model now, or once the requests using it end.
-      # @param name [String] as {#resolve} takes it
-      # @return [Boolean] false when it is not loaded, or was given to the pool opened
-      def unload(name)
-        entry = entry_for(name)
-        closing = @lock.synchronize do
-          return false unless entry.model && entry.owned
-
-          entry.unloading = true
-          entry.leases.empty? ? [detach(entry)] : []
-        end
-        close_all(closing)
-        true
-      end
-
-      # Closes the idle models whose keep-alive has passed (a thread of the pool's calls it
-      # as they expire).
-      # @return [Array<String>] their names
-      def reap
-        expired = @lock.synchronize { detach_expired }
-        close_all(expired)
-        expired.map(&:first)
       end
 
       # The models and their state.
@@ -277,7 +226,7 @@ module Elelem
       # Opens `entry`'s model (its room in the budget taken), leased to the caller; measures
       # what it took, and closes idle models if that overdraws the budget.
       def load(entry, keep_alive)
-        model = Model.open(entry.path, **@open_options)
+        model = open_model(entry)
         held, evicted = @lock.synchronize do
           entry.model = model
           entry.info = model.info
@@ -295,6 +244,13 @@ module Elelem
             @changed.broadcast
           end
         end
+      end
+
+      # `entry`'s model opened; open options the model refuses are the pool's fault, not the request's.
+      def open_model(entry)
+        Model.open(entry.path, **@open_options)
+      rescue ArgumentError => e
+        raise Elelem::LoadError, "#{entry.name}: #{e.message}"
       end
 
       # Under the lock: once the last lease on `entry` has ended, its keep-alive starts; a

@@ -3,10 +3,34 @@
 module Elelem
   class Server
     class ModelPool
-      # When a {ModelPool} closes idle models: once the keep-alive of each has passed, on a
-      # thread of the pool's that sleeps until the next expiry and ends when none is left
-      # waiting (the next release starts another).
+      # When a {ModelPool} closes models: when asked ({#unload}), and idle ones once the
+      # keep-alive of each has passed, on a thread of the pool's that sleeps until the next
+      # expiry and ends when none is left waiting (the next release starts another).
       module Expiry
+        # Closes a model now, or once the requests using it end.
+        # @param name [String] as {ModelPool#resolve} takes it
+        # @return [Boolean] false when it is not loaded, or was given to the pool opened
+        def unload(name)
+          entry = entry_for(name)
+          closing = @lock.synchronize do
+            return false unless entry.model && entry.owned
+
+            entry.unloading = true
+            entry.leases.empty? ? [detach(entry)] : []
+          end
+          close_all(closing)
+          true
+        end
+
+        # Closes the idle models whose keep-alive has passed (a thread of the pool's calls it
+        # as they expire).
+        # @return [Array<String>] their names
+        def reap
+          expired = @lock.synchronize { detach_expired }
+          close_all(expired)
+          expired.map(&:first)
+        end
+
         private
 
         # Under the lock: `entry`, idle now, expires `ttl` seconds from now; a model to close
