@@ -113,8 +113,7 @@ module Elelem
 
           room_for(entry).tap { entry.loading = true }
         end
-        close_all(evicted)
-        load(entry, keep_alive)
+        load(entry, keep_alive, evicted)
       end
 
       # Ends a lease (see {Lease#release}): once a model's last lease ends, its keep-alive
@@ -223,11 +222,13 @@ module Elelem
         lease
       end
 
-      # Opens `entry`'s model (its room in the budget taken), leased to the caller; measures
-      # what it took, and closes idle models if that overdraws the budget.
-      def load(entry, keep_alive)
+      # Closes the models evicted to make room, then opens `entry`'s model (its room in the
+      # budget taken), leased to the caller; measures what it took, and closes idle models if
+      # that overdraws the budget. However it ends, the load is over for those waiting on it.
+      def load(entry, keep_alive, evicted)
+        close_all(evicted)
         model = open_model(entry)
-        held, evicted = @lock.synchronize do
+        held, surplus = @lock.synchronize do
           entry.model = model
           entry.info = model.info
           entry.bytes = ModelPool.footprint(model)
@@ -235,7 +236,7 @@ module Elelem
           @changed.broadcast
           [lease(entry, keep_alive), evict(idle_models, used - @budget.to_i)]
         end
-        close_all(evicted)
+        close_all(surplus)
         held
       ensure
         unless held
