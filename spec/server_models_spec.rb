@@ -183,6 +183,24 @@ RSpec.describe "Several models on one server" do
     end
   end
 
+  it "routes embeddings, and refuses text of the embedding model it routes to" do
+    models = { "qwen" => @paths["qwen"], "bert" => SpecModels.synthetic("tiny-bert") }
+    pool = Elelem::Server::ModelPool.new(models, open_options:, budget: nil)
+    app = Rack::Lint.new(Elelem::Server.new(pool, template:))
+    vector = json(call("POST", "/v1/embeddings", { model: "bert", input: "Hi" }, app:))
+    expect(vector).to include("model" => "bert")
+    expected = Elelem.open(models["bert"], n_threads: 1) { |bert| bert.embed(["Hi"]).first }
+    expect(vector["data"][0]["embedding"]).to eq(expected)
+    expect(json(call("POST", "/api/embed", { model: "bert", input: "Hi" }, app:))["embeddings"]).to eq([expected])
+    refused = call("POST", "/v1/chat/completions", { model: "bert", messages: [{ role: "user", content: "Hi" }] }, app:)
+    expect(refused.status).to eq(501)
+    expect(json(refused)["error"]["message"]).to start_with("bert is an embedding model")
+    expect(json(call("POST", "/v1/embeddings", { model: "qwen", input: "Hi" }, app:))["error"])
+      .to include("param" => "pooling", "message" => /qwen has no pooling of its own/)
+  ensure
+    pool&.close
+  end
+
   it "serves a model the application opened as before: to any name, never unloaded" do
     Elelem.open(@paths["qwen"], **open_options) do |model|
       app = Rack::Lint.new(Elelem::Server.new(model, model_name: "q", template:))
