@@ -1,1 +1,0 @@
-/work/main/vendor/llama.cpp
