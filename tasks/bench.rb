@@ -268,10 +268,18 @@ module Bench
      { "metric" => "#{label}, fixed threads", "elelem" => rate[:fixed], "llama.cpp" => rate[:peer] },
      { "metric" => "#{label}, 1 thread", "elelem" => rate[:one], "llama.cpp" => rate[:peer_one] },
      { "metric" => "default ÷ 1 thread, load #{load} (elelem)",
-       "elelem" => median(samples.map { |sample| sample[:default] / sample[:one] }) },
-     interleaved("tg#{TG_DEPTH}@#{depth} t/s, load #{load}", sides[:default], sides[:peer]) do |side|
-       side.decode_rate(TG_DEPTH, depth:)
-     end]
+       "elelem" => median(samples.map { |sample| sample[:default] / sample[:one] }) }] +
+      depth_under_load(sides, load, depth)
+  end
+
+  # At the lightest load only (it is slow under more): decode at depth, where a lone
+  # query's flash attention runs on every thread while the rest of the pass runs on fewer.
+  def depth_under_load(sides, load, depth)
+    return [] unless load == list("BENCH_LOADS", LOADS).map(&:to_i).min
+
+    [interleaved("tg#{TG_DEPTH}@#{depth} t/s, load #{load}", sides[:default], sides[:peer]) do |side|
+      side.decode_rate(TG_DEPTH, depth:)
+    end]
   end
 
   # Both engines, opened and warmed, in each thread setting of the contended rows.
