@@ -22,11 +22,17 @@ pub struct Family {
     pub name: &'static str,
     /// Q, K and V biases (qwen2).
     pub qkv_bias: bool,
-    /// Q, K and V in one `attn_qkv`, the gate and up projections in one `ffn_up`
-    /// twice as wide (phi3).
-    pub fused: bool,
+    /// Q, K and V in one `attn_qkv` (phi3).
+    pub fused_qkv: bool,
+    /// The gate and up projections in one `ffn_up` twice as wide (phi3, glm4).
+    pub fused_ffn: bool,
     pub qk_norm: QkNorm,
     pub norms: Norms,
+    pub norm_type: NormType,
+    /// A bias on the attention's output projection (starcoder2).
+    pub out_bias: bool,
+    /// `down(gelu(up x + b)) + b` in place of SwiGLU (starcoder2).
+    pub sequential_ffn: bool,
     /// No `output.weight`: the head is the embeddings.
     pub tied_head: bool,
     pub rope_factors: RopeFactors,
@@ -53,6 +59,20 @@ pub enum Norms {
     PreAndPost,
     /// After only (olmo2).
     Post,
+    /// Before, the feed-forward's named `post_attention_norm` (seed_oss).
+    PreFfnNamedPostAttention,
+    /// Before attention only: the feed-forward reads the same normed input (cohere2).
+    Parallel,
+}
+
+/// What the norms are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormType {
+    Rms,
+    /// LayerNorms of a weight only (cohere2).
+    Layer,
+    /// LayerNorms of a weight and a bias (starcoder2).
+    LayerWithBias,
 }
 
 /// Frequency-factor tensors.
@@ -87,9 +107,13 @@ pub const LLAMA: Family = Family {
     arch: "llama",
     name: "elelem tiny llama canary",
     qkv_bias: false,
-    fused: false,
+    fused_qkv: false,
+    fused_ffn: false,
     qk_norm: QkNorm::None,
     norms: Norms::Pre,
+    norm_type: NormType::Rms,
+    out_bias: false,
+    sequential_ffn: false,
     tied_head: false,
     rope_factors: RopeFactors::None,
     keys: &[],
@@ -187,7 +211,8 @@ pub const SMOLLM3: Family = Family {
 pub const PHI3: Family = Family {
     arch: "phi3",
     name: "elelem tiny canary, Phi 3 shaped",
-    fused: true,
+    fused_qkv: true,
+    fused_ffn: true,
     ..LLAMA
 };
 /// Phi-3 as Phi-3.5 and Phi-4-mini ship: LongRoPE over an original context of 4096,
@@ -394,6 +419,10 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         ..
     } = shape;
     let arch = family.arch;
+    let eps_key = match family.norm_type {
+        NormType::Rms => "attention.layer_norm_rms_epsilon",
+        NormType::Layer | NormType::LayerWithBias => "attention.layer_norm_epsilon",
+    };
     let mut rng = Rng(SEED);
     let mut w = GgufWriter::new();
     let s = |v: &str| Value::String(v.to_string());
@@ -409,7 +438,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         .set(&key("attention.head_count_kv"), Value::U32(n_head_kv))
         .set(&key("rope.dimension_count"), Value::U32(n_embd as u32 / n_head))
         .set(&key("rope.freq_base"), Value::F32(10000.0))
-        .set(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5));
+        .set(&key(eps_key), Value::F32(1e-5));
     for &(name, value) in family.keys {
         w.set(&key(name), value.value());
     }
@@ -423,7 +452,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     let head = n_embd / u64::from(n_head);
     let kv_dim = head * u64::from(n_head_kv);
     let (pre_norms, post_norms) = match family.norms {
-        Norms::Pre => (true, false),
+        Norms::Pre | Norms::PreFfnNamedPostAttention | Norms::Parallel => (true, false),
         Norms::PreAndPost => (true, true),
         Norms::Post => (false, true),
     };
@@ -432,9 +461,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         let n = |t: &str| format!("blk.{il}.{t}");
         let ty = shape.matrix_type;
         if pre_norms {
-            w.add_f32(&n("attn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+            add_norm(&mut w, &mut rng, &n("attn_norm"), family.norm_type, n_embd);
         }
-        if family.fused {
+        if family.fused_qkv {
             add_matrix(&mut w, &mut rng, &n("attn_qkv.weight"), ty, n_embd, n_embd + 2 * kv_dim);
         } else {
             add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, n_embd);
@@ -447,6 +476,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32(&n("attn_v.bias"), &[kv_dim], &rng.small(kv_dim));
         }
         add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, n_embd, n_embd);
+        if family.out_bias {
+            w.add_f32(&n("attn_output.bias"), &[n_embd], &rng.small(n_embd));
+        }
         let qk_norm_widths = match family.qk_norm {
             QkNorm::None => None,
             QkNorm::PerHead => Some((head, head)),
@@ -460,8 +492,12 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
             w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         }
-        if pre_norms {
-            w.add_f32(&n("ffn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        if pre_norms && family.norms != Norms::Parallel {
+            let name = match family.norms {
+                Norms::PreFfnNamedPostAttention => "post_attention_norm",
+                _ => "ffn_norm",
+            };
+            add_norm(&mut w, &mut rng, &n(name), family.norm_type, n_embd);
         }
         if shape.n_expert > 0 {
             let n_expert = u64::from(shape.n_expert);
@@ -481,7 +517,12 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                     &values,
                 );
             }
-        } else if family.fused {
+        } else if family.sequential_ffn {
+            add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
+            w.add_f32(&n("ffn_up.bias"), &[n_ff], &rng.small(n_ff));
+            add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
+            w.add_f32(&n("ffn_down.bias"), &[n_embd], &rng.small(n_embd));
+        } else if family.fused_ffn {
             add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, 2 * n_ff);
             add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
         } else {
@@ -510,11 +551,19 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32("rope_factors_short.weight", &[pairs], &ramp(1.0, 1.5));
         }
     }
-    w.add_f32("output_norm.weight", &[n_embd], &rng.around_one(n_embd));
+    add_norm(&mut w, &mut rng, "output_norm", family.norm_type, n_embd);
     if !family.tied_head {
         add_matrix(&mut w, &mut rng, "output.weight", shape.embd_type, n_embd, n_vocab);
     }
     w
+}
+
+/// Adds the norm `<name>.weight` (around one) and, for a LayerNorm with bias, `<name>.bias`.
+fn add_norm(w: &mut GgufWriter, rng: &mut Rng, name: &str, norm_type: NormType, n: u64) {
+    w.add_f32(&format!("{name}.weight"), &[n], &rng.around_one(n));
+    if norm_type == NormType::LayerWithBias {
+        w.add_f32(&format!("{name}.bias"), &[n], &rng.small(n));
+    }
 }
 
 /// Adds a seeded `fan_in` × `fan_out` weight of type `ty`, quantized by ggml itself.

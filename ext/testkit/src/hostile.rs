@@ -146,8 +146,16 @@ pub fn structured() -> Vec<Case> {
     let metadata = vec![
         ("no-architecture", Rejected("general.architecture"), g("general.architecture"), None),
         ("architecture-not-a-string", Rejected("general.architecture"), g("general.architecture"), Some(U32(1))),
-        ("unknown-architecture", Rejected("unsupported architecture 'mamba'"),
+        ("unknown-architecture", Rejected("architecture 'mamba' is not one elelem runs (llama.cpp runs it)"),
             g("general.architecture"), text("mamba")),
+        ("architecture-unknown-to-llama-cpp", Rejected("architecture 'nonesuch' is not one elelem runs (llama.cpp \
+            does not know it either)"), g("general.architecture"), text("nonesuch")),
+        // A key llama.cpp reads that elelem's llama would ignore: YaRN's correction range.
+        ("unknown-key", Rejected("metadata key llama.rope.scaling.yarn_beta_fast is not read by elelem's llama"),
+            k("rope.scaling.yarn_beta_fast"), Some(F32(16.0))),
+        // Keys that change nothing llama.cpp computes.
+        ("informative-vocab-size", Runs, k("vocab_size"), Some(U32(64))),
+        ("informative-rope-finetuned", Runs, k("rope.scaling.finetuned"), Some(Value::Bool(true))),
         ("no-embedding-length", Rejected("llama.embedding_length"), k("embedding_length"), None),
         ("embedding-length-a-string", Rejected("embedding_length must be an unsigned"),
             k("embedding_length"), text("16")),
@@ -266,6 +274,14 @@ pub fn structured() -> Vec<Case> {
         },
     ));
     cases.push(edited(
+        "gemma2-with-output-bias",
+        Rejected("tensor blk.1.attn_output.bias is not part of elelem's gemma2 graph"),
+        &GEMMA2,
+        |w| {
+            w.add_f32("blk.1.attn_output.bias", &[16], &[0.5; 16]);
+        },
+    ));
+    cases.push(edited(
         "gemma2-with-untied-output",
         Rejected("tensor output.weight is not part of elelem's gemma2 graph"),
         &GEMMA2,
@@ -359,6 +375,14 @@ pub fn structured() -> Vec<Case> {
         },
     ));
     // Tensors a graph would not read change llama.cpp's math or make it refuse the file.
+    cases.push(edited(
+        "unknown-tensor",
+        Rejected("tensor blk.0.ffn_gate_shexp.weight is not part of elelem's llama graph (llama.cpp runs llama"),
+        &MICRO,
+        |w| {
+            w.add_f32("blk.0.ffn_gate_shexp.weight", &[16, 32], &[0.5; 16 * 32]);
+        },
+    ));
     cases.push(edited(
         "qwen2-with-rope-freqs",
         Rejected("tensor rope_freqs.weight is not part of elelem's qwen2 graph"),

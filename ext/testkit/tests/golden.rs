@@ -76,7 +76,12 @@ fn check_goldens(golden: &str, model: Model) {
             .collect::<Vec<_>>()
     };
     let mut compute_bytes = None;
-    for case in doc["cases"].as_array().unwrap() {
+    let cases = doc["cases"].as_array().unwrap();
+    assert!(
+        !cases.is_empty(),
+        "{golden} has no cases: `rake goldens` adds a synthetic model's"
+    );
+    for case in cases {
         let name = case["name"].as_str().unwrap();
         let gen = GenerateParams {
             max_tokens: case["max_tokens"].as_u64().unwrap() as u32,

@@ -6,17 +6,19 @@
 
 use super::common::{load_llama_like, no_extra_hparams, run_layers, Head};
 use crate::ggml::{RopeMode, Tensor};
-use crate::model::{ArchSpec, Glu, GraphBuilder, HParams, Kind, LayerWeights, Loader, RopeFactors, Weights};
+use crate::model::{ArchSpec, Glu, GraphBuilder, HParams, Kind, LayerWeights, Loader, NormType, RopeFactors, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "llama",
+    models: "Llama 2, 3 and 3.1, Mistral 7B, TinyLlama and other llama-shaped models",
     rope_mode: RopeMode::Norm,
     read_hparams: no_extra_hparams,
     load,
     build,
     experts: false,
     kind: Kind::Decoder,
+    norm: NormType::Rms,
 };
 
 pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {

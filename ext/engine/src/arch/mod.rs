@@ -9,6 +9,7 @@ mod gemma2;
 mod gemma3;
 mod granite;
 mod llama;
+mod llama_cpp;
 mod nomic_bert;
 mod olmo2;
 mod phi3;
@@ -23,6 +24,8 @@ use elelem_gguf::{Gguf, Value};
 
 use crate::model::{Arch, ArchSpec, Model, ModelParams};
 use crate::{Error, Result};
+
+pub use llama_cpp::LLAMA_CPP_ARCHITECTURES;
 
 /// Every architecture elelem runs, by its `general.architecture` name.
 pub const REGISTRY: &[&ArchSpec] = &[
@@ -40,18 +43,22 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &nomic_bert::ARCH,
 ];
 
-/// The architecture named `name` (a file's `general.architecture`).
+/// The architecture named `name` (a file's `general.architecture`); one elelem does
+/// not run is [`Error::Unsupported`], saying whether llama.cpp runs it.
 pub fn lookup(name: &str) -> Result<Arch> {
-    match REGISTRY.iter().find(|spec| spec.name == name) {
-        Some(spec) => Ok(Arch::new(spec)),
-        None => {
-            let names: Vec<&str> = REGISTRY.iter().map(|spec| spec.name).collect();
-            Err(Error::Load(format!(
-                "unsupported architecture '{name}' (supported: {})",
-                names.join(", ")
-            )))
-        }
+    if let Some(spec) = REGISTRY.iter().find(|spec| spec.name == name) {
+        return Ok(Arch::new(spec));
     }
+    let names: Vec<&str> = REGISTRY.iter().map(|spec| spec.name).collect();
+    let llama_cpp = if LLAMA_CPP_ARCHITECTURES.contains(&name) {
+        "llama.cpp runs it"
+    } else {
+        "llama.cpp does not know it either"
+    };
+    Err(Error::Unsupported(format!(
+        "architecture '{name}' is not one elelem runs ({llama_cpp}); elelem runs {}",
+        names.join(", ")
+    )))
 }
 
 // Opening a file is the registry's part: only it knows every architecture.
@@ -61,6 +68,7 @@ impl Model {
         let gguf = Gguf::open(path).map_err(|e| Error::Load(format!("{}: {e}", path.display())))?;
         Model::from_gguf_with(gguf, params).map_err(|e| match e {
             Error::Load(msg) => Error::Load(format!("{}: {msg}", path.display())),
+            Error::Unsupported(msg) => Error::Unsupported(format!("{}: {msg}", path.display())),
             other => other,
         })
     }

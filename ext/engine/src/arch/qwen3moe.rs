@@ -7,17 +7,19 @@
 use super::common::{load_llama_like, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, FfnWeights, HParams, Keys, Kind, LayerWeights, Loader, Weights};
+use crate::model::{ArchSpec, FfnWeights, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights};
 use crate::{Error, Result};
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "qwen3moe",
+    models: "Qwen3 mixture-of-experts models (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B)",
     rope_mode: RopeMode::Neox,
     read_hparams,
     load,
     build: llama::build,
     experts: true,
     kind: Kind::Decoder,
+    norm: NormType::Rms,
 };
 
 /// llama.cpp's `LLAMA_MAX_EXPERTS`.

@@ -6,7 +6,7 @@
 
 use ggml_sys as sys;
 
-use super::hparams::{HParams, Kind, Pooling};
+use super::hparams::{HParams, NormType, Pooling};
 use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows};
 use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, Weights};
 use crate::ggml::{Graph, Rope, Tensor};
@@ -98,15 +98,15 @@ impl GraphBuilder<'_> {
         weight.map_or(x, |w| self.norm(x, Some(w.into()), name, il))
     }
 
-    /// The architecture's norm (RMS for decoders, LayerNorm for encoders) times the
+    /// The architecture's norm (RMS or LayerNorm, its [`NormType`]) times the
     /// weight plus the bias, as llama.cpp's `build_norm` (the CPU backend fuses the
     /// RMS norm and its weight; values are the same).
     pub fn norm(&self, x: Tensor, norm: Option<Norm>, name: &str, il: usize) -> Tensor {
         let g = self.graph;
         let hp = self.hparams();
-        let mut y = match hp.arch.kind {
-            Kind::Decoder => g.rms_norm(x, hp.norm_eps),
-            Kind::Encoder => g.layer_norm(x, hp.norm_eps),
+        let mut y = match hp.arch.norm {
+            NormType::Rms => g.rms_norm(x, hp.norm_eps),
+            NormType::Layer => g.layer_norm(x, hp.norm_eps),
         };
         if let Some(norm) = norm {
             y = g.mul(y, norm.weight);
@@ -343,13 +343,15 @@ impl GraphBuilder<'_> {
     /// In the last layer, keeps only the rows whose logits are wanted (as llama.cpp
     /// does, so the last feed-forward runs on those rows only, with the same kernels).
     pub fn select_outputs_if_last(&self, il: usize, a: Tensor, b: Tensor) -> (Tensor, Tensor) {
+        (self.select_output_if_last(il, a), self.select_output_if_last(il, b))
+    }
+
+    /// [`GraphBuilder::select_outputs_if_last`] for one tensor.
+    pub fn select_output_if_last(&self, il: usize, t: Tensor) -> Tensor {
         if il + 1 == self.layers().len() {
-            (
-                self.graph.get_rows(a, self.inputs.out_ids.0),
-                self.graph.get_rows(b, self.inputs.out_ids.0),
-            )
+            self.graph.get_rows(t, self.inputs.out_ids.0)
         } else {
-            (a, b)
+            t
         }
     }
 
@@ -476,8 +478,8 @@ impl GraphBuilder<'_> {
         if let Some(b) = head.bias {
             logits = g.add(logits, b);
         }
-        if let Some(divisor) = self.hparams().logit_scale {
-            logits = g.scale(logits, 1.0 / divisor);
+        if let Some(multiplier) = self.hparams().logit_multiplier {
+            logits = g.scale(logits, multiplier);
         }
         if let Some(cap) = self.hparams().final_logit_softcap {
             logits = g.scale(g.tanh(g.scale(logits, 1.0 / cap)), cap);

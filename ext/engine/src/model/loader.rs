@@ -226,6 +226,16 @@ impl<'a> Loader<'a> {
     /// The attention projections: Q, K, V and O, with biases on Q, K and V required
     /// when `qkv_bias`, else optional, and an optional bias on O; no Q/K norms.
     pub fn attention(&mut self, hp: &HParams, il: u32, qkv_bias: bool) -> Result<AttentionWeights> {
+        self.attention_with(hp, il, qkv_bias, true)
+    }
+
+    /// [`Loader::attention`] for graphs that add no bias to O (llama.cpp's gemma and
+    /// olmo2 graphs): a file's `attn_output.bias` is then left undeclared, and so refused.
+    pub fn attention_without_output_bias(&mut self, hp: &HParams, il: u32, qkv_bias: bool) -> Result<AttentionWeights> {
+        self.attention_with(hp, il, qkv_bias, false)
+    }
+
+    fn attention_with(&mut self, hp: &HParams, il: u32, qkv_bias: bool, out_bias: bool) -> Result<AttentionWeights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         let embd = u64::from(hp.n_embd);
         let q_dim = u64::from(hp.head_dim_k * hp.n_head);
@@ -260,7 +270,10 @@ impl<'a> Loader<'a> {
             q_norm: None,
             k_norm: None,
             wo: self.matrix(&n("attn_output.weight"), &[q_dim, embd])?,
-            bo: self.optional_vector(&n("attn_output.bias"), embd)?,
+            bo: match out_bias {
+                true => self.optional_vector(&n("attn_output.bias"), embd)?,
+                false => None,
+            },
         })
     }
 
@@ -270,9 +283,10 @@ impl<'a> Loader<'a> {
     pub(super) fn check_all_used(&self, arch: &str) -> Result<()> {
         let used: std::collections::HashSet<&str> = self.planned.iter().map(|p| p.info.name.as_str()).collect();
         match self.gguf.tensors().iter().find(|t| !used.contains(t.name.as_str())) {
-            Some(unused) => Err(Error::Load(format!(
-                "tensor {} is not part of elelem's {} graph (llama.cpp would use it or refuse the file)",
-                unused.name, arch
+            Some(unused) => Err(Error::Unsupported(format!(
+                "tensor {} is not part of elelem's {arch} graph (llama.cpp runs {arch} models and would use it, \
+                 or refuse the file)",
+                unused.name
             ))),
             None => Ok(()),
         }
