@@ -235,6 +235,17 @@ pub const PHI3_LONGROPE_LONG: Family = Family {
     ],
     ..PHI3_LONGROPE
 };
+/// GLM-4-0414's layout: Q, K and V biases, post-norms, the feed-forward's gate and up
+/// fused, and rope over half of each head.
+pub const GLM4: Family = Family {
+    arch: "glm4",
+    name: "elelem tiny glm4 canary",
+    qkv_bias: true,
+    fused_ffn: true,
+    norms: Norms::PreAndPost,
+    keys: &[("rope.dimension_count", Key::U32(8))],
+    ..LLAMA
+};
 
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
@@ -332,6 +343,7 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ),
         ("tiny-phi3", small(PHI3_LONGROPE)),
         ("tiny-phi3-long", small(PHI3_LONGROPE_LONG)),
+        ("tiny-glm4", small(GLM4)),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");

@@ -7,6 +7,7 @@ mod bert;
 mod common;
 mod gemma2;
 mod gemma3;
+mod glm4;
 mod granite;
 mod llama;
 mod llama_cpp;
@@ -41,6 +42,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &phi3::ARCH,
     &bert::ARCH,
     &nomic_bert::ARCH,
+    &glm4::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
