@@ -246,6 +246,21 @@ pub const GLM4: Family = Family {
     keys: &[("rope.dimension_count", Key::U32(8))],
     ..LLAMA
 };
+/// EXAONE 4.0's layout: post-norms only, per-head Q/K norms, Llama 3.1's rope factors.
+pub const EXAONE4: Family = Family {
+    arch: "exaone4",
+    name: "elelem tiny exaone4 canary",
+    qk_norm: QkNorm::PerHead,
+    norms: Norms::Post,
+    rope_factors: RopeFactors::Llama3,
+    ..LLAMA
+};
+/// EXAONE 4.0 32B's: 64 layers, which llama.cpp takes for sliding windows (here of 4)
+/// on three layers of four, the fourth without rope.
+pub const EXAONE4_SWA: Family = Family {
+    keys: &[("attention.sliding_window", Key::U32(4))],
+    ..EXAONE4
+};
 
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
@@ -344,6 +359,17 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ("tiny-phi3", small(PHI3_LONGROPE)),
         ("tiny-phi3-long", small(PHI3_LONGROPE_LONG)),
         ("tiny-glm4", small(GLM4)),
+        ("tiny-exaone4", small(EXAONE4)),
+        (
+            "tiny-exaone4-swa",
+            Shape {
+                n_layer: 64,
+                n_embd: 64,
+                n_head: 4,
+                n_ff: 128,
+                ..small(EXAONE4_SWA)
+            },
+        ),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");

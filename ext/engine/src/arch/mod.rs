@@ -5,6 +5,7 @@
 
 mod bert;
 mod common;
+mod exaone4;
 mod gemma2;
 mod gemma3;
 mod glm4;
@@ -43,6 +44,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &bert::ARCH,
     &nomic_bert::ARCH,
     &glm4::ARCH,
+    &exaone4::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
