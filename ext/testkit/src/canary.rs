@@ -261,6 +261,12 @@ pub const EXAONE4_SWA: Family = Family {
     keys: &[("attention.sliding_window", Key::U32(4))],
     ..EXAONE4
 };
+/// ERNIE 4.5's dense layout: llama's (what differs is in its graph).
+pub const ERNIE4_5: Family = Family {
+    arch: "ernie4_5",
+    name: "elelem tiny ernie4_5 canary",
+    ..LLAMA
+};
 
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
@@ -370,6 +376,7 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 ..small(EXAONE4_SWA)
             },
         ),
+        ("tiny-ernie4_5", small(ERNIE4_5)),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");

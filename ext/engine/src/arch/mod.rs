@@ -5,6 +5,7 @@
 
 mod bert;
 mod common;
+mod ernie4_5;
 mod exaone4;
 mod gemma2;
 mod gemma3;
@@ -45,6 +46,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &nomic_bert::ARCH,
     &glm4::ARCH,
     &exaone4::ARCH,
+    &ernie4_5::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
