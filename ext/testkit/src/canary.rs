@@ -267,6 +267,14 @@ pub const ERNIE4_5: Family = Family {
     name: "elelem tiny ernie4_5 canary",
     ..LLAMA
 };
+/// Seed-OSS's layout: Q, K and V biases, its feed-forward's norm named `post_attention_norm`.
+pub const SEED_OSS: Family = Family {
+    arch: "seed_oss",
+    name: "elelem tiny seed_oss canary",
+    qkv_bias: true,
+    norms: Norms::PreFfnNamedPostAttention,
+    ..LLAMA
+};
 
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
@@ -377,6 +385,7 @@ pub fn synthetic() -> Vec<(String, Shape)> {
             },
         ),
         ("tiny-ernie4_5", small(ERNIE4_5)),
+        ("tiny-seed_oss", small(SEED_OSS)),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");

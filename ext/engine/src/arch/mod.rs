@@ -19,6 +19,7 @@ mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen3moe;
+mod seed_oss;
 mod smollm3;
 
 use std::path::Path;
@@ -47,6 +48,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &glm4::ARCH,
     &exaone4::ARCH,
     &ernie4_5::ARCH,
+    &seed_oss::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
