@@ -275,6 +275,14 @@ pub const SEED_OSS: Family = Family {
     norms: Norms::PreFfnNamedPostAttention,
     ..LLAMA
 };
+/// Hunyuan's dense layout: per-head Q/K norms (applied after rope), NTK-aware rope alpha.
+pub const HUNYUAN_DENSE: Family = Family {
+    arch: "hunyuan-dense",
+    name: "elelem tiny hunyuan-dense canary",
+    qk_norm: QkNorm::PerHead,
+    keys: &[("rope.scaling.alpha", Key::F32(1000.0))],
+    ..LLAMA
+};
 
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
@@ -386,6 +394,7 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ),
         ("tiny-ernie4_5", small(ERNIE4_5)),
         ("tiny-seed_oss", small(SEED_OSS)),
+        ("tiny-hunyuan-dense", small(HUNYUAN_DENSE)),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");

@@ -11,6 +11,7 @@ mod gemma2;
 mod gemma3;
 mod glm4;
 mod granite;
+mod hunyuan_dense;
 mod llama;
 mod llama_cpp;
 mod nomic_bert;
@@ -49,6 +50,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &exaone4::ARCH,
     &ernie4_5::ARCH,
     &seed_oss::ARCH,
+    &hunyuan_dense::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
