@@ -283,6 +283,17 @@ pub const HUNYUAN_DENSE: Family = Family {
     keys: &[("rope.scaling.alpha", Key::F32(1000.0))],
     ..LLAMA
 };
+/// StarCoder2's layout: LayerNorms with biases, biases on every projection, a GELU
+/// feed-forward.
+pub const STARCODER2: Family = Family {
+    arch: "starcoder2",
+    name: "elelem tiny starcoder2 canary",
+    qkv_bias: true,
+    norm_type: NormType::LayerWithBias,
+    out_bias: true,
+    sequential_ffn: true,
+    ..LLAMA
+};
 
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
@@ -395,6 +406,7 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ("tiny-ernie4_5", small(ERNIE4_5)),
         ("tiny-seed_oss", small(SEED_OSS)),
         ("tiny-hunyuan-dense", small(HUNYUAN_DENSE)),
+        ("tiny-starcoder2", small(STARCODER2)),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");

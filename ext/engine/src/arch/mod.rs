@@ -22,6 +22,7 @@ mod qwen3;
 mod qwen3moe;
 mod seed_oss;
 mod smollm3;
+mod starcoder2;
 
 use std::path::Path;
 
@@ -51,6 +52,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &ernie4_5::ARCH,
     &seed_oss::ARCH,
     &hunyuan_dense::ARCH,
+    &starcoder2::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
