@@ -294,6 +294,20 @@ pub const STARCODER2: Family = Family {
     sequential_ffn: true,
     ..LLAMA
 };
+/// Command R7B's layout: one LayerNorm without bias before attention and feed-forward
+/// in parallel, a window of 4 on three layers of four, the head tied, the logits scaled.
+pub const COHERE2: Family = Family {
+    arch: "cohere2",
+    name: "elelem tiny cohere2 canary",
+    norms: Norms::Parallel,
+    norm_type: NormType::Layer,
+    tied_head: true,
+    keys: &[
+        ("attention.sliding_window", Key::U32(4)),
+        ("logit_scale", Key::F32(0.25)),
+    ],
+    ..LLAMA
+};
 
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
@@ -407,6 +421,7 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ("tiny-seed_oss", small(SEED_OSS)),
         ("tiny-hunyuan-dense", small(HUNYUAN_DENSE)),
         ("tiny-starcoder2", small(STARCODER2)),
+        ("tiny-cohere2", small(COHERE2)),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");

@@ -4,6 +4,7 @@
 //! in [`REGISTRY`].
 
 mod bert;
+mod cohere2;
 mod common;
 mod ernie4_5;
 mod exaone4;
@@ -53,6 +54,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &seed_oss::ARCH,
     &hunyuan_dense::ARCH,
     &starcoder2::ARCH,
+    &cohere2::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
