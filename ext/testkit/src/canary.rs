@@ -33,6 +33,10 @@ pub struct Family {
     pub out_bias: bool,
     /// `down(gelu(up x + b)) + b` in place of SwiGLU (starcoder2).
     pub sequential_ffn: bool,
+    /// Beside a mixture of experts, a shared expert with its sigmoid gate (qwen2moe).
+    pub shared_expert: bool,
+    /// A bias on the logits (phimoe).
+    pub output_bias: bool,
     /// No `output.weight`: the head is the embeddings.
     pub tied_head: bool,
     pub rope_factors: RopeFactors,
@@ -69,6 +73,8 @@ pub enum Norms {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NormType {
     Rms,
+    /// RMS norms with a bias added (phimoe).
+    RmsWithBias,
     /// LayerNorms of a weight only (cohere2).
     Layer,
     /// LayerNorms of a weight and a bias (starcoder2).
@@ -114,6 +120,8 @@ pub const LLAMA: Family = Family {
     norm_type: NormType::Rms,
     out_bias: false,
     sequential_ffn: false,
+    shared_expert: false,
+    output_bias: false,
     tied_head: false,
     rope_factors: RopeFactors::None,
     keys: &[],
@@ -510,7 +518,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     } = shape;
     let arch = family.arch;
     let eps_key = match family.norm_type {
-        NormType::Rms => "attention.layer_norm_rms_epsilon",
+        NormType::Rms | NormType::RmsWithBias => "attention.layer_norm_rms_epsilon",
         NormType::Layer | NormType::LayerWithBias => "attention.layer_norm_epsilon",
     };
     let mut rng = Rng(SEED);
@@ -536,6 +544,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.set(&key("expert_count"), Value::U32(shape.n_expert))
             .set(&key("expert_used_count"), Value::U32(shape.n_expert_used))
             .set(&key("expert_feed_forward_length"), Value::U32(n_ff as u32));
+        if family.shared_expert {
+            w.set(&key("expert_shared_feed_forward_length"), Value::U32(n_ff as u32));
+        }
     }
     set_vocab(&mut w, n_vocab);
 
@@ -607,6 +618,12 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                     &values,
                 );
             }
+            if family.shared_expert {
+                w.add_f32(&n("ffn_gate_inp_shexp.weight"), &[n_embd], &rng.matrix(n_embd, 1));
+                add_matrix(&mut w, &mut rng, &n("ffn_gate_shexp.weight"), ty, n_embd, n_ff);
+                add_matrix(&mut w, &mut rng, &n("ffn_up_shexp.weight"), ty, n_embd, n_ff);
+                add_matrix(&mut w, &mut rng, &n("ffn_down_shexp.weight"), ty, n_ff, n_embd);
+            }
         } else if family.sequential_ffn {
             add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
             w.add_f32(&n("ffn_up.bias"), &[n_ff], &rng.small(n_ff));
@@ -645,13 +662,16 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     if !family.tied_head {
         add_matrix(&mut w, &mut rng, "output.weight", shape.embd_type, n_embd, n_vocab);
     }
+    if family.output_bias {
+        w.add_f32("output.bias", &[n_vocab], &rng.small(n_vocab));
+    }
     w
 }
 
 /// Adds the norm `<name>.weight` (around one) and, for a LayerNorm with bias, `<name>.bias`.
 fn add_norm(w: &mut GgufWriter, rng: &mut Rng, name: &str, norm_type: NormType, n: u64) {
     w.add_f32(&format!("{name}.weight"), &[n], &rng.around_one(n));
-    if norm_type == NormType::LayerWithBias {
+    if matches!(norm_type, NormType::LayerWithBias | NormType::RmsWithBias) {
         w.add_f32(&format!("{name}.bias"), &[n], &rng.small(n));
     }
 }

@@ -60,7 +60,8 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     })
 }
 
-fn build(b: &GraphBuilder) -> Tensor {
+/// phi3's graph, which phimoe's files run too.
+pub(crate) fn build(b: &GraphBuilder) -> Tensor {
     let q_scale = b.hparams().kq_scale();
     run_layers(b, b.embed(), |layer, il, x| block(b, layer, il, x, q_scale))
 }

@@ -314,6 +314,10 @@ impl Graph {
         op!(self, sys::ggml_tanh(self.c(), a.as_ptr()))
     }
 
+    pub fn silu(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_silu(self.c(), a.as_ptr()))
+    }
+
     pub fn rms_norm(&self, a: Tensor, eps: f32) -> Tensor {
         op!(self, sys::ggml_rms_norm(self.c(), a.as_ptr(), eps))
     }

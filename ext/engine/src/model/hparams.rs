@@ -140,6 +140,11 @@ pub struct HParams {
     pub n_expert: u32,
     pub n_expert_used: u32,
     pub n_ff_exp: u32,
+    /// The shared expert's width, where the model has one (qwen2moe).
+    pub n_ff_shexp: u32,
+    /// Whether the picked experts' probabilities are renormalized to sum to one
+    /// (llama.cpp's `norm_w`: qwen3moe's, not olmoe's or qwen2moe's).
+    pub expert_weights_norm: bool,
     /// Whether a token attends only to earlier ones (`attention.causal`; encoders say false).
     pub causal_attn: bool,
     /// How the file's model pools its embeddings (`pooling_type`), if it says.
@@ -321,6 +326,8 @@ impl HParams {
             n_expert,
             n_expert_used: 0,
             n_ff_exp: 0,
+            n_ff_shexp: 0,
+            expert_weights_norm: true,
             causal_attn: keys.opt_bool("attention.causal")?.unwrap_or(true),
             pooling,
             n_token_types: 0,

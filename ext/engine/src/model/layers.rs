@@ -8,7 +8,7 @@ use ggml_sys as sys;
 
 use super::hparams::{HParams, NormType, Pooling};
 use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows};
-use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, Weights};
+use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, SharedExpert, Weights};
 use crate::ggml::{Graph, Rope, Tensor};
 use crate::memory::kv_cache::KvCache;
 
@@ -382,26 +382,42 @@ impl GraphBuilder<'_> {
                 let down = g.mul_mat(down, g.gelu(up));
                 down_b.map_or(down, |b| g.add(down, b))
             }
-            FfnWeights::Experts { router, gate, up, down } => return self.ffn_moe([router, gate, up, down], x, il),
+            FfnWeights::Experts {
+                router,
+                gate,
+                up,
+                down,
+                shared,
+            } => return self.ffn_moe([router, gate, up, down], shared, x, il),
         };
         out.set_name(&format!("ffn_out-{il}"))
     }
 
     /// A mixture of experts with SwiGLU experts, as llama.cpp's `build_moe_ffn` builds
-    /// it for softmax gating with normalized weights: the router's softmax picks each
-    /// row's `n_expert_used` likeliest experts, their probabilities are renormalized
-    /// to sum to one, and the experts' outputs, so weighted, are added in rank order.
-    fn ffn_moe(&self, [router, gate_exps, up_exps, down_exps]: [Tensor; 4], x: Tensor, il: usize) -> Tensor {
+    /// it for softmax gating: the router's softmax picks each row's `n_expert_used`
+    /// likeliest experts, their probabilities are renormalized to sum to one where the
+    /// model says so, and the experts' outputs, so weighted, are added in rank order;
+    /// then the shared expert's, where the model has one.
+    fn ffn_moe(
+        &self,
+        [router, gate_exps, up_exps, down_exps]: [Tensor; 4],
+        shared: Option<SharedExpert>,
+        x: Tensor,
+        il: usize,
+    ) -> Tensor {
         let g = self.graph;
         let hp = self.hparams();
         let [n_embd, n_rows, ..] = x.ne();
         let (n_expert, n_used) = (i64::from(hp.n_expert), i64::from(hp.n_expert_used));
         let probs = g.soft_max(g.mul_mat(router, x));
         let selected = g.argsort_top_k(probs, hp.n_expert_used as i32);
-        let weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n_rows), selected);
-        let weights = g.reshape_2d(weights, n_used, n_rows);
-        let sum = g.clamp(g.sum_rows(weights), 6.103_515_6e-5, f32::INFINITY);
-        let weights = g.reshape_3d(g.div(weights, sum), 1, n_used, n_rows);
+        let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n_rows), selected);
+        if hp.expert_weights_norm {
+            let flat = g.reshape_2d(weights, n_used, n_rows);
+            let sum = g.clamp(g.sum_rows(flat), 6.103_515_6e-5, f32::INFINITY);
+            weights = g.reshape_3d(g.div(flat, sum), 1, n_used, n_rows);
+        }
+        let rows = x;
         let x = g.reshape_3d(x, n_embd, 1, n_rows);
         let up = g.mul_mat_id(up_exps, x, selected);
         let gate = g.mul_mat_id(gate_exps, x, selected);
@@ -413,7 +429,28 @@ impl GraphBuilder<'_> {
         });
         // llama.cpp returns a contiguous tensor when there is nothing to add.
         let out = if n_used == 1 { g.cont(out) } else { out };
+        let out = match shared {
+            Some(shared) => g.add(out, self.shared_expert(shared, rows)),
+            None => out,
+        };
         out.set_name(&format!("ffn_moe_out-{il}"))
+    }
+
+    /// The shared expert's SwiGLU on the rows `x`, times its gate's sigmoid, which
+    /// llama.cpp computes as `silu(g) / g`.
+    fn shared_expert(&self, shared: SharedExpert, x: Tensor) -> Tensor {
+        let g = self.graph;
+        let out = g.mul_mat(
+            shared.down,
+            g.swiglu_split(g.mul_mat(shared.gate, x), g.mul_mat(shared.up, x)),
+        );
+        match shared.gate_inp {
+            Some(gate_inp) => {
+                let logit = g.mul_mat(gate_inp, x);
+                g.mul(out, g.div(g.silu(logit), logit))
+            }
+            None => out,
+        }
     }
 
     /// What the pass outputs from the last block's `x`: the logits (the final norm and

@@ -8,7 +8,7 @@ use elelem_gguf::{Gguf, TensorInfo, TensorType};
 use ggml_sys as sys;
 
 use super::hparams::HParams;
-use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights};
+use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, SharedExpert};
 use crate::ggml::{self, Buffer, CpuDevice, Tensor};
 use crate::{Error, Result};
 
@@ -209,6 +209,37 @@ impl<'a> Loader<'a> {
             gate: self.matrix(&n("ffn_gate.weight"), &[embd, ff])?,
             up: self.matrix(&n("ffn_up.weight"), &[embd, ff])?,
             down: self.matrix(&n("ffn_down.weight"), &[ff, embd])?,
+        })
+    }
+
+    /// A mixture of SwiGLU experts (`expert_count` of them, `n_ff_exp` wide), its
+    /// router, and the shared expert beside them if any.
+    pub fn experts_ffn(&mut self, hp: &HParams, il: u32, shared: Option<SharedExpert>) -> Result<FfnWeights> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let (embd, ff, n_expert) = (u64::from(hp.n_embd), u64::from(hp.n_ff_exp), u64::from(hp.n_expert));
+        let used = hp.n_expert_used;
+        Ok(FfnWeights::Experts {
+            router: self.matrix(&n("ffn_gate_inp.weight"), &[embd, n_expert])?,
+            gate: self.experts(&n("ffn_gate_exps.weight"), &[embd, ff, n_expert], used)?,
+            up: self.experts(&n("ffn_up_exps.weight"), &[embd, ff, n_expert], used)?,
+            down: self.experts(&n("ffn_down_exps.weight"), &[ff, embd, n_expert], used)?,
+            shared,
+        })
+    }
+
+    /// A shared expert `width` wide (`ffn_{gate,up,down}_shexp`), with its sigmoid gate
+    /// (`ffn_gate_inp_shexp`) when `gated`.
+    pub fn shared_expert(&mut self, hp: &HParams, il: u32, width: u32, gated: bool) -> Result<SharedExpert> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let (embd, ff) = (u64::from(hp.n_embd), u64::from(width));
+        Ok(SharedExpert {
+            gate: self.matrix(&n("ffn_gate_shexp.weight"), &[embd, ff])?,
+            up: self.matrix(&n("ffn_up_shexp.weight"), &[embd, ff])?,
+            down: self.matrix(&n("ffn_down_shexp.weight"), &[ff, embd])?,
+            gate_inp: match gated {
+                true => Some(self.matrix(&n("ffn_gate_inp_shexp.weight"), &[embd])?),
+                false => None,
+            },
         })
     }
 

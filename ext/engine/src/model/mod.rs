@@ -24,7 +24,7 @@ pub(crate) use loader::Loader;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
     AttentionWeights, Classifier, EncoderInput, FfnWeights, LayerWeights, Norm, OutputHead, QkvWeights, RopeFactors,
-    Weights,
+    SharedExpert, Weights,
 };
 
 #[derive(Debug, Clone)]

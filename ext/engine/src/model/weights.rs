@@ -75,13 +75,26 @@ pub enum FfnWeights {
         down_b: Option<Tensor>,
     },
     /// A mixture of SwiGLU experts: the router [n_embd, n_expert] and the experts'
-    /// stacked weights [.., .., n_expert].
+    /// stacked weights [.., .., n_expert], and a shared expert beside them where the
+    /// model has one.
     Experts {
         router: Tensor,
         gate: Tensor,
         up: Tensor,
         down: Tensor,
+        shared: Option<SharedExpert>,
     },
+}
+
+/// An expert every token goes through besides those it is routed to: a SwiGLU
+/// feed-forward, its output scaled by `sigmoid(gate_inp · x)` where the model has
+/// that gate (qwen2moe's `ffn_gate_inp_shexp`).
+#[derive(Clone, Copy)]
+pub struct SharedExpert {
+    pub gate: Tensor,
+    pub up: Tensor,
+    pub down: Tensor,
+    pub gate_inp: Option<Tensor>,
 }
 
 pub struct Weights {
