@@ -316,6 +316,13 @@ pub const COHERE2: Family = Family {
     ],
     ..LLAMA
 };
+/// OLMoE's layout: Q and K normed over their whole width, as many KV heads as heads.
+pub const OLMOE: Family = Family {
+    arch: "olmoe",
+    name: "elelem tiny olmoe canary",
+    qk_norm: QkNorm::Full,
+    ..LLAMA
+};
 
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
@@ -430,6 +437,17 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ("tiny-hunyuan-dense", small(HUNYUAN_DENSE)),
         ("tiny-starcoder2", small(STARCODER2)),
         ("tiny-cohere2", small(COHERE2)),
+        // 8 experts of width 64, 2 per token; 8 KV heads, as its K norm needs.
+        (
+            "tiny-olmoe",
+            Shape {
+                n_head_kv: 8,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(OLMOE)
+            },
+        ),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");

@@ -17,6 +17,7 @@ mod llama;
 mod llama_cpp;
 mod nomic_bert;
 mod olmo2;
+mod olmoe;
 mod phi3;
 mod qwen2;
 mod qwen3;
@@ -55,6 +56,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &hunyuan_dense::ARCH,
     &starcoder2::ARCH,
     &cohere2::ARCH,
+    &olmoe::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
