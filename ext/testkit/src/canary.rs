@@ -323,6 +323,14 @@ pub const OLMOE: Family = Family {
     qk_norm: QkNorm::Full,
     ..LLAMA
 };
+/// Qwen1.5-MoE's layout: qwen2's attention, a gated shared expert beside the experts.
+pub const QWEN2MOE: Family = Family {
+    arch: "qwen2moe",
+    name: "elelem tiny qwen2moe canary",
+    qkv_bias: true,
+    shared_expert: true,
+    ..LLAMA
+};
 
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
@@ -446,6 +454,15 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 n_expert: 8,
                 n_expert_used: 2,
                 ..small(OLMOE)
+            },
+        ),
+        (
+            "tiny-qwen2moe",
+            Shape {
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(QWEN2MOE)
             },
         ),
     ];

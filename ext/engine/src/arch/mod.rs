@@ -20,6 +20,7 @@ mod olmo2;
 mod olmoe;
 mod phi3;
 mod qwen2;
+mod qwen2moe;
 mod qwen3;
 mod qwen3moe;
 mod seed_oss;
@@ -57,6 +58,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &starcoder2::ARCH,
     &cohere2::ARCH,
     &olmoe::ARCH,
+    &qwen2moe::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
