@@ -331,6 +331,23 @@ pub const QWEN2MOE: Family = Family {
     shared_expert: true,
     ..LLAMA
 };
+/// Phi-3.5-MoE's layout: RMS norms with biases, biases on Q, K, V, the attention
+/// output and the logits, LongRoPE.
+pub const PHIMOE: Family = Family {
+    arch: "phimoe",
+    name: "elelem tiny canary, Phi 3.5 MoE shaped",
+    qkv_bias: true,
+    norm_type: NormType::RmsWithBias,
+    out_bias: true,
+    output_bias: true,
+    rope_factors: RopeFactors::LongRope,
+    keys: &[
+        ("rope.scaling.type", Key::Str("longrope")),
+        ("rope.scaling.attn_factor", Key::F32(1.19)),
+        ("rope.scaling.original_context_length", Key::U32(64)),
+    ],
+    ..LLAMA
+};
 
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
@@ -454,6 +471,15 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 n_expert: 8,
                 n_expert_used: 2,
                 ..small(OLMOE)
+            },
+        ),
+        (
+            "tiny-phimoe",
+            Shape {
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(PHIMOE)
             },
         ),
         (

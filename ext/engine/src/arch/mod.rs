@@ -19,6 +19,7 @@ mod nomic_bert;
 mod olmo2;
 mod olmoe;
 mod phi3;
+mod phimoe;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
@@ -59,6 +60,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &cohere2::ARCH,
     &olmoe::ARCH,
     &qwen2moe::ARCH,
+    &phimoe::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
