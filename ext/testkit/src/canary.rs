@@ -33,8 +33,12 @@ pub struct Family {
     pub out_bias: bool,
     /// `down(gelu(up x + b)) + b` in place of SwiGLU (starcoder2).
     pub sequential_ffn: bool,
-    /// Beside a mixture of experts, a shared expert with its sigmoid gate (qwen2moe).
-    pub shared_expert: bool,
+    /// Beside a mixture of experts, a shared expert.
+    pub shared_expert: SharedExpert,
+    /// A bias added to the router's probabilities to pick experts (ernie4_5-moe).
+    pub selection_bias: bool,
+    /// How many first layers of a mixture of experts have a dense feed-forward instead.
+    pub dense_lead: u32,
     /// A bias on the logits (phimoe).
     pub output_bias: bool,
     /// No `output.weight`: the head is the embeddings.
@@ -67,6 +71,16 @@ pub enum Norms {
     PreFfnNamedPostAttention,
     /// Before attention only: the feed-forward reads the same normed input (cohere2).
     Parallel,
+}
+
+/// A shared expert beside the routed ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedExpert {
+    None,
+    /// Scaled by a sigmoid gate of its own (qwen2moe).
+    Gated,
+    /// Added as it is (ernie4_5-moe).
+    Ungated,
 }
 
 /// What the norms are.
@@ -120,7 +134,9 @@ pub const LLAMA: Family = Family {
     norm_type: NormType::Rms,
     out_bias: false,
     sequential_ffn: false,
-    shared_expert: false,
+    shared_expert: SharedExpert::None,
+    selection_bias: false,
+    dense_lead: 0,
     output_bias: false,
     tied_head: false,
     rope_factors: RopeFactors::None,
@@ -328,7 +344,7 @@ pub const QWEN2MOE: Family = Family {
     arch: "qwen2moe",
     name: "elelem tiny qwen2moe canary",
     qkv_bias: true,
-    shared_expert: true,
+    shared_expert: SharedExpert::Gated,
     ..LLAMA
 };
 /// Phi-3.5-MoE's layout: RMS norms with biases, biases on Q, K, V, the attention
@@ -605,7 +621,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.set(&key("expert_count"), Value::U32(shape.n_expert))
             .set(&key("expert_used_count"), Value::U32(shape.n_expert_used))
             .set(&key("expert_feed_forward_length"), Value::U32(n_ff as u32));
-        if family.shared_expert {
+        if family.shared_expert != SharedExpert::None {
             w.set(&key("expert_shared_feed_forward_length"), Value::U32(n_ff as u32));
         }
     }
@@ -661,7 +677,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             };
             add_norm(&mut w, &mut rng, &n(name), family.norm_type, n_embd);
         }
-        if shape.n_expert > 0 {
+        if shape.n_expert > 0 && il >= family.dense_lead {
             let n_expert = u64::from(shape.n_expert);
             add_matrix(
                 &mut w,
@@ -679,8 +695,13 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                     &values,
                 );
             }
-            if family.shared_expert {
+            if family.selection_bias {
+                w.add_f32(&n("exp_probs_b.bias"), &[n_expert], &rng.small(n_expert));
+            }
+            if family.shared_expert == SharedExpert::Gated {
                 w.add_f32(&n("ffn_gate_inp_shexp.weight"), &[n_embd], &rng.matrix(n_embd, 1));
+            }
+            if family.shared_expert != SharedExpert::None {
                 add_matrix(&mut w, &mut rng, &n("ffn_gate_shexp.weight"), ty, n_embd, n_ff);
                 add_matrix(&mut w, &mut rng, &n("ffn_up_shexp.weight"), ty, n_embd, n_ff);
                 add_matrix(&mut w, &mut rng, &n("ffn_down_shexp.weight"), ty, n_ff, n_embd);

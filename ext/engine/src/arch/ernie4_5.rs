@@ -7,7 +7,7 @@
 use super::common::{load_llama_like, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights};
+use crate::model::{ArchSpec, FfnWeights, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -22,17 +22,22 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     norm: NormType::Rms,
 };
 
-fn read_hparams(keys: &Keys, _: &mut HParams) -> Result<()> {
+/// Reads (and leaves unused) PaddleOCR's M-RoPE sections, as llama.cpp does.
+pub(crate) fn read_hparams(keys: &Keys, _: &mut HParams) -> Result<()> {
     keys.has("rope.dimension_sections");
     Ok(())
 }
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| layer(l, hp, il))
+    load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
+        let ffn = l.gated_ffn(hp, il)?;
+        layer(l, hp, il, ffn)
+    })
 }
 
-/// llama's block, its `attn_output.bias` declared (where present) and left out.
-pub(crate) fn layer(l: &mut Loader, hp: &HParams, il: u32) -> Result<LayerWeights> {
+/// llama's block around the feed-forward `ffn`, its `attn_output.bias` declared
+/// (where present) and left out (ernie4_5-moe's too).
+pub(crate) fn layer(l: &mut Loader, hp: &HParams, il: u32, ffn: FfnWeights) -> Result<LayerWeights> {
     let embd = u64::from(hp.n_embd);
     let n = |s: &str| format!("blk.{il}.{s}");
     let attn_norm = Some(l.norm(&n("attn_norm.weight"), embd)?);
@@ -43,7 +48,7 @@ pub(crate) fn layer(l: &mut Loader, hp: &HParams, il: u32) -> Result<LayerWeight
         attn,
         attn_post_norm: None,
         ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
-        ffn: l.gated_ffn(hp, il)?,
+        ffn,
         ffn_post_norm: None,
     })
 }

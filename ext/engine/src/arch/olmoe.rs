@@ -55,7 +55,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
             },
             attn_post_norm: None,
             ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
-            ffn: l.experts_ffn(hp, il, None)?,
+            ffn: l.experts_ffn(hp, il, None, false)?,
             ffn_post_norm: None,
         })
     })

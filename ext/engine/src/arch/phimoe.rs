@@ -53,7 +53,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
             },
             attn_post_norm: None,
             ffn_norm: Some(norm(l, &n("ffn_norm"))?),
-            ffn: l.experts_ffn(hp, il, None)?,
+            ffn: l.experts_ffn(hp, il, None, false)?,
             ffn_post_norm: None,
         })
     })?;

@@ -44,7 +44,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
             attn: l.attention_without_output_bias(hp, il, false)?,
             attn_post_norm: None,
             ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
-            ffn: l.experts_ffn(hp, il, Some(shared))?,
+            ffn: l.experts_ffn(hp, il, Some(shared), false)?,
             ffn_post_norm: None,
         })
     })

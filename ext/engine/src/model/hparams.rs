@@ -142,6 +142,8 @@ pub struct HParams {
     pub n_ff_exp: u32,
     /// The shared expert's width, where the model has one (qwen2moe).
     pub n_ff_shexp: u32,
+    /// How many layers come first with a dense feed-forward, before the experts' layers.
+    pub n_layer_dense_lead: u32,
     /// Whether the picked experts' probabilities are renormalized to sum to one
     /// (llama.cpp's `norm_w`: qwen3moe's, not olmoe's or qwen2moe's).
     pub expert_weights_norm: bool,
@@ -327,6 +329,7 @@ impl HParams {
             n_expert_used: 0,
             n_ff_exp: 0,
             n_ff_shexp: 0,
+            n_layer_dense_lead: 0,
             expert_weights_norm: true,
             causal_attn: keys.opt_bool("attention.causal")?.unwrap_or(true),
             pooling,

@@ -387,20 +387,23 @@ impl GraphBuilder<'_> {
                 gate,
                 up,
                 down,
+                selection_bias,
                 shared,
-            } => return self.ffn_moe([router, gate, up, down], shared, x, il),
+            } => return self.ffn_moe([router, gate, up, down], selection_bias, shared, x, il),
         };
         out.set_name(&format!("ffn_out-{il}"))
     }
 
     /// A mixture of experts with SwiGLU experts, as llama.cpp's `build_moe_ffn` builds
-    /// it for softmax gating: the router's softmax picks each row's `n_expert_used`
-    /// likeliest experts, their probabilities are renormalized to sum to one where the
-    /// model says so, and the experts' outputs, so weighted, are added in rank order;
-    /// then the shared expert's, where the model has one.
+    /// it for softmax gating: the router's softmax (plus the selection bias, where the
+    /// model has one) picks each row's `n_expert_used` likeliest experts, their
+    /// probabilities are renormalized to sum to one where the model says so, and the
+    /// experts' outputs, so weighted, are added in rank order; then the shared
+    /// expert's, where the model has one.
     fn ffn_moe(
         &self,
         [router, gate_exps, up_exps, down_exps]: [Tensor; 4],
+        selection_bias: Option<Tensor>,
         shared: Option<SharedExpert>,
         x: Tensor,
         il: usize,
@@ -410,7 +413,8 @@ impl GraphBuilder<'_> {
         let [n_embd, n_rows, ..] = x.ne();
         let (n_expert, n_used) = (i64::from(hp.n_expert), i64::from(hp.n_expert_used));
         let probs = g.soft_max(g.mul_mat(router, x));
-        let selected = g.argsort_top_k(probs, hp.n_expert_used as i32);
+        let selection = selection_bias.map_or(probs, |bias| g.add(probs, bias));
+        let selected = g.argsort_top_k(selection, hp.n_expert_used as i32);
         let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n_rows), selected);
         if hp.expert_weights_norm {
             let flat = g.reshape_2d(weights, n_used, n_rows);

@@ -213,8 +213,15 @@ impl<'a> Loader<'a> {
     }
 
     /// A mixture of SwiGLU experts (`expert_count` of them, `n_ff_exp` wide), its
-    /// router, and the shared expert beside them if any.
-    pub fn experts_ffn(&mut self, hp: &HParams, il: u32, shared: Option<SharedExpert>) -> Result<FfnWeights> {
+    /// router, the shared expert beside them if any, and, for architectures that take
+    /// one (`selection_bias`), the selection bias `exp_probs_b.bias` where the file has it.
+    pub fn experts_ffn(
+        &mut self,
+        hp: &HParams,
+        il: u32,
+        shared: Option<SharedExpert>,
+        selection_bias: bool,
+    ) -> Result<FfnWeights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         let (embd, ff, n_expert) = (u64::from(hp.n_embd), u64::from(hp.n_ff_exp), u64::from(hp.n_expert));
         let used = hp.n_expert_used;
@@ -223,6 +230,10 @@ impl<'a> Loader<'a> {
             gate: self.experts(&n("ffn_gate_exps.weight"), &[embd, ff, n_expert], used)?,
             up: self.experts(&n("ffn_up_exps.weight"), &[embd, ff, n_expert], used)?,
             down: self.experts(&n("ffn_down_exps.weight"), &[ff, embd, n_expert], used)?,
+            selection_bias: match selection_bias {
+                true => self.optional_vector(&n("exp_probs_b.bias"), n_expert)?,
+                false => None,
+            },
             shared,
         })
     }

@@ -75,13 +75,15 @@ pub enum FfnWeights {
         down_b: Option<Tensor>,
     },
     /// A mixture of SwiGLU experts: the router [n_embd, n_expert] and the experts'
-    /// stacked weights [.., .., n_expert], and a shared expert beside them where the
-    /// model has one.
+    /// stacked weights [.., .., n_expert], a bias [n_expert] added to the router's
+    /// probabilities to pick the experts (not to weigh them) and a shared expert beside
+    /// them, where the model has those.
     Experts {
         router: Tensor,
         gate: Tensor,
         up: Tensor,
         down: Tensor,
+        selection_bias: Option<Tensor>,
         shared: Option<SharedExpert>,
     },
 }
