@@ -347,6 +347,20 @@ pub const QWEN2MOE: Family = Family {
     shared_expert: SharedExpert::Gated,
     ..LLAMA
 };
+/// ERNIE 4.5 MoE's layout: a dense first layer, then experts picked with a selection
+/// bias, and a shared expert without a gate.
+pub const ERNIE4_5_MOE: Family = Family {
+    arch: "ernie4_5-moe",
+    name: "elelem tiny ernie4_5-moe canary",
+    shared_expert: SharedExpert::Ungated,
+    selection_bias: true,
+    dense_lead: 1,
+    keys: &[
+        ("leading_dense_block_count", Key::U32(1)),
+        ("interleave_moe_layer_step", Key::U32(1)),
+    ],
+    ..LLAMA
+};
 /// Phi-3.5-MoE's layout: RMS norms with biases, biases on Q, K, V, the attention
 /// output and the logits, LongRoPE.
 pub const PHIMOE: Family = Family {
@@ -487,6 +501,15 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 n_expert: 8,
                 n_expert_used: 2,
                 ..small(OLMOE)
+            },
+        ),
+        (
+            "tiny-ernie4_5-moe",
+            Shape {
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(ERNIE4_5_MOE)
             },
         ),
         (

@@ -7,6 +7,7 @@ mod bert;
 mod cohere2;
 mod common;
 mod ernie4_5;
+mod ernie4_5_moe;
 mod exaone4;
 mod gemma2;
 mod gemma3;
@@ -61,6 +62,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &olmoe::ARCH,
     &qwen2moe::ARCH,
     &phimoe::ARCH,
+    &ernie4_5_moe::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
