@@ -33,6 +33,9 @@ pub struct Family {
     pub out_bias: bool,
     /// `down(gelu(up x + b)) + b` in place of SwiGLU (starcoder2).
     pub sequential_ffn: bool,
+    /// `down(xielu(up x))` in place of SwiGLU, with the global `xielu.*` keys, a value
+    /// per layer (apertus).
+    pub xielu_ffn: bool,
     /// Beside a mixture of experts, a shared expert.
     pub shared_expert: SharedExpert,
     /// A bias added to the router's probabilities to pick experts (ernie4_5-moe).
@@ -134,6 +137,7 @@ pub const LLAMA: Family = Family {
     norm_type: NormType::Rms,
     out_bias: false,
     sequential_ffn: false,
+    xielu_ffn: false,
     shared_expert: SharedExpert::None,
     selection_bias: false,
     dense_lead: 0,
@@ -648,6 +652,15 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.set(&key("expert_shared_feed_forward_length"), Value::U32(n_ff as u32));
         }
     }
+    if family.xielu_ffn {
+        // Apertus's initial values, varied by layer so that each layer's reach the graph.
+        let per_layer =
+            |base: f32, step: f32| Value::Array((0..n_layer).map(|il| Value::F32(base + step * il as f32)).collect());
+        w.set("xielu.alpha_n", per_layer(0.8, 0.1))
+            .set("xielu.alpha_p", per_layer(0.8, -0.1))
+            .set("xielu.beta", per_layer(0.5, 0.0))
+            .set("xielu.eps", per_layer(-1e-6, 0.0));
+    }
     set_vocab(&mut w, n_vocab);
 
     let head = n_embd / u64::from(n_head);
@@ -729,6 +742,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                 add_matrix(&mut w, &mut rng, &n("ffn_up_shexp.weight"), ty, n_embd, n_ff);
                 add_matrix(&mut w, &mut rng, &n("ffn_down_shexp.weight"), ty, n_ff, n_embd);
             }
+        } else if family.xielu_ffn {
+            add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
+            add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
         } else if family.sequential_ffn {
             add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
             w.add_f32(&n("ffn_up.bias"), &[n_ff], &rng.small(n_ff));

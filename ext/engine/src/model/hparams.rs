@@ -147,6 +147,9 @@ pub struct HParams {
     /// Whether the picked experts' probabilities are renormalized to sum to one
     /// (llama.cpp's `norm_w`: qwen3moe's, not olmoe's or qwen2moe's).
     pub expert_weights_norm: bool,
+    /// Each layer's xIELU parameters `[alpha_n, alpha_p, beta, eps]` (apertus's
+    /// feed-forward activation; empty elsewhere).
+    pub xielu: Vec<[f32; 4]>,
     /// Whether a token attends only to earlier ones (`attention.causal`; encoders say false).
     pub causal_attn: bool,
     /// How the file's model pools its embeddings (`pooling_type`), if it says.
@@ -331,6 +334,7 @@ impl HParams {
             n_ff_shexp: 0,
             n_layer_dense_lead: 0,
             expert_weights_norm: true,
+            xielu: Vec::new(),
             causal_attn: keys.opt_bool("attention.causal")?.unwrap_or(true),
             pooling,
             n_token_types: 0,
@@ -517,6 +521,28 @@ impl Keys<'_> {
                 .map(Some)
                 .ok_or_else(|| Error::Load(format!("{full} must be an unsigned 32-bit integer, got {v:?}"))),
         }
+    }
+
+    /// A key outside the architecture's prefix holding a float for each of `n_layer`
+    /// layers, or one for all of them (llama.cpp's `get_key_or_arr`); required.
+    pub(crate) fn global_f32_per_layer(&self, full: &str, n_layer: u32) -> Result<Vec<f32>> {
+        let value = self
+            .gguf
+            .get(full)
+            .ok_or_else(|| Error::Load(format!("missing required metadata key {full}")))?;
+        let values = match value.as_array() {
+            Some(items) => items
+                .iter()
+                .map(Value::as_f32)
+                .collect::<Option<Vec<f32>>>()
+                .filter(|v| v.len() == n_layer as usize),
+            None => value.as_f32().map(|v| vec![v; n_layer as usize]),
+        };
+        values.ok_or_else(|| {
+            Error::Load(format!(
+                "{full} must be a float or an array of one per layer ({n_layer})"
+            ))
+        })
     }
 
     pub(crate) fn u32(&self, key: &str) -> Result<u32> {

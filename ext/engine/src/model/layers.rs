@@ -382,6 +382,7 @@ impl GraphBuilder<'_> {
                 let down = g.mul_mat(down, g.gelu(up));
                 down_b.map_or(down, |b| g.add(down, b))
             }
+            FfnWeights::Xielu { up, down, params } => g.mul_mat(down, g.xielu(g.mul_mat(up, x), params)),
             FfnWeights::Experts {
                 router,
                 gate,

@@ -74,6 +74,9 @@ pub enum FfnWeights {
         down: Tensor,
         down_b: Option<Tensor>,
     },
+    /// `down(xielu(up x))` with the layer's xIELU parameters `[alpha_n, alpha_p, beta,
+    /// eps]` (apertus).
+    Xielu { up: Tensor, down: Tensor, params: [f32; 4] },
     /// A mixture of SwiGLU experts: the router [n_embd, n_expert] and the experts'
     /// stacked weights [.., .., n_expert], a bias [n_expert] added to the router's
     /// probabilities to pick the experts (not to weigh them) and a shared expert beside
