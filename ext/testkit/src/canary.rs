@@ -365,6 +365,15 @@ pub const ERNIE4_5_MOE: Family = Family {
     ],
     ..LLAMA
 };
+/// Apertus's layout: per-head Q/K norms, a gateless xIELU feed-forward, Llama 3.1's rope factors.
+pub const APERTUS: Family = Family {
+    arch: "apertus",
+    name: "elelem tiny apertus canary",
+    qk_norm: QkNorm::PerHead,
+    xielu_ffn: true,
+    rope_factors: RopeFactors::Llama3,
+    ..LLAMA
+};
 /// Phi-3.5-MoE's layout: RMS norms with biases, biases on Q, K, V, the attention
 /// output and the logits, LongRoPE.
 pub const PHIMOE: Family = Family {
@@ -507,6 +516,7 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 ..small(OLMOE)
             },
         ),
+        ("tiny-apertus", small(APERTUS)),
         (
             "tiny-ernie4_5-moe",
             Shape {

@@ -3,6 +3,7 @@
 //! gathered in its `ARCH`. Adding an architecture is one file here and one line
 //! in [`REGISTRY`].
 
+mod apertus;
 mod bert;
 mod cohere2;
 mod common;
@@ -63,6 +64,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &qwen2moe::ARCH,
     &phimoe::ARCH,
     &ernie4_5_moe::ARCH,
+    &apertus::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
