@@ -93,6 +93,14 @@ pub struct ArchTraits {
     pub experts: bool,
 }
 
+/// Q multiplied by `ln(floor(pos / floor_scale) + 1) * scale + 1` after rope (llama.cpp's
+/// `f_attn_temp_scale` and `n_attn_temp_floor_scale`: Llama 4's and Mistral 3's).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnTemperature {
+    pub scale: f32,
+    pub floor_scale: u32,
+}
+
 /// Sliding-window attention on some layers (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`):
 /// on those layers a token at position `p` attends only to positions `p - window + 1 ..= p`,
 /// its keys live in a cache of their own sized to the window, and its rope has its own base.
@@ -134,6 +142,8 @@ pub struct HParams {
     /// What the logits are multiplied by: cohere2's `logit_scale`, or 1 / granite's
     /// (which llama.cpp divides by so, in f32).
     pub logit_multiplier: Option<f32>,
+    /// Q's temperature by position, where the model has one.
+    pub attn_temperature: Option<AttnTemperature>,
     /// Every `n`-th layer (counting from 1) attends without rotary embeddings (SmolLM3's NoPE).
     pub no_rope_every: Option<u32>,
     /// A mixture of experts: how many, how many each token uses, and each one's width.
@@ -328,6 +338,7 @@ impl HParams {
             logit_multiplier: None,
             attention_scale: None,
             no_rope_every: None,
+            attn_temperature: None,
             n_expert,
             n_expert_used: 0,
             n_ff_exp: 0,
@@ -409,6 +420,44 @@ fn read_rope_scaling(keys: &Keys, mode: RopeMode, n_dims: u32, n_ctx_train: u32,
         beta_fast: 32.0,
         beta_slow: 1.0,
     })
+}
+
+/// YaRN's details as llama.cpp reads them for the architectures that have them
+/// (`rope.scaling.yarn_beta_fast`, `yarn_beta_slow`, `yarn_log_multiplier`), and the
+/// magnitude correction `llama_context` then computes with the log multiplier:
+/// `mscale(factor, 1) / mscale(factor, log_mul)` in place of `mscale(factor, 1)`.
+pub(crate) fn read_yarn_details(keys: &Keys, hp: &mut HParams) -> Result<()> {
+    let beta_fast = keys
+        .opt_f32("rope.scaling.yarn_beta_fast")?
+        .unwrap_or(hp.rope.beta_fast);
+    let beta_slow = keys
+        .opt_f32("rope.scaling.yarn_beta_slow")?
+        .unwrap_or(hp.rope.beta_slow);
+    let log_mul = keys.opt_f32("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0);
+    if ![beta_fast, beta_slow, log_mul].iter().all(|v| v.is_finite()) {
+        return Err(Error::Load(format!(
+            "{}: rope.scaling.yarn_beta_fast ({beta_fast}), yarn_beta_slow ({beta_slow}) and \
+             yarn_log_multiplier ({log_mul}) must be finite",
+            keys.prefix
+        )));
+    }
+    hp.rope.beta_fast = beta_fast;
+    hp.rope.beta_slow = beta_slow;
+    if hp.rope.ext_factor != 0.0 && log_mul != 0.0 {
+        let mscale = |scale: f32, mscale: f32| {
+            if scale <= 1.0 {
+                1.0
+            } else {
+                0.1 * mscale * scale.ln() + 1.0
+            }
+        };
+        let factor = 1.0 / hp.rope.freq_scale;
+        let mut attn_factor = mscale(factor, 1.0) / mscale(factor, log_mul);
+        attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
+        attn_factor *= keys.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
+        hp.rope.attn_factor = attn_factor;
+    }
+    Ok(())
 }
 
 /// The sliding window as llama.cpp's `load_swa_pattern` reads it: none unless

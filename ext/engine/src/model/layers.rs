@@ -7,7 +7,7 @@
 use ggml_sys as sys;
 
 use super::hparams::{HParams, NormType, Pooling};
-use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows};
+use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, TemperatureInput};
 use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, SharedExpert, Weights};
 use crate::ggml::{Graph, Rope, Tensor};
 use crate::memory::kv_cache::KvCache;
@@ -68,6 +68,21 @@ impl GraphBuilder<'_> {
             value: scale,
         }));
         self.graph.mul(self.embed(), rows).set_name("inp_scaled")
+    }
+
+    /// The attention temperature input of this pass, where the model scales Q by
+    /// position (see [`HParams::attn_temperature`]); build it once per graph.
+    pub fn attn_temperature(&self) -> Option<Tensor> {
+        let temperature = self.hparams().attn_temperature?;
+        let tensor = self
+            .graph
+            .input("inp_attn_scale", sys::GGML_TYPE_F32, &[1, 1, self.n_tokens]);
+        self.inputs.added.borrow_mut().push(Box::new(TemperatureInput {
+            tensor,
+            scale: temperature.scale,
+            floor_scale: temperature.floor_scale,
+        }));
+        Some(tensor)
     }
 
     /// Rotates Q or K by position, with the frequency factors the model has for this

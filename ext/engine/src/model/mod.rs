@@ -18,7 +18,7 @@ mod spec;
 pub mod weights;
 
 pub(crate) use hparams::{read_swa, Keys};
-pub use hparams::{ArchTraits, HParams, Kind, NormType, Pooling, Swa};
+pub use hparams::{ArchTraits, AttnTemperature, HParams, Kind, NormType, Pooling, Swa};
 pub use layers::{Glu, GraphBuilder};
 pub(crate) use loader::Loader;
 pub use spec::{Arch, ArchSpec};
