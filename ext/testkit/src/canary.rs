@@ -374,6 +374,22 @@ pub const APERTUS: Family = Family {
     rope_factors: RopeFactors::Llama3,
     ..LLAMA
 };
+/// Ministral 3's keys: YaRN (4 times an original context of 64) with its betas and log
+/// multiplier, and the attention temperature, which grows at positions 64, 192, ...
+pub const MISTRAL3: Family = Family {
+    arch: "mistral3",
+    name: "elelem tiny mistral3 canary",
+    keys: &[
+        ("rope.scaling.type", Key::Str("yarn")),
+        ("rope.scaling.factor", Key::F32(4.0)),
+        ("rope.scaling.original_context_length", Key::U32(64)),
+        ("rope.scaling.yarn_beta_fast", Key::F32(16.0)),
+        ("rope.scaling.yarn_beta_slow", Key::F32(2.0)),
+        ("rope.scaling.yarn_log_multiplier", Key::F32(1.0)),
+        ("attention.temperature_scale", Key::F32(0.5)),
+    ],
+    ..LLAMA
+};
 /// Phi-3.5-MoE's layout: RMS norms with biases, biases on Q, K, V, the attention
 /// output and the logits, LongRoPE.
 pub const PHIMOE: Family = Family {
@@ -517,6 +533,7 @@ pub fn synthetic() -> Vec<(String, Shape)> {
             },
         ),
         ("tiny-apertus", small(APERTUS)),
+        ("tiny-mistral3", small(MISTRAL3)),
         (
             "tiny-ernie4_5-moe",
             Shape {

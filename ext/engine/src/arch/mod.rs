@@ -17,6 +17,7 @@ mod granite;
 mod hunyuan_dense;
 mod llama;
 mod llama_cpp;
+mod mistral3;
 mod nomic_bert;
 mod olmo2;
 mod olmoe;
@@ -65,6 +66,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &phimoe::ARCH,
     &ernie4_5_moe::ARCH,
     &apertus::ARCH,
+    &mistral3::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
