@@ -1,4 +1,4 @@
-//! mistral3 (Ministral 3, Mistral Small 3.1/3.2: the text model): llama's graph, with
+//! mistral3 (Ministral 3, the text model): llama's graph, with
 //! YaRN's beta and log-multiplier keys, and, where the file sets
 //! `attention.temperature_scale`, Q multiplied after rope by a temperature growing
 //! with the position, `ln(floor(pos / n) + 1) * scale + 1` for the original context
@@ -13,7 +13,7 @@ use crate::{Error, Result};
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "mistral3",
-    models: "Ministral 3 (3B, 8B, 14B), Mistral Small 3.1 and 3.2 (text)",
+    models: "Ministral 3 (3B, 8B, 14B; the text model)",
     rope_mode: RopeMode::Norm,
     read_hparams,
     load: llama::load,
