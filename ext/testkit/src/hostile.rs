@@ -5,7 +5,8 @@
 //! seeds.
 //!
 //! - [`seeds`]: valid models (llama, qwen2 and gemma3; F32, F16, Q8_0 and
-//!   K-quants; tied and untied output heads).
+//!   K-quants; tied and untied output heads), and every synthetic model's family in a
+//!   micro shape.
 //! - [`structured`]: one deliberate flaw each, with words the error must contain.
 //! - [`mutations`]: byte-level damage to a seed: truncations, every header byte
 //!   overwritten with extreme values, random bytes.
@@ -75,6 +76,28 @@ const QWEN3MOE: Shape = Shape {
     ..micro(canary::QWEN3MOE)
 };
 const LLAMA3: Shape = micro(canary::LLAMA31);
+/// Every architecture of the synthetic models (`canary::synthetic()`, but the weight
+/// types') in a micro shape: 2 layers of two 8-wide heads (one KV head, or two where
+/// the model has as many as heads), 4 experts (2 per token) where it has experts.
+fn micro_synthetic() -> impl Iterator<Item = (String, GgufWriter)> {
+    canary::synthetic()
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with("tiny-weights-"))
+        .map(|(name, shape)| {
+            let micro = Shape {
+                n_embd: 16,
+                n_head: 2,
+                n_head_kv: if shape.n_head_kv == shape.n_head { 2 } else { 1 },
+                n_expert: shape.n_expert.min(4),
+                n_expert_used: shape.n_expert_used.min(2),
+                ..micro(shape.family)
+            };
+            (
+                format!("{}-micro", name.trim_start_matches("tiny-")),
+                canary::writer(&micro),
+            )
+        })
+}
 const GEMMA3: Shape = micro(canary::GEMMA3);
 /// Rows of 32 for Q8_0 blocks.
 const Q8_0: Shape = Shape {
@@ -122,8 +145,10 @@ pub fn seeds() -> Vec<Case> {
         ("nomic-bert-f32", canary::Embedder::Encoder(canary::NOMIC_BERT).writer()),
     ]
     .into_iter()
+    .map(|(name, w)| (name.to_string(), w))
+    .chain(micro_synthetic())
     .map(|(name, w)| Case {
-        name: name.into(),
+        name,
         bytes: w.to_bytes(),
         expect: Expect::Runs,
     })
