@@ -60,6 +60,13 @@ module Elelem
   #     (this CPU's model name, when the OS says)
   #   @raise [Elelem::CpuError] when `ELELEM_CPU_VARIANT` names a variant this CPU cannot run
 
+  # @!method self.supported_architectures
+  #   The architectures elelem runs (a GGUF's `general.architecture`), from the engine's
+  #   registry. A file of another one raises {UnsupportedModel} when opened.
+  #     Elelem.supported_architectures.key?("qwen3moe")  # => true
+  #   @return [Hash{String => Hash}] by name: `:kind` (`:decoder` or `:encoder`), `:experts`
+  #     (whether its feed-forwards may be a mixture of experts), `:models` (the families it holds)
+
   # @!method self.ggml_version
   #   @return [String] the vendored ggml's version
 

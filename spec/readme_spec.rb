@@ -2,6 +2,7 @@
 
 require "spec_helper"
 require "stringio"
+require_relative "../tasks/readme_architectures"
 
 # The README's Ruby examples run as they are written: each ```ruby block, and where a
 # "prints" block follows it, exactly that output. Greedy decoding is deterministic on a
@@ -70,6 +71,10 @@ end
 
 RSpec.describe "README.md's examples" do
   examples = ReadmeExamples.all
+
+  it "lists the architectures the engine runs (`rake readme` rewrites the table)" do
+    expect(ReadmeArchitectures.current).to eq(ReadmeArchitectures.block)
+  end
 
   it "has Ruby examples, the first with its printed output" do
     expect(examples.size).to be >= 5

@@ -152,7 +152,12 @@ module Goldens
 
   # A model's fixture: its cases (text prompts tokenized by the reference), recorded.
   def record_cases(name, prompts)
-    golden = Elelem::Golden.new(fixture(name))
+    record(add_cases(Elelem::Golden.new(fixture(name)), name, prompts), name)
+  end
+
+  # Adds the cases of `prompts` that `golden` lacks (text prompts tokenized by the reference).
+  # @return [Elelem::Golden] golden
+  def add_cases(golden, name, prompts)
     prompts.each do |case_name, prompt|
       next if golden.find(case_name)
 
@@ -160,7 +165,7 @@ module Goldens
       ids = text ? Reference.tokenize(model_path(name), text) : prompt
       golden.add_case(case_name, ids, max_tokens: Reference::N_PREDICT, ignore_eos: text.nil?, prompt_text: text)
     end
-    record(golden, name)
+    golden
   end
 
   # A lockstep fixture: its one case (text prompts tokenized by the reference), recorded.
@@ -197,8 +202,7 @@ module Goldens
     GrammarGolden.ensure_recorded
     EmbeddingGolden.ensure_recorded
     SpeculativeGolden.ensure_recorded
-    missing = fixtures.map { |name| [name, Elelem::Golden.new(fixture(name), cache: Elelem::Golden::CACHE_DIR)] }
-                      .reject { |_, golden| golden.recorded? }
+    missing = fixtures.map { |name| [name, cached_golden(name)] }.reject { |_, golden| golden.recorded? }
     profile = Elelem.build_profile
     if missing.empty?
       puts "goldens: every fixture has a recording for build profile #{profile[:id]}"
@@ -210,6 +214,15 @@ module Goldens
     Reference.build
     missing.each { |name, golden| record(golden, name) }
     puts format("goldens: recorded in %.0f s", Time.now - started)
+  end
+
+  # A fixture with this machine's cache of recordings; a new synthetic model's gets its cases
+  # (the fixture then holds them, the cache the recording).
+  def cached_golden(name)
+    golden = Elelem::Golden.new(fixture(name), cache: Elelem::Golden::CACHE_DIR)
+    return golden unless synthetic.include?(name) && golden.cases.empty?
+
+    add_cases(golden, name, CANARY_PROMPTS)
   end
 
   def write_chat

@@ -4,8 +4,15 @@ module Elelem
   # The base of every error elelem raises on its own account.
   class Error < StandardError; end
 
-  # The file is missing, unreadable, not a GGUF, malformed or of an unsupported architecture.
+  # The file is missing, unreadable, not a GGUF or malformed; or a model elelem does not run
+  # ({UnsupportedModel}).
   class LoadError < Error; end
+
+  # A well-formed model that elelem does not run as llama.cpp would: an architecture it does
+  # not run ({Elelem.supported_architectures} lists those it does), or a tensor or
+  # `<arch>.` metadata key its architecture would ignore. The message names it and says
+  # whether llama.cpp runs it. Refused at load, never loaded and decoded differently.
+  class UnsupportedModel < LoadError; end
 
   # A chat template failed to render: its syntax, a value it cannot use, or its own
   # `raise_exception` (a template refusing a role it does not take, say).

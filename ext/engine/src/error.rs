@@ -5,6 +5,11 @@ pub enum Error {
     /// The file is missing, unreadable, not a GGUF, malformed, or not a model we support.
     #[error("{0}")]
     Load(String),
+    /// A well-formed model that elelem would not decode as llama.cpp does: an
+    /// architecture it does not run, or a tensor or `<arch>.` key its architecture
+    /// would ignore. Refused rather than loaded and mis-decoded.
+    #[error("{0}")]
+    Unsupported(String),
     /// A caller passed something out of range (token IDs, sizes, options).
     #[error("{0}")]
     InvalidArgument(String),

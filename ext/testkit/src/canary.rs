@@ -22,11 +22,28 @@ pub struct Family {
     pub name: &'static str,
     /// Q, K and V biases (qwen2).
     pub qkv_bias: bool,
-    /// Q, K and V in one `attn_qkv`, the gate and up projections in one `ffn_up`
-    /// twice as wide (phi3).
-    pub fused: bool,
+    /// Q, K and V in one `attn_qkv` (phi3).
+    pub fused_qkv: bool,
+    /// The gate and up projections in one `ffn_up` twice as wide (phi3, glm4).
+    pub fused_ffn: bool,
     pub qk_norm: QkNorm,
     pub norms: Norms,
+    pub norm_type: NormType,
+    /// A bias on the attention's output projection (starcoder2).
+    pub out_bias: bool,
+    /// `down(gelu(up x + b)) + b` in place of SwiGLU (starcoder2).
+    pub sequential_ffn: bool,
+    /// `down(xielu(up x))` in place of SwiGLU, with the global `xielu.*` keys, a value
+    /// per layer (apertus).
+    pub xielu_ffn: bool,
+    /// Beside a mixture of experts, a shared expert.
+    pub shared_expert: SharedExpert,
+    /// A bias added to the router's probabilities to pick experts (ernie4_5-moe).
+    pub selection_bias: bool,
+    /// How many first layers of a mixture of experts have a dense feed-forward instead.
+    pub dense_lead: u32,
+    /// A bias on the logits (phimoe).
+    pub output_bias: bool,
     /// No `output.weight`: the head is the embeddings.
     pub tied_head: bool,
     pub rope_factors: RopeFactors,
@@ -53,6 +70,32 @@ pub enum Norms {
     PreAndPost,
     /// After only (olmo2).
     Post,
+    /// Before, the feed-forward's named `post_attention_norm` (seed_oss).
+    PreFfnNamedPostAttention,
+    /// Before attention only: the feed-forward reads the same normed input (cohere2).
+    Parallel,
+}
+
+/// A shared expert beside the routed ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedExpert {
+    None,
+    /// Scaled by a sigmoid gate of its own (qwen2moe).
+    Gated,
+    /// Added as it is (ernie4_5-moe).
+    Ungated,
+}
+
+/// What the norms are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormType {
+    Rms,
+    /// RMS norms with a bias added (phimoe).
+    RmsWithBias,
+    /// LayerNorms of a weight only (cohere2).
+    Layer,
+    /// LayerNorms of a weight and a bias (starcoder2).
+    LayerWithBias,
 }
 
 /// Frequency-factor tensors.
@@ -87,9 +130,18 @@ pub const LLAMA: Family = Family {
     arch: "llama",
     name: "elelem tiny llama canary",
     qkv_bias: false,
-    fused: false,
+    fused_qkv: false,
+    fused_ffn: false,
     qk_norm: QkNorm::None,
     norms: Norms::Pre,
+    norm_type: NormType::Rms,
+    out_bias: false,
+    sequential_ffn: false,
+    xielu_ffn: false,
+    shared_expert: SharedExpert::None,
+    selection_bias: false,
+    dense_lead: 0,
+    output_bias: false,
     tied_head: false,
     rope_factors: RopeFactors::None,
     keys: &[],
@@ -187,7 +239,8 @@ pub const SMOLLM3: Family = Family {
 pub const PHI3: Family = Family {
     arch: "phi3",
     name: "elelem tiny canary, Phi 3 shaped",
-    fused: true,
+    fused_qkv: true,
+    fused_ffn: true,
     ..LLAMA
 };
 /// Phi-3 as Phi-3.5 and Phi-4-mini ship: LongRoPE over an original context of 4096,
@@ -209,6 +262,150 @@ pub const PHI3_LONGROPE_LONG: Family = Family {
         ("rope.scaling.original_context_length", Key::U32(64)),
     ],
     ..PHI3_LONGROPE
+};
+/// GLM-4-0414's layout: Q, K and V biases, post-norms, the feed-forward's gate and up
+/// fused, and rope over half of each head.
+pub const GLM4: Family = Family {
+    arch: "glm4",
+    name: "elelem tiny glm4 canary",
+    qkv_bias: true,
+    fused_ffn: true,
+    norms: Norms::PreAndPost,
+    keys: &[("rope.dimension_count", Key::U32(8))],
+    ..LLAMA
+};
+/// EXAONE 4.0's layout: post-norms only, per-head Q/K norms, Llama 3.1's rope factors.
+pub const EXAONE4: Family = Family {
+    arch: "exaone4",
+    name: "elelem tiny exaone4 canary",
+    qk_norm: QkNorm::PerHead,
+    norms: Norms::Post,
+    rope_factors: RopeFactors::Llama3,
+    ..LLAMA
+};
+/// EXAONE 4.0 32B's: 64 layers, which llama.cpp takes for sliding windows (here of 4)
+/// on three layers of four, the fourth without rope.
+pub const EXAONE4_SWA: Family = Family {
+    keys: &[("attention.sliding_window", Key::U32(4))],
+    ..EXAONE4
+};
+/// ERNIE 4.5's dense layout: llama's (what differs is in its graph).
+pub const ERNIE4_5: Family = Family {
+    arch: "ernie4_5",
+    name: "elelem tiny ernie4_5 canary",
+    ..LLAMA
+};
+/// Seed-OSS's layout: Q, K and V biases, its feed-forward's norm named `post_attention_norm`.
+pub const SEED_OSS: Family = Family {
+    arch: "seed_oss",
+    name: "elelem tiny seed_oss canary",
+    qkv_bias: true,
+    norms: Norms::PreFfnNamedPostAttention,
+    ..LLAMA
+};
+/// Hunyuan's dense layout: per-head Q/K norms (applied after rope), NTK-aware rope alpha.
+pub const HUNYUAN_DENSE: Family = Family {
+    arch: "hunyuan-dense",
+    name: "elelem tiny hunyuan-dense canary",
+    qk_norm: QkNorm::PerHead,
+    keys: &[("rope.scaling.alpha", Key::F32(1000.0))],
+    ..LLAMA
+};
+/// StarCoder2's layout: LayerNorms with biases, biases on every projection, a GELU
+/// feed-forward.
+pub const STARCODER2: Family = Family {
+    arch: "starcoder2",
+    name: "elelem tiny starcoder2 canary",
+    qkv_bias: true,
+    norm_type: NormType::LayerWithBias,
+    out_bias: true,
+    sequential_ffn: true,
+    ..LLAMA
+};
+/// Command R7B's layout: one LayerNorm without bias before attention and feed-forward
+/// in parallel, a window of 4 on three layers of four, the head tied, the logits scaled.
+pub const COHERE2: Family = Family {
+    arch: "cohere2",
+    name: "elelem tiny cohere2 canary",
+    norms: Norms::Parallel,
+    norm_type: NormType::Layer,
+    tied_head: true,
+    keys: &[
+        ("attention.sliding_window", Key::U32(4)),
+        ("logit_scale", Key::F32(0.25)),
+    ],
+    ..LLAMA
+};
+/// OLMoE's layout: Q and K normed over their whole width, as many KV heads as heads.
+pub const OLMOE: Family = Family {
+    arch: "olmoe",
+    name: "elelem tiny olmoe canary",
+    qk_norm: QkNorm::Full,
+    ..LLAMA
+};
+/// Qwen1.5-MoE's layout: qwen2's attention, a gated shared expert beside the experts.
+pub const QWEN2MOE: Family = Family {
+    arch: "qwen2moe",
+    name: "elelem tiny qwen2moe canary",
+    qkv_bias: true,
+    shared_expert: SharedExpert::Gated,
+    ..LLAMA
+};
+/// ERNIE 4.5 MoE's layout: a dense first layer, then experts picked with a selection
+/// bias, and a shared expert without a gate.
+pub const ERNIE4_5_MOE: Family = Family {
+    arch: "ernie4_5-moe",
+    name: "elelem tiny ernie4_5-moe canary",
+    shared_expert: SharedExpert::Ungated,
+    selection_bias: true,
+    dense_lead: 1,
+    keys: &[
+        ("leading_dense_block_count", Key::U32(1)),
+        ("interleave_moe_layer_step", Key::U32(1)),
+    ],
+    ..LLAMA
+};
+/// Apertus's layout: per-head Q/K norms, a gateless xIELU feed-forward, Llama 3.1's rope factors.
+pub const APERTUS: Family = Family {
+    arch: "apertus",
+    name: "elelem tiny apertus canary",
+    qk_norm: QkNorm::PerHead,
+    xielu_ffn: true,
+    rope_factors: RopeFactors::Llama3,
+    ..LLAMA
+};
+/// Ministral 3's keys: YaRN (4 times an original context of 64) with its betas and log
+/// multiplier, and the attention temperature, which grows at positions 64, 192, ...
+pub const MISTRAL3: Family = Family {
+    arch: "mistral3",
+    name: "elelem tiny mistral3 canary",
+    keys: &[
+        ("rope.scaling.type", Key::Str("yarn")),
+        ("rope.scaling.factor", Key::F32(4.0)),
+        ("rope.scaling.original_context_length", Key::U32(64)),
+        ("rope.scaling.yarn_beta_fast", Key::F32(16.0)),
+        ("rope.scaling.yarn_beta_slow", Key::F32(2.0)),
+        ("rope.scaling.yarn_log_multiplier", Key::F32(1.0)),
+        ("attention.temperature_scale", Key::F32(0.5)),
+    ],
+    ..LLAMA
+};
+/// Phi-3.5-MoE's layout: RMS norms with biases, biases on Q, K, V, the attention
+/// output and the logits, LongRoPE.
+pub const PHIMOE: Family = Family {
+    arch: "phimoe",
+    name: "elelem tiny canary, Phi 3.5 MoE shaped",
+    qkv_bias: true,
+    norm_type: NormType::RmsWithBias,
+    out_bias: true,
+    output_bias: true,
+    rope_factors: RopeFactors::LongRope,
+    keys: &[
+        ("rope.scaling.type", Key::Str("longrope")),
+        ("rope.scaling.attn_factor", Key::F32(1.19)),
+        ("rope.scaling.original_context_length", Key::U32(64)),
+    ],
+    ..LLAMA
 };
 
 /// A model the recipe can write: a [`Family`] in some size and weight types.
@@ -307,6 +504,63 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ),
         ("tiny-phi3", small(PHI3_LONGROPE)),
         ("tiny-phi3-long", small(PHI3_LONGROPE_LONG)),
+        ("tiny-glm4", small(GLM4)),
+        ("tiny-exaone4", small(EXAONE4)),
+        (
+            "tiny-exaone4-swa",
+            Shape {
+                n_layer: 64,
+                n_embd: 64,
+                n_head: 4,
+                n_ff: 128,
+                ..small(EXAONE4_SWA)
+            },
+        ),
+        ("tiny-ernie4_5", small(ERNIE4_5)),
+        ("tiny-seed_oss", small(SEED_OSS)),
+        ("tiny-hunyuan-dense", small(HUNYUAN_DENSE)),
+        ("tiny-starcoder2", small(STARCODER2)),
+        ("tiny-cohere2", small(COHERE2)),
+        // 8 experts of width 64, 2 per token; 8 KV heads, as its K norm needs.
+        (
+            "tiny-olmoe",
+            Shape {
+                n_head_kv: 8,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(OLMOE)
+            },
+        ),
+        ("tiny-apertus", small(APERTUS)),
+        ("tiny-mistral3", small(MISTRAL3)),
+        (
+            "tiny-ernie4_5-moe",
+            Shape {
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(ERNIE4_5_MOE)
+            },
+        ),
+        (
+            "tiny-phimoe",
+            Shape {
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(PHIMOE)
+            },
+        ),
+        (
+            "tiny-qwen2moe",
+            Shape {
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(QWEN2MOE)
+            },
+        ),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");
@@ -394,6 +648,10 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         ..
     } = shape;
     let arch = family.arch;
+    let eps_key = match family.norm_type {
+        NormType::Rms | NormType::RmsWithBias => "attention.layer_norm_rms_epsilon",
+        NormType::Layer | NormType::LayerWithBias => "attention.layer_norm_epsilon",
+    };
     let mut rng = Rng(SEED);
     let mut w = GgufWriter::new();
     let s = |v: &str| Value::String(v.to_string());
@@ -409,7 +667,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         .set(&key("attention.head_count_kv"), Value::U32(n_head_kv))
         .set(&key("rope.dimension_count"), Value::U32(n_embd as u32 / n_head))
         .set(&key("rope.freq_base"), Value::F32(10000.0))
-        .set(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5));
+        .set(&key(eps_key), Value::F32(1e-5));
     for &(name, value) in family.keys {
         w.set(&key(name), value.value());
     }
@@ -417,13 +675,25 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.set(&key("expert_count"), Value::U32(shape.n_expert))
             .set(&key("expert_used_count"), Value::U32(shape.n_expert_used))
             .set(&key("expert_feed_forward_length"), Value::U32(n_ff as u32));
+        if family.shared_expert != SharedExpert::None {
+            w.set(&key("expert_shared_feed_forward_length"), Value::U32(n_ff as u32));
+        }
+    }
+    if family.xielu_ffn {
+        // Apertus's initial values, varied by layer so that each layer's reach the graph.
+        let per_layer =
+            |base: f32, step: f32| Value::Array((0..n_layer).map(|il| Value::F32(base + step * il as f32)).collect());
+        w.set("xielu.alpha_n", per_layer(0.8, 0.1))
+            .set("xielu.alpha_p", per_layer(0.8, -0.1))
+            .set("xielu.beta", per_layer(0.5, 0.0))
+            .set("xielu.eps", per_layer(-1e-6, 0.0));
     }
     set_vocab(&mut w, n_vocab);
 
     let head = n_embd / u64::from(n_head);
     let kv_dim = head * u64::from(n_head_kv);
     let (pre_norms, post_norms) = match family.norms {
-        Norms::Pre => (true, false),
+        Norms::Pre | Norms::PreFfnNamedPostAttention | Norms::Parallel => (true, false),
         Norms::PreAndPost => (true, true),
         Norms::Post => (false, true),
     };
@@ -432,9 +702,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         let n = |t: &str| format!("blk.{il}.{t}");
         let ty = shape.matrix_type;
         if pre_norms {
-            w.add_f32(&n("attn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+            add_norm(&mut w, &mut rng, &n("attn_norm"), family.norm_type, n_embd);
         }
-        if family.fused {
+        if family.fused_qkv {
             add_matrix(&mut w, &mut rng, &n("attn_qkv.weight"), ty, n_embd, n_embd + 2 * kv_dim);
         } else {
             add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, n_embd);
@@ -447,6 +717,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32(&n("attn_v.bias"), &[kv_dim], &rng.small(kv_dim));
         }
         add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, n_embd, n_embd);
+        if family.out_bias {
+            w.add_f32(&n("attn_output.bias"), &[n_embd], &rng.small(n_embd));
+        }
         let qk_norm_widths = match family.qk_norm {
             QkNorm::None => None,
             QkNorm::PerHead => Some((head, head)),
@@ -460,10 +733,14 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
             w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         }
-        if pre_norms {
-            w.add_f32(&n("ffn_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        if pre_norms && family.norms != Norms::Parallel {
+            let name = match family.norms {
+                Norms::PreFfnNamedPostAttention => "post_attention_norm",
+                _ => "ffn_norm",
+            };
+            add_norm(&mut w, &mut rng, &n(name), family.norm_type, n_embd);
         }
-        if shape.n_expert > 0 {
+        if shape.n_expert > 0 && il >= family.dense_lead {
             let n_expert = u64::from(shape.n_expert);
             add_matrix(
                 &mut w,
@@ -481,7 +758,26 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                     &values,
                 );
             }
-        } else if family.fused {
+            if family.selection_bias {
+                w.add_f32(&n("exp_probs_b.bias"), &[n_expert], &rng.small(n_expert));
+            }
+            if family.shared_expert == SharedExpert::Gated {
+                w.add_f32(&n("ffn_gate_inp_shexp.weight"), &[n_embd], &rng.matrix(n_embd, 1));
+            }
+            if family.shared_expert != SharedExpert::None {
+                add_matrix(&mut w, &mut rng, &n("ffn_gate_shexp.weight"), ty, n_embd, n_ff);
+                add_matrix(&mut w, &mut rng, &n("ffn_up_shexp.weight"), ty, n_embd, n_ff);
+                add_matrix(&mut w, &mut rng, &n("ffn_down_shexp.weight"), ty, n_ff, n_embd);
+            }
+        } else if family.xielu_ffn {
+            add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
+            add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
+        } else if family.sequential_ffn {
+            add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
+            w.add_f32(&n("ffn_up.bias"), &[n_ff], &rng.small(n_ff));
+            add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
+            w.add_f32(&n("ffn_down.bias"), &[n_embd], &rng.small(n_embd));
+        } else if family.fused_ffn {
             add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, 2 * n_ff);
             add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
         } else {
@@ -510,11 +806,22 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32("rope_factors_short.weight", &[pairs], &ramp(1.0, 1.5));
         }
     }
-    w.add_f32("output_norm.weight", &[n_embd], &rng.around_one(n_embd));
+    add_norm(&mut w, &mut rng, "output_norm", family.norm_type, n_embd);
     if !family.tied_head {
         add_matrix(&mut w, &mut rng, "output.weight", shape.embd_type, n_embd, n_vocab);
     }
+    if family.output_bias {
+        w.add_f32("output.bias", &[n_vocab], &rng.small(n_vocab));
+    }
     w
+}
+
+/// Adds the norm `<name>.weight` (around one) and, for a LayerNorm with bias, `<name>.bias`.
+fn add_norm(w: &mut GgufWriter, rng: &mut Rng, name: &str, norm_type: NormType, n: u64) {
+    w.add_f32(&format!("{name}.weight"), &[n], &rng.around_one(n));
+    if matches!(norm_type, NormType::LayerWithBias | NormType::RmsWithBias) {
+        w.add_f32(&format!("{name}.bias"), &[n], &rng.small(n));
+    }
 }
 
 /// Adds a seeded `fan_in` × `fan_out` weight of type `ty`, quantized by ggml itself.

@@ -5,7 +5,8 @@
 //! seeds.
 //!
 //! - [`seeds`]: valid models (llama, qwen2 and gemma3; F32, F16, Q8_0 and
-//!   K-quants; tied and untied output heads).
+//!   K-quants; tied and untied output heads), and every synthetic model's family in a
+//!   micro shape.
 //! - [`structured`]: one deliberate flaw each, with words the error must contain.
 //! - [`mutations`]: byte-level damage to a seed: truncations, every header byte
 //!   overwritten with extreme values, random bytes.
@@ -75,6 +76,28 @@ const QWEN3MOE: Shape = Shape {
     ..micro(canary::QWEN3MOE)
 };
 const LLAMA3: Shape = micro(canary::LLAMA31);
+/// Every architecture of the synthetic models (`canary::synthetic()`, but the weight
+/// types') in a micro shape: 2 layers of two 8-wide heads (one KV head, or two where
+/// the model has as many as heads), 4 experts (2 per token) where it has experts.
+fn micro_synthetic() -> impl Iterator<Item = (String, GgufWriter)> {
+    canary::synthetic()
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with("tiny-weights-"))
+        .map(|(name, shape)| {
+            let micro = Shape {
+                n_embd: 16,
+                n_head: 2,
+                n_head_kv: if shape.n_head_kv == shape.n_head { 2 } else { 1 },
+                n_expert: shape.n_expert.min(4),
+                n_expert_used: shape.n_expert_used.min(2),
+                ..micro(shape.family)
+            };
+            (
+                format!("{}-micro", name.trim_start_matches("tiny-")),
+                canary::writer(&micro),
+            )
+        })
+}
 const GEMMA3: Shape = micro(canary::GEMMA3);
 /// Rows of 32 for Q8_0 blocks.
 const Q8_0: Shape = Shape {
@@ -122,8 +145,10 @@ pub fn seeds() -> Vec<Case> {
         ("nomic-bert-f32", canary::Embedder::Encoder(canary::NOMIC_BERT).writer()),
     ]
     .into_iter()
+    .map(|(name, w)| (name.to_string(), w))
+    .chain(micro_synthetic())
     .map(|(name, w)| Case {
-        name: name.into(),
+        name,
         bytes: w.to_bytes(),
         expect: Expect::Runs,
     })
@@ -146,8 +171,16 @@ pub fn structured() -> Vec<Case> {
     let metadata = vec![
         ("no-architecture", Rejected("general.architecture"), g("general.architecture"), None),
         ("architecture-not-a-string", Rejected("general.architecture"), g("general.architecture"), Some(U32(1))),
-        ("unknown-architecture", Rejected("unsupported architecture 'mamba'"),
+        ("unknown-architecture", Rejected("architecture 'mamba' is not one elelem runs (llama.cpp runs it)"),
             g("general.architecture"), text("mamba")),
+        ("architecture-unknown-to-llama-cpp", Rejected("architecture 'nonesuch' is not one elelem runs (llama.cpp \
+            does not know it either)"), g("general.architecture"), text("nonesuch")),
+        // A key llama.cpp reads that elelem's llama would ignore: YaRN's correction range.
+        ("unknown-key", Rejected("metadata key llama.rope.scaling.yarn_beta_fast is not read by elelem's llama"),
+            k("rope.scaling.yarn_beta_fast"), Some(F32(16.0))),
+        // Keys that change nothing llama.cpp computes.
+        ("informative-vocab-size", Runs, k("vocab_size"), Some(U32(64))),
+        ("informative-rope-finetuned", Runs, k("rope.scaling.finetuned"), Some(Value::Bool(true))),
         ("no-embedding-length", Rejected("llama.embedding_length"), k("embedding_length"), None),
         ("embedding-length-a-string", Rejected("embedding_length must be an unsigned"),
             k("embedding_length"), text("16")),
@@ -266,6 +299,14 @@ pub fn structured() -> Vec<Case> {
         },
     ));
     cases.push(edited(
+        "gemma2-with-output-bias",
+        Rejected("tensor blk.1.attn_output.bias is not part of elelem's gemma2 graph"),
+        &GEMMA2,
+        |w| {
+            w.add_f32("blk.1.attn_output.bias", &[16], &[0.5; 16]);
+        },
+    ));
+    cases.push(edited(
         "gemma2-with-untied-output",
         Rejected("tensor output.weight is not part of elelem's gemma2 graph"),
         &GEMMA2,
@@ -359,6 +400,14 @@ pub fn structured() -> Vec<Case> {
         },
     ));
     // Tensors a graph would not read change llama.cpp's math or make it refuse the file.
+    cases.push(edited(
+        "unknown-tensor",
+        Rejected("tensor blk.0.ffn_gate_shexp.weight is not part of elelem's llama graph (llama.cpp runs llama"),
+        &MICRO,
+        |w| {
+            w.add_f32("blk.0.ffn_gate_shexp.weight", &[16, 32], &[0.5; 16 * 32]);
+        },
+    ));
     cases.push(edited(
         "qwen2-with-rope-freqs",
         Rejected("tensor rope_freqs.weight is not part of elelem's qwen2 graph"),

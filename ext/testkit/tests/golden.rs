@@ -76,7 +76,12 @@ fn check_goldens(golden: &str, model: Model) {
             .collect::<Vec<_>>()
     };
     let mut compute_bytes = None;
-    for case in doc["cases"].as_array().unwrap() {
+    let cases = doc["cases"].as_array().unwrap();
+    assert!(
+        !cases.is_empty(),
+        "{golden} has no cases: `rake goldens` adds a synthetic model's"
+    );
+    for case in cases {
         let name = case["name"].as_str().unwrap();
         let gen = GenerateParams {
             max_tokens: case["max_tokens"].as_u64().unwrap() as u32,
@@ -292,51 +297,57 @@ fn lockstep_sequences_match_llama_cpp() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// The goldens' long prompt reaches every expert of `tiny-qwen3moe`: silencing any one
-/// expert (its down projection zeroed in every layer) changes the logits.
+/// The goldens' long prompt reaches every expert of every synthetic mixture of experts:
+/// silencing any one expert (its down projection zeroed in every layer) changes the logits.
 #[test]
 fn the_long_prompt_routes_to_every_expert() {
-    let doc: Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("spec/fixtures/goldens/tiny-qwen3moe.json")).unwrap(),
-    )
-    .unwrap();
-    let long = doc["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "long")
-        .unwrap();
-    let prompt: Vec<u32> = long["prompt"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
+    let moe: Vec<_> = canary::synthetic()
+        .into_iter()
+        .filter(|(_, shape)| shape.n_expert > 0)
         .collect();
-    let shape = canary::shape("tiny-qwen3moe").unwrap();
-    let logits = |w: &elelem_gguf::GgufWriter| {
-        let model = Model::from_gguf(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap()).unwrap();
-        let params = ContextParams {
-            n_ctx: 1024,
-            n_threads: 2,
-            ..Default::default()
+    assert!(!moe.is_empty(), "a synthetic mixture of experts");
+    for (name, shape) in moe {
+        let doc: Value = serde_json::from_str(
+            &std::fs::read_to_string(root().join(format!("spec/fixtures/goldens/{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        let long = doc["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "long")
+            .unwrap();
+        let prompt: Vec<u32> = long["prompt"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        let logits = |w: &elelem_gguf::GgufWriter| {
+            let model = Model::from_gguf(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap()).unwrap();
+            let params = ContextParams {
+                n_ctx: 1024,
+                n_threads: 2,
+                ..Default::default()
+            };
+            let mut ctx = Context::new(Arc::new(model), params).unwrap();
+            ctx.decode(&prompt).unwrap().to_vec()
         };
-        let mut ctx = Context::new(Arc::new(model), params).unwrap();
-        ctx.decode(&prompt).unwrap().to_vec()
-    };
-    let all = logits(&canary::writer(&shape));
-    let expert_bytes = (shape.n_ff * shape.n_embd * 4) as usize;
-    for expert in 0..shape.n_expert as usize {
-        let mut silenced = canary::writer(&shape);
-        for il in 0..shape.n_layer {
-            let down = silenced
-                .tensor_data_mut(&format!("blk.{il}.ffn_down_exps.weight"))
-                .unwrap();
-            down[expert * expert_bytes..(expert + 1) * expert_bytes].fill(0);
+        let all = logits(&canary::writer(&shape));
+        let expert_bytes = (shape.n_ff * shape.n_embd * 4) as usize;
+        for expert in 0..shape.n_expert as usize {
+            let mut silenced = canary::writer(&shape);
+            // Every layer with experts (the first may be dense).
+            for il in 0..shape.n_layer {
+                if let Some(down) = silenced.tensor_data_mut(&format!("blk.{il}.ffn_down_exps.weight")) {
+                    down[expert * expert_bytes..(expert + 1) * expert_bytes].fill(0);
+                }
+            }
+            assert_ne!(
+                logits(&silenced),
+                all,
+                "{name}: no token of the prompt was routed to expert {expert}"
+            );
         }
-        assert_ne!(
-            logits(&silenced),
-            all,
-            "no token of the prompt was routed to expert {expert}"
-        );
     }
 }

@@ -19,8 +19,10 @@ fn every_hostile_file_runs_or_is_refused_naming_the_problem() {
         let outcome = hostile::exercise(&case.bytes);
         match (&outcome, case.expect) {
             (Ok(_), Expect::Runs | Expect::Either) => ran += 1,
-            (Err(Error::Load(msg)), Expect::Rejected(words)) if msg.contains(words) => refused += 1,
-            (Err(Error::Load(msg)), Expect::Either) if !msg.is_empty() => refused += 1,
+            (Err(Error::Load(msg) | Error::Unsupported(msg)), Expect::Rejected(words)) if msg.contains(words) => {
+                refused += 1
+            }
+            (Err(Error::Load(msg) | Error::Unsupported(msg)), Expect::Either) if !msg.is_empty() => refused += 1,
             _ => panic!("{}: expected {:?}, got {outcome:?}", case.name, case.expect),
         }
     }

@@ -12,6 +12,7 @@ fn elelem_class(ruby: &Ruby, name: &str) -> ExceptionClass {
 
 pub static ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "Error"));
 static LOAD_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "LoadError"));
+static UNSUPPORTED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "UnsupportedModel"));
 static CONTEXT_FULL: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "ContextFullError"));
 static CLOSED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "ClosedError"));
 static TEMPLATE: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "TemplateError"));
@@ -24,6 +25,7 @@ pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
     use elelem_engine::Error as E;
     let class = match &e {
         E::Load(_) => ruby.get_inner(&LOAD_ERROR),
+        E::Unsupported(_) => ruby.get_inner(&UNSUPPORTED),
         E::InvalidArgument(_) => ruby.exception_arg_error(),
         E::ContextFull(_) => ruby.get_inner(&CONTEXT_FULL),
         E::Aborted => ruby.get_inner(&INTERRUPTED),

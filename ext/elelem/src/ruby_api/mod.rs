@@ -21,6 +21,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     elelem.define_singleton_method("system_info", function!(system_info, 0))?;
     elelem.define_singleton_method("build_profile", function!(build_profile, 0))?;
     elelem.define_singleton_method("cpu_variants", function!(cpu_variants, 0))?;
+    elelem.define_singleton_method("supported_architectures", function!(supported_architectures, 0))?;
     defaults::init(ruby, &elelem)?;
     tokenizer::init(ruby, &elelem)?;
     convert::init(ruby, &elelem)?;
@@ -42,6 +43,19 @@ fn cpu_variants(ruby: &Ruby) -> Result<magnus::RArray, Error> {
         h.aset(ruby.to_symbol("runnable"), v.runnable)?;
         h.aset(ruby.to_symbol("in_use"), v.in_use)?;
         list.push(h)?;
+    }
+    Ok(list)
+}
+
+/// `Elelem.supported_architectures`: the engine's registry, by `general.architecture` name.
+fn supported_architectures(ruby: &Ruby) -> Result<RHash, Error> {
+    let list = ruby.hash_new();
+    for spec in elelem_engine::arch::REGISTRY {
+        let h = ruby.hash_new();
+        h.aset(ruby.to_symbol("kind"), ruby.to_symbol(spec.kind.name()))?;
+        h.aset(ruby.to_symbol("experts"), spec.experts)?;
+        h.aset(ruby.to_symbol("models"), spec.models)?;
+        list.aset(spec.name, h)?;
     }
     Ok(list)
 }

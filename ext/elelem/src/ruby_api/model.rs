@@ -97,13 +97,7 @@ impl Model {
         let cache_types = runtime.scheduler().map(|s| (s.params().type_k, s.params().type_v));
         h.aset(sym("cache_type_k"), cache_types.map(|t| sym(t.0.name())))?;
         h.aset(sym("cache_type_v"), cache_types.map(|t| sym(t.1.name())))?;
-        h.aset(
-            sym("kind"),
-            sym(match hp.arch.kind {
-                engine::model::Kind::Decoder => "decoder",
-                engine::model::Kind::Encoder => "encoder",
-            }),
-        )?;
+        h.aset(sym("kind"), sym(hp.arch.kind.name()))?;
         h.aset(sym("pooling"), hp.pooling.map(|p| sym(p.name())))?;
         h.aset(sym("embedding_length"), hp.n_embd)?;
         h.aset(sym("causal"), hp.causal_attn)?;

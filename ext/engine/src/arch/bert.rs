@@ -12,12 +12,14 @@
 use super::common::run_encoder;
 use crate::ggml::{RopeMode, Tensor};
 use crate::model::{
-    ArchSpec, Classifier, EncoderInput, FfnWeights, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Weights,
+    ArchSpec, Classifier, EncoderInput, FfnWeights, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType,
+    Weights,
 };
 use crate::{Error, Result};
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "bert",
+    models: "BERT encoders: sentence-transformers (all-MiniLM), cross-encoder rerankers",
     // Unused: BERT's positions are learned rows, not rotations.
     rope_mode: RopeMode::Norm,
     read_hparams,
@@ -25,6 +27,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     build,
     experts: false,
     kind: Kind::Encoder,
+    norm: NormType::Layer,
 };
 
 /// The token type count (`tokenizer.ggml.token_type_count`), which llama.cpp

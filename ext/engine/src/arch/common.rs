@@ -5,10 +5,43 @@ use crate::ggml::Tensor;
 use crate::model::{
     Classifier, Glu, GraphBuilder, HParams, Keys, LayerWeights, Loader, OutputHead, RopeFactors, Weights,
 };
-use crate::Result;
+use crate::{Error, Result};
 
 /// For architectures with no hyper-parameters beyond the common ones.
 pub fn no_extra_hparams(_: &Keys, _: &mut HParams) -> Result<()> {
+    Ok(())
+}
+
+/// llama.cpp's `LLAMA_MAX_EXPERTS`.
+const MAX_EXPERTS: u32 = 512;
+
+/// A mixture of experts' counts, checked as llama.cpp asserts them: `expert_count`
+/// (read with the common keys) and `expert_used_count`.
+pub fn read_expert_counts(keys: &Keys, hp: &mut HParams) -> Result<()> {
+    let n_used = keys.opt_u32("expert_used_count")?.unwrap_or(0);
+    if hp.n_expert == 0 || hp.n_expert > MAX_EXPERTS || n_used == 0 || n_used > hp.n_expert {
+        return Err(Error::Load(format!(
+            "{}: expert_count ({}) must be 1 to {MAX_EXPERTS} and expert_used_count ({n_used}) 1 to it",
+            hp.arch.name, hp.n_expert
+        )));
+    }
+    hp.n_expert_used = n_used;
+    Ok(())
+}
+
+/// The experts' width as qwen2moe and qwen3moe read it: `expert_feed_forward_length`,
+/// else `feed_forward_length` divided among the experts a token uses.
+pub fn read_expert_width(keys: &Keys, hp: &mut HParams) -> Result<()> {
+    hp.n_ff_exp = match keys.opt_u32("expert_feed_forward_length")? {
+        Some(n) if n > 0 => n,
+        _ => hp.n_ff / hp.n_expert_used,
+    };
+    if hp.n_ff_exp == 0 {
+        return Err(Error::Load(format!(
+            "{}: the experts' feed-forward width is 0",
+            hp.arch.name
+        )));
+    }
     Ok(())
 }
 

@@ -14,18 +14,20 @@
 use super::common::{load_llama_like, run_layers, Head};
 use crate::ggml::{RopeMode, Tensor};
 use crate::model::{
-    read_swa, ArchSpec, AttentionWeights, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Weights,
+    read_swa, ArchSpec, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights,
 };
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "gemma2",
+    models: "Gemma 2",
     rope_mode: RopeMode::Neox,
     read_hparams,
     load,
     build,
     experts: false,
     kind: Kind::Decoder,
+    norm: NormType::Rms,
 };
 
 fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
@@ -44,12 +46,13 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
 pub(crate) fn layer(l: &mut Loader, hp: &HParams, il: u32) -> Result<LayerWeights> {
     let embd = u64::from(hp.n_embd);
     let n = |s: &str| format!("blk.{il}.{s}");
-    let block = l.llama_block(hp, il, false)?;
     Ok(LayerWeights {
-        attn: AttentionWeights { bo: None, ..block.attn },
+        attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
+        attn: l.attention_without_output_bias(hp, il, false)?,
         attn_post_norm: Some(l.norm(&n("post_attention_norm.weight"), embd)?),
+        ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
+        ffn: l.gated_ffn(hp, il)?,
         ffn_post_norm: Some(l.norm(&n("post_ffw_norm.weight"), embd)?),
-        ..block
     })
 }
 

@@ -14,17 +14,19 @@
 use super::common::{load_llama_like, run_layers, Head};
 use super::gemma2;
 use crate::ggml::{Rope, RopeMode, Tensor};
-use crate::model::{read_swa, ArchSpec, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Weights};
+use crate::model::{read_swa, ArchSpec, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "gemma3",
+    models: "Gemma 3 text models",
     rope_mode: RopeMode::Neox,
     read_hparams,
     load,
     build,
     experts: false,
     kind: Kind::Decoder,
+    norm: NormType::Rms,
 };
 
 /// Five of every six layers slide unless the file says otherwise, rotating with a base

@@ -8,26 +8,29 @@
 
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, HParams, Keys, Kind};
+use crate::model::{ArchSpec, HParams, Keys, Kind, NormType};
 use crate::{Error, Result};
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "granite",
+    models: "Granite 3.x dense",
     rope_mode: RopeMode::Norm,
     read_hparams,
     load: llama::load,
     build: llama::build,
     experts: false,
     kind: Kind::Decoder,
+    norm: NormType::Rms,
 };
 
 fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
     // llama.cpp treats 0 as "not set" for all but the logit scale, which it divides by.
     let set = |v: Option<f32>| v.filter(|&s| s != 0.0);
-    hp.logit_scale = Some(keys.f32("logit_scale")?).filter(|&s| s.is_finite() && s != 0.0);
-    if hp.logit_scale.is_none() {
+    let logit_scale = keys.f32("logit_scale")?;
+    if !(logit_scale.is_finite() && logit_scale != 0.0) {
         return Err(Error::Load("granite: logit_scale must be finite and non-zero".into()));
     }
+    hp.logit_multiplier = Some(1.0 / logit_scale);
     hp.embedding_scale = set(keys.opt_f32("embedding_scale")?);
     hp.residual_scale = set(keys.opt_f32("residual_scale")?);
     hp.attention_scale = set(keys.opt_f32("attention.scale")?);

@@ -6,17 +6,19 @@
 
 use super::common::{load_llama_like, no_extra_hparams, run_layers, Head};
 use crate::ggml::{RopeMode, Tensor};
-use crate::model::{ArchSpec, Glu, GraphBuilder, HParams, Kind, LayerWeights, Loader, RopeFactors, Weights};
+use crate::model::{ArchSpec, Glu, GraphBuilder, HParams, Kind, LayerWeights, Loader, NormType, RopeFactors, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "llama",
+    models: "Llama 2, 3 and 3.1, Mistral 7B, TinyLlama and other llama-shaped models",
     rope_mode: RopeMode::Norm,
     read_hparams: no_extra_hparams,
     load,
     build,
     experts: false,
     kind: Kind::Decoder,
+    norm: NormType::Rms,
 };
 
 pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
@@ -31,16 +33,27 @@ pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
 }
 
 /// llama's graph, with the knobs its kin set in the hyper-parameters: an attention
-/// scale, layers without rope, multipliers (see [`HParams`]).
+/// scale, layers without rope, multipliers, Q's temperature by position (see [`HParams`]).
 pub(crate) fn build(b: &GraphBuilder) -> Tensor {
     let hp = b.hparams();
     let kq_scale = hp.attention_scale.unwrap_or_else(|| hp.kq_scale());
-    run_layers(b, b.embed(), |layer, il, x| llama_block(b, layer, il, x, kq_scale))
+    let temperature = b.attn_temperature();
+    run_layers(b, b.embed(), |layer, il, x| {
+        llama_block(b, layer, il, x, kq_scale, temperature)
+    })
 }
 
 /// The block llama and its kin share: norm → attention (Q and K normed per head first
-/// where the layer has the norms, as qwen3's do) → residual → norm → SwiGLU → residual.
-pub(crate) fn llama_block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
+/// where the layer has the norms, as qwen3's do; Q multiplied by the `temperature`
+/// input after rope where the model has one) → residual → norm → SwiGLU → residual.
+fn llama_block(
+    b: &GraphBuilder,
+    layer: &LayerWeights,
+    il: usize,
+    x: Tensor,
+    kq_scale: f32,
+    temperature: Option<Tensor>,
+) -> Tensor {
     let hp = b.hparams();
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
     let (q, k, v) = b.qkv(&layer.attn, attn_in, il);
@@ -51,6 +64,7 @@ pub(crate) fn llama_block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: 
     } else {
         (q, k)
     };
+    let q = temperature.map_or(q, |t| b.graph.mul(q, t));
     let attn = b.attention(&layer.attn, il, q, k, v, kq_scale);
     ffn_residual(b, layer, il, attn, x)
 }

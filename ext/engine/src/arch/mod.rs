@@ -3,19 +3,33 @@
 //! gathered in its `ARCH`. Adding an architecture is one file here and one line
 //! in [`REGISTRY`].
 
+mod apertus;
 mod bert;
+mod cohere2;
 mod common;
+mod ernie4_5;
+mod ernie4_5_moe;
+mod exaone4;
 mod gemma2;
 mod gemma3;
+mod glm4;
 mod granite;
+mod hunyuan_dense;
 mod llama;
+mod llama_cpp;
+mod mistral3;
 mod nomic_bert;
 mod olmo2;
+mod olmoe;
 mod phi3;
+mod phimoe;
 mod qwen2;
+mod qwen2moe;
 mod qwen3;
 mod qwen3moe;
+mod seed_oss;
 mod smollm3;
+mod starcoder2;
 
 use std::path::Path;
 
@@ -23,6 +37,8 @@ use elelem_gguf::{Gguf, Value};
 
 use crate::model::{Arch, ArchSpec, Model, ModelParams};
 use crate::{Error, Result};
+
+pub use llama_cpp::LLAMA_CPP_ARCHITECTURES;
 
 /// Every architecture elelem runs, by its `general.architecture` name.
 pub const REGISTRY: &[&ArchSpec] = &[
@@ -38,20 +54,37 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &phi3::ARCH,
     &bert::ARCH,
     &nomic_bert::ARCH,
+    &glm4::ARCH,
+    &exaone4::ARCH,
+    &ernie4_5::ARCH,
+    &seed_oss::ARCH,
+    &hunyuan_dense::ARCH,
+    &starcoder2::ARCH,
+    &cohere2::ARCH,
+    &olmoe::ARCH,
+    &qwen2moe::ARCH,
+    &phimoe::ARCH,
+    &ernie4_5_moe::ARCH,
+    &apertus::ARCH,
+    &mistral3::ARCH,
 ];
 
-/// The architecture named `name` (a file's `general.architecture`).
+/// The architecture named `name` (a file's `general.architecture`); one elelem does
+/// not run is [`Error::Unsupported`], saying whether llama.cpp runs it.
 pub fn lookup(name: &str) -> Result<Arch> {
-    match REGISTRY.iter().find(|spec| spec.name == name) {
-        Some(spec) => Ok(Arch::new(spec)),
-        None => {
-            let names: Vec<&str> = REGISTRY.iter().map(|spec| spec.name).collect();
-            Err(Error::Load(format!(
-                "unsupported architecture '{name}' (supported: {})",
-                names.join(", ")
-            )))
-        }
+    if let Some(spec) = REGISTRY.iter().find(|spec| spec.name == name) {
+        return Ok(Arch::new(spec));
     }
+    let names: Vec<&str> = REGISTRY.iter().map(|spec| spec.name).collect();
+    let llama_cpp = if LLAMA_CPP_ARCHITECTURES.contains(&name) {
+        "llama.cpp runs it"
+    } else {
+        "llama.cpp does not know it either"
+    };
+    Err(Error::Unsupported(format!(
+        "architecture '{name}' is not one elelem runs ({llama_cpp}); elelem runs {}",
+        names.join(", ")
+    )))
 }
 
 // Opening a file is the registry's part: only it knows every architecture.
@@ -61,6 +94,7 @@ impl Model {
         let gguf = Gguf::open(path).map_err(|e| Error::Load(format!("{}: {e}", path.display())))?;
         Model::from_gguf_with(gguf, params).map_err(|e| match e {
             Error::Load(msg) => Error::Load(format!("{}: {msg}", path.display())),
+            Error::Unsupported(msg) => Error::Unsupported(format!("{}: {msg}", path.display())),
             other => other,
         })
     }

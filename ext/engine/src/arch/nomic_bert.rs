@@ -7,17 +7,19 @@
 use super::bert;
 use super::common::run_encoder;
 use crate::ggml::{RopeMode, Tensor};
-use crate::model::{ArchSpec, EncoderInput, GraphBuilder, HParams, Kind, LayerWeights, Loader, Weights};
+use crate::model::{ArchSpec, EncoderInput, GraphBuilder, HParams, Kind, LayerWeights, Loader, NormType, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "nomic-bert",
+    models: "nomic-embed-text",
     rope_mode: RopeMode::Neox,
     read_hparams: crate::arch::bert::read_hparams,
     load,
     build,
     experts: false,
     kind: Kind::Encoder,
+    norm: NormType::Layer,
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {

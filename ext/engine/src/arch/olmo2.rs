@@ -9,17 +9,21 @@
 
 use super::common::{load_llama_like, run_layers, Head};
 use crate::ggml::{RopeMode, Tensor};
-use crate::model::{ArchSpec, AttentionWeights, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Weights};
+use crate::model::{
+    ArchSpec, AttentionWeights, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights,
+};
 use crate::{Error, Result};
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "olmo2",
+    models: "OLMo 2",
     rope_mode: RopeMode::Neox,
     read_hparams,
     load,
     build,
     experts: false,
     kind: Kind::Decoder,
+    norm: NormType::Rms,
 };
 
 fn read_hparams(keys: &Keys, _: &mut HParams) -> Result<()> {
@@ -33,14 +37,12 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let embd = u64::from(hp.n_embd);
     load_llama_like(loader, hp, Head::Own, |l, il| {
         let n = |s: &str| format!("blk.{il}.{s}");
-        let attn = l.attention(hp, il, false)?;
+        let attn = l.attention_without_output_bias(hp, il, false)?;
         Ok(LayerWeights {
             attn_norm: None,
             attn: AttentionWeights {
                 q_norm: Some(l.vector(&n("attn_q_norm.weight"), u64::from(hp.head_dim_k * hp.n_head))?),
                 k_norm: Some(l.vector(&n("attn_k_norm.weight"), u64::from(hp.n_embd_k_gqa()))?),
-                // llama.cpp's olmo2 graph adds no attention output bias.
-                bo: None,
                 ..attn
             },
             attn_post_norm: Some(l.norm(&n("post_attention_norm.weight"), embd)?),

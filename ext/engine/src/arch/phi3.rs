@@ -6,21 +6,31 @@
 //! short frequency factors (`rope_factors_long/short`), the long ones used when the
 //! context is longer than the original one, and `rope.scaling.attn_factor`.
 
-use super::common::{load_llama_like, no_extra_hparams, run_layers, Head};
+use super::common::{load_llama_like, run_layers, Head};
 use super::llama::ffn_residual;
 use crate::ggml::{RopeMode, Tensor};
-use crate::model::{ArchSpec, FfnWeights, GraphBuilder, HParams, Kind, LayerWeights, Loader, RopeFactors, Weights};
+use crate::model::{
+    ArchSpec, FfnWeights, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType, RopeFactors, Weights,
+};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "phi3",
+    models: "Phi-3, Phi-3.5, Phi-4-mini",
     rope_mode: RopeMode::Neox,
-    read_hparams: no_extra_hparams,
+    read_hparams,
     load,
     build,
     experts: false,
     kind: Kind::Decoder,
+    norm: NormType::Rms,
 };
+
+/// A sliding window is read and dropped, as llama.cpp drops it (its Phi SWA is disabled).
+fn read_hparams(keys: &Keys, _: &mut HParams) -> Result<()> {
+    keys.opt_u32("attention.sliding_window")?;
+    Ok(())
+}
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let (embd, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
@@ -50,7 +60,8 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     })
 }
 
-fn build(b: &GraphBuilder) -> Tensor {
+/// phi3's graph, which phimoe's files run too.
+pub(crate) fn build(b: &GraphBuilder) -> Tensor {
     let q_scale = b.hparams().kq_scale();
     run_layers(b, b.embed(), |layer, il, x| block(b, layer, il, x, q_scale))
 }

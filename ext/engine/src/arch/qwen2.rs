@@ -6,17 +6,19 @@
 use super::common::{load_llama_like, no_extra_hparams, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, HParams, Kind, Loader, Weights};
+use crate::model::{ArchSpec, HParams, Kind, Loader, NormType, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "qwen2",
+    models: "Qwen2, Qwen2.5, Qwen2.5-Coder",
     rope_mode: RopeMode::Neox,
     read_hparams: no_extra_hparams,
     load,
     build: llama::build,
     experts: false,
     kind: Kind::Decoder,
+    norm: NormType::Rms,
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {

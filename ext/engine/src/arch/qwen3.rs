@@ -5,17 +5,19 @@
 use super::common::{load_llama_like, no_extra_hparams, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, HParams, Kind, LayerWeights, Loader, Weights};
+use crate::model::{ArchSpec, HParams, Kind, LayerWeights, Loader, NormType, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "qwen3",
+    models: "Qwen3 dense models",
     rope_mode: RopeMode::Neox,
     read_hparams: no_extra_hparams,
     load,
     build: llama::build,
     experts: false,
     kind: Kind::Decoder,
+    norm: NormType::Rms,
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {

@@ -4,17 +4,19 @@
 use super::common::{load_llama_like, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, HParams, Keys, Kind, Loader, Weights};
+use crate::model::{ArchSpec, HParams, Keys, Kind, Loader, NormType, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "smollm3",
+    models: "SmolLM3",
     rope_mode: RopeMode::Norm,
     read_hparams,
     load,
     build: llama::build,
     experts: false,
     kind: Kind::Decoder,
+    norm: NormType::Rms,
 };
 
 /// llama.cpp fixes the period (`n_no_rope_layer_step`); the file does not state it.

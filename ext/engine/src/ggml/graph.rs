@@ -314,6 +314,16 @@ impl Graph {
         op!(self, sys::ggml_tanh(self.c(), a.as_ptr()))
     }
 
+    pub fn silu(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_silu(self.c(), a.as_ptr()))
+    }
+
+    /// xIELU with its parameters `[alpha_n, alpha_p, beta, eps]` (ggml applies softplus
+    /// to the alphas itself).
+    pub fn xielu(&self, a: Tensor, [alpha_n, alpha_p, beta, eps]: [f32; 4]) -> Tensor {
+        op!(self, sys::ggml_xielu(self.c(), a.as_ptr(), alpha_n, alpha_p, beta, eps))
+    }
+
     pub fn rms_norm(&self, a: Tensor, eps: f32) -> Tensor {
         op!(self, sys::ggml_rms_norm(self.c(), a.as_ptr(), eps))
     }

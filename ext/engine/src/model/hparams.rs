@@ -22,6 +22,26 @@ pub enum Kind {
     Encoder,
 }
 
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Decoder => "decoder",
+            Kind::Encoder => "encoder",
+        }
+    }
+}
+
+/// The norm of an architecture's blocks and output (llama.cpp's `LLM_NORM_RMS` or
+/// `LLM_NORM`), which also names the key of its epsilon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormType {
+    /// RMS norm (`attention.layer_norm_rms_epsilon`): most decoders.
+    Rms,
+    /// LayerNorm (`attention.layer_norm_epsilon`): encoders, and decoders such as
+    /// starcoder2 and cohere2.
+    Layer,
+}
+
 /// How a text's token states become its embedding (llama.cpp's `llama_pooling_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Pooling {
@@ -67,9 +87,18 @@ pub struct ArchTraits {
     /// Its `general.architecture` name, the prefix of its keys.
     pub name: &'static str,
     pub kind: Kind,
+    pub norm: NormType,
     pub rope_mode: RopeMode,
     /// Whether its feed-forwards may be a mixture of experts.
     pub experts: bool,
+}
+
+/// Q multiplied by `ln(floor(pos / floor_scale) + 1) * scale + 1` after rope (llama.cpp's
+/// `f_attn_temp_scale` and `n_attn_temp_floor_scale`: Llama 4's and Mistral 3's).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnTemperature {
+    pub scale: f32,
+    pub floor_scale: u32,
 }
 
 /// Sliding-window attention on some layers (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`):
@@ -95,8 +124,7 @@ pub struct HParams {
     pub n_ctx_train: u32,
     pub head_dim_k: u32,
     pub head_dim_v: u32,
-    /// The epsilon of the architecture's norms: RMS norms' for decoders, LayerNorms'
-    /// for encoders (see [`Kind`]).
+    /// The epsilon of the architecture's norms (see [`NormType`]).
     pub norm_eps: f32,
     pub rope: Rope,
     pub swa: Option<Swa>,
@@ -106,18 +134,32 @@ pub struct HParams {
     /// (gemma2's `attn_logit_softcapping`).
     pub attn_logit_softcap: Option<f32>,
     /// Granite's multipliers: of the embeddings, of each block's attention and
-    /// feed-forward outputs before their residual adds, the divisor of the logits,
-    /// and the attention scale in place of 1/sqrt(head size).
+    /// feed-forward outputs before their residual adds, and the attention scale in
+    /// place of 1/sqrt(head size).
     pub embedding_scale: Option<f32>,
     pub residual_scale: Option<f32>,
-    pub logit_scale: Option<f32>,
     pub attention_scale: Option<f32>,
+    /// What the logits are multiplied by: cohere2's `logit_scale`, or 1 / granite's
+    /// (which llama.cpp divides by so, in f32).
+    pub logit_multiplier: Option<f32>,
+    /// Q's temperature by position, where the model has one.
+    pub attn_temperature: Option<AttnTemperature>,
     /// Every `n`-th layer (counting from 1) attends without rotary embeddings (SmolLM3's NoPE).
     pub no_rope_every: Option<u32>,
     /// A mixture of experts: how many, how many each token uses, and each one's width.
     pub n_expert: u32,
     pub n_expert_used: u32,
     pub n_ff_exp: u32,
+    /// The shared expert's width, where the model has one (qwen2moe).
+    pub n_ff_shexp: u32,
+    /// How many layers come first with a dense feed-forward, before the experts' layers.
+    pub n_layer_dense_lead: u32,
+    /// Whether the picked experts' probabilities are renormalized to sum to one
+    /// (llama.cpp's `norm_w`: qwen3moe's, not olmoe's or qwen2moe's).
+    pub expert_weights_norm: bool,
+    /// Each layer's xIELU parameters `[alpha_n, alpha_p, beta, eps]` (apertus's
+    /// feed-forward activation; empty elsewhere).
+    pub xielu: Vec<[f32; 4]>,
     /// Whether a token attends only to earlier ones (`attention.causal`; encoders say false).
     pub causal_attn: bool,
     /// How the file's model pools its embeddings (`pooling_type`), if it says.
@@ -188,6 +230,7 @@ impl HParams {
         let keys = Keys {
             gguf,
             prefix: arch.name,
+            asked: Default::default(),
         };
         let n_embd = keys.u32("embedding_length")?;
         let n_head = keys.u32("attention.head_count")?;
@@ -224,9 +267,9 @@ impl HParams {
             )));
         }
         let freq_base = keys.opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
-        let eps_key = match arch.kind {
-            Kind::Decoder => "attention.layer_norm_rms_epsilon",
-            Kind::Encoder => "attention.layer_norm_epsilon",
+        let eps_key = match arch.norm {
+            NormType::Rms => "attention.layer_norm_rms_epsilon",
+            NormType::Layer => "attention.layer_norm_epsilon",
         };
         let norm_eps = keys.f32(eps_key)?;
         let n_layer = keys.u32("block_count")?;
@@ -292,12 +335,17 @@ impl HParams {
             attn_logit_softcap: None,
             embedding_scale: None,
             residual_scale: None,
-            logit_scale: None,
+            logit_multiplier: None,
             attention_scale: None,
             no_rope_every: None,
+            attn_temperature: None,
             n_expert,
             n_expert_used: 0,
             n_ff_exp: 0,
+            n_ff_shexp: 0,
+            n_layer_dense_lead: 0,
+            expert_weights_norm: true,
+            xielu: Vec::new(),
             causal_attn: keys.opt_bool("attention.causal")?.unwrap_or(true),
             pooling,
             n_token_types: 0,
@@ -313,6 +361,7 @@ impl HParams {
                 .and_then(file_type_name),
         };
         read_extra(&keys, &mut hp)?;
+        keys.check_all_read()?;
         Ok(hp)
     }
 }
@@ -332,11 +381,9 @@ fn read_rope_scaling(keys: &Keys, mode: RopeMode, n_dims: u32, n_ctx_train: u32,
             keys.prefix
         )));
     }
-    let factor = match keys.opt_f32("rope.scaling.factor")? {
-        Some(f) => Some(f),
-        None => keys.opt_f32("rope.scale_linear")?,
-    }
-    .unwrap_or(0.0);
+    // The old key name counts only without the new one, as llama.cpp reads them.
+    let old_factor = keys.opt_f32("rope.scale_linear")?;
+    let factor = keys.opt_f32("rope.scaling.factor")?.or(old_factor).unwrap_or(0.0);
     let attn_factor_key = keys.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
     let n_ctx_orig = keys
         .opt_u32("rope.scaling.original_context_length")?
@@ -373,6 +420,44 @@ fn read_rope_scaling(keys: &Keys, mode: RopeMode, n_dims: u32, n_ctx_train: u32,
         beta_fast: 32.0,
         beta_slow: 1.0,
     })
+}
+
+/// YaRN's details as llama.cpp reads them for the architectures that have them
+/// (`rope.scaling.yarn_beta_fast`, `yarn_beta_slow`, `yarn_log_multiplier`), and the
+/// magnitude correction `llama_context` then computes with the log multiplier:
+/// `mscale(factor, 1) / mscale(factor, log_mul)` in place of `mscale(factor, 1)`.
+pub(crate) fn read_yarn_details(keys: &Keys, hp: &mut HParams) -> Result<()> {
+    let beta_fast = keys
+        .opt_f32("rope.scaling.yarn_beta_fast")?
+        .unwrap_or(hp.rope.beta_fast);
+    let beta_slow = keys
+        .opt_f32("rope.scaling.yarn_beta_slow")?
+        .unwrap_or(hp.rope.beta_slow);
+    let log_mul = keys.opt_f32("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0);
+    if ![beta_fast, beta_slow, log_mul].iter().all(|v| v.is_finite()) {
+        return Err(Error::Load(format!(
+            "{}: rope.scaling.yarn_beta_fast ({beta_fast}), yarn_beta_slow ({beta_slow}) and \
+             yarn_log_multiplier ({log_mul}) must be finite",
+            keys.prefix
+        )));
+    }
+    hp.rope.beta_fast = beta_fast;
+    hp.rope.beta_slow = beta_slow;
+    if hp.rope.ext_factor != 0.0 && log_mul != 0.0 {
+        let mscale = |scale: f32, mscale: f32| {
+            if scale <= 1.0 {
+                1.0
+            } else {
+                0.1 * mscale * scale.ln() + 1.0
+            }
+        };
+        let factor = 1.0 / hp.rope.freq_scale;
+        let mut attn_factor = mscale(factor, 1.0) / mscale(factor, log_mul);
+        attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
+        attn_factor *= keys.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
+        hp.rope.attn_factor = attn_factor;
+    }
+    Ok(())
 }
 
 /// The sliding window as llama.cpp's `load_swa_pattern` reads it: none unless
@@ -423,16 +508,45 @@ pub(crate) fn read_swa(
     }))
 }
 
-/// The keys of one architecture (`<arch>.<key>`), read with the checks their types need.
+/// Keys of an architecture that llama.cpp reads without their changing what it
+/// computes: the vocabulary's size (the embeddings say it), whether rope was
+/// fine-tuned, and the old tensor layout's name.
+const INFORMATIVE_KEYS: &[&str] = &["vocab_size", "rope.scaling.finetuned", "tensor_data_layout"];
+
+/// The keys of one architecture (`<arch>.<key>`), read with the checks their types
+/// need, and remembered: a key of the file that nobody asked for is refused.
 pub(crate) struct Keys<'a> {
     gguf: &'a Gguf,
     prefix: &'a str,
+    /// The keys asked for, present or not (without the prefix).
+    asked: std::cell::RefCell<std::collections::HashSet<String>>,
 }
 
 impl Keys<'_> {
     fn get(&self, key: &str) -> Option<(String, &Value)> {
+        self.asked.borrow_mut().insert(key.to_string());
         let full = format!("{}.{key}", self.prefix);
         self.gguf.get(&full).map(|v| (full, v))
+    }
+
+    /// Refuses a file with an `<arch>.` key that neither the common reader nor the
+    /// architecture's asked for: llama.cpp may read it (a YaRN parameter, a shared
+    /// expert's width), and decoding without it would differ from llama.cpp's.
+    fn check_all_read(&self) -> Result<()> {
+        let asked = self.asked.borrow();
+        let prefix = format!("{}.", self.prefix);
+        let unread = self.gguf.metadata().map(|(key, _)| key).find(|key| {
+            key.strip_prefix(&prefix)
+                .is_some_and(|key| !asked.contains(key) && !INFORMATIVE_KEYS.contains(&key))
+        });
+        match unread {
+            Some(key) => Err(Error::Unsupported(format!(
+                "metadata key {key} is not read by elelem's {arch}, which would decode without it; llama.cpp \
+                 runs {arch} models and may use it",
+                arch = self.prefix
+            ))),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn opt_u32(&self, key: &str) -> Result<Option<u32>> {
@@ -458,7 +572,29 @@ impl Keys<'_> {
         }
     }
 
-    fn u32(&self, key: &str) -> Result<u32> {
+    /// A key outside the architecture's prefix holding a float for each of `n_layer`
+    /// layers, or one for all of them (llama.cpp's `get_key_or_arr`); required.
+    pub(crate) fn global_f32_per_layer(&self, full: &str, n_layer: u32) -> Result<Vec<f32>> {
+        let value = self
+            .gguf
+            .get(full)
+            .ok_or_else(|| Error::Load(format!("missing required metadata key {full}")))?;
+        let values = match value.as_array() {
+            Some(items) => items
+                .iter()
+                .map(Value::as_f32)
+                .collect::<Option<Vec<f32>>>()
+                .filter(|v| v.len() == n_layer as usize),
+            None => value.as_f32().map(|v| vec![v; n_layer as usize]),
+        };
+        values.ok_or_else(|| {
+            Error::Load(format!(
+                "{full} must be a float or an array of one per layer ({n_layer})"
+            ))
+        })
+    }
+
+    pub(crate) fn u32(&self, key: &str) -> Result<u32> {
         self.opt_u32(key)?.ok_or_else(|| missing(self.prefix, key))
     }
 

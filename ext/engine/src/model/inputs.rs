@@ -154,6 +154,34 @@ impl GraphInput for Filled {
     }
 }
 
+/// F32 [1, 1, n_tokens]: each token's attention temperature, which Q is multiplied by
+/// (llama.cpp's `llm_graph_input_attn_temp`, Llama 4's and Mistral 3's long-context
+/// scaling): `ln(floor(pos / floor_scale) + 1) * scale + 1`, the logarithm in double
+/// as llama.cpp computes it.
+pub struct TemperatureInput {
+    pub tensor: Tensor,
+    pub scale: f32,
+    pub floor_scale: u32,
+}
+
+impl GraphInput for TemperatureInput {
+    fn set(&self, batch: &Batch) {
+        let values: Vec<f32> = batch
+            .pos
+            .iter()
+            .map(|&pos| {
+                let floor = (pos as f32 / self.floor_scale as f32).floor();
+                ((f64::from(floor) + 1.0).ln() * f64::from(self.scale) + 1.0) as f32
+            })
+            .collect();
+        self.tensor.write(&values);
+    }
+
+    fn can_reuse(&self, batch: &Batch) -> bool {
+        self.tensor.ne()[2] as usize == batch.n_tokens()
+    }
+}
+
 /// The batch's distinct sequences, ascending: the order of pooled rows, as llama.cpp's
 /// `ubatch.seq_id_unq`.
 pub(crate) fn distinct_seqs(seqs: &[SeqId]) -> Vec<SeqId> {

@@ -6,9 +6,9 @@
 
 use ggml_sys as sys;
 
-use super::hparams::{HParams, Kind, Pooling};
-use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows};
-use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, Weights};
+use super::hparams::{HParams, NormType, Pooling};
+use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, TemperatureInput};
+use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, SharedExpert, Weights};
 use crate::ggml::{Graph, Rope, Tensor};
 use crate::memory::kv_cache::KvCache;
 
@@ -70,6 +70,21 @@ impl GraphBuilder<'_> {
         self.graph.mul(self.embed(), rows).set_name("inp_scaled")
     }
 
+    /// The attention temperature input of this pass, where the model scales Q by
+    /// position (see [`HParams::attn_temperature`]); build it once per graph.
+    pub fn attn_temperature(&self) -> Option<Tensor> {
+        let temperature = self.hparams().attn_temperature?;
+        let tensor = self
+            .graph
+            .input("inp_attn_scale", sys::GGML_TYPE_F32, &[1, 1, self.n_tokens]);
+        self.inputs.added.borrow_mut().push(Box::new(TemperatureInput {
+            tensor,
+            scale: temperature.scale,
+            floor_scale: temperature.floor_scale,
+        }));
+        Some(tensor)
+    }
+
     /// Rotates Q or K by position, with the frequency factors the model has for this
     /// context's length.
     pub fn rope(&self, x: Tensor, rope: &Rope) -> Tensor {
@@ -98,15 +113,15 @@ impl GraphBuilder<'_> {
         weight.map_or(x, |w| self.norm(x, Some(w.into()), name, il))
     }
 
-    /// The architecture's norm (RMS for decoders, LayerNorm for encoders) times the
+    /// The architecture's norm (RMS or LayerNorm, its [`NormType`]) times the
     /// weight plus the bias, as llama.cpp's `build_norm` (the CPU backend fuses the
     /// RMS norm and its weight; values are the same).
     pub fn norm(&self, x: Tensor, norm: Option<Norm>, name: &str, il: usize) -> Tensor {
         let g = self.graph;
         let hp = self.hparams();
-        let mut y = match hp.arch.kind {
-            Kind::Decoder => g.rms_norm(x, hp.norm_eps),
-            Kind::Encoder => g.layer_norm(x, hp.norm_eps),
+        let mut y = match hp.arch.norm {
+            NormType::Rms => g.rms_norm(x, hp.norm_eps),
+            NormType::Layer => g.layer_norm(x, hp.norm_eps),
         };
         if let Some(norm) = norm {
             y = g.mul(y, norm.weight);
@@ -343,13 +358,15 @@ impl GraphBuilder<'_> {
     /// In the last layer, keeps only the rows whose logits are wanted (as llama.cpp
     /// does, so the last feed-forward runs on those rows only, with the same kernels).
     pub fn select_outputs_if_last(&self, il: usize, a: Tensor, b: Tensor) -> (Tensor, Tensor) {
+        (self.select_output_if_last(il, a), self.select_output_if_last(il, b))
+    }
+
+    /// [`GraphBuilder::select_outputs_if_last`] for one tensor.
+    pub fn select_output_if_last(&self, il: usize, t: Tensor) -> Tensor {
         if il + 1 == self.layers().len() {
-            (
-                self.graph.get_rows(a, self.inputs.out_ids.0),
-                self.graph.get_rows(b, self.inputs.out_ids.0),
-            )
+            self.graph.get_rows(t, self.inputs.out_ids.0)
         } else {
-            (a, b)
+            t
         }
     }
 
@@ -380,26 +397,47 @@ impl GraphBuilder<'_> {
                 let down = g.mul_mat(down, g.gelu(up));
                 down_b.map_or(down, |b| g.add(down, b))
             }
-            FfnWeights::Experts { router, gate, up, down } => return self.ffn_moe([router, gate, up, down], x, il),
+            FfnWeights::Xielu { up, down, params } => g.mul_mat(down, g.xielu(g.mul_mat(up, x), params)),
+            FfnWeights::Experts {
+                router,
+                gate,
+                up,
+                down,
+                selection_bias,
+                shared,
+            } => return self.ffn_moe([router, gate, up, down], selection_bias, shared, x, il),
         };
         out.set_name(&format!("ffn_out-{il}"))
     }
 
     /// A mixture of experts with SwiGLU experts, as llama.cpp's `build_moe_ffn` builds
-    /// it for softmax gating with normalized weights: the router's softmax picks each
-    /// row's `n_expert_used` likeliest experts, their probabilities are renormalized
-    /// to sum to one, and the experts' outputs, so weighted, are added in rank order.
-    fn ffn_moe(&self, [router, gate_exps, up_exps, down_exps]: [Tensor; 4], x: Tensor, il: usize) -> Tensor {
+    /// it for softmax gating: the router's softmax (plus the selection bias, where the
+    /// model has one) picks each row's `n_expert_used` likeliest experts, their
+    /// probabilities are renormalized to sum to one where the model says so, and the
+    /// experts' outputs, so weighted, are added in rank order; then the shared
+    /// expert's, where the model has one.
+    fn ffn_moe(
+        &self,
+        [router, gate_exps, up_exps, down_exps]: [Tensor; 4],
+        selection_bias: Option<Tensor>,
+        shared: Option<SharedExpert>,
+        x: Tensor,
+        il: usize,
+    ) -> Tensor {
         let g = self.graph;
         let hp = self.hparams();
         let [n_embd, n_rows, ..] = x.ne();
         let (n_expert, n_used) = (i64::from(hp.n_expert), i64::from(hp.n_expert_used));
         let probs = g.soft_max(g.mul_mat(router, x));
-        let selected = g.argsort_top_k(probs, hp.n_expert_used as i32);
-        let weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n_rows), selected);
-        let weights = g.reshape_2d(weights, n_used, n_rows);
-        let sum = g.clamp(g.sum_rows(weights), 6.103_515_6e-5, f32::INFINITY);
-        let weights = g.reshape_3d(g.div(weights, sum), 1, n_used, n_rows);
+        let selection = selection_bias.map_or(probs, |bias| g.add(probs, bias));
+        let selected = g.argsort_top_k(selection, hp.n_expert_used as i32);
+        let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n_rows), selected);
+        if hp.expert_weights_norm {
+            let flat = g.reshape_2d(weights, n_used, n_rows);
+            let sum = g.clamp(g.sum_rows(flat), 6.103_515_6e-5, f32::INFINITY);
+            weights = g.reshape_3d(g.div(flat, sum), 1, n_used, n_rows);
+        }
+        let rows = x;
         let x = g.reshape_3d(x, n_embd, 1, n_rows);
         let up = g.mul_mat_id(up_exps, x, selected);
         let gate = g.mul_mat_id(gate_exps, x, selected);
@@ -411,7 +449,28 @@ impl GraphBuilder<'_> {
         });
         // llama.cpp returns a contiguous tensor when there is nothing to add.
         let out = if n_used == 1 { g.cont(out) } else { out };
+        let out = match shared {
+            Some(shared) => g.add(out, self.shared_expert(shared, rows)),
+            None => out,
+        };
         out.set_name(&format!("ffn_moe_out-{il}"))
+    }
+
+    /// The shared expert's SwiGLU on the rows `x`, times its gate's sigmoid, which
+    /// llama.cpp computes as `silu(g) / g`.
+    fn shared_expert(&self, shared: SharedExpert, x: Tensor) -> Tensor {
+        let g = self.graph;
+        let out = g.mul_mat(
+            shared.down,
+            g.swiglu_split(g.mul_mat(shared.gate, x), g.mul_mat(shared.up, x)),
+        );
+        match shared.gate_inp {
+            Some(gate_inp) => {
+                let logit = g.mul_mat(gate_inp, x);
+                g.mul(out, g.div(g.silu(logit), logit))
+            }
+            None => out,
+        }
     }
 
     /// What the pass outputs from the last block's `x`: the logits (the final norm and
@@ -476,8 +535,8 @@ impl GraphBuilder<'_> {
         if let Some(b) = head.bias {
             logits = g.add(logits, b);
         }
-        if let Some(divisor) = self.hparams().logit_scale {
-            logits = g.scale(logits, 1.0 / divisor);
+        if let Some(multiplier) = self.hparams().logit_multiplier {
+            logits = g.scale(logits, multiplier);
         }
         if let Some(cap) = self.hparams().final_logit_softcap {
             logits = g.scale(g.tanh(g.scale(logits, 1.0 / cap)), cap);

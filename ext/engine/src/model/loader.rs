@@ -8,7 +8,7 @@ use elelem_gguf::{Gguf, TensorInfo, TensorType};
 use ggml_sys as sys;
 
 use super::hparams::HParams;
-use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights};
+use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, SharedExpert};
 use crate::ggml::{self, Buffer, CpuDevice, Tensor};
 use crate::{Error, Result};
 
@@ -212,6 +212,48 @@ impl<'a> Loader<'a> {
         })
     }
 
+    /// A mixture of SwiGLU experts (`expert_count` of them, `n_ff_exp` wide), its
+    /// router, the shared expert beside them if any, and, for architectures that take
+    /// one (`selection_bias`), the selection bias `exp_probs_b.bias` where the file has it.
+    pub fn experts_ffn(
+        &mut self,
+        hp: &HParams,
+        il: u32,
+        shared: Option<SharedExpert>,
+        selection_bias: bool,
+    ) -> Result<FfnWeights> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let (embd, ff, n_expert) = (u64::from(hp.n_embd), u64::from(hp.n_ff_exp), u64::from(hp.n_expert));
+        let used = hp.n_expert_used;
+        Ok(FfnWeights::Experts {
+            router: self.matrix(&n("ffn_gate_inp.weight"), &[embd, n_expert])?,
+            gate: self.experts(&n("ffn_gate_exps.weight"), &[embd, ff, n_expert], used)?,
+            up: self.experts(&n("ffn_up_exps.weight"), &[embd, ff, n_expert], used)?,
+            down: self.experts(&n("ffn_down_exps.weight"), &[ff, embd, n_expert], used)?,
+            selection_bias: match selection_bias {
+                true => self.optional_vector(&n("exp_probs_b.bias"), n_expert)?,
+                false => None,
+            },
+            shared,
+        })
+    }
+
+    /// A shared expert `width` wide (`ffn_{gate,up,down}_shexp`), with its sigmoid gate
+    /// (`ffn_gate_inp_shexp`) when `gated`.
+    pub fn shared_expert(&mut self, hp: &HParams, il: u32, width: u32, gated: bool) -> Result<SharedExpert> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let (embd, ff) = (u64::from(hp.n_embd), u64::from(width));
+        Ok(SharedExpert {
+            gate: self.matrix(&n("ffn_gate_shexp.weight"), &[embd, ff])?,
+            up: self.matrix(&n("ffn_up_shexp.weight"), &[embd, ff])?,
+            down: self.matrix(&n("ffn_down_shexp.weight"), &[ff, embd])?,
+            gate_inp: match gated {
+                true => Some(self.matrix(&n("ffn_gate_inp_shexp.weight"), &[embd])?),
+                false => None,
+            },
+        })
+    }
+
     /// `attn` with per-head RMS norms of Q and of K (`attn_q_norm`, `attn_k_norm`,
     /// one head wide).
     pub fn with_head_norms(&mut self, hp: &HParams, il: u32, attn: AttentionWeights) -> Result<AttentionWeights> {
@@ -226,6 +268,16 @@ impl<'a> Loader<'a> {
     /// The attention projections: Q, K, V and O, with biases on Q, K and V required
     /// when `qkv_bias`, else optional, and an optional bias on O; no Q/K norms.
     pub fn attention(&mut self, hp: &HParams, il: u32, qkv_bias: bool) -> Result<AttentionWeights> {
+        self.attention_with(hp, il, qkv_bias, true)
+    }
+
+    /// [`Loader::attention`] for graphs that add no bias to O (llama.cpp's gemma and
+    /// olmo2 graphs): a file's `attn_output.bias` is then left undeclared, and so refused.
+    pub fn attention_without_output_bias(&mut self, hp: &HParams, il: u32, qkv_bias: bool) -> Result<AttentionWeights> {
+        self.attention_with(hp, il, qkv_bias, false)
+    }
+
+    fn attention_with(&mut self, hp: &HParams, il: u32, qkv_bias: bool, out_bias: bool) -> Result<AttentionWeights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         let embd = u64::from(hp.n_embd);
         let q_dim = u64::from(hp.head_dim_k * hp.n_head);
@@ -260,7 +312,10 @@ impl<'a> Loader<'a> {
             q_norm: None,
             k_norm: None,
             wo: self.matrix(&n("attn_output.weight"), &[q_dim, embd])?,
-            bo: self.optional_vector(&n("attn_output.bias"), embd)?,
+            bo: match out_bias {
+                true => self.optional_vector(&n("attn_output.bias"), embd)?,
+                false => None,
+            },
         })
     }
 
@@ -270,9 +325,10 @@ impl<'a> Loader<'a> {
     pub(super) fn check_all_used(&self, arch: &str) -> Result<()> {
         let used: std::collections::HashSet<&str> = self.planned.iter().map(|p| p.info.name.as_str()).collect();
         match self.gguf.tensors().iter().find(|t| !used.contains(t.name.as_str())) {
-            Some(unused) => Err(Error::Load(format!(
-                "tensor {} is not part of elelem's {} graph (llama.cpp would use it or refuse the file)",
-                unused.name, arch
+            Some(unused) => Err(Error::Unsupported(format!(
+                "tensor {} is not part of elelem's {arch} graph (llama.cpp runs {arch} models and would use it, \
+                 or refuse the file)",
+                unused.name
             ))),
             None => Ok(()),
         }

@@ -18,13 +18,13 @@ mod spec;
 pub mod weights;
 
 pub(crate) use hparams::{read_swa, Keys};
-pub use hparams::{ArchTraits, HParams, Kind, Pooling, Swa};
+pub use hparams::{ArchTraits, AttnTemperature, HParams, Kind, NormType, Pooling, Swa};
 pub use layers::{Glu, GraphBuilder};
 pub(crate) use loader::Loader;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
     AttentionWeights, Classifier, EncoderInput, FfnWeights, LayerWeights, Norm, OutputHead, QkvWeights, RopeFactors,
-    Weights,
+    SharedExpert, Weights,
 };
 
 #[derive(Debug, Clone)]

@@ -1,7 +1,7 @@
 //! What makes an architecture, as loading and graph building see it: an `arch/`
 //! file's `ARCH`. Which architectures exist is the registry's business (`arch/`).
 
-use super::hparams::{ArchTraits, HParams, Keys, Kind};
+use super::hparams::{ArchTraits, HParams, Keys, Kind, NormType};
 use super::layers::GraphBuilder;
 use super::loader::Loader;
 use super::weights::Weights;
@@ -12,6 +12,8 @@ use crate::Result;
 pub struct ArchSpec {
     /// Its `general.architecture` in GGUF files, and the prefix of its keys.
     pub name: &'static str,
+    /// The model families its files hold, for people (the README's table).
+    pub models: &'static str,
     pub rope_mode: RopeMode,
     /// Reads the hyper-parameters beyond the common ones into `hp` (sliding
     /// windows, soft-caps, multipliers).
@@ -24,6 +26,7 @@ pub struct ArchSpec {
     /// elsewhere such a file is refused.
     pub experts: bool,
     pub kind: Kind,
+    pub norm: NormType,
 }
 
 /// An architecture: a handle on its `ArchSpec`.
@@ -54,6 +57,7 @@ impl Arch {
         ArchTraits {
             name: self.0.name,
             kind: self.0.kind,
+            norm: self.0.norm,
             rope_mode: self.0.rope_mode,
             experts: self.0.experts,
         }
@@ -61,6 +65,10 @@ impl Arch {
 
     pub fn name(self) -> &'static str {
         self.0.name
+    }
+
+    pub fn models(self) -> &'static str {
+        self.0.models
     }
 
     pub fn rope_mode(self) -> RopeMode {

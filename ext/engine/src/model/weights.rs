@@ -74,14 +74,32 @@ pub enum FfnWeights {
         down: Tensor,
         down_b: Option<Tensor>,
     },
+    /// `down(xielu(up x))` with the layer's xIELU parameters `[alpha_n, alpha_p, beta,
+    /// eps]` (apertus).
+    Xielu { up: Tensor, down: Tensor, params: [f32; 4] },
     /// A mixture of SwiGLU experts: the router [n_embd, n_expert] and the experts'
-    /// stacked weights [.., .., n_expert].
+    /// stacked weights [.., .., n_expert], a bias [n_expert] added to the router's
+    /// probabilities to pick the experts (not to weigh them) and a shared expert beside
+    /// them, where the model has those.
     Experts {
         router: Tensor,
         gate: Tensor,
         up: Tensor,
         down: Tensor,
+        selection_bias: Option<Tensor>,
+        shared: Option<SharedExpert>,
     },
+}
+
+/// An expert every token goes through besides those it is routed to: a SwiGLU
+/// feed-forward, its output scaled by `sigmoid(gate_inp · x)` where the model has
+/// that gate (qwen2moe's `ffn_gate_inp_shexp`).
+#[derive(Clone, Copy)]
+pub struct SharedExpert {
+    pub gate: Tensor,
+    pub up: Tensor,
+    pub down: Tensor,
+    pub gate_inp: Option<Tensor>,
 }
 
 pub struct Weights {
