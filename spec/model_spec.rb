@@ -143,14 +143,14 @@ RSpec.describe Elelem::Model do
       healthy!
     end
 
-    it "raises LoadError naming an unknown architecture" do
+    it "raises UnsupportedModel (a LoadError) naming an unknown architecture" do
       Dir.mktmpdir do |dir|
         bytes = File.binread(SpecModels.canary)
         at = bytes.index("general.architecture") + "general.architecture".size + 4 + 8
         bytes[at, 5] = "mambo"
         path = File.join(dir, "mambo.gguf")
         File.binwrite(path, bytes)
-        expect { Elelem.open(path) }.to raise_error(Elelem::LoadError, /unsupported architecture 'mambo'/)
+        expect { Elelem.open(path) }.to raise_error(Elelem::UnsupportedModel, /architecture 'mambo'/)
       end
       healthy!
     end

@@ -146,18 +146,21 @@ impl Active<'_> {
     }
 }
 
-/// What a generated token adds to its request's text, and why the request ends with
-/// it, if it does: a stop string, an end-of-generation token, a complete constrained
-/// text (`complete`), `max_tokens`, or a full context. `(generated, room)`: the tokens
-/// generated so far (this one included) and how many fit after the prompt.
+/// A generated token's event (the text it adds to its request's, its log-probability
+/// when asked: `logprobs` holds the logits it was drawn from and how many alternatives
+/// to give), and why the request ends with it, if it does: a stop string, an
+/// end-of-generation token, a complete constrained text (`complete`), `max_tokens`, or a
+/// full context. `(generated, room)`: the tokens generated so far (this one included)
+/// and how many fit after the prompt. Plain and speculative decoding deliver through it.
 pub(crate) fn take_token(
     model: &Model,
     text: &mut TextStream,
     params: &GenerateParams,
     token: u32,
+    logprobs: Option<(&[f32], u32)>,
     complete: bool,
     (generated, room): (usize, usize),
-) -> (String, Option<FinishReason>) {
+) -> (Event, Option<FinishReason>) {
     let eos = !params.ignore_eos && model.is_eog(token);
     let piece = match model.tokenizer() {
         Ok(tokenizer) if !eos => text.push(tokenizer.token_to_piece(token, false)),
@@ -177,7 +180,16 @@ pub(crate) fn take_token(
     } else {
         None
     };
-    (piece, stop)
+    let logprob = logprobs.map(|(logits, k)| {
+        let (logprob, top) = log_softmax_top(logits, token, k as usize);
+        Logprob { logprob, top }
+    });
+    let event = Event::Token {
+        id: token,
+        text: piece,
+        logprob,
+    };
+    (event, stop)
 }
 
 /// A request that passed [`admit`]: its text stream, and its sampler, which has
@@ -585,25 +597,18 @@ impl<'a> Batcher<'a> {
         }
         active.sampler.accept(token);
         active.tokens.push(token);
-        let logprob = active.logprobs.map(|k| {
-            let (logprob, top) = log_softmax_top(logits, token, k as usize);
-            Logprob { logprob, top }
-        });
         let complete = active.constraint.as_ref().is_some_and(Constraint::is_finished);
         let room = ctx.n_ctx_seq().saturating_sub(active.prompt.len());
-        let (text, stop) = take_token(
+        let (event, stop) = take_token(
             ctx.model(),
             &mut active.text,
             &active.params.generate,
             token,
+            active.logprobs.map(|k| (logits, k)),
             complete,
             (active.tokens.len(), room),
         );
-        active.events.push_back(Event::Token {
-            id: token,
-            text,
-            logprob,
-        });
+        active.events.push_back(event);
         match stop {
             Some(reason) => self.finish(ctx, id, reason),
             None => active.pending = Some(token),

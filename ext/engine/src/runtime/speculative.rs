@@ -30,10 +30,10 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::runtime::batcher::{admit, take_token, Admitted, DraftStats, Event, Logprob, Request, Summary};
+use crate::runtime::batcher::{admit, take_token, Admitted, DraftStats, Event, Request, Summary};
 use crate::runtime::context::BatchToken;
 use crate::runtime::ngram_cache::{copy_draft, NgramCache};
-use crate::text::sampler::{greedy, log_softmax_top, Sampler, SamplerParams};
+use crate::text::sampler::{greedy, Sampler, SamplerParams};
 use crate::text::stream::{FinishReason, TextParams, TextStream};
 use crate::{Context, Error, Model, Result, StopReason};
 
@@ -479,24 +479,17 @@ impl Speculation {
             }
         }
         let logits = target.output_logits(row);
-        let logprob = self.logprobs.map(|k| {
-            let (logprob, top) = log_softmax_top(logits, token, k as usize);
-            Logprob { logprob, top }
-        });
         let room = target.n_ctx_seq().saturating_sub(self.prompt.len());
-        let (text, stop) = take_token(
+        let (event, stop) = take_token(
             target.model(),
             &mut self.text,
             &self.params.generate,
             token,
+            self.logprobs.map(|k| (logits, k)),
             false,
             (self.tokens.len(), room),
         );
-        self.events.push_back(Event::Token {
-            id: token,
-            text,
-            logprob,
-        });
+        self.events.push_back(event);
         match stop {
             Some(reason) => {
                 self.finish_reason = Some(reason);
