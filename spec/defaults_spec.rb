@@ -23,7 +23,17 @@ RSpec.describe Elelem::Defaults do
     ["lib/elelem/server/request.rb", "temperature", "1.0"] => "OpenAI's API samples unless told",
     ["lib/elelem/server/request.rb", "top_p", "1.0"] => "... with every token",
     ["lib/elelem/bench.rb", "max_tokens", "1"] => "a prompt's speed is measured by one token",
-    ["lib/elelem/bench.rb", "max_tokens", "48"] => "a chat turn of the multi-turn measurement"
+    ["lib/elelem/bench.rb", "max_tokens", "48"] => "a chat turn of the multi-turn measurement",
+    ["lib/elelem/server/native_request.rb", "temperature", "0.8"] => "llama-server's /completion samples unless told",
+    ["lib/elelem/server/native_request.rb", "top_k", "40"] => "... with its common_params_sampling",
+    ["lib/elelem/server/native_request.rb", "top_p", "0.95"] => "...",
+    ["lib/elelem/server/native_request.rb", "min_p", "0.05"] => "...",
+    ["lib/elelem/server/ollama/request.rb", "temperature", "0.8"] => "Ollama's API samples unless told",
+    ["lib/elelem/server/ollama/request.rb", "top_k", "40"] => "... with its api.DefaultOptions",
+    ["lib/elelem/server/ollama/request.rb", "top_p", "0.9"] => "...",
+    ["lib/elelem/server/ollama/request.rb", "min_p", "0.0"] => "...",
+    ["lib/elelem/server/ollama/request.rb", "repeat_penalty", "1.1"] => "...",
+    ["lib/elelem/server/ollama/request.rb", "repeat_last_n", "64"] => "..."
   }
 
   it "is read by Ruby as the engine gives it" do

@@ -84,7 +84,7 @@ RSpec.describe "hostile calls" do
            [{ role: "user", content: invalid_utf8 }], [{ role: "user", content: "x", extra: alien }],
            [{ role: "user", content: "x", tool_calls: loop }],
            [{ role: "user", content: "x", tool_calls: [{ 1.5 => "key" }] }],
-           [{ role: "user", content: "x", tool_calls: [{ 2**200 => "key" }] }], "hi"]
+           [{ role: "user", content: "x", tool_calls: [{ 2**200 => "key" }] }], :hi]
     refuses(bad) { |m| model.chat_prompt(m, template: "{{ messages[0].content }}") }
     # Integer keys, as values, up to the template engine's 128 bits.
     big_key = [{ role: "user", content: "x", extra: { 2**70 => 1 } }]

@@ -124,6 +124,8 @@ module Elelem
       # @param out [IO, nil] where download progress goes
       # @return [String, nil] nil when `name` is neither a file, a known model nor a reference
       def locate(name, out: $stderr)
+        # A NUL cannot be in a path, a name or a reference: the loader refuses it as a path.
+        return nil if name.include?("\0")
         return name if File.exist?(name)
         return fetch(name, out:) if names.include?(name)
 
