@@ -14,7 +14,6 @@ module OllamaClient
     httpcore==1.0.9 httpx==0.28.1 idna==3.20 pydantic==2.14.4 pydantic_core==2.50.5 typing-inspection==0.4.5
     typing_extensions==4.16.0
   ].freeze
-  VENV = File.join(Dir.home, ".cache", "elelem", "ollama-#{VERSION}")
   # The npm package and its one dependency, pinned.
   NODE_VERSION = "0.6.4"
   NODE_PACKAGES = %W[ollama@#{NODE_VERSION} whatwg-fetch@3.6.20].freeze
@@ -24,7 +23,7 @@ module OllamaClient
 
   # The venv's python, with ollama installed; creates the venv on first use.
   def python
-    PythonVenv.python(VENV, PACKAGES, pip_options: ["--no-deps"])
+    PythonVenv.pinned("ollama", VERSION, PACKAGES)
   end
 
   # The node_modules folder holding the ollama npm package; installs it on first use.

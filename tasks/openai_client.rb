@@ -13,12 +13,11 @@ module OpenAIClient
     idna==3.20 jiter==0.19.0 pydantic==2.14.4 pydantic_core==2.50.5 sniffio==1.3.1 truststore==0.10.5
     typing-inspection==0.4.5 typing_extensions==4.16.0
   ].freeze
-  VENV = File.join(Dir.home, ".cache", "elelem", "openai-#{VERSION}")
 
   module_function
 
   # The venv's python, with openai installed; creates the venv on first use.
   def python
-    PythonVenv.python(VENV, PACKAGES, pip_options: ["--no-deps"])
+    PythonVenv.pinned("openai", VERSION, PACKAGES)
   end
 end
