@@ -252,15 +252,16 @@ module Bench
     return [] if threads < 2
 
     depth = list("BENCH_DEPTHS", DEPTHS).map(&:to_i).min
+    loads = list("BENCH_LOADS", LOADS).map(&:to_i)
     with_contenders(path, threads) do |sides|
-      list("BENCH_LOADS", LOADS).map(&:to_i).flat_map do |load|
-        with_spinners(load) { load_rows(sides, load, depth) }
+      loads.flat_map do |load|
+        with_spinners(load) { load_rows(sides, load) + (load == loads.min ? depth_row(sides, load, depth) : []) }
       end
     end
   end
 
   # The rows of one load: decode rates of every side, each rep in turn.
-  def load_rows(sides, load, depth)
+  def load_rows(sides, load)
     samples = Array.new(reps) { sides.transform_values { |side| side.decode_rate(TG_DEPTH) } }
     rate = ->(name) { median(samples.map { |sample| sample[name] }) }
     label = "tg#{TG_DEPTH} t/s, load #{load}"
@@ -268,15 +269,12 @@ module Bench
      { "metric" => "#{label}, fixed threads", "elelem" => rate[:fixed], "llama.cpp" => rate[:peer] },
      { "metric" => "#{label}, 1 thread", "elelem" => rate[:one], "llama.cpp" => rate[:peer_one] },
      { "metric" => "default ÷ 1 thread, load #{load} (elelem)",
-       "elelem" => median(samples.map { |sample| sample[:default] / sample[:one] }) }] +
-      depth_under_load(sides, load, depth)
+       "elelem" => median(samples.map { |sample| sample[:default] / sample[:one] }) }]
   end
 
-  # At the lightest load only (it is slow under more): decode at depth, where a lone
-  # query's flash attention runs on every thread while the rest of the pass runs on fewer.
-  def depth_under_load(sides, load, depth)
-    return [] unless load == list("BENCH_LOADS", LOADS).map(&:to_i).min
-
+  # Decode at depth (measured at the lightest load only: it is slow under more), where a
+  # lone query's flash attention runs on every thread while the rest of the pass runs on fewer.
+  def depth_row(sides, load, depth)
     [interleaved("tg#{TG_DEPTH}@#{depth} t/s, load #{load}", sides[:default], sides[:peer]) do |side|
       side.decode_rate(TG_DEPTH, depth:)
     end]
