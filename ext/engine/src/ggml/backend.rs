@@ -8,7 +8,7 @@ use ggml_sys as sys;
 
 use super::device::{cpu, BufferType};
 use super::graph::{Graph, GraphArena};
-use super::threads::{Governor, SchedStat};
+use super::threads::{free_cores, Governor, SchedStat};
 use crate::{Error, Result};
 
 /// The CPU backend: where graphs run. One per engine context, so each has its
@@ -198,7 +198,7 @@ impl Backend {
             (self.governor.as_mut(), before, SchedStat::of_this_thread())
         {
             let now = Instant::now();
-            governor.record(now - start, after.waited.saturating_sub(before.waited), now);
+            governor.record(now - start, after.waited.saturating_sub(before.waited), now, free_cores);
         }
         result
     }

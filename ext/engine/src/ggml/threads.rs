@@ -12,13 +12,17 @@
 //! burst: a GC, another thread's brief work). Below the configured count it probes one
 //! more thread once a window at the lower count finds a core waiting for nobody, after
 //! [`FIRST_PROBE`], and keeps it if the share stays low; each failed probe doubles the
-//! wait, up to [`LAST_PROBE`]. While even the fewer threads wait for a core (more runnable
-//! threads than cores) it never probes: a thread more could only spin at ggml's barrier,
-//! which is how a pass on two threads under a load of four falls to a third of one
-//! thread's speed. A governor starts on the cores that the run queue leaves free when it
-//! is made (`procs_running` of `/proc/stat`), so a short run on a busy machine does not
-//! spend its first passes finding out. On a quiet machine the share is ~0 and nothing
-//! changes.
+//! wait, up to [`LAST_PROBE`]. A probe is dear: while the core it tries is taken, its
+//! pass runs at a fraction of one thread's speed, each of ggml's barriers waiting for the
+//! thread that is not scheduled (a pass of 80 ms takes several hundred). So a probe falls
+//! due only when the run queue shows a core that the rest of the machine leaves free
+//! (`procs_running` of `/proc/stat`, read then); a load that stays, such as one busy
+//! process on two cores, is then never probed at all. While even the fewer threads wait
+//! for a core (more runnable threads than cores) it never probes: a thread more could
+//! only spin at ggml's barrier, which is how a pass on two threads under a load of four
+//! falls to a third of one thread's speed. A governor starts on the cores that the run
+//! queue leaves free when it is made, so a short run on a busy machine does not spend its
+//! first passes finding out. On a quiet machine the share is ~0 and nothing changes.
 //!
 //! The thread count never changes a result but in one place: ggml splits a lone
 //! query's flash attention over ≥ 512 cells among its threads, so such a node runs on
@@ -69,6 +73,13 @@ fn runnable_threads() -> Option<usize> {
         .find_map(|line| line.strip_prefix("procs_running ")?.trim().parse().ok())
 }
 
+/// How many cores the other runnable threads of the machine leave free now, the
+/// caller's counted as free (it is the one asking); `None` where the kernel does not say.
+pub fn free_cores() -> Option<usize> {
+    let others = runnable_threads()?.saturating_sub(1);
+    Some(available_cpus().saturating_sub(others))
+}
+
 /// The thread count of the next passes, from how the last ones were scheduled.
 #[derive(Debug)]
 pub struct Governor {
@@ -116,8 +127,7 @@ impl Governor {
     /// A governor of at most `max` threads that starts on those the other runnable
     /// threads of the machine leave free now.
     pub fn new(max: usize) -> Governor {
-        let others = runnable_threads().map_or(0, |n| n.saturating_sub(1));
-        Governor::starting(max, available_cpus().saturating_sub(others), Instant::now())
+        Governor::starting(max, free_cores().unwrap_or(max), Instant::now())
     }
 
     /// A governor of at most `max` threads that starts on `free` of them (at least one).
@@ -140,8 +150,16 @@ impl Governor {
     }
 
     /// Accounts a pass that ran on [`Governor::threads`] threads for `wall`, of which the
-    /// computing thread waited `waited` for a core.
-    pub fn record(&mut self, wall: Duration, waited: Duration, now: Instant) {
+    /// computing thread waited `waited` for a core. `free_cores` says how many cores the
+    /// rest of the machine leaves free now (as [`free_cores`]); it is asked only when a
+    /// probe falls due.
+    pub fn record(
+        &mut self,
+        wall: Duration,
+        waited: Duration,
+        now: Instant,
+        free_cores: impl FnOnce() -> Option<usize>,
+    ) {
         self.window.wall += wall;
         self.window.waited += waited;
         if self.window.wall < WINDOW {
@@ -166,9 +184,14 @@ impl Governor {
             self.contended = 0;
             self.next_probe = Some(now + self.backoff);
         } else if !contended && self.next_probe.is_some_and(|at| now >= at) {
-            self.current += 1;
-            self.probing = true;
-            self.next_probe = None;
+            if free_cores().is_some_and(|free| free <= self.current) {
+                // Every core is taken: ask the run queue again after the next window.
+                self.next_probe = Some(now + WINDOW);
+            } else {
+                self.current += 1;
+                self.probing = true;
+                self.next_probe = None;
+            }
         }
     }
 }
@@ -183,12 +206,19 @@ mod tests {
         (Governor::starting(max, max, now), now)
     }
 
-    /// Feeds one window of passes waiting `share` of their time.
+    /// Feeds one window of passes waiting `share` of their time, on a kernel that does
+    /// not say how many cores are free.
     fn window(g: &mut Governor, share: f64, now: &mut Instant) {
+        window_with(g, share, None, now);
+    }
+
+    /// Feeds one window of passes waiting `share` of their time, while the run queue
+    /// shows `free` cores free.
+    fn window_with(g: &mut Governor, share: f64, free: Option<usize>, now: &mut Instant) {
         let wall = Duration::from_millis(20);
         for _ in 0..5 {
             *now += wall;
-            g.record(wall, wall.mul_f64(share), *now);
+            g.record(wall, wall.mul_f64(share), *now, || free);
         }
     }
 
@@ -234,6 +264,23 @@ mod tests {
         }
         // Windows of 100 ms: 200 ms, then 400 ms, 800, 1600, and 3200 at most.
         assert_eq!(probed_after, [2, 4, 8, 16, 32, 32]);
+    }
+
+    #[test]
+    fn a_core_the_run_queue_shows_taken_is_never_probed() {
+        let (mut g, mut now) = quiet(2);
+        window(&mut g, 0.33, &mut now);
+        window(&mut g, 0.33, &mut now);
+        // One busy process on two cores: the thread left waits for nobody, and the other core is taken.
+        for _ in 0..200 {
+            window_with(&mut g, 0.0, Some(1), &mut now);
+            assert_eq!(g.threads(), 1);
+        }
+        // The process ends: the next window probes, and the probe stays.
+        window_with(&mut g, 0.0, Some(2), &mut now);
+        assert_eq!(g.threads(), 2);
+        window_with(&mut g, 0.0, Some(2), &mut now);
+        assert_eq!(g.threads(), 2);
     }
 
     #[test]
@@ -298,6 +345,7 @@ mod tests {
     fn the_run_queue_counts_the_caller() {
         if let Some(n) = runnable_threads() {
             assert!(n >= 1);
+            assert!(free_cores().is_some_and(|free| free <= available_cpus()));
         }
     }
 
