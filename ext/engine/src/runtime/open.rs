@@ -156,7 +156,7 @@ impl Runtime {
                 };
                 (Some(Scheduler::new(ctx, params.max_queue)), draft)
             }
-            Kind::Encoder if draft_model.is_some() => {
+            Kind::Encoder if params.draft.is_some() => {
                 return Err(Error::IncompatibleDraft(
                     "an embedding model generates no text to draft".into(),
                 ))
