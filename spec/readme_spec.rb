@@ -2,28 +2,29 @@
 
 require "spec_helper"
 require "stringio"
-require_relative "../tasks/readme_architectures"
+require_relative "../tasks/architecture_lists"
 
-# The README's Ruby examples run as they are written: each ```ruby block, and where a
-# "prints" block follows it, exactly that output. Greedy decoding is deterministic on a
+# The Ruby examples of the README and of docs/API.md run as they are written: each ```ruby
+# block, and where a "prints" block follows it, exactly that output. Greedy decoding is deterministic on a
 # build profile and the examples are short prompts on the small models, so the text is
 # compared whole; printed floats are rounded in the examples themselves.
 module ReadmeExamples
-  Example = Struct.new(:line, :code, :output, keyword_init: true)
+  Example = Struct.new(:file, :line, :code, :output, keyword_init: true)
+  PAGES = %w[README.md docs/API.md].freeze
 
   module_function
 
-  # @return [Array<Example>] the README's ```ruby blocks, each with the plain block
+  # @return [Array<Example>] the page's ```ruby blocks, each with the plain block
   #   that follows it after a line ending in "prints:" (or nil when none does)
-  def all(path = File.join(ROOT, "README.md"))
-    lines = File.readlines(path)
+  def all(page)
+    lines = File.readlines(File.join(ROOT, page))
     blocks = fenced_blocks(lines)
     blocks.each_with_index.filter_map do |block, i|
       next unless block[:lang] == "ruby"
 
       after = blocks[i + 1]
       output = after[:body] if after && after[:lang].empty? && prints_between?(lines, block, after)
-      Example.new(line: block[:first], code: block[:body], output:)
+      Example.new(file: page, line: block[:first], code: block[:body], output:)
     end
   end
 
@@ -52,11 +53,11 @@ module ReadmeExamples
   end
 
   # Runs the code in a fresh binding and returns what it wrote to $stdout.
-  def run(code, line)
+  def run(example)
     out = StringIO.new
     saved = $stdout
     $stdout = out
-    Object.new.instance_eval { binding }.eval(code, "README.md", line)
+    Object.new.instance_eval { binding }.eval(example.code, example.file, example.line + 2)
     out.string
   ensure
     $stdout = saved
@@ -69,22 +70,24 @@ module ReadmeExamples
   end
 end
 
-RSpec.describe "README.md's examples" do
-  examples = ReadmeExamples.all
+RSpec.describe "The examples of README.md and docs/API.md" do
+  examples = ReadmeExamples::PAGES.flat_map { |page| ReadmeExamples.all(page) }
 
-  it "lists the architectures the engine runs (`rake readme` rewrites the table)" do
-    expect(ReadmeArchitectures.current).to eq(ReadmeArchitectures.block)
+  ArchitectureLists::PAGES.each do |page|
+    it "lists the architectures the engine runs in #{page} (`rake readme` rewrites the list)" do
+      expect(ArchitectureLists.current(page)).to eq(ArchitectureLists.blocks.fetch(page))
+    end
   end
 
-  it "has Ruby examples, the first with its printed output" do
-    expect(examples.size).to be >= 5
+  it "has Ruby examples on each page, the README's first with its printed output" do
+    expect(examples.map(&:file).tally.values_at(*ReadmeExamples::PAGES)).to all(be >= 3)
     expect(examples.first.output).not_to be_nil
   end
 
   examples.each do |example|
-    it "runs the example at README.md:#{example.line + 1}#{" and prints what it says" if example.output}" do
+    it "runs the example at #{example.file}:#{example.line + 1}#{" and prints what it says" if example.output}" do
       ReadmeExamples.models(example.code).each { |name| SpecModels.path(name) }
-      printed = ReadmeExamples.run(example.code, example.line + 2)
+      printed = ReadmeExamples.run(example)
       expect(printed).to eq(example.output) if example.output
     end
   end
