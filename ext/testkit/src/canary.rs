@@ -47,8 +47,27 @@ pub struct Family {
     /// No `output.weight`: the head is the embeddings.
     pub tied_head: bool,
     pub rope_factors: RopeFactors,
+    /// Gated short convolutions in place of attention on some layers (lfm2).
+    pub short_conv: Option<ShortConv>,
+    /// The final norm's name (`token_embd_norm` in lfm2's files).
+    pub output_norm: &'static str,
     /// Keys beyond the common ones, without the `<arch>.` prefix.
     pub keys: &'static [(&'static str, Key)],
+}
+
+/// LFM2's recurrent layers: every layer but each `attention_period`-th (counting from
+/// one) has 0 KV heads in a per-layer `attention.head_count_kv`, and `shortconv.*`
+/// weights (a convolution of `kernel` steps) in place of attention's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShortConv {
+    pub kernel: u32,
+    pub attention_period: u32,
+}
+
+impl ShortConv {
+    fn attends(self, il: u32) -> bool {
+        il % self.attention_period == self.attention_period - 1
+    }
 }
 
 /// Norms of Q and K before rope.
@@ -144,6 +163,8 @@ pub const LLAMA: Family = Family {
     output_bias: false,
     tied_head: false,
     rope_factors: RopeFactors::None,
+    short_conv: None,
+    output_norm: "output_norm",
     keys: &[],
 };
 pub const LLAMA31: Family = Family {
@@ -392,6 +413,20 @@ pub const MISTRAL3: Family = Family {
 };
 /// Phi-3.5-MoE's layout: RMS norms with biases, biases on Q, K, V, the attention
 /// output and the logits, LongRoPE.
+/// Every other layer recurrent (the first, so that the micro shape's two layers have
+/// both kinds), with LFM2's convolution of 3 steps; the attention layers norm Q and K
+/// per head.
+pub const LFM2: Family = Family {
+    arch: "lfm2",
+    name: "elelem tiny lfm2 canary",
+    qk_norm: QkNorm::PerHead,
+    short_conv: Some(ShortConv {
+        kernel: 3,
+        attention_period: 2,
+    }),
+    output_norm: "token_embd_norm",
+    ..LLAMA
+};
 pub const PHIMOE: Family = Family {
     arch: "phimoe",
     name: "elelem tiny canary, Phi 3.5 MoE shaped",
@@ -561,6 +596,14 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 ..small(QWEN2MOE)
             },
         ),
+        // Layers 1, 3 and 5 of 7 attend; the last layer is recurrent.
+        (
+            "tiny-lfm2",
+            Shape {
+                n_layer: 7,
+                ..small(LFM2)
+            },
+        ),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");
@@ -664,12 +707,18 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         .set(&key("block_count"), Value::U32(n_layer))
         .set(&key("feed_forward_length"), Value::U32(n_ff as u32))
         .set(&key("attention.head_count"), Value::U32(n_head))
-        .set(&key("attention.head_count_kv"), Value::U32(n_head_kv))
+        .set(
+            &key("attention.head_count_kv"),
+            head_count_kv(family, n_layer, n_head_kv),
+        )
         .set(&key("rope.dimension_count"), Value::U32(n_embd as u32 / n_head))
         .set(&key("rope.freq_base"), Value::F32(10000.0))
         .set(&key(eps_key), Value::F32(1e-5));
     for &(name, value) in family.keys {
         w.set(&key(name), value.value());
+    }
+    if let Some(conv) = family.short_conv {
+        w.set(&key("shortconv.l_cache"), Value::U32(conv.kernel));
     }
     if shape.n_expert > 0 {
         w.set(&key("expert_count"), Value::U32(shape.n_expert))
@@ -704,30 +753,41 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         if pre_norms {
             add_norm(&mut w, &mut rng, &n("attn_norm"), family.norm_type, n_embd);
         }
-        if family.fused_qkv {
-            add_matrix(&mut w, &mut rng, &n("attn_qkv.weight"), ty, n_embd, n_embd + 2 * kv_dim);
+        if let Some(conv) = family.short_conv.filter(|c| !c.attends(il)) {
+            add_matrix(&mut w, &mut rng, &n("shortconv.in_proj.weight"), ty, n_embd, 3 * n_embd);
+            let kernel = u64::from(conv.kernel);
+            w.add_f32(
+                &n("shortconv.conv.weight"),
+                &[kernel, n_embd],
+                &rng.matrix(kernel, n_embd),
+            );
+            add_matrix(&mut w, &mut rng, &n("shortconv.out_proj.weight"), ty, n_embd, n_embd);
         } else {
-            add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, n_embd);
-            add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, kv_dim);
-            add_matrix(&mut w, &mut rng, &n("attn_v.weight"), ty, n_embd, kv_dim);
-        }
-        if family.qkv_bias {
-            w.add_f32(&n("attn_q.bias"), &[n_embd], &rng.small(n_embd));
-            w.add_f32(&n("attn_k.bias"), &[kv_dim], &rng.small(kv_dim));
-            w.add_f32(&n("attn_v.bias"), &[kv_dim], &rng.small(kv_dim));
-        }
-        add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, n_embd, n_embd);
-        if family.out_bias {
-            w.add_f32(&n("attn_output.bias"), &[n_embd], &rng.small(n_embd));
-        }
-        let qk_norm_widths = match family.qk_norm {
-            QkNorm::None => None,
-            QkNorm::PerHead => Some((head, head)),
-            QkNorm::Full => Some((n_embd, kv_dim)),
-        };
-        if let Some((q_width, k_width)) = qk_norm_widths {
-            w.add_f32(&n("attn_q_norm.weight"), &[q_width], &rng.around_one(q_width));
-            w.add_f32(&n("attn_k_norm.weight"), &[k_width], &rng.around_one(k_width));
+            if family.fused_qkv {
+                add_matrix(&mut w, &mut rng, &n("attn_qkv.weight"), ty, n_embd, n_embd + 2 * kv_dim);
+            } else {
+                add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, n_embd);
+                add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, kv_dim);
+                add_matrix(&mut w, &mut rng, &n("attn_v.weight"), ty, n_embd, kv_dim);
+            }
+            if family.qkv_bias {
+                w.add_f32(&n("attn_q.bias"), &[n_embd], &rng.small(n_embd));
+                w.add_f32(&n("attn_k.bias"), &[kv_dim], &rng.small(kv_dim));
+                w.add_f32(&n("attn_v.bias"), &[kv_dim], &rng.small(kv_dim));
+            }
+            add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, n_embd, n_embd);
+            if family.out_bias {
+                w.add_f32(&n("attn_output.bias"), &[n_embd], &rng.small(n_embd));
+            }
+            let qk_norm_widths = match family.qk_norm {
+                QkNorm::None => None,
+                QkNorm::PerHead => Some((head, head)),
+                QkNorm::Full => Some((n_embd, kv_dim)),
+            };
+            if let Some((q_width, k_width)) = qk_norm_widths {
+                w.add_f32(&n("attn_q_norm.weight"), &[q_width], &rng.around_one(q_width));
+                w.add_f32(&n("attn_k_norm.weight"), &[k_width], &rng.around_one(k_width));
+            }
         }
         if post_norms {
             w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
@@ -806,7 +866,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32("rope_factors_short.weight", &[pairs], &ramp(1.0, 1.5));
         }
     }
-    add_norm(&mut w, &mut rng, "output_norm", family.norm_type, n_embd);
+    add_norm(&mut w, &mut rng, family.output_norm, family.norm_type, n_embd);
     if !family.tied_head {
         add_matrix(&mut w, &mut rng, "output.weight", shape.embd_type, n_embd, n_vocab);
     }
@@ -814,6 +874,19 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.add_f32("output.bias", &[n_vocab], &rng.small(n_vocab));
     }
     w
+}
+
+/// `attention.head_count_kv`: one count, or with short convolutions one per layer, 0
+/// for the recurrent ones.
+fn head_count_kv(family: Family, n_layer: u32, n_head_kv: u32) -> Value {
+    match family.short_conv {
+        None => Value::U32(n_head_kv),
+        Some(conv) => Value::Array(
+            (0..n_layer)
+                .map(|il| Value::U32(if conv.attends(il) { n_head_kv } else { 0 }))
+                .collect(),
+        ),
+    }
 }
 
 /// Adds the norm `<name>.weight` (around one) and, for a LayerNorm with bias, `<name>.bias`.

@@ -8,7 +8,9 @@
 use super::common::{load_llama_like, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, FfnWeights, HParams, Keys, Kind, LayerWeights, Loader, NormType, RopeFactors, Weights};
+use crate::model::{
+    ArchSpec, FfnWeights, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, RopeFactors, Weights,
+};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -50,7 +52,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         l.optional_vector(&n("attn_k_norm.bias"), head)?;
         Ok(LayerWeights {
             attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
-            attn,
+            mixer: Mixer::Attention(attn),
             attn_post_norm: None,
             ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
             ffn: FfnWeights::Xielu {

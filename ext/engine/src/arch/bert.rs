@@ -12,8 +12,8 @@
 use super::common::run_encoder;
 use crate::ggml::{RopeMode, Tensor};
 use crate::model::{
-    ArchSpec, Classifier, EncoderInput, FfnWeights, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType,
-    Weights,
+    ArchSpec, Classifier, EncoderInput, FfnWeights, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer,
+    NormType, Weights,
 };
 use crate::{Error, Result};
 
@@ -53,7 +53,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
             let n = |s: &str| format!("blk.{il}.{s}");
             Ok(LayerWeights {
                 attn_norm: None,
-                attn: loader.attention(hp, il, false)?,
+                mixer: Mixer::Attention(loader.attention(hp, il, false)?),
                 attn_post_norm: Some(loader.layer_norm(&n("attn_output_norm"), embd)?),
                 ffn_norm: None,
                 ffn: FfnWeights::Sequential {
@@ -94,7 +94,7 @@ pub(crate) fn classifier(loader: &mut Loader, hp: &HParams) -> Result<Classifier
 
 fn build(b: &GraphBuilder) -> Tensor {
     run_encoder(b, |layer, il, x| {
-        let (q, k, v) = b.qkv(&layer.attn, x, il);
-        b.attention_own_tokens(&layer.attn, il, q, k, v, b.hparams().kq_scale())
+        let (q, k, v) = b.qkv(layer.attn(), x, il);
+        b.attention_own_tokens(layer.attn(), il, q, k, v, b.hparams().kq_scale())
     })
 }

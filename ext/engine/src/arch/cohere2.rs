@@ -11,7 +11,7 @@
 use super::common::{load_llama_like, run_layers, Head};
 use crate::ggml::{RopeMode, Tensor};
 use crate::model::{
-    read_swa, ArchSpec, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights,
+    read_swa, ArchSpec, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, Weights,
 };
 use crate::Result;
 
@@ -39,7 +39,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     load_llama_like(loader, hp, Head::Tied, |l, il| {
         Ok(LayerWeights {
             attn_norm: Some(l.norm(&format!("blk.{il}.attn_norm.weight"), embd)?),
-            attn: l.attention_without_output_bias(hp, il, false)?,
+            mixer: Mixer::Attention(l.attention_without_output_bias(hp, il, false)?),
             attn_post_norm: None,
             ffn_norm: None,
             ffn: l.gated_ffn(hp, il)?,
@@ -57,13 +57,13 @@ fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale:
     let g = b.graph;
     let hp = b.hparams();
     let normed = b.norm(x, layer.attn_norm, "attn_norm", il);
-    let (q, k, v) = b.qkv(&layer.attn, normed, il);
+    let (q, k, v) = b.qkv(layer.attn(), normed, il);
     let (q, k) = if hp.is_swa(il) {
         (b.rope(q, &hp.rope), b.rope(k, &hp.rope))
     } else {
         (q, k)
     };
-    let attn = b.attention(&layer.attn, il, q, k, v, kq_scale);
+    let attn = b.attention(layer.attn(), il, q, k, v, kq_scale);
     let (attn, x) = b.select_outputs_if_last(il, attn, x);
     let ffn = b.ffn(&layer.ffn, b.select_output_if_last(il, normed), il, Glu::Silu);
     g.add(g.add(ffn, x), attn).set_name(&format!("l_out-{il}"))

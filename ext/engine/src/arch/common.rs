@@ -63,11 +63,22 @@ pub fn load_llama_like(
     loader: &mut Loader,
     hp: &HParams,
     head: Head,
+    layer: impl FnMut(&mut Loader, u32) -> Result<LayerWeights>,
+) -> Result<Weights> {
+    load_llama_like_with_norm(loader, hp, head, "output_norm.weight", layer)
+}
+
+/// [`load_llama_like`] with the output norm under another name (lfm2's `token_embd_norm`).
+pub fn load_llama_like_with_norm(
+    loader: &mut Loader,
+    hp: &HParams,
+    head: Head,
+    output_norm: &str,
     mut layer: impl FnMut(&mut Loader, u32) -> Result<LayerWeights>,
 ) -> Result<Weights> {
     let (embd, vocab) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
     let tok_embd = loader.rows("token_embd.weight", &[embd, vocab])?;
-    let output_norm = loader.norm("output_norm.weight", embd)?;
+    let output_norm = loader.norm(output_norm, embd)?;
     let output = match head {
         Head::TiedIfAbsent => loader.optional_matrix("output.weight", &[embd, vocab])?,
         Head::Tied => None,

@@ -7,7 +7,7 @@
 use super::common::{load_llama_like, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, FfnWeights, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights};
+use crate::model::{ArchSpec, FfnWeights, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -45,7 +45,7 @@ pub(crate) fn layer(l: &mut Loader, hp: &HParams, il: u32, ffn: FfnWeights) -> R
     l.optional_vector(&n("attn_output.bias"), embd)?;
     Ok(LayerWeights {
         attn_norm,
-        attn,
+        mixer: Mixer::Attention(attn),
         attn_post_norm: None,
         ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
         ffn,

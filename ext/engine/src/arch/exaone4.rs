@@ -10,7 +10,8 @@
 use super::common::{load_llama_like, run_layers, Head};
 use crate::ggml::{RopeMode, Tensor};
 use crate::model::{
-    read_swa, ArchSpec, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType, RopeFactors, Weights,
+    read_swa, ArchSpec, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, RopeFactors,
+    Weights,
 };
 use crate::Result;
 
@@ -46,7 +47,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let attn = l.attention_without_output_bias(hp, il, false)?;
         Ok(LayerWeights {
             attn_norm: None,
-            attn: l.with_head_norms(hp, il, attn)?,
+            mixer: Mixer::Attention(l.with_head_norms(hp, il, attn)?),
             attn_post_norm: Some(l.norm(&n("post_attention_norm.weight"), embd)?),
             ffn_norm: None,
             ffn: l.gated_ffn(hp, il)?,
@@ -72,9 +73,9 @@ fn build(b: &GraphBuilder) -> Tensor {
 fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
     let g = b.graph;
     let hp = b.hparams();
-    let (q, k, v) = b.qkv(&layer.attn, x, il);
-    let q = b.norm_if(q, layer.attn.q_norm, "Qcur_normed", il);
-    let k = b.norm_if(k, layer.attn.k_norm, "Kcur_normed", il);
+    let (q, k, v) = b.qkv(layer.attn(), x, il);
+    let q = b.norm_if(q, layer.attn().q_norm, "Qcur_normed", il);
+    let k = b.norm_if(k, layer.attn().k_norm, "Kcur_normed", il);
     // Sliding layers rotate with the global base too: llama.cpp's graph takes no
     // per-layer one.
     let (q, k) = if hp.swa.is_none() || hp.is_swa(il) {
@@ -82,7 +83,7 @@ fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale:
     } else {
         (q, k)
     };
-    let attn = b.attention(&layer.attn, il, q, k, v, kq_scale);
+    let attn = b.attention(layer.attn(), il, q, k, v, kq_scale);
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);
     let attn = b.norm(attn, layer.attn_post_norm, "attn_post_norm", il);
     let ffn_inp = g.add(attn, residual).set_name(&format!("ffn_inp-{il}"));

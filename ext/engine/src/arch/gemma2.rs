@@ -14,7 +14,7 @@
 use super::common::{load_llama_like, run_layers, Head};
 use crate::ggml::{RopeMode, Tensor};
 use crate::model::{
-    read_swa, ArchSpec, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights,
+    read_swa, ArchSpec, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, Weights,
 };
 use crate::Result;
 
@@ -48,7 +48,7 @@ pub(crate) fn layer(l: &mut Loader, hp: &HParams, il: u32) -> Result<LayerWeight
     let n = |s: &str| format!("blk.{il}.{s}");
     Ok(LayerWeights {
         attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
-        attn: l.attention_without_output_bias(hp, il, false)?,
+        mixer: Mixer::Attention(l.attention_without_output_bias(hp, il, false)?),
         attn_post_norm: Some(l.norm(&n("post_attention_norm.weight"), embd)?),
         ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
         ffn: l.gated_ffn(hp, il)?,
@@ -81,11 +81,11 @@ pub(crate) fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor
     let g = b.graph;
     let rope = b.hparams().layer_rope(il);
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
-    let (q, k, v) = b.qkv(&layer.attn, attn_in, il);
-    let q = b.rope(b.norm_if(q, layer.attn.q_norm, "Qcur_normed", il), rope);
-    let k = b.rope(b.norm_if(k, layer.attn.k_norm, "Kcur_normed", il), rope);
+    let (q, k, v) = b.qkv(layer.attn(), attn_in, il);
+    let q = b.rope(b.norm_if(q, layer.attn().q_norm, "Qcur_normed", il), rope);
+    let k = b.rope(b.norm_if(k, layer.attn().k_norm, "Kcur_normed", il), rope);
     let q = g.scale(q, attn_scale);
-    let attn = b.attention(&layer.attn, il, q, k, v, 1.0);
+    let attn = b.attention(layer.attn(), il, q, k, v, 1.0);
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);
     let attn = b.norm(attn, layer.attn_post_norm, "attn_post_norm", il);
     let sa_out = g.add(attn, residual).set_name(&format!("sa_out-{il}"));

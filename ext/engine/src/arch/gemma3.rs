@@ -14,7 +14,9 @@
 use super::common::{load_llama_like, run_layers, Head};
 use super::gemma2;
 use crate::ggml::{Rope, RopeMode, Tensor};
-use crate::model::{read_swa, ArchSpec, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights};
+use crate::model::{
+    read_swa, ArchSpec, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, Weights,
+};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -46,7 +48,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let layer = gemma2::layer(l, hp, il)?;
         Ok(LayerWeights {
-            attn: l.with_head_norms(hp, il, layer.attn)?,
+            mixer: Mixer::Attention(l.with_head_norms(hp, il, layer.mixer.into_attention())?),
             ..layer
         })
     })

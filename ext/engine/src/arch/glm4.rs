@@ -8,7 +8,9 @@
 
 use super::common::{load_llama_like, no_extra_hparams, run_layers, Head};
 use crate::ggml::{RopeMode, Tensor};
-use crate::model::{ArchSpec, FfnWeights, Glu, GraphBuilder, HParams, Kind, LayerWeights, Loader, NormType, Weights};
+use crate::model::{
+    ArchSpec, FfnWeights, Glu, GraphBuilder, HParams, Kind, LayerWeights, Loader, Mixer, NormType, Weights,
+};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -29,7 +31,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         Ok(LayerWeights {
             attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
-            attn: l.attention_without_output_bias(hp, il, false)?,
+            mixer: Mixer::Attention(l.attention_without_output_bias(hp, il, false)?),
             attn_post_norm: Some(l.norm(&n("post_attention_norm.weight"), embd)?),
             ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
             ffn: FfnWeights::GatedFused {
@@ -51,8 +53,8 @@ fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale:
     let g = b.graph;
     let rope = &b.hparams().rope;
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
-    let (q, k, v) = b.qkv(&layer.attn, attn_in, il);
-    let attn = b.attention(&layer.attn, il, b.rope(q, rope), b.rope(k, rope), v, kq_scale);
+    let (q, k, v) = b.qkv(layer.attn(), attn_in, il);
+    let attn = b.attention(layer.attn(), il, b.rope(q, rope), b.rope(k, rope), v, kq_scale);
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);
     let attn = b.norm(attn, layer.attn_post_norm, "post_attn_norm", il);
     let ffn_inp = g.add(attn, residual).set_name(&format!("ffn_inp-{il}"));

@@ -9,7 +9,7 @@
 use super::common::{load_llama_like, run_layers, Head};
 use super::llama::ffn_residual;
 use crate::ggml::{RopeMode, Tensor};
-use crate::model::{ArchSpec, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights};
+use crate::model::{ArchSpec, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, Weights};
 use crate::{Error, Result};
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -51,7 +51,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let attn = l.attention_without_output_bias(hp, il, false)?;
         Ok(LayerWeights {
             attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
-            attn: l.with_head_norms(hp, il, attn)?,
+            mixer: Mixer::Attention(l.with_head_norms(hp, il, attn)?),
             attn_post_norm: None,
             ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
             ffn: l.gated_ffn(hp, il)?,
@@ -69,10 +69,10 @@ fn build(b: &GraphBuilder) -> Tensor {
 fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
     let rope = &b.hparams().rope;
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
-    let (q, k, v) = b.qkv(&layer.attn, attn_in, il);
+    let (q, k, v) = b.qkv(layer.attn(), attn_in, il);
     let (q, k) = (b.rope(q, rope), b.rope(k, rope));
-    let k = b.norm_if(k, layer.attn.k_norm, "Kcur_norm", il);
-    let q = b.norm_if(q, layer.attn.q_norm, "Qcur_norm", il);
-    let attn = b.attention(&layer.attn, il, q, k, v, kq_scale);
+    let k = b.norm_if(k, layer.attn().k_norm, "Kcur_norm", il);
+    let q = b.norm_if(q, layer.attn().q_norm, "Qcur_norm", il);
+    let attn = b.attention(layer.attn(), il, q, k, v, kq_scale);
     ffn_residual(b, layer, il, attn, x)
 }

@@ -56,16 +56,16 @@ fn llama_block(
 ) -> Tensor {
     let hp = b.hparams();
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
-    let (q, k, v) = b.qkv(&layer.attn, attn_in, il);
-    let q = b.norm_if(q, layer.attn.q_norm, "Qcur_normed", il);
-    let k = b.norm_if(k, layer.attn.k_norm, "Kcur_normed", il);
+    let (q, k, v) = b.qkv(layer.attn(), attn_in, il);
+    let q = b.norm_if(q, layer.attn().q_norm, "Qcur_normed", il);
+    let k = b.norm_if(k, layer.attn().k_norm, "Kcur_normed", il);
     let (q, k) = if hp.rotates(il) {
         (b.rope(q, &hp.rope), b.rope(k, &hp.rope))
     } else {
         (q, k)
     };
     let q = temperature.map_or(q, |t| b.graph.mul(q, t));
-    let attn = b.attention(&layer.attn, il, q, k, v, kq_scale);
+    let attn = b.attention(layer.attn(), il, q, k, v, kq_scale);
     ffn_residual(b, layer, il, attn, x)
 }
 

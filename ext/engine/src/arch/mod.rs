@@ -15,6 +15,7 @@ mod gemma3;
 mod glm4;
 mod granite;
 mod hunyuan_dense;
+mod lfm2;
 mod llama;
 mod llama_cpp;
 mod mistral3;
@@ -67,6 +68,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &ernie4_5_moe::ARCH,
     &apertus::ARCH,
     &mistral3::ARCH,
+    &lfm2::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

@@ -7,7 +7,9 @@
 use super::bert;
 use super::common::run_encoder;
 use crate::ggml::{RopeMode, Tensor};
-use crate::model::{ArchSpec, EncoderInput, GraphBuilder, HParams, Kind, LayerWeights, Loader, NormType, Weights};
+use crate::model::{
+    ArchSpec, EncoderInput, GraphBuilder, HParams, Kind, LayerWeights, Loader, Mixer, NormType, Weights,
+};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -38,7 +40,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
             loader.optional_vector(&n("ffn_down.bias"), embd)?;
             Ok(LayerWeights {
                 attn_norm: None,
-                attn: loader.attention(hp, il, false)?,
+                mixer: Mixer::Attention(loader.attention(hp, il, false)?),
                 attn_post_norm: Some(loader.layer_norm(&n("attn_output_norm"), embd)?),
                 ffn_norm: None,
                 ffn: loader.gated_ffn(hp, il)?,
@@ -59,9 +61,9 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
 fn build(b: &GraphBuilder) -> Tensor {
     run_encoder(b, |layer, il, x| {
         let hp = b.hparams();
-        let (q, k, v) = b.qkv(&layer.attn, x, il);
+        let (q, k, v) = b.qkv(layer.attn(), x, il);
         let q = b.rope(q, &hp.rope);
         let k = b.rope(k, &hp.rope);
-        b.attention_own_tokens(&layer.attn, il, q, k, v, hp.kq_scale())
+        b.attention_own_tokens(layer.attn(), il, q, k, v, hp.kq_scale())
     })
 }

@@ -10,7 +10,7 @@
 use super::common::{load_llama_like, run_layers, Head};
 use crate::ggml::{RopeMode, Tensor};
 use crate::model::{
-    ArchSpec, AttentionWeights, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights,
+    ArchSpec, AttentionWeights, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, Weights,
 };
 use crate::{Error, Result};
 
@@ -40,11 +40,11 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let attn = l.attention_without_output_bias(hp, il, false)?;
         Ok(LayerWeights {
             attn_norm: None,
-            attn: AttentionWeights {
+            mixer: Mixer::Attention(AttentionWeights {
                 q_norm: Some(l.vector(&n("attn_q_norm.weight"), u64::from(hp.head_dim_k * hp.n_head))?),
                 k_norm: Some(l.vector(&n("attn_k_norm.weight"), u64::from(hp.n_embd_k_gqa()))?),
                 ..attn
-            },
+            }),
             attn_post_norm: Some(l.norm(&n("post_attention_norm.weight"), embd)?),
             ffn_norm: None,
             ffn: l.gated_ffn(hp, il)?,
@@ -61,13 +61,13 @@ fn build(b: &GraphBuilder) -> Tensor {
 fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
     let g = b.graph;
     let rope = &b.hparams().rope;
-    let (q, k, v) = b.qkv_rows(&layer.attn, x);
-    let q = b.norm_if(q, layer.attn.q_norm, "Qcur_normed", il);
-    let k = b.norm_if(k, layer.attn.k_norm, "Kcur_normed", il);
+    let (q, k, v) = b.qkv_rows(layer.attn(), x);
+    let q = b.norm_if(q, layer.attn().q_norm, "Qcur_normed", il);
+    let k = b.norm_if(k, layer.attn().k_norm, "Kcur_normed", il);
     let (q, k, v) = b.heads(q, k, v, il);
     let q = b.rope(q, rope);
     let k = b.rope(k, rope);
-    let attn = b.attention(&layer.attn, il, q, k, v, kq_scale);
+    let attn = b.attention(layer.attn(), il, q, k, v, kq_scale);
     let (attn, residual) = b.select_outputs_if_last(il, attn, x);
     let attn = b.norm(attn, layer.attn_post_norm, "attn_post_norm", il);
     let ffn_inp = g.add(attn, residual).set_name(&format!("ffn_inp-{il}"));

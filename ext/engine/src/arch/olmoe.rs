@@ -8,7 +8,7 @@ use super::common::{load_llama_like, read_expert_counts, run_layers, Head};
 use super::llama::ffn_residual;
 use crate::ggml::{RopeMode, Tensor};
 use crate::model::{
-    ArchSpec, AttentionWeights, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights,
+    ArchSpec, AttentionWeights, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, Weights,
 };
 use crate::{Error, Result};
 
@@ -48,11 +48,11 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let attn = l.attention_without_output_bias(hp, il, false)?;
         Ok(LayerWeights {
             attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
-            attn: AttentionWeights {
+            mixer: Mixer::Attention(AttentionWeights {
                 q_norm: Some(l.vector(&n("attn_q_norm.weight"), embd)?),
                 k_norm: Some(l.vector(&n("attn_k_norm.weight"), embd)?),
                 ..attn
-            },
+            }),
             attn_post_norm: None,
             ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
             ffn: l.experts_ffn(hp, il, None, false)?,
@@ -71,10 +71,10 @@ fn build(b: &GraphBuilder) -> Tensor {
 fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, kq_scale: f32) -> Tensor {
     let rope = &b.hparams().rope;
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
-    let (q, k, v) = b.qkv_rows(&layer.attn, attn_in);
-    let q = b.norm_if(q, layer.attn.q_norm, "Qcur_normed", il);
-    let k = b.norm_if(k, layer.attn.k_norm, "Kcur_normed", il);
+    let (q, k, v) = b.qkv_rows(layer.attn(), attn_in);
+    let q = b.norm_if(q, layer.attn().q_norm, "Qcur_normed", il);
+    let k = b.norm_if(k, layer.attn().k_norm, "Kcur_normed", il);
     let (q, k, v) = b.heads(q, k, v, il);
-    let attn = b.attention(&layer.attn, il, b.rope(q, rope), b.rope(k, rope), v, kq_scale);
+    let attn = b.attention(layer.attn(), il, b.rope(q, rope), b.rope(k, rope), v, kq_scale);
     ffn_residual(b, layer, il, attn, x)
 }

@@ -10,7 +10,8 @@ use super::common::{load_llama_like, run_layers, Head};
 use super::llama::ffn_residual;
 use crate::ggml::{RopeMode, Tensor};
 use crate::model::{
-    ArchSpec, FfnWeights, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, NormType, RopeFactors, Weights,
+    ArchSpec, FfnWeights, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, RopeFactors,
+    Weights,
 };
 use crate::Result;
 
@@ -44,7 +45,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         Ok(LayerWeights {
             attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
-            attn: l.attention(hp, il, false)?,
+            mixer: Mixer::Attention(l.attention(hp, il, false)?),
             attn_post_norm: None,
             ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
             ffn: FfnWeights::GatedFused {
@@ -70,9 +71,9 @@ fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, q_scale: 
     let g = b.graph;
     let rope = &b.hparams().rope;
     let attn_in = b.norm(x, layer.attn_norm, "attn_norm", il);
-    let (q, k, v) = b.qkv(&layer.attn, attn_in, il);
+    let (q, k, v) = b.qkv(layer.attn(), attn_in, il);
     let q = g.scale(b.rope(q, rope), q_scale);
     let k = b.rope(k, rope);
-    let attn = b.attention(&layer.attn, il, q, k, v, 1.0);
+    let attn = b.attention(layer.attn(), il, q, k, v, 1.0);
     ffn_residual(b, layer, il, attn, x)
 }

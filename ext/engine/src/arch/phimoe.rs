@@ -8,7 +8,7 @@ use super::common::{load_llama_like, read_expert_counts, Head};
 use super::phi3;
 use crate::ggml::RopeMode;
 use crate::model::{
-    ArchSpec, AttentionWeights, HParams, Keys, Kind, LayerWeights, Loader, Norm, NormType, RopeFactors, Weights,
+    ArchSpec, AttentionWeights, HParams, Keys, Kind, LayerWeights, Loader, Mixer, Norm, NormType, RopeFactors, Weights,
 };
 use crate::Result;
 
@@ -47,10 +47,10 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let attn = l.attention(hp, il, false)?;
         Ok(LayerWeights {
             attn_norm: Some(norm(l, &n("attn_norm"))?),
-            attn: AttentionWeights {
+            mixer: Mixer::Attention(AttentionWeights {
                 bo: Some(l.vector(&n("attn_output.bias"), embd)?),
                 ..attn
-            },
+            }),
             attn_post_norm: None,
             ffn_norm: Some(norm(l, &n("ffn_norm"))?),
             ffn: l.experts_ffn(hp, il, None, false)?,

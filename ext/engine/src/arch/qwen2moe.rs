@@ -7,7 +7,7 @@
 use super::common::{load_llama_like, read_expert_counts, read_expert_width, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights};
+use crate::model::{ArchSpec, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -41,7 +41,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let shared = l.shared_expert(hp, il, hp.n_ff_shexp, true)?;
         Ok(LayerWeights {
             attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
-            attn: l.attention_without_output_bias(hp, il, false)?,
+            mixer: Mixer::Attention(l.attention_without_output_bias(hp, il, false)?),
             attn_post_norm: None,
             ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
             ffn: l.experts_ffn(hp, il, Some(shared), false)?,

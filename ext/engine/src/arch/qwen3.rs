@@ -5,7 +5,7 @@
 use super::common::{load_llama_like, no_extra_hparams, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, HParams, Kind, LayerWeights, Loader, NormType, Weights};
+use crate::model::{ArchSpec, HParams, Kind, LayerWeights, Loader, Mixer, NormType, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -24,7 +24,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let layer = l.llama_block(hp, il, false)?;
         Ok(LayerWeights {
-            attn: l.with_head_norms(hp, il, layer.attn)?,
+            mixer: Mixer::Attention(l.with_head_norms(hp, il, layer.mixer.into_attention())?),
             ..layer
         })
     })

@@ -7,7 +7,7 @@
 use super::common::{load_llama_like, read_expert_counts, read_expert_width, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, HParams, Keys, Kind, LayerWeights, Loader, NormType, Weights};
+use crate::model::{ArchSpec, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -34,7 +34,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let attn = l.attention(hp, il, false)?;
         Ok(LayerWeights {
             attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
-            attn: l.with_head_norms(hp, il, attn)?,
+            mixer: Mixer::Attention(l.with_head_norms(hp, il, attn)?),
             attn_post_norm: None,
             ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
             ffn: l.experts_ffn(hp, il, None, false)?,

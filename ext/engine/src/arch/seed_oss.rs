@@ -6,7 +6,7 @@
 use super::common::{load_llama_like, no_extra_hparams, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, HParams, Kind, LayerWeights, Loader, NormType, Weights};
+use crate::model::{ArchSpec, HParams, Kind, LayerWeights, Loader, Mixer, NormType, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -27,7 +27,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         Ok(LayerWeights {
             attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
-            attn: l.attention_without_output_bias(hp, il, false)?,
+            mixer: Mixer::Attention(l.attention_without_output_bias(hp, il, false)?),
             attn_post_norm: None,
             ffn_norm: Some(l.norm(&n("post_attention_norm.weight"), embd)?),
             ffn: l.gated_ffn(hp, il)?,

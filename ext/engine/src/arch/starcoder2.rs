@@ -7,7 +7,9 @@
 use super::common::{load_llama_like, no_extra_hparams, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, AttentionWeights, FfnWeights, HParams, Kind, LayerWeights, Loader, NormType, Weights};
+use crate::model::{
+    ArchSpec, AttentionWeights, FfnWeights, HParams, Kind, LayerWeights, Loader, Mixer, NormType, Weights,
+};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -29,10 +31,10 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let attn = l.attention(hp, il, false)?;
         Ok(LayerWeights {
             attn_norm: Some(l.layer_norm(&n("attn_norm"), embd)?),
-            attn: AttentionWeights {
+            mixer: Mixer::Attention(AttentionWeights {
                 bo: Some(l.vector(&n("attn_output.bias"), embd)?),
                 ..attn
-            },
+            }),
             attn_post_norm: None,
             ffn_norm: Some(l.layer_norm(&n("ffn_norm"), embd)?),
             ffn: FfnWeights::Sequential {

@@ -427,6 +427,18 @@ impl Graph {
         )
     }
 
+    /// `a` and `b` joined along dimension `dim` (the other dimensions equal).
+    pub fn concat(&self, a: Tensor, b: Tensor, dim: i32) -> Tensor {
+        op!(self, sys::ggml_concat(self.c(), a.as_ptr(), b.as_ptr(), dim))
+    }
+
+    /// A causal depthwise convolution over time (ggml's `ssm_conv`): `x` is
+    /// [kernel - 1 + n_seq_tokens, channels, n_seqs] (the previous steps first), the
+    /// kernel [kernel, channels]; gives [channels, n_seq_tokens, n_seqs].
+    pub fn ssm_conv(&self, x: Tensor, kernel: Tensor) -> Tensor {
+        op!(self, sys::ggml_ssm_conv(self.c(), x.as_ptr(), kernel.as_ptr()))
+    }
+
     pub fn set_rows(&self, dst: Tensor, src: Tensor, rows: Tensor) -> Tensor {
         op!(
             self,

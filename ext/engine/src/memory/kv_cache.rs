@@ -387,21 +387,23 @@ impl Cells {
     }
 }
 
-/// K and V of every layer, F16 or quantized, in one backend buffer allocated once
-/// and never touched by the graph allocator. Each layer's tensors have as many rows
-/// as its group has cells. V is stored as K is (a row per cell) for flash attention,
+/// K and V of every attention layer, F16 or quantized, in one backend buffer
+/// allocated once and never touched by the graph allocator (a recurrent layer keeps
+/// a state instead, see [`super::recurrent`]). Each layer's tensors have as many
+/// rows as its group has cells. V is stored as K is (a row per cell) for flash attention,
 /// and transposed (a row per value dimension, a column per cell) without it, as
 /// llama.cpp's `v_trans`: the layout its plain attention's matrix product reads.
 pub(crate) struct KvCache {
-    pub k: Vec<Tensor>,
-    pub v: Vec<Tensor>,
+    /// Per layer; `None` for a layer without attention.
+    pub k: Vec<Option<Tensor>>,
+    pub v: Vec<Option<Tensor>>,
     pub v_trans: bool,
     /// The Walsh-Hadamard matrices Q and K (`k_rot`) and V (`v_rot`) are rotated by
     /// before a quantized cache, as llama.cpp's `attn_inp_k_rot` / `attn_inp_v_rot`.
     pub k_rot: Option<Tensor>,
     pub v_rot: Option<Tensor>,
-    /// The index in `groups` of each layer.
-    pub layer_group: Vec<usize>,
+    /// The index in `groups` of each layer (`None` for a layer without attention).
+    pub layer_group: Vec<Option<usize>>,
     pub groups: Vec<Cells>,
     /// None for a model without a cache (an encoder).
     buffer: Option<Buffer>,
@@ -410,10 +412,13 @@ pub(crate) struct KvCache {
     _rot: Option<(ggml::Context, Buffer)>,
 }
 
-/// What the cache's shape takes from a model: each layer's sliding window (`None`
-/// where the layer sees the whole context) and the widths of its keys and values.
+/// What the cache's shape takes from a model: which layers attend, each one's sliding
+/// window (`None` where the layer sees the whole context) and the widths of its keys
+/// and values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvShape {
+    /// Per layer: false for a recurrent layer (llama.cpp's `is_recr`), which has no cache.
+    pub attends: Vec<bool>,
     pub windows: Vec<Option<u32>>,
     /// K's and V's widths over all KV heads.
     pub n_embd_k: u32,
@@ -446,39 +451,48 @@ impl KvCache {
         let layer_group = shape
             .windows
             .iter()
-            .map(|&window| {
+            .zip(&shape.attends)
+            .map(|(&window, &attends)| {
                 let sliding = window.is_some();
-                *group_of_kind[usize::from(sliding)].get_or_insert_with(|| {
-                    groups.push(match (cells_per_sequence, window) {
-                        (Some(per_seq), _) => Cells::partitioned(per_seq, window, n_seq),
-                        (None, Some(window)) => {
-                            let ring = window.saturating_mul(n_seq).saturating_add(n_ubatch);
-                            Cells::new(pad(full.min(ring)), Some(window), n_seq)
-                        }
-                        (None, None) => Cells::new(full, None, n_seq),
-                    });
-                    groups.len() - 1
+                attends.then(|| {
+                    *group_of_kind[usize::from(sliding)].get_or_insert_with(|| {
+                        groups.push(match (cells_per_sequence, window) {
+                            (Some(per_seq), _) => Cells::partitioned(per_seq, window, n_seq),
+                            (None, Some(window)) => {
+                                let ring = window.saturating_mul(n_seq).saturating_add(n_ubatch);
+                                Cells::new(pad(full.min(ring)), Some(window), n_seq)
+                            }
+                            (None, None) => Cells::new(full, None, n_seq),
+                        });
+                        groups.len() - 1
+                    })
                 })
             })
             .collect::<Vec<_>>();
         let ctx = ggml::Context::new_no_alloc(2 * shape.windows.len())?;
         let mut k = Vec::with_capacity(shape.windows.len());
         let mut v = Vec::with_capacity(shape.windows.len());
-        for (il, &g) in layer_group.iter().enumerate() {
+        for (il, group) in layer_group.iter().enumerate() {
+            let Some(g) = *group else {
+                k.push(None);
+                v.push(None);
+                continue;
+            };
             let cells = i64::from(groups[g].size());
-            k.push(
+            k.push(Some(
                 ctx.new_tensor(type_k.ggml_type(), &[shape.n_embd_k.into(), cells])?
                     .set_name(&format!("cache_k_l{il}")),
-            );
-            v.push(
+            ));
+            v.push(Some(
                 ctx.new_tensor(type_v.ggml_type(), &[shape.n_embd_v.into(), cells])?
                     .set_name(&format!("cache_v_l{il}")),
-            );
+            ));
         }
         // What failing to allocate the keys and values would cost, so the error says.
         let row_bytes = type_k.row_bytes(shape.n_embd_k.into()) + type_v.row_bytes(shape.n_embd_v.into());
         let bytes: u64 = layer_group
             .iter()
+            .flatten()
             .map(|&g| row_bytes * u64::from(groups[g].size()))
             .sum();
         let what = format!(

@@ -1,5 +1,9 @@
-//! What a context remembers between passes: the KV cache now; recurrent state next.
+//! What a context remembers between passes: the KV cache of the attention layers and
+//! the recurrent state of the others, held together by [`hybrid::Memory`].
 
+pub mod hybrid;
 pub mod kv_cache;
+pub mod recurrent;
 
 pub use kv_cache::{CacheType, KvShape, SeqId, MAX_SEQUENCES};
+pub use recurrent::{RecurrentShape, StateRows};

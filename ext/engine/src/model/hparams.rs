@@ -4,7 +4,7 @@
 use elelem_gguf::{Gguf, Value};
 
 use crate::ggml::{Rope, RopeMode};
-use crate::memory::kv_cache::KvShape;
+use crate::memory::{KvShape, RecurrentShape};
 use crate::{Error, Result};
 
 /// The largest layer count or tensor width accepted: far beyond any real model,
@@ -160,6 +160,12 @@ pub struct HParams {
     /// Each layer's xIELU parameters `[alpha_n, alpha_p, beta, eps]` (apertus's
     /// feed-forward activation; empty elsewhere).
     pub xielu: Vec<[f32; 4]>,
+    /// Per layer: whether it keeps a recurrent state instead of a KV cache (llama.cpp's
+    /// `is_recr`: a layer with no KV heads, 0 in a per-layer `attention.head_count_kv`).
+    pub recurrent: Vec<bool>,
+    /// The kernel length of LFM2's short convolutions (`shortconv.l_cache`), which its
+    /// recurrent layers run.
+    pub short_conv_kernel: Option<u32>,
     /// Whether a token attends only to earlier ones (`attention.causal`; encoders say false).
     pub causal_attn: bool,
     /// How the file's model pools its embeddings (`pooling_type`), if it says.
@@ -191,6 +197,7 @@ impl HParams {
     /// The KV cache's shape for this model.
     pub fn kv_shape(&self) -> KvShape {
         KvShape {
+            attends: self.recurrent.iter().map(|&r| !r).collect(),
             windows: (0..self.n_layer as usize)
                 .map(|il| self.swa.as_ref().filter(|_| self.is_swa(il)).map(|swa| swa.window))
                 .collect(),
@@ -199,6 +206,15 @@ impl HParams {
             head_dim_k: self.head_dim_k,
             head_dim_v: self.head_dim_v,
         }
+    }
+
+    /// The recurrent state's shape, where some layers keep one.
+    pub fn recurrent_shape(&self) -> Option<RecurrentShape> {
+        let kernel = self.short_conv_kernel?;
+        Some(RecurrentShape {
+            layers: self.recurrent.clone(),
+            conv_width: self.n_embd * (kernel - 1),
+        })
     }
 
     /// The usual attention scale, 1/sqrt(head size).
@@ -233,8 +249,9 @@ impl HParams {
             asked: Default::default(),
         };
         let n_embd = keys.u32("embedding_length")?;
+        let n_layer = keys.u32("block_count")?;
         let n_head = keys.u32("attention.head_count")?;
-        let n_head_kv = keys.opt_u32("attention.head_count_kv")?.unwrap_or(n_head);
+        let (n_head_kv, recurrent) = read_head_count_kv(&keys, n_head, n_layer)?;
         if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
             return Err(Error::Load(format!(
                 "{}: attention.head_count_kv ({n_head_kv}) must divide attention.head_count ({n_head})",
@@ -272,7 +289,6 @@ impl HParams {
             NormType::Layer => "attention.layer_norm_epsilon",
         };
         let norm_eps = keys.f32(eps_key)?;
-        let n_layer = keys.u32("block_count")?;
         let n_ff = keys.u32("feed_forward_length")?;
         // Products in u64: a hostile head count times head size may wrap a u32 into
         // a width that matches the tensors while the graph uses the real factors.
@@ -346,6 +362,8 @@ impl HParams {
             n_layer_dense_lead: 0,
             expert_weights_norm: true,
             xielu: Vec::new(),
+            recurrent,
+            short_conv_kernel: None,
             causal_attn: keys.opt_bool("attention.causal")?.unwrap_or(true),
             pooling,
             n_token_types: 0,
@@ -362,8 +380,42 @@ impl HParams {
         };
         read_extra(&keys, &mut hp)?;
         keys.check_all_read()?;
+        if hp.recurrent.contains(&true) && hp.short_conv_kernel.is_none() {
+            return Err(Error::Unsupported(format!(
+                "{arch}: layers without KV heads (0 in attention.head_count_kv) are recurrent, which elelem's \
+                 {arch} does not run; llama.cpp runs recurrent layers in the architectures made for them",
+                arch = hp.arch.name
+            )));
+        }
         Ok(hp)
     }
+}
+
+/// `attention.head_count_kv` as llama.cpp's `get_key_or_arr` reads it: one count for
+/// every layer (absent: `n_head`), or one per layer, where 0 marks a recurrent layer
+/// (LFM2's). The layers that attend must agree, as every graph here assumes.
+/// Returns the count and which layers are recurrent.
+fn read_head_count_kv(keys: &Keys, n_head: u32, n_layer: u32) -> Result<(u32, Vec<bool>)> {
+    let key = "attention.head_count_kv";
+    let Some((full, Value::Array(counts))) = keys.get(key) else {
+        let n = keys.opt_u32(key)?.unwrap_or(n_head);
+        return Ok((n, vec![false; n_layer as usize]));
+    };
+    let counts: Option<Vec<u32>> = counts
+        .iter()
+        .map(|c| c.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect();
+    let counts = counts
+        .filter(|c| c.len() == n_layer as usize)
+        .ok_or_else(|| Error::Load(format!("{full} must hold one unsigned integer per layer ({n_layer})")))?;
+    let mut attending = counts.iter().copied().filter(|&n| n > 0);
+    let n = attending.next().unwrap_or(0);
+    if attending.any(|other| other != n) {
+        return Err(Error::Unsupported(format!(
+            "{full} differs between layers ({counts:?}), which elelem does not run; llama.cpp does"
+        )));
+    }
+    Ok((n, counts.iter().map(|&c| c == 0).collect()))
 }
 
 /// The rotary embedding as llama.cpp's `llama_model::load_hparams` and

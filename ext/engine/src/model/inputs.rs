@@ -10,6 +10,7 @@ use ggml_sys as sys;
 
 use crate::ggml::{Graph, Tensor};
 use crate::memory::kv_cache::{Cells, KvCache, SeqId, MASK_HIDDEN, MASK_VISIBLE};
+use crate::memory::StateRows;
 
 /// One micro-batch: each token with its position and sequence, the rows whose
 /// logits are wanted, and the cache cells each group put the tokens in.
@@ -21,6 +22,9 @@ pub(crate) struct Batch<'a> {
     /// Per cache group, the cell of each token.
     pub slots: &'a [Vec<u32>],
     pub kv: &'a KvCache,
+    /// Per distinct sequence, in the order of its first token, the rows of its recurrent
+    /// state (empty for a model without one).
+    pub state_rows: &'a [StateRows],
 }
 
 impl Batch<'_> {
@@ -179,6 +183,26 @@ impl GraphInput for TemperatureInput {
 
     fn can_reuse(&self, batch: &Batch) -> bool {
         self.tensor.ne()[2] as usize == batch.n_tokens()
+    }
+}
+
+/// I32 [n_seqs] and I64 [n_seqs]: the rows each sequence's recurrent state is read
+/// from and written to (llama.cpp's `llm_graph_input_rs`, whose `s_copy` gathers them).
+pub struct StateRowsInput {
+    pub read: Tensor,
+    pub write: Tensor,
+}
+
+impl GraphInput for StateRowsInput {
+    fn set(&self, batch: &Batch) {
+        let read: Vec<i32> = batch.state_rows.iter().map(|r| r.read).collect();
+        let write: Vec<i64> = batch.state_rows.iter().map(|r| r.write).collect();
+        self.read.write(&read);
+        self.write.write(&write);
+    }
+
+    fn can_reuse(&self, batch: &Batch) -> bool {
+        self.read.ne()[0] as usize == batch.state_rows.len()
     }
 }
 

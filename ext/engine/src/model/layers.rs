@@ -7,10 +7,11 @@
 use ggml_sys as sys;
 
 use super::hparams::{HParams, NormType, Pooling};
-use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, TemperatureInput};
+use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, StateRowsInput, TemperatureInput};
 use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, SharedExpert, Weights};
 use crate::ggml::{Graph, Rope, Tensor};
 use crate::memory::kv_cache::KvCache;
+use crate::memory::recurrent::RecurrentState;
 
 /// The activation of a gated feed-forward.
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +30,9 @@ pub struct GraphBuilder<'a> {
     pub(crate) hparams: &'a HParams,
     pub(crate) weights: &'a Weights,
     pub(crate) kv: &'a KvCache,
+    pub(crate) recurrent: &'a RecurrentState,
+    /// The rows of the recurrent states this pass reads and writes, once a layer has asked.
+    pub(crate) state_rows: std::cell::Cell<Option<(Tensor, Tensor)>>,
     pub n_tokens: i64,
     /// The cells a sequence may use (llama.cpp's `n_ctx_seq`): picks LongRoPE's factors.
     pub n_ctx_seq: u32,
@@ -234,8 +238,9 @@ impl GraphBuilder<'_> {
             None => (q, k),
         };
         let v = self.kv.v_rot.map_or(v, |rot| g.mul_mat_hadamard(v, rot));
-        let group = &self.inputs.kv[self.kv.layer_group[il]];
-        let (k_cache, v_cache) = (self.kv.k[il], self.kv.v[il]);
+        let attends = "an attention layer has its cache (KvShape::attends)";
+        let group = &self.inputs.kv[self.kv.layer_group[il].expect(attends)];
+        let (k_cache, v_cache) = (self.kv.k[il].expect(attends), self.kv.v[il].expect(attends));
         let rows = |cur: Tensor| g.view_2d(cur, cur.ne()[0] * cur.ne()[1], self.n_tokens, cur.nb()[2], 0);
         g.expand(g.set_rows(k_cache, rows(k), group.cells));
         match group.v_elements {
@@ -353,6 +358,42 @@ impl GraphBuilder<'_> {
         }));
         self.own_mask.set(Some(mask));
         mask
+    }
+
+    /// Layer `il`'s convolution states of the pass's sequences, [conv_width, n_seqs] (a
+    /// fresh sequence's are zeros), as llama.cpp's `build_rs` gathers them.
+    pub fn read_conv_state(&self, il: usize) -> Tensor {
+        let (read, _) = self.state_rows();
+        self.graph.get_rows(self.conv_states(il), read)
+    }
+
+    /// Stores `state` ([conv_width, n_seqs], contiguous) as layer `il`'s convolution
+    /// states of the pass's sequences, in the rows the pass writes (see
+    /// [`crate::memory::recurrent`]).
+    pub fn write_conv_state(&self, il: usize, state: Tensor) {
+        let (_, write) = self.state_rows();
+        let g = self.graph;
+        g.expand(g.set_rows(self.conv_states(il), state, write));
+    }
+
+    fn conv_states(&self, il: usize) -> Tensor {
+        self.recurrent.conv[il].expect("a recurrent layer has its state (RecurrentShape::layers)")
+    }
+
+    /// The rows each sequence's state is read from (I32) and written to (I64): one
+    /// input pair, shared by the layers.
+    fn state_rows(&self) -> (Tensor, Tensor) {
+        if let Some(rows) = self.state_rows.get() {
+            return rows;
+        }
+        let read = self.graph.input("rs_rows_read", sys::GGML_TYPE_I32, &[self.n_seqs]);
+        let write = self.graph.input("rs_rows_write", sys::GGML_TYPE_I64, &[self.n_seqs]);
+        self.inputs
+            .added
+            .borrow_mut()
+            .push(Box::new(StateRowsInput { read, write }));
+        self.state_rows.set(Some((read, write)));
+        (read, write)
     }
 
     /// In the last layer, keeps only the rows whose logits are wanted (as llama.cpp

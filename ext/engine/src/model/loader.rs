@@ -8,7 +8,7 @@ use elelem_gguf::{Gguf, TensorInfo, TensorType};
 use ggml_sys as sys;
 
 use super::hparams::HParams;
-use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, SharedExpert};
+use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Mixer, Norm, QkvWeights, SharedExpert};
 use crate::ggml::{self, Buffer, CpuDevice, Tensor};
 use crate::{Error, Result};
 
@@ -19,7 +19,8 @@ enum Usage {
     Matrix,
     /// Read with `ggml_get_rows` (the embeddings): never repacked.
     Rows,
-    /// Multiplied or added element-wise (norms, biases): F32.
+    /// Multiplied or added element-wise (norms, biases), or read as values (a
+    /// convolution's kernel): F32.
     Vector,
     /// The `a` of `ggml_mul_mat_id(a, x, ids)`, experts stacked: may be repacked.
     Experts { n_used: u32 },
@@ -175,6 +176,11 @@ impl<'a> Loader<'a> {
         self.declare(name, &[len], Usage::Vector)
     }
 
+    /// A weight ggml reads as F32 values (a convolution's kernel), of any shape.
+    pub fn f32_weight(&mut self, name: &str, shape: &[u64]) -> Result<Tensor> {
+        required(name, self.declare(name, shape, Usage::Vector)?)
+    }
+
     /// An RMS norm's weight.
     pub fn norm(&mut self, name: &str, len: u64) -> Result<Norm> {
         self.vector(name, len).map(Norm::from)
@@ -193,7 +199,7 @@ impl<'a> Loader<'a> {
         let embd = u64::from(hp.n_embd);
         Ok(LayerWeights {
             attn_norm: Some(self.norm(&format!("blk.{il}.attn_norm.weight"), embd)?),
-            attn: self.attention(hp, il, qkv_bias)?,
+            mixer: Mixer::Attention(self.attention(hp, il, qkv_bias)?),
             attn_post_norm: None,
             ffn_norm: Some(self.norm(&format!("blk.{il}.ffn_norm.weight"), embd)?),
             ffn: self.gated_ffn(hp, il)?,

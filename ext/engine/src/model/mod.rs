@@ -23,8 +23,8 @@ pub use layers::{Glu, GraphBuilder};
 pub(crate) use loader::Loader;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
-    AttentionWeights, Classifier, EncoderInput, FfnWeights, LayerWeights, Norm, OutputHead, QkvWeights, RopeFactors,
-    SharedExpert, Weights,
+    AttentionWeights, Classifier, EncoderInput, FfnWeights, LayerWeights, Mixer, Norm, OutputHead, QkvWeights,
+    RopeFactors, SharedExpert, ShortConvWeights, Weights,
 };
 
 #[derive(Debug, Clone)]

@@ -8,7 +8,8 @@ use crate::ggml::Tensor;
 pub struct LayerWeights {
     /// Before attention (post-norm blocks, olmo2's and bert's, have none).
     pub attn_norm: Option<Norm>,
-    pub attn: AttentionWeights,
+    /// What mixes the tokens: attention, or a recurrent layer's.
+    pub mixer: Mixer,
     /// After attention: before its residual add (gemma2, gemma3, olmo2), or after
     /// it (bert's `attn_output_norm`).
     pub attn_post_norm: Option<Norm>,
@@ -18,6 +19,49 @@ pub struct LayerWeights {
     /// After the feed-forward: before its residual add, or after it (bert's
     /// `layer_output_norm`).
     pub ffn_post_norm: Option<Norm>,
+}
+
+impl LayerWeights {
+    /// The attention of a layer that attends: every layer, but in a model with
+    /// recurrent layers, whose graph asks only its attention layers.
+    pub fn attn(&self) -> &AttentionWeights {
+        self.mixer.attention()
+    }
+}
+
+/// What a layer mixes the tokens with (llama.cpp's `is_recr` tells which).
+pub enum Mixer {
+    Attention(AttentionWeights),
+    /// LFM2's gated short convolution.
+    ShortConv(ShortConvWeights),
+}
+
+impl Mixer {
+    /// The attention of an attention layer (`KvShape::attends`).
+    pub fn attention(&self) -> &AttentionWeights {
+        match self {
+            Mixer::Attention(attn) => attn,
+            Mixer::ShortConv(_) => unreachable!("a recurrent layer's graph reads no attention"),
+        }
+    }
+
+    /// [`Mixer::attention`], taken out of the layer.
+    pub fn into_attention(self) -> AttentionWeights {
+        match self {
+            Mixer::Attention(attn) => attn,
+            Mixer::ShortConv(_) => unreachable!("a recurrent layer's graph reads no attention"),
+        }
+    }
+}
+
+/// LFM2's short convolution (llama.cpp's `shortconv`): `in_proj` [n_embd, 3 n_embd]
+/// gives the gates B and C and the input x, `conv` [kernel, n_embd] is a depthwise
+/// causal convolution over `B · x`, `out_proj` [n_embd, n_embd] projects `C ·` its output.
+#[derive(Clone, Copy)]
+pub struct ShortConvWeights {
+    pub in_proj: Tensor,
+    pub conv: Tensor,
+    pub out_proj: Tensor,
 }
 
 /// A norm's weight and, for LayerNorms, its bias. Which norm it is (RMS or

@@ -474,7 +474,11 @@ impl<'a> Batcher<'a> {
                 }
             }
             self.queue.pop_front();
-            ctx.seq_truncate(seq, kept);
+            if let Err(e) = ctx.seq_truncate(seq, kept) {
+                // reusable_prefix keeps only what the memory can cut back to.
+                self.fail(id, e);
+                continue;
+            }
             self.slots[seq as usize].request = Some(id);
             let active = self.requests.get_mut(&id).expect("queued requests are known");
             active.slot = Some(seq);
@@ -512,7 +516,7 @@ impl<'a> Batcher<'a> {
                 break;
             }
             freed += ctx.seq_tokens(seq).len();
-            ctx.seq_truncate(seq, 0);
+            ctx.seq_forget(seq);
         }
     }
 

@@ -4,7 +4,10 @@ use std::time::Instant;
 
 use crate::ggml::kernels::Products;
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
+use crate::memory::hybrid::Memory;
 use crate::memory::kv_cache::{CacheType, Cells, KvCache, SeqId, KV_PAD, MAX_SEQUENCES};
+use crate::memory::recurrent::RecurrentState;
+use crate::memory::StateRows;
 use crate::model::inputs::{distinct_seqs, Batch, Inputs, MaskFor};
 use crate::model::{GraphBuilder, Kind, Model, Pooling};
 use crate::{Error, Result};
@@ -135,6 +138,7 @@ struct Pass<'a> {
     seqs: &'a [SeqId],
     out_rows: &'a [i32],
     slots: &'a [Vec<u32>],
+    state_rows: &'a [StateRows],
 }
 
 /// The last graph built and allocated, kept for the next pass its inputs say it
@@ -156,7 +160,7 @@ struct PassShape<'a> {
     n_kv: &'a [u32],
 }
 
-/// Sequences over a model: the KV cache they share, the graph allocator that owns
+/// Sequences over a model: the memory they share (KV cache and recurrent state), the graph allocator that owns
 /// the compute buffer, and the CPU backend the graphs run on. [`Context::decode_batch`]
 /// evaluates tokens of any of the sequences in one pass; the single-sequence methods
 /// ([`Context::decode`] and its kin) work on sequence 0.
@@ -164,12 +168,12 @@ pub struct Context {
     model: Arc<Model>,
     params: ContextParams,
     backend: Backend,
-    kv: KvCache,
+    memory: Memory,
     /// Declared before `galloc` and `arena`, whose memory its tensors point into.
     last_graph: Option<BuiltGraph>,
     galloc: Gallocr,
     arena: GraphArena,
-    /// Per sequence, the tokens whose K and V the cache holds, in order.
+    /// Per sequence, the tokens the memory holds (their K and V, or the state after them), in order.
     seqs: Vec<Vec<u32>>,
     /// The last pass's output: the logits of its output rows, one row of n_vocab
     /// each, or its embeddings (see [`Context::embeddings`]).
@@ -204,6 +208,10 @@ impl Context {
             // An encoder's pass attends over its own tokens only.
             Kind::Encoder => KvCache::none(),
         };
+        let recurrent = match model.hparams.recurrent_shape() {
+            Some(shape) => RecurrentState::new(&backend, &shape, params.n_seq_max)?,
+            None => RecurrentState::none(),
+        };
         let galloc = Gallocr::new(backend.default_buft())?;
         let abort = Arc::new(AtomicBool::new(false));
         // SAFETY: the flag is an Arc the context holds for as long as the backend lives.
@@ -213,7 +221,7 @@ impl Context {
         let mut ctx = Context {
             model,
             backend,
-            kv,
+            memory: Memory { kv, recurrent },
             last_graph: None,
             galloc,
             arena: GraphArena::new(MIN_NODES.max(8 * model_weights)),
@@ -248,17 +256,29 @@ impl Context {
     /// Sizes the compute buffer once, for the largest graph this context will build
     /// (a full micro-batch with an output row per sequence, attending over every
     /// cell), so it never grows later.
+    /// A model with recurrent layers splits its passes into micro-batches of as many
+    /// tokens from each sequence (see [`split_equal`]): its graphs are reserved for one
+    /// sequence's full micro-batch and for every sequence's equal share of one.
     fn reserve(&mut self) -> Result<()> {
-        let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::size).collect();
-        let graph = self.arena.graph()?.use_products(self.params.products());
-        let shape = PassShape {
-            n_tokens: self.max_batch(),
-            n_outputs: self.max_outputs(),
-            n_seqs: self.params.n_seq_max.min(self.max_batch()),
-            n_kv: &n_kv,
+        let n_kv: Vec<u32> = self.memory.kv.groups.iter().map(Cells::size).collect();
+        let n_seqs = self.params.n_seq_max.min(self.max_batch());
+        let shapes = if self.memory.is_recurrent() {
+            vec![(self.max_batch(), 1), (self.max_batch() / n_seqs * n_seqs, n_seqs)]
+        } else {
+            vec![(self.max_batch(), n_seqs)]
         };
-        build(&graph, &self.model, &self.kv, &self.params, &shape);
-        self.galloc.reserve(&graph)
+        for (n_tokens, n_seqs) in shapes {
+            let graph = self.arena.graph()?.use_products(self.params.products());
+            let shape = PassShape {
+                n_tokens,
+                n_outputs: self.max_outputs().min(n_tokens),
+                n_seqs,
+                n_kv: &n_kv,
+            };
+            build(&graph, &self.model, &self.memory, &self.params, &shape);
+            self.galloc.reserve(&graph)?;
+        }
+        Ok(())
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -281,19 +301,29 @@ impl Context {
 
     /// Forgets every sequence (the cache cells are simply reused).
     pub fn clear(&mut self) {
-        self.kv.clear();
+        self.memory.clear();
         self.seqs.iter_mut().for_each(Vec::clear);
         self.stats = DecodeStats::default();
     }
 
     /// `seq` forgets its tokens from position `keep` on (llama.cpp's
     /// `llama_memory_seq_rm(seq, keep, -1)`); their cells are the next ones filled.
-    pub fn seq_truncate(&mut self, seq: SeqId, keep: usize) {
-        let tokens = &mut self.seqs[seq as usize];
-        if keep < tokens.len() {
-            tokens.truncate(keep);
-            self.kv.seq_rm(seq, keep as i32);
-        }
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a model with recurrent layers when `keep` is
+    /// neither 0 nor all the sequence holds: a state cannot be cut back (see
+    /// [`crate::memory::recurrent`]). Nothing is forgotten then.
+    pub fn seq_truncate(&mut self, seq: SeqId, keep: usize) -> Result<()> {
+        let held = self.seqs[seq as usize].len();
+        self.memory.seq_truncate(seq, keep, held)?;
+        self.seqs[seq as usize].truncate(keep);
+        Ok(())
+    }
+
+    /// `seq` forgets all it holds.
+    pub fn seq_forget(&mut self, seq: SeqId) {
+        self.memory.forget(seq);
+        self.seqs[seq as usize].clear();
     }
 
     /// `dst` becomes a copy of `src` (llama.cpp's `seq_rm(dst)` then `seq_cp(src, dst)`):
@@ -309,8 +339,8 @@ impl Context {
             ));
         }
         if src != dst {
-            self.seq_truncate(dst, 0);
-            self.kv.seq_cp(src, dst, 0, i32::MAX);
+            self.seq_forget(dst);
+            self.memory.seq_cp(src, dst);
             self.seqs[dst as usize] = self.seqs[src as usize].clone();
         }
         Ok(())
@@ -324,7 +354,7 @@ impl Context {
 
     /// Every sequence but `seq` is forgotten (llama.cpp's `seq_keep`).
     pub fn seq_keep(&mut self, seq: SeqId) {
-        self.kv.seq_keep(seq);
+        self.memory.seq_keep(seq);
         for (s, tokens) in self.seqs.iter_mut().enumerate() {
             if s as SeqId != seq {
                 tokens.clear();
@@ -334,19 +364,32 @@ impl Context {
 
     /// How many more cells the cache can take right now, in its smallest group.
     pub fn free_cells(&self) -> u32 {
-        self.kv.free_cells()
+        self.memory.kv.free_cells()
     }
 
     /// How long a prefix of `prompt` sequence `seq` already holds, leaving at least
     /// one token to evaluate (for its logits). A model with sliding-window layers
-    /// shares none: its ring may no longer hold the window a shorter prefix needs.
+    /// shares none: its ring may no longer hold the window a shorter prefix needs. A
+    /// model with recurrent layers shares all it holds or nothing: its state is that of
+    /// the whole sequence, so only a prompt that continues it can reuse it (a
+    /// conversation's next turn); any other prompt starts afresh.
     pub fn reusable_prefix(&self, seq: SeqId, prompt: &[u32]) -> usize {
         if self.model.hparams.swa.is_some() {
             return 0;
         }
         let cached = &self.seqs[seq as usize];
         let common = cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-        common.min(prompt.len().saturating_sub(1))
+        let reusable = common.min(prompt.len().saturating_sub(1));
+        if self.memory.is_recurrent() && reusable < cached.len() {
+            return 0;
+        }
+        reusable
+    }
+
+    /// Whether the model keeps a recurrent state, which cannot be cut back to an
+    /// earlier position (see [`crate::memory::recurrent`]).
+    pub fn is_recurrent(&self) -> bool {
+        self.memory.is_recurrent()
     }
 
     /// Starts sequence 0 anew with `prompt` in view, keeping the K and V of the
@@ -358,7 +401,8 @@ impl Context {
             self.clear();
             return 0;
         }
-        self.seq_truncate(0, shared);
+        self.seq_truncate(0, shared)
+            .expect("reusable_prefix keeps what the memory can cut back to");
         self.stats = DecodeStats {
             reused_tokens: shared as u64,
             ..DecodeStats::default()
@@ -375,7 +419,12 @@ impl Context {
     }
 
     pub fn kv_cache_bytes(&self) -> usize {
-        self.kv.bytes()
+        self.memory.kv.bytes()
+    }
+
+    /// The recurrent layers' state, for all sequences (0 for a transformer).
+    pub fn recurrent_state_bytes(&self) -> usize {
+        self.memory.recurrent.bytes()
     }
 
     /// A flag that, once set (from any thread), stops the computation between two
@@ -540,9 +589,68 @@ impl Context {
         for (seq, &end) in next.iter().enumerate() {
             self.check_fits(seq as SeqId, end as usize - self.seqs[seq].len())?;
         }
-        let placed: Vec<(i32, SeqId)> = pos.iter().zip(batch).map(|(&p, t)| (p, t.seq)).collect();
+        // A model with recurrent layers computes a batch in micro-batches of as many
+        // tokens from each sequence, as llama.cpp splits it for its recurrent memory.
+        let micro_batches = if self.memory.is_recurrent() {
+            split_equal(batch, self.max_batch() as usize)
+        } else {
+            vec![(0..batch.len()).collect()]
+        };
+        // Unless the micro-batches are the batch in its order, their output rows are
+        // gathered back into the batch's.
+        let in_order = micro_batches.len() == 1 && micro_batches[0].windows(2).all(|w| w[0] < w[1]);
+        let mut outputs: Vec<(usize, Vec<f32>)> = Vec::new();
+        for micro in &micro_batches {
+            match self.decode_micro_batch(batch, &pos, &out_rows, micro, !in_order) {
+                Ok(rows) => outputs.extend(rows),
+                Err(e) => {
+                    for (seq, tokens) in self.seqs.iter().enumerate() {
+                        self.memory.kv.seq_rm(seq as SeqId, tokens.len() as i32);
+                    }
+                    self.memory.recurrent.discard();
+                    return Err(e);
+                }
+            }
+        }
+        self.memory.recurrent.commit();
+        if !in_order {
+            // The logits of the output rows, in the batch's order.
+            outputs.sort_unstable_by_key(|&(i, _)| i);
+            self.logits = outputs.into_iter().flat_map(|(_, row)| row).collect();
+        }
+        for t in batch {
+            self.seqs[t.seq as usize].push(t.token);
+        }
+        Ok(())
+    }
+
+    /// Finds cells for the tokens `micro` (indices into `batch`, at positions `pos`),
+    /// takes them, and computes their pass. With `collect`, returns the logits of the
+    /// batch's output rows (`out_rows`, indices into `batch`) that this micro-batch
+    /// holds, by index. A micro-batch without one computes its last token's, which
+    /// nobody reads: its memory is what matters.
+    fn decode_micro_batch(
+        &mut self,
+        batch: &[BatchToken],
+        pos: &[i32],
+        out_rows: &[i32],
+        micro: &[usize],
+        collect: bool,
+    ) -> Result<Vec<(usize, Vec<f32>)>> {
+        let tokens: Vec<u32> = micro.iter().map(|&i| batch[i].token).collect();
+        let seqs: Vec<SeqId> = micro.iter().map(|&i| batch[i].seq).collect();
+        let pos: Vec<i32> = micro.iter().map(|&i| pos[i]).collect();
+        let mut rows: Vec<i32> = (0..micro.len() as i32)
+            .filter(|&j| out_rows.contains(&(micro[j as usize] as i32)))
+            .collect();
+        let wanted = rows.len();
+        if rows.is_empty() {
+            rows.push(micro.len() as i32 - 1);
+        }
+        let placed: Vec<(i32, SeqId)> = pos.iter().copied().zip(seqs.iter().copied()).collect();
         // Every group finds its cells before any takes them, as llama.cpp prepares a batch.
         let slots = self
+            .memory
             .kv
             .groups
             .iter()
@@ -555,32 +663,31 @@ impl Context {
                     self.params.n_ctx
                 ))
             })?;
-        for (cells, slot) in self.kv.groups.iter_mut().zip(&slots) {
+        for (cells, slot) in self.memory.kv.groups.iter_mut().zip(&slots) {
             cells.apply(slot, placed.iter().copied());
         }
-        let tokens: Vec<u32> = batch.iter().map(|t| t.token).collect();
-        let seqs: Vec<SeqId> = batch.iter().map(|t| t.seq).collect();
+        let state_rows = match self.memory.is_recurrent() {
+            true => self.memory.recurrent.rows_for(&first_seen(&seqs)),
+            false => Vec::new(),
+        };
         let pass = Pass {
             tokens: &tokens,
             pos: &pos,
             seqs: &seqs,
-            out_rows: &out_rows,
+            out_rows: &rows,
             slots: &slots,
+            state_rows: &state_rows,
         };
-        match self.compute(&pass) {
-            Ok(()) => {
-                for t in batch {
-                    self.seqs[t.seq as usize].push(t.token);
-                }
-                Ok(())
-            }
-            Err(e) => {
-                for (seq, tokens) in self.seqs.iter().enumerate() {
-                    self.kv.seq_rm(seq as SeqId, tokens.len() as i32);
-                }
-                Err(e)
-            }
+        self.compute(&pass)?;
+        if !collect {
+            return Ok(Vec::new());
         }
+        let n_vocab = self.model.hparams.n_vocab as usize;
+        Ok(rows[..wanted]
+            .iter()
+            .zip(self.logits.chunks(n_vocab))
+            .map(|(&j, row)| (micro[j as usize], row.to_vec()))
+            .collect())
     }
 
     fn compute(&mut self, pass: &Pass) -> Result<()> {
@@ -590,12 +697,13 @@ impl Context {
             seqs: pass.seqs,
             out_rows: pass.out_rows,
             slots: pass.slots,
-            kv: &self.kv,
+            kv: &self.memory.kv,
+            state_rows: pass.state_rows,
         };
         if !self.last_graph.as_ref().is_some_and(|g| g.inputs.can_reuse(&batch)) {
             // The arena holds one graph at a time, and the allocator lays out one.
             self.last_graph = None;
-            let n_kv: Vec<u32> = self.kv.groups.iter().map(Cells::n_kv).collect();
+            let n_kv: Vec<u32> = self.memory.kv.groups.iter().map(Cells::n_kv).collect();
             let graph = self.arena.graph()?.use_products(self.params.products());
             let shape = PassShape {
                 n_tokens: batch.tokens.len() as u32,
@@ -603,7 +711,7 @@ impl Context {
                 n_seqs: distinct_seqs(batch.seqs).len() as u32,
                 n_kv: &n_kv,
             };
-            let (inputs, output) = build(&graph, &self.model, &self.kv, &self.params, &shape);
+            let (inputs, output) = build(&graph, &self.model, &self.memory, &self.params, &shape);
             self.galloc.alloc(&graph)?;
             self.last_graph = Some(BuiltGraph { graph, inputs, output });
         }
@@ -690,6 +798,11 @@ fn validate_output(model: &Model, params: &ContextParams) -> Result<()> {
              which this model does not have"
                 .into(),
         )),
+        Some(_) if hp.recurrent.contains(&true) => Err(Error::InvalidArgument(format!(
+            "{} keeps a recurrent state: elelem gives its text, not embeddings (llama.cpp splits an embedding \
+             pass by sequence, which elelem does not)",
+            hp.arch.name
+        ))),
         _ => Ok(()),
     }?;
     validate_cache_types(hp, params)
@@ -718,7 +831,8 @@ fn validate_cache_types(hp: &crate::HParams, params: &ContextParams) -> Result<(
     Ok(())
 }
 
-fn build(graph: &Graph, model: &Model, kv: &KvCache, params: &ContextParams, shape: &PassShape) -> (Inputs, Tensor) {
+fn build(graph: &Graph, model: &Model, memory: &Memory, params: &ContextParams, shape: &PassShape) -> (Inputs, Tensor) {
+    let kv = &memory.kv;
     let attention = if kv.v_trans {
         MaskFor::SoftMax {
             v_width: model.hparams.n_embd_v_gqa(),
@@ -740,6 +854,8 @@ fn build(graph: &Graph, model: &Model, kv: &KvCache, params: &ContextParams, sha
         hparams: &model.hparams,
         weights: model.weights(),
         kv,
+        recurrent: &memory.recurrent,
+        state_rows: std::cell::Cell::new(None),
         n_tokens: shape.n_tokens.into(),
         // llama.cpp pads the context to whole cache pages before comparing it; the
         // unified cache gives every sequence the whole context.
@@ -751,4 +867,85 @@ fn build(graph: &Graph, model: &Model, kv: &KvCache, params: &ContextParams, sha
     graph.mark_output(output);
     graph.expand(output);
     (builder.inputs, output)
+}
+
+/// llama.cpp's `split_equal` over a unified cache (`llama_batch_allocr`, as its
+/// recurrent and hybrid memories split a batch): each micro-batch takes the same
+/// number of tokens from every sequence that has tokens left, grouped by sequence in
+/// the order of their first token, as many as all of them have, at most `n_ubatch`
+/// in all. Returns indices into `batch`.
+fn split_equal(batch: &[BatchToken], n_ubatch: usize) -> Vec<Vec<usize>> {
+    let mut used = vec![false; batch.len()];
+    let mut micro_batches = Vec::new();
+    loop {
+        let seqs = first_seen(
+            &batch
+                .iter()
+                .zip(&used)
+                .filter(|(_, &u)| !u)
+                .map(|(t, _)| t.seq)
+                .collect::<Vec<_>>(),
+        );
+        if seqs.is_empty() {
+            return micro_batches;
+        }
+        let mut left: Vec<std::collections::VecDeque<usize>> = seqs
+            .iter()
+            .map(|&seq| (0..batch.len()).filter(|&i| !used[i] && batch[i].seq == seq).collect())
+            .collect();
+        let mut taken: Vec<Vec<usize>> = vec![Vec::new(); seqs.len()];
+        while left.iter().all(|l| !l.is_empty()) {
+            for (l, t) in left.iter_mut().zip(&mut taken) {
+                let i = l.pop_front().expect("checked above");
+                used[i] = true;
+                t.push(i);
+            }
+            if (taken[0].len() + 1) * seqs.len() > n_ubatch {
+                break;
+            }
+        }
+        micro_batches.push(taken.concat());
+    }
+}
+
+/// The distinct sequences of `seqs`, in the order of their first appearance.
+fn first_seen(seqs: &[SeqId]) -> Vec<SeqId> {
+    let mut distinct = Vec::new();
+    for &seq in seqs {
+        if !distinct.contains(&seq) {
+            distinct.push(seq);
+        }
+    }
+    distinct
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(seqs: &[SeqId]) -> Vec<BatchToken> {
+        seqs.iter()
+            .map(|&seq| BatchToken {
+                token: 0,
+                seq,
+                output: false,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn split_equal_takes_as_many_tokens_from_each_sequence_as_all_have() {
+        // Two decoding sequences, then a prompt chunk of sequence 2.
+        let b = batch(&[1, 0, 2, 2, 2]);
+        assert_eq!(split_equal(&b, 512), [vec![0, 1, 2], vec![3, 4]]);
+        // Interleaved tokens are grouped by sequence, in the order of their first token.
+        let b = batch(&[0, 1, 0, 1]);
+        assert_eq!(split_equal(&b, 512), [vec![0, 2, 1, 3]]);
+        // One sequence fills micro-batches of n_ubatch tokens.
+        let b = batch(&[0; 7]);
+        assert_eq!(split_equal(&b, 3), [vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
+        // Two sequences stop while another token of each would not fit.
+        let b = batch(&[0, 0, 0, 1, 1, 1]);
+        assert_eq!(split_equal(&b, 5), [vec![0, 1, 3, 4], vec![2, 5]]);
+    }
 }

@@ -13,7 +13,9 @@ use crate::model::{Kind, Model, ModelParams, Pooling};
 use crate::runtime::context::{Context, ContextParams, DEFAULT_N_CTX, MAX_THREADS};
 use crate::runtime::embed::{EmbedParams, Embedder};
 use crate::runtime::scheduler::Scheduler;
-use crate::runtime::speculative::{check_compatible, DraftLength, DraftSource, SpeculativeParams, MAX_DRAFT_TOKENS};
+use crate::runtime::speculative::{
+    check_compatible, check_speculable, DraftLength, DraftSource, SpeculativeParams, MAX_DRAFT_TOKENS,
+};
 use crate::{Error, Result};
 
 /// How many requests may wait for a free sequence unless told otherwise.
@@ -144,10 +146,14 @@ impl Runtime {
                     ..context.clone()
                 };
                 let ctx = Context::new(Arc::clone(&model), target)?;
+                if params.draft.is_some() {
+                    check_speculable(&ctx, "model")?;
+                }
                 let draft = match draft_model {
                     Some(draft_model) => {
                         check_compatible(&model, &draft_model)?;
                         let mut draft = Context::new(draft_model, context)?;
+                        check_speculable(&draft, "draft model")?;
                         // A speculation holds the target's lease while it drafts.
                         draft.share_workers(&ctx);
                         Some(Mutex::new(draft))

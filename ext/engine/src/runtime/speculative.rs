@@ -97,6 +97,22 @@ pub struct SpeculativeParams {
     pub length: DraftLength,
 }
 
+/// Refuses speculative decoding with a model that keeps a recurrent state (the target
+/// or its draft model): each round takes back the guesses the target rejects, and a
+/// state holds a whole sequence or nothing (see [`crate::memory::recurrent`]). llama.cpp
+/// can keep snapshots of the last states for this (`n_rs_seq`, off by default); elelem
+/// does not.
+pub fn check_speculable(ctx: &Context, role: &str) -> Result<()> {
+    if ctx.is_recurrent() {
+        return Err(Error::InvalidArgument(format!(
+            "speculative decoding takes back the guesses the target rejects, which the {role} ({}) cannot do: \
+             its recurrent state holds a whole sequence or nothing; decode it with draft: false",
+            ctx.model().hparams.arch.name
+        )));
+    }
+    Ok(())
+}
+
 /// Whether `draft` can draft for `target`, as llama.cpp's
 /// `common_speculative_are_compatible` decides: the same kind of vocabulary, the same
 /// BOS and EOS handling, sizes within 128 tokens, and the same token texts.
@@ -222,6 +238,10 @@ impl Speculation {
                  pass draft: false"
                     .into(),
             ));
+        }
+        check_speculable(target, "model")?;
+        if let Some(draft) = draft {
+            check_speculable(draft, "draft model")?;
         }
         let model = target.model();
         let n_ctx = target.n_ctx_seq();
@@ -362,9 +382,9 @@ impl Speculation {
         let result = self.play_round(target, draft_ctx.as_deref_mut(), n_past);
         if matches!(result, Err(Error::Aborted)) {
             // The draft's guesses, or the target's pass without the draft's, are half done.
-            target.seq_truncate(0, n_past);
+            target.seq_truncate(0, n_past)?;
             if let Some(draft) = draft_ctx {
-                draft.seq_truncate(0, n_past);
+                draft.seq_truncate(0, n_past)?;
             }
         }
         result
@@ -410,9 +430,9 @@ impl Speculation {
         }
         // Every token taken but the last is an accepted guess: the caches keep the last
         // token and those, as a plain decode would hold them.
-        target.seq_truncate(0, n_past + taken);
+        target.seq_truncate(0, n_past + taken)?;
         if let Some(draft) = draft_ctx {
-            draft.seq_truncate(0, n_past + taken);
+            draft.seq_truncate(0, n_past + taken)?;
         }
         self.stats.proposed += proposal.tokens.len();
         self.stats.accepted += agreed;
@@ -463,7 +483,7 @@ impl Speculation {
             }
             token = guess;
         }
-        draft.seq_truncate(0, n_past);
+        draft.seq_truncate(0, n_past)?;
         Ok(proposal)
     }
 

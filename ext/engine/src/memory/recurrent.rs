@@ -1,0 +1,245 @@
+//! Recurrent state (llama.cpp's `llama_memory_recurrent`): what a layer without a
+//! KV cache carries from one token to the next, one state per sequence instead of
+//! one cell per position. LFM2's short convolutions keep the last `kernel - 1`
+//! inputs of every channel (llama.cpp's `n_embd_r`).
+//!
+//! A state summarizes every token before it and cannot be cut back: a sequence
+//! holds its whole past or nothing (llama.cpp's `seq_rm` refuses anything else
+//! without its rollback snapshots, `n_rs_seq`, which are off by default). So a
+//! cached prefix is reused only when it is the whole state
+//! (`Context::reusable_prefix`), and speculative decoding, whose rejected guesses
+//! would have to be taken back, is refused.
+//!
+//! Each sequence has two rows, allocated once (with a row of zeros that a fresh
+//! sequence reads): a batch reads a sequence's current row and writes the other,
+//! which becomes current only when the whole batch has been computed. A pass that
+//! is interrupted (or fails) leaves every state as it was, as it leaves the KV
+//! cache, where llama.cpp's state is then half written; the price is a second row
+//! per sequence, twice llama.cpp's `n_seq_max` rows.
+
+use crate::ggml::{self, Backend, Buffer, Tensor};
+use crate::memory::kv_cache::SeqId;
+use crate::Result;
+use ggml_sys as sys;
+
+/// What the recurrent state's shape takes from a model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecurrentShape {
+    /// Per layer: whether it keeps a state (llama.cpp's `is_recr`).
+    pub layers: Vec<bool>,
+    /// The values of one layer's convolution state (llama.cpp's `n_embd_r`).
+    pub conv_width: u32,
+}
+
+/// The rows a batch reads a sequence's state from and writes it to, in a layer's
+/// state tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateRows {
+    pub read: i32,
+    pub write: i64,
+}
+
+/// The convolution states of every recurrent layer, F32, in one backend buffer
+/// allocated once and never touched by the graph allocator.
+pub(crate) struct RecurrentState {
+    /// Per layer, [conv_width, 2 · n_seq + 1] (`None` for a layer with a KV cache):
+    /// sequence `s` owns rows `2s` and `2s + 1`; the last row stays zero.
+    pub conv: Vec<Option<Tensor>>,
+    /// Per sequence, the row holding its state; `None` for a fresh sequence.
+    current: Vec<Option<u32>>,
+    /// Per sequence, the row the batch in progress writes.
+    pending: Vec<Option<u32>>,
+    conv_width: u32,
+    /// None for a model without recurrent layers.
+    buffer: Option<Buffer>,
+    _ctx: Option<ggml::Context>,
+}
+
+impl RecurrentState {
+    pub fn new(backend: &Backend, shape: &RecurrentShape, n_seq: u32) -> Result<RecurrentState> {
+        let rows = 2 * i64::from(n_seq) + 1;
+        let ctx = ggml::Context::new_no_alloc(shape.layers.len())?;
+        let conv = shape
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(il, &recurrent)| {
+                recurrent
+                    .then(|| {
+                        ctx.new_tensor(sys::GGML_TYPE_F32, &[shape.conv_width.into(), rows])
+                            .map(|t| t.set_name(&format!("cache_r_l{il}")))
+                    })
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let bytes = conv.iter().flatten().map(|t| t.nbytes()).sum::<usize>();
+        let what = format!(
+            "recurrent state ({bytes} bytes, {:.2} MiB, for {n_seq} sequences)",
+            bytes as f64 / f64::from(1 << 20)
+        );
+        let buffer = Buffer::alloc_ctx_tensors(&ctx, backend.default_buft(), &what)?;
+        buffer.clear(0);
+        Ok(RecurrentState {
+            conv,
+            current: vec![None; n_seq as usize],
+            pending: vec![None; n_seq as usize],
+            conv_width: shape.conv_width,
+            buffer: Some(buffer),
+            _ctx: Some(ctx),
+        })
+    }
+
+    /// No state at all, for a model whose layers all attend.
+    pub fn none() -> RecurrentState {
+        RecurrentState {
+            conv: Vec::new(),
+            current: Vec::new(),
+            pending: Vec::new(),
+            conv_width: 0,
+            buffer: None,
+            _ctx: None,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buffer.is_none()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.buffer.as_ref().map_or(0, Buffer::size)
+    }
+
+    fn zero_row(&self) -> u32 {
+        2 * self.current.len() as u32
+    }
+
+    /// The rows of each sequence of a micro-batch (in its order): the first micro-batch
+    /// of a batch to touch a sequence reads its current row (or zeros) and writes its
+    /// other row; later ones read and write that row.
+    pub fn rows_for(&mut self, seqs: &[SeqId]) -> Vec<StateRows> {
+        seqs.iter()
+            .map(|&seq| {
+                let s = seq as usize;
+                let (read, write) = match (self.pending[s], self.current[s]) {
+                    (Some(row), _) => (row, row),
+                    (None, Some(row)) => (row, row ^ 1),
+                    (None, None) => (self.zero_row(), 2 * seq),
+                };
+                self.pending[s] = Some(write);
+                StateRows {
+                    read: read as i32,
+                    write: write.into(),
+                }
+            })
+            .collect()
+    }
+
+    /// The batch completed: the rows it wrote hold the sequences' states.
+    pub fn commit(&mut self) {
+        for (current, pending) in self.current.iter_mut().zip(&mut self.pending) {
+            if let Some(row) = pending.take() {
+                *current = Some(row);
+            }
+        }
+    }
+
+    /// The batch failed: every sequence keeps the state it had before it.
+    pub fn discard(&mut self) {
+        self.pending.fill(None);
+    }
+
+    /// `seq` starts afresh (llama.cpp's `seq_rm` of all its positions).
+    pub fn forget(&mut self, seq: SeqId) {
+        self.current[seq as usize] = None;
+    }
+
+    /// Every sequence starts afresh.
+    pub fn clear(&mut self) {
+        self.current.fill(None);
+    }
+
+    /// `dst` gets a copy of `src`'s state (llama.cpp's `seq_cp`, which shares the cell
+    /// until one of them moves on; here the rows are copied at once).
+    pub fn seq_cp(&mut self, src: SeqId, dst: SeqId) {
+        if src == dst {
+            return;
+        }
+        let Some(from) = self.current[src as usize] else {
+            self.forget(dst);
+            return;
+        };
+        let to = 2 * dst;
+        let row_bytes = self.conv_width as usize * std::mem::size_of::<f32>();
+        let mut row = vec![0f32; self.conv_width as usize];
+        for conv in self.conv.iter().flatten() {
+            conv.read_f32(from as usize * row_bytes, &mut row);
+            conv.write_at(to as usize * row_bytes, &row);
+        }
+        self.current[dst as usize] = Some(to);
+    }
+
+    /// Every sequence but `seq` starts afresh (llama.cpp's `seq_keep`).
+    pub fn seq_keep(&mut self, seq: SeqId) {
+        for (s, current) in self.current.iter_mut().enumerate() {
+            if s != seq as usize {
+                *current = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(n_seq: u32) -> RecurrentState {
+        let backend = Backend::cpu(1).unwrap();
+        let shape = RecurrentShape {
+            layers: vec![true, false, true],
+            conv_width: 4,
+        };
+        RecurrentState::new(&backend, &shape, n_seq).unwrap()
+    }
+
+    fn rows(read: i32, write: i64) -> StateRows {
+        StateRows { read, write }
+    }
+
+    #[test]
+    fn a_batch_writes_the_other_row_and_commits_it() {
+        let mut rs = state(2);
+        assert!(rs.conv[1].is_none());
+        assert_eq!(rs.conv[0].unwrap().nbytes(), 4 * 5 * 4);
+        assert!(rs.bytes() >= 2 * 4 * 5 * 4);
+        // Fresh sequences read the zero row (row 4).
+        assert_eq!(rs.rows_for(&[1, 0]), [rows(4, 2), rows(4, 0)]);
+        // A second micro-batch of the same batch reads what the first wrote.
+        assert_eq!(rs.rows_for(&[1]), [rows(2, 2)]);
+        rs.commit();
+        assert_eq!(rs.rows_for(&[0]), [rows(0, 1)]);
+        // A failed batch leaves the state where it was.
+        rs.discard();
+        assert_eq!(rs.rows_for(&[0, 1]), [rows(0, 1), rows(2, 3)]);
+        rs.commit();
+        rs.seq_keep(1);
+        assert_eq!(rs.rows_for(&[0, 1]), [rows(4, 0), rows(3, 2)]);
+    }
+
+    #[test]
+    fn a_copy_takes_the_source_state_into_the_destination_rows() {
+        let mut rs = state(3);
+        rs.rows_for(&[0]);
+        rs.commit();
+        let conv = rs.conv[0].unwrap();
+        conv.write_at(0, &[1.0f32, 2.0, 3.0, 4.0]);
+        rs.seq_cp(0, 2);
+        let mut copied = [0f32; 4];
+        conv.read_f32(4 * 4 * 4, &mut copied);
+        assert_eq!(copied, [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(rs.rows_for(&[2]), [rows(4, 5)]);
+        // Copying a fresh sequence makes the destination fresh.
+        rs.seq_cp(1, 0);
+        rs.discard();
+        assert_eq!(rs.rows_for(&[0]), [rows(6, 0)]);
+    }
+}
