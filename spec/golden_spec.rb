@@ -12,7 +12,16 @@ RSpec.describe "golden generations" do
     context name do
       golden = SpecModels.golden(name)
 
-      golden.cases.each do |c|
+      golden.cases.select { |c| c["continuation"] }.each do |c|
+        it "continues the #{c["name"]} conversation from its cache identical to llama.cpp" do
+          Elelem.open(path.call, n_ctx: golden.n_ctx, n_threads: golden.n_threads) do |model|
+            mismatch = golden.check(model, c["name"])
+            expect(mismatch).to be_nil, mismatch.to_s
+          end
+        end
+      end
+
+      golden.cases.reject { |c| c["continuation"] }.each do |c|
         it "decodes #{c["max_tokens"]} tokens identical to llama.cpp for the #{c["name"]} prompt" do
           Elelem.open(path.call, n_ctx: golden.n_ctx, n_threads: golden.n_threads, flash_attn: golden.flash_attn,
                                  cache_type_k: golden.cache_type_k, cache_type_v: golden.cache_type_v) do |model|

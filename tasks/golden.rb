@@ -57,8 +57,16 @@ module Goldens
   LOCKSTEP = {
     "lockstep-tiny-gemma2" => ["tiny-gemma2", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"],
                                                [1, 90, 91, 92], CANARY_PROMPTS["long"].first(300)]],
-    "lockstep-qwen2.5-coder-0.5b" => ["qwen2.5-coder-0.5b", QWEN_PROMPTS.values_at("code", "long", "prose", "chat")]
+    "lockstep-qwen2.5-coder-0.5b" => ["qwen2.5-coder-0.5b", QWEN_PROMPTS.values_at("code", "long", "prose", "chat")],
+    # Recurrent layers: llama.cpp splits each pass into micro-batches of as many tokens from
+    # each sequence, so the sequences' prompts of different lengths end in different ones.
+    "lockstep-tiny-lfm2" => ["tiny-lfm2", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
   }.freeze
+
+  # Conversations continued from the cache (a continued case: the prompt, then a second turn
+  # whose prompt repeats the first's and what it generated, from the cache): a recurrent
+  # model reuses its state only when the new prompt continues all of it.
+  CONTINUED = { "tiny-lfm2" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]] }.freeze
 
   # Goldens of models opened with `flash_attn: false` (llama.cpp's `-fa off`): plain
   # attention over a transposed V cache, their own bits. A Qwen (long prompts, one past
@@ -164,6 +172,9 @@ module Goldens
       text = prompt if prompt.is_a?(String)
       ids = text ? Reference.tokenize(model_path(name), text) : prompt
       golden.add_case(case_name, ids, max_tokens: Reference::N_PREDICT, ignore_eos: text.nil?, prompt_text: text)
+    end
+    if (turns = CONTINUED[name]) && !golden.find("continued")
+      golden.add_continued_case("continued", *turns, max_tokens: Reference::N_PREDICT, ignore_eos: true)
     end
     golden
   end

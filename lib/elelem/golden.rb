@@ -86,7 +86,9 @@ module Elelem
 
     # @return [Array<Hash>] the cases: `"name"`, `"prompt"` (ids), `"max_tokens"`, `"ignore_eos"`,
     #   and `"prompt_text"` where the prompt was text; a lockstep case has `"prompts"` (an Array
-    #   of ids each) instead of `"prompt"`, decoded together in the same passes
+    #   of ids each) instead of `"prompt"`, decoded together in the same passes; a continued case
+    #   has a `"continuation"` (ids) too: a second turn from the cache, its prompt the first's,
+    #   what it generated, and the continuation
     def cases
       @doc["cases"]
     end
@@ -119,6 +121,18 @@ module Elelem
       raise ArgumentError, "#{@path} already has a case named #{name.inspect}" if find(name)
 
       (cases << { "name" => name, "prompts" => prompts, "max_tokens" => max_tokens, "ignore_eos" => ignore_eos }).last
+    end
+
+    # Adds a continued case: `prompt` decoded afresh, then the conversation continued from the
+    # cache (`reuse_prefix: true`) with the prompt, what it generated and `continuation`, as
+    # llama.cpp's prompt cache continues it.
+    # @return [Hash] the case
+    # @raise [ArgumentError] when a case of that name exists
+    def add_continued_case(name, prompt, continuation, max_tokens:, ignore_eos: false)
+      raise ArgumentError, "#{@path} already has a case named #{name.inspect}" if find(name)
+
+      (cases << { "name" => name, "prompt" => prompt, "continuation" => continuation, "max_tokens" => max_tokens,
+                  "ignore_eos" => ignore_eos }).last
     end
 
     # The recording for the running build's profile (from the file or the cache).
@@ -158,10 +172,11 @@ module Elelem
       check_model(model.info)
       actual = decode(model, kase)
       return if actual == expected["ids"]
-      return mismatch(name, expected["ids"], actual, expected["margins"]) unless kase["prompts"]
+      return mismatch(name, expected["ids"], actual, expected["margins"]) unless nested?(kase)
 
       seq = actual.each_index.find { |s| actual[s] != expected["ids"][s] }
-      mismatch("#{name} (sequence #{seq})", expected["ids"][seq], actual[seq], nil)
+      part = kase["prompts"] ? "sequence" : "turn"
+      mismatch("#{name} (#{part} #{seq})", expected["ids"][seq], actual[seq], nil)
     end
 
     # Records every case (or those named) for the running build's profile and saves.
@@ -192,11 +207,20 @@ module Elelem
                    profile: Elelem.build_profile)
     end
 
+    # Whether the case's ids are a list per sequence (lockstep) or per turn (continued).
+    def nested?(kase) = kase.key?("prompts") || kase.key?("continuation")
+
     def decode(model, kase)
       options = { max_tokens: kase["max_tokens"], ignore_eos: kase["ignore_eos"] }
       return model.generate_all(kase["prompts"], **options) if kase["prompts"]
+      return continue(model, kase, options) if kase["continuation"]
 
       model.generate(kase["prompt"], **options)
+    end
+
+    def continue(model, kase, options)
+      first = model.generate(kase["prompt"], **options, reuse_prefix: false)
+      [first, model.generate(kase["prompt"] + first + kase["continuation"], **options, reuse_prefix: true)]
     end
 
     def read(path)
@@ -252,7 +276,7 @@ module Elelem
 
     def elelem_output(model, kase)
       ids = decode(model, kase)
-      return { "ids" => ids } if kase["prompts"]
+      return { "ids" => ids } if nested?(kase)
 
       { "ids" => ids, "text" => model.detokenize(ids, special: false) }
     end

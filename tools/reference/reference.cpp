@@ -25,6 +25,13 @@
 //       sequence stops at N_PREDICT tokens, at EOG (unless IGNORE_EOS) or when
 //       it fills N_CTX. Prints one line of ids per sequence, and on stderr
 //       "elapsed_s <seconds>" from the first pass to the last.
+//   elelem-reference continue MODEL N_PREDICT N_CTX N_THREADS IGNORE_EOS IDS MORE_IDS
+//       A conversation continued from the cache, as a prompt cache continues it
+//       (llama-server's cache_prompt): generate's greedy decoding of IDS, then,
+//       in the same context, the next prompt IDS + those ids + MORE_IDS, of which
+//       only what the cache lacks is decoded (the last id generated, never
+//       evaluated, and MORE_IDS, in one llama_batch_get_one), then greedy
+//       decoding again. Prints one line of ids per turn.
 //   elelem-reference tokenize MODEL FILE [ADD_SPECIAL] [PARSE_SPECIAL]
 //       FILE holds one hex-encoded UTF-8 string per line; prints one line of
 //       token ids per input line.
@@ -753,6 +760,43 @@ static int cmd_lockstep(int argc, char ** argv) {
     return 0;
 }
 
+static int cmd_continue(int argc, char ** argv) {
+    if (argc < 9) return 2;
+    int n_predict = atoi(argv[3]);
+    int n_ctx = atoi(argv[4]);
+    int n_threads = atoi(argv[5]);
+    bool ignore_eos = atoi(argv[6]) != 0;
+    llama_model * model = load(argv[2], false);
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    llama_context * ctx = make_context(model, n_ctx, n_threads);
+    llama_sampler * smpl = llama_sampler_init_greedy();
+    std::vector<llama_token> fresh = parse_ids(argv[7]);
+    const std::vector<llama_token> more = parse_ids(argv[8]);
+    int n_past = 0;
+    for (int turn = 0; turn < 2; ++turn) {
+        decode_prompt(ctx, fresh, 2048);
+        n_past += (int) fresh.size();
+        std::vector<llama_token> out;
+        for (int i = 0; i < n_predict; ++i) {
+            llama_token id = llama_sampler_sample(smpl, ctx, -1);
+            out.push_back(id);
+            if (!ignore_eos && llama_vocab_is_eog(vocab, id)) break;
+            if (n_past + 1 >= n_ctx || i + 1 == n_predict) break;
+            if (llama_decode(ctx, llama_batch_get_one(&id, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
+            ++n_past;
+        }
+        for (size_t i = 0; i < out.size(); ++i) printf(i ? " %d" : "%d", out[i]);
+        printf("\n");
+        // The next prompt repeats the conversation so far: the cache lacks the last id and what follows.
+        fresh.assign(1, out.back());
+        fresh.insert(fresh.end(), more.begin(), more.end());
+    }
+    llama_sampler_free(smpl);
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}
+
 static int cmd_tokenize(int argc, char ** argv) {
     if (argc < 4) return 2;
     bool add_special = argc > 4 ? atoi(argv[4]) != 0 : true;
@@ -1161,6 +1205,7 @@ int main(int argc, char ** argv) {
     if (!strcmp(cmd, "generate")) rc = cmd_generate(argc, argv);
     else if (!strcmp(cmd, "grammar")) rc = cmd_grammar(argc, argv);
     else if (!strcmp(cmd, "lockstep")) rc = cmd_lockstep(argc, argv);
+    else if (!strcmp(cmd, "continue")) rc = cmd_continue(argc, argv);
     else if (!strcmp(cmd, "speculative")) rc = cmd_speculative(argc, argv);
     else if (!strcmp(cmd, "lookup")) rc = cmd_lookup(argc, argv);
     else if (!strcmp(cmd, "tokenize")) rc = cmd_tokenize(argc, argv);

@@ -88,6 +88,10 @@ fn check_goldens(golden: &str, model: Model) {
             ignore_eos: case["ignore_eos"].as_bool().unwrap_or(false),
             reuse_prefix: false,
         };
+        if case.get("continuation").is_some() {
+            check_continued(golden, &mut ctx, case, &rec, gen);
+            continue;
+        }
         let mut margins = Vec::new();
         let (out, _) = generate(&mut ctx, &ids(&case["prompt"]), gen, |logits| {
             margins.push(sampler::top_two_margin(logits));
@@ -119,6 +123,41 @@ fn check_goldens(golden: &str, model: Model) {
         let bytes = ctx.compute_buffer_bytes();
         assert_eq!(*compute_bytes.get_or_insert(bytes), bytes);
     }
+}
+
+/// A continued case: its prompt decoded afresh, then the conversation (the prompt, what
+/// it generated, the continuation) continued from what the context holds.
+fn check_continued(golden: &str, ctx: &mut Context, case: &Value, rec: &Value, gen: GenerateParams) {
+    let ids = |v: &Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let name = case["name"].as_str().unwrap();
+    let prompt = ids(&case["prompt"]);
+    let (first, _) = generate(ctx, &prompt, gen.clone(), sampler::greedy).unwrap();
+    let next = [prompt.clone(), first.clone(), ids(&case["continuation"])].concat();
+    let cached = ctx.seq_tokens(0).len();
+    let resumed = GenerateParams {
+        reuse_prefix: true,
+        ..gen
+    };
+    // The cache holds the conversation but the last token generated, which the second
+    // turn evaluates with the continuation.
+    assert_eq!(
+        cached,
+        prompt.len() + first.len() - 1,
+        "{golden} case {name:?}: the first turn's cache"
+    );
+    let (second, _) = generate(ctx, &next, resumed, sampler::greedy).unwrap();
+    let expected = &rec["outputs"][name]["ids"];
+    assert_eq!(
+        [first, second],
+        [ids(&expected[0]), ids(&expected[1])],
+        "{golden} case {name:?}: the turns' ids"
+    );
 }
 
 /// Every synthetic model (`canary::synthetic()`: a new one needs only its golden file),
@@ -224,6 +263,7 @@ fn lockstep_sequences_match_llama_cpp() {
         ("lockstep-tiny-gemma2.json", "tiny-gemma2"),
         ("lockstep-qwen2.5-coder-0.5b.json", "qwen2.5-coder-0.5b"),
         ("lockstep-tiny-gemma2-fa-off.json", "tiny-gemma2"),
+        ("lockstep-tiny-lfm2.json", "tiny-lfm2"),
     ] {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),

@@ -14,7 +14,8 @@ module Elelem
       # @param info [Hash] {Model#info} of the model opened as the golden file says
       # @param kase [Hash] a case of a golden file
       # @return [Hash] `"ids"`, and for one sequence `"text"` (when it is UTF-8) and each
-      #   step's top-two logit `"margins"`; for a lockstep case, `"ids"` per sequence
+      #   step's top-two logit `"margins"`; for a lockstep case, `"ids"` per sequence; for a
+      #   continued case, per turn
       def output(info, kase)
         @flash_attn = info.fetch(:flash_attn, true)
         @cache_types = info.values_at(:cache_type_k, :cache_type_v).map { |t| (t || :f16).to_s }
@@ -22,6 +23,9 @@ module Elelem
         if kase["prompts"]
           return lockstep(info[:path], kase["prompts"], kase["max_tokens"], info.values_at(:n_ctx, :n_threads),
                           ignore_eos)
+        end
+        if kase["continuation"]
+          return continued(info[:path], kase, info.values_at(:n_ctx, :n_threads), ignore_eos)
         end
 
         generate(info[:path], kase["prompt"].join(","), kase["max_tokens"], *info.values_at(:n_ctx, :n_threads),
@@ -41,6 +45,13 @@ module Elelem
       # A line of ids per sequence.
       def lockstep(model, prompts, max_tokens, (n_ctx, n_threads), ignore_eos)
         out = run("lockstep", model, max_tokens, n_ctx, n_threads, ignore_eos, *prompts.map { |ids| ids.join(",") })
+        { "ids" => out.lines.map { |line| line.split.map(&:to_i) } }
+      end
+
+      # A line of ids per turn.
+      def continued(model, kase, (n_ctx, n_threads), ignore_eos)
+        out = run("continue", model, kase["max_tokens"], n_ctx, n_threads, ignore_eos, kase["prompt"].join(","),
+                  kase["continuation"].join(","))
         { "ids" => out.lines.map { |line| line.split.map(&:to_i) } }
       end
 
