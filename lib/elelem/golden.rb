@@ -213,12 +213,8 @@ module Elelem
     def decode(model, kase)
       options = { max_tokens: kase["max_tokens"], ignore_eos: kase["ignore_eos"] }
       return model.generate_all(kase["prompts"], **options) if kase["prompts"]
-      return continue(model, kase, options) if kase["continuation"]
+      return model.generate(kase["prompt"], **options) unless kase["continuation"]
 
-      model.generate(kase["prompt"], **options)
-    end
-
-    def continue(model, kase, options)
       first = model.generate(kase["prompt"], **options, reuse_prefix: false)
       [first, model.generate(kase["prompt"] + first + kase["continuation"], **options, reuse_prefix: true)]
     end

@@ -28,11 +28,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{}", ids.join(" "));
     let s = ctx.stats();
     eprintln!(
-        "{reason:?}; prompt {:.1} t/s, decode {:.1} t/s, compute buffer {} B, KV {} B",
+        "{reason:?}; prompt {:.1} t/s, decode {:.1} t/s, compute buffer {} B, KV {} B, recurrent state {} B",
         s.prompt_tokens as f64 / s.prompt_seconds,
         s.decode_tokens as f64 / s.decode_seconds,
         ctx.compute_buffer_bytes(),
-        ctx.kv_cache_bytes()
+        ctx.kv_cache_bytes(),
+        ctx.recurrent_state_bytes()
     );
     Ok(())
 }

@@ -24,9 +24,7 @@ module Elelem
           return lockstep(info[:path], kase["prompts"], kase["max_tokens"], info.values_at(:n_ctx, :n_threads),
                           ignore_eos)
         end
-        if kase["continuation"]
-          return continued(info[:path], kase, info.values_at(:n_ctx, :n_threads), ignore_eos)
-        end
+        return continued(info[:path], kase, info.values_at(:n_ctx, :n_threads), ignore_eos) if kase["continuation"]
 
         generate(info[:path], kase["prompt"].join(","), kase["max_tokens"], *info.values_at(:n_ctx, :n_threads),
                  ignore_eos)

@@ -210,7 +210,7 @@ impl HParams {
 
     /// The recurrent state's shape, where some layers keep one.
     pub fn recurrent_shape(&self) -> Option<RecurrentShape> {
-        let kernel = self.short_conv_kernel?;
+        let kernel = self.short_conv_kernel.filter(|_| self.recurrent.contains(&true))?;
         Some(RecurrentShape {
             layers: self.recurrent.clone(),
             conv_width: self.n_embd * (kernel - 1),

@@ -34,6 +34,8 @@ pub struct Scheduler {
 pub struct ContextSnapshot {
     pub compute_buffer_bytes: usize,
     pub kv_cache_bytes: usize,
+    /// The recurrent layers' state (0 for a transformer).
+    pub recurrent_state_bytes: usize,
     pub stats: DecodeStats,
 }
 
@@ -42,6 +44,7 @@ impl ContextSnapshot {
         ContextSnapshot {
             compute_buffer_bytes: ctx.compute_buffer_bytes(),
             kv_cache_bytes: ctx.kv_cache_bytes(),
+            recurrent_state_bytes: ctx.recurrent_state_bytes(),
             stats: ctx.stats(),
         }
     }

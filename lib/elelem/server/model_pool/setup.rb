@@ -24,11 +24,12 @@ module Elelem
           nil
         end
 
-        # The memory an open model takes: its weights, KV cache and compute buffer.
+        # The memory an open model takes: its weights, KV cache, recurrent state and compute buffer.
         # @param model [Model]
         # @return [Integer] bytes
         def footprint(model)
-          model.stats.values_at(:weights_bytes, :kv_cache_bytes, :compute_buffer_bytes).compact.sum
+          model.stats.values_at(:weights_bytes, :kv_cache_bytes, :recurrent_state_bytes, :compute_buffer_bytes)
+               .compact.sum
         end
 
         # A size as people write it, in bytes: `8G`, `512M`, `1.5GiB`, `1000000` (binary units).
