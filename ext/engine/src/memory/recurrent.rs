@@ -150,7 +150,9 @@ impl RecurrentState {
 
     /// `seq` starts afresh (llama.cpp's `seq_rm` of all its positions).
     pub fn forget(&mut self, seq: SeqId) {
-        self.current[seq as usize] = None;
+        if let Some(current) = self.current.get_mut(seq as usize) {
+            *current = None;
+        }
     }
 
     /// Every sequence starts afresh.
@@ -161,7 +163,7 @@ impl RecurrentState {
     /// `dst` gets a copy of `src`'s state (llama.cpp's `seq_cp`, which shares the cell
     /// until one of them moves on; here the rows are copied at once).
     pub fn seq_cp(&mut self, src: SeqId, dst: SeqId) {
-        if src == dst {
+        if src == dst || self.is_empty() {
             return;
         }
         let Some(from) = self.current[src as usize] else {
@@ -223,6 +225,17 @@ mod tests {
         rs.commit();
         rs.seq_keep(1);
         assert_eq!(rs.rows_for(&[0, 1]), [rows(4, 0), rows(3, 2)]);
+    }
+
+    #[test]
+    fn a_model_without_state_has_nothing_to_forget_copy_or_keep() {
+        let mut rs = RecurrentState::none();
+        assert!(rs.is_empty());
+        rs.forget(3);
+        rs.seq_cp(0, 1);
+        rs.seq_keep(2);
+        rs.clear();
+        assert_eq!(rs.bytes(), 0);
     }
 
     #[test]
