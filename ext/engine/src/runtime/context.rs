@@ -160,10 +160,10 @@ struct PassShape<'a> {
     n_kv: &'a [u32],
 }
 
-/// Sequences over a model: the memory they share (KV cache and recurrent state), the graph allocator that owns
-/// the compute buffer, and the CPU backend the graphs run on. [`Context::decode_batch`]
-/// evaluates tokens of any of the sequences in one pass; the single-sequence methods
-/// ([`Context::decode`] and its kin) work on sequence 0.
+/// Sequences over a model: the memory they share (KV cache and recurrent state), the
+/// graph allocator that owns the compute buffer, and the CPU backend the graphs run on.
+/// [`Context::decode_batch`] evaluates tokens of any of the sequences in one pass; the
+/// single-sequence methods ([`Context::decode`] and its kin) work on sequence 0.
 pub struct Context {
     model: Arc<Model>,
     params: ContextParams,
@@ -173,7 +173,8 @@ pub struct Context {
     last_graph: Option<BuiltGraph>,
     galloc: Gallocr,
     arena: GraphArena,
-    /// Per sequence, the tokens the memory holds (their K and V, or the state after them), in order.
+    /// Per sequence, the tokens the memory holds (their K and V, or the state after
+    /// them), in order.
     seqs: Vec<Vec<u32>>,
     /// The last pass's output: the logits of its output rows, one row of n_vocab
     /// each, or its embeddings (see [`Context::embeddings`]).
@@ -256,6 +257,7 @@ impl Context {
     /// Sizes the compute buffer once, for the largest graph this context will build
     /// (a full micro-batch with an output row per sequence, attending over every
     /// cell), so it never grows later.
+    ///
     /// A model with recurrent layers splits its passes into micro-batches of as many
     /// tokens from each sequence (see [`split_equal`]): its graphs are reserved for one
     /// sequence's full micro-batch and for every sequence's equal share of one.
@@ -589,6 +591,8 @@ impl Context {
         for (seq, &end) in next.iter().enumerate() {
             self.check_fits(seq as SeqId, end as usize - self.seqs[seq].len())?;
         }
+        let mut is_output = vec![false; batch.len()];
+        out_rows.iter().for_each(|&i| is_output[i as usize] = true);
         // A model with recurrent layers computes a batch in micro-batches of as many
         // tokens from each sequence, as llama.cpp splits it for its recurrent memory.
         let micro_batches = if self.memory.is_recurrent() {
@@ -601,7 +605,7 @@ impl Context {
         let in_order = micro_batches.len() == 1 && micro_batches[0].windows(2).all(|w| w[0] < w[1]);
         let mut outputs: Vec<(usize, Vec<f32>)> = Vec::new();
         for micro in &micro_batches {
-            match self.decode_micro_batch(batch, &pos, &out_rows, micro, !in_order) {
+            match self.decode_micro_batch(batch, &pos, &is_output, micro, !in_order) {
                 Ok(rows) => outputs.extend(rows),
                 Err(e) => {
                     for (seq, tokens) in self.seqs.iter().enumerate() {
@@ -626,14 +630,14 @@ impl Context {
 
     /// Finds cells for the tokens `micro` (indices into `batch`, at positions `pos`),
     /// takes them, and computes their pass. With `collect`, returns the logits of the
-    /// batch's output rows (`out_rows`, indices into `batch`) that this micro-batch
+    /// batch's output rows (`is_output`, by index into `batch`) that this micro-batch
     /// holds, by index. A micro-batch without one computes its last token's, which
     /// nobody reads: its memory is what matters.
     fn decode_micro_batch(
         &mut self,
         batch: &[BatchToken],
         pos: &[i32],
-        out_rows: &[i32],
+        is_output: &[bool],
         micro: &[usize],
         collect: bool,
     ) -> Result<Vec<(usize, Vec<f32>)>> {
@@ -641,7 +645,7 @@ impl Context {
         let seqs: Vec<SeqId> = micro.iter().map(|&i| batch[i].seq).collect();
         let pos: Vec<i32> = micro.iter().map(|&i| pos[i]).collect();
         let mut rows: Vec<i32> = (0..micro.len() as i32)
-            .filter(|&j| out_rows.contains(&(micro[j as usize] as i32)))
+            .filter(|&j| is_output[micro[j as usize]])
             .collect();
         let wanted = rows.len();
         if rows.is_empty() {
