@@ -50,6 +50,7 @@ impl TensorType {
     pub const Q8_0: TensorType = TensorType(8);
     pub const Q4_K: TensorType = TensorType(12);
     pub const Q6_K: TensorType = TensorType(14);
+    pub const MXFP4: TensorType = TensorType(39);
 
     /// The type with ggml id `id`, if ggml 0.26.0 has it.
     pub fn from_id(id: u32) -> Option<TensorType> {

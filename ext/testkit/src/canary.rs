@@ -40,6 +40,12 @@ pub struct Family {
     pub shared_expert: SharedExpert,
     /// A bias added to the router's probabilities to pick experts (ernie4_5-moe).
     pub selection_bias: bool,
+    /// Biases on the router's logits and on every expert's projections (gpt-oss).
+    pub expert_biases: bool,
+    /// The experts' weight type (gpt-oss's are MXFP4).
+    pub experts_type: TensorType,
+    /// A sink logit per head joining each attention soft-max (gpt-oss).
+    pub attn_sinks: bool,
     /// How many first layers of a mixture of experts have a dense feed-forward instead.
     pub dense_lead: u32,
     /// A bias on the logits (phimoe).
@@ -159,6 +165,9 @@ pub const LLAMA: Family = Family {
     xielu_ffn: false,
     shared_expert: SharedExpert::None,
     selection_bias: false,
+    expert_biases: false,
+    experts_type: TensorType::F32,
+    attn_sinks: false,
     dense_lead: 0,
     output_bias: false,
     tied_head: false,
@@ -443,6 +452,28 @@ pub const PHIMOE: Family = Family {
     ..LLAMA
 };
 
+/// gpt-oss's layout: Q, K, V and output biases, attention sinks, the feed-forward's
+/// norm named `post_attention_norm`, MXFP4 experts with biases everywhere; a window of
+/// 4 on every other layer (those rotating with a base of their own), YaRN.
+pub const GPT_OSS: Family = Family {
+    arch: "gpt-oss",
+    name: "elelem tiny gpt-oss canary",
+    qkv_bias: true,
+    out_bias: true,
+    attn_sinks: true,
+    norms: Norms::PreFfnNamedPostAttention,
+    expert_biases: true,
+    experts_type: TensorType::MXFP4,
+    keys: &[
+        ("attention.sliding_window", Key::U32(4)),
+        ("rope.freq_base_swa", Key::F32(5000.0)),
+        ("rope.scaling.type", Key::Str("yarn")),
+        ("rope.scaling.factor", Key::F32(4.0)),
+        ("rope.scaling.original_context_length", Key::U32(64)),
+    ],
+    ..LLAMA
+};
+
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
 pub struct Shape {
@@ -602,6 +633,16 @@ pub fn synthetic() -> Vec<(String, Shape)> {
             Shape {
                 n_layer: 7,
                 ..small(LFM2)
+            },
+        ),
+        // 8 experts of width 64, 2 per token, in MXFP4.
+        (
+            "tiny-gpt-oss",
+            Shape {
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(GPT_OSS)
             },
         ),
     ];
@@ -779,6 +820,10 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             if family.out_bias {
                 w.add_f32(&n("attn_output.bias"), &[n_embd], &rng.small(n_embd));
             }
+            if family.attn_sinks {
+                let head_count = u64::from(n_head);
+                w.add_f32(&n("attn_sinks.weight"), &[head_count], &rng.around_one(head_count));
+            }
             let qk_norm_widths = match family.qk_norm {
                 QkNorm::None => None,
                 QkNorm::PerHead => Some((head, head)),
@@ -810,13 +855,25 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                 n_embd,
                 n_expert,
             );
+            if family.expert_biases {
+                w.add_f32(&n("ffn_gate_inp.bias"), &[n_expert], &rng.small(n_expert));
+            }
             for (name, fan_in, fan_out) in [("gate", n_embd, n_ff), ("up", n_embd, n_ff), ("down", n_ff, n_embd)] {
-                let values = rng.matrix(fan_in, fan_out * n_expert);
-                w.add_f32(
-                    &n(&format!("ffn_{name}_exps.weight")),
+                let experts = n(&format!("ffn_{name}_exps"));
+                add_weights(
+                    &mut w,
+                    &mut rng,
+                    &format!("{experts}.weight"),
+                    family.experts_type,
                     &[fan_in, fan_out, n_expert],
-                    &values,
                 );
+                if family.expert_biases {
+                    w.add_f32(
+                        &format!("{experts}.bias"),
+                        &[fan_out, n_expert],
+                        &rng.small(fan_out * n_expert),
+                    );
+                }
             }
             if family.selection_bias {
                 w.add_f32(&n("exp_probs_b.bias"), &[n_expert], &rng.small(n_expert));
@@ -899,13 +956,18 @@ fn add_norm(w: &mut GgufWriter, rng: &mut Rng, name: &str, norm_type: NormType, 
 
 /// Adds a seeded `fan_in` × `fan_out` weight of type `ty`, quantized by ggml itself.
 fn add_matrix(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: TensorType, fan_in: u64, fan_out: u64) {
-    let values = rng.matrix(fan_in, fan_out);
-    let dims = [fan_in, fan_out];
+    add_weights(w, rng, name, ty, &[fan_in, fan_out]);
+}
+
+/// Adds a seeded weight of `dims` (rows of `dims[0]`, as many as the other dimensions
+/// hold: stacked experts' too) of type `ty`, quantized by ggml itself.
+fn add_weights(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: TensorType, dims: &[u64]) {
+    let (row, rows) = (dims[0], dims[1..].iter().product::<u64>());
+    let values = rng.matrix(row, rows);
     if ty == TensorType::F32 {
-        w.add_f32(name, &dims, &values);
+        w.add_f32(name, dims, &values);
         return;
     }
-    let (row, rows) = (fan_in, fan_out);
     let size = ty.row_bytes(row).expect("rows fill whole blocks") * rows;
     let mut data = vec![0u8; size as usize];
     let ggml_type = ty.id() as sys::ggml_type;
@@ -929,7 +991,7 @@ fn add_matrix(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: TensorType, fan
         )
     };
     assert_eq!(written as u64, size, "{name} as {ty}");
-    w.add_tensor(name, &dims, ty, data);
+    w.add_tensor(name, dims, ty, data);
 }
 
 /// A SentencePiece vocabulary: <unk>, <s>, </s>, the 256 byte tokens (in

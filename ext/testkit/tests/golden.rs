@@ -213,7 +213,13 @@ fn gemma_3_270m_matches_llama_cpp() {
 fn flash_attention_off_matches_llama_cpp() {
     check_mirrors(
         "-fa-off",
-        &["tiny-gemma2", "tiny-phi3", "qwen2.5-coder-0.5b", "gemma-3-270m"],
+        &[
+            "tiny-gemma2",
+            "tiny-phi3",
+            "tiny-gpt-oss",
+            "qwen2.5-coder-0.5b",
+            "gemma-3-270m",
+        ],
     );
 }
 

@@ -13,6 +13,7 @@ mod exaone4;
 mod gemma2;
 mod gemma3;
 mod glm4;
+mod gpt_oss;
 mod granite;
 mod hunyuan_dense;
 mod lfm2;
@@ -69,6 +70,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &apertus::ARCH,
     &mistral3::ARCH,
     &lfm2::ARCH,
+    &gpt_oss::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

@@ -258,12 +258,22 @@ impl Graph {
         op!(self, sys::ggml_soft_max(self.c(), a.as_ptr()))
     }
 
-    /// `softmax(a * scale + mask)` per row (no ALiBi).
-    pub fn soft_max_ext(&self, a: Tensor, mask: Tensor, scale: f32) -> Tensor {
-        op!(
+    /// `softmax(a * scale + mask)` per row (no ALiBi), with one more logit per head,
+    /// `sinks[head]`, in each row's sum where given (attention sinks: gpt-oss).
+    pub fn soft_max_ext(&self, a: Tensor, mask: Tensor, scale: f32, sinks: Option<Tensor>) -> Tensor {
+        let out = op!(
             self,
             sys::ggml_soft_max_ext(self.c(), a.as_ptr(), mask.as_ptr(), scale, 0.0)
-        )
+        );
+        if let Some(sinks) = sinks {
+            unsafe { sys::ggml_soft_max_add_sinks(out.as_ptr(), sinks.as_ptr()) };
+        }
+        out
+    }
+
+    /// `a[:, i, t] + b[:, ids[i, t]]`: each selected expert's bias added to its rows.
+    pub fn add_id(&self, a: Tensor, b: Tensor, ids: Tensor) -> Tensor {
+        op!(self, sys::ggml_add_id(self.c(), a.as_ptr(), b.as_ptr(), ids.as_ptr()))
     }
 
     /// `w · x` accumulated in F32 whatever the types (llama.cpp's attention scores).
@@ -353,6 +363,15 @@ impl Graph {
 
     pub fn geglu_split(&self, gate: Tensor, up: Tensor) -> Tensor {
         op!(self, sys::ggml_geglu_split(self.c(), gate.as_ptr(), up.as_ptr()))
+    }
+
+    /// gpt-oss's SwiGLU: `gate` clamped above at `limit`, `up` to ±`limit`, then
+    /// `gate * sigmoid(alpha * gate) * (up + 1)`.
+    pub fn swiglu_oai(&self, gate: Tensor, up: Tensor, alpha: f32, limit: f32) -> Tensor {
+        op!(
+            self,
+            sys::ggml_swiglu_oai(self.c(), gate.as_ptr(), up.as_ptr(), alpha, limit)
+        )
     }
 
     /// SwiGLU of one tensor: silu of its first half times its second half.
@@ -470,7 +489,9 @@ impl Graph {
     }
 
     /// Flash attention with F32 accumulation, as llama.cpp sets it; a non-zero
-    /// `logit_softcap` caps the scores at `cap * tanh(score / cap)`.
+    /// `logit_softcap` caps the scores at `cap * tanh(score / cap)`; `sinks[head]`, where
+    /// given, is one more logit in each head's soft-max (attention sinks: gpt-oss).
+    #[allow(clippy::too_many_arguments)]
     pub fn flash_attn(
         &self,
         q: Tensor,
@@ -479,6 +500,7 @@ impl Graph {
         mask: Tensor,
         kq_scale: f32,
         logit_softcap: f32,
+        sinks: Option<Tensor>,
     ) -> Tensor {
         let out = op!(
             self,
@@ -493,6 +515,9 @@ impl Graph {
                 logit_softcap
             )
         );
+        if let Some(sinks) = sinks {
+            unsafe { sys::ggml_flash_attn_ext_add_sinks(out.as_ptr(), sinks.as_ptr()) };
+        }
         unsafe { sys::ggml_flash_attn_ext_set_prec(out.as_ptr(), sys::GGML_PREC_F32) };
         out
     }
@@ -510,7 +535,7 @@ mod tests {
         let k = graph.input("k", kv, &[64, n_kv, 2, 1]);
         let v = graph.input("v", kv, &[64, n_kv, 2, 1]);
         let mask = graph.input("mask", sys::GGML_TYPE_F16, &[n_kv, n_q, 1, 1]);
-        graph.expand(graph.flash_attn(q, k, v, mask, 0.125, 0.0));
+        graph.expand(graph.flash_attn(q, k, v, mask, 0.125, 0.0, None));
         graph.bits_depend_on_threads()
     }
 

@@ -101,6 +101,16 @@ pub struct AttnTemperature {
     pub floor_scale: u32,
 }
 
+/// How a mixture of experts weighs the experts it picks (llama.cpp's gating functions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertGating {
+    /// The router's soft-max over every expert picks them and weighs them.
+    Softmax,
+    /// The router's logits pick them, and a soft-max over the picked ones' logits
+    /// weighs them (gpt-oss).
+    SoftmaxWeight,
+}
+
 /// Sliding-window attention on some layers (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`):
 /// on those layers a token at position `p` attends only to positions `p - window + 1 ..= p`,
 /// its keys live in a cache of their own sized to the window, and its rope has its own base.
@@ -157,6 +167,8 @@ pub struct HParams {
     /// Whether the picked experts' probabilities are renormalized to sum to one
     /// (llama.cpp's `norm_w`: qwen3moe's, not olmoe's or qwen2moe's).
     pub expert_weights_norm: bool,
+    /// How the router's logits become the picked experts' weights.
+    pub expert_gating: ExpertGating,
     /// Each layer's xIELU parameters `[alpha_n, alpha_p, beta, eps]` (apertus's
     /// feed-forward activation; empty elsewhere).
     pub xielu: Vec<[f32; 4]>,
@@ -361,6 +373,7 @@ impl HParams {
             n_ff_shexp: 0,
             n_layer_dense_lead: 0,
             expert_weights_norm: true,
+            expert_gating: ExpertGating::Softmax,
             xielu: Vec::new(),
             recurrent,
             short_conv_kernel: None,

@@ -6,9 +6,11 @@
 
 use ggml_sys as sys;
 
-use super::hparams::{HParams, NormType, Pooling};
+use super::hparams::{ExpertGating, HParams, NormType, Pooling};
 use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, StateRowsInput, TemperatureInput};
-use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Norm, QkvWeights, SharedExpert, Weights};
+use super::weights::{
+    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Norm, QkvWeights, SharedExpert, Weights,
+};
 use crate::ggml::{Graph, Rope, Tensor};
 use crate::memory::kv_cache::KvCache;
 use crate::memory::recurrent::RecurrentState;
@@ -20,6 +22,20 @@ pub enum Glu {
     Silu,
     /// GeGLU with ggml's tabulated GELU: gemma3.
     Gelu,
+    /// gpt-oss's clamped SwiGLU (llama.cpp's `LLM_FFN_SWIGLU_OAI_MOE`), with its fixed
+    /// `alpha` 1.702 and `limit` 7.
+    SiluOai,
+}
+
+impl Glu {
+    /// `act(gate) * up`, the gate and up projections apart.
+    fn split(self, g: &Graph, gate: Tensor, up: Tensor) -> Tensor {
+        match self {
+            Glu::Silu => g.swiglu_split(gate, up),
+            Glu::Gelu => g.geglu_split(gate, up),
+            Glu::SiluOai => g.swiglu_oai(gate, up, 1.702, 7.0),
+        }
+    }
 }
 
 pub struct GraphBuilder<'a> {
@@ -282,7 +298,15 @@ impl GraphBuilder<'_> {
                 row(v_cache, v_width * v_cells),
                 0,
             );
-            let out = g.flash_attn(q, k, g.permute(v, [0, 2, 1, 3]), group.mask, kq_scale, softcap);
+            let out = g.flash_attn(
+                q,
+                k,
+                g.permute(v, [0, 2, 1, 3]),
+                group.mask,
+                kq_scale,
+                softcap,
+                attn.sinks,
+            );
             g.reshape_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
         } else {
             // The transposed cache: a row per value dimension, a column per cell.
@@ -300,7 +324,7 @@ impl GraphBuilder<'_> {
             if softcap != 0.0 {
                 kq = g.scale(g.tanh(g.scale(kq, 1.0 / softcap)), softcap);
             }
-            let kq = g.soft_max_ext(kq, group.mask, kq_scale);
+            let kq = g.soft_max_ext(kq, group.mask, kq_scale, attn.sinks);
             let kqv = g.mul_mat(g.permute(v, [0, 2, 1, 3]), kq);
             let out = g.permute(kqv, [0, 2, 1, 3]);
             g.cont_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
@@ -331,7 +355,7 @@ impl GraphBuilder<'_> {
         let q = g.permute(q, [0, 2, 1, 3]);
         let k = g.cast(g.permute(k, [0, 2, 1, 3]), sys::GGML_TYPE_F16);
         let v = g.cast(g.permute(v, [0, 2, 1, 3]), sys::GGML_TYPE_F16);
-        let out = g.flash_attn(q, k, v, mask, kq_scale, 0.0);
+        let out = g.flash_attn(q, k, v, mask, kq_scale, 0.0, None);
         let out = g
             .reshape_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
             .set_name(&format!("kqv_out-{il}"));
@@ -405,10 +429,15 @@ impl GraphBuilder<'_> {
     /// [`GraphBuilder::select_outputs_if_last`] for one tensor.
     pub fn select_output_if_last(&self, il: usize, t: Tensor) -> Tensor {
         if il + 1 == self.layers().len() {
-            self.graph.get_rows(t, self.inputs.out_ids.0)
+            self.output_rows(t)
         } else {
             t
         }
+    }
+
+    /// The rows of `t` whose logits are wanted.
+    pub fn output_rows(&self, t: Tensor) -> Tensor {
+        self.graph.get_rows(t, self.inputs.out_ids.0)
     }
 
     /// The feed-forward: gated with activation `act`, or a mixture of experts.
@@ -418,17 +447,19 @@ impl GraphBuilder<'_> {
             FfnWeights::Gated { gate, up, down } => {
                 let up = g.mul_mat(up, x);
                 let gate = g.mul_mat(gate, x);
-                let act = match act {
-                    Glu::Silu => g.swiglu_split(gate, up),
-                    Glu::Gelu => g.geglu_split(gate, up),
-                };
-                g.mul_mat(down, act)
+                g.mul_mat(down, act.split(g, gate, up))
             }
             FfnWeights::GatedFused { up, down } => {
                 let up = g.mul_mat(up, x);
                 let act = match act {
                     Glu::Silu => g.swiglu(up),
                     Glu::Gelu => g.geglu(up),
+                    Glu::SiluOai => {
+                        let [width, rows, ..] = up.ne();
+                        let half =
+                            |i: i64| g.view_2d(up, width / 2, rows, up.nb()[1], (i * width / 2) as usize * up.nb()[0]);
+                        act.split(g, half(0), half(1))
+                    }
                 };
                 g.mul_mat(down, act)
             }
@@ -446,33 +477,49 @@ impl GraphBuilder<'_> {
                 down,
                 selection_bias,
                 shared,
-            } => return self.ffn_moe([router, gate, up, down], selection_bias, shared, x, il),
+                biases,
+            } => return self.ffn_moe([router, gate, up, down], selection_bias, biases, shared, x, il, act),
         };
         out.set_name(&format!("ffn_out-{il}"))
     }
 
-    /// A mixture of experts with SwiGLU experts, as llama.cpp's `build_moe_ffn` builds
-    /// it for softmax gating: the router's softmax (plus the selection bias, where the
-    /// model has one) picks each row's `n_expert_used` likeliest experts, their
-    /// probabilities are renormalized to sum to one where the model says so, and the
-    /// experts' outputs, so weighted, are added in rank order; then the shared
-    /// expert's, where the model has one.
+    /// A mixture of gated experts, as llama.cpp's `build_moe_ffn` builds it: the
+    /// router's logits (plus its bias, where the model has one) weigh the experts by
+    /// [`ExpertGating`]: with softmax gating, the softmax (plus the selection bias, where
+    /// the model has one) picks each row's `n_expert_used` likeliest experts and their
+    /// probabilities are renormalized to sum to one where the model says so; with
+    /// softmax-weight gating the logits pick them and a softmax over the picked ones
+    /// weighs them. The experts' outputs (each projection plus its bias, where the model
+    /// has them), so weighted, are added in rank order; then the shared expert's, where
+    /// the model has one.
+    #[allow(clippy::too_many_arguments)]
     fn ffn_moe(
         &self,
         [router, gate_exps, up_exps, down_exps]: [Tensor; 4],
         selection_bias: Option<Tensor>,
+        biases: Option<ExpertBiases>,
         shared: Option<SharedExpert>,
         x: Tensor,
         il: usize,
+        act: Glu,
     ) -> Tensor {
         let g = self.graph;
         let hp = self.hparams();
         let [n_embd, n_rows, ..] = x.ne();
         let (n_expert, n_used) = (i64::from(hp.n_expert), i64::from(hp.n_expert_used));
-        let probs = g.soft_max(g.mul_mat(router, x));
+        let logits = g.mul_mat(router, x);
+        let logits = biases.map_or(logits, |b| g.add(logits, b.router));
+        let probs = match hp.expert_gating {
+            ExpertGating::Softmax => g.soft_max(logits),
+            ExpertGating::SoftmaxWeight => logits,
+        };
         let selection = selection_bias.map_or(probs, |bias| g.add(probs, bias));
         let selected = g.argsort_top_k(selection, hp.n_expert_used as i32);
         let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n_rows), selected);
+        if hp.expert_gating == ExpertGating::SoftmaxWeight {
+            let flat = g.soft_max(g.reshape_2d(weights, n_used, n_rows));
+            weights = g.reshape_3d(flat, 1, n_used, n_rows);
+        }
         if hp.expert_weights_norm {
             let flat = g.reshape_2d(weights, n_used, n_rows);
             let sum = g.clamp(g.sum_rows(flat), 6.103_515_6e-5, f32::INFINITY);
@@ -480,9 +527,11 @@ impl GraphBuilder<'_> {
         }
         let rows = x;
         let x = g.reshape_3d(x, n_embd, 1, n_rows);
-        let up = g.mul_mat_id(up_exps, x, selected);
-        let gate = g.mul_mat_id(gate_exps, x, selected);
-        let experts = g.mul_mat_id(down_exps, g.swiglu_split(gate, up), selected);
+        let biased = |t: Tensor, bias: Option<Tensor>| bias.map_or(t, |b| g.add_id(t, b, selected));
+        let up = biased(g.mul_mat_id(up_exps, x, selected), biases.map(|b| b.up));
+        let gate = biased(g.mul_mat_id(gate_exps, x, selected), biases.map(|b| b.gate));
+        let experts = g.mul_mat_id(down_exps, act.split(g, gate, up), selected);
+        let experts = biased(experts, biases.map(|b| b.down));
         let experts = g.mul(experts, weights);
         let [nb1, nb2] = [experts.nb()[1], experts.nb()[2]];
         let out = (1..n_used as usize).fold(g.view_2d(experts, n_embd, n_rows, nb2, 0), |sum, i| {

@@ -8,7 +8,7 @@ use elelem_gguf::{Gguf, TensorInfo, TensorType};
 use ggml_sys as sys;
 
 use super::hparams::HParams;
-use super::weights::{AttentionWeights, FfnWeights, LayerWeights, Mixer, Norm, QkvWeights, SharedExpert};
+use super::weights::{AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mixer, Norm, QkvWeights, SharedExpert};
 use crate::ggml::{self, Buffer, CpuDevice, Tensor};
 use crate::{Error, Result};
 
@@ -172,6 +172,12 @@ impl<'a> Loader<'a> {
         required(name, self.declare(name, &[len], Usage::Vector)?)
     }
 
+    /// Vectors stacked one a row ([len, count]: an expert's bias each), added
+    /// element-wise like a vector.
+    pub fn vectors(&mut self, name: &str, shape: [u64; 2]) -> Result<Tensor> {
+        required(name, self.declare(name, &shape, Usage::Vector)?)
+    }
+
     pub fn optional_vector(&mut self, name: &str, len: u64) -> Result<Option<Tensor>> {
         self.declare(name, &[len], Usage::Vector)
     }
@@ -241,6 +247,41 @@ impl<'a> Loader<'a> {
                 false => None,
             },
             shared,
+            biases: None,
+        })
+    }
+
+    /// `experts` with biases on the router (`ffn_gate_inp.bias`) and on each expert's
+    /// gate, up and down projections (`ffn_{gate,up,down}_exps.bias`), all required.
+    pub fn with_expert_biases(&mut self, hp: &HParams, il: u32, experts: FfnWeights) -> Result<FfnWeights> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let (embd, ff, n_expert) = (u64::from(hp.n_embd), u64::from(hp.n_ff_exp), u64::from(hp.n_expert));
+        let FfnWeights::Experts {
+            router,
+            gate,
+            up,
+            down,
+            selection_bias,
+            shared,
+            ..
+        } = experts
+        else {
+            return Err(Error::Internal("expert biases belong to a mixture of experts".into()));
+        };
+        let biases = ExpertBiases {
+            router: self.vector(&n("ffn_gate_inp.bias"), n_expert)?,
+            gate: self.vectors(&n("ffn_gate_exps.bias"), [ff, n_expert])?,
+            up: self.vectors(&n("ffn_up_exps.bias"), [ff, n_expert])?,
+            down: self.vectors(&n("ffn_down_exps.bias"), [embd, n_expert])?,
+        };
+        Ok(FfnWeights::Experts {
+            router,
+            gate,
+            up,
+            down,
+            selection_bias,
+            shared,
+            biases: Some(biases),
         })
     }
 
@@ -322,6 +363,7 @@ impl<'a> Loader<'a> {
                 true => self.optional_vector(&n("attn_output.bias"), embd)?,
                 false => None,
             },
+            sinks: None,
         })
     }
 

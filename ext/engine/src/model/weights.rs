@@ -87,6 +87,9 @@ pub struct AttentionWeights {
     pub k_norm: Option<Tensor>,
     pub wo: Tensor,
     pub bo: Option<Tensor>,
+    /// A logit per head that joins every soft-max of its scores and takes part of the
+    /// weight, attending to no value (gpt-oss's `attn_sinks`).
+    pub sinks: Option<Tensor>,
 }
 
 /// Q, K and V: three projections, or one fused (llama.cpp's `create_tensor_qkv`).
@@ -132,7 +135,18 @@ pub enum FfnWeights {
         down: Tensor,
         selection_bias: Option<Tensor>,
         shared: Option<SharedExpert>,
+        biases: Option<ExpertBiases>,
     },
+}
+
+/// Biases on the router's logits [n_expert] and on each expert's projections
+/// [width, n_expert] (gpt-oss).
+#[derive(Clone, Copy)]
+pub struct ExpertBiases {
+    pub router: Tensor,
+    pub gate: Tensor,
+    pub up: Tensor,
+    pub down: Tensor,
 }
 
 /// An expert every token goes through besides those it is routed to: a SwiGLU
