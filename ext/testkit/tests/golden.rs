@@ -380,7 +380,10 @@ fn the_long_prompt_routes_to_every_expert() {
             ctx.decode(&prompt).unwrap().to_vec()
         };
         let all = logits(&canary::writer(&shape));
-        let expert_bytes = (shape.n_ff * shape.n_embd * 4) as usize;
+        // An expert's down projection: n_embd rows of n_ff weights (all-zero bytes are
+        // zeros in every type the recipe writes experts in: F32, MXFP4).
+        let row_bytes = shape.family.experts_type.row_bytes(shape.n_ff).expect("whole blocks");
+        let expert_bytes = (row_bytes * shape.n_embd) as usize;
         for expert in 0..shape.n_expert as usize {
             let mut silenced = canary::writer(&shape);
             // Every layer with experts (the first may be dense).
