@@ -2,4 +2,4 @@
 
 pub mod kv_cache;
 
-pub use kv_cache::{CacheType, KvShape, SeqId, MAX_SEQUENCES};
+pub use kv_cache::{CacheType, KvShape, KvUsage, SeqId, MAX_SEQUENCES};

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use crate::ggml::kernels::Products;
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
-use crate::memory::kv_cache::{CacheType, Cells, KvCache, SeqId, KV_PAD, MAX_SEQUENCES};
+use crate::memory::kv_cache::{CacheType, Cells, KvCache, KvUsage, SeqId, KV_PAD, MAX_SEQUENCES};
 use crate::model::inputs::{distinct_seqs, Batch, Inputs, MaskFor};
 use crate::model::{GraphBuilder, Kind, Model, Pooling};
 use crate::{Error, Result};
@@ -376,6 +376,10 @@ impl Context {
 
     pub fn kv_cache_bytes(&self) -> usize {
         self.kv.bytes()
+    }
+
+    pub fn kv_usage(&self) -> KvUsage {
+        self.kv.usage()
     }
 
     /// A flag that, once set (from any thread), stops the computation between two

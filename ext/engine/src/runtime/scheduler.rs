@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
+use crate::memory::KvUsage;
 use crate::runtime::batcher::{Batcher, Event, Request, RequestId};
 use crate::{Context, ContextParams, DecodeStats, Error, Model, Result};
 
@@ -34,6 +35,7 @@ pub struct Scheduler {
 pub struct ContextSnapshot {
     pub compute_buffer_bytes: usize,
     pub kv_cache_bytes: usize,
+    pub kv_usage: KvUsage,
     pub stats: DecodeStats,
 }
 
@@ -42,6 +44,7 @@ impl ContextSnapshot {
         ContextSnapshot {
             compute_buffer_bytes: ctx.compute_buffer_bytes(),
             kv_cache_bytes: ctx.kv_cache_bytes(),
+            kv_usage: ctx.kv_usage(),
             stats: ctx.stats(),
         }
     }
