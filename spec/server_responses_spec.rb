@@ -147,5 +147,7 @@ RSpec.describe "Elelem::Server's /v1/responses" do
       end
     end
     expect(post(input: "hi", max_output_tokens: 1).status).to eq(200)
+    schema_refusal = JSON.parse(post(input: "hi", text: { format: { type: "json_schema", schema: 5 } }).body)
+    expect(schema_refusal["error"]["message"]).to start_with("text.format.schema must be an object")
   end
 end

@@ -21,8 +21,14 @@ module Elelem
       FIELDS = %w[model input instructions stream max_output_tokens temperature top_p tools tool_choice
                   parallel_tool_calls text seed stop top_k min_p repeat_penalty presence_penalty frequency_penalty
                   logit_bias ignore_eos].freeze
-      # Responses fields and the chat fields they become, for the errors the chat request finds.
-      CHAT_NAMES = { "messages" => "input", "max_tokens" => "max_output_tokens", "response_format" => "text" }.freeze
+      # The chat fields that Responses fields become, for the errors the chat request finds: the
+      # Responses field (`param`), and the chat's names in a message with theirs.
+      CHAT_NAMES = {
+        "messages" => ["input", { "messages" => "input" }],
+        "max_tokens" => ["max_output_tokens", { "max_tokens" => "max_output_tokens" }],
+        "response_format" => ["text", { "response_format.json_schema" => "text.format",
+                                        "response_format" => "text.format" }]
+      }.freeze
 
       # @param body [Object] the parsed JSON body
       # @raise [HTTPError] 400, naming the field at fault
@@ -52,11 +58,11 @@ module Elelem
       # @param error [HTTPError]
       # @return [HTTPError]
       def self.renamed(error)
-        chat_name = error.param
-        return error unless CHAT_NAMES.key?(chat_name)
+        param, names = CHAT_NAMES[error.param]
+        return error unless param
 
-        HTTPError.new(error.status, error.message.sub(/\A#{chat_name}\b/, CHAT_NAMES[chat_name]),
-                      param: CHAT_NAMES[chat_name], code: error.code)
+        message = names.reduce(error.message) { |text, (chat, own)| text.gsub(/\b#{Regexp.escape(chat)}\b/, own) }
+        HTTPError.new(error.status, message, param:, code: error.code)
       end
 
       private
@@ -97,7 +103,8 @@ module Elelem
 
       # A message the model wrote, joined to the assistant's turn before it (its calls, its thinking).
       def assistant_message(item, path)
-        assistant["content"].concat(content_parts(item, path, %w[output_text input_text refusal]))
+        message = assistant
+        message["content"] = (message["content"] || []) + content_parts(item, path, %w[output_text input_text refusal])
       end
 
       def function_call(item, path)
@@ -122,13 +129,16 @@ module Elelem
                         "\"text\": ...}])", "input")
         end
 
-        assistant["reasoning_content"] = thought["text"]
+        message = assistant
+        message["content"] ||= []
+        message["reasoning_content"] = thought["text"]
       end
 
-      # The assistant's message that the last items make, or a new one.
+      # The assistant's message that the last items make, or a new one (with no content until
+      # one of its items has some: a turn of calls alone has none).
       def assistant
-        @messages << { "role" => "assistant", "content" => [] } unless @messages.last&.fetch("role") == "assistant"
-        @messages.last.tap { |message| message["content"] = [] unless message["content"].is_a?(Array) }
+        @messages << { "role" => "assistant" } unless @messages.last&.fetch("role") == "assistant"
+        @messages.last
       end
 
       # A message's content as chat text parts: a string, or parts of the `types` given.
