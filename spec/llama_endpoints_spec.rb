@@ -17,10 +17,12 @@ module LlamaServerShapes
                predicted_per_token_ms predicted_per_second].freeze
   # server-task.cpp, completion_token_output::probs_vector_to_json (and to_json for the alternatives).
   PROBABILITY = %w[id token bytes logprob top_logprobs].freeze
-  # server-task.cpp, server_task_result_metrics::to_metrics: the names that apply to elelem.
+  # server-task.cpp, server_task_result_metrics::to_metrics: the names that apply to elelem;
+  # and the KV cache's gauges, which llama-server had (`kv_cache_usage_ratio`, `kv_cache_tokens`)
+  # until llama.cpp's KV cache API changed, and the pinned one no longer has.
   METRICS = %w[prompt_tokens_total prompt_tokens_cached_total prompt_seconds_total tokens_predicted_total
                tokens_predicted_seconds_total n_tokens_max prompt_tokens_seconds predicted_tokens_seconds
-               requests_processing requests_deferred].freeze
+               kv_cache_usage_ratio kv_cache_tokens requests_processing requests_deferred].freeze
   # server-context.cpp, get_res_props: the keys elelem gives.
   PROPS = %w[default_generation_settings total_slots model_alias model_path modalities endpoint_slots
              endpoint_props endpoint_metrics chat_template bos_token eos_token build_info is_sleeping].freeze
@@ -50,8 +52,8 @@ RSpec.describe "llama-server's endpoints" do
   end
 
   # The Prometheus text as {name => value}, checking each sample has its HELP and TYPE.
-  def metrics
-    text = get("/metrics").body
+  def metrics(app = server)
+    text = Rack::MockRequest.new(Rack::Lint.new(app)).get("/metrics").body
     text.scan(/^llamacpp:(\w+) (\S+)$/).to_h do |name, value|
       expect(text).to include("# HELP llamacpp:#{name} ", "# TYPE llamacpp:#{name} ")
       [name, Float(value)]
@@ -180,6 +182,7 @@ RSpec.describe "llama-server's endpoints" do
     expect(counted["prompt_tokens_cached_total"]).to eq(replies.sum { |r| r["timings"]["cache_n"] })
     expect(counted["n_tokens_max"]).to eq(usage["total_tokens"])
     expect(counted).to include("requests_processing" => 0, "requests_deferred" => 0)
+    check_kv(counted, at_least: usage["prompt_tokens"])
 
     # Two long generations hold both sequences; a third waits for one.
     long = { prompt: "The", n_predict: 64, ignore_eos: true, stream: true }
@@ -188,9 +191,29 @@ RSpec.describe "llama-server's endpoints" do
     third = Thread.new { server.call(env.call(long))[2] }
     Timeout.timeout(30) { sleep 0.05 until metrics["requests_deferred"] == 1 }
     expect(metrics).to include("requests_processing" => 2, "requests_deferred" => 1)
+    check_kv(metrics, at_least: 2 * model.tokenize("The").size)
     expect(json(get("/slots")).map { |s| s["is_processing"] }).to eq([true, true])
     streams.each(&:close)
     third.value.close
     expect(metrics).to include("requests_processing" => 0, "requests_deferred" => 0)
+  end
+
+  # The KV cache's gauges are the engine's figures as of the last pass (Model#stats).
+  def check_kv(counted, at_least:)
+    kv = model.stats
+    expect(kv[:kv_cells]).to be >= 4096
+    expect(kv[:kv_tokens]).to be >= at_least
+    expect(counted["kv_cache_tokens"]).to eq(kv[:kv_tokens])
+    expect(counted["kv_cache_usage_ratio"]).to be_within(1e-6).of(kv[:kv_cells_used].fdiv(kv[:kv_cells]))
+    expect(counted["kv_cache_usage_ratio"]).to be_between(0.0, 1.0).exclusive
+  end
+
+  it "gives an empty KV cache for a model not loaded, without loading it" do
+    pool = Elelem::Server::ModelPool.new({ "qwen" => SpecModels.path("qwen2.5-coder-0.5b") })
+    counted = metrics(Elelem::Server.new(pool))
+    expect(counted).to include("kv_cache_usage_ratio" => 0.0, "kv_cache_tokens" => 0.0)
+    expect(pool.models.map { |m| m[:status] }).to eq([:unloaded])
+  ensure
+    pool&.close
   end
 end

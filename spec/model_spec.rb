@@ -40,6 +40,15 @@ RSpec.describe Elelem::Model do
     expect(model.stats[:kv_cache_bytes]).to eq(2 * 5 * 32 * 256 * 2) # K and V, 5 layers, 32 wide, 256 cells, F16
   end
 
+  it "reports the KV cache's cells in use and the tokens its sequences hold" do
+    Elelem.open(SpecModels.canary, n_ctx: 64, parallel: 2) do |fresh|
+      expect(fresh.stats.values_at(:kv_cells_used, :kv_cells, :kv_tokens)).to eq([0, 256, 0]) # 64 padded to 256
+      fresh.generate(prompt, max_tokens: 8)
+      # The prompt and the tokens decoded after it (the last one sampled is never evaluated).
+      expect(fresh.stats.values_at(:kv_cells_used, :kv_cells, :kv_tokens, :n_past)).to eq([12, 256, 12, 12])
+    end
+  end
+
   it "has a module form" do
     expect(Elelem.generate(model, prompt, max_tokens: 3)).to eq(model.generate(prompt, max_tokens: 3))
   end

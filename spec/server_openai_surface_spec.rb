@@ -72,16 +72,20 @@ RSpec.describe "elelem serve, OpenAI's chat surface" do
     expect(out["tools_named"]["tool_calls"].map { |c| c["name"] }.uniq).to eq(["get_time"])
   end
 
-  # The id, type and name in a call's first delta only; the arguments put together are the
-  # arguments of the same request unstreamed.
+  # The id, type and name in a call's first delta only; the arguments in several pieces, as
+  # they are generated, which put together are the arguments of the same request unstreamed.
   def check_streamed_calls(out)
     stream = out["stream_tools"]
     expect(stream["finish_reason"]).to eq("tool_calls")
-    expect(stream["calls"].map { |c| [c["name"], arguments(c)] })
-      .to eq(out["tools_required"]["tool_calls"].map { |c| [c["name"], arguments(c)] })
+    expect(named_arguments(stream["calls"])).to eq(named_arguments(out["tools_required"]["tool_calls"]))
+    expect(stream["calls"].map { |c| c["pieces"] }).to all(be > 1)
     opening, *later = stream["chunks"]
     expect(opening).to match("type" => "function", "id" => start_with("call_"), "name" => /\Aget_(weather|time)\z/)
     expect(later).to all(eq("later_id" => nil, "later_name" => nil))
+  end
+
+  def named_arguments(calls)
+    calls.map { |c| [c["name"], c["arguments"]] }
   end
 
   def check_choices(out)
@@ -109,10 +113,40 @@ RSpec.describe "elelem serve, OpenAI's chat surface" do
   it "answers OpenAI's Python client: roles, JSON modes, each tool_choice, a round trip, streamed calls, n, logprobs" do
     expect(@bias_token).to be_an(Integer)
     out, seconds = run_client(OpenAIClient.python, File.join(ROOT, "spec", "support", "openai_surface.py"))
-    puts "\n    openai (Python) #{out["version"]}: 19 requests in #{seconds.round(1)} s; required call " \
+    puts "\n    openai (Python) #{out["version"]}: 24 requests in #{seconds.round(1)} s; required call " \
          "#{out["tools_required"]["tool_calls"].map { |c| "#{c["name"]}(#{c["arguments"]})" }.join(", ")}; " \
          "round trip #{out["round_trip"]["content"][0, 60].inspect}"
     check_surface(out, "python")
+    check_responses(out)
+  end
+
+  # The Responses API through client.responses.create, unstreamed and streamed.
+  def check_responses(out)
+    aggregate_failures("responses") do
+      said = out["responses"]
+      expect(said).to include("id" => start_with("resp_"), "status" => "completed", "types" => ["message"])
+      expect(said["text"]).to match(/\S/)
+      expect(said["usage"]).to match([Integer, be_between(1, 24), said["usage"][0] + said["usage"][1]])
+      expect(out["responses_refused"]).to eq("status" => 400, "param" => "previous_response_id")
+      check_responses_stream(out["responses_stream"], said["text"])
+      check_responses_call(out)
+    end
+  end
+
+  # The same reply streamed: its text deltas, and the whole response at the end.
+  def check_responses_stream(stream, text)
+    expect(stream.values_at("text", "completed")).to eq([text, text])
+    expect(stream["types"].values_at(0, 1, -1)).to eq(%w[response.created response.in_progress response.completed])
+  end
+
+  # A forced function call by the Responses API, its arguments streamed in pieces.
+  def check_responses_call(out)
+    call, = out["responses_call"]
+    expect(call).to include("type" => "function_call", "name" => "get_weather", "call_id" => start_with("call_"))
+    expect(JSON.parse(call["arguments"])).to match("city" => String)
+    streamed = out["responses_call_stream"]
+    expect(streamed["pieces"]).to be > 1
+    expect(streamed.values_at("arguments", "done")).to eq([call["arguments"], [call["arguments"]]])
   end
 
   it "answers OpenAI's JavaScript client (npm openai) the same" do

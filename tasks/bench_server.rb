@@ -15,7 +15,8 @@ require_relative "llama_server"
 # p50 and p99 over every repetition. Each figure is taken A B A B, medians of Bench.reps.
 #
 # Then the same load over two models served together and routed by each request's `model`
-# (ROUTED_MODELS, BENCH_SERVER_ROUTED=0 leaves them out): `elelem serve --models-dir` beside
+# (ROUTED_MODELS; BENCH_SERVER_ROUTED=0 leaves them out, BENCH_SERVER_SINGLE=0 runs them alone):
+# `elelem serve --models-dir` beside
 # llama-server's router mode (`--models-dir`: a child llama-server per model), both given one
 # directory holding the two files, both models loaded before the figures (the first request
 # to each loads it); a client's rounds alternate between the models.
@@ -38,17 +39,23 @@ module BenchServer
     ENV.fetch("BENCH_SERVER", "1") == "1"
   end
 
-  # The rows, at `threads` threads: one model, then two routed.
+  # The rows, at `threads` threads: one model, then two routed (each left out when its
+  # variable is 0).
   def rows(threads)
-    path = Elelem::Models.fetch(ENV.fetch("BENCH_SERVER_MODEL", MODEL))
     streams = Bench.list("BENCH_STREAMS", STREAMS).map(&:to_i)
+    rows = ENV.fetch("BENCH_SERVER_SINGLE", "1") == "1" ? single_rows(streams, threads) : []
+    ENV.fetch("BENCH_SERVER_ROUTED", "1") == "1" ? rows + routed_rows(streams, threads) : rows
+  end
+
+  # The load on one model (BENCH_SERVER_MODEL).
+  def single_rows(streams, threads)
+    path = Elelem::Models.fetch(ENV.fetch("BENCH_SERVER_MODEL", MODEL))
     rows = with_servers(path, streams.max, threads) do
       PORTS.each_value { |port| load(port, 1, rounds: 1, max_tokens: 8) } # warm-up
       streams.flat_map { |n| stream_rows(n) }
     end
     name = File.basename(path, ".gguf")
-    rows = (rows + speedup_rows(rows, streams)).map { |r| r.merge("model" => name, "threads" => threads) }
-    ENV.fetch("BENCH_SERVER_ROUTED", "1") == "1" ? rows + routed_rows(streams, threads) : rows
+    (rows + speedup_rows(rows, streams)).map { |r| r.merge("model" => name, "threads" => threads) }
   end
 
   # The same load over ROUTED_MODELS served together, each request routed by its `model`.

@@ -359,9 +359,10 @@ module Elelem
       _info
     end
 
-    # Memory use, and the work and speed of the last generation that finished on this
-    # model (on any thread): its evaluated and reused prompt tokens, its decode passes,
-    # the seconds they took, and the tokens its sequence holds (`n_past`).
+    # Memory use (the KV cache's cells in use, `kv_cells_used` of `kv_cells`, and the tokens
+    # its sequences hold, `kv_tokens`, as of the last pass), and the work and speed of the last
+    # generation that finished on this model (on any thread): its evaluated and reused prompt
+    # tokens, its decode passes, the seconds they took, and the tokens its sequence holds (`n_past`).
     # @return [Hash{Symbol => Numeric}]
     def stats
       last = @last_result || {}

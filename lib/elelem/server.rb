@@ -13,6 +13,7 @@ require_relative "server/retrieval"
 require_relative "server/routing"
 require_relative "server/llama_endpoints"
 require_relative "server/ollama"
+require_relative "server/responses"
 
 module Elelem
   # OpenAI's HTTP API over a {Model}, or several ({ModelPool}), as a Rack application: a plain callable taking
@@ -23,7 +24,8 @@ module Elelem
   #   mount Elelem::Server.new(Elelem.open("qwen2.5-coder-0.5b", parallel: 4)) => "/llm"
   #
   # Routes (under the mount point, `SCRIPT_NAME`): `POST /v1/chat/completions`,
-  # `POST /v1/completions` (both streaming as server-sent events when asked),
+  # `POST /v1/completions`, `POST /v1/responses` ({Responses}; all three streaming as
+  # server-sent events when asked),
   # `POST /v1/embeddings`, `POST /v1/rerank` (llama-server's shape; see {Retrieval}),
   # `GET /v1/models`, `GET /v1/models/NAME`, `GET /health`; llama-server's own endpoints
   # ({LlamaEndpoints}: `/completion`, `/infill`, `/tokenize`, `/metrics`, ...) and Ollama's API
@@ -44,6 +46,7 @@ module Elelem
     include Retrieval
     include LlamaEndpoints
     include Ollama
+    include Responses
 
     # The largest request body taken unless told otherwise (a chat filling a 32k-token
     # context is about 130 KB).
@@ -56,7 +59,7 @@ module Elelem
       "/v1/chat/completions" => [%w[POST], :chat_completions], "/v1/completions" => [%w[POST], :completions],
       "/health" => [%w[GET HEAD], :health],
       "/v1/embeddings" => [%w[POST], :embeddings], "/v1/rerank" => [%w[POST], :rerank]
-    }.merge(Routing::ROUTES, Routing::ROUTER_ROUTES, LlamaEndpoints::ROUTES, Ollama::ROUTES).freeze
+    }.merge(Routing::ROUTES, Routing::ROUTER_ROUTES, LlamaEndpoints::ROUTES, Ollama::ROUTES, Responses::ROUTES).freeze
     # The headers of a streaming reply: no cache or proxy may hold its events back.
     STREAM_HEADERS = { "content-type" => "text/event-stream", "cache-control" => "no-cache",
                        "x-accel-buffering" => "no" }.freeze

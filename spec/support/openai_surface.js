@@ -82,11 +82,12 @@ async function main() {
       for (const delta of choice.delta.tool_calls || []) {
         if (!(delta.index in calls)) {
           chunks.push({ id: delta.id, type: delta.type, name: delta.function.name });
-          calls[delta.index] = { name: delta.function.name, arguments: "" };
+          calls[delta.index] = { name: delta.function.name, arguments: "", pieces: 0 };
         } else {
           chunks.push({ later_id: delta.id ?? null, later_name: delta.function.name ?? null });
         }
         calls[delta.index].arguments += delta.function.arguments || "";
+        if (delta.function.arguments) calls[delta.index].pieces += 1;
       }
     }
   }

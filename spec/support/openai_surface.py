@@ -64,7 +64,8 @@ messages = ASK + [
 ]
 out["round_trip"] = reply(chat(messages=messages, tools=[WEATHER, TIME], tool_choice="none"))
 
-# Streamed calls, put back together as OpenAI's documentation does it.
+# Streamed calls, put back together as OpenAI's documentation does it, counting the pieces
+# of each call's arguments.
 calls, finish, first_chunks = {}, None, []
 for chunk in chat(messages=ASK, tools=[WEATHER, TIME], tool_choice="required", stream=True):
     for choice in chunk.choices:
@@ -72,10 +73,11 @@ for chunk in chat(messages=ASK, tools=[WEATHER, TIME], tool_choice="required", s
         for delta in choice.delta.tool_calls or []:
             if delta.index not in calls:
                 first_chunks.append({"id": delta.id, "type": delta.type, "name": delta.function.name})
-                calls[delta.index] = {"name": delta.function.name, "arguments": ""}
+                calls[delta.index] = {"name": delta.function.name, "arguments": "", "pieces": 0}
             else:
                 first_chunks.append({"later_id": delta.id, "later_name": delta.function.name})
             calls[delta.index]["arguments"] += delta.function.arguments or ""
+            calls[delta.index]["pieces"] += 1 if delta.function.arguments else 0
 out["stream_tools"] = {"calls": [calls[i] for i in sorted(calls)], "finish_reason": finish, "chunks": first_chunks}
 
 several = chat(messages=ASK, n=2, temperature=1.0, seed=7, max_tokens=12)
@@ -100,6 +102,33 @@ biased = chat(messages=ASK, max_completion_tokens=3, logit_bias={str(config["bia
               presence_penalty=0.5, frequency_penalty=0.5, stop=["\n\n", "###"], seed=1, user="someone")
 out["sampling"] = {"content": biased.choices[0].message.content, "finish_reason": biased.choices[0].finish_reason,
                    "completion_tokens": biased.usage.completion_tokens}
+
+# The Responses API: a reply, then the same streamed; a forced function call, then the same streamed.
+def response(**kwargs):
+    return client.responses.create(**{"model": "any", "temperature": 0, "max_output_tokens": 24, **kwargs})
+
+
+FUNCTION = {"type": "function", **WEATHER["function"]}
+said = response(instructions="You answer in one short sentence.", input="What is the capital of France?")
+out["responses"] = {"id": said.id, "status": said.status, "text": said.output_text,
+                    "types": [item.type for item in said.output],
+                    "usage": [said.usage.input_tokens, said.usage.output_tokens, said.usage.total_tokens]}
+events = list(response(instructions="You answer in one short sentence.", input="What is the capital of France?",
+                       stream=True))
+out["responses_stream"] = {"types": [e.type for e in events], "completed": events[-1].response.output_text,
+                           "text": "".join(e.delta for e in events if e.type == "response.output_text.delta")}
+called = response(input=ASK, tools=[FUNCTION], tool_choice="required", max_output_tokens=32)
+out["responses_call"] = [{"type": c.type, "name": c.name, "arguments": c.arguments, "call_id": c.call_id}
+                         for c in called.output if c.type == "function_call"]
+events = list(response(input=ASK, tools=[FUNCTION], tool_choice="required", max_output_tokens=32, stream=True))
+pieces = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+out["responses_call_stream"] = {"pieces": len(pieces), "arguments": "".join(pieces),
+                                "done": [e.item.arguments for e in events if e.type == "response.output_item.done"]}
+try:
+    response(input="hi", previous_response_id="resp_1")
+    out["responses_refused"] = None
+except openai.BadRequestError as e:
+    out["responses_refused"] = {"status": e.status_code, "param": e.param}
 
 for name, extra in [("unknown_field", {"extra_body": {"audio": {"voice": "alloy"}}}), ("too_many", {"n": 9})]:
     try:

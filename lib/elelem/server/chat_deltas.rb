@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
-require "json"
-require "securerandom"
+require_relative "streamed_calls"
 
 module Elelem
   class Server
@@ -10,10 +9,11 @@ module Elelem
     # `reasoning_content`, the rest as `content`, and tool calls as `tool_calls` deltas.
     #
     # Text that may open a tool call (a marker such as `<tool_call>`, or a reply opening
-    # with `{` or a code fence, as Qwen2.5-Coder writes its calls bare) is held back until
-    # the choice ends; the parsed reply ({Completion#tool_calls}) then says whether it was
-    # calls, sent as `tool_calls` deltas (the id, type and name first, then the arguments),
-    # or text, sent as content. Everything else streams as it comes.
+    # with `{` or a code fence, as Qwen2.5-Coder writes its calls bare) is held back from
+    # the content: the calls in it stream as `tool_calls` deltas as they are written
+    # ({StreamedCalls}), and once the choice ends the parsed reply ({Completion#tool_calls})
+    # says whether it was calls, completed, or text, sent as content. Everything else
+    # streams as it comes.
     class ChatDeltas
       # Where a reasoning model's thinking opens and closes.
       THINK = ["<think>", "</think>"].freeze
@@ -25,13 +25,15 @@ module Elelem
       # @param thinking [Boolean] whether the model thinks (its template knows `<think>`)
       # @param opened [Boolean] whether the prompt opened the thinking (the reply only closes it)
       # @param tools [Boolean] whether the reply may call tools
-      def initialize(thinking:, opened:, tools:)
+      # @param format [Symbol, nil] the template's tool-call format, where the reply may call tools
+      def initialize(thinking:, opened:, tools:, format: nil)
         @state = if thinking
                    opened ? :reasoning : :start
                  else
                    :content
                  end
         @tools = tools
+        @calls = StreamedCalls.new(format) if tools
         @pending = +""
         @held = nil
         @content = +""
@@ -43,7 +45,8 @@ module Elelem
       def piece(text)
         @pending << text
         opening if @state == :start
-        [(reasoning if @state == :reasoning), (content if @state == :content)].compact
+        deltas = [(reasoning if @state == :reasoning), (content if @state == :content)].compact
+        @held ? deltas + @calls.update(@held) : deltas
       end
 
       # The deltas that end the choice: the text still pending, then what was held back,
@@ -54,7 +57,7 @@ module Elelem
         @state = :content if @state == :start
         thought = { reasoning_content: @pending.slice!(0..) } if @state == :reasoning && !@pending.empty?
         deltas = [thought, content(final: true)].compact
-        return deltas + call_deltas(calls) unless calls.empty?
+        return deltas + @calls.finish(calls) unless calls.empty?
 
         held = @held.to_s
         @held = nil
@@ -69,11 +72,6 @@ module Elelem
       def self.split(text, thinking:, opened:)
         deltas = new(thinking:, opened:, tools: false).then { |d| d.piece(text) + d.finish([]) }
         %i[content reasoning_content].map { |key| deltas.filter_map { |d| d[key] }.join }
-      end
-
-      # @return [String] a new tool call id, as OpenAI's look (`call_` and 24 characters)
-      def self.call_id
-        "call_#{SecureRandom.alphanumeric(24)}"
       end
 
       private
@@ -156,16 +154,6 @@ module Elelem
         markers.map do |marker|
           (1...marker.size).reverse_each.find { |n| text.end_with?(marker[0, n]) } || 0
         end.max
-      end
-
-      # Each call as OpenAI streams it: a delta with its index, id, type and name (and
-      # no arguments yet), then one with the arguments.
-      def call_deltas(calls)
-        calls.each_with_index.flat_map do |call, index|
-          [{ tool_calls: [{ index:, id: ChatDeltas.call_id, type: "function",
-                            function: { name: call.name, arguments: "" } }] },
-           { tool_calls: [{ index:, function: { arguments: JSON.generate(call.arguments) } }] }]
-        end
       end
     end
   end

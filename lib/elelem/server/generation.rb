@@ -93,6 +93,14 @@ module Elelem
         @opened
       end
 
+      # @return [Symbol, nil] the chat template's tool-call format ({Model#tool_call_format}),
+      #   for a chat whose reply may call tools
+      def tool_call_format
+        return nil unless chat? && request.calls_tools?
+
+        @tool_call_format ||= @model.tool_call_format(template: @template)
+      end
+
       # Generates every choice. Streaming, each choice's pieces are yielded as they come,
       # and then its {Completion}, as `[index, piece or completion]` (from the choices'
       # threads when there are several). A failed choice stops the others.
@@ -141,8 +149,7 @@ module Elelem
         tools = request.tools
         named = request.tool_choice != "required"
         tools = tools.select { |tool| tool["function"]["name"] == request.tool_choice } if named
-        format = @model.tool_call_format(template: @template)
-        ToolCallGrammar.new(@model, format, tools, parallel: request.parallel_tool_calls).to_s
+        ToolCallGrammar.new(@model, tool_call_format, tools, parallel: request.parallel_tool_calls).to_s
       rescue ArgumentError => e
         raise HTTPError.new(400, "#{e.message} (tool_choice #{request.tool_choice.inspect})", param: "tool_choice")
       end

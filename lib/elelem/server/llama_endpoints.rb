@@ -124,11 +124,19 @@ module Elelem
         json(200, slots)
       end
 
-      # `?model=NAME`: the model's counters (none loaded for them).
+      # `?model=NAME`: the model's counters and KV cache (none loaded for them).
       def metrics(env)
-        metrics = metrics_for(pool_answer { @pool.resolve(query_model(env)) })
+        name = pool_answer { @pool.resolve(query_model(env)) }
+        metrics = metrics_for(name)
         [200, { "content-type" => PROMETHEUS, "process-start-time-unix" => metrics.started.to_s },
-         [metrics.prometheus]]
+         [metrics.prometheus(kv_usage(name))]]
+      end
+
+      # The KV cache of the model `name` if it is loaded (nil if not, or closed since).
+      def kv_usage(name)
+        @pool.loaded(name)&.stats
+      rescue ClosedError
+        nil
       end
 
       def completion(env)

@@ -20,10 +20,14 @@ module Elelem
         tokens_predicted_seconds_total: "Total time spent generating tokens",
         n_tokens_max: "Largest observed sequence length (prompt + generation)"
       }.freeze
-      # ... and its gauges: throughputs averaged since the previous scrape, and the requests now.
+      # ... and its gauges: throughputs averaged since the previous scrape, the KV cache now
+      # (the gauges llama-server had until its KV cache API changed; the pinned one has none),
+      # and the requests now.
       GAUGES = {
         prompt_tokens_seconds: "Average prompt throughput in tokens/s",
         predicted_tokens_seconds: "Average generation throughput in tokens/s",
+        kv_cache_usage_ratio: "KV-cache usage. 1 = 100 percent usage.",
+        kv_cache_tokens: "KV-cache tokens.",
         requests_processing: "Number of requests processing",
         requests_deferred: "Number of requests deferred"
       }.freeze
@@ -83,11 +87,17 @@ module Elelem
       end
 
       # The Prometheus text of `GET /metrics`; the throughput gauges then start a new window.
+      # @param kv_usage [Hash, nil] the model's KV cache now ({Model#stats}' `kv_cells_used`,
+      #   `kv_cells` and `kv_tokens`); nil for a model not loaded, whose cache is empty
       # @return [String]
-      def prometheus
+      def prometheus(kv_usage)
         counts, gauges = @lock.synchronize do
           [@counts.dup, gauges!]
         end
+        kv_usage ||= {}
+        cells = kv_usage.fetch(:kv_cells, 0)
+        gauges.merge!(kv_cache_usage_ratio: cells.positive? ? kv_usage[:kv_cells_used].fdiv(cells) : 0.0,
+                      kv_cache_tokens: kv_usage.fetch(:kv_tokens, 0))
         items(:counter, COUNTERS, counts) + items(:gauge, GAUGES, gauges)
       end
 

@@ -153,6 +153,14 @@ module Elelem
         end
       end
 
+      # The model named `name` if it is loaded now, for a look that must not load it (the
+      # metrics): it holds no lease, so the model may close at any time.
+      # @param name [String] a model's name
+      # @return [Model, nil]
+      def loaded(name)
+        @lock.synchronize { @entries.fetch(name).model }
+      end
+
       # @param name [String] a model's name
       # @return [Boolean] whether the pool never closes the model (it was given opened)
       def kept?(name)

@@ -81,7 +81,7 @@ module Elelem
 
       def deltas(index)
         @deltas[index] ||= ChatDeltas.new(thinking: @generation.thinking?, opened: @generation.thinking_opened?,
-                                          tools: @request.calls_tools?)
+                                          tools: @request.calls_tools?, format: @generation.tool_call_format)
       end
 
       # The assistant's turn: its text (null when it only calls tools), its thinking, its calls.
@@ -116,7 +116,7 @@ module Elelem
       end
 
       def call_object(call)
-        { id: ChatDeltas.call_id, type: "function",
+        { id: StreamedCalls.call_id, type: "function",
           function: { name: call.name, arguments: JSON.generate(call.arguments) } }
       end
 

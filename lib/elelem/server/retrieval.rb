@@ -8,7 +8,7 @@ module Elelem
       # The most texts one request may embed or rerank.
       MAX_INPUTS = 2048
       # The routes that generate text, which an embedding model (an encoder) cannot serve.
-      GENERATING = %i[chat_completions completions completion infill ollama_chat ollama_generate].freeze
+      GENERATING = %i[chat_completions completions responses completion infill ollama_chat ollama_generate].freeze
 
       private
 

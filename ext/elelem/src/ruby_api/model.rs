@@ -135,6 +135,9 @@ impl Model {
             h.aset(sym("compute_buffer_bytes_max"), snapshot.stats.compute_buffer_bytes_max)?;
             h.aset(sym("kv_cache_bytes"), snapshot.kv_cache_bytes)?;
             h.aset(sym("recurrent_state_bytes"), snapshot.recurrent_state_bytes)?;
+            h.aset(sym("kv_cells_used"), snapshot.kv_usage.cells_used)?;
+            h.aset(sym("kv_cells"), snapshot.kv_usage.cells)?;
+            h.aset(sym("kv_tokens"), snapshot.kv_usage.tokens)?;
         }
         h.aset(sym("weights_bytes"), model.weights_bytes())?;
         h.aset(sym("repacked_weights_bytes"), model.repacked_bytes())?;

@@ -119,6 +119,17 @@ fn hadamard(n: usize) -> Vec<f32> {
     data
 }
 
+/// How full the cache is, as llama-server's `kv_cache_usage_ratio` and
+/// `kv_cache_tokens` gauges read it: of the group whose layers attend over the
+/// whole context (else the first), the cells holding a key, the cells in all,
+/// and the tokens held (a cell that several sequences share counts once for each).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KvUsage {
+    pub cells_used: u32,
+    pub cells: u32,
+    pub tokens: u64,
+}
+
 /// A sequence's index in a context, `0..n_seq_max`.
 pub type SeqId = u32;
 
@@ -365,6 +376,11 @@ impl Cells {
         }
     }
 
+    /// The tokens the sequences hold: each sequence's positions, summed.
+    fn tokens(&self) -> u64 {
+        self.seq_pos.iter().map(|positions| positions.len() as u64).sum()
+    }
+
     /// How many cells a graph attends over: all up to the last one used, padded.
     pub fn n_kv(&self) -> u32 {
         let used_end = self.used.last().map_or(0, |&i| i + 1);
@@ -572,6 +588,20 @@ impl KvCache {
             .unwrap_or(0)
     }
 
+    /// See [`KvUsage`]; all zero for a model without a cache.
+    pub fn usage(&self) -> KvUsage {
+        let group = self
+            .groups
+            .iter()
+            .find(|cells| cells.window.is_none())
+            .or(self.groups.first());
+        group.map_or_else(KvUsage::default, |cells| KvUsage {
+            cells_used: cells.used.len() as u32,
+            cells: cells.size(),
+            tokens: cells.tokens(),
+        })
+    }
+
     /// `seq` forgets its positions `p0..` in every group.
     pub fn seq_rm(&mut self, seq: SeqId, p0: i32) {
         self.groups.iter_mut().for_each(|cells| cells.seq_rm(seq, p0, i32::MAX));
@@ -641,6 +671,26 @@ mod tests {
         cells.mask_row(699, 0, &mut mask, MASK_VISIBLE, MASK_HIDDEN);
         assert!(mask[..700].iter().all(|&m| m == MASK_VISIBLE));
         assert!(mask[700..].iter().all(|&m| m == MASK_HIDDEN));
+    }
+
+    #[test]
+    fn usage_reads_the_full_group_and_counts_shared_cells_per_sequence() {
+        let mut kv = KvCache::none();
+        assert_eq!(kv.usage(), KvUsage::default());
+        let mut sliding = Cells::new(64, Some(8), 2);
+        feed(&mut sliding, 0, 0, 20, 20);
+        let mut full = Cells::new(256, None, 2);
+        feed(&mut full, 0, 0, 100, 512);
+        // Sequence 1 shares sequence 0's first 40 cells, then writes 10 of its own.
+        full.seq_cp(0, 1, 0, 40);
+        feed(&mut full, 1, 40, 10, 512);
+        kv.groups = vec![sliding, full];
+        let usage = KvUsage {
+            cells_used: 110,
+            cells: 256,
+            tokens: 150,
+        };
+        assert_eq!(kv.usage(), usage);
     }
 
     #[test]

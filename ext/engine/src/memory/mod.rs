@@ -5,5 +5,5 @@ pub mod hybrid;
 pub mod kv_cache;
 pub mod recurrent;
 
-pub use kv_cache::{CacheType, KvShape, SeqId, MAX_SEQUENCES};
+pub use kv_cache::{CacheType, KvShape, KvUsage, SeqId, MAX_SEQUENCES};
 pub use recurrent::{RecurrentShape, StateRows};

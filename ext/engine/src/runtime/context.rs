@@ -5,7 +5,7 @@ use std::time::Instant;
 use crate::ggml::kernels::Products;
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
 use crate::memory::hybrid::Memory;
-use crate::memory::kv_cache::{CacheType, Cells, KvCache, SeqId, KV_PAD, MAX_SEQUENCES};
+use crate::memory::kv_cache::{CacheType, Cells, KvCache, KvUsage, SeqId, KV_PAD, MAX_SEQUENCES};
 use crate::memory::recurrent::RecurrentState;
 use crate::memory::StateRows;
 use crate::model::inputs::{distinct_seqs, Batch, Inputs, MaskFor};
@@ -427,6 +427,11 @@ impl Context {
     /// The recurrent layers' state, for all sequences (0 for a transformer).
     pub fn recurrent_state_bytes(&self) -> usize {
         self.memory.recurrent.bytes()
+    }
+
+    /// How full the KV cache is (its attention layers' cells, in a hybrid model).
+    pub fn kv_usage(&self) -> KvUsage {
+        self.memory.kv.usage()
     }
 
     /// A flag that, once set (from any thread), stops the computation between two

@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
+use crate::memory::KvUsage;
 use crate::runtime::batcher::{Batcher, Event, Request, RequestId};
 use crate::{Context, ContextParams, DecodeStats, Error, Model, Result};
 
@@ -36,6 +37,7 @@ pub struct ContextSnapshot {
     pub kv_cache_bytes: usize,
     /// The recurrent layers' state (0 for a transformer).
     pub recurrent_state_bytes: usize,
+    pub kv_usage: KvUsage,
     pub stats: DecodeStats,
 }
 
@@ -45,6 +47,7 @@ impl ContextSnapshot {
             compute_buffer_bytes: ctx.compute_buffer_bytes(),
             kv_cache_bytes: ctx.kv_cache_bytes(),
             recurrent_state_bytes: ctx.recurrent_state_bytes(),
+            kv_usage: ctx.kv_usage(),
             stats: ctx.stats(),
         }
     }
