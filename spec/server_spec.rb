@@ -311,6 +311,14 @@ RSpec.describe Elelem::Server do
       end
     end
 
+    it "refuses a schema llguidance cannot enforce, saying why, and goes on serving" do
+      schema = { type: "object", properties: { a: { "$ref" => "#/$defs/missing" } } }
+      body = { messages:, response_format: { type: "json_schema", json_schema: { name: "x", schema: } } }
+      error = expect_error(post("/v1/chat/completions", body), 400)
+      expect(error["message"]).to include("$defs")
+      expect(post("/v1/chat/completions", { messages:, max_tokens: 1 }).status).to eq(200)
+    end
+
     it "refuses token ids outside the vocabulary and a prompt longer than the context" do
       expect_error(post("/v1/completions", { prompt: [1, 99_999] }), 400)
       error = expect_error(post("/v1/completions", { prompt: Array.new(3000, 5) }),
@@ -430,6 +438,28 @@ RSpec.describe Elelem::Server do
       expect(Timeout.timeout(2) { lone.generate("hello", max_tokens: 2) }).to be_a(String)
     ensure
       lone&.close
+    end
+  end
+
+  describe "a forced call that max_tokens cuts short" do
+    let(:weather) do
+      { type: "function", function: { name: "get_weather", parameters: { type: "object",
+                                                                         properties: { city: { type: "string" } } } } }
+    end
+
+    it "ends with finish_reason length and neither a call nor the call's text, streamed or not" do
+      qwen = Elelem.open(SpecModels.path("qwen2.5-coder-0.5b"), n_ctx: 1024, n_threads: 1)
+      app = Rack::Lint.new(described_class.new(qwen))
+      body = { messages: [{ role: "user", content: "The weather in Paris?" }], tools: [weather],
+               tool_choice: "required", max_tokens: 3 }
+      reply = json(post("/v1/chat/completions", body, app:))["choices"][0]
+      expect(reply).to include("finish_reason" => "length", "message" => { "role" => "assistant", "content" => nil })
+      chunks = events(post("/v1/chat/completions", body.merge(stream: true), app:).body)
+      deltas = chunks[0...-1].map { |chunk| chunk["choices"][0]["delta"] }
+      expect(deltas.filter_map { |delta| delta["content"] }.join).to eq("")
+      expect(chunks[-2]["choices"][0]["finish_reason"]).to eq("length")
+    ensure
+      qwen&.close
     end
   end
 

@@ -75,7 +75,7 @@ module Elelem
         return [chunk(index, text: "", **last)] unless @chat
 
         calls = tool_calls(completion)
-        deltas(index).finish(calls).reject { |delta| only_calls?(calls) && delta.key?(:content) }
+        deltas(index).finish(calls).reject { |delta| @request.forces_call? && delta.key?(:content) }
                      .map { |delta| chunk(index, delta:) } + [chunk(index, delta: {}, **last)]
       end
 
@@ -99,15 +99,10 @@ module Elelem
         message
       end
 
-      # A reply's content: none where it only calls tools.
+      # A reply's content: none where it only calls tools, nor where a call is forced: the
+      # grammar lets it write nothing else, so text there is a call cut short (`max_tokens`).
       def text_beside(calls, content)
-        calls.any? && (content.empty? || only_calls?(calls)) ? nil : content
-      end
-
-      # Whether a reply that makes `calls` is calls alone: a forced call's grammar lets it
-      # write nothing else, so text beside them is a further call cut short (`max_tokens`).
-      def only_calls?(calls)
-        calls.any? && @request.forces_call?
+        @request.forces_call? || (calls.any? && content.empty?) ? nil : content
       end
 
       # The calls a reply makes: only where it may make them.
