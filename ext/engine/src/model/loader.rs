@@ -253,36 +253,19 @@ impl<'a> Loader<'a> {
 
     /// `experts` with biases on the router (`ffn_gate_inp.bias`) and on each expert's
     /// gate, up and down projections (`ffn_{gate,up,down}_exps.bias`), all required.
-    pub fn with_expert_biases(&mut self, hp: &HParams, il: u32, experts: FfnWeights) -> Result<FfnWeights> {
+    pub fn with_expert_biases(&mut self, hp: &HParams, il: u32, mut experts: FfnWeights) -> Result<FfnWeights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         let (embd, ff, n_expert) = (u64::from(hp.n_embd), u64::from(hp.n_ff_exp), u64::from(hp.n_expert));
-        let FfnWeights::Experts {
-            router,
-            gate,
-            up,
-            down,
-            selection_bias,
-            shared,
-            ..
-        } = experts
-        else {
+        let FfnWeights::Experts { biases, .. } = &mut experts else {
             return Err(Error::Internal("expert biases belong to a mixture of experts".into()));
         };
-        let biases = ExpertBiases {
+        *biases = Some(ExpertBiases {
             router: self.vector(&n("ffn_gate_inp.bias"), n_expert)?,
             gate: self.vectors(&n("ffn_gate_exps.bias"), [ff, n_expert])?,
             up: self.vectors(&n("ffn_up_exps.bias"), [ff, n_expert])?,
             down: self.vectors(&n("ffn_down_exps.bias"), [embd, n_expert])?,
-        };
-        Ok(FfnWeights::Experts {
-            router,
-            gate,
-            up,
-            down,
-            selection_bias,
-            shared,
-            biases: Some(biases),
-        })
+        });
+        Ok(experts)
     }
 
     /// A shared expert `width` wide (`ffn_{gate,up,down}_shexp`), with its sigmoid gate
