@@ -481,12 +481,15 @@ module Bench
     path = Elelem::Models.fetch(name)
     before = cpu_times
     rows = speed_rows(path, threads)
-    rows += two_thread_rows(name, path, threads) if threads == 2
+    if threads == 2
+      rows += two_thread_rows(name, path, threads)
+      add_peer_memory(rows, path)
+    end
     rows << { "metric" => "CPU stolen by the host %", "elelem" => stolen_percent(before, cpu_times) }
     rows.map { |r| r.merge("model" => name, "threads" => threads) }
   end
 
-  # The rows measured at two threads only: depth, streams, contention, open time, memory.
+  # The rows measured at two threads only: depth, streams, contention, open time, peak RSS.
   def two_thread_rows(name, path, threads)
     rows = depth_rows(path, threads) + stream_rows(path, threads) + agreement_rows(path, threads) +
            invariant_rows(path, threads) + contended_rows(path, threads) + open_rows(path, threads) +
@@ -494,10 +497,14 @@ module Bench
     rows += attention_rows(path, threads) if name == ENV.fetch("BENCH_ATTN_MODEL", MODELS.first)
     ours, theirs = rss_pair(path, threads)
     rows << { "metric" => "peak RSS MiB", "elelem" => ours, "llama.cpp" => theirs }
+    rows
+  end
+
+  # llama.cpp's KV cache and compute buffer, beside ours in the memory rows (speed_rows').
+  def add_peer_memory(rows, path)
     memory = peer_memory(path)
     rows.find { |r| r["metric"] == "KV cache MiB" }["llama.cpp"] = memory[:kv]
     rows.find { |r| r["metric"] == "compute buffer MiB" }["llama.cpp"] = memory[:compute]
-    rows
   end
 
   # /proc/stat's first line: user nice system idle iowait irq softirq steal ...
