@@ -57,6 +57,10 @@ pub struct Family {
     pub short_conv: Option<ShortConv>,
     /// The final norm's name (`token_embd_norm` in lfm2's files).
     pub output_norm: &'static str,
+    /// Multi-token-prediction layers after the others (`nextn_predict_layers`, glm4moe's):
+    /// a layer with experts each, and its `nextn.*` tensors.
+    pub nextn: u32,
+    pub vocab: Vocab,
     /// Keys beyond the common ones, without the `<arch>.` prefix.
     pub keys: &'static [(&'static str, Key)],
 }
@@ -109,6 +113,19 @@ pub enum SharedExpert {
     Gated,
     /// Added as it is (ernie4_5-moe).
     Ungated,
+    /// Added as it is, its width given as a count of experts' (`expert_shared_count`: glm4moe).
+    Counted,
+}
+
+/// A model's vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vocab {
+    /// Made up (SentencePiece-style, [`Shape::n_vocab`] tokens): needs no file.
+    MadeUp,
+    /// A real one, as many tokens as it has: the `tokenizer.*` keys of llama.cpp's
+    /// `models/ggml-vocab-<name>.gguf` and the chat template `models/templates/<template>.jinja`,
+    /// from the peer suite in `vendor/llama.cpp` (`rake peer_suite`).
+    Suite { name: &'static str, template: &'static str },
 }
 
 /// What the norms are.
@@ -138,6 +155,7 @@ pub enum RopeFactors {
 pub enum Key {
     U32(u32),
     F32(f32),
+    Bool(bool),
     Str(&'static str),
 }
 
@@ -146,6 +164,7 @@ impl Key {
         match self {
             Key::U32(v) => Value::U32(v),
             Key::F32(v) => Value::F32(v),
+            Key::Bool(v) => Value::Bool(v),
             Key::Str(v) => Value::String(v.to_string()),
         }
     }
@@ -174,6 +193,8 @@ pub const LLAMA: Family = Family {
     rope_factors: RopeFactors::None,
     short_conv: None,
     output_norm: "output_norm",
+    nextn: 0,
+    vocab: Vocab::MadeUp,
     keys: &[],
 };
 pub const LLAMA31: Family = Family {
@@ -474,6 +495,36 @@ pub const GPT_OSS: Family = Family {
     ..LLAMA
 };
 
+/// GLM-4.5's layout: Q, K and V biases, per-head Q/K norms, the feed-forward's norm
+/// named `post_attention_norm`, rope over half of each head; a dense first layer, then
+/// experts picked by their sigmoids plus a selection bias, weighted by the sigmoids
+/// renormalized and scaled, beside an ungated shared expert as wide as one; a
+/// multi-token-prediction layer at the end. Llama 3's vocabulary (GLM-4.5's splits words
+/// with the same expression) and GLM-4.6's chat template.
+pub const GLM4MOE: Family = Family {
+    arch: "glm4moe",
+    name: "elelem tiny glm4moe canary",
+    qkv_bias: true,
+    qk_norm: QkNorm::PerHead,
+    norms: Norms::PreFfnNamedPostAttention,
+    shared_expert: SharedExpert::Counted,
+    selection_bias: true,
+    dense_lead: 1,
+    nextn: 1,
+    vocab: Vocab::Suite {
+        name: "llama-bpe",
+        template: "GLM-4.6",
+    },
+    keys: &[
+        ("rope.dimension_count", Key::U32(8)),
+        ("leading_dense_block_count", Key::U32(1)),
+        ("expert_gating_func", Key::U32(2)),
+        ("expert_weights_norm", Key::Bool(true)),
+        ("expert_weights_scale", Key::F32(2.5)),
+    ],
+    ..LLAMA
+};
+
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
 pub struct Shape {
@@ -645,6 +696,20 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 ..small(GPT_OSS)
             },
         ),
+        // 8 experts of width 64, 2 per token; 64 wide in 4 heads, the embeddings and the
+        // head of its 128,256 tokens in Q8_0.
+        (
+            "tiny-glm4moe",
+            Shape {
+                n_embd: 64,
+                n_head: 4,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                embd_type: TensorType::Q8_0,
+                ..small(GLM4MOE)
+            },
+        ),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");
@@ -745,7 +810,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         .set("general.file_type", Value::U32(0))
         .set(&key("context_length"), Value::U32(2048))
         .set(&key("embedding_length"), Value::U32(n_embd as u32))
-        .set(&key("block_count"), Value::U32(n_layer))
+        .set(&key("block_count"), Value::U32(n_layer + family.nextn))
         .set(&key("feed_forward_length"), Value::U32(n_ff as u32))
         .set(&key("attention.head_count"), Value::U32(n_head))
         .set(
@@ -765,9 +830,18 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.set(&key("expert_count"), Value::U32(shape.n_expert))
             .set(&key("expert_used_count"), Value::U32(shape.n_expert_used))
             .set(&key("expert_feed_forward_length"), Value::U32(n_ff as u32));
-        if family.shared_expert != SharedExpert::None {
-            w.set(&key("expert_shared_feed_forward_length"), Value::U32(n_ff as u32));
+        match family.shared_expert {
+            SharedExpert::None => {}
+            SharedExpert::Counted => {
+                w.set(&key("expert_shared_count"), Value::U32(1));
+            }
+            SharedExpert::Gated | SharedExpert::Ungated => {
+                w.set(&key("expert_shared_feed_forward_length"), Value::U32(n_ff as u32));
+            }
         }
+    }
+    if family.nextn > 0 {
+        w.set(&key("nextn_predict_layers"), Value::U32(family.nextn));
     }
     if family.xielu_ffn {
         // Apertus's initial values, varied by layer so that each layer's reach the graph.
@@ -778,7 +852,13 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             .set("xielu.beta", per_layer(0.5, 0.0))
             .set("xielu.eps", per_layer(-1e-6, 0.0));
     }
-    set_vocab(&mut w, n_vocab);
+    let n_vocab = match family.vocab {
+        Vocab::MadeUp => {
+            set_vocab(&mut w, n_vocab);
+            n_vocab
+        }
+        Vocab::Suite { name, template } => set_suite_vocab(&mut w, name, template),
+    };
 
     let head = n_embd / u64::from(n_head);
     let kv_dim = head * u64::from(n_head_kv);
@@ -788,7 +868,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         Norms::Post => (false, true),
     };
     add_matrix(&mut w, &mut rng, "token_embd.weight", shape.embd_type, n_embd, n_vocab);
-    for il in 0..n_layer {
+    for il in 0..n_layer + family.nextn {
         let n = |t: &str| format!("blk.{il}.{t}");
         let ty = shape.matrix_type;
         if pre_norms {
@@ -901,6 +981,14 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, n_ff);
             add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
             add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
+        }
+        if il >= n_layer {
+            // Multi-token prediction's own: the hidden state and the next token's
+            // embedding, normed, concatenated and projected; and its head's norm.
+            add_matrix(&mut w, &mut rng, &n("nextn.eh_proj.weight"), ty, 2 * n_embd, n_embd);
+            for norm in ["enorm", "hnorm", "shared_head_norm"] {
+                w.add_f32(&n(&format!("nextn.{norm}.weight")), &[n_embd], &rng.around_one(n_embd));
+            }
         }
     }
     let pairs = head / 2;
@@ -1059,6 +1147,32 @@ fn set_vocab(w: &mut GgufWriter, n_vocab: u64) {
         .set("tokenizer.ggml.eos_token_id", Value::U32(2))
         .set("tokenizer.ggml.unknown_token_id", Value::U32(0))
         .set("tokenizer.ggml.add_bos_token", Value::Bool(true));
+}
+
+/// The peer suite's models (`rake peer_suite`): llama.cpp's tokenizer suite and chat templates.
+fn suite_file(path: &str) -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../vendor/llama.cpp/models")
+        .join(path);
+    assert!(
+        path.exists(),
+        "{} is missing: run `rake peer_suite` first",
+        path.display()
+    );
+    path
+}
+
+/// The `tokenizer.*` keys of the suite's `ggml-vocab-<name>.gguf` and the chat template
+/// `templates/<template>.jinja`; returns how many tokens the vocabulary has.
+fn set_suite_vocab(w: &mut GgufWriter, name: &str, template: &str) -> u64 {
+    let vocab = elelem_gguf::Gguf::open(suite_file(&format!("ggml-vocab-{name}.gguf"))).expect("a vocabulary");
+    for (key, value) in vocab.metadata().filter(|(key, _)| key.starts_with("tokenizer.")) {
+        w.set(key, value.clone());
+    }
+    let text = std::fs::read_to_string(suite_file(&format!("templates/{template}.jinja"))).expect("a template");
+    w.set("tokenizer.chat_template", Value::String(text));
+    let tokens = vocab.get("tokenizer.ggml.tokens").and_then(Value::as_array);
+    tokens.expect("the vocabulary's tokens").len() as u64
 }
 
 /// llama.cpp's pooling types (`<arch>.pooling_type`, `enum llama_pooling_type`).

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use elelem_gguf::{Gguf, GgufWriter, TensorType, Value};
 
-use crate::canary::{self, Family, Rng, Shape};
+use crate::canary::{self, Family, Rng, Shape, Vocab};
 use elelem_engine::model::Kind;
 use elelem_engine::text::chat;
 use elelem_engine::text::sampler::{self, Sampler, SamplerParams};
@@ -76,6 +76,18 @@ const QWEN3MOE: Shape = Shape {
     ..micro(canary::QWEN3MOE)
 };
 const LLAMA3: Shape = micro(canary::LLAMA31);
+/// With the made-up vocabulary: 2 layers, then one predicting further tokens; heads of 8,
+/// as wide as its rope.
+const GLM4MOE: Shape = Shape {
+    n_head: 2,
+    n_head_kv: 1,
+    n_expert: 4,
+    n_expert_used: 2,
+    ..micro(Family {
+        vocab: Vocab::MadeUp,
+        ..canary::GLM4MOE
+    })
+};
 /// Every architecture of the synthetic models (`canary::synthetic()`, but the weight
 /// types') in a micro shape: 2 layers of two 8-wide heads (one KV head, or two where
 /// the model has as many as heads), 4 experts (2 per token) where it has experts.
@@ -90,9 +102,11 @@ fn micro_synthetic() -> impl Iterator<Item = (String, GgufWriter)> {
                 n_head_kv: if shape.n_head_kv == shape.n_head { 2 } else { 1 },
                 n_expert: shape.n_expert.min(4),
                 n_expert_used: shape.n_expert_used.min(2),
-                // Rows of 16 fill no block of a quantized type (gpt-oss's MXFP4 experts).
+                // Rows of 16 fill no block of a quantized type (gpt-oss's MXFP4 experts);
+                // the made-up vocabulary keeps a real one's tokens out of every mutant.
                 ..micro(Family {
                     experts_type: TensorType::F32,
+                    vocab: Vocab::MadeUp,
                     ..shape.family
                 })
             };
@@ -344,6 +358,30 @@ pub fn structured() -> Vec<Case> {
             moe("expert_feed_forward_length"), Some(U32(7))),
     ];
     cases.extend(keyed(&QWEN3MOE, moe_flaws));
+    let glm = |key: &str| format!("glm4moe.{key}");
+    #[rustfmt::skip]
+    let glm4moe_flaws = vec![
+        ("glm4moe-all-layers-predict-ahead", Rejected("must leave some of the block_count (3) layers"),
+            glm("nextn_predict_layers"), Some(U32(3))),
+        ("glm4moe-no-shared-expert", Rejected("must give a shared expert"), glm("expert_shared_count"), Some(U32(0))),
+        ("glm4moe-mrope-sections", Rejected("M-RoPE sections"), glm("rope.dimension_sections"),
+            Some(Value::Array(vec![U32(2), U32(1), U32(1), U32(0)]))),
+        ("glm4moe-groups", Rejected("experts picked by groups"), glm("expert_group_count"), Some(U32(2))),
+        ("glm4moe-gating-unknown", Rejected("expert_gating_func 9"), glm("expert_gating_func"), Some(U32(9))),
+        ("glm4moe-softmax-gating", Runs, glm("expert_gating_func"), Some(U32(1))),
+        // Without the key, llama.cpp decodes every layer, and finds the predicting one's tensors unused.
+        ("glm4moe-nextn-unsaid", Rejected("nextn.eh_proj.weight is not part"), glm("nextn_predict_layers"), None),
+    ];
+    cases.extend(keyed(&GLM4MOE, glm4moe_flaws));
+    cases.push(edited(
+        "glm4moe-nextn-misshapen",
+        Rejected("blk.2.nextn.enorm.weight has shape"),
+        &GLM4MOE,
+        |w| {
+            w.remove_tensor("blk.2.nextn.enorm.weight");
+            w.add_f32("blk.2.nextn.enorm.weight", &[3], &[1.0, 2.0, 3.0]);
+        },
+    ));
     cases.push(edited(
         "phi3-longrope-factors-misshapen",
         Rejected("rope_factors_long.weight"),

@@ -217,6 +217,7 @@ fn flash_attention_off_matches_llama_cpp() {
             "tiny-gemma2",
             "tiny-phi3",
             "tiny-gpt-oss",
+            "tiny-glm4moe",
             "qwen2.5-coder-0.5b",
             "gemma-3-270m",
         ],

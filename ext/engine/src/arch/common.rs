@@ -3,7 +3,7 @@
 
 use crate::ggml::Tensor;
 use crate::model::{
-    Classifier, Glu, GraphBuilder, HParams, Keys, LayerWeights, Loader, OutputHead, RopeFactors, Weights,
+    Classifier, ExpertGating, Glu, GraphBuilder, HParams, Keys, LayerWeights, Loader, OutputHead, RopeFactors, Weights,
 };
 use crate::{Error, Result};
 
@@ -42,6 +42,65 @@ pub fn read_expert_width(keys: &Keys, hp: &mut HParams) -> Result<()> {
             hp.arch.name
         )));
     }
+    Ok(())
+}
+
+/// How a DeepSeek-V3-style mixture of experts weighs its experts, as llama.cpp reads it
+/// (glm4moe's and deepseek2's `load_arch_hparams`): `expert_gating_func` (absent or
+/// none: `default`), `expert_weights_norm` (absent: false) and `expert_weights_scale`;
+/// and the expert groups llama.cpp's common reader asks for, of which elelem runs one.
+pub fn read_expert_gating(keys: &Keys, hp: &mut HParams, default: ExpertGating) -> Result<()> {
+    let arch = hp.arch.name;
+    hp.expert_gating = match keys.opt_u32("expert_gating_func")?.unwrap_or(0) {
+        0 => default,
+        1 => ExpertGating::Softmax,
+        2 => ExpertGating::Sigmoid,
+        3 => ExpertGating::SoftmaxWeight,
+        4 => {
+            return Err(Error::Unsupported(format!(
+                "{arch}: expert_gating_func 4 (sqrt of softplus) is not one elelem runs; llama.cpp does"
+            )))
+        }
+        n => {
+            return Err(Error::Load(format!(
+                "{arch}.expert_gating_func {n} is not one llama.cpp knows (0 to 4)"
+            )))
+        }
+    };
+    hp.expert_weights_norm = keys.opt_bool("expert_weights_norm")?.unwrap_or(false);
+    let scale = keys.opt_f32("expert_weights_scale")?.unwrap_or(0.0);
+    if !scale.is_finite() {
+        return Err(Error::Load(format!(
+            "{arch}.expert_weights_scale ({scale}) must be finite"
+        )));
+    }
+    hp.expert_weights_scale = scale;
+    let groups = keys.opt_u32("expert_group_count")?.unwrap_or(0);
+    let groups_used = keys.opt_u32("expert_group_used_count")?.unwrap_or(0);
+    if groups > 1 {
+        return Err(Error::Unsupported(format!(
+            "{arch}: experts picked by groups (expert_group_count {groups}, expert_group_used_count \
+             {groups_used}) are not something elelem runs; llama.cpp does"
+        )));
+    }
+    Ok(())
+}
+
+/// llama.cpp's `nextn_predict_layers`: the file's last layers predict further tokens
+/// (multi-token prediction); llama.cpp loads them and its decoding graph skips them.
+/// They leave `n_layer` for `n_layer_nextn`, and the architecture declares their
+/// tensors unused ([`Loader::unused`]).
+pub fn read_nextn_layers(keys: &Keys, hp: &mut HParams) -> Result<()> {
+    let nextn = keys.opt_u32("nextn_predict_layers")?.unwrap_or(0);
+    if nextn >= hp.n_layer {
+        return Err(Error::Load(format!(
+            "{}: nextn_predict_layers ({nextn}) must leave some of the block_count ({}) layers to decode with",
+            hp.arch.name, hp.n_layer
+        )));
+    }
+    hp.n_layer -= nextn;
+    hp.n_layer_nextn = nextn;
+    hp.recurrent.truncate(hp.n_layer as usize);
     Ok(())
 }
 

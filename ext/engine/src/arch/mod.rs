@@ -13,6 +13,7 @@ mod exaone4;
 mod gemma2;
 mod gemma3;
 mod glm4;
+mod glm4moe;
 mod gpt_oss;
 mod granite;
 mod hunyuan_dense;
@@ -71,6 +72,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &mistral3::ARCH,
     &lfm2::ARCH,
     &gpt_oss::ARCH,
+    &glm4moe::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

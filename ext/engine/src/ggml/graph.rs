@@ -324,6 +324,10 @@ impl Graph {
         op!(self, sys::ggml_tanh(self.c(), a.as_ptr()))
     }
 
+    pub fn sigmoid(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_sigmoid(self.c(), a.as_ptr()))
+    }
+
     pub fn silu(&self, a: Tensor) -> Tensor {
         op!(self, sys::ggml_silu(self.c(), a.as_ptr()))
     }

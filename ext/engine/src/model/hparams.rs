@@ -109,6 +109,9 @@ pub enum ExpertGating {
     /// The router's logits pick them, and a soft-max over the picked ones' logits
     /// weighs them (gpt-oss).
     SoftmaxWeight,
+    /// Each expert's own sigmoid of its logit picks it (plus the selection bias, where
+    /// the model has one) and weighs it (DeepSeek-V3's, GLM-4.5's).
+    Sigmoid,
 }
 
 /// Sliding-window attention on some layers (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`):
@@ -169,6 +172,12 @@ pub struct HParams {
     pub expert_weights_norm: bool,
     /// How the router's logits become the picked experts' weights.
     pub expert_gating: ExpertGating,
+    /// What the picked experts' weights are multiplied by, after any renormalization
+    /// (llama.cpp's `w_scale`: `expert_weights_scale`; 0 and 1 leave them as they are).
+    pub expert_weights_scale: f32,
+    /// Layers at the end of the file that llama.cpp loads and its decoding graph skips
+    /// (multi-token prediction's, `nextn_predict_layers`); not in `n_layer`.
+    pub n_layer_nextn: u32,
     /// Each layer's xIELU parameters `[alpha_n, alpha_p, beta, eps]` (apertus's
     /// feed-forward activation; empty elsewhere).
     pub xielu: Vec<[f32; 4]>,
@@ -374,6 +383,8 @@ impl HParams {
             n_layer_dense_lead: 0,
             expert_weights_norm: true,
             expert_gating: ExpertGating::Softmax,
+            expert_weights_scale: 0.0,
+            n_layer_nextn: 0,
             xielu: Vec::new(),
             recurrent,
             short_conv_kernel: None,
@@ -623,6 +634,27 @@ impl Keys<'_> {
                 .map(Some)
                 .ok_or_else(|| Error::Load(format!("{full} must be an unsigned 32-bit integer, got {v:?}"))),
         }
+    }
+
+    /// Unsigned integers, as llama.cpp's `get_key_or_arr` reads them: an array, or one
+    /// value for all `n`.
+    pub(crate) fn opt_u32s(&self, key: &str, n: usize) -> Result<Option<Vec<u32>>> {
+        let Some((full, v)) = self.get(key) else {
+            return Ok(None);
+        };
+        let values = match v.as_array() {
+            Some(items) => items
+                .iter()
+                .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
+                .collect::<Option<Vec<u32>>>()
+                .filter(|values| values.len() <= n),
+            None => v.as_u64().and_then(|x| u32::try_from(x).ok()).map(|x| vec![x; n]),
+        };
+        values.map(Some).ok_or_else(|| {
+            Error::Load(format!(
+                "{full} must be an unsigned 32-bit integer or an array of at most {n} of them, got {v:?}"
+            ))
+        })
     }
 
     /// A key outside the architecture's prefix (a tokenizer's).

@@ -485,11 +485,12 @@ impl GraphBuilder<'_> {
 
     /// A mixture of gated experts, as llama.cpp's `build_moe_ffn` builds it: the
     /// router's logits (plus its bias, where the model has one) weigh the experts by
-    /// [`ExpertGating`]: with softmax gating, the softmax (plus the selection bias, where
-    /// the model has one) picks each row's `n_expert_used` likeliest experts and their
-    /// probabilities are renormalized to sum to one where the model says so; with
-    /// softmax-weight gating the logits pick them and a softmax over the picked ones
-    /// weighs them. The experts' outputs (each projection plus its bias, where the model
+    /// [`ExpertGating`]: with softmax (sigmoid) gating, the softmax (each logit's sigmoid)
+    /// plus the selection bias, where the model has one, picks each row's `n_expert_used`
+    /// likeliest experts, and their probabilities unbiased are renormalized to sum to one
+    /// where the model says so; with softmax-weight gating the logits pick them and a
+    /// softmax over the picked ones weighs them. The weights are then scaled where the
+    /// model says so. The experts' outputs (each projection plus its bias, where the model
     /// has them), so weighted, are added in rank order; then the shared expert's, where
     /// the model has one.
     #[allow(clippy::too_many_arguments)]
@@ -511,6 +512,7 @@ impl GraphBuilder<'_> {
         let logits = biases.map_or(logits, |b| g.add(logits, b.router));
         let probs = match hp.expert_gating {
             ExpertGating::Softmax => g.soft_max(logits),
+            ExpertGating::Sigmoid => g.sigmoid(logits),
             ExpertGating::SoftmaxWeight => logits,
         };
         let selection = selection_bias.map_or(probs, |bias| g.add(probs, bias));
@@ -524,6 +526,9 @@ impl GraphBuilder<'_> {
             let flat = g.reshape_2d(weights, n_used, n_rows);
             let sum = g.clamp(g.sum_rows(flat), 6.103_515_6e-5, f32::INFINITY);
             weights = g.reshape_3d(g.div(flat, sum), 1, n_used, n_rows);
+        }
+        if hp.expert_weights_scale != 0.0 && hp.expert_weights_scale != 1.0 {
+            weights = g.scale(weights, hp.expert_weights_scale);
         }
         let rows = x;
         let x = g.reshape_3d(x, n_embd, 1, n_rows);

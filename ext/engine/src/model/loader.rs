@@ -42,6 +42,8 @@ pub(crate) struct Loader<'a> {
     contexts: Vec<ggml::Context>,
     planned: Vec<Planned>,
     by_key: HashMap<(String, usize), Tensor>,
+    /// Tensors declared unused: their shapes checked, never placed (see [`Loader::unused`]).
+    unused: Vec<String>,
     /// Whether matrices may go to a repacking buffer type (`ModelParams::repack`).
     repack: bool,
 }
@@ -69,6 +71,7 @@ impl<'a> Loader<'a> {
             contexts,
             planned: Vec::new(),
             by_key: HashMap::new(),
+            unused: Vec::new(),
             repack,
         })
     }
@@ -77,14 +80,7 @@ impl<'a> Loader<'a> {
         let Some(info) = self.gguf.tensor(name) else {
             return Ok(None);
         };
-        let mut expected = [1u64; 4];
-        expected[..shape.len()].copy_from_slice(shape);
-        if info.ne() != expected {
-            return Err(Error::Load(format!(
-                "tensor {name} has shape {:?}, expected {:?}",
-                info.dims, shape
-            )));
-        }
+        check_shape(name, info, shape)?;
         let ty = info.tensor_type;
         let ggml_type = ty.id() as sys::ggml_type;
         let type_ok = match usage {
@@ -145,6 +141,11 @@ impl<'a> Loader<'a> {
                     .supports_op_with_buft(op, weight, self.device.weight_bufts[i])
             })
             .unwrap_or(plain))
+    }
+
+    /// Whether the file has a tensor of that name.
+    pub fn has(&self, name: &str) -> bool {
+        self.gguf.tensor(name).is_some()
     }
 
     pub fn matrix(&mut self, name: &str, shape: &[u64]) -> Result<Tensor> {
@@ -268,6 +269,17 @@ impl<'a> Loader<'a> {
         Ok(experts)
     }
 
+    /// `experts` with the selection bias `exp_probs_b.bias` required (glm4moe's).
+    pub fn with_selection_bias(&mut self, hp: &HParams, il: u32, mut experts: FfnWeights) -> Result<FfnWeights> {
+        let FfnWeights::Experts { selection_bias, .. } = &mut experts else {
+            return Err(Error::Internal(
+                "a selection bias belongs to a mixture of experts".into(),
+            ));
+        };
+        *selection_bias = Some(self.vector(&format!("blk.{il}.exp_probs_b.bias"), hp.n_expert.into())?);
+        Ok(experts)
+    }
+
     /// A shared expert `width` wide (`ffn_{gate,up,down}_shexp`), with its sigmoid gate
     /// (`ffn_gate_inp_shexp`) when `gated`.
     pub fn shared_expert(&mut self, hp: &HParams, il: u32, width: u32, gated: bool) -> Result<SharedExpert> {
@@ -350,11 +362,32 @@ impl<'a> Loader<'a> {
         })
     }
 
+    /// A tensor llama.cpp loads, checking its shape, and then leaves out of its graphs
+    /// (`TENSOR_SKIP`: the multi-token-prediction layers, without `load_mtp`): declared
+    /// so that the file is not refused for it, and never placed. Absent, it is an error
+    /// only when `required`.
+    pub fn unused(&mut self, name: &str, shape: &[u64], required: bool) -> Result<()> {
+        match self.gguf.tensor(name) {
+            Some(info) => {
+                check_shape(name, info, shape)?;
+                self.unused.push(name.to_string());
+                Ok(())
+            }
+            None if required => Err(Error::Load(format!("missing tensor {name}"))),
+            None => Ok(()),
+        }
+    }
+
     /// Like llama.cpp (which counts the tensors it loaded), refuses a file with tensors
     /// the architecture does not read: they would change the math in its graph
     /// (`rope_freqs`, a fused `attn_qkv`, experts), and ignoring them would decode wrong.
     pub(super) fn check_all_used(&self, arch: &str) -> Result<()> {
-        let used: std::collections::HashSet<&str> = self.planned.iter().map(|p| p.info.name.as_str()).collect();
+        let used: std::collections::HashSet<&str> = self
+            .planned
+            .iter()
+            .map(|p| p.info.name.as_str())
+            .chain(self.unused.iter().map(String::as_str))
+            .collect();
         match self.gguf.tensors().iter().find(|t| !used.contains(t.name.as_str())) {
             Some(unused) => Err(Error::Unsupported(format!(
                 "tensor {} is not part of elelem's {arch} graph (llama.cpp runs {arch} models and would use it, \
@@ -423,6 +456,19 @@ impl<'a> Loader<'a> {
             repacked_bytes,
         })
     }
+}
+
+/// Refuses a tensor whose shape is not `shape` (trailing dimensions of 1 implied).
+fn check_shape(name: &str, info: &TensorInfo, shape: &[u64]) -> Result<()> {
+    let mut expected = [1u64; 4];
+    expected[..shape.len()].copy_from_slice(shape);
+    if info.ne() != expected {
+        return Err(Error::Load(format!(
+            "tensor {name} has shape {:?}, expected {:?}",
+            info.dims, shape
+        )));
+    }
+    Ok(())
 }
 
 /// A tensor the architecture cannot do without: its absence is a load error.
