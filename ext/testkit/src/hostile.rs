@@ -637,6 +637,37 @@ pub fn structured() -> Vec<Case> {
         expect: Runs,
     });
     cases.extend(encoder_flaws());
+    cases.extend(mamba2_flaws());
+    cases
+}
+
+/// Mamba-2's keys and tensors: the scan's shape checked as ggml asserts it, the
+/// attention keys a recurrent architecture's files carry read and left unused.
+fn mamba2_flaws() -> Vec<Case> {
+    use Expect::{Rejected, Runs};
+    use Value::U32;
+    const MAMBA2: Shape = micro(canary::MAMBA2);
+    let m = |key: &str| format!("mamba2.{key}");
+    #[rustfmt::skip]
+    let mamba2 = vec![
+        ("mamba2-conv-kernel-one", Rejected("ssm.conv_kernel (1) must be 2 to 64"), m("ssm.conv_kernel"), Some(U32(1))),
+        ("mamba2-groups-not-dividing", Rejected("ssm.group_count (3) must divide"), m("ssm.group_count"), Some(U32(3))),
+        ("mamba2-state-huge", Rejected("state_size (1073741824)"), m("ssm.state_size"), Some(U32(1 << 30))),
+        ("mamba2-no-group-count", Rejected("missing required metadata key mamba2.ssm.group_count"),
+            m("ssm.group_count"), None),
+        ("mamba2-state-not-the-tensors", Rejected("ssm_in.weight has shape"), m("ssm.state_size"), Some(U32(8))),
+        // llama.cpp reads the heads and leaves them unused in a recurrent architecture.
+        ("mamba2-heads-unused", Runs, m("attention.head_count"), Some(U32(7))),
+    ];
+    let mut cases = keyed(&MAMBA2, mamba2);
+    cases.push(edited(
+        "mamba2-missing-decay",
+        Rejected("missing tensor blk.1.ssm_a"),
+        &MAMBA2,
+        |w| {
+            w.remove_tensor("blk.1.ssm_a");
+        },
+    ));
     cases
 }
 

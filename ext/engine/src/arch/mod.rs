@@ -19,6 +19,7 @@ mod hunyuan_dense;
 mod lfm2;
 mod llama;
 mod llama_cpp;
+mod mamba2;
 mod mistral3;
 mod nomic_bert;
 mod olmo2;
@@ -71,6 +72,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &mistral3::ARCH,
     &lfm2::ARCH,
     &gpt_oss::ARCH,
+    &mamba2::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
