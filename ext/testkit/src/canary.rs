@@ -479,6 +479,29 @@ pub const MAMBA2: Family = Family {
     }),
     ..LLAMA
 };
+/// Granite 4.0-H's dense layout: Mamba-2 mixers on every other layer (the first, so
+/// that the micro shape's two layers have both kinds; Granite 4.0-H attends on fewer),
+/// attention without rope (`rope.scaling.finetuned` false: Granite 4.0-H's NoPE) on the
+/// others, a SwiGLU feed-forward on every layer, and Granite's four multipliers.
+pub const GRANITE_HYBRID: Family = Family {
+    arch: "granitehybrid",
+    name: "elelem tiny granitehybrid canary",
+    ssm: Some(Ssm {
+        d_conv: 4,
+        d_state: 16,
+        n_group: 2,
+        head_dim: 16,
+        attention_period: Some(2),
+    }),
+    keys: &[
+        ("logit_scale", Key::F32(4.0)),
+        ("embedding_scale", Key::F32(6.0)),
+        ("residual_scale", Key::F32(0.5)),
+        ("attention.scale", Key::F32(0.125)),
+        ("rope.scaling.finetuned", Key::Bool(false)),
+    ],
+    ..LLAMA
+};
 pub const PHIMOE: Family = Family {
     arch: "phimoe",
     name: "elelem tiny canary, Phi 3.5 MoE shaped",
@@ -690,6 +713,14 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ),
         // 4 layers, 16 heads of Mamba-2 in 2 groups.
         ("tiny-mamba2", small(MAMBA2)),
+        // Layers 1 and 3 of 5 attend; the last layer is a Mamba-2 mixer.
+        (
+            "tiny-granitehybrid",
+            Shape {
+                n_layer: 5,
+                ..small(GRANITE_HYBRID)
+            },
+        ),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");

@@ -642,12 +642,15 @@ pub fn structured() -> Vec<Case> {
 }
 
 /// Mamba-2's keys and tensors: the scan's shape checked as ggml asserts it, the
-/// attention keys a recurrent architecture's files carry read and left unused.
+/// attention keys a recurrent architecture's files carry read and left unused, and
+/// granitehybrid's experts refused.
 fn mamba2_flaws() -> Vec<Case> {
     use Expect::{Rejected, Runs};
     use Value::U32;
     const MAMBA2: Shape = micro(canary::MAMBA2);
+    const GRANITE_HYBRID: Shape = micro(canary::GRANITE_HYBRID);
     let m = |key: &str| format!("mamba2.{key}");
+    let gh = |key: &str| format!("granitehybrid.{key}");
     #[rustfmt::skip]
     let mamba2 = vec![
         ("mamba2-conv-kernel-one", Rejected("ssm.conv_kernel (1) must be 2 to 64"), m("ssm.conv_kernel"), Some(U32(1))),
@@ -668,6 +671,18 @@ fn mamba2_flaws() -> Vec<Case> {
             w.remove_tensor("blk.1.ssm_a");
         },
     ));
+    #[rustfmt::skip]
+    let granite_hybrid = vec![
+        ("granitehybrid-experts", Rejected("a mixture of experts (4 experts)"), gh("expert_count"), Some(U32(4))),
+        ("granitehybrid-inner-size-not-twice", Rejected("ssm.inner_size (48) must be twice embedding_length (16)"),
+            gh("ssm.inner_size"), Some(U32(48))),
+        ("granitehybrid-all-recurrent", Rejected("attention.head_count_kv"), gh("attention.head_count_kv"),
+            Some(Value::Array(vec![U32(0); 2]))),
+    ];
+    cases.extend(keyed(&GRANITE_HYBRID, granite_hybrid));
+    cases.push(edited("granitehybrid-without-conv-bias", Runs, &GRANITE_HYBRID, |w| {
+        w.remove_tensor("blk.0.ssm_conv1d.bias");
+    }));
     cases
 }
 

@@ -1,5 +1,6 @@
 //! Models with recurrent layers (the synthetic lfm2, with short convolutions beside
-//! attention; and mamba2, whose every layer keeps a convolution and a scan state):
+//! attention; mamba2, whose every layer keeps a convolution and a scan state; and
+//! granitehybrid, with Mamba-2 layers beside attention):
 //! their state is reused only whole, never cut back, survives an interrupted pass, and
 //! speculative decoding with them is refused. Their bits against llama.cpp are the
 //! goldens' (golden.rs).
@@ -18,7 +19,7 @@ const PROMPT: [u32; 6] = [1, 50, 60, 70, 80, 90];
 
 /// The synthetic models with recurrent layers, by name.
 fn models() -> Vec<(&'static str, Arc<Model>)> {
-    ["tiny-lfm2", "tiny-mamba2"]
+    ["tiny-lfm2", "tiny-mamba2", "tiny-granitehybrid"]
         .into_iter()
         .map(|name| {
             let shape = canary::shape(name).unwrap();

@@ -15,6 +15,7 @@ mod gemma3;
 mod glm4;
 mod gpt_oss;
 mod granite;
+mod granite_hybrid;
 mod hunyuan_dense;
 mod lfm2;
 mod llama;
@@ -73,6 +74,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &lfm2::ARCH,
     &gpt_oss::ARCH,
     &mamba2::ARCH,
+    &granite_hybrid::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does
