@@ -60,13 +60,20 @@ module Goldens
     "lockstep-qwen2.5-coder-0.5b" => ["qwen2.5-coder-0.5b", QWEN_PROMPTS.values_at("code", "long", "prose", "chat")],
     # Recurrent layers: llama.cpp splits each pass into micro-batches of as many tokens from
     # each sequence, so the sequences' prompts of different lengths end in different ones.
-    "lockstep-tiny-lfm2" => ["tiny-lfm2", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
+    "lockstep-tiny-lfm2" => ["tiny-lfm2", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
+    "lockstep-tiny-mamba2" => ["tiny-mamba2", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
+    "lockstep-tiny-granitehybrid" => ["tiny-granitehybrid",
+                                      [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
   }.freeze
 
   # Conversations continued from the cache (a continued case: the prompt, then a second turn
   # whose prompt repeats the first's and what it generated, from the cache): a recurrent
   # model reuses its state only when the new prompt continues all of it.
-  CONTINUED = { "tiny-lfm2" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]] }.freeze
+  CONTINUED = {
+    "tiny-lfm2" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
+    "tiny-mamba2" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
+    "tiny-granitehybrid" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]]
+  }.freeze
 
   # Goldens of models opened with `flash_attn: false` (llama.cpp's `-fa off`): plain
   # attention over a transposed V cache, their own bits. A Qwen (long prompts, one past

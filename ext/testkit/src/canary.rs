@@ -55,6 +55,9 @@ pub struct Family {
     pub rope_factors: RopeFactors,
     /// Gated short convolutions in place of attention on some layers (lfm2).
     pub short_conv: Option<ShortConv>,
+    /// Mamba-2 mixers in place of attention: on every layer (mamba2), or on some
+    /// (granitehybrid).
+    pub ssm: Option<Ssm>,
     /// The final norm's name (`token_embd_norm` in lfm2's files).
     pub output_norm: &'static str,
     /// Multi-token-prediction layers after the others (`nextn_predict_layers`, glm4moe's):
@@ -77,6 +80,27 @@ pub struct ShortConv {
 impl ShortConv {
     fn attends(self, il: u32) -> bool {
         il % self.attention_period == self.attention_period - 1
+    }
+}
+
+/// Mamba-2's mixers (`ssm_*` weights and `ssm.*` keys) in place of attention, with
+/// `d_inner` twice the width (as llama.cpp's converter and granitehybrid require) in
+/// heads of `head_dim`. With an `attention_period`, every such layer (counting from one)
+/// attends instead, 0 KV heads in a per-layer `attention.head_count_kv` marking the
+/// others, and every layer has a feed-forward (granitehybrid); without, no layer attends
+/// nor has a feed-forward, and the file says 0 attention heads (mamba2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ssm {
+    pub d_conv: u32,
+    pub d_state: u32,
+    pub n_group: u32,
+    pub head_dim: u32,
+    pub attention_period: Option<u32>,
+}
+
+impl Ssm {
+    fn attends(self, il: u32) -> bool {
+        self.attention_period.is_some_and(|period| il % period == period - 1)
     }
 }
 
@@ -192,6 +216,7 @@ pub const LLAMA: Family = Family {
     tied_head: false,
     rope_factors: RopeFactors::None,
     short_conv: None,
+    ssm: None,
     output_norm: "output_norm",
     nextn: 0,
     vocab: Vocab::MadeUp,
@@ -457,6 +482,45 @@ pub const LFM2: Family = Family {
     output_norm: "token_embd_norm",
     ..LLAMA
 };
+/// Mamba-2's layout: a Mamba-2 mixer on every layer (a convolution of 4 steps, states
+/// 16 wide, 2 groups of heads 16 wide), no attention and no feed-forward, the head tied
+/// as in state-spaces' checkpoints.
+pub const MAMBA2: Family = Family {
+    arch: "mamba2",
+    name: "elelem tiny mamba2 canary",
+    tied_head: true,
+    ssm: Some(Ssm {
+        d_conv: 4,
+        d_state: 16,
+        n_group: 2,
+        head_dim: 16,
+        attention_period: None,
+    }),
+    ..LLAMA
+};
+/// Granite 4.0-H's dense layout: Mamba-2 mixers on every other layer (the first, so
+/// that the micro shape's two layers have both kinds; Granite 4.0-H attends on fewer),
+/// attention without rope (`rope.scaling.finetuned` false: Granite 4.0-H's NoPE) on the
+/// others, a SwiGLU feed-forward on every layer, and Granite's four multipliers.
+pub const GRANITE_HYBRID: Family = Family {
+    arch: "granitehybrid",
+    name: "elelem tiny granitehybrid canary",
+    ssm: Some(Ssm {
+        d_conv: 4,
+        d_state: 16,
+        n_group: 2,
+        head_dim: 16,
+        attention_period: Some(2),
+    }),
+    keys: &[
+        ("logit_scale", Key::F32(4.0)),
+        ("embedding_scale", Key::F32(6.0)),
+        ("residual_scale", Key::F32(0.5)),
+        ("attention.scale", Key::F32(0.125)),
+        ("rope.scaling.finetuned", Key::Bool(false)),
+    ],
+    ..LLAMA
+};
 pub const PHIMOE: Family = Family {
     arch: "phimoe",
     name: "elelem tiny canary, Phi 3.5 MoE shaped",
@@ -710,6 +774,16 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 ..small(GLM4MOE)
             },
         ),
+        // 4 layers, 16 heads of Mamba-2 in 2 groups.
+        ("tiny-mamba2", small(MAMBA2)),
+        // Layers 1 and 3 of 5 attend; the last layer is a Mamba-2 mixer.
+        (
+            "tiny-granitehybrid",
+            Shape {
+                n_layer: 5,
+                ..small(GRANITE_HYBRID)
+            },
+        ),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");
@@ -805,26 +879,42 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     let mut w = GgufWriter::new();
     let s = |v: &str| Value::String(v.to_string());
     let key = |k: &str| format!("{arch}.{k}");
+    // Without attention (mamba2), 0 heads and no feed-forward, as llama.cpp's converter
+    // writes them, and nothing of rope.
+    let attention_free = family.ssm.is_some_and(|ssm| ssm.attention_period.is_none());
     w.set("general.architecture", s(arch))
         .set("general.name", s(family.name))
         .set("general.file_type", Value::U32(0))
         .set(&key("context_length"), Value::U32(2048))
         .set(&key("embedding_length"), Value::U32(n_embd as u32))
-        .set(&key("block_count"), Value::U32(n_layer + family.nextn))
-        .set(&key("feed_forward_length"), Value::U32(n_ff as u32))
-        .set(&key("attention.head_count"), Value::U32(n_head))
-        .set(
-            &key("attention.head_count_kv"),
-            head_count_kv(family, n_layer, n_head_kv),
-        )
-        .set(&key("rope.dimension_count"), Value::U32(n_embd as u32 / n_head))
-        .set(&key("rope.freq_base"), Value::F32(10000.0))
-        .set(&key(eps_key), Value::F32(1e-5));
+        .set(&key("block_count"), Value::U32(n_layer + family.nextn));
+    if attention_free {
+        w.set(&key("feed_forward_length"), Value::U32(0))
+            .set(&key("attention.head_count"), Value::U32(0));
+    } else {
+        w.set(&key("feed_forward_length"), Value::U32(n_ff as u32))
+            .set(&key("attention.head_count"), Value::U32(n_head))
+            .set(
+                &key("attention.head_count_kv"),
+                head_count_kv(family, n_layer, n_head_kv),
+            )
+            .set(&key("rope.dimension_count"), Value::U32(n_embd as u32 / n_head))
+            .set(&key("rope.freq_base"), Value::F32(10000.0));
+    }
+    w.set(&key(eps_key), Value::F32(1e-5));
     for &(name, value) in family.keys {
         w.set(&key(name), value.value());
     }
     if let Some(conv) = family.short_conv {
         w.set(&key("shortconv.l_cache"), Value::U32(conv.kernel));
+    }
+    if let Some(ssm) = family.ssm {
+        let d_inner = 2 * n_embd as u32;
+        w.set(&key("ssm.conv_kernel"), Value::U32(ssm.d_conv))
+            .set(&key("ssm.inner_size"), Value::U32(d_inner))
+            .set(&key("ssm.state_size"), Value::U32(ssm.d_state))
+            .set(&key("ssm.time_step_rank"), Value::U32(d_inner / ssm.head_dim))
+            .set(&key("ssm.group_count"), Value::U32(ssm.n_group));
     }
     if shape.n_expert > 0 {
         w.set(&key("expert_count"), Value::U32(shape.n_expert))
@@ -874,7 +964,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         if pre_norms {
             add_norm(&mut w, &mut rng, &n("attn_norm"), family.norm_type, n_embd);
         }
-        if let Some(conv) = family.short_conv.filter(|c| !c.attends(il)) {
+        if let Some(ssm) = family.ssm.filter(|ssm| !ssm.attends(il)) {
+            add_mamba2_mixer(&mut w, &mut rng, il, ssm, ty, n_embd);
+        } else if let Some(conv) = family.short_conv.filter(|c| !c.attends(il)) {
             add_matrix(&mut w, &mut rng, &n("shortconv.in_proj.weight"), ty, n_embd, 3 * n_embd);
             let kernel = u64::from(conv.kernel);
             w.add_f32(
@@ -918,14 +1010,18 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
             w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         }
-        if pre_norms && family.norms != Norms::Parallel {
+        if attention_free {
+            // No feed-forward, nor its norm.
+        } else if pre_norms && family.norms != Norms::Parallel {
             let name = match family.norms {
                 Norms::PreFfnNamedPostAttention => "post_attention_norm",
                 _ => "ffn_norm",
             };
             add_norm(&mut w, &mut rng, &n(name), family.norm_type, n_embd);
         }
-        if shape.n_expert > 0 && il >= family.dense_lead {
+        if attention_free {
+            // No feed-forward.
+        } else if shape.n_expert > 0 && il >= family.dense_lead {
             let n_expert = u64::from(shape.n_expert);
             add_matrix(
                 &mut w,
@@ -1021,17 +1117,48 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     w
 }
 
-/// `attention.head_count_kv`: one count, or with short convolutions one per layer, 0
-/// for the recurrent ones.
+/// `attention.head_count_kv`: one count, or with short convolutions or Mamba-2 mixers
+/// one per layer, 0 for the recurrent ones.
 fn head_count_kv(family: Family, n_layer: u32, n_head_kv: u32) -> Value {
-    match family.short_conv {
-        None => Value::U32(n_head_kv),
-        Some(conv) => Value::Array(
-            (0..n_layer)
-                .map(|il| Value::U32(if conv.attends(il) { n_head_kv } else { 0 }))
-                .collect(),
-        ),
-    }
+    let attends: Box<dyn Fn(u32) -> bool> = match (family.short_conv, family.ssm) {
+        (Some(conv), _) => Box::new(move |il| conv.attends(il)),
+        (None, Some(ssm)) => Box::new(move |il| ssm.attends(il)),
+        (None, None) => return Value::U32(n_head_kv),
+    };
+    Value::Array(
+        (0..n_layer)
+            .map(|il| Value::U32(if attends(il) { n_head_kv } else { 0 }))
+            .collect(),
+    )
+}
+
+/// Layer `il`'s Mamba-2 mixer as llama.cpp's converter writes it: `ssm_in` (z, x, B, C
+/// and the time steps), the convolution's kernel and bias, the time steps' bias, the
+/// decay `ssm_a` (`-exp(A_log)`: negative, here between -e and -1/e), the skip `ssm_d`,
+/// the grouped norm and `ssm_out`.
+fn add_mamba2_mixer(w: &mut GgufWriter, rng: &mut Rng, il: u32, ssm: Ssm, ty: TensorType, n_embd: u64) {
+    let n = |t: &str| format!("blk.{il}.{t}");
+    let d_inner = 2 * n_embd;
+    let (d_conv, d_state, n_group) = (u64::from(ssm.d_conv), u64::from(ssm.d_state), u64::from(ssm.n_group));
+    let n_head = d_inner / u64::from(ssm.head_dim);
+    let channels = d_inner + 2 * n_group * d_state;
+    add_matrix(w, rng, &n("ssm_in.weight"), ty, n_embd, d_inner + channels + n_head);
+    w.add_f32(
+        &n("ssm_conv1d.weight"),
+        &[d_conv, channels],
+        &rng.matrix(d_conv, channels),
+    );
+    w.add_f32(&n("ssm_conv1d.bias"), &[channels], &rng.small(channels));
+    w.add_f32(&n("ssm_dt.bias"), &[n_head], &rng.small(n_head));
+    let a: Vec<f32> = (0..n_head).map(|_| -rng.next_f32().exp()).collect();
+    w.add_f32(&n("ssm_a"), &[1, n_head], &a);
+    w.add_f32(&n("ssm_d"), &[1, n_head], &rng.around_one(n_head));
+    w.add_f32(
+        &n("ssm_norm.weight"),
+        &[d_inner / n_group, n_group],
+        &rng.around_one(d_inner),
+    );
+    add_matrix(w, rng, &n("ssm_out.weight"), ty, d_inner, n_embd);
 }
 
 /// Adds the norm `<name>.weight` (around one) and, for a LayerNorm with bias, `<name>.bias`.

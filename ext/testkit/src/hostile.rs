@@ -675,6 +675,52 @@ pub fn structured() -> Vec<Case> {
         expect: Runs,
     });
     cases.extend(encoder_flaws());
+    cases.extend(mamba2_flaws());
+    cases
+}
+
+/// Mamba-2's keys and tensors: the scan's shape checked as ggml asserts it, the
+/// attention keys a recurrent architecture's files carry read and left unused, and
+/// granitehybrid's experts refused.
+fn mamba2_flaws() -> Vec<Case> {
+    use Expect::{Rejected, Runs};
+    use Value::U32;
+    const MAMBA2: Shape = micro(canary::MAMBA2);
+    const GRANITE_HYBRID: Shape = micro(canary::GRANITE_HYBRID);
+    let m = |key: &str| format!("mamba2.{key}");
+    let gh = |key: &str| format!("granitehybrid.{key}");
+    #[rustfmt::skip]
+    let mamba2 = vec![
+        ("mamba2-conv-kernel-one", Rejected("ssm.conv_kernel (1) must be 2 to 64"), m("ssm.conv_kernel"), Some(U32(1))),
+        ("mamba2-groups-not-dividing", Rejected("ssm.group_count (3) must divide"), m("ssm.group_count"), Some(U32(3))),
+        ("mamba2-state-huge", Rejected("state_size (1073741824)"), m("ssm.state_size"), Some(U32(1 << 30))),
+        ("mamba2-no-group-count", Rejected("missing required metadata key mamba2.ssm.group_count"),
+            m("ssm.group_count"), None),
+        ("mamba2-state-not-the-tensors", Rejected("ssm_in.weight has shape"), m("ssm.state_size"), Some(U32(8))),
+        // llama.cpp reads the heads and leaves them unused in a recurrent architecture.
+        ("mamba2-heads-unused", Runs, m("attention.head_count"), Some(U32(7))),
+    ];
+    let mut cases = keyed(&MAMBA2, mamba2);
+    cases.push(edited(
+        "mamba2-missing-decay",
+        Rejected("missing tensor blk.1.ssm_a"),
+        &MAMBA2,
+        |w| {
+            w.remove_tensor("blk.1.ssm_a");
+        },
+    ));
+    #[rustfmt::skip]
+    let granite_hybrid = vec![
+        ("granitehybrid-experts", Rejected("a mixture of experts (4 experts)"), gh("expert_count"), Some(U32(4))),
+        ("granitehybrid-inner-size-not-twice", Rejected("ssm.inner_size (48) must be twice embedding_length (16)"),
+            gh("ssm.inner_size"), Some(U32(48))),
+        ("granitehybrid-all-recurrent", Rejected("attention.head_count_kv"), gh("attention.head_count_kv"),
+            Some(Value::Array(vec![U32(0); 2]))),
+    ];
+    cases.extend(keyed(&GRANITE_HYBRID, granite_hybrid));
+    cases.push(edited("granitehybrid-without-conv-bias", Runs, &GRANITE_HYBRID, |w| {
+        w.remove_tensor("blk.0.ssm_conv1d.bias");
+    }));
     cases
 }
 

@@ -271,6 +271,8 @@ fn lockstep_sequences_match_llama_cpp() {
         ("lockstep-qwen2.5-coder-0.5b.json", "qwen2.5-coder-0.5b"),
         ("lockstep-tiny-gemma2-fa-off.json", "tiny-gemma2"),
         ("lockstep-tiny-lfm2.json", "tiny-lfm2"),
+        ("lockstep-tiny-mamba2.json", "tiny-mamba2"),
+        ("lockstep-tiny-granitehybrid.json", "tiny-granitehybrid"),
     ] {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),

@@ -1,6 +1,9 @@
-//! A model with recurrent layers (the synthetic lfm2): its state is reused only whole,
-//! never cut back, survives an interrupted pass, and speculative decoding with it is
-//! refused. Its bits against llama.cpp are the goldens' (golden.rs).
+//! Models with recurrent layers (the synthetic lfm2, with short convolutions beside
+//! attention; mamba2, whose every layer keeps a convolution and a scan state; and
+//! granitehybrid, with Mamba-2 layers beside attention):
+//! their state is reused only whole, never cut back, survives an interrupted pass, and
+//! speculative decoding with them is refused. Their bits against llama.cpp are the
+//! goldens' (golden.rs).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -14,9 +17,16 @@ use elelem_testkit::canary;
 
 const PROMPT: [u32; 6] = [1, 50, 60, 70, 80, 90];
 
-fn lfm2() -> Arc<Model> {
-    let shape = canary::shape("tiny-lfm2").unwrap();
-    Arc::new(Model::from_gguf(Gguf::from_bytes(canary::writer(&shape).to_bytes()).unwrap()).unwrap())
+/// The synthetic models with recurrent layers, by name.
+fn models() -> Vec<(&'static str, Arc<Model>)> {
+    ["tiny-lfm2", "tiny-mamba2", "tiny-granitehybrid"]
+        .into_iter()
+        .map(|name| {
+            let shape = canary::shape(name).unwrap();
+            let model = Model::from_gguf(Gguf::from_bytes(canary::writer(&shape).to_bytes()).unwrap()).unwrap();
+            (name, Arc::new(model))
+        })
+        .collect()
 }
 
 fn context(model: &Arc<Model>, n_seq_max: u32) -> Context {
@@ -39,8 +49,13 @@ fn greedy(ctx: &mut Context, prompt: &[u32], reuse_prefix: bool) -> Vec<u32> {
 
 #[test]
 fn the_state_is_reused_whole_or_not_at_all() {
-    let model = lfm2();
-    let mut ctx = context(&model, 1);
+    for (name, model) in models() {
+        state_is_reused_whole_or_not_at_all(name, &model);
+    }
+}
+
+fn state_is_reused_whole_or_not_at_all(name: &str, model: &Arc<Model>) {
+    let mut ctx = context(model, 1);
     assert!(ctx.is_recurrent());
     assert!(ctx.recurrent_state_bytes() > 0);
     let first = greedy(&mut ctx, &PROMPT, false);
@@ -54,20 +69,25 @@ fn the_state_is_reused_whole_or_not_at_all() {
     // The state cannot be cut back to an earlier position; to nothing, or to all, it can.
     match ctx.seq_truncate(0, 3) {
         Err(Error::InvalidArgument(message)) => assert!(message.contains("cannot be cut back"), "{message}"),
-        other => panic!("{other:?}"),
+        other => panic!("{name}: {other:?}"),
     }
     assert_eq!(ctx.seq_tokens(0), &held[..]);
     ctx.seq_truncate(0, held.len()).unwrap();
     ctx.seq_truncate(0, 0).unwrap();
     assert!(ctx.seq_tokens(0).is_empty());
     // Forgotten, the sequence starts afresh: the same ids as the first time.
-    assert_eq!(greedy(&mut ctx, &PROMPT, true), first);
+    assert_eq!(greedy(&mut ctx, &PROMPT, true), first, "{name}");
 }
 
 #[test]
 fn an_interrupted_pass_leaves_the_state_as_it_was() {
-    let model = lfm2();
-    let mut ctx = context(&model, 2);
+    for (name, model) in models() {
+        interrupted_pass_leaves_the_state_as_it_was(name, &model);
+    }
+}
+
+fn interrupted_pass_leaves_the_state_as_it_was(name: &str, model: &Arc<Model>) {
+    let mut ctx = context(model, 2);
     let tokens = |seq, ids: &[u32]| -> Vec<BatchToken> {
         ids.iter()
             .map(|&token| BatchToken {
@@ -89,18 +109,24 @@ fn an_interrupted_pass_leaves_the_state_as_it_was() {
     ctx.decode_batch(&tokens(0, &[3, 4, 5])).unwrap();
     let after_abort = ctx.logits().to_vec();
     // The same from a context that was never interrupted.
-    let mut fresh = context(&model, 2);
+    let mut fresh = context(model, 2);
     fresh.decode_batch(&tokens(0, &PROMPT)).unwrap();
     fresh.decode_batch(&tokens(0, &[3, 4, 5])).unwrap();
-    assert_eq!(after_abort, fresh.logits());
-    // The copy holds the prompt's state: it continues as sequence 0 did.
+    assert_eq!(after_abort, fresh.logits(), "{name}");
+    // The copy holds the prompt's state (every state: mamba2's convolution and scan
+    // states both): it continues as sequence 0 did.
     ctx.decode_batch(&tokens(1, &[3, 4, 5])).unwrap();
-    assert_eq!(ctx.logits(), fresh.logits());
+    assert_eq!(ctx.logits(), fresh.logits(), "{name}");
 }
 
 #[test]
 fn speculative_decoding_and_embeddings_are_refused() {
-    let model = lfm2();
+    for (_, model) in models() {
+        speculative_decoding_and_embeddings_refused(model);
+    }
+}
+
+fn speculative_decoding_and_embeddings_refused(model: Arc<Model>) {
     let ctx = context(&model, 1);
     let request = Request {
         prompt: PROMPT.to_vec(),
@@ -133,7 +159,12 @@ fn speculative_decoding_and_embeddings_are_refused() {
 /// else its passes carry (the batcher's passes, split into micro-batches of equal shares).
 #[test]
 fn a_batch_invariant_sequence_has_its_lone_bits_beside_others() {
-    let model = lfm2();
+    for (name, model) in models() {
+        batch_invariant_sequence_has_its_lone_bits(name, &model);
+    }
+}
+
+fn batch_invariant_sequence_has_its_lone_bits(name: &str, model: &Arc<Model>) {
     let invariant = || {
         let params = ContextParams {
             n_ctx: 1024,
@@ -142,7 +173,7 @@ fn a_batch_invariant_sequence_has_its_lone_bits_beside_others() {
             batch_invariant: true,
             ..Default::default()
         };
-        Context::new(Arc::clone(&model), params).unwrap()
+        Context::new(Arc::clone(model), params).unwrap()
     };
     // Eight streams, as a server's, their prompts of different lengths.
     let prompts: Vec<Vec<u32>> = [5u32, 40, 13, 1, 77, 8, 30, 2]
@@ -187,7 +218,7 @@ fn a_batch_invariant_sequence_has_its_lone_bits_beside_others() {
         assert_eq!(alone.len(), 12);
         assert!(
             together[i] == alone,
-            "sequence {i}: its logits differ from its lone ones"
+            "{name}: sequence {i}: its logits differ from its lone ones"
         );
     }
 }

@@ -71,6 +71,6 @@ fn an_architecture_elelem_does_not_run_is_unsupported_saying_whether_llama_cpp_d
         Err(Error::Unsupported(msg)) => msg,
         other => panic!("{name}: {other:?}"),
     };
-    assert!(message("mamba2").contains("architecture 'mamba2' is not one elelem runs (llama.cpp runs it)"));
+    assert!(message("mamba").contains("architecture 'mamba' is not one elelem runs (llama.cpp runs it)"));
     assert!(message("nonesuch").contains("(llama.cpp does not know it either)"));
 }

@@ -16,10 +16,12 @@ mod glm4;
 mod glm4moe;
 mod gpt_oss;
 mod granite;
+mod granite_hybrid;
 mod hunyuan_dense;
 mod lfm2;
 mod llama;
 mod llama_cpp;
+mod mamba2;
 mod mistral3;
 mod nomic_bert;
 mod olmo2;
@@ -73,6 +75,8 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &lfm2::ARCH,
     &gpt_oss::ARCH,
     &glm4moe::ARCH,
+    &mamba2::ARCH,
+    &granite_hybrid::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

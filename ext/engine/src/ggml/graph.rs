@@ -462,6 +462,30 @@ impl Graph {
         op!(self, sys::ggml_ssm_conv(self.c(), x.as_ptr(), kernel.as_ptr()))
     }
 
+    /// Mamba-2's selective scan (ggml's `ssm_scan`, one state kept: `K` 1): from the
+    /// states `s` [d_state, head_dim, n_head, rows], of which `ids` (I32 [n_seqs]) picks
+    /// each sequence's, runs `x` [head_dim, n_head, n_seq_tokens, n_seqs] with the time
+    /// steps `dt` [n_head, n_seq_tokens, n_seqs], the decay `a` [1, n_head] and the
+    /// projections `b` and `c` [d_state, n_group, n_seq_tokens, n_seqs]. Gives one F32
+    /// vector: `y` (as many values as `x`), then each sequence's last state.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ssm_scan(&self, s: Tensor, x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor, ids: Tensor) -> Tensor {
+        op!(
+            self,
+            sys::ggml_ssm_scan(
+                self.c(),
+                s.as_ptr(),
+                x.as_ptr(),
+                dt.as_ptr(),
+                a.as_ptr(),
+                b.as_ptr(),
+                c.as_ptr(),
+                ids.as_ptr(),
+                1
+            )
+        )
+    }
+
     pub fn set_rows(&self, dst: Tensor, src: Tensor, rows: Tensor) -> Tensor {
         op!(
             self,

@@ -56,6 +56,12 @@ impl Tensor {
             .into_owned()
     }
 
+    /// Whether the tensor has memory: a graph input the graph never reads gets none
+    /// from the allocator.
+    pub fn is_allocated(self) -> bool {
+        unsafe { !(*self.as_ptr()).buffer.is_null() }
+    }
+
     /// Copies `data` into the tensor through its backend buffer.
     pub fn write<T: Copy>(self, data: &[T]) {
         let bytes = std::mem::size_of_val(data);

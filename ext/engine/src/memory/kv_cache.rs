@@ -576,7 +576,8 @@ impl KvCache {
     }
 
     /// How many cells are free in the fullest group (sliding groups count the cells
-    /// their windows have left behind as free: they are reused).
+    /// their windows have left behind as free: they are reused). Without a cache (a
+    /// model whose every layer is recurrent) there are no cells to run out of.
     pub fn free_cells(&self) -> u32 {
         self.groups
             .iter()
@@ -585,7 +586,7 @@ impl KvCache {
                 None => cells.size() - cells.used.len() as u32,
             })
             .min()
-            .unwrap_or(0)
+            .unwrap_or(u32::MAX)
     }
 
     /// See [`KvUsage`]; all zero for a model without a cache.

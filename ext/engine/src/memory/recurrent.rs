@@ -1,7 +1,9 @@
 //! Recurrent state (llama.cpp's `llama_memory_recurrent`): what a layer without a
 //! KV cache carries from one token to the next, one state per sequence instead of
-//! one cell per position. LFM2's short convolutions keep the last `kernel - 1`
-//! inputs of every channel (llama.cpp's `n_embd_r`).
+//! one cell per position. A convolution keeps the last `kernel - 1` inputs of every
+//! channel (llama.cpp's `n_embd_r`: LFM2's short convolutions, Mamba-2's); Mamba-2's
+//! selective scan keeps a `d_state` wide state of every channel besides (llama.cpp's
+//! `n_embd_s`), which a sequence's two rows hold as its convolution state does.
 //!
 //! A state summarizes every token before it and cannot be cut back: a sequence
 //! holds its whole past or nothing (llama.cpp's `seq_rm` refuses anything else
@@ -29,6 +31,9 @@ pub struct RecurrentShape {
     pub layers: Vec<bool>,
     /// The values of one layer's convolution state (llama.cpp's `n_embd_r`).
     pub conv_width: u32,
+    /// The values of one layer's scan state (llama.cpp's `n_embd_s`: Mamba-2's
+    /// `d_state · d_inner`); 0 where the layers keep none (LFM2's).
+    pub ssm_width: u32,
 }
 
 /// The rows a batch reads a sequence's state from and writes it to, in a layer's
@@ -39,17 +44,22 @@ pub struct StateRows {
     pub write: i64,
 }
 
-/// The convolution states of every recurrent layer, F32, in one backend buffer
-/// allocated once and never touched by the graph allocator.
+/// The convolution and scan states of every recurrent layer, F32 (llama.cpp's `type_r`
+/// and `type_s`), in one backend buffer allocated once and never touched by the graph
+/// allocator.
 pub(crate) struct RecurrentState {
     /// Per layer, [conv_width, 2 · n_seq + 1] (`None` for a layer with a KV cache):
     /// sequence `s` owns rows `2s` and `2s + 1`; the last row stays zero.
     pub conv: Vec<Option<Tensor>>,
+    /// Per layer, [ssm_width, 2 · n_seq + 1], rows as in `conv` (`None` for a layer with
+    /// a KV cache, and for every layer of a model without scan states).
+    pub ssm: Vec<Option<Tensor>>,
     /// Per sequence, the row holding its state; `None` for a fresh sequence.
     current: Vec<Option<u32>>,
     /// Per sequence, the row the batch in progress writes.
     pending: Vec<Option<u32>>,
     conv_width: u32,
+    ssm_width: u32,
     /// None for a model without recurrent layers.
     buffer: Option<Buffer>,
     _ctx: Option<ggml::Context>,
@@ -58,21 +68,27 @@ pub(crate) struct RecurrentState {
 impl RecurrentState {
     pub fn new(backend: &Backend, shape: &RecurrentShape, n_seq: u32) -> Result<RecurrentState> {
         let rows = 2 * i64::from(n_seq) + 1;
-        let ctx = ggml::Context::new_no_alloc(shape.layers.len())?;
-        let conv = shape
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(il, &recurrent)| {
-                recurrent
-                    .then(|| {
-                        ctx.new_tensor(sys::GGML_TYPE_F32, &[shape.conv_width.into(), rows])
-                            .map(|t| t.set_name(&format!("cache_r_l{il}")))
-                    })
-                    .transpose()
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let bytes = conv.iter().flatten().map(|t| t.nbytes()).sum::<usize>();
+        let ctx = ggml::Context::new_no_alloc(2 * shape.layers.len())?;
+        // Per recurrent layer, a tensor `width` wide named `<name>_l<il>` (llama.cpp's
+        // `cache_r_l<il>` and `cache_s_l<il>`); none at all where `width` is 0.
+        let states = |width: u32, name: &str| {
+            shape
+                .layers
+                .iter()
+                .enumerate()
+                .map(|(il, &recurrent)| {
+                    (recurrent && width > 0)
+                        .then(|| {
+                            ctx.new_tensor(sys::GGML_TYPE_F32, &[width.into(), rows])
+                                .map(|t| t.set_name(&format!("{name}_l{il}")))
+                        })
+                        .transpose()
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        let conv = states(shape.conv_width, "cache_r")?;
+        let ssm = states(shape.ssm_width, "cache_s")?;
+        let bytes = conv.iter().chain(&ssm).flatten().map(|t| t.nbytes()).sum::<usize>();
         let what = format!(
             "recurrent state ({bytes} bytes, {:.2} MiB, for {n_seq} sequences)",
             bytes as f64 / f64::from(1 << 20)
@@ -81,9 +97,11 @@ impl RecurrentState {
         buffer.clear(0);
         Ok(RecurrentState {
             conv,
+            ssm,
             current: vec![None; n_seq as usize],
             pending: vec![None; n_seq as usize],
             conv_width: shape.conv_width,
+            ssm_width: shape.ssm_width,
             buffer: Some(buffer),
             _ctx: Some(ctx),
         })
@@ -93,9 +111,11 @@ impl RecurrentState {
     pub fn none() -> RecurrentState {
         RecurrentState {
             conv: Vec::new(),
+            ssm: Vec::new(),
             current: Vec::new(),
             pending: Vec::new(),
             conv_width: 0,
+            ssm_width: 0,
             buffer: None,
             _ctx: None,
         }
@@ -171,11 +191,13 @@ impl RecurrentState {
             return;
         };
         let to = 2 * dst;
-        let row_bytes = self.conv_width as usize * std::mem::size_of::<f32>();
-        let mut row = vec![0f32; self.conv_width as usize];
-        for conv in self.conv.iter().flatten() {
-            conv.read_f32(from as usize * row_bytes, &mut row);
-            conv.write_at(to as usize * row_bytes, &row);
+        for (states, width) in [(&self.conv, self.conv_width), (&self.ssm, self.ssm_width)] {
+            let row_bytes = width as usize * std::mem::size_of::<f32>();
+            let mut row = vec![0f32; width as usize];
+            for t in states.iter().flatten() {
+                t.read_f32(from as usize * row_bytes, &mut row);
+                t.write_at(to as usize * row_bytes, &row);
+            }
         }
         self.current[dst as usize] = Some(to);
     }
@@ -199,6 +221,18 @@ mod tests {
         let shape = RecurrentShape {
             layers: vec![true, false, true],
             conv_width: 4,
+            ssm_width: 0,
+        };
+        RecurrentState::new(&backend, &shape, n_seq).unwrap()
+    }
+
+    /// Mamba-2's: a convolution state and a scan state per recurrent layer.
+    fn mamba_state(n_seq: u32) -> RecurrentState {
+        let backend = Backend::cpu(1).unwrap();
+        let shape = RecurrentShape {
+            layers: vec![true, false, true],
+            conv_width: 4,
+            ssm_width: 6,
         };
         RecurrentState::new(&backend, &shape, n_seq).unwrap()
     }
@@ -211,6 +245,7 @@ mod tests {
     fn a_batch_writes_the_other_row_and_commits_it() {
         let mut rs = state(2);
         assert!(rs.conv[1].is_none());
+        assert!(rs.ssm.iter().all(Option::is_none));
         assert_eq!(rs.conv[0].unwrap().nbytes(), 4 * 5 * 4);
         assert!(rs.bytes() >= 2 * 4 * 5 * 4);
         // Fresh sequences read the zero row (row 4).
@@ -254,5 +289,38 @@ mod tests {
         rs.seq_cp(1, 0);
         rs.discard();
         assert_eq!(rs.rows_for(&[0]), [rows(6, 0)]);
+    }
+
+    #[test]
+    fn scan_states_sit_beside_the_convolution_states_and_move_with_them() {
+        let mut rs = mamba_state(2);
+        assert!(rs.ssm[1].is_none());
+        let (conv, ssm) = (rs.conv[2].unwrap(), rs.ssm[2].unwrap());
+        assert_eq!(ssm.ne(), [6, 5, 1, 1]);
+        assert_eq!(ssm.name(), "cache_s_l2");
+        assert!(rs.bytes() >= 2 * (4 + 6) * 5 * 4);
+        // Allocated zeroed: a fresh sequence's zero row is zero in both.
+        let mut zeros = [1f32; 6];
+        ssm.read_f32(4 * 6 * 4, &mut zeros);
+        assert_eq!(zeros, [0.0; 6]);
+        // Sequence 0 writes row 1 (its current is row 0 after a first batch).
+        rs.rows_for(&[0]);
+        rs.commit();
+        rs.rows_for(&[0]);
+        rs.commit();
+        conv.write_at(4 * 4, &[1.0f32, 2.0, 3.0, 4.0]);
+        ssm.write_at(6 * 4, &[5.0f32, 6.0, 7.0, 8.0, 9.0, 10.0]);
+        // A copy takes both states into the destination's first row.
+        rs.seq_cp(0, 1);
+        let (mut c, mut s) = ([0f32; 4], [0f32; 6]);
+        conv.read_f32(2 * 4 * 4, &mut c);
+        ssm.read_f32(2 * 6 * 4, &mut s);
+        assert_eq!(c, [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(s, [5.0, 6.0, 7.0, 8.0, 9.0, 10.0]);
+        assert_eq!(rs.rows_for(&[1, 0]), [rows(2, 3), rows(1, 0)]);
+        // A failed batch keeps both where they were; a forgotten sequence reads zeros.
+        rs.discard();
+        rs.forget(0);
+        assert_eq!(rs.rows_for(&[0, 1]), [rows(4, 0), rows(2, 3)]);
     }
 }

@@ -7,6 +7,10 @@ use crate::ggml::{Rope, RopeMode};
 use crate::memory::{KvShape, RecurrentShape};
 use crate::{Error, Result};
 
+/// llama.cpp's recurrent architectures (`llm_arch_is_recurrent`), whose every layer keeps
+/// a state and none attends; of them elelem runs mamba2.
+const RECURRENT_ARCHITECTURES: &[&str] = &["mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"];
+
 /// The largest layer count or tensor width accepted: far beyond any real model,
 /// small enough that no size computed from them overflows.
 const MAX_WIDTH: u64 = 1 << 20;
@@ -114,6 +118,85 @@ pub enum ExpertGating {
     Sigmoid,
 }
 
+/// Mamba-2's selective state space (`ssm.*`, llama.cpp's `ssm_d_conv`, `ssm_d_inner`,
+/// `ssm_d_state`, `ssm_dt_rank`, `ssm_n_group`): `in_proj` gives z, x, B, C and the
+/// time steps; a causal convolution of `d_conv` steps runs over x, B and C; the scan
+/// runs `n_head` heads of `d_inner / n_head` channels with states `d_state` wide, B and
+/// C shared by the heads of each of `n_group` groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ssm {
+    pub d_conv: u32,
+    pub d_inner: u32,
+    pub d_state: u32,
+    /// The scan's heads (`ssm.time_step_rank`): a time step each.
+    pub n_head: u32,
+    pub n_group: u32,
+}
+
+impl Ssm {
+    pub fn head_dim(&self) -> u32 {
+        self.d_inner / self.n_head
+    }
+
+    /// The channels the convolution runs over: x, B and C.
+    pub fn conv_channels(&self) -> u32 {
+        self.d_inner + 2 * self.n_group * self.d_state
+    }
+
+    /// `in_proj`'s rows: z, x, B, C and the time steps.
+    pub fn d_in_proj(&self) -> u32 {
+        self.d_inner + self.conv_channels() + self.n_head
+    }
+}
+
+/// The largest recurrent state one layer keeps for a sequence, in values: beyond
+/// any real model's (Mamba-2's largest is 2^20), small enough for u32 arithmetic.
+const MAX_STATE: u64 = 1 << 26;
+
+/// Mamba-2's `ssm.*` keys, as llama.cpp's `load_arch_hparams` reads them (all required),
+/// checked as its graph and ggml's `ssm_scan` assert them.
+pub(crate) fn read_ssm(keys: &Keys) -> Result<Ssm> {
+    let ssm = Ssm {
+        d_conv: keys.u32("ssm.conv_kernel")?,
+        d_inner: keys.u32("ssm.inner_size")?,
+        d_state: keys.u32("ssm.state_size")?,
+        n_head: keys.u32("ssm.time_step_rank")?,
+        n_group: keys.u32("ssm.group_count")?,
+    };
+    let in_range = |v: u32| v > 0 && u64::from(v) <= MAX_WIDTH;
+    if !(2..=64).contains(&ssm.d_conv)
+        || ![ssm.d_inner, ssm.d_state, ssm.n_head, ssm.n_group]
+            .into_iter()
+            .all(in_range)
+    {
+        return Err(Error::Load(format!(
+            "{}: ssm.conv_kernel ({}) must be 2 to 64, ssm.inner_size ({}), state_size ({}), time_step_rank ({}) \
+             and group_count ({}) 1 to {MAX_WIDTH}",
+            keys.prefix, ssm.d_conv, ssm.d_inner, ssm.d_state, ssm.n_head, ssm.n_group
+        )));
+    }
+    if !(ssm.d_inner.is_multiple_of(ssm.n_head)
+        && ssm.d_inner.is_multiple_of(ssm.n_group)
+        && ssm.n_head.is_multiple_of(ssm.n_group))
+    {
+        return Err(Error::Load(format!(
+            "{}: ssm.time_step_rank ({}) and ssm.group_count ({}) must divide ssm.inner_size ({}), and the \
+             group count the time step rank",
+            keys.prefix, ssm.n_head, ssm.n_group, ssm.d_inner
+        )));
+    }
+    let (d_inner, d_state, n_group) = (u64::from(ssm.d_inner), u64::from(ssm.d_state), u64::from(ssm.n_group));
+    let conv_state = (u64::from(ssm.d_conv) - 1) * (d_inner + 2 * n_group * d_state);
+    let scan_state = d_state * d_inner;
+    if conv_state.max(scan_state) > MAX_STATE {
+        return Err(Error::Load(format!(
+            "{}: a layer's state ({conv_state} convolution values, {scan_state} scan values) exceeds {MAX_STATE}",
+            keys.prefix
+        )));
+    }
+    Ok(ssm)
+}
+
 /// Sliding-window attention on some layers (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`):
 /// on those layers a token at position `p` attends only to positions `p - window + 1 ..= p`,
 /// its keys live in a cache of their own sized to the window, and its rope has its own base.
@@ -187,6 +270,8 @@ pub struct HParams {
     /// The kernel length of LFM2's short convolutions (`shortconv.l_cache`), which its
     /// recurrent layers run.
     pub short_conv_kernel: Option<u32>,
+    /// Mamba-2's state space, which its recurrent layers (mamba2's, granitehybrid's) run.
+    pub ssm: Option<Ssm>,
     /// Whether a token attends only to earlier ones (`attention.causal`; encoders say false).
     pub causal_attn: bool,
     /// How the file's model pools its embeddings (`pooling_type`), if it says.
@@ -229,13 +314,28 @@ impl HParams {
         }
     }
 
-    /// The recurrent state's shape, where some layers keep one.
+    /// The recurrent state's shape, where some layers keep one: llama.cpp's `n_embd_r`
+    /// (a convolution's last `kernel - 1` inputs) and `n_embd_s` (Mamba-2's scan state).
     pub fn recurrent_shape(&self) -> Option<RecurrentShape> {
-        let kernel = self.short_conv_kernel.filter(|_| self.recurrent.contains(&true))?;
+        if !self.recurrent.contains(&true) {
+            return None;
+        }
+        let (conv_width, ssm_width) = match (self.ssm, self.short_conv_kernel) {
+            (Some(ssm), _) => ((ssm.d_conv - 1) * ssm.conv_channels(), ssm.d_state * ssm.d_inner),
+            (None, Some(kernel)) => (self.n_embd * (kernel - 1), 0),
+            (None, None) => return None,
+        };
         Some(RecurrentShape {
             layers: self.recurrent.clone(),
-            conv_width: self.n_embd * (kernel - 1),
+            conv_width,
+            ssm_width,
         })
+    }
+
+    /// Whether no layer attends (llama.cpp's recurrent architectures: mamba2): the
+    /// model has no KV cache.
+    pub fn attention_free(&self) -> bool {
+        !self.recurrent.contains(&false)
     }
 
     /// The usual attention scale, 1/sqrt(head size).
@@ -271,18 +371,38 @@ impl HParams {
         };
         let n_embd = keys.u32("embedding_length")?;
         let n_layer = keys.u32("block_count")?;
-        let n_head = keys.u32("attention.head_count")?;
-        let (n_head_kv, recurrent) = read_head_count_kv(&keys, n_head, n_layer)?;
-        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+        // llama.cpp's recurrent architectures: every layer is recurrent, and what it
+        // reads of attention (the heads, 0 in their files) goes unused.
+        let attention_free = RECURRENT_ARCHITECTURES.contains(&arch.name);
+        let n_head = match attention_free {
+            true => {
+                let _ = keys.opt_u32("attention.head_count")?;
+                0
+            }
+            false => keys.u32("attention.head_count")?,
+        };
+        let (n_head_kv, recurrent) = if attention_free {
+            let _ = keys.get("attention.head_count_kv");
+            (0, vec![true; n_layer as usize])
+        } else {
+            read_head_count_kv(&keys, n_head, n_layer)?
+        };
+        if !attention_free && (n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0) {
             return Err(Error::Load(format!(
                 "{}: attention.head_count_kv ({n_head_kv}) must divide attention.head_count ({n_head})",
                 arch.name
             )));
         }
-        let default_head_dim = if n_embd % n_head == 0 { n_embd / n_head } else { 0 };
-        let head_dim_k = keys.opt_u32("attention.key_length")?.unwrap_or(default_head_dim);
-        let head_dim_v = keys.opt_u32("attention.value_length")?.unwrap_or(default_head_dim);
-        if head_dim_k == 0 || head_dim_v == 0 || head_dim_k % 2 != 0 {
+        let (head_dim_k, head_dim_v) = if attention_free {
+            (0, 0)
+        } else {
+            let default_head_dim = if n_embd % n_head == 0 { n_embd / n_head } else { 0 };
+            (
+                keys.opt_u32("attention.key_length")?.unwrap_or(default_head_dim),
+                keys.opt_u32("attention.value_length")?.unwrap_or(default_head_dim),
+            )
+        };
+        if !attention_free && (head_dim_k == 0 || head_dim_v == 0 || head_dim_k % 2 != 0) {
             return Err(Error::Load(format!(
                 "{}: attention heads must split embedding_length {n_embd} evenly into an even head size \
                  (head_count {n_head}, key_length {head_dim_k})",
@@ -297,8 +417,11 @@ impl HParams {
             )));
         }
         let n_ctx_train = keys.u32("context_length")?;
-        let rope_dims = keys.opt_u32("rope.dimension_count")?.unwrap_or(head_dim_k);
-        if rope_dims == 0 || rope_dims > head_dim_k || rope_dims % 2 != 0 {
+        let rope_dims = match attention_free {
+            true => 0,
+            false => keys.opt_u32("rope.dimension_count")?.unwrap_or(head_dim_k),
+        };
+        if !attention_free && (rope_dims == 0 || rope_dims > head_dim_k || rope_dims % 2 != 0) {
             return Err(Error::Load(format!(
                 "{}: rope.dimension_count {rope_dims} must be even and at most the head size {head_dim_k}",
                 arch.name
@@ -310,19 +433,36 @@ impl HParams {
             NormType::Layer => "attention.layer_norm_epsilon",
         };
         let norm_eps = keys.f32(eps_key)?;
-        let n_ff = keys.u32("feed_forward_length")?;
+        let n_ff = match attention_free {
+            true => keys.opt_u32("feed_forward_length")?.unwrap_or(0),
+            false => keys.u32("feed_forward_length")?,
+        };
         // Products in u64: a hostile head count times head size may wrap a u32 into
         // a width that matches the tensors while the graph uses the real factors.
         let width = |heads: u32, head_dim: u32| u64::from(heads) * u64::from(head_dim);
-        for (what, v) in [
-            ("block_count", u64::from(n_layer)),
-            ("feed_forward_length", u64::from(n_ff)),
-            ("embedding_length", u64::from(n_embd)),
-            ("attention.head_count × key_length", width(n_head, head_dim_k)),
-            ("attention.head_count_kv × key_length", width(n_head_kv, head_dim_k)),
-            ("attention.head_count_kv × value_length", width(n_head_kv, head_dim_v)),
+        // Without attention, the widths of attention are 0, and so may the feed-forward's
+        // be (a mamba2 has none; its files say 0).
+        for (what, v, may_be_zero) in [
+            ("block_count", u64::from(n_layer), false),
+            ("feed_forward_length", u64::from(n_ff), attention_free),
+            ("embedding_length", u64::from(n_embd), false),
+            (
+                "attention.head_count × key_length",
+                width(n_head, head_dim_k),
+                attention_free,
+            ),
+            (
+                "attention.head_count_kv × key_length",
+                width(n_head_kv, head_dim_k),
+                attention_free,
+            ),
+            (
+                "attention.head_count_kv × value_length",
+                width(n_head_kv, head_dim_v),
+                attention_free,
+            ),
         ] {
-            if v == 0 || v > MAX_WIDTH {
+            if (v == 0 && !may_be_zero) || v > MAX_WIDTH {
                 return Err(Error::Load(format!(
                     "{}: {what} = {v} is out of range (1 to {MAX_WIDTH})",
                     arch.name
@@ -388,6 +528,7 @@ impl HParams {
             xielu: Vec::new(),
             recurrent,
             short_conv_kernel: None,
+            ssm: None,
             causal_attn: keys.opt_bool("attention.causal")?.unwrap_or(true),
             pooling,
             n_token_types: 0,
@@ -404,10 +545,11 @@ impl HParams {
         };
         read_extra(&keys, &mut hp)?;
         keys.check_all_read()?;
-        if hp.recurrent.contains(&true) && hp.short_conv_kernel.is_none() {
+        if hp.recurrent.contains(&true) && hp.short_conv_kernel.is_none() && hp.ssm.is_none() {
             return Err(Error::Unsupported(format!(
-                "{arch}: layers without KV heads (0 in attention.head_count_kv) are recurrent, which elelem's \
-                 {arch} does not run; llama.cpp runs recurrent layers in the architectures made for them",
+                "{arch}: layers without KV heads (0 in attention.head_count or attention.head_count_kv) are \
+                 recurrent, which elelem's {arch} does not run; llama.cpp runs recurrent layers in the \
+                 architectures made for them",
                 arch = hp.arch.name
             )));
         }

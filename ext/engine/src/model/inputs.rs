@@ -55,12 +55,15 @@ impl GraphInput for TokenIds {
     }
 }
 
-/// I32 [n_tokens]: each token's position (`llm_graph_input_pos`).
+/// I32 [n_tokens]: each token's position (`llm_graph_input_pos`). A graph that rotates
+/// nothing (mamba2's, Granite 4's without rope) does not read it, and it gets no memory.
 pub struct Positions(pub Tensor);
 
 impl GraphInput for Positions {
     fn set(&self, batch: &Batch) {
-        self.0.write(batch.pos);
+        if self.0.is_allocated() {
+            self.0.write(batch.pos);
+        }
     }
 
     fn can_reuse(&self, batch: &Batch) -> bool {

@@ -9,7 +9,7 @@ use ggml_sys as sys;
 use super::hparams::{ExpertGating, HParams, NormType, Pooling};
 use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, StateRowsInput, TemperatureInput};
 use super::weights::{
-    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Norm, QkvWeights, SharedExpert, Weights,
+    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Norm, QkvWeights, SharedExpert, Weights,
 };
 use crate::ggml::{Graph, Rope, Tensor};
 use crate::memory::kv_cache::KvCache;
@@ -404,6 +404,119 @@ impl GraphBuilder<'_> {
         self.recurrent.conv[il].expect("a recurrent layer has its state (RecurrentShape::layers)")
     }
 
+    /// llama.cpp's `build_mamba2_layer` (`src/models/mamba-base.cpp`), op for op, on the
+    /// normed input `x` [n_embd, n_tokens] of a pass holding as many tokens of each of
+    /// its sequences: `in_proj` gives z, x·B·C and the time steps; x·B·C, transposed to a
+    /// row per channel behind the sequence's convolution state, is convolved (the state
+    /// keeps its last `d_conv - 1` columns), biased and SiLU'd; the selective scan runs
+    /// from the sequence's scan state (and stores the new one); then the skip connection
+    /// `D · x`, the gate `silu(z)`, the grouped RMS norm and `out_proj`.
+    pub fn mamba2(&self, w: &Mamba2Weights, x: Tensor, il: usize) -> Tensor {
+        let g = self.graph;
+        let ssm = self.hparams().ssm.expect("a Mamba-2 layer's model has its ssm");
+        let [d_conv, d_inner, d_state, n_head, n_group, channels] = [
+            ssm.d_conv,
+            ssm.d_inner,
+            ssm.d_state,
+            ssm.n_head,
+            ssm.n_group,
+            ssm.conv_channels(),
+        ]
+        .map(i64::from);
+        let head_dim = d_inner / n_head;
+        let (n_seqs, n_seq_tokens) = (self.n_seqs, self.n_tokens / self.n_seqs);
+        let f32_size = std::mem::size_of::<f32>();
+        let at = |values: i64| values as usize * f32_size;
+        let conv = g.reshape_3d(self.read_conv_state(il), d_conv - 1, channels, n_seqs);
+        // The projection stays 2D, as llama.cpp keeps it; then [d_in_proj, n_seq_tokens, n_seqs].
+        let zxbcdt = g.mul_mat(w.in_proj, x);
+        let zxbcdt = g.reshape_3d(zxbcdt, zxbcdt.ne()[0], n_seq_tokens, n_seqs);
+        let [nb0, nb1, nb2, _] = zxbcdt.nb();
+        let z = g.view_4d(
+            zxbcdt,
+            [head_dim, n_head, n_seq_tokens, n_seqs],
+            head_dim as usize * nb0,
+            nb1,
+            nb2,
+            0,
+        );
+        let xbc = g.view_3d(zxbcdt, [channels, n_seq_tokens, n_seqs], nb1, nb2, at(d_inner));
+        let dt = g.view_3d(zxbcdt, [n_head, n_seq_tokens, n_seqs], nb1, nb2, at(d_inner + channels));
+
+        // The convolution: [d_conv - 1 + n_seq_tokens, channels, n_seqs], its last
+        // d_conv - 1 columns the next state.
+        let conv_x = g.concat(conv, g.transpose(xbc), 0);
+        let last_conv = g.view_3d(
+            conv_x,
+            [d_conv - 1, channels, n_seqs],
+            conv_x.nb()[1],
+            conv_x.nb()[2],
+            n_seq_tokens as usize * conv_x.nb()[0],
+        );
+        self.write_conv_state(il, g.reshape_2d(g.cont(last_conv), (d_conv - 1) * channels, n_seqs));
+        let xbc = g.ssm_conv(conv_x, w.conv);
+        let xbc = w.conv_bias.map_or(xbc, |bias| g.add(xbc, bias));
+        let xbc = g.silu(xbc);
+
+        // The scan: x, B and C are views of the convolution's output (V, K and Q in the
+        // state-space duality).
+        let [nb0, nb1, nb2, _] = xbc.nb();
+        let x = g.view_4d(
+            xbc,
+            [head_dim, n_head, n_seq_tokens, n_seqs],
+            head_dim as usize * nb0,
+            nb1,
+            nb2,
+            0,
+        );
+        let group = |offset: i64| {
+            g.view_4d(
+                xbc,
+                [d_state, n_group, n_seq_tokens, n_seqs],
+                d_state as usize * nb0,
+                nb1,
+                nb2,
+                at(offset),
+            )
+        };
+        let (b, c) = (group(d_inner), group(d_inner + n_group * d_state));
+        let dt = g.add(g.cont(dt), w.dt_bias);
+        let (read, write) = self.state_rows();
+        let states = self.ssm_states(il);
+        let all = g.reshape_4d(states, [d_state, head_dim, n_head, states.ne()[1]]);
+        let y_ssm = g.ssm_scan(all, x, dt, w.a, b, c, read);
+        // After y (as many values as x), each sequence's last state.
+        let state_values = d_state * d_inner;
+        let last_states = g.view_2d(
+            y_ssm,
+            state_values,
+            n_seqs,
+            at(state_values),
+            at(x.ne().iter().product()),
+        );
+        g.expand(g.set_rows(states, last_states, write));
+        let x_nb1 = x.nb()[1];
+        let y = g.view_4d(
+            y_ssm,
+            [head_dim, n_head, n_seq_tokens, n_seqs],
+            x_nb1,
+            n_head as usize * x_nb1,
+            (n_seq_tokens * n_head) as usize * x_nb1,
+            0,
+        );
+        let y = g.add(y, g.mul(x, w.d)).set_name(&format!("mamba2_y_add_d-{il}"));
+        let y = g.swiglu_split(g.cont(z), y);
+        // The grouped RMS norm: each group's d_inner / n_group channels normed apart.
+        let y = g.reshape_4d(y, [d_inner / n_group, n_group, n_seq_tokens, n_seqs]);
+        let y = self.norm(y, Some(w.norm.into()), "ssm_norm", il);
+        let y = g.reshape_2d(y, d_inner, n_seq_tokens * n_seqs);
+        g.mul_mat(w.out_proj, y).set_name(&format!("mamba_out-{il}"))
+    }
+
+    fn ssm_states(&self, il: usize) -> Tensor {
+        self.recurrent.ssm[il].expect("a Mamba-2 layer has its scan state (RecurrentShape::ssm_width)")
+    }
+
     /// The rows each sequence's state is read from (I32) and written to (I64): one
     /// input pair, shared by the layers.
     fn state_rows(&self) -> (Tensor, Tensor) {
@@ -470,6 +583,7 @@ impl GraphBuilder<'_> {
                 down_b.map_or(down, |b| g.add(down, b))
             }
             FfnWeights::Xielu { up, down, params } => g.mul_mat(down, g.xielu(g.mul_mat(up, x), params)),
+            FfnWeights::None => unreachable!("a block without a feed-forward has none to build"),
             FfnWeights::Experts {
                 router,
                 gate,

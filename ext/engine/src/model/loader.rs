@@ -8,7 +8,9 @@ use elelem_gguf::{Gguf, TensorInfo, TensorType};
 use ggml_sys as sys;
 
 use super::hparams::HParams;
-use super::weights::{AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mixer, Norm, QkvWeights, SharedExpert};
+use super::weights::{
+    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Mixer, Norm, QkvWeights, SharedExpert,
+};
 use crate::ggml::{self, Buffer, CpuDevice, Tensor};
 use crate::{Error, Result};
 
@@ -293,6 +295,43 @@ impl<'a> Loader<'a> {
                 true => Some(self.matrix(&n("ffn_gate_inp_shexp.weight"), &[embd])?),
                 false => None,
             },
+        })
+    }
+
+    /// Layer `il`'s Mamba-2 mixer (`ssm_in`, `ssm_conv1d`, `ssm_dt.bias`, `ssm_a`, `ssm_d`,
+    /// `ssm_norm`, `ssm_out`), shaped by the model's [`super::Ssm`]; the convolution's
+    /// bias is required when `conv_bias`, else optional (granitehybrid's).
+    pub fn mamba2_mixer(&mut self, hp: &HParams, il: u32, conv_bias: bool) -> Result<Mamba2Weights> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let ssm = hp
+            .ssm
+            .ok_or_else(|| Error::Internal("a Mamba-2 mixer needs the model's ssm".into()))?;
+        let [embd, d_conv, d_inner, n_head, n_group, channels, d_in_proj] = [
+            hp.n_embd,
+            ssm.d_conv,
+            ssm.d_inner,
+            ssm.n_head,
+            ssm.n_group,
+            ssm.conv_channels(),
+            ssm.d_in_proj(),
+        ]
+        .map(u64::from);
+        let in_proj = self.matrix(&n("ssm_in.weight"), &[embd, d_in_proj])?;
+        let conv = self.f32_weight(&n("ssm_conv1d.weight"), &[d_conv, channels])?;
+        let conv_bias = match conv_bias {
+            true => Some(self.vector(&n("ssm_conv1d.bias"), channels)?),
+            false => self.optional_vector(&n("ssm_conv1d.bias"), channels)?,
+        };
+        Ok(Mamba2Weights {
+            in_proj,
+            conv,
+            conv_bias,
+            dt_bias: self.vector(&n("ssm_dt.bias"), n_head)?,
+            // No `.weight` suffix on these two, as llama.cpp names them.
+            a: self.f32_weight(&n("ssm_a"), &[1, n_head])?,
+            d: self.f32_weight(&n("ssm_d"), &[1, n_head])?,
+            norm: self.f32_weight(&n("ssm_norm.weight"), &[d_inner / n_group, n_group])?,
+            out_proj: self.matrix(&n("ssm_out.weight"), &[d_inner, embd])?,
         })
     }
 

@@ -17,14 +17,14 @@ mod loader;
 mod spec;
 pub mod weights;
 
-pub(crate) use hparams::{read_swa, Keys};
-pub use hparams::{ArchTraits, AttnTemperature, ExpertGating, HParams, Kind, NormType, Pooling, Swa};
+pub(crate) use hparams::{read_ssm, read_swa, Keys};
+pub use hparams::{ArchTraits, AttnTemperature, ExpertGating, HParams, Kind, NormType, Pooling, Ssm, Swa};
 pub use layers::{Glu, GraphBuilder};
 pub(crate) use loader::Loader;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
-    AttentionWeights, Classifier, EncoderInput, ExpertBiases, FfnWeights, LayerWeights, Mixer, Norm, OutputHead,
-    QkvWeights, RopeFactors, SharedExpert, ShortConvWeights, Weights,
+    AttentionWeights, Classifier, EncoderInput, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Mixer, Norm,
+    OutputHead, QkvWeights, RopeFactors, SharedExpert, ShortConvWeights, Weights,
 };
 
 #[derive(Debug, Clone)]

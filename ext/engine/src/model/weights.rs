@@ -34,6 +34,8 @@ pub enum Mixer {
     Attention(AttentionWeights),
     /// LFM2's gated short convolution.
     ShortConv(ShortConvWeights),
+    /// Mamba-2's selective state space (mamba2's, granitehybrid's).
+    Mamba2(Mamba2Weights),
 }
 
 impl Mixer {
@@ -41,7 +43,7 @@ impl Mixer {
     pub fn attention(&self) -> &AttentionWeights {
         match self {
             Mixer::Attention(attn) => attn,
-            Mixer::ShortConv(_) => unreachable!("a recurrent layer's graph reads no attention"),
+            Mixer::ShortConv(_) | Mixer::Mamba2(_) => unreachable!("a recurrent layer's graph reads no attention"),
         }
     }
 
@@ -49,7 +51,7 @@ impl Mixer {
     pub fn into_attention(self) -> AttentionWeights {
         match self {
             Mixer::Attention(attn) => attn,
-            Mixer::ShortConv(_) => unreachable!("a recurrent layer's graph reads no attention"),
+            Mixer::ShortConv(_) | Mixer::Mamba2(_) => unreachable!("a recurrent layer's graph reads no attention"),
         }
     }
 }
@@ -61,6 +63,25 @@ impl Mixer {
 pub struct ShortConvWeights {
     pub in_proj: Tensor,
     pub conv: Tensor,
+    pub out_proj: Tensor,
+}
+
+/// Mamba-2's mixer (llama.cpp's `ssm_*` tensors; the widths are [`crate::model::Ssm`]'s):
+/// `in_proj` [n_embd, d_in_proj] gives z, x, B, C and the time steps; `conv`
+/// [d_conv, conv_channels] (plus `conv_bias`, where the file has it) is a depthwise
+/// causal convolution over x, B and C; `dt_bias` [n_head] is added to the time steps;
+/// `a` and `d` [1, n_head] are the decay (the file holds `-exp(A_log)`) and the skip
+/// connection; `norm` [d_inner / n_group, n_group] the grouped RMS norm before
+/// `out_proj` [d_inner, n_embd].
+#[derive(Clone, Copy)]
+pub struct Mamba2Weights {
+    pub in_proj: Tensor,
+    pub conv: Tensor,
+    pub conv_bias: Option<Tensor>,
+    pub dt_bias: Tensor,
+    pub a: Tensor,
+    pub d: Tensor,
+    pub norm: Tensor,
     pub out_proj: Tensor,
 }
 
@@ -110,6 +131,8 @@ pub enum QkvWeights {
 
 /// The feed-forward of a block.
 pub enum FfnWeights {
+    /// None: the block is its mixer alone (mamba2's).
+    None,
     /// `down(act(gate(x)) * up(x))`.
     Gated { gate: Tensor, up: Tensor, down: Tensor },
     /// The gate and up projections in one `up` twice as wide, the gate its first half (phi3).

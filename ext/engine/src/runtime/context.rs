@@ -196,6 +196,8 @@ impl Context {
             backend.use_reference_kernels()?;
         }
         let kv = match model.hparams.arch.kind {
+            // A model whose every layer is recurrent (mamba2) keeps no K and V.
+            Kind::Decoder if model.hparams.attention_free() => KvCache::none(),
             Kind::Decoder => KvCache::new(
                 &backend,
                 &model.hparams.kv_shape(),
@@ -601,7 +603,7 @@ impl Context {
         // A model with recurrent layers computes a batch in micro-batches of as many
         // tokens from each sequence, as llama.cpp splits it for its recurrent memory.
         let micro_batches = if self.memory.is_recurrent() {
-            split_equal(batch, self.max_batch() as usize)
+            split_equal(batch, self.max_batch() as usize, self.model.hparams.attention_free())
         } else {
             vec![(0..batch.len()).collect()]
         };
@@ -878,12 +880,14 @@ fn build(graph: &Graph, model: &Model, memory: &Memory, params: &ContextParams, 
     (builder.inputs, output)
 }
 
-/// llama.cpp's `split_equal` over a unified cache (`llama_batch_allocr`, as its
-/// recurrent and hybrid memories split a batch): each micro-batch takes the same
-/// number of tokens from every sequence that has tokens left, grouped by sequence in
-/// the order of their first token, as many as all of them have, at most `n_ubatch`
-/// in all. Returns indices into `batch`.
-fn split_equal(batch: &[BatchToken], n_ubatch: usize) -> Vec<Vec<usize>> {
+/// llama.cpp's `split_equal` (`llama_batch_allocr`, as its recurrent and hybrid
+/// memories split a batch): each micro-batch takes the same number of tokens from every
+/// sequence that has tokens left, grouped by sequence in the order of their first
+/// token, as many as all of them have, at most `n_ubatch` in all. `sequential` (the
+/// split of llama.cpp's purely recurrent memory, a hybrid's over a unified cache being
+/// free of it) admits a sequence only when its id follows the last one admitted.
+/// Returns indices into `batch`.
+fn split_equal(batch: &[BatchToken], n_ubatch: usize, sequential: bool) -> Vec<Vec<usize>> {
     let mut used = vec![false; batch.len()];
     let mut micro_batches = Vec::new();
     loop {
@@ -898,6 +902,20 @@ fn split_equal(batch: &[BatchToken], n_ubatch: usize) -> Vec<Vec<usize>> {
         if seqs.is_empty() {
             return micro_batches;
         }
+        let seqs = match sequential {
+            true => seqs
+                .iter()
+                .scan(None, |last: &mut Option<SeqId>, &seq| {
+                    let follows = last.is_none_or(|l| seq == l + 1);
+                    if follows {
+                        *last = Some(seq);
+                    }
+                    Some(follows.then_some(seq))
+                })
+                .flatten()
+                .collect(),
+            false => seqs,
+        };
         let mut left: Vec<std::collections::VecDeque<usize>> = seqs
             .iter()
             .map(|&seq| (0..batch.len()).filter(|&i| !used[i] && batch[i].seq == seq).collect())
@@ -946,15 +964,26 @@ mod tests {
     fn split_equal_takes_as_many_tokens_from_each_sequence_as_all_have() {
         // Two decoding sequences, then a prompt chunk of sequence 2.
         let b = batch(&[1, 0, 2, 2, 2]);
-        assert_eq!(split_equal(&b, 512), [vec![0, 1, 2], vec![3, 4]]);
+        assert_eq!(split_equal(&b, 512, false), [vec![0, 1, 2], vec![3, 4]]);
         // Interleaved tokens are grouped by sequence, in the order of their first token.
         let b = batch(&[0, 1, 0, 1]);
-        assert_eq!(split_equal(&b, 512), [vec![0, 2, 1, 3]]);
+        assert_eq!(split_equal(&b, 512, false), [vec![0, 2, 1, 3]]);
         // One sequence fills micro-batches of n_ubatch tokens.
         let b = batch(&[0; 7]);
-        assert_eq!(split_equal(&b, 3), [vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
+        assert_eq!(split_equal(&b, 3, false), [vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
         // Two sequences stop while another token of each would not fit.
         let b = batch(&[0, 0, 0, 1, 1, 1]);
-        assert_eq!(split_equal(&b, 5), [vec![0, 1, 3, 4], vec![2, 5]]);
+        assert_eq!(split_equal(&b, 5, false), [vec![0, 1, 3, 4], vec![2, 5]]);
+    }
+
+    #[test]
+    fn a_sequential_split_admits_only_sequences_following_the_last() {
+        // llama.cpp's recurrent memory: sequence 2 does not follow 0, so it waits.
+        let b = batch(&[0, 2, 1, 1, 1]);
+        assert_eq!(split_equal(&b, 512, true), [vec![0, 2], vec![1], vec![3, 4]]);
+        assert_eq!(split_equal(&b, 512, false), [vec![0, 1, 2], vec![3, 4]]);
+        // In order, as the lockstep passes lay them out, the splits agree.
+        let b = batch(&[0, 1, 2, 2, 2]);
+        assert_eq!(split_equal(&b, 512, true), split_equal(&b, 512, false));
     }
 }
