@@ -131,16 +131,7 @@ fn short_conv(b: &GraphBuilder, conv: &ShortConvWeights, x: Tensor, il: usize) -
     };
     let (gate_b, gate_c, input) = (chunk(0), chunk(1), chunk(2));
     let bx = g.transpose(g.mul(gate_b, input));
-    let state = g.reshape_3d(b.read_conv_state(il), d_conv, n_embd, n_seqs);
-    let bx = g.concat(state, bx, 0);
-    let next_state = g.view_3d(
-        bx,
-        [d_conv, n_embd, n_seqs],
-        bx.nb()[1],
-        bx.nb()[2],
-        (bx.ne()[0] - d_conv) as usize * f32_size,
-    );
-    b.write_conv_state(il, g.reshape_2d(g.cont(next_state), d_conv * n_embd, n_seqs));
+    let bx = b.conv_window(il, bx, d_conv, n_embd);
     let out = g.ssm_conv(bx, conv.conv);
     let y = g.mul_mat(conv.out_proj, g.mul(gate_c, out));
     g.reshape_2d(y, n_embd, n_seq_tokens * n_seqs)

@@ -386,7 +386,7 @@ impl GraphBuilder<'_> {
 
     /// Layer `il`'s convolution states of the pass's sequences, [conv_width, n_seqs] (a
     /// fresh sequence's are zeros), as llama.cpp's `build_rs` gathers them.
-    pub fn read_conv_state(&self, il: usize) -> Tensor {
+    fn read_conv_state(&self, il: usize) -> Tensor {
         let (read, _) = self.state_rows();
         self.graph.get_rows(self.conv_states(il), read)
     }
@@ -398,6 +398,25 @@ impl GraphBuilder<'_> {
         let (_, write) = self.state_rows();
         let g = self.graph;
         g.expand(g.set_rows(self.conv_states(il), state, write));
+    }
+
+    /// The window a causal convolution of layer `il` reads: the sequences' convolution
+    /// states ([width, channels, n_seqs]) in front of `input` ([n_seq_tokens, channels,
+    /// n_seqs], a row per channel); its last `width` columns are stored as the next
+    /// states, as llama.cpp's short convolutions and Mamba-2 layers both do.
+    pub fn conv_window(&self, il: usize, input: Tensor, width: i64, channels: i64) -> Tensor {
+        let g = self.graph;
+        let state = g.reshape_3d(self.read_conv_state(il), width, channels, self.n_seqs);
+        let window = g.concat(state, input, 0);
+        let next_state = g.view_3d(
+            window,
+            [width, channels, self.n_seqs],
+            window.nb()[1],
+            window.nb()[2],
+            (window.ne()[0] - width) as usize * window.nb()[0],
+        );
+        self.write_conv_state(il, g.reshape_2d(g.cont(next_state), width * channels, self.n_seqs));
+        window
     }
 
     fn conv_states(&self, il: usize) -> Tensor {
@@ -427,7 +446,6 @@ impl GraphBuilder<'_> {
         let (n_seqs, n_seq_tokens) = (self.n_seqs, self.n_tokens / self.n_seqs);
         let f32_size = std::mem::size_of::<f32>();
         let at = |values: i64| values as usize * f32_size;
-        let conv = g.reshape_3d(self.read_conv_state(il), d_conv - 1, channels, n_seqs);
         // The projection stays 2D, as llama.cpp keeps it; then [d_in_proj, n_seq_tokens, n_seqs].
         let zxbcdt = g.mul_mat(w.in_proj, x);
         let zxbcdt = g.reshape_3d(zxbcdt, zxbcdt.ne()[0], n_seq_tokens, n_seqs);
@@ -445,15 +463,7 @@ impl GraphBuilder<'_> {
 
         // The convolution: [d_conv - 1 + n_seq_tokens, channels, n_seqs], its last
         // d_conv - 1 columns the next state.
-        let conv_x = g.concat(conv, g.transpose(xbc), 0);
-        let last_conv = g.view_3d(
-            conv_x,
-            [d_conv - 1, channels, n_seqs],
-            conv_x.nb()[1],
-            conv_x.nb()[2],
-            n_seq_tokens as usize * conv_x.nb()[0],
-        );
-        self.write_conv_state(il, g.reshape_2d(g.cont(last_conv), (d_conv - 1) * channels, n_seqs));
+        let conv_x = self.conv_window(il, g.transpose(xbc), d_conv - 1, channels);
         let xbc = g.ssm_conv(conv_x, w.conv);
         let xbc = w.conv_bias.map_or(xbc, |bias| g.add(xbc, bias));
         let xbc = g.silu(xbc);
