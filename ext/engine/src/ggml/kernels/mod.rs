@@ -18,9 +18,11 @@ use std::sync::OnceLock;
 use ggml_sys as sys;
 
 use super::tensor::Tensor;
+use isa::{isa, Isa};
 #[cfg(target_arch = "x86_64")]
 use product::Product;
 
+mod isa;
 #[cfg(target_arch = "x86_64")]
 mod product;
 #[cfg(target_arch = "x86_64")]
@@ -38,14 +40,16 @@ pub const MAX_ROWS: i64 = 512;
 
 /// The most rows our Q6_K kernel takes in ggml's tiled order: from 48 rows ggml's
 /// tiled product is faster (`examples/product_times.rs`, 2 threads, the 1.5B's head:
-/// ours took 0.87 of its time at 40 rows, 1.10 at 48, 1.9 at 128).
+/// ours took 0.87 of its time at 40 rows, 1.10 at 48, 1.9 at 128; with AVX2 0.83 at
+/// 40).
 const TILED_Q6_K_MAX_ROWS: i64 = 40;
 
 /// The most rows our Q8_0 kernel takes beside tinyBLAS, which catches up from about
-/// 24 rows (the 0.5B's head: ours 0.77 of its time at 17 rows, 0.94 at 24, 1.05 at
-/// 32, 1.12 at 256); with the reference kernels (`vec_dot` per output) ours stays
-/// ahead at any count.
+/// 24 rows with AVX-512 (the 0.5B's head: ours 0.77 of its time at 17 rows, 0.94 at
+/// 24, 1.05 at 32, 1.12 at 256) and 16 with AVX2 (1.00 at 16, 1.08 at 24); with the
+/// reference kernels (`vec_dot` per output) ours stays ahead at any count.
 const TINYBLAS_Q8_0_MAX_ROWS: i64 = 24;
+const TINYBLAS_Q8_0_MAX_ROWS_AVX2: i64 = 16;
 
 /// From this many rows on, ggml's default kernels multiply plain K-quant weights with
 /// their tiled product (`ggml_tiled_min_batch`), whose bits are not `vec_dot`'s.
@@ -59,9 +63,10 @@ const TILED_MIN_ROWS: i64 = 8;
 /// The name of ggml's repacking buffer type (`ggml_backend_cpu_repack_buffer_type`).
 const REPACK_BUFFER: &str = "CPU_REPACK";
 
-/// A lone row gains nothing from our plain Q4_K, Q5_0 and Q8_0 kernels: `vec_dot`
-/// streams one weight row at a time as fast (ours pays its per-block decoding for one
-/// row only, or reads more rows at once than the prefetcher follows).
+/// A lone row gains nothing from our plain Q4_K, Q5_0 and Q8_0 kernels, nor with AVX2
+/// from our Q6_K one (1.08 of `vec_dot`'s time, 0.75 at two rows): `vec_dot` streams
+/// one weight row at a time as fast (ours pays its per-block decoding for one row
+/// only, or reads more rows at once than the prefetcher follows).
 const VEC_DOT_ROWS: i64 = 1;
 
 /// Which matrix products a graph uses.
@@ -90,10 +95,10 @@ pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
         || k % unsafe { sys::ggml_blck_size(w.ggml_type()) } != 0
         || x.ggml_type() != sys::GGML_TYPE_F32
         || !unsafe { sys::ggml_is_contiguous(x.as_ptr()) }
-        || !avx512_vnni()
     {
         return None;
     }
+    let isa = isa()?;
     let repacked = is_repacked(w);
     if !(repacked || in_host_memory(w)) {
         return None;
@@ -106,12 +111,12 @@ pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
     let kernel = match (w.ggml_type(), repacked) {
         (sys::GGML_TYPE_Q4_K, true) if n % 8 == 0 => Kernel::Q4Kx8,
         (sys::GGML_TYPE_Q4_K, false) if !tiled && rows > VEC_DOT_ROWS => Kernel::Q4K,
-        (sys::GGML_TYPE_Q6_K, false) => Kernel::Q6K { tiled },
+        (sys::GGML_TYPE_Q6_K, false) if isa == Isa::Avx512Vnni || rows > VEC_DOT_ROWS => Kernel::Q6K { tiled },
         (sys::GGML_TYPE_Q5_0, false) if rows > VEC_DOT_ROWS => Kernel::Q5_0,
         (sys::GGML_TYPE_Q8_0, false) if rows > VEC_DOT_ROWS => Kernel::Q8_0,
         _ => return None,
     };
-    (rows <= kernel.max_rows(reference)).then_some(kernel)
+    (rows <= kernel.max_rows(reference, isa)).then_some(kernel)
 }
 
 /// Whether ggml's tiled kernel takes a product of `rows` activation rows (of a type it
@@ -146,25 +151,6 @@ fn atoi(text: &str) -> i64 {
     sign * n
 }
 
-/// Whether this CPU runs our kernels (all of them need AVX-512 VNNI).
-fn avx512_vnni() -> bool {
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512vnni")
-                && is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
-    })
-}
-
 /// Whether `w`'s data is in host memory, where a custom op on the CPU backend can
 /// read it (another backend's weights stay with ggml's products; the CPU's
 /// repacking buffer, also in host memory, does not say so).
@@ -174,7 +160,7 @@ fn in_host_memory(w: Tensor) -> bool {
 }
 
 /// Whether `w` lives in ggml's repacking buffer (which holds Q4_K as `block_q4_Kx8`
-/// on x86 CPUs with AVX2, the only ones our Q4_K kernel runs on).
+/// on x86 CPUs with AVX2, the only ones our kernels run on).
 fn is_repacked(w: Tensor) -> bool {
     let buffer = unsafe { (*w.as_ptr()).buffer };
     !buffer.is_null()
@@ -203,12 +189,14 @@ impl Kernel {
     /// The most activation rows this kernel takes: where it stops being faster than
     /// the ggml kernel it stands in for (with ggml's `reference` kernels, or its
     /// default ones). The repacked and plain Q4_K and the Q5_0 kernels stay ahead up
-    /// to [`MAX_ROWS`] (repacked Q4_K: 0.63 of ggml's time at 512 rows; Q5_0 0.88 at
-    /// 96, within the noise at 512).
-    fn max_rows(self, reference: bool) -> i64 {
-        match self {
-            Kernel::Q6K { tiled: true } => TILED_Q6_K_MAX_ROWS,
-            Kernel::Q8_0 if !reference => TINYBLAS_Q8_0_MAX_ROWS,
+    /// to [`MAX_ROWS`] (with AVX-512, repacked Q4_K: 0.63 of ggml's time at 512 rows;
+    /// Q5_0 0.88 at 96, within the noise at 512; with AVX2, repacked Q4_K 0.76 at 128,
+    /// plain Q4_K 0.91 and Q5_0 0.92 at 512).
+    fn max_rows(self, reference: bool, isa: Isa) -> i64 {
+        match (self, isa) {
+            (Kernel::Q6K { tiled: true }, _) => TILED_Q6_K_MAX_ROWS,
+            (Kernel::Q8_0, Isa::Avx512Vnni) if !reference => TINYBLAS_Q8_0_MAX_ROWS,
+            (Kernel::Q8_0, Isa::Avx2) if !reference => TINYBLAS_Q8_0_MAX_ROWS_AVX2,
             _ => MAX_ROWS,
         }
     }
@@ -292,7 +280,7 @@ unsafe extern "C" fn q4_k_x8_op(dst: *mut sys::ggml_tensor, _ith: c_int, nth: c_
     {
         let product = Product::of(dst);
         Chunks::share(chunks, product.n_weight_rows / 8, nth, |groups| {
-            q4_k_x8::mul_rows(&product, groups)
+            q4_k_x8::mul_rows(&product, chosen_isa(), groups)
         });
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -304,7 +292,7 @@ unsafe extern "C" fn q4_k_op(dst: *mut sys::ggml_tensor, _ith: c_int, nth: c_int
     {
         let product = Product::of(dst);
         Chunks::share(chunks, product.n_weight_rows, nth, |rows| {
-            q4_k::mul_rows(&product, rows)
+            q4_k::mul_rows(&product, chosen_isa(), rows)
         });
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -321,7 +309,7 @@ unsafe extern "C" fn q6_k_op<const TILED: bool>(
     {
         let product = Product::of(dst);
         Chunks::share(chunks, product.n_weight_rows, nth, |rows| {
-            q6_k::mul_rows(&product, rows, TILED)
+            q6_k::mul_rows(&product, chosen_isa(), rows, TILED)
         });
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -336,12 +324,20 @@ unsafe extern "C" fn q8_0_family_op<B: q8_0_family::Block>(
     chunks: *mut c_void,
 ) {
     let product = Product::of(dst);
-    q8_0_family::mul_rows::<B>(&product, |work| Chunks::share(chunks, product.n_weight_rows, nth, work));
+    q8_0_family::mul_rows::<B>(&product, chosen_isa(), |work| {
+        Chunks::share(chunks, product.n_weight_rows, nth, work)
+    });
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 unsafe extern "C" fn q8_0_family_op(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, chunks: *mut c_void) {
     off_x86(dst, ith, nth, chunks)
+}
+
+/// The instruction set of the kernel an op runs.
+#[cfg(target_arch = "x86_64")]
+fn chosen_isa() -> Isa {
+    isa().expect("a kernel of ours is chosen only on a CPU that runs one")
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -167,6 +167,14 @@ pub(super) unsafe fn hsum_float_8(x: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(res)
 }
 
+/// Sixteen bytes, byte `i` being `at(i)` (a shuffle's indices).
+#[target_feature(enable = "sse2")]
+#[inline]
+pub(super) unsafe fn bytes(at: impl Fn(usize) -> i8) -> std::arch::x86_64::__m128i {
+    let bytes: [i8; 16] = std::array::from_fn(at);
+    std::arch::x86_64::_mm_loadu_si128(bytes.as_ptr().cast())
+}
+
 #[target_feature(enable = "f16c")]
 pub(super) unsafe fn f16_to_f32(h: u16) -> f32 {
     use std::arch::x86_64::*;

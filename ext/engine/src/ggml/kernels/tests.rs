@@ -118,7 +118,7 @@ fn ours_have_ggmls_bits_for_shape(ty: sys::ggml_type, buft: &str, k: i64, n: i64
         }
     }
     if compared == 0 {
-        nothing_compared(&format!("no product of ours ran (AVX-512 VNNI: {})", avx512_vnni()));
+        nothing_compared(&format!("no product of ours ran (instruction set: {:?})", isa()));
     }
 }
 
