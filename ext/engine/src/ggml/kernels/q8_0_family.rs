@@ -82,8 +82,9 @@ impl Block for BlockQ5_0 {
     unsafe fn signed_weights(&self) -> __m256i {
         let qs = _mm_loadu_si128(self.qs.as_ptr().cast());
         let nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f));
-        // Byte j gets qh's bit j (each byte of the word spread over its eight bytes,
-        // each picking its own bit); where it is clear, `w − 16` is the nibble less 16.
+        // `w = (nibble | bit j of qh << 4) − 16`: the nibble where the bit is set, the
+        // nibble less 16 where it is clear. Byte j of `spread` holds byte j/8 of qh,
+        // and `bit` picks its bit j % 8.
         let spread = _mm256_shuffle_epi8(
             _mm256_set1_epi32(i32::from_le_bytes(self.qh)),
             _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0),
