@@ -224,7 +224,7 @@ RSpec.describe Elelem::Server do
     # A server that evaluates every prompt whole, as `complete` does here. One that reuses the
     # prefix an earlier example left re-evaluates the prompt's last token alone, and a pass of one
     # row rounds differently from a pass of the whole prompt on some CPUs (AVX2 ones), so its
-    # logprobs are not `complete`'s to the last bit there.
+    # logprobs are not `complete`'s to the last bit there (nor, sampling, its tokens).
     def whole_prompt_server
       Rack::Lint.new(described_class.new(model, template: ServerSpecs::TEMPLATE, max_tokens: 64, reuse_prefix: false))
     end
@@ -261,8 +261,8 @@ RSpec.describe Elelem::Server do
     end
 
     it "streams without a usage chunk unless asked" do
-      chunks = events(post("/v1/chat/completions",
-                           { messages:, max_tokens: 2, stream: true }).body)
+      chunks = events(post("/v1/chat/completions", { messages:, max_tokens: 2, temperature: 0, stream: true },
+                           app: whole_prompt_server).body)
       expect(chunks[-1]).to eq("[DONE]")
       expect(chunks[-2]["choices"][0]["finish_reason"]).to eq("length")
       expect(chunks[0..-2]).to all(satisfy { |c| !c.key?("usage") })
