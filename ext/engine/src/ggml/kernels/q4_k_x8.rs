@@ -172,6 +172,7 @@ unsafe fn group_avx2<const R: usize, const PER_PAIR: bool>(
         let wb = &*w.add(b);
         let (d, dmin) = wb.scales_f32();
         let row = |r: usize| &*x.add(r * nb + b);
+        let row_sub_block_sums: [__m256i; R] = std::array::from_fn(|r| sub_block_sums(row(r)));
         let mut sums = [[_mm256_setzero_si256(); 2]; R];
         let mut min_sums = [_mm256_setzero_si256(); R];
         for pair in 0..4 {
@@ -200,7 +201,7 @@ unsafe fn group_avx2<const R: usize, const PER_PAIR: bool>(
             }
             let mins = side_by_side(mins_lo, mins_hi);
             for r in 0..R {
-                let pair_min_sum = pair_min_sum(sub_block_sums(row(r)), pair, mins);
+                let pair_min_sum = pair_min_sum(row_sub_block_sums[r], pair, mins);
                 if PER_PAIR {
                     let dx = _mm256_set1_ps(row(r).d);
                     accumulate(
