@@ -31,6 +31,7 @@ mod phimoe;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
+mod qwen35;
 mod qwen3moe;
 mod seed_oss;
 mod smollm3;
@@ -77,6 +78,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &glm4moe::ARCH,
     &mamba2::ARCH,
     &granite_hybrid::ARCH,
+    &qwen35::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

@@ -3,7 +3,7 @@
 
 use elelem_gguf::{Gguf, Value};
 
-use crate::ggml::{Rope, RopeMode};
+use crate::ggml::{Rope, RopeMode, MROPE_SECTIONS};
 use crate::memory::{KvShape, RecurrentShape};
 use crate::{Error, Result};
 
@@ -637,6 +637,7 @@ fn read_rope_scaling(keys: &Keys, mode: RopeMode, n_dims: u32, n_ctx_train: u32,
         attn_factor,
         beta_fast: 32.0,
         beta_slow: 1.0,
+        sections: [0; MROPE_SECTIONS],
     })
 }
 
@@ -797,6 +798,18 @@ impl Keys<'_> {
                 "{full} must be an unsigned 32-bit integer or an array of at most {n} of them, got {v:?}"
             ))
         })
+    }
+
+    /// Booleans, one for each of `n` (an array of exactly `n`).
+    pub(crate) fn opt_bools(&self, key: &str, n: usize) -> Result<Option<Vec<bool>>> {
+        let Some((full, v)) = self.get(key) else {
+            return Ok(None);
+        };
+        v.as_array()
+            .and_then(|items| items.iter().map(Value::as_bool).collect::<Option<Vec<bool>>>())
+            .filter(|values| values.len() == n)
+            .map(Some)
+            .ok_or_else(|| Error::Load(format!("{full} must be an array of {n} booleans, got {v:?}")))
     }
 
     /// A key outside the architecture's prefix (a tokenizer's).
