@@ -575,6 +575,14 @@ pub const QWEN35: Family = Family {
     ],
     ..LLAMA
 };
+/// Qwen 3.5's mixture-of-experts layout: qwen35's, with experts and a shared expert
+/// scaled by its sigmoid gate.
+pub const QWEN35MOE: Family = Family {
+    arch: "qwen35moe",
+    name: "elelem tiny qwen35moe canary",
+    shared_expert: SharedExpert::Gated,
+    ..QWEN35
+};
 pub const PHIMOE: Family = Family {
     arch: "phimoe",
     name: "elelem tiny canary, Phi 3.5 MoE shaped",
@@ -838,6 +846,18 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 n_layer: 5,
                 n_head: 4,
                 ..small(QWEN35)
+            },
+        ),
+        // qwen35's layers, with 8 experts of width 64, 2 per token, and a shared expert.
+        (
+            "tiny-qwen35moe",
+            Shape {
+                n_layer: 5,
+                n_head: 4,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(QWEN35MOE)
             },
         ),
         // Layers 1 and 3 of 5 attend; the last layer is a Mamba-2 mixer.

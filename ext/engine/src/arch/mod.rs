@@ -32,6 +32,7 @@ mod qwen2;
 mod qwen2moe;
 mod qwen3;
 mod qwen35;
+mod qwen35moe;
 mod qwen3moe;
 mod seed_oss;
 mod smollm3;
@@ -79,6 +80,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &mamba2::ARCH,
     &granite_hybrid::ARCH,
     &qwen35::ARCH,
+    &qwen35moe::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

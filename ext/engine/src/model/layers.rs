@@ -9,7 +9,8 @@ use ggml_sys as sys;
 use super::hparams::{ExpertGating, HParams, NormType, Pooling};
 use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, StateRowsInput, TemperatureInput};
 use super::weights::{
-    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Norm, QkvWeights, SharedExpert, Weights,
+    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Norm, QkvWeights, SharedExpert,
+    SharedGate, Weights,
 };
 use crate::ggml::{Graph, Rope, Tensor};
 use crate::memory::kv_cache::KvCache;
@@ -724,7 +725,7 @@ impl GraphBuilder<'_> {
     }
 
     /// The shared expert's SwiGLU on the rows `x`, times its gate's sigmoid, which
-    /// llama.cpp computes as `silu(g) / g`.
+    /// llama.cpp computes as `silu(g) / g` (qwen2moe) or as the sigmoid (qwen35moe).
     fn shared_expert(&self, shared: SharedExpert, x: Tensor) -> Tensor {
         let g = self.graph;
         let out = g.mul_mat(
@@ -732,9 +733,13 @@ impl GraphBuilder<'_> {
             g.swiglu_split(g.mul_mat(shared.gate, x), g.mul_mat(shared.up, x)),
         );
         match shared.gate_inp {
-            Some(gate_inp) => {
+            Some((gate_inp, how)) => {
                 let logit = g.mul_mat(gate_inp, x);
-                g.mul(out, g.div(g.silu(logit), logit))
+                let gate = match how {
+                    SharedGate::SiluOverLogit => g.div(g.silu(logit), logit),
+                    SharedGate::Sigmoid => g.sigmoid(logit),
+                };
+                g.mul(out, gate)
             }
             None => out,
         }

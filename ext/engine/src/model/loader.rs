@@ -10,7 +10,7 @@ use ggml_sys as sys;
 use super::hparams::HParams;
 use super::weights::{
     AttentionWeights, DeltaNetWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Mixer, Norm, QkvWeights,
-    SharedExpert,
+    SharedExpert, SharedGate,
 };
 use crate::ggml::{self, Buffer, CpuDevice, Tensor};
 use crate::{Error, Result};
@@ -284,17 +284,23 @@ impl<'a> Loader<'a> {
     }
 
     /// A shared expert `width` wide (`ffn_{gate,up,down}_shexp`), with its sigmoid gate
-    /// (`ffn_gate_inp_shexp`) when `gated`.
-    pub fn shared_expert(&mut self, hp: &HParams, il: u32, width: u32, gated: bool) -> Result<SharedExpert> {
+    /// (`ffn_gate_inp_shexp`), computed as `gate` says, where it has one.
+    pub fn shared_expert(
+        &mut self,
+        hp: &HParams,
+        il: u32,
+        width: u32,
+        gate: Option<SharedGate>,
+    ) -> Result<SharedExpert> {
         let n = |s: &str| format!("blk.{il}.{s}");
         let (embd, ff) = (u64::from(hp.n_embd), u64::from(width));
         Ok(SharedExpert {
             gate: self.matrix(&n("ffn_gate_shexp.weight"), &[embd, ff])?,
             up: self.matrix(&n("ffn_up_shexp.weight"), &[embd, ff])?,
             down: self.matrix(&n("ffn_down_shexp.weight"), &[ff, embd])?,
-            gate_inp: match gated {
-                true => Some(self.matrix(&n("ffn_gate_inp_shexp.weight"), &[embd])?),
-                false => None,
+            gate_inp: match gate {
+                Some(how) => Some((self.matrix(&n("ffn_gate_inp_shexp.weight"), &[embd])?, how)),
+                None => None,
             },
         })
     }

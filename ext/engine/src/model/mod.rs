@@ -24,7 +24,7 @@ pub(crate) use loader::Loader;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
     AttentionWeights, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights,
-    Mixer, Norm, OutputHead, QkvWeights, RopeFactors, SharedExpert, ShortConvWeights, Weights,
+    Mixer, Norm, OutputHead, QkvWeights, RopeFactors, SharedExpert, SharedGate, ShortConvWeights, Weights,
 };
 
 #[derive(Debug, Clone)]

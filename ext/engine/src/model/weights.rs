@@ -200,14 +200,24 @@ pub struct ExpertBiases {
 }
 
 /// An expert every token goes through besides those it is routed to: a SwiGLU
-/// feed-forward, its output scaled by `sigmoid(gate_inp · x)` where the model has
-/// that gate (qwen2moe's `ffn_gate_inp_shexp`).
+/// feed-forward, its output scaled by the sigmoid of `gate_inp · x` where the model has
+/// that gate (`ffn_gate_inp_shexp`: qwen2moe's, qwen35moe's), computed as [`SharedGate`] says.
 #[derive(Clone, Copy)]
 pub struct SharedExpert {
     pub gate: Tensor,
     pub up: Tensor,
     pub down: Tensor,
-    pub gate_inp: Option<Tensor>,
+    pub gate_inp: Option<(Tensor, SharedGate)>,
+}
+
+/// How llama.cpp's graph computes the shared expert's sigmoid gate from its logit:
+/// the two round differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedGate {
+    /// `silu(logit) / logit` (qwen2moe's).
+    SiluOverLogit,
+    /// `sigmoid(logit)` (qwen35moe's).
+    Sigmoid,
 }
 
 pub struct Weights {
