@@ -555,7 +555,8 @@ pub const GRANITE_HYBRID: Family = Family {
 /// fourth), with a convolution of 4 steps and 2 heads of queries and keys for 4 of
 /// values, 16 wide; attention with an output gate, Q and K normed per head and
 /// interleaved multi-dimensional rope over half of each head in sections of 2, 1 and 1
-/// pairs; the feed-forward's norm named `post_attention_norm`.
+/// pairs; the feed-forward's norm named `post_attention_norm`. Qwen 3.5's real vocabulary
+/// (its `qwen35` pre-tokenizer) and chat template.
 pub const QWEN35: Family = Family {
     arch: "qwen35",
     name: "elelem tiny qwen35 canary",
@@ -569,6 +570,10 @@ pub const QWEN35: Family = Family {
         attention_period: 2,
     }),
     attn_output_gate: true,
+    vocab: Vocab::Suite {
+        name: "qwen35",
+        template: "Qwen3.5-4B",
+    },
     keys: &[
         ("rope.dimension_count", Key::U32(8)),
         ("rope.dimension_sections", Key::U32s(&[2, 1, 1, 0])),
@@ -838,13 +843,15 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ),
         // 4 layers, 16 heads of Mamba-2 in 2 groups.
         ("tiny-mamba2", small(MAMBA2)),
-        // Layers 1 and 3 of 5 attend, in 4 heads of 32 (2 KV heads); the last layer is a
-        // delta net.
+        // Layers 1 and 3 of 5 attend, in 4 heads of 16 (2 KV heads); the last layer is a
+        // delta net. 64 wide, the embeddings and the head of its 151,936 tokens in Q8_0.
         (
             "tiny-qwen35",
             Shape {
                 n_layer: 5,
+                n_embd: 64,
                 n_head: 4,
+                embd_type: TensorType::Q8_0,
                 ..small(QWEN35)
             },
         ),
@@ -853,10 +860,12 @@ pub fn synthetic() -> Vec<(String, Shape)> {
             "tiny-qwen35moe",
             Shape {
                 n_layer: 5,
+                n_embd: 64,
                 n_head: 4,
                 n_ff: 64,
                 n_expert: 8,
                 n_expert_used: 2,
+                embd_type: TensorType::Q8_0,
                 ..small(QWEN35MOE)
             },
         ),
