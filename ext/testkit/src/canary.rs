@@ -555,8 +555,9 @@ pub const GRANITE_HYBRID: Family = Family {
 /// fourth), with a convolution of 4 steps and 2 heads of queries and keys for 4 of
 /// values, 16 wide; attention with an output gate, Q and K normed per head and
 /// interleaved multi-dimensional rope over half of each head in sections of 2, 1 and 1
-/// pairs; the feed-forward's norm named `post_attention_norm`. Qwen 3.5's real vocabulary
-/// (its `qwen35` pre-tokenizer) and chat template.
+/// pairs; the feed-forward's norm named `post_attention_norm`; a multi-token-prediction
+/// layer at the end. Qwen 3.5's real vocabulary (its `qwen35` pre-tokenizer) and chat
+/// template.
 pub const QWEN35: Family = Family {
     arch: "qwen35",
     name: "elelem tiny qwen35 canary",
@@ -570,6 +571,7 @@ pub const QWEN35: Family = Family {
         attention_period: 2,
     }),
     attn_output_gate: true,
+    nextn: 1,
     vocab: Vocab::Suite {
         name: "qwen35",
         template: "Qwen3.5-4B",

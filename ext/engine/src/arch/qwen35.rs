@@ -9,11 +9,11 @@
 //! token's coordinates are `[p, p, p, 0]`) and scale the attention's output by the
 //! gate's sigmoid before `attn_output`. Each block is pre-normed, its feed-forward
 //! (SwiGLU) post-attention-normed; the last block runs on every row, and the output
-//! rows are picked after the final norm. Refused: multi-token-prediction layers
-//! (`nextn_predict_layers`, which llama.cpp loads and skips) and a fused `attn_qkv` on
-//! the attention layers.
+//! rows are picked after the final norm. The multi-token-prediction layers at the end
+//! (`nextn_predict_layers`) are loaded and left unused, as llama.cpp decodes. Refused: a
+//! fused `attn_qkv` on the attention layers.
 
-use super::common::{load_llama_like, Head};
+use super::common::{load_llama_like, read_nextn_layers, Head};
 use crate::ggml::{RopeMode, Tensor, MROPE_SECTIONS};
 use crate::model::{
     read_ssm, ArchSpec, AttentionWeights, DeltaNetWeights, FfnWeights, Glu, GraphBuilder, HParams, Keys, Kind,
@@ -41,13 +41,7 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
 /// keys, and which layers are recurrent.
 pub(super) fn read_hybrid(keys: &Keys, hp: &mut HParams) -> Result<()> {
     let arch = hp.arch.name;
-    let nextn = keys.opt_u32("nextn_predict_layers")?.unwrap_or(0);
-    if nextn > 0 {
-        return Err(Error::Unsupported(format!(
-            "{arch} with multi-token-prediction layers (nextn_predict_layers {nextn}) is not one elelem runs; \
-             llama.cpp runs it"
-        )));
-    }
+    read_nextn_layers(keys, hp)?;
     let sections = keys
         .opt_u32s("rope.dimension_sections", MROPE_SECTIONS)?
         .ok_or_else(|| Error::Load(format!("missing required metadata key {arch}.rope.dimension_sections")))?;
@@ -79,9 +73,12 @@ pub(super) fn read_hybrid(keys: &Keys, hp: &mut HParams) -> Result<()> {
         )));
     }
     hp.ssm = Some(ssm);
+    // Over every layer of the file (llama.cpp's n_layer_all); the prediction layers after
+    // `n_layer` attend.
     let n_layer = hp.n_layer as usize;
-    hp.recurrent = match keys.opt_bools("attention.recurrent_layers", n_layer)? {
-        Some(recurrent) => recurrent,
+    let n_layer_all = n_layer + hp.n_layer_nextn as usize;
+    hp.recurrent = match keys.opt_bools("attention.recurrent_layers", n_layer_all)? {
+        Some(recurrent) => recurrent[..n_layer].to_vec(),
         None => {
             let interval = keys.opt_u32("full_attention_interval")?.unwrap_or(4);
             if interval == 0 {
@@ -101,10 +98,63 @@ pub(super) fn read_hybrid(keys: &Keys, hp: &mut HParams) -> Result<()> {
 }
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
+    let weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let ffn = l.gated_ffn(hp, il)?;
         layer(l, hp, il, ffn)
-    })
+    })?;
+    declare_nextn_layers(loader, hp)?;
+    Ok(weights)
+}
+
+/// llama.cpp's `load_block_mtp` without `load_mtp`: the multi-token-prediction layers
+/// after the `n_layer` decoding ones, declared (shapes checked, never placed) as a gated
+/// attention block with qwen35's feed-forward (or qwen35moe's experts and shared
+/// expert), then its `nextn.*`; the Q, K and V projections all optional. All are
+/// optional when the file lacks the first one's `nextn.eh_proj`.
+pub(super) fn declare_nextn_layers(l: &mut Loader, hp: &HParams) -> Result<()> {
+    let (embd, vocab, head) = (u64::from(hp.n_embd), u64::from(hp.n_vocab), u64::from(hp.head_dim_k));
+    let (ff, ff_exp, ff_shexp) = (u64::from(hp.n_ff), u64::from(hp.n_ff_exp), u64::from(hp.n_ff_shexp));
+    let n_expert = u64::from(hp.n_expert);
+    let q_dim = head * u64::from(hp.n_head);
+    let (k_dim, v_dim) = (u64::from(hp.n_embd_k_gqa()), u64::from(hp.n_embd_v_gqa()));
+    let required = l.has(&format!("blk.{}.nextn.eh_proj.weight", hp.n_layer));
+    for il in hp.n_layer..hp.n_layer + hp.n_layer_nextn {
+        let mut unused =
+            |name: &str, shape: &[u64], needed: bool| l.unused(&format!("blk.{il}.{name}"), shape, needed && required);
+        unused("attn_norm.weight", &[embd], true)?;
+        unused("post_attention_norm.weight", &[embd], true)?;
+        let qkv = 2 * q_dim + k_dim + v_dim;
+        unused("attn_qkv.weight", &[embd, qkv], false)?;
+        unused("attn_qkv.bias", &[qkv], false)?;
+        for (name, width) in [("attn_q", 2 * q_dim), ("attn_k", k_dim), ("attn_v", v_dim)] {
+            unused(&format!("{name}.weight"), &[embd, width], false)?;
+            unused(&format!("{name}.bias"), &[width], false)?;
+        }
+        unused("attn_output.weight", &[q_dim, embd], true)?;
+        unused("attn_q_norm.weight", &[head], true)?;
+        unused("attn_k_norm.weight", &[head], true)?;
+        if n_expert > 0 {
+            unused("ffn_gate_inp.weight", &[embd, n_expert], true)?;
+            unused("ffn_down_exps.weight", &[ff_exp, embd, n_expert], true)?;
+            unused("ffn_gate_exps.weight", &[embd, ff_exp, n_expert], true)?;
+            unused("ffn_up_exps.weight", &[embd, ff_exp, n_expert], true)?;
+            unused("ffn_gate_inp_shexp.weight", &[embd], true)?;
+            unused("ffn_gate_shexp.weight", &[embd, ff_shexp], true)?;
+            unused("ffn_up_shexp.weight", &[embd, ff_shexp], true)?;
+            unused("ffn_down_shexp.weight", &[ff_shexp, embd], true)?;
+        } else {
+            unused("ffn_gate.weight", &[embd, ff], true)?;
+            unused("ffn_down.weight", &[ff, embd], true)?;
+            unused("ffn_up.weight", &[embd, ff], true)?;
+        }
+        unused("nextn.eh_proj.weight", &[2 * embd, embd], true)?;
+        unused("nextn.enorm.weight", &[embd], true)?;
+        unused("nextn.hnorm.weight", &[embd], true)?;
+        unused("nextn.embed_tokens.weight", &[embd, vocab], false)?;
+        unused("nextn.shared_head_head.weight", &[embd, vocab], false)?;
+        unused("nextn.shared_head_norm.weight", &[embd], false)?;
+    }
+    Ok(())
 }
 
 /// Layer `il` with its feed-forward: pre-norm, a delta net or gated attention,

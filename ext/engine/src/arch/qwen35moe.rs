@@ -3,9 +3,10 @@
 //! of SwiGLU experts, a softmax router picking `expert_used_count` of `expert_count`
 //! per token, weighted by their renormalized probabilities, beside a shared expert
 //! (`expert_shared_feed_forward_length` wide, else `feed_forward_length`) scaled by the
-//! sigmoid of its own gate, as llama.cpp's `src/models/qwen35moe.cpp`. Refused as
-//! qwen35's are: multi-token-prediction layers and a fused `attn_qkv` on the attention
-//! layers; and experts' gate and up projections fused in one tensor.
+//! sigmoid of its own gate, as llama.cpp's `src/models/qwen35moe.cpp`; its
+//! multi-token-prediction layers loaded and left unused, as qwen35's. Refused as
+//! qwen35's is a fused `attn_qkv` on the attention layers; and experts' gate and up
+//! projections fused in one tensor.
 
 use super::common::{load_llama_like, read_expert_counts, read_expert_width, Head};
 use super::qwen35;
@@ -36,7 +37,7 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
 }
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
+    let weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         if l.has(&format!("blk.{il}.ffn_gate_up_exps.weight")) {
             return Err(Error::Unsupported(format!(
                 "qwen35moe: experts' gate and up projections in one tensor (blk.{il}.ffn_gate_up_exps) are not \
@@ -46,7 +47,9 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let shared = l.shared_expert(hp, il, hp.n_ff_shexp, Some(SharedGate::Sigmoid))?;
         let ffn = l.experts_ffn(hp, il, Some(shared), false)?;
         qwen35::layer(l, hp, il, ffn)
-    })
+    })?;
+    qwen35::declare_nextn_layers(loader, hp)?;
+    Ok(weights)
 }
 
 fn build(b: &GraphBuilder) -> Tensor {
