@@ -46,12 +46,12 @@ pub(super) fn read_hybrid(keys: &Keys, hp: &mut HParams) -> Result<()> {
         .opt_u32s("rope.dimension_sections", MROPE_SECTIONS)?
         .ok_or_else(|| Error::Load(format!("missing required metadata key {arch}.rope.dimension_sections")))?;
     // ggml's kernel takes each pair's section modulo their sum, and asserts the sum is
-    // at most the dimensions rotated.
+    // at most a head's dimensions.
     let total = sections.iter().map(|&pairs| u64::from(pairs)).sum::<u64>();
-    if total == 0 || total > u64::from(hp.rope.n_dims) {
+    if total == 0 || total > u64::from(hp.head_dim_k) {
         return Err(Error::Load(format!(
-            "{arch}.rope.dimension_sections {sections:?} must sum to 1 to rope.dimension_count ({})",
-            hp.rope.n_dims
+            "{arch}.rope.dimension_sections {sections:?} must sum to 1 to the head size ({})",
+            hp.head_dim_k
         )));
     }
     for (section, &pairs) in hp.rope.sections.iter_mut().zip(&sections) {
