@@ -50,6 +50,13 @@ module Goldens
     "long" => [1] + (0...700).map { |i| 3 + ((i * 7919) % 509) }
   }.freeze
 
+  # Prompts beyond CANARY_PROMPTS for some synthetic models: "longer" (1,301 tokens) carries a
+  # recurrent state across three micro-batches of a prompt, "long" across two.
+  LONGER_PROMPT = ([1] + (0...1300).map { |i| 3 + ((i * 104_729) % 509) }).freeze
+  SYNTHETIC_PROMPTS = %w[tiny-qwen35 tiny-qwen35moe].to_h do |name|
+    [name, CANARY_PROMPTS.merge("longer" => LONGER_PROMPT)]
+  end.freeze
+
   # Sequences decoded together: one context with a sequence each, started in the same
   # pass (elelem's generate_all, the driver's lockstep). Different prompt lengths make
   # passes that mix decoding sequences with chunks of prompts still being read; the
@@ -63,7 +70,10 @@ module Goldens
     "lockstep-tiny-lfm2" => ["tiny-lfm2", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     "lockstep-tiny-mamba2" => ["tiny-mamba2", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     "lockstep-tiny-granitehybrid" => ["tiny-granitehybrid",
-                                      [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
+                                      [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
+    "lockstep-tiny-qwen35" => ["tiny-qwen35", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
+    "lockstep-tiny-qwen35moe" => ["tiny-qwen35moe",
+                                  [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
   }.freeze
 
   # Conversations continued from the cache (a continued case: the prompt, then a second turn
@@ -72,7 +82,9 @@ module Goldens
   CONTINUED = {
     "tiny-lfm2" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
     "tiny-mamba2" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
-    "tiny-granitehybrid" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]]
+    "tiny-granitehybrid" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
+    "tiny-qwen35" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
+    "tiny-qwen35moe" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]]
   }.freeze
 
   # Goldens of models opened with `flash_attn: false` (llama.cpp's `-fa off`): plain
@@ -160,7 +172,8 @@ module Goldens
   # profile's recording, written into the fixtures; other profiles' recordings stay.
   def run
     Reference.build
-    MODELS.merge(synthetic.to_h { |name| [name, CANARY_PROMPTS] }).each { |name, prompts| record_cases(name, prompts) }
+    MODELS.merge(synthetic.to_h { |name| [name, SYNTHETIC_PROMPTS.fetch(name, CANARY_PROMPTS)] })
+          .each { |name, prompts| record_cases(name, prompts) }
     LOCKSTEP.each_key { |name| record_lockstep(name) }
     [*FLASH_ATTN_OFF, *KV_Q8_0].each { |name| record_mirror(name) }
     write_chat
@@ -241,7 +254,7 @@ module Goldens
     golden = Elelem::Golden.new(fixture(name), cache: Elelem::Golden::CACHE_DIR)
     return golden unless synthetic.include?(name) && golden.cases.empty?
 
-    add_cases(golden, name, CANARY_PROMPTS)
+    add_cases(golden, name, SYNTHETIC_PROMPTS.fetch(name, CANARY_PROMPTS))
   end
 
   def write_chat

@@ -58,6 +58,10 @@ pub struct Family {
     /// Mamba-2 mixers in place of attention: on every layer (mamba2), or on some
     /// (granitehybrid).
     pub ssm: Option<Ssm>,
+    /// Gated delta nets in place of attention on some layers (qwen35).
+    pub delta_net: Option<DeltaNet>,
+    /// Q's projection twice as wide: each head's query, then a gate on its output (qwen35).
+    pub attn_output_gate: bool,
     /// The final norm's name (`token_embd_norm` in lfm2's files).
     pub output_norm: &'static str,
     /// Multi-token-prediction layers after the others (`nextn_predict_layers`, glm4moe's):
@@ -101,6 +105,26 @@ pub struct Ssm {
 impl Ssm {
     fn attends(self, il: u32) -> bool {
         self.attention_period.is_some_and(|period| il % period == period - 1)
+    }
+}
+
+/// Qwen 3.5's gated delta nets (`attn_qkv`, `attn_gate` and `ssm_*` weights, `ssm.*`
+/// keys) in place of attention on every layer but each `attention_period`-th (counting
+/// from one; the file's `full_attention_interval`): a convolution of `d_conv` steps over
+/// the queries, keys and values, `n_k_heads` heads of queries and keys and `n_v_heads`
+/// of values, each `head_dim` wide (the state's `ssm.state_size`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeltaNet {
+    pub d_conv: u32,
+    pub head_dim: u32,
+    pub n_k_heads: u32,
+    pub n_v_heads: u32,
+    pub attention_period: u32,
+}
+
+impl DeltaNet {
+    fn attends(self, il: u32) -> bool {
+        il % self.attention_period == self.attention_period - 1
     }
 }
 
@@ -181,6 +205,8 @@ pub enum Key {
     F32(f32),
     Bool(bool),
     Str(&'static str),
+    /// An array of unsigned integers (`rope.dimension_sections`).
+    U32s(&'static [u32]),
 }
 
 impl Key {
@@ -190,6 +216,7 @@ impl Key {
             Key::F32(v) => Value::F32(v),
             Key::Bool(v) => Value::Bool(v),
             Key::Str(v) => Value::String(v.to_string()),
+            Key::U32s(v) => Value::Array(v.iter().map(|&n| Value::U32(n)).collect()),
         }
     }
 }
@@ -217,6 +244,8 @@ pub const LLAMA: Family = Family {
     rope_factors: RopeFactors::None,
     short_conv: None,
     ssm: None,
+    delta_net: None,
+    attn_output_gate: false,
     output_norm: "output_norm",
     nextn: 0,
     vocab: Vocab::MadeUp,
@@ -521,6 +550,46 @@ pub const GRANITE_HYBRID: Family = Family {
     ],
     ..LLAMA
 };
+/// Qwen 3.5's dense layout: gated delta nets on every layer but every other one (the
+/// first, so that the micro shape's two layers have both kinds; Qwen 3.5 attends on every
+/// fourth), with a convolution of 4 steps and 2 heads of queries and keys for 4 of
+/// values, 16 wide; attention with an output gate, Q and K normed per head and
+/// interleaved multi-dimensional rope over half of each head in sections of 2, 1 and 1
+/// pairs; the feed-forward's norm named `post_attention_norm`; a multi-token-prediction
+/// layer at the end. Qwen 3.5's real vocabulary (its `qwen35` pre-tokenizer) and chat
+/// template.
+pub const QWEN35: Family = Family {
+    arch: "qwen35",
+    name: "elelem tiny qwen35 canary",
+    qk_norm: QkNorm::PerHead,
+    norms: Norms::PreFfnNamedPostAttention,
+    delta_net: Some(DeltaNet {
+        d_conv: 4,
+        head_dim: 16,
+        n_k_heads: 2,
+        n_v_heads: 4,
+        attention_period: 2,
+    }),
+    attn_output_gate: true,
+    nextn: 1,
+    vocab: Vocab::Suite {
+        name: "qwen35",
+        template: "Qwen3.5-4B",
+    },
+    keys: &[
+        ("rope.dimension_count", Key::U32(8)),
+        ("rope.dimension_sections", Key::U32s(&[2, 1, 1, 0])),
+    ],
+    ..LLAMA
+};
+/// Qwen 3.5's mixture-of-experts layout: qwen35's, with experts and a shared expert
+/// scaled by its sigmoid gate.
+pub const QWEN35MOE: Family = Family {
+    arch: "qwen35moe",
+    name: "elelem tiny qwen35moe canary",
+    shared_expert: SharedExpert::Gated,
+    ..QWEN35
+};
 pub const PHIMOE: Family = Family {
     arch: "phimoe",
     name: "elelem tiny canary, Phi 3.5 MoE shaped",
@@ -776,6 +845,32 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ),
         // 4 layers, 16 heads of Mamba-2 in 2 groups.
         ("tiny-mamba2", small(MAMBA2)),
+        // Layers 1 and 3 of 5 attend, in 4 heads of 16 (2 KV heads); the last layer is a
+        // delta net. 64 wide, the embeddings and the head of its 151,936 tokens in Q8_0.
+        (
+            "tiny-qwen35",
+            Shape {
+                n_layer: 5,
+                n_embd: 64,
+                n_head: 4,
+                embd_type: TensorType::Q8_0,
+                ..small(QWEN35)
+            },
+        ),
+        // qwen35's layers, with 8 experts of width 64, 2 per token, and a shared expert.
+        (
+            "tiny-qwen35moe",
+            Shape {
+                n_layer: 5,
+                n_embd: 64,
+                n_head: 4,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                embd_type: TensorType::Q8_0,
+                ..small(QWEN35MOE)
+            },
+        ),
         // Layers 1 and 3 of 5 attend; the last layer is a Mamba-2 mixer.
         (
             "tiny-granitehybrid",
@@ -916,6 +1011,14 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             .set(&key("ssm.time_step_rank"), Value::U32(d_inner / ssm.head_dim))
             .set(&key("ssm.group_count"), Value::U32(ssm.n_group));
     }
+    if let Some(net) = family.delta_net {
+        w.set(&key("ssm.conv_kernel"), Value::U32(net.d_conv))
+            .set(&key("ssm.inner_size"), Value::U32(net.head_dim * net.n_v_heads))
+            .set(&key("ssm.state_size"), Value::U32(net.head_dim))
+            .set(&key("ssm.time_step_rank"), Value::U32(net.n_v_heads))
+            .set(&key("ssm.group_count"), Value::U32(net.n_k_heads))
+            .set(&key("full_attention_interval"), Value::U32(net.attention_period));
+    }
     if shape.n_expert > 0 {
         w.set(&key("expert_count"), Value::U32(shape.n_expert))
             .set(&key("expert_used_count"), Value::U32(shape.n_expert_used))
@@ -966,6 +1069,8 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         }
         if let Some(ssm) = family.ssm.filter(|ssm| !ssm.attends(il)) {
             add_mamba2_mixer(&mut w, &mut rng, il, ssm, ty, n_embd);
+        } else if let Some(net) = family.delta_net.filter(|net| il < n_layer && !net.attends(il)) {
+            add_delta_net(&mut w, &mut rng, il, net, ty, n_embd);
         } else if let Some(conv) = family.short_conv.filter(|c| !c.attends(il)) {
             add_matrix(&mut w, &mut rng, &n("shortconv.in_proj.weight"), ty, n_embd, 3 * n_embd);
             let kernel = u64::from(conv.kernel);
@@ -979,7 +1084,8 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             if family.fused_qkv {
                 add_matrix(&mut w, &mut rng, &n("attn_qkv.weight"), ty, n_embd, n_embd + 2 * kv_dim);
             } else {
-                add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, n_embd);
+                let q_width = if family.attn_output_gate { 2 * n_embd } else { n_embd };
+                add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, q_width);
                 add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, kv_dim);
                 add_matrix(&mut w, &mut rng, &n("attn_v.weight"), ty, n_embd, kv_dim);
             }
@@ -1159,6 +1265,32 @@ fn add_mamba2_mixer(w: &mut GgufWriter, rng: &mut Rng, il: u32, ssm: Ssm, ty: Te
         &rng.around_one(d_inner),
     );
     add_matrix(w, rng, &n("ssm_out.weight"), ty, d_inner, n_embd);
+}
+
+/// Layer `il`'s gated delta net as llama.cpp's converter writes Qwen 3.5's: `attn_qkv`
+/// (queries, keys, values), `attn_gate` (z), the convolution's kernel, the decay's bias
+/// `ssm_dt` and `ssm_a` (`-exp(A_log)`: negative, here between -e and -1/e), `ssm_beta`,
+/// `ssm_alpha`, the output's norm and `ssm_out`.
+fn add_delta_net(w: &mut GgufWriter, rng: &mut Rng, il: u32, net: DeltaNet, ty: TensorType, n_embd: u64) {
+    let n = |t: &str| format!("blk.{il}.{t}");
+    let [d_conv, head_dim, n_k_heads, n_v_heads] =
+        [net.d_conv, net.head_dim, net.n_k_heads, net.n_v_heads].map(u64::from);
+    let (key_dim, value_dim) = (head_dim * n_k_heads, head_dim * n_v_heads);
+    let channels = 2 * key_dim + value_dim;
+    add_matrix(w, rng, &n("attn_qkv.weight"), ty, n_embd, channels);
+    add_matrix(w, rng, &n("attn_gate.weight"), ty, n_embd, value_dim);
+    w.add_f32(
+        &n("ssm_conv1d.weight"),
+        &[d_conv, channels],
+        &rng.matrix(d_conv, channels),
+    );
+    w.add_f32(&n("ssm_dt.bias"), &[n_v_heads], &rng.small(n_v_heads));
+    let a: Vec<f32> = (0..n_v_heads).map(|_| -rng.next_f32().exp()).collect();
+    w.add_f32(&n("ssm_a"), &[n_v_heads], &a);
+    add_matrix(w, rng, &n("ssm_beta.weight"), ty, n_embd, n_v_heads);
+    add_matrix(w, rng, &n("ssm_alpha.weight"), ty, n_embd, n_v_heads);
+    w.add_f32(&n("ssm_norm.weight"), &[head_dim], &rng.around_one(head_dim));
+    add_matrix(w, rng, &n("ssm_out.weight"), ty, value_dim, n_embd);
 }
 
 /// Adds the norm `<name>.weight` (around one) and, for a LayerNorm with bias, `<name>.bias`.

@@ -273,6 +273,8 @@ fn lockstep_sequences_match_llama_cpp() {
         ("lockstep-tiny-lfm2.json", "tiny-lfm2"),
         ("lockstep-tiny-mamba2.json", "tiny-mamba2"),
         ("lockstep-tiny-granitehybrid.json", "tiny-granitehybrid"),
+        ("lockstep-tiny-qwen35.json", "tiny-qwen35"),
+        ("lockstep-tiny-qwen35moe.json", "tiny-qwen35moe"),
     ] {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),

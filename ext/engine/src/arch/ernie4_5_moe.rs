@@ -48,7 +48,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         } else {
             let shared = match hp.n_ff_shexp {
                 0 => None,
-                width => Some(l.shared_expert(hp, il, width, false)?),
+                width => Some(l.shared_expert(hp, il, width, None)?),
             };
             l.experts_ffn(hp, il, shared, true)?
         };

@@ -84,7 +84,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         let ffn = if il < hp.n_layer_dense_lead {
             l.gated_ffn(hp, il)?
         } else {
-            let shared = l.shared_expert(hp, il, hp.n_ff_shexp, false)?;
+            let shared = l.shared_expert(hp, il, hp.n_ff_shexp, None)?;
             let experts = l.experts_ffn(hp, il, Some(shared), false)?;
             l.with_selection_bias(hp, il, experts)?
         };

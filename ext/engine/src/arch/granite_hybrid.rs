@@ -94,7 +94,9 @@ fn build(b: &GraphBuilder) -> Tensor {
         let mixed = match &layer.mixer {
             Mixer::Mamba2(mixer) => b.mamba2(mixer, normed, il),
             Mixer::Attention(attn) => attention(b, attn, normed, il),
-            Mixer::ShortConv(_) => unreachable!("granitehybrid's layers are Mamba-2 mixers or attention (load)"),
+            Mixer::ShortConv(_) | Mixer::DeltaNet(_) => {
+                unreachable!("granitehybrid's layers are Mamba-2 mixers or attention (load)")
+            }
         };
         let (mixed, residual) = b.select_outputs_if_last(il, mixed, x);
         let ffn_in = g.add(scaled(mixed), residual).set_name(&format!("ffn_inp-{il}"));

@@ -87,7 +87,9 @@ fn build(b: &GraphBuilder) -> Tensor {
         let mixed = match &layer.mixer {
             Mixer::ShortConv(conv) => short_conv(b, conv, normed, il),
             Mixer::Attention(attn) => attention(b, attn, normed, il),
-            Mixer::Mamba2(_) => unreachable!("lfm2's layers are short convolutions or attention (load)"),
+            Mixer::Mamba2(_) | Mixer::DeltaNet(_) => {
+                unreachable!("lfm2's layers are short convolutions or attention (load)")
+            }
         };
         let (mixed, residual) = b.select_outputs_if_last(il, mixed, x);
         let ffn_in = g.add(residual, mixed).set_name(&format!("ffn_inp-{il}"));

@@ -31,6 +31,8 @@ mod phimoe;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
+mod qwen35;
+mod qwen35moe;
 mod qwen3moe;
 mod seed_oss;
 mod smollm3;
@@ -77,6 +79,8 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &glm4moe::ARCH,
     &mamba2::ARCH,
     &granite_hybrid::ARCH,
+    &qwen35::ARCH,
+    &qwen35moe::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

@@ -7,7 +7,7 @@
 use super::common::{load_llama_like, read_expert_counts, read_expert_width, Head};
 use super::llama;
 use crate::ggml::RopeMode;
-use crate::model::{ArchSpec, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, Weights};
+use crate::model::{ArchSpec, HParams, Keys, Kind, LayerWeights, Loader, Mixer, NormType, SharedGate, Weights};
 use crate::Result;
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
@@ -38,7 +38,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let embd = u64::from(hp.n_embd);
     load_llama_like(loader, hp, Head::Own, |l, il| {
         let n = |s: &str| format!("blk.{il}.{s}");
-        let shared = l.shared_expert(hp, il, hp.n_ff_shexp, true)?;
+        let shared = l.shared_expert(hp, il, hp.n_ff_shexp, Some(SharedGate::SiluOverLogit))?;
         Ok(LayerWeights {
             attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
             mixer: Mixer::Attention(l.attention_without_output_bias(hp, il, false)?),

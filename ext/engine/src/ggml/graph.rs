@@ -19,6 +19,25 @@ pub enum RopeMode {
     Norm = 0,
     /// Halves (i, i + n/2): qwen2, gemma3.
     Neox = 2,
+    /// Interleaved multi-dimensional rope (ggml's `GGML_ROPE_TYPE_IMROPE`: Qwen3-VL's
+    /// and Qwen 3.5's), in NEOX order: each position has [`MROPE_SECTIONS`] coordinates
+    /// (a text token's `[p, p, p, 0]`), and [`Rope::sections`] says how many pairs
+    /// each coordinate turns, interleaved.
+    Imrope = 40,
+}
+
+/// The coordinates of a position under multi-dimensional rope (ggml's `GGML_MROPE_SECTIONS`).
+pub const MROPE_SECTIONS: usize = 4;
+
+impl RopeMode {
+    /// How many values one token's position takes in the positions input: one, or a
+    /// coordinate per section (as llama.cpp's `n_pos_per_embd`).
+    pub fn positions_per_token(self) -> usize {
+        match self {
+            RopeMode::Norm | RopeMode::Neox => 1,
+            RopeMode::Imrope => MROPE_SECTIONS,
+        }
+    }
 }
 
 /// The rotary embedding, with the scaling the file declares (`rope.scaling.type`):
@@ -39,6 +58,9 @@ pub struct Rope {
     pub attn_factor: f32,
     pub beta_fast: f32,
     pub beta_slow: f32,
+    /// Under multi-dimensional rope, the pairs each coordinate turns
+    /// (`rope.dimension_sections`); zeros otherwise.
+    pub sections: [i32; MROPE_SECTIONS],
 }
 
 /// A `ggml_gallocr`: plans and holds the compute buffer of the graphs.
@@ -327,6 +349,11 @@ impl Graph {
         op!(self, sys::ggml_sigmoid(self.c(), a.as_ptr()))
     }
 
+    /// `log(1 + exp(a))` (ggml's `softplus`).
+    pub fn softplus(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_softplus(self.c(), a.as_ptr()))
+    }
+
     pub fn silu(&self, a: Tensor) -> Tensor {
         op!(self, sys::ggml_silu(self.c(), a.as_ptr()))
     }
@@ -485,6 +512,29 @@ impl Graph {
         )
     }
 
+    /// The gated delta rule (ggml's `gated_delta_net`, one state kept: `K` 1): from the
+    /// states `s` [S_v, S_v, H_v, n_seqs], runs the queries and keys `q`, `k` [S_k, H_k,
+    /// n_seq_tokens, n_seqs] (H_v a multiple of H_k, broadcast), the values `v` [S_v, H_v,
+    /// n_seq_tokens, n_seqs], the decay `g` and the write strength `beta` [1, H_v,
+    /// n_seq_tokens, n_seqs]. Gives one F32 tensor: the outputs (as many values as `v`),
+    /// then each sequence's last state.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gated_delta_net(&self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s: Tensor) -> Tensor {
+        op!(
+            self,
+            sys::ggml_gated_delta_net(
+                self.c(),
+                q.as_ptr(),
+                k.as_ptr(),
+                v.as_ptr(),
+                g.as_ptr(),
+                beta.as_ptr(),
+                s.as_ptr(),
+                1
+            )
+        )
+    }
+
     pub fn set_rows(&self, dst: Tensor, src: Tensor, rows: Tensor) -> Tensor {
         op!(
             self,
@@ -494,25 +544,52 @@ impl Graph {
 
     /// The rotary embedding `rope` describes (YaRN included); `freq_factors`, where
     /// given, divides each pair's frequency (llama3's `rope_freqs`, LongRoPE's factors).
+    /// Multi-dimensional rope is ggml's `rope_multi`, `pos` then holding each token's
+    /// coordinates section by section.
     pub fn rope(&self, x: Tensor, pos: Tensor, rope: &Rope, freq_factors: Option<Tensor>) -> Tensor {
-        op!(
-            self,
-            sys::ggml_rope_ext(
-                self.c(),
-                x.as_ptr(),
-                pos.as_ptr(),
-                freq_factors.map_or(std::ptr::null_mut(), |f| f.as_ptr()),
-                rope.n_dims as i32,
-                rope.mode as i32,
-                rope.n_ctx_orig as i32,
-                rope.freq_base,
-                rope.freq_scale,
-                rope.ext_factor,
-                rope.attn_factor,
-                rope.beta_fast,
-                rope.beta_slow,
-            )
-        )
+        let factors = freq_factors.map_or(std::ptr::null_mut(), |f| f.as_ptr());
+        match rope.mode {
+            RopeMode::Norm | RopeMode::Neox => op!(
+                self,
+                sys::ggml_rope_ext(
+                    self.c(),
+                    x.as_ptr(),
+                    pos.as_ptr(),
+                    factors,
+                    rope.n_dims as i32,
+                    rope.mode as i32,
+                    rope.n_ctx_orig as i32,
+                    rope.freq_base,
+                    rope.freq_scale,
+                    rope.ext_factor,
+                    rope.attn_factor,
+                    rope.beta_fast,
+                    rope.beta_slow,
+                )
+            ),
+            RopeMode::Imrope => {
+                let mut sections = rope.sections;
+                op!(
+                    self,
+                    sys::ggml_rope_multi(
+                        self.c(),
+                        x.as_ptr(),
+                        pos.as_ptr(),
+                        factors,
+                        rope.n_dims as i32,
+                        sections.as_mut_ptr(),
+                        rope.mode as i32,
+                        rope.n_ctx_orig as i32,
+                        rope.freq_base,
+                        rope.freq_scale,
+                        rope.ext_factor,
+                        rope.attn_factor,
+                        rope.beta_fast,
+                        rope.beta_slow,
+                    )
+                )
+            }
+        }
     }
 
     /// Flash attention with F32 accumulation, as llama.cpp sets it; a non-zero

@@ -23,5 +23,5 @@ pub use device::{
     amx, cpu_has_vec_dot, cpu_variant, cpu_variants, init, system_info, Amx, Buffer, BufferType, CpuDevice,
     CpuVariantInfo,
 };
-pub use graph::{Gallocr, Graph, GraphArena, Rope, RopeMode};
+pub use graph::{Gallocr, Graph, GraphArena, Rope, RopeMode, MROPE_SECTIONS};
 pub use tensor::{Context, Tensor};

@@ -1,9 +1,11 @@
 //! Recurrent state (llama.cpp's `llama_memory_recurrent`): what a layer without a
 //! KV cache carries from one token to the next, one state per sequence instead of
 //! one cell per position. A convolution keeps the last `kernel - 1` inputs of every
-//! channel (llama.cpp's `n_embd_r`: LFM2's short convolutions, Mamba-2's); Mamba-2's
-//! selective scan keeps a `d_state` wide state of every channel besides (llama.cpp's
-//! `n_embd_s`), which a sequence's two rows hold as its convolution state does.
+//! channel (llama.cpp's `n_embd_r`: LFM2's short convolutions, Mamba-2's, the gated
+//! delta nets'); Mamba-2's selective scan keeps a `d_state` wide state of every channel
+//! besides, and a gated delta net a `d_state × d_state` matrix per value head (either
+//! is llama.cpp's `n_embd_s`), which a sequence's two rows hold as its convolution
+//! state does.
 //!
 //! A state summarizes every token before it and cannot be cut back: a sequence
 //! holds its whole past or nothing (llama.cpp's `seq_rm` refuses anything else
@@ -32,7 +34,8 @@ pub struct RecurrentShape {
     /// The values of one layer's convolution state (llama.cpp's `n_embd_r`).
     pub conv_width: u32,
     /// The values of one layer's scan state (llama.cpp's `n_embd_s`: Mamba-2's
-    /// `d_state · d_inner`); 0 where the layers keep none (LFM2's).
+    /// `d_state · d_inner`, a gated delta net's `d_state²` per value head, as many);
+    /// 0 where the layers keep none (LFM2's).
     pub ssm_width: u32,
 }
 

@@ -3,7 +3,7 @@
 
 use elelem_gguf::{Gguf, Value};
 
-use crate::ggml::{Rope, RopeMode};
+use crate::ggml::{Rope, RopeMode, MROPE_SECTIONS};
 use crate::memory::{KvShape, RecurrentShape};
 use crate::{Error, Result};
 
@@ -122,7 +122,9 @@ pub enum ExpertGating {
 /// `ssm_d_state`, `ssm_dt_rank`, `ssm_n_group`): `in_proj` gives z, x, B, C and the
 /// time steps; a causal convolution of `d_conv` steps runs over x, B and C; the scan
 /// runs `n_head` heads of `d_inner / n_head` channels with states `d_state` wide, B and
-/// C shared by the heads of each of `n_group` groups.
+/// C shared by the heads of each of `n_group` groups. A gated delta net (qwen35's) reads
+/// the same keys: `n_group` heads of queries and keys and `n_head` of values, each
+/// `d_state` wide, its state `d_state × d_state` per value head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ssm {
     pub d_conv: u32,
@@ -270,7 +272,8 @@ pub struct HParams {
     /// The kernel length of LFM2's short convolutions (`shortconv.l_cache`), which its
     /// recurrent layers run.
     pub short_conv_kernel: Option<u32>,
-    /// Mamba-2's state space, which its recurrent layers (mamba2's, granitehybrid's) run.
+    /// Mamba-2's state space, which its recurrent layers (mamba2's, granitehybrid's) run,
+    /// or a gated delta net's widths (qwen35's).
     pub ssm: Option<Ssm>,
     /// Whether a token attends only to earlier ones (`attention.causal`; encoders say false).
     pub causal_attn: bool,
@@ -315,7 +318,8 @@ impl HParams {
     }
 
     /// The recurrent state's shape, where some layers keep one: llama.cpp's `n_embd_r`
-    /// (a convolution's last `kernel - 1` inputs) and `n_embd_s` (Mamba-2's scan state).
+    /// (a convolution's last `kernel - 1` inputs) and `n_embd_s` (Mamba-2's scan state,
+    /// or a delta net's: `d_state · d_inner` both).
     pub fn recurrent_shape(&self) -> Option<RecurrentShape> {
         if !self.recurrent.contains(&true) {
             return None;
@@ -637,6 +641,7 @@ fn read_rope_scaling(keys: &Keys, mode: RopeMode, n_dims: u32, n_ctx_train: u32,
         attn_factor,
         beta_fast: 32.0,
         beta_slow: 1.0,
+        sections: [0; MROPE_SECTIONS],
     })
 }
 
@@ -797,6 +802,18 @@ impl Keys<'_> {
                 "{full} must be an unsigned 32-bit integer or an array of at most {n} of them, got {v:?}"
             ))
         })
+    }
+
+    /// Booleans, one for each of `n` (an array of exactly `n`).
+    pub(crate) fn opt_bools(&self, key: &str, n: usize) -> Result<Option<Vec<bool>>> {
+        let Some((full, v)) = self.get(key) else {
+            return Ok(None);
+        };
+        v.as_array()
+            .and_then(|items| items.iter().map(Value::as_bool).collect::<Option<Vec<bool>>>())
+            .filter(|values| values.len() == n)
+            .map(Some)
+            .ok_or_else(|| Error::Load(format!("{full} must be an array of {n} booleans, got {v:?}")))
     }
 
     /// A key outside the architecture's prefix (a tokenizer's).

@@ -55,19 +55,32 @@ impl GraphInput for TokenIds {
     }
 }
 
-/// I32 [n_tokens]: each token's position (`llm_graph_input_pos`). A graph that rotates
-/// nothing (mamba2's, Granite 4's without rope) does not read it, and it gets no memory.
-pub struct Positions(pub Tensor);
+/// I32 [n_tokens × per_token]: each token's position (`llm_graph_input_pos`); under
+/// multi-dimensional rope ([`crate::ggml::RopeMode::Imrope`]) a coordinate per section,
+/// section by section, a token's `[p, p, p, 0]` (as llama.cpp's batch expands a text
+/// token's position). A graph that rotates nothing (mamba2's, Granite 4's without rope)
+/// does not read it, and it gets no memory.
+pub struct Positions(pub Tensor, pub usize);
 
 impl GraphInput for Positions {
     fn set(&self, batch: &Batch) {
-        if self.0.is_allocated() {
-            self.0.write(batch.pos);
+        if !self.0.is_allocated() {
+            return;
         }
+        if self.1 == 1 {
+            self.0.write(batch.pos);
+            return;
+        }
+        let n = batch.n_tokens();
+        let mut coords = vec![0i32; n * self.1];
+        for section in coords.chunks_mut(n).take(3) {
+            section.copy_from_slice(batch.pos);
+        }
+        self.0.write(&coords);
     }
 
     fn can_reuse(&self, batch: &Batch) -> bool {
-        self.0.ne()[0] as usize == batch.n_tokens()
+        self.0.ne()[0] as usize == batch.n_tokens() * self.1
     }
 }
 
@@ -336,8 +349,16 @@ pub struct Inputs {
 impl Inputs {
     /// The inputs of a pass over `n_tokens` tokens with `n_outputs` output rows,
     /// attending over the first `n_kv` cells of each cache group, with flash attention
-    /// or without (then with a transposed V cache `v_width` values wide).
-    pub fn new(graph: &Graph, n_tokens: i64, n_outputs: i64, n_kv: &[u32], attention: MaskFor) -> Inputs {
+    /// or without (then with a transposed V cache `v_width` values wide), each position
+    /// `pos_per_token` values (see [`Positions`]).
+    pub fn new(
+        graph: &Graph,
+        n_tokens: i64,
+        n_outputs: i64,
+        n_kv: &[u32],
+        attention: MaskFor,
+        pos_per_token: usize,
+    ) -> Inputs {
         let mask_type = match attention {
             MaskFor::FlashAttention => sys::GGML_TYPE_F16,
             MaskFor::SoftMax { .. } => sys::GGML_TYPE_F32,
@@ -366,7 +387,10 @@ impl Inputs {
             .collect();
         Inputs {
             tokens: TokenIds(graph.input("inp_tokens", sys::GGML_TYPE_I32, &[n_tokens])),
-            pos: Positions(graph.input("inp_pos", sys::GGML_TYPE_I32, &[n_tokens])),
+            pos: Positions(
+                graph.input("inp_pos", sys::GGML_TYPE_I32, &[n_tokens * pos_per_token as i64]),
+                pos_per_token,
+            ),
             out_ids: OutputRows(graph.input("inp_out_ids", sys::GGML_TYPE_I32, &[n_outputs])),
             kv,
             added: RefCell::new(Vec::new()),

@@ -9,7 +9,8 @@ use ggml_sys as sys;
 use super::hparams::{ExpertGating, HParams, NormType, Pooling};
 use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, StateRowsInput, TemperatureInput};
 use super::weights::{
-    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Norm, QkvWeights, SharedExpert, Weights,
+    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Norm, QkvWeights, SharedExpert,
+    SharedGate, Weights,
 };
 use crate::ggml::{Graph, Rope, Tensor};
 use crate::memory::kv_cache::KvCache;
@@ -233,11 +234,7 @@ impl GraphBuilder<'_> {
         )
     }
 
-    /// Stores K and V of the new tokens in the layer's cache cells, attends over
-    /// the first `n_kv` cells of its group, with flash attention or llama.cpp's plain
-    /// attention (scores, soft-max, weighted sum over a transposed V cache), and
-    /// projects the result (wo, bo). Before a quantized cache Q and K (V) are rotated
-    /// by a Walsh-Hadamard matrix, and the output rotated back, as llama.cpp does.
+    /// [`GraphBuilder::attend`], then the output projection (wo, bo).
     pub fn attention(
         &self,
         attn: &AttentionWeights,
@@ -247,6 +244,21 @@ impl GraphBuilder<'_> {
         v: Tensor,
         kq_scale: f32,
     ) -> Tensor {
+        let out = self.attend(attn, il, q, k, v, kq_scale);
+        let mut out = self.graph.mul_mat(attn.wo, out);
+        if let Some(bo) = attn.bo {
+            out = self.graph.add(out, bo);
+        }
+        out.set_name(&format!("attn_out-{il}"))
+    }
+
+    /// Stores K and V of the new tokens in the layer's cache cells and attends over
+    /// the first `n_kv` cells of its group, with flash attention or llama.cpp's plain
+    /// attention (scores, soft-max, weighted sum over a transposed V cache): [n_embd_v,
+    /// n_tokens], before the output projection (llama.cpp's `build_attn` without `wo`).
+    /// Before a quantized cache Q and K (V) are rotated by a Walsh-Hadamard matrix, and
+    /// the output rotated back, as llama.cpp does.
+    pub fn attend(&self, attn: &AttentionWeights, il: usize, q: Tensor, k: Tensor, v: Tensor, kq_scale: f32) -> Tensor {
         let hp = self.hparams();
         let g = self.graph;
         let (q, k) = match self.kv.k_rot {
@@ -330,12 +342,7 @@ impl GraphBuilder<'_> {
             g.cont_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
         };
         let out = out.set_name(&format!("kqv_out-{il}"));
-        let out = self.kv.v_rot.map_or(out, |rot| g.mul_mat_hadamard(out, rot));
-        let mut out = g.mul_mat(attn.wo, out);
-        if let Some(bo) = attn.bo {
-            out = g.add(out, bo);
-        }
-        out.set_name(&format!("attn_out-{il}"))
+        self.kv.v_rot.map_or(out, |rot| g.mul_mat_hadamard(out, rot))
     }
 
     /// Attention over the pass's own tokens (an encoder's: no cache), as llama.cpp's
@@ -524,7 +531,49 @@ impl GraphBuilder<'_> {
     }
 
     fn ssm_states(&self, il: usize) -> Tensor {
-        self.recurrent.ssm[il].expect("a Mamba-2 layer has its scan state (RecurrentShape::ssm_width)")
+        self.recurrent.ssm[il].expect("a Mamba-2 or delta-net layer has its state (RecurrentShape::ssm_width)")
+    }
+
+    /// llama.cpp's `build_recurrent_attn` (`src/models/delta-net-base.cpp`) as it runs on
+    /// the CPU, whose backend has the fused op (`fused_gdn_ar` and `fused_gdn_ch`, so for
+    /// one token and for many alike): layer `il`'s delta-rule states of the pass's
+    /// sequences, [S_v · S_v · H_v, n_seqs] (a fresh sequence's are zeros), gathered as
+    /// `build_rs` gathers them and shaped [S_v, S_v, H_v, n_seqs]; ggml's `gated_delta_net`
+    /// over `q`, `k` [S_k, H_k, n_seq_tokens, n_seqs] (H_k dividing H_v: the op
+    /// broadcasts them), `v` [S_v, H_v, n_seq_tokens, n_seqs], the decay `g` and the write
+    /// strength `beta` [1, H_v, n_seq_tokens, n_seqs]; the new states stored in the rows
+    /// the pass writes. Returns the outputs, [S_v, H_v, n_seq_tokens, n_seqs].
+    #[allow(clippy::too_many_arguments)]
+    pub fn gated_delta_net(&self, il: usize, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> Tensor {
+        let graph = self.graph;
+        let [s_v, h_v, n_seq_tokens, n_seqs] = v.ne();
+        let (read, write) = self.state_rows();
+        let states = self.ssm_states(il);
+        let state = graph.get_rows(states, read);
+        let state = graph.reshape_4d(state, [s_v, s_v, h_v, n_seqs]);
+        let result = graph.gated_delta_net(q, k, v, g, beta, state);
+        let row = |n: i64| n as usize * std::mem::size_of::<f32>();
+        let output = graph
+            .view_4d(
+                result,
+                [s_v, h_v, n_seq_tokens, n_seqs],
+                row(s_v),
+                row(s_v * h_v),
+                row(s_v * h_v * n_seq_tokens),
+                0,
+            )
+            .set_name(&format!("attn_output-{il}"));
+        // After the outputs, each sequence's last state.
+        let state_values = s_v * s_v * h_v;
+        let new_states = graph.view_2d(
+            result,
+            state_values,
+            n_seqs,
+            row(state_values),
+            row(s_v * h_v * n_seq_tokens * n_seqs),
+        );
+        graph.expand(graph.set_rows(states, new_states, write));
+        output
     }
 
     /// The rows each sequence's state is read from (I32) and written to (I64): one
@@ -676,7 +725,7 @@ impl GraphBuilder<'_> {
     }
 
     /// The shared expert's SwiGLU on the rows `x`, times its gate's sigmoid, which
-    /// llama.cpp computes as `silu(g) / g`.
+    /// llama.cpp computes as `silu(g) / g` (qwen2moe) or as the sigmoid (qwen35moe).
     fn shared_expert(&self, shared: SharedExpert, x: Tensor) -> Tensor {
         let g = self.graph;
         let out = g.mul_mat(
@@ -684,11 +733,27 @@ impl GraphBuilder<'_> {
             g.swiglu_split(g.mul_mat(shared.gate, x), g.mul_mat(shared.up, x)),
         );
         match shared.gate_inp {
-            Some(gate_inp) => {
+            Some((gate_inp, how)) => {
                 let logit = g.mul_mat(gate_inp, x);
-                g.mul(out, g.div(g.silu(logit), logit))
+                let gate = match how {
+                    SharedGate::SiluOverLogit => g.div(g.silu(logit), logit),
+                    SharedGate::Sigmoid => g.sigmoid(logit),
+                };
+                g.mul(out, gate)
             }
             None => out,
+        }
+    }
+
+    /// [`GraphBuilder::output`] where the last block ran on every row: the final norm
+    /// over them all, then the head on the rows whose logits are wanted (llama.cpp's
+    /// order where a graph picks them after the norm: qwen35's).
+    pub fn output_after_norm(&self, x: Tensor) -> Tensor {
+        let head = self.weights.head.as_ref().expect("a decoder has its head");
+        let x = self.norm(x, Some(head.norm), "result_norm", 0);
+        match self.pooling {
+            Some(pooling) => self.pool(x, pooling),
+            None => self.logits(self.output_rows(x), head),
         }
     }
 

@@ -9,7 +9,8 @@ use ggml_sys as sys;
 
 use super::hparams::HParams;
 use super::weights::{
-    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Mixer, Norm, QkvWeights, SharedExpert,
+    AttentionWeights, DeltaNetWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Mixer, Norm, QkvWeights,
+    SharedExpert, SharedGate,
 };
 use crate::ggml::{self, Buffer, CpuDevice, Tensor};
 use crate::{Error, Result};
@@ -283,17 +284,23 @@ impl<'a> Loader<'a> {
     }
 
     /// A shared expert `width` wide (`ffn_{gate,up,down}_shexp`), with its sigmoid gate
-    /// (`ffn_gate_inp_shexp`) when `gated`.
-    pub fn shared_expert(&mut self, hp: &HParams, il: u32, width: u32, gated: bool) -> Result<SharedExpert> {
+    /// (`ffn_gate_inp_shexp`), computed as `gate` says, where it has one.
+    pub fn shared_expert(
+        &mut self,
+        hp: &HParams,
+        il: u32,
+        width: u32,
+        gate: Option<SharedGate>,
+    ) -> Result<SharedExpert> {
         let n = |s: &str| format!("blk.{il}.{s}");
         let (embd, ff) = (u64::from(hp.n_embd), u64::from(width));
         Ok(SharedExpert {
             gate: self.matrix(&n("ffn_gate_shexp.weight"), &[embd, ff])?,
             up: self.matrix(&n("ffn_up_shexp.weight"), &[embd, ff])?,
             down: self.matrix(&n("ffn_down_shexp.weight"), &[ff, embd])?,
-            gate_inp: match gated {
-                true => Some(self.matrix(&n("ffn_gate_inp_shexp.weight"), &[embd])?),
-                false => None,
+            gate_inp: match gate {
+                Some(how) => Some((self.matrix(&n("ffn_gate_inp_shexp.weight"), &[embd])?, how)),
+                None => None,
             },
         })
     }
@@ -333,6 +340,64 @@ impl<'a> Loader<'a> {
             norm: self.f32_weight(&n("ssm_norm.weight"), &[d_inner / n_group, n_group])?,
             out_proj: self.matrix(&n("ssm_out.weight"), &[d_inner, embd])?,
         })
+    }
+
+    /// Layer `il`'s gated delta net (`attn_qkv`, `attn_gate`, `ssm_conv1d`, `ssm_dt.bias`,
+    /// `ssm_a`, `ssm_beta`, `ssm_alpha`, `ssm_norm`, `ssm_out`), shaped by the model's
+    /// [`super::Ssm`] as llama.cpp's qwen35 shapes it: heads of `d_state` keys and values.
+    pub fn delta_net(&mut self, hp: &HParams, il: u32) -> Result<DeltaNetWeights> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let ssm = hp
+            .ssm
+            .ok_or_else(|| Error::Internal("a delta net needs the model's ssm".into()))?;
+        let [embd, d_conv, d_state, n_v_heads, n_k_heads] =
+            [hp.n_embd, ssm.d_conv, ssm.d_state, ssm.n_head, ssm.n_group].map(u64::from);
+        let (key_dim, value_dim) = (d_state * n_k_heads, d_state * n_v_heads);
+        let conv_dim = 2 * key_dim + value_dim;
+        Ok(DeltaNetWeights {
+            qkv: self.matrix(&n("attn_qkv.weight"), &[embd, conv_dim])?,
+            gate: self.matrix(&n("attn_gate.weight"), &[embd, value_dim])?,
+            conv: self.f32_weight(&n("ssm_conv1d.weight"), &[d_conv, conv_dim])?,
+            dt_bias: self.vector(&n("ssm_dt.bias"), n_v_heads)?,
+            // No `.weight` suffix, as llama.cpp names it (`LLM_TENSOR_SSM_A_NOSCAN`).
+            a: self.vector(&n("ssm_a"), n_v_heads)?,
+            beta: self.matrix(&n("ssm_beta.weight"), &[embd, n_v_heads])?,
+            alpha: self.matrix(&n("ssm_alpha.weight"), &[embd, n_v_heads])?,
+            norm: self.vector(&n("ssm_norm.weight"), d_state)?,
+            out: self.matrix(&n("ssm_out.weight"), &[value_dim, embd])?,
+        })
+    }
+
+    /// Layer `il`'s attention with a gate on its output (qwen35's, qwen3next's): Q's
+    /// projection twice as wide, each head's query followed by its gate; K, V and O as
+    /// usual, no biases; per-head RMS norms of Q and K. llama.cpp also takes a fused
+    /// `attn_qkv` here, which elelem refuses.
+    pub fn attention_with_output_gate(&mut self, hp: &HParams, il: u32) -> Result<AttentionWeights> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        if self.has(&n("attn_qkv.weight")) {
+            return Err(Error::Unsupported(format!(
+                "{}: a fused attn_qkv on attention layer {il} is not something elelem runs; llama.cpp does",
+                hp.arch.name
+            )));
+        }
+        let embd = u64::from(hp.n_embd);
+        let q_dim = u64::from(hp.head_dim_k * hp.n_head);
+        let attn = AttentionWeights {
+            qkv: QkvWeights::Separate {
+                wq: self.matrix(&n("attn_q.weight"), &[embd, 2 * q_dim])?,
+                wk: self.matrix(&n("attn_k.weight"), &[embd, u64::from(hp.n_embd_k_gqa())])?,
+                wv: self.matrix(&n("attn_v.weight"), &[embd, u64::from(hp.n_embd_v_gqa())])?,
+                bq: None,
+                bk: None,
+                bv: None,
+            },
+            q_norm: None,
+            k_norm: None,
+            wo: self.matrix(&n("attn_output.weight"), &[q_dim, embd])?,
+            bo: None,
+            sinks: None,
+        };
+        self.with_head_norms(hp, il, attn)
     }
 
     /// `attn` with per-head RMS norms of Q and of K (`attn_q_norm`, `attn_k_norm`,

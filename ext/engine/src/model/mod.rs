@@ -23,8 +23,8 @@ pub use layers::{Glu, GraphBuilder};
 pub(crate) use loader::Loader;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
-    AttentionWeights, Classifier, EncoderInput, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Mixer, Norm,
-    OutputHead, QkvWeights, RopeFactors, SharedExpert, ShortConvWeights, Weights,
+    AttentionWeights, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights,
+    Mixer, Norm, OutputHead, QkvWeights, RopeFactors, SharedExpert, SharedGate, ShortConvWeights, Weights,
 };
 
 #[derive(Debug, Clone)]

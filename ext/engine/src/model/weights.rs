@@ -36,6 +36,8 @@ pub enum Mixer {
     ShortConv(ShortConvWeights),
     /// Mamba-2's selective state space (mamba2's, granitehybrid's).
     Mamba2(Mamba2Weights),
+    /// A gated delta net, linear attention with a delta-rule state (qwen35's).
+    DeltaNet(DeltaNetWeights),
 }
 
 impl Mixer {
@@ -43,7 +45,9 @@ impl Mixer {
     pub fn attention(&self) -> &AttentionWeights {
         match self {
             Mixer::Attention(attn) => attn,
-            Mixer::ShortConv(_) | Mixer::Mamba2(_) => unreachable!("a recurrent layer's graph reads no attention"),
+            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) => {
+                unreachable!("a recurrent layer's graph reads no attention")
+            }
         }
     }
 
@@ -51,7 +55,9 @@ impl Mixer {
     pub fn into_attention(self) -> AttentionWeights {
         match self {
             Mixer::Attention(attn) => attn,
-            Mixer::ShortConv(_) | Mixer::Mamba2(_) => unreachable!("a recurrent layer's graph reads no attention"),
+            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) => {
+                unreachable!("a recurrent layer's graph reads no attention")
+            }
         }
     }
 }
@@ -83,6 +89,27 @@ pub struct Mamba2Weights {
     pub d: Tensor,
     pub norm: Tensor,
     pub out_proj: Tensor,
+}
+
+/// A gated delta net's weights (llama.cpp's for qwen35: `attn_qkv`, `attn_gate`, `ssm_*`;
+/// the widths are its [`crate::model::Ssm`]'s, keys of `d_state` in `n_group` heads and
+/// values of `d_state` in `n_head` heads): `qkv` [n_embd, 2 · keys + values] gives the
+/// queries, keys and values that the depthwise causal convolution `conv` [d_conv,
+/// 2 · keys + values] runs over; `gate` [n_embd, values] the output gate z; `beta` and
+/// `alpha` [n_embd, n_head] each head's write strength and, with `dt_bias` [n_head]
+/// and `a` [n_head] (the file holds `-exp(A_log)`), its decay; `norm` [d_state] the
+/// output's RMS norm per head, `out` [values, n_embd] its projection.
+#[derive(Clone, Copy)]
+pub struct DeltaNetWeights {
+    pub qkv: Tensor,
+    pub gate: Tensor,
+    pub conv: Tensor,
+    pub dt_bias: Tensor,
+    pub a: Tensor,
+    pub beta: Tensor,
+    pub alpha: Tensor,
+    pub norm: Tensor,
+    pub out: Tensor,
 }
 
 /// A norm's weight and, for LayerNorms, its bias. Which norm it is (RMS or
@@ -173,14 +200,24 @@ pub struct ExpertBiases {
 }
 
 /// An expert every token goes through besides those it is routed to: a SwiGLU
-/// feed-forward, its output scaled by `sigmoid(gate_inp · x)` where the model has
-/// that gate (qwen2moe's `ffn_gate_inp_shexp`).
+/// feed-forward, its output scaled by the sigmoid of `gate_inp · x` where the model has
+/// that gate (`ffn_gate_inp_shexp`: qwen2moe's, qwen35moe's), computed as [`SharedGate`] says.
 #[derive(Clone, Copy)]
 pub struct SharedExpert {
     pub gate: Tensor,
     pub up: Tensor,
     pub down: Tensor,
-    pub gate_inp: Option<Tensor>,
+    pub gate_inp: Option<(Tensor, SharedGate)>,
+}
+
+/// How llama.cpp's graph computes the shared expert's sigmoid gate from its logit:
+/// the two round differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedGate {
+    /// `silu(logit) / logit` (qwen2moe's).
+    SiluOverLogit,
+    /// `sigmoid(logit)` (qwen35moe's).
+    Sigmoid,
 }
 
 pub struct Weights {

@@ -857,6 +857,7 @@ fn build(graph: &Graph, model: &Model, memory: &Memory, params: &ContextParams, 
         shape.n_outputs.into(),
         shape.n_kv,
         attention,
+        model.hparams.rope.mode.positions_per_token(),
     );
     let builder = GraphBuilder {
         graph,
