@@ -7,6 +7,7 @@ require_relative "reference"
 require_relative "bench_embeddings"
 require_relative "bench_speculative"
 require_relative "bench_server"
+require_relative "bench_amx"
 
 # `rake bench`: elelem, through its public Ruby API (Elelem::Bench), side by
 # side with llama.cpp (the reference built from the same pinned source, its
@@ -57,6 +58,9 @@ module Bench
     "tg64 t/s lookup adaptive vs llama.cpp's lookup k=4" => [:min, 1.0],
     "tg64 t/s copy adaptive vs llama.cpp plain" => [:min, 1.5],
     "tg64 t/s copy adaptive vs llama.cpp's lookup k=4" => [:min, 1.0],
+    # Where AMX is in use (BenchAmx): each engine without it, and each with it against without.
+    "AMX off: pp512 t/s" => [:min, 0.95], "AMX off: pp64 t/s" => [:min, 0.95], "AMX off: tg128 t/s" => [:min, 1.0],
+    "pp512 t/s AMX on vs off (both elelem)" => [:min, 1.0], "pp64 t/s AMX on vs off (both elelem)" => [:min, 1.0],
     # `elelem serve` beside llama-server under the same load (BenchServer).
     "streams over HTTP tg64 t/s (all)" => [:min, 1.0],
     "streams over HTTP ttft p50 ms" => [:max, 1.0], "streams over HTTP ttft p99 ms" => [:max, 1.0]
@@ -565,6 +569,7 @@ module Bench
   def task_rows(report)
     tasks = { "speculative decoding, #{BenchSpeculative::TARGET}" => BenchSpeculative.enabled? && BenchSpeculative,
               BenchEmbeddings::MODEL => ENV.fetch("BENCH_EMBEDDINGS", "1") == "1" && BenchEmbeddings,
+              "AMX on and off" => BenchAmx.enabled? && BenchAmx,
               "elelem serve beside llama-server, #{BenchServer::MODEL}" => BenchServer.enabled? && BenchServer }
     tasks.each do |label, rows|
       next unless rows

@@ -9,10 +9,12 @@
 //! products only; ROWS is a list of row counts (`1,2,4,5,8,16,17,32,33,64` when
 //! absent). Ours and ggml's take turns, `REPS` products at a turn, five turns each;
 //! prints `type buffer K×N rows ours_ms ggml_ms`, the medians (rows where ours does
-//! not apply time ggml's twice).
+//! not apply time ggml's twice). Where ggml's AMX kernels are in use, a third column,
+//! `amx_ms`, times ggml's product with the same weights in its AMX buffer, as a model
+//! would hold them there (`-` where AMX does not take the type or the kernels are off).
 
 use elelem_engine::ggml::kernels::Products;
-use elelem_engine::ggml::{Backend, Buffer, Context, CpuDevice, Gallocr, GraphArena, Tensor};
+use elelem_engine::ggml::{Backend, Buffer, BufferType, Context, CpuDevice, Gallocr, GraphArena, Tensor};
 use ggml_sys as sys;
 use std::time::Instant;
 
@@ -48,23 +50,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("no {buft} buffer type here");
             continue;
         };
-        let ctx = Context::new_no_alloc(1)?;
-        let w = ctx.new_tensor(ty, &[k, n])?;
-        let _buffer = Buffer::alloc_ctx_tensors(&ctx, buft, "weights")?;
-        let weights: Vec<f32> = (0..k * n).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
-        let mut quantized = vec![0u8; unsafe { sys::ggml_row_size(ty, k) } * n as usize];
-        unsafe {
-            sys::ggml_quantize_chunk(
-                ty,
-                weights.as_ptr(),
-                quantized.as_mut_ptr().cast(),
-                0,
-                n,
-                k,
-                std::ptr::null(),
-            )
-        };
-        w.write(&quantized);
+        let (_ctx, w, _buffer) = weight(ty, buft, k, n)?;
+        // AMX takes Q4_K and Q6_K, Q8_0 and others, not Q5_0; reference kernels never.
+        let amx = device
+            .weight_bufts
+            .iter()
+            .find(|b| b.name() == "AMX")
+            .filter(|_| !on_reference && ty != sys::GGML_TYPE_Q5_0)
+            .map(|&amx| weight(ty, amx, k, n))
+            .transpose()?;
         for &rows in &row_counts {
             let mut turns = [const { Vec::new() }; 2];
             for _ in 0..TURNS {
@@ -72,14 +66,49 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     times.push(time(w, k, rows, own, on_reference, reps, backend));
                 }
             }
-            let [ours, theirs] = turns.map(|mut times| {
+            let median = |mut times: Vec<f64>| {
                 times.sort_by(f64::total_cmp);
                 times[TURNS / 2]
+            };
+            let [ours, theirs] = turns.map(median);
+            let amx = amx.as_ref().map_or("-".to_string(), |(_, w, _)| {
+                let times = (0..TURNS)
+                    .map(|_| time(*w, k, rows, false, false, reps, backend))
+                    .collect();
+                format!("{:.2}", median(times))
             });
-            println!("{name} {} {k}x{n} {rows} {ours:.2} {theirs:.2}", buft.name());
+            println!("{name} {} {k}x{n} {rows} {ours:.2} {theirs:.2} {amx}", buft.name());
         }
     }
     Ok(())
+}
+
+/// A `k`×`n` weight of type `ty` in a buffer of type `buft`, from the same
+/// deterministic values whatever the buffer (its context and buffer keep it alive).
+fn weight(
+    ty: sys::ggml_type,
+    buft: BufferType,
+    k: i64,
+    n: i64,
+) -> Result<(Context, Tensor, Buffer), Box<dyn std::error::Error>> {
+    let ctx = Context::new_no_alloc(1)?;
+    let w = ctx.new_tensor(ty, &[k, n])?;
+    let buffer = Buffer::alloc_ctx_tensors(&ctx, buft, "weights")?;
+    let weights: Vec<f32> = (0..k * n).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
+    let mut quantized = vec![0u8; unsafe { sys::ggml_row_size(ty, k) } * n as usize];
+    unsafe {
+        sys::ggml_quantize_chunk(
+            ty,
+            weights.as_ptr(),
+            quantized.as_mut_ptr().cast(),
+            0,
+            n,
+            k,
+            std::ptr::null(),
+        )
+    };
+    w.write(&quantized);
+    Ok((ctx, w, buffer))
 }
 
 /// Turns each side takes at each row count.
