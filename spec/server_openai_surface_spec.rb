@@ -209,7 +209,11 @@ RSpec.describe "elelem serve, OpenAI's chat surface" do
     it "with_tool: tools without tool_choice, then the call and its result sent back" do
       ask = { role: "user", content: "What is the weather in Paris?" }
       content, calls = post(model: "qwen", stream: false, messages: [ask], tools: [weather_tool])
-      (calls || {}).each_value { |call| expect(call).to match(name: "weather", arguments: { "city" => String }) }
+      # Sampled (ruby_llm sends no temperature: OpenAI's default, 1), and the tool's schema allows
+      # properties beside `city` (no additionalProperties: false), so a call may carry more.
+      (calls || {}).each_value do |call|
+        expect(call).to match(name: "weather", arguments: a_hash_including("city" => String))
+      end
       expect(content).to be_a(String) if calls.nil?
 
       # The second turn as format_messages writes it: the assistant's content nil (compacted
