@@ -3,7 +3,7 @@
 require "spec_helper"
 require "open3"
 require "rbconfig"
-require "fileutils"
+require_relative "support/deny_amx_permission"
 
 # ggml's AMX kernels run only where CPUID, XCR0 and Linux's permission allow them
 # (ext/ggml-sys/src/cpu.rs); otherwise the products take the AVX-512 path with one
@@ -12,16 +12,6 @@ require "fileutils"
 # child Ruby. On a CPU or build without AMX nothing is asked, so the child must run
 # as this process does, and say nothing.
 RSpec.describe "AMX" do
-  def deny_amx_permission
-    exe = File.join(ROOT, "tmp", "deny_amx_permission")
-    source = File.join(ROOT, "spec", "support", "deny_amx_permission.c")
-    unless File.exist?(exe) && File.mtime(exe) >= File.mtime(source)
-      FileUtils.mkdir_p(File.dirname(exe))
-      system("cc", "-O2", "-Wall", "-o", exe, source, exception: true)
-    end
-    exe
-  end
-
   def child(*prefix)
     code = <<~RUBY
       puts Elelem.system_info, Elelem.build_profile[:isa].join(" ")
@@ -41,7 +31,7 @@ RSpec.describe "AMX" do
   end
 
   it "falls back to AVX-512 with one warning when Linux refuses the tile-data permission" do
-    out, err, status = child(deny_amx_permission)
+    out, err, status = child(DenyAmxPermission.executable(ROOT))
     expect(status).to be_success, err
     info, isa, tokens = out.lines.map(&:chomp)
     expect(tokens).to eq("4")

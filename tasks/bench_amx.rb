@@ -4,6 +4,7 @@ require "json"
 require "open3"
 require "rbconfig"
 require_relative "reference"
+require_relative "../spec/support/deny_amx_permission"
 
 # `rake bench`'s AMX rows, where ggml's AMX kernels are in use: prompt and decode speed
 # with AMX and without it, elelem beside llama.cpp each time. AMX is a process's
@@ -24,15 +25,8 @@ module BenchAmx
     ENV.fetch("BENCH_AMX", "1") == "1" && Elelem.build_profile[:isa].include?("AMX_INT8")
   end
 
-  def deny_amx_permission
-    exe = File.join(Reference::ROOT, "tmp", "deny_amx_permission")
-    system("cc", "-O2", "-o", exe, File.join(Reference::ROOT, "spec", "support", "deny_amx_permission.c"),
-           exception: true)
-    exe
-  end
-
   def rows(threads)
-    denied = deny_amx_permission
+    denied = DenyAmxPermission.executable(Reference::ROOT)
     Bench.list("BENCH_AMX_MODELS", MODELS).flat_map do |name|
       path = Elelem::Models.fetch(name)
       turns = Array.new(Bench.reps) { [child(path, threads), child(path, threads, denied)] }
