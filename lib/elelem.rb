@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "etc"
+require "fileutils"
 require "json"
 require "rbconfig"
 require_relative "elelem/version"
@@ -122,8 +123,17 @@ module Elelem
     #   waits), and on all `n_threads` again once they are free; never for a pass whose
     #   result would change with the thread count, so the tokens are the same either way. See
     #   README, "Sharing the cores"
-    # @option options [Integer] :n_gpu_layers layers to offload to a GPU; this build is
-    #   CPU-only and, like llama.cpp, runs every layer on the CPU (see {Model#info})
+    # @option options [Integer, nil] :n_gpu_layers how many layers go to the devices (the
+    #   RPC workers' of `rpc:`), the last ones, the output layer counted, as llama.cpp's `-ngl`;
+    #   nil, the default, is all of them. Without a device every layer runs on the CPU
+    # @option options [Array<String>, String] :rpc RPC workers (`"host:port"`, each running
+    #   `elelem rpc-server` or llama.cpp's `rpc-server`) whose devices hold the offloaded layers,
+    #   their weights and their KV cache, as llama.cpp's `--rpc`. The protocol has no
+    #   authentication: trusted networks only. See README, "A model over several machines"
+    # @option options [Array<Numeric>] :tensor_split each device's share of the offloaded
+    #   layers (llama.cpp's `--tensor-split`); left out: in proportion to each one's free memory
+    # @option options [Numeric] :rpc_timeout the longest any wait on an RPC worker lasts, in
+    #   seconds (default 60): a worker that answers nothing for that long has failed
     # @option options [Integer] :parallel how many sequences generate at once (up to
     #   {Model::MAX_SEQUENCES}): concurrent calls from threads beyond it wait in a queue
     # @option options [Integer] :queue how many calls may wait; one more raises {BusyError}
@@ -178,6 +188,28 @@ module Elelem
     # @return [String, Array<Integer>]
     def generate(model, prompt, **options, &)
       model.generate(prompt, **options, &)
+    end
+
+    # Serves this machine's CPU to RPC clients ({Elelem.open}'s `rpc:`, llama.cpp's `--rpc`)
+    # until the process ends; Ctrl-C (SIGINT) or SIGTERM ends it. This is ggml's RPC server
+    # from elelem's own build: `elelem rpc-server` runs it. It has no authentication: bind
+    # it to loopback (the default) or to a trusted network only.
+    #
+    # @param host [String] the IPv4 address to listen on
+    # @param port [Integer] the TCP port
+    # @param threads [Integer] CPU threads per graph
+    # @param cache [String, nil] a directory where large tensors are kept by hash, so that a
+    #   client that loads the same model again need not send them (llama.cpp's `-c`)
+    # @return [void] never, unless the server cannot start
+    # @raise [Elelem::BackendError] when it cannot listen there
+    def serve_rpc(host: "127.0.0.1", port: 50_052, threads: Defaults::OPEN[:n_threads], cache: nil)
+      raise ArgumentError, "port must be an Integer in 1..65535, got #{port.inspect}" unless (1..65_535).cover?(port)
+      unless threads.is_a?(Integer) && threads.between?(1, Defaults::MAX_THREADS)
+        raise ArgumentError, "threads must be an Integer in 1..#{Defaults::MAX_THREADS}, got #{threads.inspect}"
+      end
+
+      FileUtils.mkdir_p(cache) if cache
+      _serve_rpc(host.to_s, port, threads, cache&.to_s)
     end
 
     # Frees a model's native memory; the module form of {Model#close}.

@@ -72,7 +72,9 @@ module Reference
   end
 
   def configure(dir, *options)
-    return if File.exist?(File.join(dir, "CMakeCache.txt"))
+    cache = File.join(dir, "CMakeCache.txt")
+    # A build configured before the driver took --rpc is configured again (incrementally).
+    return if File.exist?(cache) && File.read(cache).include?("GGML_RPC:BOOL=ON")
 
     llama = File.join(VendorGgml.package_dir, "llama.cpp")
     FileUtils.mkdir_p(dir)

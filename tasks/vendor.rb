@@ -3,7 +3,8 @@
 require "fileutils"
 require "json"
 
-# Copies the CPU build's share of ggml out of the pinned llama-cpp-sys-2 package
+# Copies the share of ggml that elelem builds (ggml-base, the CPU backend, the RPC backend)
+# out of the pinned llama-cpp-sys-2 package
 # (downloaded and checksum-verified by cargo through vendor/fetch/Cargo.lock)
 # into the git-ignored vendor/ggml.
 module VendorGgml
@@ -14,6 +15,8 @@ module VendorGgml
   VERSION = "0.1.161"
   # Only what ggml-base and the CPU backend compile from (see ext/ggml-sys/build.rs).
   CPU_SKIP = %w[kleidiai spacemit].freeze
+  # The RPC backend's TCP transport (its RDMA ones are left out: no verbs library is linked).
+  RPC_SOURCES = %w[ggml-rpc.cpp transport.cpp transport.h].freeze
 
   module_function
 
@@ -46,11 +49,14 @@ module VendorGgml
     FileUtils.cp_r(File.join(ggml, "include"), staging)
     Dir[File.join(ggml, "src", "*.{c,cpp,h}")].each { |f| FileUtils.cp(f, File.join(staging, "src")) }
     copy_cpu_backend(File.join(ggml, "src", "ggml-cpu"), File.join(staging, "src", "ggml-cpu"))
+    FileUtils.mkdir_p(File.join(staging, "src", "ggml-rpc"))
+    RPC_SOURCES.each { |f| FileUtils.cp(File.join(ggml, "src", "ggml-rpc", f), File.join(staging, "src", "ggml-rpc")) }
     File.write(File.join(staging, "VERSION"), "#{ggml_version(ggml)}\n")
   end
 
   def present?
-    File.exist?(File.join(DEST, "VERSION")) && File.exist?(File.join(DEST, "include", "ggml.h"))
+    File.exist?(File.join(DEST, "VERSION")) && File.exist?(File.join(DEST, "include", "ggml.h")) &&
+      RPC_SOURCES.all? { |f| File.exist?(File.join(DEST, "src", "ggml-rpc", f)) }
   end
 
   def copy_cpu_backend(from, to)

@@ -126,6 +126,9 @@ fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
     println!("cargo:rerun-if-changed=layouts.hpp");
     println!("cargo:rerun-if-changed=include/elelem_amx.h");
+    println!("cargo:rerun-if-changed=include/elelem_rpc.h");
+    println!("cargo:rerun-if-changed=native/rpc_client.cpp");
+    println!("cargo:rerun-if-changed=include/elelem_rpc_client.h");
     println!("cargo:rerun-if-changed=src/variants.rs");
     for var in [
         "ELELEM_GGML_DIR",
@@ -144,7 +147,7 @@ fn build_static(ggml: &Path, out: &Path, base: &[PathBuf], backend: &[PathBuf], 
     // As in ggml's CMake, only the CPU backend gets the architecture flags: ggml-base
     // (dequantization for get_rows among it) is compiled for the baseline ISA, so no FMA
     // contraction changes its bits relative to the reference build.
-    let mut objects = Vec::new();
+    let mut objects = rpc_objects(ggml, out, openmp);
     let groups = [(base, false), (backend, true)];
     for (i, (files, arch_flags)) in groups.iter().enumerate() {
         let (c_files, cpp_files): (Vec<&PathBuf>, Vec<&PathBuf>) =
@@ -163,6 +166,29 @@ fn build_static(ggml: &Path, out: &Path, base: &[PathBuf], backend: &[PathBuf], 
             }
         }
     }
+}
+
+/// ggml's RPC backend (the client of `rpc-server` workers, and the server itself), with
+/// `include/elelem_rpc.h` forced into its two sources so that a failed worker is an error
+/// and not an abort, and no network wait lasts forever; and `native/rpc_client.cpp`, the
+/// other half of that. Baseline ISA, as ggml-base.
+fn rpc_objects(ggml: &Path, out: &Path, openmp: bool) -> Vec<PathBuf> {
+    let rpc = ggml.join("src").join("ggml-rpc");
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let mut build = compiler(ggml, out, true, &[], openmp);
+    build
+        .out_dir(out.join("obj-rpc"))
+        .flag("-include")
+        .flag(manifest.join("include/elelem_rpc.h").to_str().unwrap())
+        .files([rpc.join("ggml-rpc.cpp"), rpc.join("transport.cpp")]);
+    let mut objects = build.compile_intermediates();
+    let mut client = compiler(ggml, out, true, &[], openmp);
+    client
+        .out_dir(out.join("obj-rpc-client"))
+        .include(manifest.join("include"))
+        .file(manifest.join("native/rpc_client.cpp"));
+    objects.extend(client.compile_intermediates());
+    objects
 }
 
 /// The variants `ELELEM_CPU_VARIANTS` asks for: `default` (the platform gem's set), `all`
@@ -226,8 +252,8 @@ fn build_variants(
         fs::remove_file(entry.path()).unwrap();
     }
 
-    // ggml-base + ggml (the registry), baseline ISA, as one shared library.
-    let mut objects = Vec::new();
+    // ggml-base + ggml (the registry) and the RPC backend, baseline ISA, as one shared library.
+    let mut objects = rpc_objects(ggml, out, openmp);
     for (cpp, files) in split_by_language(base) {
         let mut build = compiler(ggml, out, cpp, &[], openmp);
         build
@@ -524,7 +550,8 @@ fn generate_bindings(ggml: &Path, out: &Path) {
     bindgen::Builder::default()
         .header("wrapper.h")
         .clang_arg(format!("-I{}", ggml.join("include").display()))
-        .allowlist_function("ggml_.*|gguf_.*")
+        .clang_arg(format!("-I{}/include", env::var("CARGO_MANIFEST_DIR").unwrap()))
+        .allowlist_function("ggml_.*|gguf_.*|elelem_rpc_.*")
         .allowlist_type("ggml_.*|gguf_.*")
         .allowlist_var("GGML_.*|GGUF_.*")
         .prepend_enum_name(false)

@@ -3,3 +3,5 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "gguf.h"
+#include "ggml-rpc.h"
+#include "elelem_rpc_client.h"

@@ -7,6 +7,7 @@ require_relative "cli/chat"
 require_relative "cli/convert"
 require_relative "cli/embed"
 require_relative "cli/flags"
+require_relative "cli/rpc_server"
 require_relative "cli/serve"
 
 module Elelem
@@ -23,7 +24,8 @@ module Elelem
       "bench" => "measure prompt and decode speed (medians; `rake bench` adds llama.cpp beside it)",
       "fetch" => "download a known model (#{Models.names.join(", ")})",
       "pull" => "download a model from Hugging Face (hf:org/repo[:QUANT], hf:org/repo/file.gguf), or a known one",
-      "convert" => "convert a Hugging Face BERT directory (safetensors) to GGUF, as convert_hf_to_gguf.py does"
+      "convert" => "convert a Hugging Face BERT directory (safetensors) to GGUF, as convert_hf_to_gguf.py does",
+      "rpc-server" => "serve this machine's CPU to RPC clients (--rpc), as llama.cpp's rpc-server"
     }.freeze
 
     # The sampling each command uses unless told otherwise, where it deliberately differs from
@@ -51,7 +53,7 @@ module Elelem
       status = not_a_command(command)
       return status if status
 
-      send(:"cmd_#{command}", argv)
+      send(:"cmd_#{command.tr("-", "_")}", argv)
       0
     rescue OptionParser::ParseError, Elelem::Error, ArgumentError, Errno::ENOENT => e
       @err.puts "elelem: #{e.message}"
@@ -73,7 +75,7 @@ module Elelem
     def usage(status)
       io = status.zero? ? @out : @err
       io.puts "usage: elelem COMMAND [options] (elelem COMMAND --help), elelem --version"
-      COMMANDS.each { |name, what| io.puts format("  %-9<name>s %<what>s", name:, what:) }
+      COMMANDS.each { |name, what| io.puts format("  %-10<name>s %<what>s", name:, what:) }
       status
     end
 

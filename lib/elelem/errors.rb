@@ -65,6 +65,11 @@ module Elelem
   # message says what it lacks and which variants it runs).
   class CpuError < Error; end
 
+  # A backend beyond the CPU failed: an RPC worker ({Elelem.open}'s `rpc:`) that is down,
+  # died, did not answer within `rpc_timeout`, answered garbage or speaks another protocol
+  # version. A model whose worker failed cannot compute again: close it and open it anew.
+  class BackendError < Error; end
+
   # A native computation was stopped by an interrupt that Ruby then did not raise.
   class InterruptedError < Error; end
 

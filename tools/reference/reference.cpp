@@ -8,7 +8,10 @@
 // take it: the flash attention of every context made (default auto, which
 // the CPU backend resolves to on). And `-ctk TYPE` / `-ctv TYPE` (f16, q8_0,
 // q4_0, ...), as llama.cpp's `--cache-type-k` / `--cache-type-v`: the types of
-// the KV cache of every context made (default f16).
+// the KV cache of every context made (default f16). And `--rpc HOST:PORT,...` and
+// `-ngl N`, as llama.cpp's tools take them: every model loaded is spread over those RPC
+// workers' devices (llama.cpp's default split, by their free memory), N layers of it
+// (the output one counted; default all).
 //
 //   elelem-reference generate MODEL IDS N_PREDICT [N_CTX] [N_THREADS] [IGNORE_EOS]
 //       IDS is comma-separated prompt token ids. Prints the greedy ids (one
@@ -118,6 +121,7 @@
 // KV cache, n_batch 2048, n_ubatch 512, swa_full false, the prompt fed with
 // llama_batch_get_one (only the last token is an output), greedy sampling.
 #include "llama.h"
+#include "ggml-rpc.h"
 #include "ngram-cache.h"  // header-only structures: the driver links only libllama
 
 #include <algorithm>
@@ -233,10 +237,34 @@ static bool set_cache_type(ggml_type & type, const char * value) {
     return false;
 }
 
+// --rpc and -ngl: the RPC workers' devices (NULL-terminated; empty: none) and how many
+// layers go to them (-1: all).
+static std::vector<ggml_backend_dev_t> rpc_devices;
+static int n_gpu_layers = -1;
+
+static bool add_rpc_servers(const char * list) {
+    std::stringstream ss(list);
+    std::string endpoint;
+    while (std::getline(ss, endpoint, ',')) {
+        ggml_backend_reg_t reg = ggml_backend_rpc_add_server(endpoint.c_str());
+        if (!reg) return false;
+        for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
+            rpc_devices.push_back(ggml_backend_reg_dev_get(reg, i));
+        }
+    }
+    return !rpc_devices.empty();
+}
+
 // vocab_only skips the weights, for the commands that only ask the tokenizer.
 static llama_model * load(const char * path, bool vocab_only) {
     llama_model_params mp = llama_model_default_params();
     mp.vocab_only = vocab_only;
+    std::vector<ggml_backend_dev_t> devices = rpc_devices;
+    if (!devices.empty()) {
+        devices.push_back(nullptr);
+        mp.devices = devices.data();
+        mp.n_gpu_layers = n_gpu_layers;
+    }
     mp.kv_overrides = overrides.data();
     llama_model * model = llama_model_load_from_file(path, mp);
     if (!model) { fprintf(stderr, "failed to load %s\n", path); exit(1); }
@@ -1192,6 +1220,8 @@ int main(int argc, char ** argv) {
         else if (!strcmp(argv[i], "-fa")) options_ok = options_ok && i + 1 < argc && set_flash_attn(argv[++i]);
         else if (!strcmp(argv[i], "-ctk")) options_ok = options_ok && i + 1 < argc && set_cache_type(cache_type_k, argv[++i]);
         else if (!strcmp(argv[i], "-ctv")) options_ok = options_ok && i + 1 < argc && set_cache_type(cache_type_v, argv[++i]);
+        else if (!strcmp(argv[i], "--rpc")) options_ok = options_ok && i + 1 < argc && add_rpc_servers(argv[++i]);
+        else if (!strcmp(argv[i], "-ngl")) options_ok = options_ok && i + 1 < argc && (n_gpu_layers = atoi(argv[++i]), true);
         else argv[n_args++] = argv[i];
     }
     argc = n_args;

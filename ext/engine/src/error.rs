@@ -38,6 +38,10 @@ pub enum Error {
     /// variant libraries that are missing.
     #[error("{0}")]
     Cpu(String),
+    /// A backend beyond the CPU failed: an RPC worker that is down, died, timed out,
+    /// answered garbage or speaks another protocol version.
+    #[error("{0}")]
+    Backend(String),
     /// ggml could not allocate memory.
     #[error("out of memory allocating {0}")]
     OutOfMemory(String),

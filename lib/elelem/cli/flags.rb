@@ -5,7 +5,8 @@ module Elelem
   # with the defaults it really uses.
   class CLI
     # The options of {Elelem.open} that the commands' flags set.
-    OPEN_OPTIONS = %i[n_ctx n_threads adaptive_threads batch_invariant parallel queue].freeze
+    OPEN_OPTIONS = %i[n_ctx n_threads adaptive_threads batch_invariant parallel queue rpc n_gpu_layers
+                      tensor_split].freeze
 
     private
 
@@ -38,6 +39,19 @@ module Elelem
       end
       parser.on("--batch-invariant", "each sequence's tokens as alone, whatever runs beside it (slower)") do
         opts[:batch_invariant] = true
+      end
+      offload_options(parser, opts)
+    end
+
+    def offload_options(parser, opts)
+      parser.on("--rpc HOST:PORT,...", Array, "RPC workers (elelem rpc-server) that hold the offloaded layers " \
+                                              "(trusted networks only: no authentication)") { |l| opts[:rpc] = l }
+      parser.on("--ngl N", "--n-gpu-layers N", Integer, "layers on the devices, output counted (default all)") do |n|
+        opts[:n_gpu_layers] = n
+      end
+      parser.on("--tensor-split A,B,...", Array, "each device's share of the offloaded layers " \
+                                                 "(default: by free memory)") do |l|
+        opts[:tensor_split] = l.map { |x| flag_value { Float(x) } }
       end
     end
 

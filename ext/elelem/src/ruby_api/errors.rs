@@ -20,6 +20,7 @@ static INTERRUPTED: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "
 static BUSY: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "BusyError"));
 static INCOMPATIBLE_DRAFT: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "IncompatibleDraftError"));
 static CPU: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "CpuError"));
+static BACKEND: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "BackendError"));
 
 pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
     use elelem_engine::Error as E;
@@ -35,6 +36,7 @@ pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
         E::IncompatibleDraft(_) => ruby.get_inner(&INCOMPATIBLE_DRAFT),
         E::Closed => ruby.get_inner(&CLOSED),
         E::Cpu(_) => ruby.get_inner(&CPU),
+        E::Backend(_) => ruby.get_inner(&BACKEND),
         E::Internal(_) | E::Tokenizer(_) => ruby.get_inner(&ERROR),
     };
     Error::new(class, e.to_string())

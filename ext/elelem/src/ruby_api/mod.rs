@@ -22,6 +22,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     elelem.define_singleton_method("build_profile", function!(build_profile, 0))?;
     elelem.define_singleton_method("cpu_variants", function!(cpu_variants, 0))?;
     elelem.define_singleton_method("supported_architectures", function!(supported_architectures, 0))?;
+    elelem.define_singleton_method("_serve_rpc", function!(serve_rpc, 4))?;
     defaults::init(ruby, &elelem)?;
     tokenizer::init(ruby, &elelem)?;
     convert::init(ruby, &elelem)?;
@@ -45,6 +46,13 @@ fn cpu_variants(ruby: &Ruby) -> Result<magnus::RArray, Error> {
         list.push(h)?;
     }
     Ok(list)
+}
+
+/// `Elelem.serve_rpc` (lib/elelem.rb checks its arguments): ggml's RPC server on this
+/// process's CPU, until the process ends.
+fn serve_rpc(ruby: &Ruby, host: String, port: u16, n_threads: usize, cache_dir: Option<String>) -> Result<(), Error> {
+    elelem_engine::ggml::rpc::serve(&host, port, n_threads, cache_dir.as_deref())
+        .map_err(|e| errors::engine_error(ruby, e))
 }
 
 /// `Elelem.supported_architectures`: the engine's registry, by `general.architecture` name.

@@ -117,8 +117,27 @@ impl Model {
                 None => None,
             },
         )?;
-        h.aset(sym("n_gpu_layers"), 0)?;
-        h.aset(sym("backend"), "CPU")?;
+        let model = runtime.model();
+        let placement = model.placement();
+        h.aset(sym("n_gpu_layers"), placement.offloaded())?;
+        let mut backends: Vec<String> = placement.devices.iter().map(|d| d.name.clone()).collect();
+        backends.push("CPU".into());
+        h.aset(sym("backend"), backends.join(","))?;
+        let devices = ruby.ary_new();
+        for (i, (device, bytes)) in placement.devices.iter().zip(model.device_bytes()).enumerate() {
+            let d = ruby.hash_new();
+            d.aset(sym("name"), device.name.as_str())?;
+            d.aset(sym("description"), device.description.as_str())?;
+            d.aset(
+                sym("layers"),
+                placement.layers.iter().filter(|&&l| l == Some(i)).count(),
+            )?;
+            d.aset(sym("output"), placement.output == Some(i))?;
+            d.aset(sym("weights_bytes"), *bytes)?;
+            devices.push(d)?;
+        }
+        h.aset(sym("devices"), devices)?;
+        h.aset(sym("rpc"), runtime.params().rpc.clone())?;
         Ok(h)
     }
 

@@ -14,7 +14,7 @@ use magnus::{prelude::*, r_hash::ForEach, Error, Integer, RHash, RString, Ruby, 
 use super::model::Model;
 
 /// The keys `Elelem.open` takes, for the message that refuses another.
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 16] = [
     "n_ctx",
     "n_threads",
     "adaptive_threads",
@@ -28,6 +28,9 @@ const KEYS: [&str; 13] = [
     "draft_tokens",
     "batch_invariant",
     "own_kernels",
+    "rpc",
+    "tensor_split",
+    "rpc_timeout",
 ];
 
 /// A model's path and how to open it.
@@ -60,9 +63,11 @@ impl OpenParams {
                 "n_ctx" => params.n_ctx = arg.integer(1..=engine::runtime::context::MAX_N_CTX)?,
                 "n_threads" => params.n_threads = arg.integer(1..=engine::runtime::context::MAX_THREADS)?,
                 "adaptive_threads" => params.adaptive_threads = arg.boolean()?,
-                // Checked and let go: this CPU-only build runs every layer on the CPU, as
-                // llama.cpp does without a GPU backend.
-                "n_gpu_layers" => arg.integer::<u32>(0..=u32::MAX).map(drop)?,
+                "n_gpu_layers" if value.is_nil() => params.n_gpu_layers = None,
+                "n_gpu_layers" => params.n_gpu_layers = Some(arg.integer(0..=u32::MAX)?),
+                "rpc" => params.rpc = arg.endpoints()?,
+                "tensor_split" => params.tensor_split = arg.shares()?,
+                "rpc_timeout" => params.rpc_timeout = arg.seconds()?,
                 "parallel" => params.parallel = arg.integer(1..=engine::MAX_SEQUENCES)?,
                 "queue" => params.max_queue = arg.integer(0..=u32::MAX as usize)?,
                 "flash_attn" => params.flash_attn = arg.flash_attn()?,
@@ -118,6 +123,37 @@ impl Arg<'_> {
             .and_then(|n| T::try_from(n).ok())
             .filter(|n| range.contains(n))
             .ok_or_else(|| self.invalid(&expected))
+    }
+
+    /// RPC endpoints: an Array of `"host:port"` Strings, or one String of them separated by commas.
+    fn endpoints(&self) -> Result<Vec<String>, Error> {
+        if let Some(s) = RString::from_value(self.value) {
+            return Ok(s.to_string()?.split(',').map(|e| e.trim().to_string()).collect());
+        }
+        magnus::RArray::from_value(self.value)
+            .and_then(|a| a.to_vec::<String>().ok())
+            .ok_or_else(|| self.invalid("an Array of \"host:port\" Strings"))
+    }
+
+    /// An Array of non-negative Numerics: each device's share of the offloaded layers.
+    fn shares(&self) -> Result<Vec<f32>, Error> {
+        let expected = "an Array of non-negative numbers";
+        magnus::RArray::from_value(self.value)
+            .ok_or_else(|| self.invalid(expected))?
+            .to_vec::<f64>()
+            .ok()
+            .filter(|v| v.iter().all(|x| x.is_finite() && *x >= 0.0))
+            .map(|v| v.into_iter().map(|x| x as f32).collect())
+            .ok_or_else(|| self.invalid(expected))
+    }
+
+    /// A positive number of seconds, at most a day.
+    fn seconds(&self) -> Result<std::time::Duration, Error> {
+        f64::try_convert(self.value)
+            .ok()
+            .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+            .map(std::time::Duration::from_secs_f64)
+            .ok_or_else(|| self.invalid("a number of seconds above 0, at most 86400"))
     }
 
     /// `true` or `false` exactly: a truthy `1` is more likely a mistake than a yes.

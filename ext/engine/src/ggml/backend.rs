@@ -164,6 +164,12 @@ impl Backend {
         Ok(())
     }
 
+    /// Readies the backend for a graph that ggml's scheduler runs (on all `n_threads`).
+    pub fn attach_all(&mut self) -> Result<()> {
+        self.last_threads = self.n_threads;
+        self.attach(self.n_threads)
+    }
+
     /// Lets the worker pool sleep now. After a graph ggml's workers poll for the next
     /// one for about 100 ms (`poll` 50), which keeps passes close together but takes
     /// a core from whatever runs once the work is over: another process, Ruby threads.

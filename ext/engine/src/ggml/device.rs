@@ -69,6 +69,41 @@ impl Drop for Buffer {
     }
 }
 
+/// A device besides the CPU (an RPC worker's, a GPU): where layers of a model, their
+/// caches and their part of each graph go.
+#[derive(Clone, Debug)]
+pub struct Device {
+    pub(crate) dev: sys::ggml_backend_dev_t,
+    /// ggml's name for it (`RPC0`, `Vulkan0`).
+    pub name: String,
+    /// What it is (an RPC device: its worker's endpoint).
+    pub description: String,
+    /// Where its weights and caches live.
+    pub buft: BufferType,
+}
+
+unsafe impl Send for Device {}
+unsafe impl Sync for Device {}
+
+impl Device {
+    pub(crate) fn of(dev: sys::ggml_backend_dev_t) -> Device {
+        let text = |p: *const std::ffi::c_char| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        Device {
+            dev,
+            name: text(unsafe { sys::ggml_backend_dev_name(dev) }),
+            description: text(unsafe { sys::ggml_backend_dev_description(dev) }),
+            buft: BufferType(unsafe { sys::ggml_backend_dev_buffer_type(dev) }),
+        }
+    }
+
+    /// Its free and total memory, in bytes, as it reports them.
+    pub fn memory(&self) -> (usize, usize) {
+        let (mut free, mut total) = (0, 0);
+        unsafe { sys::ggml_backend_dev_memory(self.dev, &mut free, &mut total) };
+        (free, total)
+    }
+}
+
 /// The CPU device and the buffer types it offers for weights, best first: the
 /// "extra" types (repacked layouts such as q4_K_8x8) before the plain one,
 /// as llama.cpp orders them.

@@ -14,6 +14,8 @@ pub mod build_profile;
 mod device;
 mod graph;
 pub mod kernels;
+pub mod rpc;
+mod sched;
 mod tensor;
 pub mod threads;
 
@@ -21,7 +23,8 @@ pub use backend::Backend;
 pub use build_profile::{cpu_model, BuildProfile};
 pub use device::{
     amx, cpu_has_vec_dot, cpu_variant, cpu_variants, init, system_info, Amx, Buffer, BufferType, CpuDevice,
-    CpuVariantInfo,
+    CpuVariantInfo, Device,
 };
 pub use graph::{Gallocr, Graph, GraphArena, Rope, RopeMode, MROPE_SECTIONS};
+pub use sched::Sched;
 pub use tensor::{Context, Tensor};

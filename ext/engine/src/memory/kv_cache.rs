@@ -13,7 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::ggml::{self, Backend, Buffer, Tensor};
+use super::{LayerPlaces, Placed};
+use crate::ggml::{self, Backend, Buffer, BufferType, Tensor};
 use crate::Result;
 use ggml_sys as sys;
 
@@ -422,8 +423,7 @@ pub(crate) struct KvCache {
     pub layer_group: Vec<Option<usize>>,
     pub groups: Vec<Cells>,
     /// None for a model without a cache (an encoder).
-    buffer: Option<Buffer>,
-    _ctx: Option<ggml::Context>,
+    placed: Option<Placed>,
     /// The rotations' own buffer (not counted as cache), when there are any.
     _rot: Option<(ggml::Context, Buffer)>,
 }
@@ -452,6 +452,7 @@ impl KvCache {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         backend: &Backend,
+        layer_bufts: &[Option<BufferType>],
         shape: &KvShape,
         n_ctx: u32,
         n_ubatch: u32,
@@ -485,7 +486,8 @@ impl KvCache {
                 })
             })
             .collect::<Vec<_>>();
-        let ctx = ggml::Context::new_no_alloc(2 * shape.windows.len())?;
+        // A layer's K and V go where the layer is (`layer_bufts`; `None`: the CPU's buffer).
+        let mut places = LayerPlaces::new(backend.default_buft(), layer_bufts, 2 * shape.windows.len());
         let mut k = Vec::with_capacity(shape.windows.len());
         let mut v = Vec::with_capacity(shape.windows.len());
         for (il, group) in layer_group.iter().enumerate() {
@@ -495,6 +497,7 @@ impl KvCache {
                 continue;
             };
             let cells = i64::from(groups[g].size());
+            let ctx = places.context(il)?;
             k.push(Some(
                 ctx.new_tensor(type_k.ggml_type(), &[shape.n_embd_k.into(), cells])?
                     .set_name(&format!("cache_k_l{il}")),
@@ -515,8 +518,7 @@ impl KvCache {
             "KV cache ({bytes} bytes, {:.1} MiB, for n_ctx {n_ctx}; a smaller n_ctx needs less)",
             bytes as f64 / f64::from(1 << 20)
         );
-        let buffer = Buffer::alloc_ctx_tensors(&ctx, backend.default_buft(), &what)?;
-        buffer.clear(0);
+        let placed = places.allocate(&what)?;
         let rotations = [
             rotation(type_k, shape.head_dim_k, true),
             rotation(type_v, shape.head_dim_v, false),
@@ -544,8 +546,7 @@ impl KvCache {
             v_rot,
             layer_group,
             groups,
-            buffer: Some(buffer),
-            _ctx: Some(ctx),
+            placed: Some(placed),
             _rot: rot,
         })
     }
@@ -560,14 +561,13 @@ impl KvCache {
             v_rot: None,
             layer_group: Vec::new(),
             groups: Vec::new(),
-            buffer: None,
-            _ctx: None,
+            placed: None,
             _rot: None,
         }
     }
 
     pub fn bytes(&self) -> usize {
-        self.buffer.as_ref().map_or(0, Buffer::size)
+        self.placed.as_ref().map_or(0, Placed::bytes)
     }
 
     /// Forgets every sequence; the data stays, masked out until overwritten.

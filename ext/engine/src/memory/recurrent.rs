@@ -21,7 +21,8 @@
 //! cache, where llama.cpp's state is then half written; the price is a second row
 //! per sequence, twice llama.cpp's `n_seq_max` rows.
 
-use crate::ggml::{self, Backend, Buffer, Tensor};
+use super::{LayerPlaces, Placed};
+use crate::ggml::{Backend, BufferType, Tensor};
 use crate::memory::kv_cache::SeqId;
 use crate::Result;
 use ggml_sys as sys;
@@ -64,17 +65,22 @@ pub(crate) struct RecurrentState {
     conv_width: u32,
     ssm_width: u32,
     /// None for a model without recurrent layers.
-    buffer: Option<Buffer>,
-    _ctx: Option<ggml::Context>,
+    placed: Option<Placed>,
 }
 
 impl RecurrentState {
-    pub fn new(backend: &Backend, shape: &RecurrentShape, n_seq: u32) -> Result<RecurrentState> {
+    pub fn new(
+        backend: &Backend,
+        layer_bufts: &[Option<BufferType>],
+        shape: &RecurrentShape,
+        n_seq: u32,
+    ) -> Result<RecurrentState> {
         let rows = 2 * i64::from(n_seq) + 1;
-        let ctx = ggml::Context::new_no_alloc(2 * shape.layers.len())?;
+        // A layer's state goes where the layer is (`layer_bufts`; `None`: the CPU's buffer).
+        let mut places = LayerPlaces::new(backend.default_buft(), layer_bufts, 2 * shape.layers.len());
         // Per recurrent layer, a tensor `width` wide named `<name>_l<il>` (llama.cpp's
         // `cache_r_l<il>` and `cache_s_l<il>`); none at all where `width` is 0.
-        let states = |width: u32, name: &str| {
+        let mut states = |width: u32, name: &str| {
             shape
                 .layers
                 .iter()
@@ -82,7 +88,9 @@ impl RecurrentState {
                 .map(|(il, &recurrent)| {
                     (recurrent && width > 0)
                         .then(|| {
-                            ctx.new_tensor(sys::GGML_TYPE_F32, &[width.into(), rows])
+                            places
+                                .context(il)
+                                .and_then(|ctx| ctx.new_tensor(sys::GGML_TYPE_F32, &[width.into(), rows]))
                                 .map(|t| t.set_name(&format!("{name}_l{il}")))
                         })
                         .transpose()
@@ -96,8 +104,7 @@ impl RecurrentState {
             "recurrent state ({bytes} bytes, {:.2} MiB, for {n_seq} sequences)",
             bytes as f64 / f64::from(1 << 20)
         );
-        let buffer = Buffer::alloc_ctx_tensors(&ctx, backend.default_buft(), &what)?;
-        buffer.clear(0);
+        let placed = places.allocate(&what)?;
         Ok(RecurrentState {
             conv,
             ssm,
@@ -105,8 +112,7 @@ impl RecurrentState {
             pending: vec![None; n_seq as usize],
             conv_width: shape.conv_width,
             ssm_width: shape.ssm_width,
-            buffer: Some(buffer),
-            _ctx: Some(ctx),
+            placed: Some(placed),
         })
     }
 
@@ -119,17 +125,16 @@ impl RecurrentState {
             pending: Vec::new(),
             conv_width: 0,
             ssm_width: 0,
-            buffer: None,
-            _ctx: None,
+            placed: None,
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.buffer.is_none()
+        self.placed.is_none()
     }
 
     pub fn bytes(&self) -> usize {
-        self.buffer.as_ref().map_or(0, Buffer::size)
+        self.placed.as_ref().map_or(0, Placed::bytes)
     }
 
     fn zero_row(&self) -> u32 {
@@ -226,7 +231,7 @@ mod tests {
             conv_width: 4,
             ssm_width: 0,
         };
-        RecurrentState::new(&backend, &shape, n_seq).unwrap()
+        RecurrentState::new(&backend, &[], &shape, n_seq).unwrap()
     }
 
     /// Mamba-2's: a convolution state and a scan state per recurrent layer.
@@ -237,7 +242,7 @@ mod tests {
             conv_width: 4,
             ssm_width: 6,
         };
-        RecurrentState::new(&backend, &shape, n_seq).unwrap()
+        RecurrentState::new(&backend, &[], &shape, n_seq).unwrap()
     }
 
     fn rows(read: i32, write: i64) -> StateRows {

@@ -8,11 +8,12 @@ use elelem_gguf::{Gguf, TensorInfo, TensorType};
 use ggml_sys as sys;
 
 use super::hparams::HParams;
+use super::placement::Placement;
 use super::weights::{
     AttentionWeights, DeltaNetWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Mixer, Norm, QkvWeights,
     SharedExpert, SharedGate,
 };
-use crate::ggml::{self, Buffer, CpuDevice, Tensor};
+use crate::ggml::{self, Buffer, BufferType, CpuDevice, Tensor};
 use crate::{Error, Result};
 
 /// How a weight is used, which decides the types it may have and where it may live.
@@ -41,7 +42,11 @@ struct Planned {
 pub(crate) struct Loader<'a> {
     gguf: &'a Gguf,
     device: &'a CpuDevice,
-    /// One descriptor context per weight buffer type.
+    placement: &'a Placement,
+    /// The buffer types tensors go to: the CPU's weight buffer types (`device.weight_bufts`,
+    /// the plain one last), then each of `placement`'s devices'.
+    bufts: Vec<BufferType>,
+    /// One descriptor context per buffer type of `bufts`.
     contexts: Vec<ggml::Context>,
     planned: Vec<Planned>,
     by_key: HashMap<(String, usize), Tensor>,
@@ -57,20 +62,34 @@ pub(super) struct Placed {
     pub(super) weights_bytes: usize,
     pub(super) repacked_bytes: usize,
     pub(super) n_weights: usize,
+    /// Per device of the placement, the bytes of weights it holds.
+    pub(super) device_bytes: Vec<usize>,
 }
 
 impl<'a> Loader<'a> {
-    pub(super) fn new(gguf: &'a Gguf, device: &'a CpuDevice, repack: bool) -> Result<Loader<'a>> {
+    pub(super) fn new(
+        gguf: &'a Gguf,
+        device: &'a CpuDevice,
+        placement: &'a Placement,
+        repack: bool,
+    ) -> Result<Loader<'a>> {
         // A tied output head can add one descriptor per buffer type beyond the file's tensors.
         let n = gguf.tensors().len() + 1;
-        let contexts = device
+        let bufts: Vec<BufferType> = device
             .weight_bufts
+            .iter()
+            .copied()
+            .chain(placement.devices.iter().map(|d| d.buft))
+            .collect();
+        let contexts = bufts
             .iter()
             .map(|_| ggml::Context::new_no_alloc(n))
             .collect::<Result<_>>()?;
         Ok(Loader {
             gguf,
             device,
+            placement,
+            bufts,
             contexts,
             planned: Vec::new(),
             by_key: HashMap::new(),
@@ -97,10 +116,11 @@ impl<'a> Loader<'a> {
             )));
         }
         let ne: Vec<i64> = info.ne().iter().map(|&d| d as i64).collect();
-        let buft = match usage {
-            Usage::Matrix => self.matmul_buft(ggml_type, &ne, None)?,
-            Usage::Experts { n_used } => self.matmul_buft(ggml_type, &ne, Some(n_used))?,
-            Usage::Rows | Usage::Vector => self.device.weight_bufts.len() - 1,
+        let buft = match (self.device_of(name, usage), usage) {
+            (Some(d), _) => self.device.weight_bufts.len() + d,
+            (None, Usage::Matrix) => self.matmul_buft(ggml_type, &ne, None)?,
+            (None, Usage::Experts { n_used }) => self.matmul_buft(ggml_type, &ne, Some(n_used))?,
+            (None, Usage::Rows | Usage::Vector) => self.device.weight_bufts.len() - 1,
         };
         if let Some(&t) = self.by_key.get(&(name.to_string(), buft)) {
             return Ok(Some(t));
@@ -113,6 +133,30 @@ impl<'a> Loader<'a> {
             buft,
         });
         Ok(Some(tensor))
+    }
+
+    /// The device of the placement that holds tensor `name`, as llama.cpp assigns it: a
+    /// layer's (`blk.N.`) its layer's, a block beyond the layers (a next-token head's) the
+    /// output layer's, the embeddings the CPU (the input layer), anything else the output
+    /// layer's. `None`: the CPU.
+    fn device_of(&self, name: &str, usage: Usage) -> Option<usize> {
+        if let Some(rest) = name.strip_prefix("blk.") {
+            let il: Option<usize> = rest.split('.').next().and_then(|n| n.parse().ok());
+            return match il.and_then(|il| self.placement.layers.get(il)) {
+                Some(&device) => device,
+                None => self.placement.output,
+            };
+        }
+        // The embeddings are read by row on the CPU; a tied head multiplies them where
+        // the output layer is.
+        let embeddings = ["token_embd", "token_types", "position_embd"]
+            .iter()
+            .any(|p| name.starts_with(p));
+        if usage == Usage::Rows || (embeddings && usage != Usage::Matrix) {
+            None
+        } else {
+            self.placement.output
+        }
     }
 
     /// The first weight buffer type whose layout the CPU backend can multiply with
@@ -532,13 +576,18 @@ impl<'a> Loader<'a> {
             .map(|p| p.info.name.as_str())
             .collect();
         let mut repacked_bytes = 0;
-        for (i, ctx) in self.contexts.iter().enumerate().take(plain) {
+        let mut device_bytes = vec![0; self.placement.devices.len()];
+        for (i, ctx) in self.contexts.iter().enumerate().filter(|&(i, _)| i != plain) {
             let mine: Vec<&Planned> = self.planned.iter().filter(|p| p.buft == i).collect();
             if mine.is_empty() {
                 continue;
             }
-            let buft = self.device.weight_bufts[i];
-            let buffer = Buffer::alloc_ctx_tensors(ctx, buft, &buft.name())?;
+            let buft = self.bufts[i];
+            let what = match i.checked_sub(plain + 1).map(|d| &self.placement.devices[d]) {
+                Some(device) => format!("weights on {} ({})", device.name, device.description),
+                None => buft.name(),
+            };
+            let buffer = Buffer::alloc_ctx_tensors(ctx, buft, &what)?;
             buffer.set_usage_weights();
             for p in mine {
                 let data = self.gguf.tensor_data(&p.info);
@@ -549,14 +598,22 @@ impl<'a> Loader<'a> {
                     self.gguf.release(self.gguf.tensor_range(&p.info));
                 }
             }
-            repacked_bytes += buffer.size();
+            match i.checked_sub(plain + 1) {
+                Some(d) => device_bytes[d] += buffer.size(),
+                None => repacked_bytes += buffer.size(),
+            }
             buffers.push(buffer);
+            for worker in &self.placement.workers {
+                worker.check()?;
+            }
         }
+        let offloaded_bytes: usize = device_bytes.iter().sum();
         Ok(Placed {
+            device_bytes,
             buffers,
             n_weights: self.planned.len(),
             contexts: self.contexts,
-            weights_bytes: weights_bytes + repacked_bytes,
+            weights_bytes: weights_bytes + repacked_bytes + offloaded_bytes,
             repacked_bytes,
         })
     }

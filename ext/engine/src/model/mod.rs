@@ -14,6 +14,7 @@ pub mod hparams;
 pub mod inputs;
 pub mod layers;
 mod loader;
+pub mod placement;
 mod spec;
 pub mod weights;
 
@@ -29,9 +30,16 @@ pub use weights::{
 
 #[derive(Debug, Clone)]
 pub struct ModelParams {
-    /// Layers to offload to a GPU. This build has the CPU backend only, so like
-    /// llama.cpp it runs everything on the CPU and reports 0 layers offloaded.
-    pub n_gpu_layers: u32,
+    /// How many layers, the output layer counted, go to the devices (the last ones), as
+    /// llama.cpp's `n_gpu_layers`; `None`: all. Without a device everything runs on the CPU.
+    pub n_gpu_layers: Option<u32>,
+    /// RPC workers (`host:port`) whose devices take the offloaded layers.
+    pub rpc: Vec<String>,
+    /// The share of the offloaded layers each device takes; empty: in proportion to
+    /// each one's free memory.
+    pub tensor_split: Vec<f32>,
+    /// The longest any network wait on an RPC worker may last.
+    pub rpc_timeout: std::time::Duration,
     /// Copy the weights whose type and shape the CPU has faster kernels for into those
     /// kernels' interleaved layouts, as llama.cpp does (on by default). Their products
     /// take one path for a few rows and another for more, so a batch-invariant context
@@ -42,7 +50,10 @@ pub struct ModelParams {
 impl Default for ModelParams {
     fn default() -> Self {
         ModelParams {
-            n_gpu_layers: 0,
+            n_gpu_layers: None,
+            rpc: Vec::new(),
+            tensor_split: Vec::new(),
+            rpc_timeout: ggml::rpc::DEFAULT_TIMEOUT,
             repack: true,
         }
     }
@@ -59,10 +70,14 @@ pub struct Model {
     weights_bytes: usize,
     repacked_bytes: usize,
     n_weights: usize,
+    /// Per device of `placement`, the bytes of weights it holds.
+    device_bytes: Vec<usize>,
     // Declared after `weights` so the tensors' buffers and the mapping outlive nothing
     // that points into them: buffers reference the file's mapping.
     _buffers: Vec<Buffer>,
     _contexts: Vec<ggml::Context>,
+    /// Where the layers are, and the RPC workers that hold some.
+    placement: placement::Placement,
     _file: FileBytes,
 }
 
@@ -94,7 +109,14 @@ impl Model {
         validate_vocab(&gguf, n_vocab)?;
 
         let device = CpuDevice::get()?;
-        let mut loader = Loader::new(&gguf, &device, params.repack)?;
+        let workers = params
+            .rpc
+            .iter()
+            .map(|endpoint| ggml::rpc::RpcWorker::connect(endpoint, params.rpc_timeout))
+            .collect::<Result<Vec<_>>>()?;
+        let n_layer = hparams.n_layer as usize;
+        let placement = placement::Placement::new(workers, n_layer, params.n_gpu_layers, &params.tensor_split);
+        let mut loader = Loader::new(&gguf, &device, &placement, params.repack)?;
         let weights = arch.load(&mut loader, &hparams)?;
         loader.check_all_used(arch.name())?;
         let placed = loader.place()?;
@@ -116,8 +138,10 @@ impl Model {
             weights_bytes: placed.weights_bytes,
             repacked_bytes: placed.repacked_bytes,
             n_weights: placed.n_weights,
+            device_bytes: placed.device_bytes,
             _buffers: placed.buffers,
             _contexts: placed.contexts,
+            placement,
             _file: gguf.into_file_bytes(),
         })
     }
@@ -130,6 +154,22 @@ impl Model {
     /// Bytes of weights copied into repacked layouts (the rest is the mapping itself).
     pub fn repacked_bytes(&self) -> usize {
         self.repacked_bytes
+    }
+
+    /// Where its layers are.
+    pub fn placement(&self) -> &placement::Placement {
+        &self.placement
+    }
+
+    /// Per device of [`Model::placement`], the bytes of weights it holds.
+    pub fn device_bytes(&self) -> &[usize] {
+        &self.device_bytes
+    }
+
+    /// `Err(Error::Backend)` once an RPC worker holding some of its layers has failed: the
+    /// model cannot compute again (reopen it once the worker is back).
+    pub fn check_workers(&self) -> Result<()> {
+        self.placement.workers.iter().try_for_each(ggml::rpc::RpcWorker::check)
     }
 
     /// How many weight tensors the graphs use.

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::ggml::kernels::Products;
-use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
+use crate::ggml::{Backend, BufferType, Gallocr, Graph, GraphArena, Sched, Tensor};
 use crate::memory::hybrid::Memory;
 use crate::memory::kv_cache::{CacheType, Cells, KvCache, KvUsage, SeqId, KV_PAD, MAX_SEQUENCES};
 use crate::memory::recurrent::RecurrentState;
@@ -171,7 +171,7 @@ pub struct Context {
     memory: Memory,
     /// Declared before `galloc` and `arena`, whose memory its tensors point into.
     last_graph: Option<BuiltGraph>,
-    galloc: Gallocr,
+    galloc: Allocator,
     arena: GraphArena,
     /// Per sequence, the tokens the memory holds (their K and V, or the state after
     /// them), in order.
@@ -181,6 +181,75 @@ pub struct Context {
     logits: Vec<f32>,
     abort: Arc<AtomicBool>,
     stats: DecodeStats,
+}
+
+/// What plans the compute memory and runs the graphs: on the CPU alone, a `ggml_gallocr`
+/// and the CPU backend; with layers on devices, ggml's scheduler over their backends
+/// and the CPU's.
+enum Allocator {
+    Cpu(Gallocr),
+    Sched {
+        sched: Sched,
+        /// Declared after `sched`, which uses them.
+        _devices: Vec<DeviceBackend>,
+    },
+}
+
+/// A device's backend, owned by one context.
+struct DeviceBackend(std::ptr::NonNull<ggml_sys::ggml_backend>);
+
+unsafe impl Send for DeviceBackend {}
+
+impl Drop for DeviceBackend {
+    fn drop(&mut self) {
+        unsafe { ggml_sys::ggml_backend_free(self.0.as_ptr()) }
+    }
+}
+
+impl Allocator {
+    /// A gallocr for a model on the CPU alone; else the scheduler, with a backend of this
+    /// context's on each device, and pipeline parallelism when llama.cpp enables it (every
+    /// layer offloaded, to more than one device).
+    fn new(model: &Model, backend: &Backend, max_nodes: usize) -> Result<Allocator> {
+        let placement = model.placement();
+        if placement.devices.is_empty() {
+            return Ok(Allocator::Cpu(Gallocr::new(backend.default_buft())?));
+        }
+        let mut devices = Vec::new();
+        for worker in &placement.workers {
+            for device in &worker.devices {
+                devices.push(DeviceBackend(worker.backend(device)?));
+            }
+        }
+        let backends = devices.iter().map(|d| d.0.as_ptr()).chain([backend.as_ptr()]).collect();
+        let parallel = placement.devices.len() > 1 && placement.offloaded() == placement.layers.len() + 1;
+        Ok(Allocator::Sched {
+            sched: Sched::new(backends, max_nodes, parallel)?,
+            _devices: devices,
+        })
+    }
+
+    fn reserve(&mut self, graph: &Graph) -> Result<()> {
+        match self {
+            Allocator::Cpu(galloc) => galloc.reserve(graph),
+            Allocator::Sched { sched, .. } => sched.reserve(graph),
+        }
+    }
+
+    fn alloc(&mut self, graph: &Graph) -> Result<()> {
+        match self {
+            Allocator::Cpu(galloc) => galloc.alloc(graph),
+            Allocator::Sched { sched, .. } => sched.alloc(graph),
+        }
+    }
+
+    /// The compute buffers' bytes, all backends together.
+    fn buffer_size(&self) -> usize {
+        match self {
+            Allocator::Cpu(galloc) => galloc.buffer_size(),
+            Allocator::Sched { sched, .. } => sched.buffer_sizes().iter().sum(),
+        }
+    }
 }
 
 impl Context {
@@ -195,11 +264,19 @@ impl Context {
         if params.batch_invariant {
             backend.use_reference_kernels()?;
         }
+        // Each layer's memory goes where its weights are (llama.cpp's default, offload_kqv).
+        let placement = model.placement();
+        let layer_bufts: Vec<Option<BufferType>> = placement
+            .layers
+            .iter()
+            .map(|d| d.map(|d| placement.devices[d].buft))
+            .collect();
         let kv = match model.hparams.arch.kind {
             // A model whose every layer is recurrent (mamba2) keeps no K and V.
             Kind::Decoder if model.hparams.attention_free() => KvCache::none(),
             Kind::Decoder => KvCache::new(
                 &backend,
+                &layer_bufts,
                 &model.hparams.kv_shape(),
                 params.n_ctx,
                 params.n_ubatch.min(params.n_ctx),
@@ -212,22 +289,22 @@ impl Context {
             Kind::Encoder => KvCache::none(),
         };
         let recurrent = match model.hparams.recurrent_shape() {
-            Some(shape) => RecurrentState::new(&backend, &shape, params.n_seq_max)?,
+            Some(shape) => RecurrentState::new(&backend, &layer_bufts, &shape, params.n_seq_max)?,
             None => RecurrentState::none(),
         };
-        let galloc = Gallocr::new(backend.default_buft())?;
+        let max_nodes = MIN_NODES.max(8 * model.n_weights());
+        let galloc = Allocator::new(&model, &backend, max_nodes)?;
         let abort = Arc::new(AtomicBool::new(false));
         // SAFETY: the flag is an Arc the context holds for as long as the backend lives.
         unsafe { backend.set_abort_flag(Arc::as_ptr(&abort)) };
         let n_vocab = model.hparams.n_vocab as usize;
-        let model_weights = model.n_weights();
         let mut ctx = Context {
             model,
             backend,
             memory: Memory { kv, recurrent },
             last_graph: None,
             galloc,
-            arena: GraphArena::new(MIN_NODES.max(8 * model_weights)),
+            arena: GraphArena::new(max_nodes),
             seqs: vec![Vec::new(); params.n_seq_max as usize],
             logits: vec![0.0; n_vocab],
             abort,
@@ -735,7 +812,17 @@ impl Context {
         }
         self.stats.compute_buffer_bytes_min = self.stats.compute_buffer_bytes_min.min(bytes);
         self.stats.compute_buffer_bytes_max = self.stats.compute_buffer_bytes_max.max(bytes);
-        self.backend.compute(graph)?;
+        match &mut self.galloc {
+            Allocator::Cpu(_) => self.backend.compute(graph)?,
+            Allocator::Sched { sched, .. } => {
+                self.model.check_workers()?;
+                self.backend.attach_all()?;
+                let computed = sched.compute(graph);
+                // A failed worker leaves garbage behind: its error comes first.
+                self.model.check_workers()?;
+                computed?;
+            }
+        }
         self.logits.resize(output.nbytes() / std::mem::size_of::<f32>(), 0.0);
         output.read_f32(0, &mut self.logits);
         Ok(())

@@ -60,6 +60,14 @@ pub struct OpenParams {
     pub batch_invariant: bool,
     /// As [`ContextParams::own_kernels`], for every context the model gets.
     pub own_kernels: bool,
+    /// As [`ModelParams::n_gpu_layers`].
+    pub n_gpu_layers: Option<u32>,
+    /// As [`ModelParams::rpc`].
+    pub rpc: Vec<String>,
+    /// As [`ModelParams::tensor_split`].
+    pub tensor_split: Vec<f32>,
+    /// As [`ModelParams::rpc_timeout`].
+    pub rpc_timeout: std::time::Duration,
 }
 
 impl Default for OpenParams {
@@ -78,6 +86,10 @@ impl Default for OpenParams {
             draft_tokens: DraftLength::Adaptive,
             batch_invariant: false,
             own_kernels: true,
+            n_gpu_layers: None,
+            rpc: Vec::new(),
+            tensor_split: Vec::new(),
+            rpc_timeout: crate::ggml::rpc::DEFAULT_TIMEOUT,
         }
     }
 }
@@ -109,7 +121,10 @@ impl Runtime {
     pub fn open(path: &Path, params: &OpenParams) -> Result<Runtime> {
         let model_params = ModelParams {
             repack: !params.batch_invariant,
-            ..Default::default()
+            n_gpu_layers: params.n_gpu_layers,
+            rpc: params.rpc.clone(),
+            tensor_split: params.tensor_split.clone(),
+            rpc_timeout: params.rpc_timeout,
         };
         let model = Arc::new(Model::open(path, &model_params)?);
         if params.batch_invariant && model.hparams.arch.kind == Kind::Encoder {

@@ -1,0 +1,105 @@
+//! Which device holds each layer, as llama.cpp places them (`llama_model::load_tensors`):
+//! the input layer (the embeddings) always on the CPU; of the `n_layer` repeating layers
+//! and the output layer, the last `n_gpu_layers` on the devices, split in proportion to
+//! `tensor_split` or, by default, to each device's free memory; the rest on the CPU.
+
+use crate::ggml::rpc::RpcWorker;
+use crate::ggml::Device;
+
+/// The devices a model's layers are spread over, and where each layer went.
+pub struct Placement {
+    /// Every worker's devices, in the order given.
+    pub devices: Vec<Device>,
+    /// Per repeating layer, the index of its device in `devices`; `None`: the CPU.
+    pub layers: Vec<Option<usize>>,
+    /// The output layer's device (its norm and head); `None`: the CPU.
+    pub output: Option<usize>,
+    /// The RPC workers the devices belong to, held for the model's life.
+    pub workers: Vec<RpcWorker>,
+}
+
+impl Placement {
+    /// Everything on the CPU: no device.
+    pub fn cpu(n_layer: usize) -> Placement {
+        Placement {
+            devices: Vec::new(),
+            layers: vec![None; n_layer],
+            output: None,
+            workers: Vec::new(),
+        }
+    }
+
+    /// llama.cpp's split: `n_gpu_layers` of the `n_layer + 1` layers (the output one
+    /// counts; `None` is all of them), the last ones, over the devices by `tensor_split`
+    /// (empty or all zero: by free memory).
+    pub fn new(workers: Vec<RpcWorker>, n_layer: usize, n_gpu_layers: Option<u32>, tensor_split: &[f32]) -> Placement {
+        let devices: Vec<Device> = workers.iter().flat_map(|w| w.devices.iter().cloned()).collect();
+        if devices.is_empty() {
+            return Placement {
+                workers,
+                ..Placement::cpu(n_layer)
+            };
+        }
+        let weights: Vec<f32> = if tensor_split.iter().all(|&x| x == 0.0) {
+            devices.iter().map(|d| d.memory().0 as f32).collect()
+        } else {
+            (0..devices.len())
+                .map(|i| tensor_split.get(i).copied().unwrap_or(0.0))
+                .collect()
+        };
+        let splits = cumulative_fractions(&weights);
+        let all = n_layer as i64 + 1;
+        let n_gpu = n_gpu_layers.map_or(all, i64::from);
+        let gpu_start = (all - n_gpu).max(0);
+        let active = n_gpu.min(all);
+        let device_of = |il: i64| -> Option<usize> {
+            if il < gpu_start || il - gpu_start >= active {
+                return None;
+            }
+            // std::upper_bound over the split points, in f32 as llama.cpp computes it.
+            let at = (il - gpu_start) as f32 / active as f32;
+            Some(splits.partition_point(|&s| s <= at).min(devices.len() - 1))
+        };
+        Placement {
+            layers: (0..n_layer as i64).map(device_of).collect(),
+            output: device_of(n_layer as i64),
+            devices,
+            workers,
+        }
+    }
+
+    /// How many layers (the output one included) are on a device.
+    pub fn offloaded(&self) -> usize {
+        self.layers.iter().chain([&self.output]).filter(|d| d.is_some()).count()
+    }
+}
+
+/// The running sums of `weights`, each divided by their total, in f32.
+fn cumulative_fractions(weights: &[f32]) -> Vec<f32> {
+    let mut sum = 0.0f32;
+    let mut points: Vec<f32> = weights
+        .iter()
+        .map(|&w| {
+            sum += w;
+            sum
+        })
+        .collect();
+    for p in &mut points {
+        *p /= sum;
+    }
+    points
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_points_follow_llama_cpp() {
+        let splits = cumulative_fractions(&[1.0, 1.0]);
+        assert_eq!(splits, vec![0.5, 1.0]);
+        // 24 layers and the output over two equal devices: 0..=12 on the first.
+        let at = |il: i64| splits.partition_point(|&s| s <= il as f32 / 25.0);
+        assert_eq!((0..25).filter(|&il| at(il) == 0).count(), 13);
+    }
+}

@@ -1,0 +1,238 @@
+// elelem's side of ggml's RPC client (see include/elelem_rpc.h): timeouts on every
+// network wait, a failed connection recorded instead of the process aborted, and the two
+// calls that can connect on the calling thread guarded so that their failure is an error
+// the caller gets. Compiled without elelem_rpc.h, so the socket calls here are the real ones.
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "ggml-rpc.h"
+#include "elelem_rpc_client.h"
+
+namespace {
+
+struct rpc_failure : std::exception {
+    std::string message;
+    explicit rpc_failure(std::string m) : message(std::move(m)) {}
+    const char * what() const noexcept override { return message.c_str(); }
+};
+
+struct connection {
+    std::string endpoint;  // "ip:port", as the connect call saw it
+    bool failed = false;
+};
+
+std::mutex mutex;
+std::unordered_map<int, connection> clients;            // by file descriptor
+std::unordered_map<std::string, unsigned> failure_count;  // by endpoint
+std::unordered_map<std::string, std::string> last_failure;
+std::atomic<int> timeout_ms{60000};
+std::atomic<bool> client_mode{false};
+thread_local int guard_depth = 0;
+thread_local int last_fd = -1;
+
+std::string endpoint_of(const struct sockaddr * addr) {
+    if (addr->sa_family != AF_INET) return "?";
+    auto * in = reinterpret_cast<const struct sockaddr_in *>(addr);
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+    return std::string(ip) + ":" + std::to_string(ntohs(in->sin_port));
+}
+
+// Marks `fd`'s connection failed (once) and counts the failure against its endpoint.
+void fail(int fd, const std::string & why) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = clients.find(fd);
+    if (it == clients.end() || it->second.failed) return;
+    it->second.failed = true;
+    failure_count[it->second.endpoint]++;
+    last_failure[it->second.endpoint] = why;
+}
+
+bool is_failed_client(int fd, bool * is_client) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = clients.find(fd);
+    *is_client = it != clients.end();
+    return *is_client && it->second.failed;
+}
+
+void copy_message(const std::string & text, char * err, size_t n) {
+    if (err && n > 0) snprintf(err, n, "%s", text.c_str());
+}
+
+}  // namespace
+
+extern "C" {
+
+void elelem_rpc_abort(const char * file, int line, const char * fmt, ...) {
+    char message[2048];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(message, sizeof(message), fmt, args);
+    va_end(args);
+    size_t len = strlen(message);
+    while (len > 0 && message[len - 1] == '\n') message[--len] = '\0';
+    if (guard_depth > 0) {
+        throw rpc_failure(message);
+    }
+    if (client_mode.load()) {
+        // A dispatcher thread: its connection is dead to elelem from now on; the caller
+        // sees the failure when it next checks (elelem_rpc_failures).
+        fail(last_fd, message);
+        return;
+    }
+    fprintf(stderr, "%s:%d: %s\n", file, line, message);
+    abort();
+}
+
+int elelem_rpc_connect(int fd, const struct sockaddr * addr, socklen_t len) {
+    const int timeout = timeout_ms.load();
+    int flags = fcntl(fd, F_GETFL, 0);
+    fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    int rc = ::connect(fd, addr, len);
+    if (rc < 0 && errno == EINPROGRESS) {
+        struct pollfd pfd = {fd, POLLOUT, 0};
+        rc = poll(&pfd, 1, timeout);
+        if (rc == 0) {
+            errno = ETIMEDOUT;
+            rc = -1;
+        } else if (rc > 0) {
+            int error = 0;
+            socklen_t elen = sizeof(error);
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &elen);
+            errno = error;
+            rc = error == 0 ? 0 : -1;
+        }
+    }
+    int saved = errno;
+    fcntl(fd, F_SETFL, flags);
+    if (rc < 0) {
+        errno = saved;
+        return rc;
+    }
+    struct timeval tv = {timeout / 1000, (timeout % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    std::lock_guard<std::mutex> lock(mutex);
+    clients[fd] = connection{endpoint_of(addr), false};
+    return 0;
+}
+
+ssize_t elelem_rpc_send(int fd, const void * buf, size_t n, int flags) {
+    last_fd = fd;
+    bool is_client = false;
+    if (is_failed_client(fd, &is_client)) {
+        errno = EPIPE;
+        return -1;
+    }
+    ssize_t sent = ::send(fd, buf, n, flags | (is_client ? MSG_NOSIGNAL : 0));
+    if (sent < 0 && is_client) {
+        fail(fd, errno == EAGAIN || errno == EWOULDBLOCK
+                     ? "the worker took no data for " + std::to_string(timeout_ms.load() / 1000) + " s"
+                     : std::string("sending to the worker failed: ") + strerror(errno));
+    }
+    return sent;
+}
+
+ssize_t elelem_rpc_recv(int fd, void * buf, size_t n, int flags) {
+    last_fd = fd;
+    bool is_client = false;
+    if (is_failed_client(fd, &is_client)) {
+        errno = EPIPE;
+        return -1;
+    }
+    ssize_t got = ::recv(fd, buf, n, flags);
+    if (is_client && got <= 0) {
+        if (got == 0) {
+            fail(fd, "the worker closed the connection");
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            fail(fd, "the worker did not answer within " + std::to_string(timeout_ms.load() / 1000) + " s");
+        } else {
+            fail(fd, std::string("receiving from the worker failed: ") + strerror(errno));
+        }
+    }
+    return got;
+}
+
+// From now on a failed RPC connection is recorded, not fatal, and every network wait of a
+// client lasts at most `timeout`. A send to a closed worker must not raise SIGPIPE either
+// (client sends carry MSG_NOSIGNAL; SIGPIPE is ignored too, if nobody handles it).
+void elelem_rpc_client_mode(int timeout) {
+    timeout_ms.store(timeout > 0 ? timeout : 1);
+    if (!client_mode.exchange(true)) {
+        struct sigaction current;
+        if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+            signal(SIGPIPE, SIG_IGN);
+        }
+    }
+}
+
+// How many connections to `endpoint` ("ip:port") have failed so far, and the last reason.
+unsigned elelem_rpc_failures(const char * endpoint, char * why, size_t n) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = failure_count.find(endpoint);
+    if (it == failure_count.end()) return 0;
+    copy_message(last_failure[endpoint], why, n);
+    return it->second;
+}
+
+// ggml_backend_rpc_add_server, with a failure to connect or to agree on the protocol
+// returned as NULL and a message instead of aborting.
+ggml_backend_reg_t elelem_rpc_add_server(const char * endpoint, char * err, size_t n) {
+    guard_depth++;
+    try {
+        ggml_backend_reg_t reg = ggml_backend_rpc_add_server(endpoint);
+        guard_depth--;
+        if (!reg) copy_message("the worker has no devices", err, n);
+        return reg;
+    } catch (const std::exception & e) {
+        guard_depth--;
+        copy_message(e.what(), err, n);
+        return nullptr;
+    }
+}
+
+// ggml_backend_dev_init on an RPC device (which connects when no connection to its
+// worker is held), guarded as elelem_rpc_add_server.
+ggml_backend_t elelem_rpc_backend_init(ggml_backend_dev_t dev, char * err, size_t n) {
+    guard_depth++;
+    try {
+        ggml_backend_t backend = ggml_backend_dev_init(dev, nullptr);
+        guard_depth--;
+        if (!backend) copy_message("the worker's backend could not be made", err, n);
+        return backend;
+    } catch (const std::exception & e) {
+        guard_depth--;
+        copy_message(e.what(), err, n);
+        return nullptr;
+    }
+}
+
+// Serves `devices` at `endpoint` until the process ends (ggml_backend_rpc_start_server),
+// after giving SIGINT and SIGTERM back their default action: the accept loop cannot be
+// interrupted, so Ctrl-C ends the process, as it ends llama.cpp's rpc-server. Returns
+// only when the server cannot start.
+void elelem_rpc_serve(const char * endpoint, const char * cache_dir, size_t n_threads, ggml_backend_dev_t * devices,
+                      size_t n_devices) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    ggml_backend_rpc_start_server(endpoint, cache_dir, n_threads, n_devices, devices);
+}
+
+}  // extern "C"
