@@ -68,8 +68,9 @@ module SpecModels
     Elelem::Models.names.include?(model) ? path(model) : synthetic(model)
   end
 
-  def golden(name)
-    Elelem::Golden.new(File.join(ROOT, "spec", "fixtures", "goldens", "#{name}.json"), cache: Elelem::Golden::CACHE_DIR)
+  def golden(name, dir: nil)
+    Elelem::Golden.new(File.join(ROOT, "spec", "fixtures", "goldens", *dir, "#{name}.json"),
+                       cache: Elelem::Golden::CACHE_DIR)
   end
 end
 

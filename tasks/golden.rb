@@ -5,6 +5,7 @@ require_relative "reference"
 require_relative "grammar_golden"
 require_relative "embedding_golden"
 require_relative "speculative_golden"
+require_relative "rpc_golden"
 
 # The golden prompts. Their ids and continuations come only from the reference
 # (llama.cpp), never from elelem, and hold for the build profile they were recorded
@@ -176,6 +177,7 @@ module Goldens
           .each { |name, prompts| record_cases(name, prompts) }
     LOCKSTEP.each_key { |name| record_lockstep(name) }
     [*FLASH_ATTN_OFF, *KV_Q8_0].each { |name| record_mirror(name) }
+    RpcGolden.record_all(Reference.binary)
     write_chat
   end
 
@@ -214,18 +216,26 @@ module Goldens
 
   # A `-fa-off` or `-kv-q8_0` fixture: the cases of the fixture it mirrors, recorded in its mode.
   def record_mirror(name)
-    golden = Elelem::Golden.new(fixture(name))
-    Elelem::Golden.new(fixture(mirrored(name))).cases.each do |c|
+    golden = copy_cases(Elelem::Golden.new(fixture(name)), Elelem::Golden.new(fixture(mirrored(name))).cases)
+    record(golden, name)
+  end
+
+  # Adds to `golden` the cases of `cases` (another fixture's) that it lacks.
+  # @return [Elelem::Golden] golden
+  def copy_cases(golden, cases)
+    cases.each do |c|
       next if golden.find(c["name"])
 
+      limits = { max_tokens: c["max_tokens"], ignore_eos: c["ignore_eos"] }
       if c["prompts"]
-        golden.add_lockstep_case(c["name"], c["prompts"], max_tokens: c["max_tokens"], ignore_eos: c["ignore_eos"])
+        golden.add_lockstep_case(c["name"], c["prompts"], **limits)
+      elsif c["continuation"]
+        golden.add_continued_case(c["name"], c["prompt"], c["continuation"], **limits)
       else
-        golden.add_case(c["name"], c["prompt"], max_tokens: c["max_tokens"], ignore_eos: c["ignore_eos"],
-                                                prompt_text: c["prompt_text"])
+        golden.add_case(c["name"], c["prompt"], **limits, prompt_text: c["prompt_text"])
       end
     end
-    record(golden, name)
+    golden
   end
 
   # `rake goldens`: for a build profile the fixtures have no recording of, records one
@@ -234,6 +244,7 @@ module Goldens
     GrammarGolden.ensure_recorded
     EmbeddingGolden.ensure_recorded
     SpeculativeGolden.ensure_recorded
+    RpcGolden.record_all(Reference.build, cache: Elelem::Golden::CACHE_DIR)
     missing = fixtures.map { |name| [name, cached_golden(name)] }.reject { |_, golden| golden.recorded? }
     profile = Elelem.build_profile
     if missing.empty?

@@ -7,6 +7,7 @@ require "open3"
 require "time"
 require_relative "golden/driver"
 require_relative "golden/mismatch"
+require_relative "golden/settings"
 
 module Elelem
   # A golden file: prompts, how they are decoded (greedy), and the token ids
@@ -83,6 +84,13 @@ module Elelem
     # @!method cache_type_v
     #   @return [Symbol] what the model's KV cache stored values as (`cache_type_v:`, `-ctv`)
     %w[cache_type_k cache_type_v].each { |key| define_method(key) { @doc.fetch(key, "f16").to_sym } }
+
+    # @return [Integer] how many RPC workers (`elelem rpc-server`) the model was spread over
+    #   (`rpc:`; the reference ran with `--rpc` over the same ones); 0: none
+    def rpc_workers = @doc.fetch("rpc_workers", 0)
+
+    # @return [Integer, nil] with RPC workers, the layers on their devices (`n_gpu_layers:`, `-ngl`)
+    def n_gpu_layers = @doc["n_gpu_layers"]
 
     # @return [Array<Hash>] the cases: `"name"`, `"prompt"` (ids), `"max_tokens"`, `"ignore_eos"`,
     #   and `"prompt_text"` where the prompt was text; a lockstep case has `"prompts"` (an Array
@@ -243,13 +251,7 @@ module Elelem
       raise Error, "#{@path} was recorded with another model file (sha256 #{sha}), not #{info[:path]}" \
         if sha && Golden.sha256(info[:path]) != sha
 
-      # A model without a KV cache (an encoder) reports no cache types: F16's settings do.
-      { n_ctx:, n_threads:, parallel: @doc["parallel"], flash_attn:, cache_type_k:, cache_type_v: }.each do |key, value|
-        actual = info[key].nil? ? :f16 : info[key]
-        next if value.nil? || value == actual
-
-        raise Error, "#{@path} was recorded with #{key} #{value}; it has #{actual} (open it with #{key}: #{value})"
-      end
+      Settings.check(@doc, info, @path)
     end
 
     # The first recording settles the model and its settings; later ones must match them.
@@ -257,10 +259,7 @@ module Elelem
       return check_model(info) if @doc["model"]
 
       @doc["model"] = { "file" => File.basename(info[:path]), "sha256" => Golden.sha256(info[:path]) }
-      @doc["n_ctx"], @doc["n_threads"] = info.values_at(:n_ctx, :n_threads)
-      @doc["parallel"] = info[:parallel] if info[:parallel] > 1
-      @doc["flash_attn"] = false unless info[:flash_attn]
-      %w[cache_type_k cache_type_v].each { |key| @doc[key] = info[key.to_sym].to_s if info[key.to_sym] != :f16 }
+      Settings.settle(@doc, info)
     end
 
     def new_recording(reference)
@@ -291,7 +290,8 @@ module Elelem
 
     # Writes only what changed, so checking in CI leaves a committed file as it is.
     def write(path, doc)
-      fields = %w[format model n_ctx n_threads parallel flash_attn cache_type_k cache_type_v cases recordings]
+      fields = %w[format model n_ctx n_threads parallel flash_attn cache_type_k cache_type_v rpc_workers n_gpu_layers
+                  cases recordings]
       text = "#{JSON.pretty_generate(doc.slice(*fields))}\n"
       return if File.exist?(path) && File.read(path) == text
 

@@ -22,6 +22,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "ggml-impl.h"
 #include "ggml-rpc.h"
 #include "elelem_rpc_client.h"
 
@@ -46,6 +47,7 @@ std::atomic<int> timeout_ms{60000};
 std::atomic<bool> client_mode{false};
 thread_local int guard_depth = 0;
 thread_local int last_fd = -1;
+thread_local std::string last_error;
 
 std::string endpoint_of(const struct sockaddr * addr) {
     if (addr->sa_family != AF_INET) return "?";
@@ -76,9 +78,35 @@ void copy_message(const std::string & text, char * err, size_t n) {
     if (err && n > 0) snprintf(err, n, "%s", text.c_str());
 }
 
+// What failed on this thread: ggml's message, the reason its connection failed, and what
+// it logged last.
+std::string guard_failure(const char * what) {
+    std::string text = what;
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        auto it = clients.find(last_fd);
+        if (it != clients.end() && it->second.failed && !last_failure[it->second.endpoint].empty()) {
+            text += " (" + last_failure[it->second.endpoint] + ")";
+        }
+    }
+    if (!last_error.empty()) text += " (" + last_error + ")";
+    return text;
+}
+
 }  // namespace
 
 extern "C" {
+
+void elelem_rpc_log_error(const char * fmt, ...) {
+    char message[1024];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(message, sizeof(message), fmt, args);
+    va_end(args);
+    last_error = message;
+    while (!last_error.empty() && last_error.back() == '\n') last_error.pop_back();
+    ggml_log_internal(GGML_LOG_LEVEL_ERROR, "%s", message);
+}
 
 void elelem_rpc_abort(const char * file, int line, const char * fmt, ...) {
     char message[2048];
@@ -123,6 +151,7 @@ int elelem_rpc_connect(int fd, const struct sockaddr * addr, socklen_t len) {
     int saved = errno;
     fcntl(fd, F_SETFL, flags);
     if (rc < 0) {
+        last_error = std::string("connecting: ") + strerror(saved);
         errno = saved;
         return rc;
     }
@@ -196,6 +225,8 @@ unsigned elelem_rpc_failures(const char * endpoint, char * why, size_t n) {
 // returned as NULL and a message instead of aborting.
 ggml_backend_reg_t elelem_rpc_add_server(const char * endpoint, char * err, size_t n) {
     guard_depth++;
+    last_error.clear();
+    last_fd = -1;
     try {
         ggml_backend_reg_t reg = ggml_backend_rpc_add_server(endpoint);
         guard_depth--;
@@ -203,7 +234,7 @@ ggml_backend_reg_t elelem_rpc_add_server(const char * endpoint, char * err, size
         return reg;
     } catch (const std::exception & e) {
         guard_depth--;
-        copy_message(e.what(), err, n);
+        copy_message(guard_failure(e.what()), err, n);
         return nullptr;
     }
 }
@@ -212,6 +243,8 @@ ggml_backend_reg_t elelem_rpc_add_server(const char * endpoint, char * err, size
 // worker is held), guarded as elelem_rpc_add_server.
 ggml_backend_t elelem_rpc_backend_init(ggml_backend_dev_t dev, char * err, size_t n) {
     guard_depth++;
+    last_error.clear();
+    last_fd = -1;
     try {
         ggml_backend_t backend = ggml_backend_dev_init(dev, nullptr);
         guard_depth--;
@@ -219,7 +252,7 @@ ggml_backend_t elelem_rpc_backend_init(ggml_backend_dev_t dev, char * err, size_
         return backend;
     } catch (const std::exception & e) {
         guard_depth--;
-        copy_message(e.what(), err, n);
+        copy_message(guard_failure(e.what()), err, n);
         return nullptr;
     }
 }

@@ -19,6 +19,7 @@ module Elelem
       def output(info, kase)
         @flash_attn = info.fetch(:flash_attn, true)
         @cache_types = info.values_at(:cache_type_k, :cache_type_v).map { |t| (t || :f16).to_s }
+        @offload = info.fetch(:rpc, []).empty? ? [] : ["--rpc", info[:rpc].join(","), "-ngl", info[:n_gpu_layers]]
         ignore_eos = kase["ignore_eos"] ? 1 : 0
         if kase["prompts"]
           return lockstep(info[:path], kase["prompts"], kase["max_tokens"], info.values_at(:n_ctx, :n_threads),
@@ -53,12 +54,14 @@ module Elelem
         { "ids" => out.lines.map { |line| line.split.map(&:to_i) } }
       end
 
-      # llama.cpp's `-fa` in the model's mode (its default, auto, is on for the CPU), and its
-      # `-ctk` / `-ctv` with the model's KV cache types (its default f16). In a build with CPU
+      # llama.cpp's `-fa` in the model's mode (its default, auto, is on for the CPU), its
+      # `-ctk` / `-ctv` with the model's KV cache types (its default f16), and `--rpc` / `-ngl`
+      # over the model's RPC workers with its offloaded layers. In a build with CPU
       # variants the driver (then llama.cpp's release-style build) loads the variant elelem runs.
       def run(*args)
         args += ["-fa", "off"] unless @flash_attn
         args += ["-ctk", @cache_types[0], "-ctv", @cache_types[1]] unless @cache_types == %w[f16 f16]
+        args += @offload
         variant = Elelem.build_profile[:variant]
         env = variant ? { "ELELEM_CPU_VARIANT" => variant } : {}
         out, err, status = Open3.capture3(env, @path, *args.map(&:to_s))

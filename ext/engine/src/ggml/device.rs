@@ -96,6 +96,17 @@ impl Device {
         }
     }
 
+    /// The error for `bytes` of `what` it could not allocate.
+    pub fn out_of_memory(&self, what: &str, bytes: usize) -> crate::Error {
+        crate::Error::Backend(format!(
+            "{} ({}) could not allocate {:.1} MiB of {what}: too little memory there for its share of the model \
+             (give it fewer layers with tensor_split or n_gpu_layers)",
+            self.name,
+            self.description,
+            bytes as f64 / f64::from(1 << 20)
+        ))
+    }
+
     /// Its free and total memory, in bytes, as it reports them.
     pub fn memory(&self) -> (usize, usize) {
         let (mut free, mut total) = (0, 0);

@@ -48,12 +48,16 @@ impl<'a> LayerPlaces<'a> {
     fn allocate(self, what: &str) -> Result<Placed> {
         let mut placed = Placed::default();
         for (buft, ctx) in self.contexts {
-            let where_ = if buft == self.cpu {
-                String::new()
+            let buffer = if buft == self.cpu {
+                Buffer::alloc_ctx_tensors(&ctx, buft, what)?
             } else {
-                format!(" on {}", buft.name())
+                Buffer::alloc_ctx_tensors(&ctx, buft, what).map_err(|_| {
+                    crate::Error::Backend(format!(
+                        "the device {} could not allocate its layers' share of the {what}: too little memory there",
+                        buft.name()
+                    ))
+                })?
             };
-            let buffer = Buffer::alloc_ctx_tensors(&ctx, buft, &format!("{what}{where_}"))?;
             buffer.clear(0);
             placed.buffers.push(buffer);
             placed.contexts.push(ctx);

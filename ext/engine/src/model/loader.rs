@@ -583,11 +583,14 @@ impl<'a> Loader<'a> {
                 continue;
             }
             let buft = self.bufts[i];
-            let what = match i.checked_sub(plain + 1).map(|d| &self.placement.devices[d]) {
-                Some(device) => format!("weights on {} ({})", device.name, device.description),
-                None => buft.name(),
+            let buffer = match i.checked_sub(plain + 1).map(|d| &self.placement.devices[d]) {
+                Some(device) => {
+                    let bytes: usize = mine.iter().map(|p| p.info.size as usize).sum();
+                    Buffer::alloc_ctx_tensors(ctx, buft, "weights")
+                        .map_err(|_| device.out_of_memory("weights", bytes))?
+                }
+                None => Buffer::alloc_ctx_tensors(ctx, buft, &buft.name())?,
             };
-            let buffer = Buffer::alloc_ctx_tensors(ctx, buft, &what)?;
             buffer.set_usage_weights();
             for p in mine {
                 let data = self.gguf.tensor_data(&p.info);
