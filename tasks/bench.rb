@@ -8,6 +8,7 @@ require_relative "bench_embeddings"
 require_relative "bench_speculative"
 require_relative "bench_server"
 require_relative "bench_amx"
+require_relative "bench_rpc"
 
 # `rake bench`: elelem, through its public Ruby API (Elelem::Bench), side by
 # side with llama.cpp (the reference built from the same pinned source, its
@@ -90,19 +91,20 @@ module Bench
   class Peer
     attr_reader :load_ms
 
-    def self.open(path, threads, n_ctx, flash_attn: true, cache_type: :f16)
-      peer = new(path, threads, n_ctx, flash_attn:, cache_type:)
+    def self.open(path, threads, n_ctx, flash_attn: true, cache_type: :f16, extra: [])
+      peer = new(path, threads, n_ctx, flash_attn:, cache_type:, extra:)
       yield peer
     ensure
       peer&.close
     end
 
-    # `cache_type`: llama.cpp's -ctk and -ctv (its KV cache stores K and V as this).
-    def initialize(path, threads, n_ctx, flash_attn: true, cache_type: :f16)
+    # `cache_type`: llama.cpp's -ctk and -ctv (its KV cache stores K and V as this); `extra`:
+    # more of the driver's options (`--rpc`).
+    def initialize(path, threads, n_ctx, flash_attn: true, cache_type: :f16, extra: [])
       @path = path
       @threads = threads
       @io = IO.popen([Reference.binary, "serve", path, threads.to_s, n_ctx.to_s, "-fa", flash_attn ? "on" : "off",
-                      "-ctk", cache_type.to_s, "-ctv", cache_type.to_s], "r+")
+                      "-ctk", cache_type.to_s, "-ctv", cache_type.to_s, *extra], "r+")
       @load_ms = Float(@io.gets.to_s[/\Aload_ms (\S+)/, 1])
     end
 
@@ -570,6 +572,7 @@ module Bench
     tasks = { "speculative decoding, #{BenchSpeculative::TARGET}" => BenchSpeculative.enabled? && BenchSpeculative,
               BenchEmbeddings::MODEL => ENV.fetch("BENCH_EMBEDDINGS", "1") == "1" && BenchEmbeddings,
               "AMX on and off" => BenchAmx.enabled? && BenchAmx,
+              "over RPC workers, #{BenchRpc::MODEL}" => BenchRpc.enabled? && BenchRpc,
               "elelem serve beside llama-server, #{BenchServer::MODEL}" => BenchServer.enabled? && BenchServer }
     tasks.each do |label, rows|
       next unless rows

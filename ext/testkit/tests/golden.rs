@@ -27,7 +27,9 @@ fn recording(golden: &str, doc: &Value, profile: &BuildProfile) -> Value {
     let cache = std::env::var_os("ELELEM_GOLDEN_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/elelem/goldens"));
-    let cached = cache.join(&id).join(golden);
+    // The cache keeps each file by its name alone (the fixtures' subdirectories aside).
+    let file = std::path::Path::new(golden).file_name().expect("a file name");
+    let cached = cache.join(&id).join(file);
     match std::fs::read_to_string(&cached) {
         Ok(text) => serde_json::from_str::<Value>(&text).unwrap()["recordings"][&id].clone(),
         Err(_) => panic!(
@@ -175,6 +177,57 @@ fn synthetic_models_match_llama_cpp() {
         );
     }
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The synthetic models spread over two RPC workers (`rpc2-tiny-*`, recorded from llama.cpp's
+/// `--rpc` over `elelem rpc-server` workers): here the workers are ggml's RPC server on
+/// threads of this process, with the workers' thread count, serving this build's CPU backend.
+#[test]
+fn synthetic_models_over_two_rpc_workers_match_llama_cpp() {
+    let endpoints: Vec<String> = (0..2).map(|_| rpc_worker()).collect();
+    let dir = std::env::temp_dir().join(format!("elelem-synthetic-rpc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut checked = 0;
+    for (name, shape) in canary::synthetic() {
+        let golden = format!("rpc/rpc2-{name}.json");
+        if !root().join("spec/fixtures/goldens").join(&golden).exists() {
+            continue;
+        }
+        let path = dir.join(format!("{name}.gguf"));
+        std::fs::write(&path, canary::writer(&shape).to_bytes()).unwrap();
+        let params = ModelParams {
+            rpc: endpoints.clone(),
+            ..ModelParams::default()
+        };
+        let model = Model::open(&path, &params).unwrap();
+        assert_eq!(model.placement().offloaded(), model.placement().layers.len() + 1);
+        check_goldens(&golden, model);
+        checked += 1;
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+    assert!(
+        checked >= 4,
+        "the rpc2 goldens of the synthetic models are there ({checked} found)"
+    );
+}
+
+/// ggml's RPC server on a thread of this process (it serves until the process ends) at a
+/// free loopback port, with the thread count of the Ruby side's workers (spec/support/rpc_workers.rb).
+fn rpc_worker() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::thread::spawn(move || elelem_engine::ggml::rpc::serve("127.0.0.1", port, 2, None));
+    let endpoint = format!("127.0.0.1:{port}");
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(&endpoint).is_ok() {
+            return endpoint;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the RPC worker at {endpoint} did not start");
 }
 
 #[test]

@@ -157,6 +157,23 @@ impl Model {
             h.aset(sym("kv_cells_used"), snapshot.kv_usage.cells_used)?;
             h.aset(sym("kv_cells"), snapshot.kv_usage.cells)?;
             h.aset(sym("kv_tokens"), snapshot.kv_usage.tokens)?;
+            // Per backend: the devices' (with their weights), then the CPU's (the rest).
+            let backends = ruby.ary_new();
+            let on_devices: usize = model.device_bytes().iter().sum();
+            for (i, b) in snapshot.backends.iter().enumerate() {
+                let weights = model
+                    .device_bytes()
+                    .get(i)
+                    .copied()
+                    .unwrap_or(model.weights_bytes() - on_devices);
+                let row = ruby.hash_new();
+                row.aset(sym("name"), b.name.as_str())?;
+                row.aset(sym("weights_bytes"), weights)?;
+                row.aset(sym("cache_bytes"), b.cache_bytes)?;
+                row.aset(sym("compute_buffer_bytes"), b.compute_bytes)?;
+                backends.push(row)?;
+            }
+            h.aset(sym("backends"), backends)?;
         }
         h.aset(sym("weights_bytes"), model.weights_bytes())?;
         h.aset(sym("repacked_weights_bytes"), model.repacked_bytes())?;

@@ -30,6 +30,8 @@ pub struct Backend {
     segments: Option<GraphArena>,
     /// Whether graphs run on ggml's reference kernels (see [`Backend::use_reference_kernels`]).
     reference: bool,
+    /// How hard the worker pool polls for the next graph (ggml's `poll`, 0 to 100).
+    poll: u32,
 }
 
 unsafe impl Send for Backend {}
@@ -46,8 +48,9 @@ struct Threadpool {
 unsafe impl Send for Threadpool {}
 
 impl Threadpool {
-    fn new(n_threads: usize) -> Result<Threadpool> {
+    fn new(n_threads: usize, poll: u32) -> Result<Threadpool> {
         let mut params = unsafe { sys::ggml_threadpool_params_default(n_threads as i32) };
+        params.poll = poll;
         let pool = NonNull::new(unsafe { (cpu()?.threadpool_new)(&mut params) })
             .ok_or_else(|| Error::OutOfMemory("CPU thread pool".into()))?;
         Ok(Threadpool {
@@ -84,7 +87,17 @@ impl Backend {
             last_threads: n_threads,
             segments: None,
             reference: false,
+            poll: unsafe { sys::ggml_threadpool_params_default(n_threads as i32) }.poll,
         })
+    }
+
+    /// Lets the worker threads sleep as soon as a graph ends instead of polling for the
+    /// next one (ggml's `poll` 0). For a CPU backend under ggml's scheduler, whose graphs
+    /// alternate with other backends': polling through their turns would take the cores
+    /// that an RPC worker on this machine, or the transfers, need (decoding over two
+    /// loopback workers ran at half the speed).
+    pub fn sleep_between_graphs(&mut self) {
+        self.poll = 0;
     }
 
     /// Runs every later graph on ggml's reference kernels (ggml-cpu's `use_ref`): each
@@ -149,7 +162,7 @@ impl Backend {
             let mut slot = self.workers.lock().unwrap_or_else(|p| p.into_inner());
             if slot.as_ref().is_none_or(|p| p.owner_pid != std::process::id()) {
                 // Replacing the old pool drops it, which frees it only in the process that made it.
-                *slot = Some(Threadpool::new(self.n_threads)?);
+                *slot = Some(Threadpool::new(self.n_threads, self.poll)?);
             }
             slot.as_ref().expect("made above").pool.as_ptr()
         } else {

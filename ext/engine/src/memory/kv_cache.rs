@@ -570,6 +570,11 @@ impl KvCache {
         self.placed.as_ref().map_or(0, Placed::bytes)
     }
 
+    /// The bytes of it in buffers of type `buft` (on one device, or the CPU's).
+    pub fn bytes_in(&self, buft: BufferType) -> usize {
+        self.placed.as_ref().map_or(0, |p| p.bytes_in(buft))
+    }
+
     /// Forgets every sequence; the data stays, masked out until overwritten.
     pub fn clear(&mut self) {
         self.groups.iter_mut().for_each(Cells::clear);

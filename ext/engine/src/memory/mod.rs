@@ -59,7 +59,7 @@ impl<'a> LayerPlaces<'a> {
                 })?
             };
             buffer.clear(0);
-            placed.buffers.push(buffer);
+            placed.buffers.push((buft, buffer));
             placed.contexts.push(ctx);
         }
         Ok(placed)
@@ -69,12 +69,21 @@ impl<'a> LayerPlaces<'a> {
 /// A memory's buffers, and the descriptor contexts their tensors live in.
 #[derive(Default)]
 struct Placed {
-    buffers: Vec<Buffer>,
+    buffers: Vec<(BufferType, Buffer)>,
     contexts: Vec<ggml::Context>,
 }
 
 impl Placed {
     fn bytes(&self) -> usize {
-        self.buffers.iter().map(Buffer::size).sum()
+        self.buffers.iter().map(|(_, b)| b.size()).sum()
+    }
+
+    /// The bytes of its buffers of type `buft`.
+    fn bytes_in(&self, buft: BufferType) -> usize {
+        self.buffers
+            .iter()
+            .filter(|(t, _)| *t == buft)
+            .map(|(_, b)| b.size())
+            .sum()
     }
 }

@@ -137,6 +137,11 @@ impl RecurrentState {
         self.placed.as_ref().map_or(0, Placed::bytes)
     }
 
+    /// The bytes of it in buffers of type `buft` (on one device, or the CPU's).
+    pub fn bytes_in(&self, buft: BufferType) -> usize {
+        self.placed.as_ref().map_or(0, |p| p.bytes_in(buft))
+    }
+
     fn zero_row(&self) -> u32 {
         2 * self.current.len() as u32
     }

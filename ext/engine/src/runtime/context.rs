@@ -183,6 +183,16 @@ pub struct Context {
     stats: DecodeStats,
 }
 
+/// One backend's share of a context's memory (see [`Context::backend_memory`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendMemory {
+    /// The device's name (`RPC0`), or `CPU`.
+    pub name: String,
+    /// The KV cache and recurrent state of its layers.
+    pub cache_bytes: usize,
+    pub compute_bytes: usize,
+}
+
 /// What plans the compute memory and runs the graphs: on the CPU alone, a `ggml_gallocr`
 /// and the CPU backend; with layers on devices, ggml's scheduler over their backends
 /// and the CPU's.
@@ -292,6 +302,9 @@ impl Context {
             Some(shape) => RecurrentState::new(&backend, &layer_bufts, &shape, params.n_seq_max)?,
             None => RecurrentState::none(),
         };
+        if !model.placement().devices.is_empty() {
+            backend.sleep_between_graphs();
+        }
         let max_nodes = MIN_NODES.max(8 * model.n_weights());
         let galloc = Allocator::new(&model, &backend, max_nodes)?;
         let abort = Arc::new(AtomicBool::new(false));
@@ -497,6 +510,32 @@ impl Context {
 
     pub fn compute_buffer_bytes(&self) -> usize {
         self.galloc.buffer_size()
+    }
+
+    /// Per backend (each device of the model's placement, then the CPU), its name and the
+    /// bytes of this context's KV cache and recurrent state, and of its compute buffer, there.
+    pub fn backend_memory(&self) -> Vec<BackendMemory> {
+        let placement = self.model.placement();
+        let cpu = self.backend.default_buft();
+        let bufts: Vec<(String, BufferType)> = placement
+            .devices
+            .iter()
+            .map(|d| (d.name.clone(), d.buft))
+            .chain([("CPU".to_string(), cpu)])
+            .collect();
+        let compute = match &self.galloc {
+            Allocator::Cpu(galloc) => vec![galloc.buffer_size()],
+            Allocator::Sched { sched, .. } => sched.buffer_sizes(),
+        };
+        bufts
+            .into_iter()
+            .zip(compute)
+            .map(|((name, buft), compute_bytes)| BackendMemory {
+                name,
+                cache_bytes: self.memory.kv.bytes_in(buft) + self.memory.recurrent.bytes_in(buft),
+                compute_bytes,
+            })
+            .collect()
     }
 
     pub fn kv_cache_bytes(&self) -> usize {

@@ -31,9 +31,11 @@ pub struct Scheduler {
 }
 
 /// The context's memory and counters as of its last pass (readable while one runs).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContextSnapshot {
     pub compute_buffer_bytes: usize,
+    /// Per backend, its share of the caches and compute buffer.
+    pub backends: Vec<crate::runtime::context::BackendMemory>,
     pub kv_cache_bytes: usize,
     /// The recurrent layers' state (0 for a transformer).
     pub recurrent_state_bytes: usize,
@@ -45,6 +47,7 @@ impl ContextSnapshot {
     fn of(ctx: &Context) -> ContextSnapshot {
         ContextSnapshot {
             compute_buffer_bytes: ctx.compute_buffer_bytes(),
+            backends: ctx.backend_memory(),
             kv_cache_bytes: ctx.kv_cache_bytes(),
             recurrent_state_bytes: ctx.recurrent_state_bytes(),
             kv_usage: ctx.kv_usage(),
@@ -242,7 +245,7 @@ impl Scheduler {
 
     /// The context's memory and counters as of its last pass.
     pub fn snapshot(&self) -> ContextSnapshot {
-        self.lock().snapshot
+        self.lock().snapshot.clone()
     }
 
     /// Frees the context now: every request still there fails with
