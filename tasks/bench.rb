@@ -569,13 +569,12 @@ module Bench
   # The rows of other tasks than a model's speed, at two threads: speculative decoding, embeddings,
   # and the OpenAI-compatible servers under concurrent load.
   def task_rows(report)
-    tasks = { "speculative decoding, #{BenchSpeculative::TARGET}" => BenchSpeculative.enabled? && BenchSpeculative,
-              BenchEmbeddings::MODEL => ENV.fetch("BENCH_EMBEDDINGS", "1") == "1" && BenchEmbeddings,
-              "AMX on and off" => BenchAmx.enabled? && BenchAmx,
-              "over RPC workers, #{BenchRpc::MODEL}" => BenchRpc.enabled? && BenchRpc,
-              "elelem serve beside llama-server, #{BenchServer::MODEL}" => BenchServer.enabled? && BenchServer }
+    tasks = { "speculative decoding, #{BenchSpeculative::TARGET}" => BenchSpeculative,
+              BenchEmbeddings::MODEL => BenchEmbeddings, "AMX on and off" => BenchAmx,
+              "over RPC workers, #{BenchRpc::MODEL}" => BenchRpc,
+              "elelem serve beside llama-server, #{BenchServer::MODEL}" => BenchServer }
     tasks.each do |label, rows|
-      next unless rows
+      next unless rows.enabled?
 
       warn "bench: #{label}, 2 threads"
       report["rows"] += rows.rows(2)

@@ -21,6 +21,8 @@ module BenchEmbeddings
 
   module_function
 
+  def enabled? = ENV.fetch("BENCH_EMBEDDINGS", "1") == "1"
+
   def rows(threads)
     path = Elelem::Models.fetch(MODEL)
     Elelem.open(path, n_ctx: N_CTX, n_threads: threads) do |model|

@@ -64,7 +64,7 @@ module BenchRpc
     ours = Elelem.open(path, n_ctx: Bench::N_CTX, rpc: endpoints) do |model|
       model.generate([1, 2, 3], max_tokens: 2)
       model.stats[:backends].partition { |b| b[:name] == "CPU" }.map do |rows|
-        rows.sum { |b| b[:weights_bytes] + b[:cache_bytes] + b[:compute_buffer_bytes] } / 1048576.0
+        rows.sum { |b| b[:weights_bytes] + b[:cache_bytes] + b[:compute_buffer_bytes] } / 1_048_576.0
       end
     end
     [%w[host devices].zip(ours).to_h, peer_memory(path, endpoints)]
