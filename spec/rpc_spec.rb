@@ -64,7 +64,7 @@ RSpec.describe "RPC worker failures" do
   end
 
   it "refuses a worker that is down at open" do
-    endpoint = "127.0.0.1:#{RpcWorkers.free_port}"
+    endpoint = "127.0.0.1:#{LoopbackPort.free}"
     expect { Elelem.open(tiny, n_ctx: 256, rpc: [endpoint]) }
       .to raise_error(Elelem::BackendError, /#{endpoint}: Failed to connect .*Connection refused/)
   end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "socket"
+require_relative "loopback_port"
 
 # RPC workers on loopback for the RPC goldens, specs and bench rows: each an
 # `elelem rpc-server` process of this checkout (this build's ggml), on a free port, with
@@ -35,7 +36,7 @@ module RpcWorkers
   def start_all(count) = Array.new(count) { start }
 
   def start(limit_bytes: nil)
-    port = free_port
+    port = LoopbackPort.free
     log = File.join(ROOT, "tmp", "rpc-worker-#{port}.log")
     command = [RbConfig.ruby, "-I", File.join(ROOT, "lib"), File.join(ROOT, "exe", "elelem"), "rpc-server",
                "--port", port.to_s, "--threads", N_THREADS.to_s]
@@ -44,13 +45,6 @@ module RpcWorkers
     worker = Worker.new("127.0.0.1:#{port}", pid, log)
     wait_until_listening(worker, port)
     worker
-  end
-
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
   end
 
   # Polls for the port (a connection the worker then sees close, and serves the next one).

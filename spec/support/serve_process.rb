@@ -3,6 +3,7 @@
 require "net/http"
 require "socket"
 require "timeout"
+require_relative "loopback_port"
 
 # `elelem serve` in a process of its own on a free loopback port, and the HTTP the
 # specs speak to it.
@@ -13,7 +14,7 @@ class ServeProcess
 
   # Starts `elelem serve ARGS` and waits until it listens; {#stop} ends it.
   def initialize(*args)
-    @port = free_port
+    @port = LoopbackPort.free
     @log = File.join(ROOT, "tmp", "serve-#{@port}.log")
     @pid = Process.spawn(RbConfig.ruby, "-I", File.join(ROOT, "lib"), EXE, "serve", "--port", @port.to_s, *args,
                          out: @log, err: %i[child out])
@@ -90,13 +91,6 @@ class ServeProcess
   end
 
   private
-
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
-  end
 
   def wait_until_listening
     Timeout.timeout(120) do
