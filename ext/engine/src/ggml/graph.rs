@@ -135,6 +135,7 @@ impl GraphArena {
             graph,
             products: Products::Ggml,
             chunks: Default::default(),
+            layer_norms: Default::default(),
         })
     }
 }
@@ -149,6 +150,8 @@ pub struct Graph {
     /// boxed so that they stay put while the graph is computed.
     #[allow(clippy::vec_box, reason = "ops hold their addresses while the vector grows")]
     chunks: std::cell::RefCell<Vec<Box<kernels::Chunks>>>,
+    /// Each layer's normalized activations and the layer's index (see [`Graph::mark_layer_norm`]).
+    layer_norms: std::cell::RefCell<Vec<(Tensor, usize)>>,
 }
 
 // SAFETY: the cgraph lives in the context's memory and only its owner uses it,
@@ -209,6 +212,18 @@ impl Graph {
         let t = self.ctx.new_tensor(ty, ne).expect("the arena is sized for the graph");
         unsafe { sys::ggml_set_input(t.as_ptr()) };
         t.set_name(name)
+    }
+
+    /// Notes `t`, a norm's output in layer `il` (before its weight), as llama.cpp's graph
+    /// callback sees `"norm"`: with layers on several devices, small batches pin it to its
+    /// layer's device (else the scheduler may run it where the previous layer was).
+    pub fn mark_layer_norm(&self, t: Tensor, il: usize) {
+        self.layer_norms.borrow_mut().push((t, il));
+    }
+
+    /// The tensors [`Graph::mark_layer_norm`] noted, with their layers.
+    pub fn layer_norms(&self) -> Vec<(Tensor, usize)> {
+        self.layer_norms.borrow().clone()
     }
 
     pub fn mark_output(&self, t: Tensor) {

@@ -39,8 +39,10 @@ impl Sched {
         Ok(Sched { sched, backends })
     }
 
-    /// Sizes every backend's compute buffer for `graph` (the worst case) once.
-    pub fn reserve(&mut self, graph: &Graph) -> Result<()> {
+    /// Sizes every backend's compute buffer for `graph` (the worst case) once, with each
+    /// node of `pins` on the backend at its index (of those given to [`Sched::new`]).
+    pub fn reserve(&mut self, graph: &Graph, pins: &[(Tensor, usize)]) -> Result<()> {
+        self.reset(pins);
         if unsafe { sys::ggml_backend_sched_reserve(self.sched.as_ptr(), graph.graph) } {
             Ok(())
         } else {
@@ -51,9 +53,9 @@ impl Sched {
         }
     }
 
-    /// Splits and allocates `graph` in the reserved buffers.
-    pub fn alloc(&mut self, graph: &Graph) -> Result<()> {
-        unsafe { sys::ggml_backend_sched_reset(self.sched.as_ptr()) };
+    /// Splits and allocates `graph` in the reserved buffers, with `pins` as for [`Sched::reserve`].
+    pub fn alloc(&mut self, graph: &Graph, pins: &[(Tensor, usize)]) -> Result<()> {
+        self.reset(pins);
         if unsafe { sys::ggml_backend_sched_alloc_graph(self.sched.as_ptr(), graph.graph) } {
             Ok(())
         } else {
@@ -61,9 +63,14 @@ impl Sched {
         }
     }
 
-    /// Runs `node` on the backend at `index` (of those given to [`Sched::new`]).
-    pub fn pin(&mut self, node: Tensor, index: usize) {
-        unsafe { sys::ggml_backend_sched_set_tensor_backend(self.sched.as_ptr(), node.as_ptr(), self.backends[index]) }
+    /// Forgets the last graph's assignments (a reset clears them), then assigns `pins`.
+    fn reset(&mut self, pins: &[(Tensor, usize)]) {
+        unsafe { sys::ggml_backend_sched_reset(self.sched.as_ptr()) };
+        for &(node, index) in pins {
+            unsafe {
+                sys::ggml_backend_sched_set_tensor_backend(self.sched.as_ptr(), node.as_ptr(), self.backends[index])
+            }
+        }
     }
 
     /// Runs an allocated graph; `Err(Aborted)` when the CPU backend's abort flag stopped it.

@@ -144,6 +144,11 @@ impl GraphBuilder<'_> {
             NormType::Rms => g.rms_norm(x, hp.norm_eps),
             NormType::Layer => g.layer_norm(x, hp.norm_eps),
         };
+        // llama.cpp's build_norm names a weighted norm "norm" in a layer (the input and
+        // output norms are of no layer, its il -1).
+        if norm.is_some() && !matches!(name, "inp_norm" | "result_norm") {
+            g.mark_layer_norm(y, il);
+        }
         if let Some(norm) = norm {
             y = g.mul(y, norm.weight);
             if let Some(bias) = norm.bias {

@@ -239,17 +239,17 @@ impl Allocator {
         })
     }
 
-    fn reserve(&mut self, graph: &Graph) -> Result<()> {
+    fn reserve(&mut self, graph: &Graph, model: &Model, n_tokens: u32) -> Result<()> {
         match self {
             Allocator::Cpu(galloc) => galloc.reserve(graph),
-            Allocator::Sched { sched, .. } => sched.reserve(graph),
+            Allocator::Sched { sched, .. } => sched.reserve(graph, &layer_norm_pins(graph, model, n_tokens)),
         }
     }
 
-    fn alloc(&mut self, graph: &Graph) -> Result<()> {
+    fn alloc(&mut self, graph: &Graph, model: &Model, n_tokens: u32) -> Result<()> {
         match self {
             Allocator::Cpu(galloc) => galloc.alloc(graph),
-            Allocator::Sched { sched, .. } => sched.alloc(graph),
+            Allocator::Sched { sched, .. } => sched.alloc(graph, &layer_norm_pins(graph, model, n_tokens)),
         }
     }
 
@@ -260,6 +260,22 @@ impl Allocator {
             Allocator::Sched { sched, .. } => sched.buffer_sizes().iter().sum(),
         }
     }
+}
+
+/// Which backend each layer norm of `graph` runs on, as llama.cpp's graph callback pins them
+/// (`llama_context::graph_get_cb`): for a batch of under 32 tokens, or when every layer and
+/// the output one are offloaded, a layer's norm goes to its layer's device (the scheduler's
+/// backend of the same index); a layer on the CPU is left to the scheduler.
+fn layer_norm_pins(graph: &Graph, model: &Model, n_tokens: u32) -> Vec<(Tensor, usize)> {
+    let placement = model.placement();
+    if n_tokens >= 32 && placement.offloaded() <= placement.layers.len() {
+        return Vec::new();
+    }
+    graph
+        .layer_norms()
+        .into_iter()
+        .filter_map(|(t, il)| placement.layers.get(il).copied().flatten().map(|d| (t, d)))
+        .collect()
 }
 
 impl Context {
@@ -370,7 +386,7 @@ impl Context {
                 n_kv: &n_kv,
             };
             build(&graph, &self.model, &self.memory, &self.params, &shape);
-            self.galloc.reserve(&graph)?;
+            self.galloc.reserve(&graph, &self.model, n_tokens)?;
         }
         Ok(())
     }
@@ -839,7 +855,7 @@ impl Context {
                 n_kv: &n_kv,
             };
             let (inputs, output) = build(&graph, &self.model, &self.memory, &self.params, &shape);
-            self.galloc.alloc(&graph)?;
+            self.galloc.alloc(&graph, &self.model, batch.tokens.len() as u32)?;
             self.last_graph = Some(BuiltGraph { graph, inputs, output });
         }
         let BuiltGraph { graph, inputs, output } = self.last_graph.as_ref().expect("built above");
