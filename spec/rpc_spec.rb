@@ -9,7 +9,7 @@ require_relative "support/rpc_workers"
 # way a worker can fail giving a clear error while the process and its other models go on.
 RSpec.describe "models over RPC workers" do
   fixtures = Dir[File.join(ROOT, "spec", "fixtures", "goldens", "rpc", "*.json")]
-  by_setup = fixtures.group_by { |f| File.basename(f)[/\Arpc\d(-half)?/] }
+  by_setup = fixtures.group_by { |f| File.basename(f)[/\Arpc\d(-(half|kv-host|main\d))?/] }
 
   by_setup.each do |setup, files|
     context setup do
@@ -26,7 +26,9 @@ RSpec.describe "models over RPC workers" do
         golden.cases.each do |c|
           it "#{model}: the #{c["name"]} case gives llama.cpp's ids over #{golden.rpc_workers} workers" do
             options = { n_ctx: golden.n_ctx, n_threads: golden.n_threads, parallel: golden.parallel,
-                        rpc: @workers.map(&:endpoint), n_gpu_layers: golden.n_gpu_layers }
+                        rpc: @workers.map(&:endpoint), n_gpu_layers: golden.n_gpu_layers,
+                        kv_offload: golden.kv_offload }
+            options.merge!(split_mode: :none, main_gpu: golden.main_gpu) if golden.main_gpu
             Elelem.open(SpecModels.golden_model(model.delete_prefix("lockstep-")), **options) do |opened|
               mismatch = golden.check(opened, c["name"])
               expect(mismatch).to be_nil, mismatch.to_s

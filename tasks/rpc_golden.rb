@@ -11,12 +11,16 @@ require_relative "../spec/support/rpc_workers"
 module RpcGolden
   DIR = File.join(Reference::GOLDENS, "rpc")
 
-  # Setup name => how many workers, and which share of the layers (the output one counted)
-  # goes to them: all (llama.cpp's default), or half, the rest on the CPU.
+  # Setup name => how many workers, which share of the layers (the output one counted) goes
+  # to them (all, llama.cpp's default, or half, the rest on the CPU), and how Elelem.open is
+  # told more: the KV caches kept on the client (`-nkvo`), every layer on the second
+  # worker (`-sm none -mg 1`).
   SETUPS = {
     "rpc2" => { workers: 2, layers: :all },
     "rpc3" => { workers: 3, layers: :all },
-    "rpc2-half" => { workers: 2, layers: :half }
+    "rpc2-half" => { workers: 2, layers: :half },
+    "rpc2-kv-host" => { workers: 2, layers: :all, open: { kv_offload: false } },
+    "rpc2-main1" => { workers: 2, layers: :all, open: { split_mode: :none, main_gpu: 1 } }
   }.freeze
 
   # The CPU fixtures mirrored: dense, sliding-window and soft-capped, mixture of experts,
@@ -43,7 +47,7 @@ module RpcGolden
       next if pending.empty?
 
       RpcWorkers.with(spec[:workers]) do |endpoints|
-        pending.each { |name, g| record(g, name, endpoints, spec[:layers], binary) }
+        pending.each { |name, g| record(g, name, endpoints, spec, binary) }
       end
     end
   end
@@ -53,12 +57,12 @@ module RpcGolden
     Goldens.copy_cases(Elelem::Golden.new(fixture(setup, name), cache:), REAL.include?(name) ? cases.first(1) : cases)
   end
 
-  def record(golden, name, endpoints, layers, binary)
+  def record(golden, name, endpoints, setup, binary)
     path = Goldens.model_path(name)
     parallel = Goldens::LOCKSTEP.key?(name) ? Goldens::LOCKSTEP[name].last.size : 1
-    n_gpu_layers = layers == :half ? (block_count(path) + 1) / 2 : nil
+    n_gpu_layers = setup[:layers] == :half ? (block_count(path) + 1) / 2 : nil
     info = Elelem.open(path, n_ctx: Reference::N_CTX, n_threads: Reference::N_THREADS, parallel:, rpc: endpoints,
-                             n_gpu_layers:, &:info)
+                             n_gpu_layers:, **setup.fetch(:open, {}), &:info)
     # Recorded once the model is closed: a worker serves one client at a time, so the
     # reference's connections wait until ours are gone.
     golden.record(Opened.new(info), reference: binary)

@@ -92,6 +92,14 @@ module Elelem
     # @return [Integer, nil] with RPC workers, the layers on their devices (`n_gpu_layers:`, `-ngl`)
     def n_gpu_layers = @doc["n_gpu_layers"]
 
+    # @return [Boolean] whether each layer's KV cache was beside its weights (`kv_offload:`;
+    #   the reference ran with `-nkvo` when not)
+    def kv_offload = @doc.fetch("kv_offload", true)
+
+    # @return [Integer, nil] the one device every offloaded layer was on (`split_mode: :none,
+    #   main_gpu:`; the reference ran with `-sm none -mg`), nil when they were split
+    def main_gpu = @doc["main_gpu"]
+
     # @return [Array<Hash>] the cases: `"name"`, `"prompt"` (ids), `"max_tokens"`, `"ignore_eos"`,
     #   and `"prompt_text"` where the prompt was text; a lockstep case has `"prompts"` (an Array
     #   of ids each) instead of `"prompt"`, decoded together in the same passes; a continued case
@@ -291,7 +299,7 @@ module Elelem
     # Writes only what changed, so checking in CI leaves a committed file as it is.
     def write(path, doc)
       fields = %w[format model n_ctx n_threads parallel flash_attn cache_type_k cache_type_v rpc_workers n_gpu_layers
-                  cases recordings]
+                  kv_offload main_gpu cases recordings]
       text = "#{JSON.pretty_generate(doc.slice(*fields))}\n"
       return if File.exist?(path) && File.read(path) == text
 

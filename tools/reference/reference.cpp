@@ -11,7 +11,8 @@
 // the KV cache of every context made (default f16). And `--rpc HOST:PORT,...` and
 // `-ngl N`, as llama.cpp's tools take them: every model loaded is spread over those RPC
 // workers' devices (llama.cpp's default split, by their free memory), N layers of it
-// (the output one counted; default all).
+// (the output one counted; default all); `-nkvo`: their KV caches in the CPU's memory
+// (llama.cpp's --no-kv-offload); `-sm none -mg N`: every layer on device N (--split-mode, --main-gpu).
 //
 //   elelem-reference generate MODEL IDS N_PREDICT [N_CTX] [N_THREADS] [IGNORE_EOS]
 //       IDS is comma-separated prompt token ids. Prints the greedy ids (one
@@ -241,6 +242,9 @@ static bool set_cache_type(ggml_type & type, const char * value) {
 // layers go to them (-1: all).
 static std::vector<ggml_backend_dev_t> rpc_devices;
 static int n_gpu_layers = -1;
+static bool kv_offload = true;
+static llama_split_mode split_mode = LLAMA_SPLIT_MODE_LAYER;
+static int main_gpu = 0;
 
 static bool add_rpc_servers(const char * list) {
     std::stringstream ss(list);
@@ -255,6 +259,13 @@ static bool add_rpc_servers(const char * list) {
     return !rpc_devices.empty();
 }
 
+static bool set_split_mode(const char * value) {
+    if (!strcmp(value, "none")) split_mode = LLAMA_SPLIT_MODE_NONE;
+    else if (!strcmp(value, "layer")) split_mode = LLAMA_SPLIT_MODE_LAYER;
+    else return false;
+    return true;
+}
+
 // vocab_only skips the weights, for the commands that only ask the tokenizer.
 static llama_model * load(const char * path, bool vocab_only) {
     llama_model_params mp = llama_model_default_params();
@@ -264,6 +275,8 @@ static llama_model * load(const char * path, bool vocab_only) {
         devices.push_back(nullptr);
         mp.devices = devices.data();
         mp.n_gpu_layers = n_gpu_layers;
+        mp.split_mode = split_mode;
+        mp.main_gpu = main_gpu;
     }
     mp.kv_overrides = overrides.data();
     llama_model * model = llama_model_load_from_file(path, mp);
@@ -282,6 +295,7 @@ static llama_context * make_context(llama_model * model, int n_ctx, int n_thread
     cp.flash_attn_type = flash_attn;
     cp.type_k = cache_type_k;
     cp.type_v = cache_type_v;
+    cp.offload_kqv = kv_offload;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "failed to create context\n"); exit(1); }
     return ctx;
@@ -713,6 +727,7 @@ static llama_context * make_multi_context(llama_model * model, int n_ctx, int n_
     cp.flash_attn_type = flash_attn;
     cp.type_k = cache_type_k;
     cp.type_v = cache_type_v;
+    cp.offload_kqv = kv_offload;
     cp.kv_unified = true;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "failed to create context\n"); exit(1); }
@@ -1222,6 +1237,9 @@ int main(int argc, char ** argv) {
         else if (!strcmp(argv[i], "-ctv")) options_ok = options_ok && i + 1 < argc && set_cache_type(cache_type_v, argv[++i]);
         else if (!strcmp(argv[i], "--rpc")) options_ok = options_ok && i + 1 < argc && add_rpc_servers(argv[++i]);
         else if (!strcmp(argv[i], "-ngl")) options_ok = options_ok && i + 1 < argc && (n_gpu_layers = atoi(argv[++i]), true);
+        else if (!strcmp(argv[i], "-nkvo")) kv_offload = false;
+        else if (!strcmp(argv[i], "-sm")) options_ok = options_ok && i + 1 < argc && set_split_mode(argv[++i]);
+        else if (!strcmp(argv[i], "-mg")) options_ok = options_ok && i + 1 < argc && (main_gpu = atoi(argv[++i]), true);
         else argv[n_args++] = argv[i];
     }
     argc = n_args;

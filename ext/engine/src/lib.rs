@@ -38,7 +38,7 @@ pub use elelem_tokenizer::Tokenizer;
 pub use error::{Error, Result};
 pub use ggml::{cpu_model, BuildProfile};
 pub use memory::{CacheType, SeqId, MAX_SEQUENCES};
-pub use model::{HParams, Model, ModelParams, Pooling};
+pub use model::{HParams, Model, ModelParams, Pooling, Split};
 pub use runtime::{
     generate, BatchToken, Batcher, Chooser, Context, ContextParams, ContextSnapshot, DecodeStats, Draft, DraftLength,
     DraftSource, DraftStats, EmbedParams, Embedder, EmbedderGuard, Event, Lease, Logprob, NgramCache, Normalize,

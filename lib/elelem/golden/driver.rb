@@ -19,7 +19,7 @@ module Elelem
       def output(info, kase)
         @flash_attn = info.fetch(:flash_attn, true)
         @cache_types = info.values_at(:cache_type_k, :cache_type_v).map { |t| (t || :f16).to_s }
-        @offload = info.fetch(:rpc, []).empty? ? [] : ["--rpc", info[:rpc].join(","), "-ngl", info[:n_gpu_layers]]
+        @offload = offload(info)
         ignore_eos = kase["ignore_eos"] ? 1 : 0
         if kase["prompts"]
           return lockstep(info[:path], kase["prompts"], kase["max_tokens"], info.values_at(:n_ctx, :n_threads),
@@ -68,6 +68,17 @@ module Elelem
         raise Error, "the reference driver failed (#{status}): #{err.lines.last(3).join}" unless status.success?
 
         out
+      end
+
+      # llama.cpp's `--rpc` and `-ngl` for a model over RPC workers, `-nkvo` for its caches on
+      # the CPU, `-sm none -mg` for every layer on one device.
+      def offload(info)
+        return [] if info.fetch(:rpc, []).empty?
+
+        flags = ["--rpc", info[:rpc].join(","), "-ngl", info[:n_gpu_layers]]
+        flags << "-nkvo" unless info.fetch(:kv_offload, true)
+        flags += ["-sm", "none", "-mg", info[:main_gpu]] if info[:main_gpu]
+        flags
       end
 
       # A synthetic vocabulary's pieces need not be UTF-8: such text is left out.

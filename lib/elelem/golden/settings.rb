@@ -7,7 +7,8 @@ module Elelem
     module Settings
       # The settings and their values when a file leaves them out.
       DEFAULTS = { "n_ctx" => nil, "n_threads" => nil, "parallel" => nil, "flash_attn" => true, "cache_type_k" => "f16",
-                   "cache_type_v" => "f16", "rpc_workers" => 0, "n_gpu_layers" => nil }.freeze
+                   "cache_type_v" => "f16", "rpc_workers" => 0, "n_gpu_layers" => nil, "kv_offload" => true,
+                   "main_gpu" => nil }.freeze
 
       module_function
 
@@ -22,7 +23,8 @@ module Elelem
                                                                                    end),
           "flash_attn" => info.fetch(:flash_attn, true), "cache_type_k" => (info[:cache_type_k] || :f16).to_s,
           "cache_type_v" => (info[:cache_type_v] || :f16).to_s, "rpc_workers" => rpc.size,
-          "n_gpu_layers" => (info[:n_gpu_layers] unless rpc.empty?) }
+          "n_gpu_layers" => (info[:n_gpu_layers] unless rpc.empty?), "kv_offload" => info.fetch(:kv_offload, true),
+          "main_gpu" => info[:main_gpu] }
       end
 
       # Writes into `doc` the settings of `info` that differ from the defaults.

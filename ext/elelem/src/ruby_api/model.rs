@@ -138,6 +138,13 @@ impl Model {
         }
         h.aset(sym("devices"), devices)?;
         h.aset(sym("rpc"), runtime.params().rpc.clone())?;
+        let (split_mode, main_gpu) = match runtime.params().split {
+            engine::Split::Layer => ("layer", None),
+            engine::Split::None { main } => ("none", Some(main)),
+        };
+        h.aset(sym("split_mode"), sym(split_mode))?;
+        h.aset(sym("main_gpu"), main_gpu)?;
+        h.aset(sym("kv_offload"), runtime.params().kv_offload)?;
         Ok(h)
     }
 

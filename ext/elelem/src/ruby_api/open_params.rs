@@ -14,7 +14,7 @@ use magnus::{prelude::*, r_hash::ForEach, Error, Integer, RHash, RString, Ruby, 
 use super::model::Model;
 
 /// The keys `Elelem.open` takes, for the message that refuses another.
-const KEYS: [&str; 16] = [
+const KEYS: [&str; 19] = [
     "n_ctx",
     "n_threads",
     "adaptive_threads",
@@ -31,6 +31,9 @@ const KEYS: [&str; 16] = [
     "rpc",
     "tensor_split",
     "rpc_timeout",
+    "split_mode",
+    "main_gpu",
+    "kv_offload",
 ];
 
 /// A model's path and how to open it.
@@ -52,6 +55,8 @@ impl OpenParams {
             Ok(ForEach::Continue)
         })?;
         let mut params = engine::OpenParams::default();
+        // split_mode and main_gpu make one setting, in either order.
+        let (mut split_none, mut main_gpu) = (false, 0);
         for (key, value) in entries {
             let name = Symbol::from_value(key).map(|s| s.name()).transpose()?;
             let arg = Arg {
@@ -68,6 +73,9 @@ impl OpenParams {
                 "rpc" => params.rpc = arg.endpoints()?,
                 "tensor_split" => params.tensor_split = arg.shares()?,
                 "rpc_timeout" => params.rpc_timeout = arg.seconds()?,
+                "split_mode" => split_none = arg.split_mode()?,
+                "main_gpu" => main_gpu = arg.integer(0..=u32::MAX)?,
+                "kv_offload" => params.kv_offload = arg.boolean()?,
                 "parallel" => params.parallel = arg.integer(1..=engine::MAX_SEQUENCES)?,
                 "queue" => params.max_queue = arg.integer(0..=u32::MAX as usize)?,
                 "flash_attn" => params.flash_attn = arg.flash_attn()?,
@@ -92,6 +100,9 @@ impl OpenParams {
                     ))
                 }
             }
+        }
+        if split_none {
+            params.split = engine::Split::None { main: main_gpu };
         }
         Ok(OpenParams { path, params })
     }
@@ -145,6 +156,21 @@ impl Arg<'_> {
             .filter(|v| v.iter().all(|x| x.is_finite() && *x >= 0.0))
             .map(|v| v.into_iter().map(|x| x as f32).collect())
             .ok_or_else(|| self.invalid(expected))
+    }
+
+    /// `:layer` (whole layers to each device, llama.cpp's default) or `:none` (all on
+    /// `main_gpu`); `true` for `:none`. llama.cpp's `:row` splits a matrix across CUDA GPUs,
+    /// which this build has not.
+    fn split_mode(&self) -> Result<bool, Error> {
+        match self.symbol().as_deref() {
+            Some("layer") => Ok(false),
+            Some("none") => Ok(true),
+            Some("row") => Err(Error::new(
+                self.ruby.exception_arg_error(),
+                "split_mode :row splits matrices across CUDA devices, and this build has none (:layer or :none)",
+            )),
+            _ => Err(self.invalid(":layer or :none")),
+        }
     }
 
     /// A positive number of seconds, at most a day.

@@ -22,6 +22,7 @@ pub(crate) use hparams::{read_ssm, read_swa, Keys};
 pub use hparams::{ArchTraits, AttnTemperature, ExpertGating, HParams, Kind, NormType, Pooling, Ssm, Swa};
 pub use layers::{Glu, GraphBuilder};
 pub(crate) use loader::Loader;
+pub use placement::Split;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
     AttentionWeights, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights,
@@ -40,6 +41,8 @@ pub struct ModelParams {
     pub tensor_split: Vec<f32>,
     /// The longest any network wait on an RPC worker may last.
     pub rpc_timeout: std::time::Duration,
+    /// How the offloaded layers are shared among the devices.
+    pub split: Split,
     /// Copy the weights whose type and shape the CPU has faster kernels for into those
     /// kernels' interleaved layouts, as llama.cpp does (on by default). Their products
     /// take one path for a few rows and another for more, so a batch-invariant context
@@ -54,6 +57,7 @@ impl Default for ModelParams {
             rpc: Vec::new(),
             tensor_split: Vec::new(),
             rpc_timeout: ggml::rpc::DEFAULT_TIMEOUT,
+            split: Split::default(),
             repack: true,
         }
     }
@@ -115,7 +119,13 @@ impl Model {
             .map(|endpoint| ggml::rpc::RpcWorker::connect(endpoint, params.rpc_timeout))
             .collect::<Result<Vec<_>>>()?;
         let n_layer = hparams.n_layer as usize;
-        let placement = placement::Placement::new(workers, n_layer, params.n_gpu_layers, &params.tensor_split);
+        let placement = placement::Placement::new(
+            workers,
+            n_layer,
+            params.n_gpu_layers,
+            &params.tensor_split,
+            params.split,
+        )?;
         let mut loader = Loader::new(&gguf, &device, &placement, params.repack)?;
         let weights = arch.load(&mut loader, &hparams)?;
         loader.check_all_used(arch.name())?;

@@ -5,6 +5,18 @@
 
 use crate::ggml::rpc::RpcWorker;
 use crate::ggml::Device;
+use crate::{Error, Result};
+
+/// How the offloaded layers are shared among the devices (llama.cpp's `split_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Split {
+    /// Whole layers to each device, in proportion (`LLAMA_SPLIT_MODE_LAYER`, the default).
+    #[default]
+    Layer,
+    /// Every offloaded layer on one device, the `main` one of the devices in order
+    /// (`LLAMA_SPLIT_MODE_NONE` with `main_gpu`).
+    None { main: u32 },
+}
 
 /// The devices a model's layers are spread over, and where each layer went.
 pub struct Placement {
@@ -16,6 +28,8 @@ pub struct Placement {
     pub output: Option<usize>,
     /// The RPC workers the devices belong to, held for the model's life.
     pub workers: Vec<RpcWorker>,
+    /// Per device, the index of its worker in `workers`.
+    owners: Vec<usize>,
 }
 
 impl Placement {
@@ -26,19 +40,49 @@ impl Placement {
             layers: vec![None; n_layer],
             output: None,
             workers: Vec::new(),
+            owners: Vec::new(),
         }
+    }
+
+    /// The worker that device `d` belongs to.
+    pub fn worker_of(&self, d: usize) -> &RpcWorker {
+        &self.workers[self.owners[d]]
     }
 
     /// llama.cpp's split: `n_gpu_layers` of the `n_layer + 1` layers (the output one
     /// counts; `None` is all of them), the last ones, over the devices by `tensor_split`
-    /// (empty or all zero: by free memory).
-    pub fn new(workers: Vec<RpcWorker>, n_layer: usize, n_gpu_layers: Option<u32>, tensor_split: &[f32]) -> Placement {
-        let devices: Vec<Device> = workers.iter().flat_map(|w| w.devices.iter().cloned()).collect();
+    /// (empty or all zero: by free memory), or all on one device (`Split::None`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a `main` device beyond the workers' devices.
+    pub fn new(
+        workers: Vec<RpcWorker>,
+        n_layer: usize,
+        n_gpu_layers: Option<u32>,
+        tensor_split: &[f32],
+        split: Split,
+    ) -> Result<Placement> {
+        let (mut owners, mut devices): (Vec<usize>, Vec<Device>) = workers
+            .iter()
+            .enumerate()
+            .flat_map(|(w, worker)| worker.devices.iter().map(move |d| (w, d.clone())))
+            .unzip();
         if devices.is_empty() {
-            return Placement {
+            return Ok(Placement {
                 workers,
                 ..Placement::cpu(n_layer)
-            };
+            });
+        }
+        if let Split::None { main } = split {
+            let device = devices.get(main as usize).cloned().ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "main_gpu is {main}, and the workers have {} devices (0 to {})",
+                    devices.len(),
+                    devices.len() - 1
+                ))
+            })?;
+            devices = vec![device];
+            owners = vec![owners[main as usize]];
         }
         let weights: Vec<f32> = if tensor_split.iter().all(|&x| x == 0.0) {
             devices.iter().map(|d| d.memory().0 as f32).collect()
@@ -60,12 +104,13 @@ impl Placement {
             let at = (il - gpu_start) as f32 / active as f32;
             Some(splits.partition_point(|&s| s <= at).min(devices.len() - 1))
         };
-        Placement {
+        Ok(Placement {
             layers: (0..n_layer as i64).map(device_of).collect(),
             output: device_of(n_layer as i64),
             devices,
             workers,
-        }
+            owners,
+        })
     }
 
     /// How many layers (the output one included) are on a device.

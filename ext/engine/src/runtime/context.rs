@@ -65,6 +65,9 @@ pub struct ContextParams {
     /// weights and the CPU (`kernels/`): the bits of the ggml kernel that would run
     /// for the same pass, in less time. Off: ggml's products only.
     pub own_kernels: bool,
+    /// Each layer's KV cache and recurrent state beside its weights, on its device (llama.cpp's
+    /// `offload_kqv`, on by default); off: all of it in the CPU's memory.
+    pub kv_offload: bool,
 }
 
 impl ContextParams {
@@ -102,6 +105,7 @@ impl Default for ContextParams {
             adaptive_threads: true,
             batch_invariant: false,
             own_kernels: true,
+            kv_offload: true,
         }
     }
 }
@@ -219,20 +223,17 @@ impl Drop for DeviceBackend {
 impl Allocator {
     /// A gallocr for a model on the CPU alone; else the scheduler, with a backend of this
     /// context's on each device, and pipeline parallelism when llama.cpp enables it (every
-    /// layer offloaded, to more than one device).
-    fn new(model: &Model, backend: &Backend, max_nodes: usize) -> Result<Allocator> {
+    /// layer offloaded, to more than one device, with their caches).
+    fn new(model: &Model, backend: &Backend, max_nodes: usize, kv_offload: bool) -> Result<Allocator> {
         let placement = model.placement();
         if placement.devices.is_empty() {
             return Ok(Allocator::Cpu(Gallocr::new(backend.default_buft())?));
         }
-        let mut devices = Vec::new();
-        for worker in &placement.workers {
-            for device in &worker.devices {
-                devices.push(DeviceBackend(worker.backend(device)?));
-            }
-        }
+        let devices = (0..placement.devices.len())
+            .map(|d| Ok(DeviceBackend(placement.worker_of(d).backend(&placement.devices[d])?)))
+            .collect::<Result<Vec<_>>>()?;
         let backends = devices.iter().map(|d| d.0.as_ptr()).chain([backend.as_ptr()]).collect();
-        let parallel = placement.devices.len() > 1 && placement.offloaded() == placement.layers.len() + 1;
+        let parallel = placement.devices.len() > 1 && placement.offloaded() == placement.layers.len() + 1 && kv_offload;
         Ok(Allocator::Sched {
             sched: Sched::new(backends, max_nodes, parallel)?,
             _devices: devices,
@@ -290,13 +291,17 @@ impl Context {
         if params.batch_invariant {
             backend.use_reference_kernels()?;
         }
-        // Each layer's memory goes where its weights are (llama.cpp's default, offload_kqv).
+        // Each layer's memory goes where its weights are (llama.cpp's default, offload_kqv),
+        // or all of it to the CPU.
         let placement = model.placement();
-        let layer_bufts: Vec<Option<BufferType>> = placement
-            .layers
-            .iter()
-            .map(|d| d.map(|d| placement.devices[d].buft))
-            .collect();
+        let layer_bufts: Vec<Option<BufferType>> = match params.kv_offload {
+            true => placement
+                .layers
+                .iter()
+                .map(|d| d.map(|d| placement.devices[d].buft))
+                .collect(),
+            false => Vec::new(),
+        };
         let kv = match model.hparams.arch.kind {
             // A model whose every layer is recurrent (mamba2) keeps no K and V.
             Kind::Decoder if model.hparams.attention_free() => KvCache::none(),
@@ -322,7 +327,7 @@ impl Context {
             backend.sleep_between_graphs();
         }
         let max_nodes = MIN_NODES.max(8 * model.n_weights());
-        let galloc = Allocator::new(&model, &backend, max_nodes)?;
+        let galloc = Allocator::new(&model, &backend, max_nodes, params.kv_offload)?;
         let abort = Arc::new(AtomicBool::new(false));
         // SAFETY: the flag is an Arc the context holds for as long as the backend lives.
         unsafe { backend.set_abort_flag(Arc::as_ptr(&abort)) };

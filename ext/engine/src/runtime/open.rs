@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::ggml::threads::available_cpus;
 use crate::memory::kv_cache::CacheType;
-use crate::model::{Kind, Model, ModelParams, Pooling};
+use crate::model::{Kind, Model, ModelParams, Pooling, Split};
 use crate::runtime::context::{Context, ContextParams, DEFAULT_N_CTX, MAX_THREADS};
 use crate::runtime::embed::{EmbedParams, Embedder};
 use crate::runtime::scheduler::Scheduler;
@@ -68,6 +68,10 @@ pub struct OpenParams {
     pub tensor_split: Vec<f32>,
     /// As [`ModelParams::rpc_timeout`].
     pub rpc_timeout: std::time::Duration,
+    /// As [`ModelParams::split`].
+    pub split: Split,
+    /// As [`ContextParams::kv_offload`], for every context the model gets.
+    pub kv_offload: bool,
 }
 
 impl Default for OpenParams {
@@ -90,6 +94,8 @@ impl Default for OpenParams {
             rpc: Vec::new(),
             tensor_split: Vec::new(),
             rpc_timeout: crate::ggml::rpc::DEFAULT_TIMEOUT,
+            split: Split::default(),
+            kv_offload: true,
         }
     }
 }
@@ -125,6 +131,7 @@ impl Runtime {
             rpc: params.rpc.clone(),
             tensor_split: params.tensor_split.clone(),
             rpc_timeout: params.rpc_timeout,
+            split: params.split,
         };
         let model = Arc::new(Model::open(path, &model_params)?);
         if params.batch_invariant && model.hparams.arch.kind == Kind::Encoder {
@@ -138,6 +145,7 @@ impl Runtime {
             adaptive_threads: params.adaptive_threads,
             flash_attn: params.flash_attn,
             own_kernels: params.own_kernels,
+            kv_offload: params.kv_offload,
             ..Default::default()
         };
         let draft_model = match &params.draft {
