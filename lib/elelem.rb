@@ -134,6 +134,13 @@ module Elelem
     #   layers (llama.cpp's `--tensor-split`); left out: in proportion to each one's free memory
     # @option options [Numeric] :rpc_timeout the longest any wait on an RPC worker lasts, in
     #   seconds (default 60): a worker that answers nothing for that long has failed
+    # @option options [Symbol] :split_mode `:layer` (whole layers to each device, the default)
+    #   or `:none` (every offloaded layer on the device `main_gpu:` names, 0 by default), as
+    #   llama.cpp's `--split-mode`
+    # @option options [Integer] :main_gpu with `split_mode: :none`, the device (of the
+    #   workers' devices, in order) that takes every offloaded layer
+    # @option options [Boolean] :kv_offload each layer's KV cache beside its weights on its
+    #   device (true, the default) or in this machine's memory (llama.cpp's `--no-kv-offload`)
     # @option options [Integer] :parallel how many sequences generate at once (up to
     #   {Model::MAX_SEQUENCES}): concurrent calls from threads beyond it wait in a queue
     # @option options [Integer] :queue how many calls may wait; one more raises {BusyError}

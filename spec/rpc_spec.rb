@@ -2,6 +2,8 @@
 
 require "spec_helper"
 require "socket"
+require "stringio"
+require "elelem/cli"
 require_relative "support/rpc_workers"
 
 # Models spread over ggml RPC workers on loopback (`elelem rpc-server` processes of this
@@ -134,5 +136,40 @@ RSpec.describe "RPC worker failures" do
         expect(info[:devices].map { |d| d[:weights_bytes] }).to all(be_positive)
       end
     end
+  end
+end
+
+RSpec.describe "elelem's commands and RPC workers" do
+  def run(*argv)
+    out = StringIO.new
+    err = StringIO.new
+    status = Elelem::CLI.new(out, err, StringIO.new).run(argv)
+    [status, out.string, err.string]
+  end
+
+  it "spreads a model over workers with --rpc, as Elelem.open(rpc:) does" do
+    qwen = SpecModels.path("qwen2.5-coder-0.5b")
+    RpcWorkers.with(2) do |endpoints|
+      expected = Elelem.open(qwen, n_threads: 2, rpc: endpoints) { |m| m.generate("def hello", max_tokens: 8) }
+      status, out, = run("generate", "-m", qwen, "-t", "2", "-n", "8", "--rpc", endpoints.join(","), "def hello")
+      expect([status, out]).to eq([0, "#{expected}\n"])
+      status, out, = run("info", "-m", qwen, "--rpc", endpoints.join(","), "--ngl", "3")
+      expect(status).to eq(0)
+      expect(out).to include("RPC")
+    end
+  end
+
+  it "says what is wrong with an RPC flag or worker in one line" do
+    status, _, err = run("generate", "-m", SpecModels.path("qwen2.5-coder-0.5b"), "--rpc", "nonsense", "hi")
+    expect([status, err.lines.size]).to eq([1, 1])
+    expect(err).to include("host:port")
+    status, _, err = run("rpc-server", "--port", "0")
+    expect([status, err]).to eq([1, "elelem: port must be an Integer in 1..65535, got 0\n"])
+  end
+
+  it "documents rpc-server's flags" do
+    status, out, = run("rpc-server", "--help")
+    expect(status).to eq(0)
+    expect(out).to include("--host", "--port", "--threads", "--cache")
   end
 end

@@ -6,7 +6,7 @@ module Elelem
   class CLI
     # The options of {Elelem.open} that the commands' flags set.
     OPEN_OPTIONS = %i[n_ctx n_threads adaptive_threads batch_invariant parallel queue rpc n_gpu_layers
-                      tensor_split].freeze
+                      tensor_split split_mode main_gpu kv_offload].freeze
 
     private
 
@@ -53,6 +53,13 @@ module Elelem
                                                  "(default: by free memory)") do |l|
         opts[:tensor_split] = l.map { |x| flag_value { Float(x) } }
       end
+      parser.on("--split-mode MODE", %w[layer none], "layer (default) or none (all on --main-gpu)") do |m|
+        opts[:split_mode] = m.to_sym
+      end
+      parser.on("--main-gpu N", Integer, "the device that takes every layer with --split-mode none") do |n|
+        opts[:main_gpu] = n
+      end
+      parser.on("--no-kv-offload", "keep the KV cache in this machine's memory") { opts[:kv_offload] = false }
     end
 
     # The sampling flags: the flag, its type, the option it sets, what it is.
