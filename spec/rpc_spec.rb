@@ -1,8 +1,10 @@
 # frozen_string_literal: true
 
 require "spec_helper"
+require "json"
 require "socket"
 require "stringio"
+require "timeout"
 require "elelem/cli"
 require_relative "support/rpc_workers"
 
@@ -115,6 +117,34 @@ RSpec.describe "RPC worker failures" do
         model.close
       end
       expect(Elelem.open(tiny, n_ctx: 256) { |m| m.generate(ids, max_tokens: 4, ignore_eos: true).size }).to eq(4)
+    end
+  end
+
+  it "stops a generation waiting on workers at an interrupt, and the model goes on" do
+    RpcWorkers.with(2) do |endpoints|
+      Elelem.open(SpecModels.path("qwen2.5-coder-0.5b"), n_ctx: 1024, rpc: endpoints) do |model|
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        expect { Timeout.timeout(0.5) { model.generate("def fibonacci(n):", max_tokens: 500, ignore_eos: true) } }
+          .to raise_error(Timeout::Error)
+        expect(Process.clock_gettime(Process::CLOCK_MONOTONIC) - started).to be < 3
+        expect(model.generate("def add(a, b):", max_tokens: 4).size).to be_positive
+      end
+    end
+  end
+
+  it "runs structured output, speculation and embeddings over workers" do
+    RpcWorkers.with(2) do |endpoints|
+      Elelem.open(SpecModels.path("qwen2.5-coder-0.5b"), n_ctx: 1024, rpc: endpoints) do |model|
+        schema = { type: "object", properties: { lang: { enum: %w[ruby python] } }, required: ["lang"],
+                   additionalProperties: false }
+        answer = model.generate("The language of `def hello; end`, as JSON: ", json_schema: schema, max_tokens: 24)
+        expect(JSON.parse(answer)).to match("lang" => a_string_matching(/\A(ruby|python)\z/))
+        expect(model.generate("def add(a, b):", max_tokens: 12, ignore_eos: true, draft: :lookup).size).to be_positive
+      end
+      minilm = SpecModels.path("all-minilm-l6-v2")
+      over = Elelem.open(minilm, rpc: endpoints) { |m| m.embed(["a cat on a mat"]).first }
+      here = Elelem.open(minilm) { |m| m.embed(["a cat on a mat"]).first }
+      expect(over.zip(here).sum { |a, b| a * b }).to be > 0.9999
     end
   end
 
