@@ -104,6 +104,72 @@ pub fn read_nextn_layers(keys: &Keys, hp: &mut HParams) -> Result<()> {
     Ok(())
 }
 
+/// One multi-token-prediction layer being declared unused (see [`declare_nextn_layers`]).
+pub struct NextnLayer<'l, 'a> {
+    loader: &'l mut Loader<'a>,
+    pub il: u32,
+    /// Whether the file has them: otherwise none is required.
+    present: bool,
+}
+
+impl NextnLayer<'_, '_> {
+    /// `blk.{il}.{name}`, of that shape if the file has it; an error for a `needed` one it lacks.
+    pub fn unused(&mut self, name: &str, shape: &[u64], needed: bool) -> Result<()> {
+        let name = format!("blk.{}.{name}", self.il);
+        self.loader.unused(&name, shape, needed && self.present)
+    }
+
+    /// A dense gated feed-forward's weights.
+    pub fn dense_ffn(&mut self, hp: &HParams) -> Result<()> {
+        let (embd, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
+        self.unused("ffn_gate.weight", &[embd, ff], true)?;
+        self.unused("ffn_down.weight", &[ff, embd], true)?;
+        self.unused("ffn_up.weight", &[embd, ff], true)
+    }
+}
+
+/// The multi-token-prediction layers after the `n_layer` decoding ones, declared as
+/// llama.cpp's loader declares them without `load_mtp` (shapes checked, never placed): an
+/// attention block whose Q projection is `q_width` wide (the Q, K and V projections all
+/// optional; the per-head Q and K norms required when `qk_norms`), the feed-forward `ffn`
+/// declares, then the layer's `nextn.*`. None is required when the file lacks the first
+/// layer's `nextn.eh_proj`.
+pub fn declare_nextn_layers(
+    loader: &mut Loader,
+    hp: &HParams,
+    q_width: u64,
+    qk_norms: bool,
+    mut ffn: impl FnMut(&mut NextnLayer) -> Result<()>,
+) -> Result<()> {
+    let (embd, vocab, head) = (u64::from(hp.n_embd), u64::from(hp.n_vocab), u64::from(hp.head_dim_k));
+    let q_dim = head * u64::from(hp.n_head);
+    let (k_dim, v_dim) = (u64::from(hp.n_embd_k_gqa()), u64::from(hp.n_embd_v_gqa()));
+    let present = loader.has(&format!("blk.{}.nextn.eh_proj.weight", hp.n_layer));
+    for il in hp.n_layer..hp.n_layer + hp.n_layer_nextn {
+        let mut layer = NextnLayer { loader, il, present };
+        layer.unused("attn_norm.weight", &[embd], true)?;
+        let qkv = q_width + k_dim + v_dim;
+        layer.unused("attn_qkv.weight", &[embd, qkv], false)?;
+        layer.unused("attn_qkv.bias", &[qkv], false)?;
+        for (name, width) in [("attn_q", q_width), ("attn_k", k_dim), ("attn_v", v_dim)] {
+            layer.unused(&format!("{name}.weight"), &[embd, width], false)?;
+            layer.unused(&format!("{name}.bias"), &[width], false)?;
+        }
+        layer.unused("attn_output.weight", &[q_dim, embd], true)?;
+        layer.unused("attn_q_norm.weight", &[head], qk_norms)?;
+        layer.unused("attn_k_norm.weight", &[head], qk_norms)?;
+        layer.unused("post_attention_norm.weight", &[embd], true)?;
+        ffn(&mut layer)?;
+        layer.unused("nextn.eh_proj.weight", &[2 * embd, embd], true)?;
+        layer.unused("nextn.enorm.weight", &[embd], true)?;
+        layer.unused("nextn.hnorm.weight", &[embd], true)?;
+        layer.unused("nextn.embed_tokens.weight", &[embd, vocab], false)?;
+        layer.unused("nextn.shared_head_head.weight", &[embd, vocab], false)?;
+        layer.unused("nextn.shared_head_norm.weight", &[embd], false)?;
+    }
+    Ok(())
+}
+
 /// Where an architecture's output head comes from.
 #[derive(Clone, Copy)]
 pub enum Head {

@@ -10,7 +10,7 @@
 //! (`nextn_predict_layers`) are loaded and left unused, as llama.cpp decodes. Files with
 //! M-RoPE sections (GLM-4.5V's) rotate by sections, which elelem does not, and are refused.
 
-use super::common::{load_llama_like, read_expert_counts, read_expert_gating, read_nextn_layers, Head};
+use super::common::{self, load_llama_like, read_expert_counts, read_expert_gating, read_nextn_layers, Head};
 use super::llama;
 use crate::ggml::RopeMode;
 use crate::model::{
@@ -101,52 +101,23 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     Ok(weights)
 }
 
-/// The multi-token-prediction layers after the `n_layer` decoding ones, declared as
-/// llama.cpp's loader declares them without `load_mtp` (shapes checked, never placed):
-/// a layer's tensors (those of the Q, K and V projections all optional), then its
-/// `nextn.*`. All are optional when the file lacks the first one's `nextn.eh_proj`.
-fn declare_nextn_layers(l: &mut Loader, hp: &HParams) -> Result<()> {
-    let (embd, vocab, head) = (u64::from(hp.n_embd), u64::from(hp.n_vocab), u64::from(hp.head_dim_k));
-    let (ff, ff_exp, ff_shexp) = (u64::from(hp.n_ff), u64::from(hp.n_ff_exp), u64::from(hp.n_ff_shexp));
-    let n_expert = u64::from(hp.n_expert);
-    let q_dim = head * u64::from(hp.n_head);
-    let (k_dim, v_dim) = (u64::from(hp.n_embd_k_gqa()), u64::from(hp.n_embd_v_gqa()));
-    let required = l.has(&format!("blk.{}.nextn.eh_proj.weight", hp.n_layer));
-    for il in hp.n_layer..hp.n_layer + hp.n_layer_nextn {
-        let mut unused =
-            |name: &str, shape: &[u64], needed: bool| l.unused(&format!("blk.{il}.{name}"), shape, needed && required);
-        unused("attn_norm.weight", &[embd], true)?;
-        let qkv = q_dim + k_dim + v_dim;
-        unused("attn_qkv.weight", &[embd, qkv], false)?;
-        unused("attn_qkv.bias", &[qkv], false)?;
-        for (name, width) in [("attn_q", q_dim), ("attn_k", k_dim), ("attn_v", v_dim)] {
-            unused(&format!("{name}.weight"), &[embd, width], false)?;
-            unused(&format!("{name}.bias"), &[width], false)?;
+/// The multi-token-prediction layers: GLM-4.5's attention, then a dense feed-forward before
+/// `n_layer_dense_lead` and the experts (with their selection bias) and shared expert after.
+fn declare_nextn_layers(loader: &mut Loader, hp: &HParams) -> Result<()> {
+    let q_dim = u64::from(hp.head_dim_k) * u64::from(hp.n_head);
+    common::declare_nextn_layers(loader, hp, q_dim, false, |layer| {
+        if layer.il < hp.n_layer_dense_lead {
+            return layer.dense_ffn(hp);
         }
-        unused("attn_output.weight", &[q_dim, embd], true)?;
-        unused("attn_q_norm.weight", &[head], false)?;
-        unused("attn_k_norm.weight", &[head], false)?;
-        unused("post_attention_norm.weight", &[embd], true)?;
-        if il >= hp.n_layer_dense_lead {
-            unused("ffn_gate_inp.weight", &[embd, n_expert], true)?;
-            unused("exp_probs_b.bias", &[n_expert], true)?;
-            unused("ffn_gate_exps.weight", &[embd, ff_exp, n_expert], true)?;
-            unused("ffn_down_exps.weight", &[ff_exp, embd, n_expert], true)?;
-            unused("ffn_up_exps.weight", &[embd, ff_exp, n_expert], true)?;
-            unused("ffn_gate_shexp.weight", &[embd, ff_shexp], true)?;
-            unused("ffn_down_shexp.weight", &[ff_shexp, embd], true)?;
-            unused("ffn_up_shexp.weight", &[embd, ff_shexp], true)?;
-        } else {
-            unused("ffn_gate.weight", &[embd, ff], true)?;
-            unused("ffn_down.weight", &[ff, embd], true)?;
-            unused("ffn_up.weight", &[embd, ff], true)?;
-        }
-        unused("nextn.eh_proj.weight", &[2 * embd, embd], true)?;
-        unused("nextn.enorm.weight", &[embd], true)?;
-        unused("nextn.hnorm.weight", &[embd], true)?;
-        unused("nextn.embed_tokens.weight", &[embd, vocab], false)?;
-        unused("nextn.shared_head_head.weight", &[embd, vocab], false)?;
-        unused("nextn.shared_head_norm.weight", &[embd], false)?;
-    }
-    Ok(())
+        let (embd, n_expert) = (u64::from(hp.n_embd), u64::from(hp.n_expert));
+        let (ff_exp, ff_shexp) = (u64::from(hp.n_ff_exp), u64::from(hp.n_ff_shexp));
+        layer.unused("ffn_gate_inp.weight", &[embd, n_expert], true)?;
+        layer.unused("exp_probs_b.bias", &[n_expert], true)?;
+        layer.unused("ffn_gate_exps.weight", &[embd, ff_exp, n_expert], true)?;
+        layer.unused("ffn_down_exps.weight", &[ff_exp, embd, n_expert], true)?;
+        layer.unused("ffn_up_exps.weight", &[embd, ff_exp, n_expert], true)?;
+        layer.unused("ffn_gate_shexp.weight", &[embd, ff_shexp], true)?;
+        layer.unused("ffn_down_shexp.weight", &[ff_shexp, embd], true)?;
+        layer.unused("ffn_up_shexp.weight", &[embd, ff_shexp], true)
+    })
 }

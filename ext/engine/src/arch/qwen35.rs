@@ -13,7 +13,7 @@
 //! (`nextn_predict_layers`) are loaded and left unused, as llama.cpp decodes. Refused: a
 //! fused `attn_qkv` on the attention layers.
 
-use super::common::{load_llama_like, read_nextn_layers, Head};
+use super::common::{self, load_llama_like, read_nextn_layers, Head};
 use crate::ggml::{RopeMode, Tensor, MROPE_SECTIONS};
 use crate::model::{
     read_ssm, ArchSpec, AttentionWeights, DeltaNetWeights, FfnWeights, Glu, GraphBuilder, HParams, Keys, Kind,
@@ -106,55 +106,26 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     Ok(weights)
 }
 
-/// llama.cpp's `load_block_mtp` without `load_mtp`: the multi-token-prediction layers
-/// after the `n_layer` decoding ones, declared (shapes checked, never placed) as a gated
-/// attention block with qwen35's feed-forward (or qwen35moe's experts and shared
-/// expert), then its `nextn.*`; the Q, K and V projections all optional. All are
-/// optional when the file lacks the first one's `nextn.eh_proj`.
-pub(super) fn declare_nextn_layers(l: &mut Loader, hp: &HParams) -> Result<()> {
-    let (embd, vocab, head) = (u64::from(hp.n_embd), u64::from(hp.n_vocab), u64::from(hp.head_dim_k));
-    let (ff, ff_exp, ff_shexp) = (u64::from(hp.n_ff), u64::from(hp.n_ff_exp), u64::from(hp.n_ff_shexp));
-    let n_expert = u64::from(hp.n_expert);
-    let q_dim = head * u64::from(hp.n_head);
-    let (k_dim, v_dim) = (u64::from(hp.n_embd_k_gqa()), u64::from(hp.n_embd_v_gqa()));
-    let required = l.has(&format!("blk.{}.nextn.eh_proj.weight", hp.n_layer));
-    for il in hp.n_layer..hp.n_layer + hp.n_layer_nextn {
-        let mut unused =
-            |name: &str, shape: &[u64], needed: bool| l.unused(&format!("blk.{il}.{name}"), shape, needed && required);
-        unused("attn_norm.weight", &[embd], true)?;
-        unused("post_attention_norm.weight", &[embd], true)?;
-        let qkv = 2 * q_dim + k_dim + v_dim;
-        unused("attn_qkv.weight", &[embd, qkv], false)?;
-        unused("attn_qkv.bias", &[qkv], false)?;
-        for (name, width) in [("attn_q", 2 * q_dim), ("attn_k", k_dim), ("attn_v", v_dim)] {
-            unused(&format!("{name}.weight"), &[embd, width], false)?;
-            unused(&format!("{name}.bias"), &[width], false)?;
+/// llama.cpp's `load_block_mtp` without `load_mtp`: the multi-token-prediction layers, a
+/// gated attention block (its Q projection twice as wide: the gate) with per-head Q and K
+/// norms, and qwen35's feed-forward or qwen35moe's experts and gated shared expert.
+pub(super) fn declare_nextn_layers(loader: &mut Loader, hp: &HParams) -> Result<()> {
+    let q_dim = u64::from(hp.head_dim_k) * u64::from(hp.n_head);
+    common::declare_nextn_layers(loader, hp, 2 * q_dim, true, |layer| {
+        if hp.n_expert == 0 {
+            return layer.dense_ffn(hp);
         }
-        unused("attn_output.weight", &[q_dim, embd], true)?;
-        unused("attn_q_norm.weight", &[head], true)?;
-        unused("attn_k_norm.weight", &[head], true)?;
-        if n_expert > 0 {
-            unused("ffn_gate_inp.weight", &[embd, n_expert], true)?;
-            unused("ffn_down_exps.weight", &[ff_exp, embd, n_expert], true)?;
-            unused("ffn_gate_exps.weight", &[embd, ff_exp, n_expert], true)?;
-            unused("ffn_up_exps.weight", &[embd, ff_exp, n_expert], true)?;
-            unused("ffn_gate_inp_shexp.weight", &[embd], true)?;
-            unused("ffn_gate_shexp.weight", &[embd, ff_shexp], true)?;
-            unused("ffn_up_shexp.weight", &[embd, ff_shexp], true)?;
-            unused("ffn_down_shexp.weight", &[ff_shexp, embd], true)?;
-        } else {
-            unused("ffn_gate.weight", &[embd, ff], true)?;
-            unused("ffn_down.weight", &[ff, embd], true)?;
-            unused("ffn_up.weight", &[embd, ff], true)?;
-        }
-        unused("nextn.eh_proj.weight", &[2 * embd, embd], true)?;
-        unused("nextn.enorm.weight", &[embd], true)?;
-        unused("nextn.hnorm.weight", &[embd], true)?;
-        unused("nextn.embed_tokens.weight", &[embd, vocab], false)?;
-        unused("nextn.shared_head_head.weight", &[embd, vocab], false)?;
-        unused("nextn.shared_head_norm.weight", &[embd], false)?;
-    }
-    Ok(())
+        let (embd, n_expert) = (u64::from(hp.n_embd), u64::from(hp.n_expert));
+        let (ff_exp, ff_shexp) = (u64::from(hp.n_ff_exp), u64::from(hp.n_ff_shexp));
+        layer.unused("ffn_gate_inp.weight", &[embd, n_expert], true)?;
+        layer.unused("ffn_down_exps.weight", &[ff_exp, embd, n_expert], true)?;
+        layer.unused("ffn_gate_exps.weight", &[embd, ff_exp, n_expert], true)?;
+        layer.unused("ffn_up_exps.weight", &[embd, ff_exp, n_expert], true)?;
+        layer.unused("ffn_gate_inp_shexp.weight", &[embd], true)?;
+        layer.unused("ffn_gate_shexp.weight", &[embd, ff_shexp], true)?;
+        layer.unused("ffn_up_shexp.weight", &[embd, ff_shexp], true)?;
+        layer.unused("ffn_down_shexp.weight", &[ff_shexp, embd], true)
+    })
 }
 
 /// Layer `il` with its feed-forward: pre-norm, a delta net or gated attention,
