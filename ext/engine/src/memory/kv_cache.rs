@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{LayerPlaces, Placed};
+use super::placed::{LayerPlaces, Placed};
 use crate::ggml::{self, Backend, Buffer, BufferType, Tensor};
 use crate::Result;
 use ggml_sys as sys;

@@ -21,7 +21,7 @@
 //! cache, where llama.cpp's state is then half written; the price is a second row
 //! per sequence, twice llama.cpp's `n_seq_max` rows.
 
-use super::{LayerPlaces, Placed};
+use super::placed::{LayerPlaces, Placed};
 use crate::ggml::{Backend, BufferType, Tensor};
 use crate::memory::kv_cache::SeqId;
 use crate::Result;
