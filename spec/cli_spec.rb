@@ -1,17 +1,11 @@
 # frozen_string_literal: true
 
 require "spec_helper"
-require "elelem/cli"
-require "stringio"
+require_relative "support/cli_runner"
 require "tmpdir"
 
 RSpec.describe Elelem::CLI do
-  def run(*argv, input: "")
-    out = StringIO.new
-    err = StringIO.new
-    status = described_class.new(out, err, StringIO.new(input)).run(argv)
-    [status, out.string, err.string]
-  end
+  include CliRunner
 
   it "prints help" do
     status, out, = run("--help")

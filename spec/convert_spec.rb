@@ -2,8 +2,7 @@
 
 require "digest"
 require "spec_helper"
-require "elelem/cli"
-require "stringio"
+require_relative "support/cli_runner"
 require "tmpdir"
 
 # The embedding model of the catalog: sentence-transformers' all-MiniLM-L6-v2 from its
@@ -50,12 +49,7 @@ RSpec.describe "all-minilm-l6-v2, converted by Elelem.convert" do
 end
 
 RSpec.describe "Elelem.convert and elelem convert" do
-  def run(*argv)
-    out = StringIO.new
-    err = StringIO.new
-    status = Elelem::CLI.new(out, err, StringIO.new).run(argv)
-    [status, out.string, err.string]
-  end
+  include CliRunner
 
   it "refuses what is not a BERT directory, in one line" do
     Dir.mktmpdir do |dir|

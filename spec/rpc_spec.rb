@@ -1,11 +1,10 @@
 # frozen_string_literal: true
 
 require "spec_helper"
+require_relative "support/cli_runner"
 require "json"
 require "socket"
-require "stringio"
 require "timeout"
-require "elelem/cli"
 require_relative "support/rpc_workers"
 
 # Models spread over ggml RPC workers on loopback (`elelem rpc-server` processes of this
@@ -170,12 +169,7 @@ RSpec.describe "RPC worker failures" do
 end
 
 RSpec.describe "elelem's commands and RPC workers" do
-  def run(*argv)
-    out = StringIO.new
-    err = StringIO.new
-    status = Elelem::CLI.new(out, err, StringIO.new).run(argv)
-    [status, out.string, err.string]
-  end
+  include CliRunner
 
   it "spreads a model over workers with --rpc, as Elelem.open(rpc:) does" do
     qwen = SpecModels.path("qwen2.5-coder-0.5b")

@@ -93,6 +93,25 @@ std::string guard_failure(const char * what) {
     return text;
 }
 
+// Runs `call`, which may connect on this thread, with elelem_rpc_abort throwing instead of
+// returning; a failure, or a NULL answer (`when_null` says why), is NULL and a message in `err`.
+template <typename Call>
+auto guarded(Call call, const char * when_null, char * err, size_t n) -> decltype(call()) {
+    guard_depth++;
+    last_error.clear();
+    last_fd = -1;
+    try {
+        auto result = call();
+        guard_depth--;
+        if (!result) copy_message(when_null, err, n);
+        return result;
+    } catch (const std::exception & e) {
+        guard_depth--;
+        copy_message(guard_failure(e.what()), err, n);
+        return nullptr;
+    }
+}
+
 }  // namespace
 
 extern "C" {
@@ -224,37 +243,14 @@ unsigned elelem_rpc_failures(const char * endpoint, char * why, size_t n) {
 // ggml_backend_rpc_add_server, with a failure to connect or to agree on the protocol
 // returned as NULL and a message instead of aborting.
 ggml_backend_reg_t elelem_rpc_add_server(const char * endpoint, char * err, size_t n) {
-    guard_depth++;
-    last_error.clear();
-    last_fd = -1;
-    try {
-        ggml_backend_reg_t reg = ggml_backend_rpc_add_server(endpoint);
-        guard_depth--;
-        if (!reg) copy_message("the worker has no devices", err, n);
-        return reg;
-    } catch (const std::exception & e) {
-        guard_depth--;
-        copy_message(guard_failure(e.what()), err, n);
-        return nullptr;
-    }
+    return guarded([&] { return ggml_backend_rpc_add_server(endpoint); }, "the worker has no devices", err, n);
 }
 
 // ggml_backend_dev_init on an RPC device (which connects when no connection to its
 // worker is held), guarded as elelem_rpc_add_server.
 ggml_backend_t elelem_rpc_backend_init(ggml_backend_dev_t dev, char * err, size_t n) {
-    guard_depth++;
-    last_error.clear();
-    last_fd = -1;
-    try {
-        ggml_backend_t backend = ggml_backend_dev_init(dev, nullptr);
-        guard_depth--;
-        if (!backend) copy_message("the worker's backend could not be made", err, n);
-        return backend;
-    } catch (const std::exception & e) {
-        guard_depth--;
-        copy_message(guard_failure(e.what()), err, n);
-        return nullptr;
-    }
+    return guarded([&] { return ggml_backend_dev_init(dev, nullptr); }, "the worker's backend could not be made", err,
+                   n);
 }
 
 // Serves `devices` at `endpoint` until the process ends (ggml_backend_rpc_start_server),

@@ -323,7 +323,7 @@ impl Context {
             Some(shape) => RecurrentState::new(&backend, &layer_bufts, &shape, params.n_seq_max)?,
             None => RecurrentState::none(),
         };
-        if !model.placement().devices.is_empty() {
+        if !placement.devices.is_empty() {
             backend.sleep_between_graphs();
         }
         let max_nodes = MIN_NODES.max(8 * model.n_weights());

@@ -54,6 +54,20 @@ impl ContextSnapshot {
             stats: ctx.stats(),
         }
     }
+
+    /// Brings it up to date after a pass. The caches never move and the compute buffers are
+    /// reserved once, so the per-backend figures are taken again only if those grew.
+    fn refresh(&mut self, ctx: &Context) {
+        let compute_buffer_bytes = ctx.compute_buffer_bytes();
+        if compute_buffer_bytes != self.compute_buffer_bytes {
+            self.backends = ctx.backend_memory();
+        }
+        self.compute_buffer_bytes = compute_buffer_bytes;
+        self.kv_cache_bytes = ctx.kv_cache_bytes();
+        self.recurrent_state_bytes = ctx.recurrent_state_bytes();
+        self.kv_usage = ctx.kv_usage();
+        self.stats = ctx.stats();
+    }
 }
 
 struct Inner {
@@ -173,7 +187,7 @@ impl Scheduler {
             if inner.batcher.has_no_work() {
                 ctx.rest();
             }
-            inner.snapshot = ContextSnapshot::of(&ctx);
+            inner.snapshot.refresh(&ctx);
             if inner.closed {
                 drop(ctx);
             } else {
@@ -304,7 +318,7 @@ impl Drop for Lease<'_> {
         let mut inner = self.scheduler.lock();
         inner.stepping = false;
         inner.leased_by = None;
-        inner.snapshot = ContextSnapshot::of(&ctx);
+        inner.snapshot.refresh(&ctx);
         if !inner.closed {
             inner.ctx = Some(ctx);
         }
