@@ -9,6 +9,7 @@ require_relative "bench_speculative"
 require_relative "bench_server"
 require_relative "bench_amx"
 require_relative "bench_rpc"
+require_relative "bench_architectures"
 
 # `rake bench`: elelem, through its public Ruby API (Elelem::Bench), side by
 # side with llama.cpp (the reference built from the same pinned source, its
@@ -40,6 +41,7 @@ module Bench
     "streams tg64 t/s (all)" => [:min, 1.0],
     "chat turn-2 ttft ms (cached vs cold, both elelem)" => [:max, 1.0],
     "peak RSS MiB" => [:max, 1.0], "compute buffer MiB" => [:max, 1.0], "KV cache MiB" => [:max, 1.0],
+    "recurrent state MiB" => [:max, 1.0],
     "schema mask p50 µs" => [:max, 1.0], "schema mask p99 µs" => [:max, 1.0],
     "decode t/s under a schema" => [:min, 1.0],
     "GBNF grammar mask p50 µs" => [:max, 1.0], "GBNF grammar mask p99 µs" => [:max, 1.0],
@@ -147,14 +149,15 @@ module Bench
     end
   end
 
-  # The compute buffer and KV cache llama.cpp reports in its log.
+  # The compute buffer, KV cache and recurrent state llama.cpp reports in its log.
   def peer_memory(path)
     log, status = Open3.capture2e({ "ELELEM_REFERENCE_VERBOSE" => "1" }, Reference.binary, "generate", path,
                                   "1,2,3", "2", N_CTX.to_s, "2")
     raise "reference generate failed" unless status.success?
 
     mib = ->(re) { log.scan(re).flatten.sum(&:to_f) }
-    { kv: mib.call(/KV buffer size =\s*([\d.]+) MiB/), compute: mib.call(/CPU compute buffer size =\s*([\d.]+) MiB/) }
+    { kv: mib.call(/KV buffer size =\s*([\d.]+) MiB/), rs: mib.call(/RS buffer size =\s*([\d.]+) MiB/),
+      compute: mib.call(/CPU compute buffer size =\s*([\d.]+) MiB/) }
   end
 
   def drop_caches
@@ -572,6 +575,7 @@ module Bench
     tasks = { "speculative decoding, #{BenchSpeculative::TARGET}" => BenchSpeculative,
               BenchEmbeddings::MODEL => BenchEmbeddings, "AMX on and off" => BenchAmx,
               "over RPC workers, #{BenchRpc::MODEL}" => BenchRpc,
+              "a hybrid and a mixture of experts at realistic sizes" => BenchArchitectures,
               "elelem serve beside llama-server, #{BenchServer::MODEL}" => BenchServer }
     tasks.each do |label, rows|
       next unless rows.enabled?

@@ -900,6 +900,66 @@ pub fn shape(name: &str) -> Option<Shape> {
     synthetic().into_iter().find(|(n, _)| n == name).map(|(_, shape)| shape)
 }
 
+/// Random-weight models in the sizes of models people run, for `rake bench`'s rows of a
+/// hybrid and a mixture of experts (speed and memory beside llama.cpp; no golden): the
+/// matrices (experts too) in Q4_K and the embeddings in Q6_K, as a Q4_K_M file has them.
+pub fn bench_models() -> Vec<(String, Shape)> {
+    let sized = |family: Family, n_vocab: u64, n_layer: u32, n_head_kv: u32, n_ff: u64| Shape {
+        family,
+        n_vocab,
+        n_embd: 1024,
+        n_layer,
+        n_head: 16,
+        n_head_kv,
+        n_ff,
+        matrix_type: TensorType::Q4_K,
+        embd_type: TensorType::Q6_K,
+        n_expert: 0,
+        n_expert_used: 0,
+    };
+    vec![
+        // LFM2-350M: 16 layers of width 1024, short convolutions of 3 steps on all but every
+        // third (5 attend, LFM2-350M 6), 8 KV heads, a feed-forward 4608 wide, 65,536 tokens.
+        (
+            "bench-lfm2-350m".to_string(),
+            sized(
+                Family {
+                    name: "elelem bench lfm2 (LFM2-350M's shape)",
+                    short_conv: Some(ShortConv {
+                        kernel: 3,
+                        attention_period: 3,
+                    }),
+                    ..LFM2
+                },
+                65_536,
+                16,
+                8,
+                4608,
+            ),
+        ),
+        // A Qwen3-MoE of 0.9B weights, 0.3B used per token (Qwen3-30B-A3B's ratios at a
+        // 1024 width): 16 layers, 4 KV heads, 32 experts 512 wide, 8 per token, 151,936 tokens.
+        (
+            "bench-qwen3moe-0.9b-a0.3b".to_string(),
+            Shape {
+                n_expert: 32,
+                n_expert_used: 8,
+                ..sized(
+                    Family {
+                        name: "elelem bench qwen3moe (0.9B, 0.3B per token)",
+                        experts_type: TensorType::Q4_K,
+                        ..QWEN3MOE
+                    },
+                    151_936,
+                    16,
+                    4,
+                    512,
+                )
+            },
+        ),
+    ]
+}
+
 /// The ggml ids of the weight types with a model each: every type the CPU backend has
 /// a dot product for, but F32 (the canary's) and the Q8_K/Q8_1 activation types.
 const WEIGHT_TYPES: &[u32] = &[
