@@ -119,7 +119,10 @@ const TURNS: usize = 5;
 fn time(w: Tensor, k: i64, rows: i64, own: bool, reference: bool, reps: u32, backend: &mut Backend) -> f64 {
     let mut arena = GraphArena::new(16);
     let products = if own {
-        Products::Own { reference }
+        Products::Own {
+            reference,
+            repacked: true,
+        }
     } else {
         Products::Ggml
     };

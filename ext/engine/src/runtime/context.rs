@@ -78,11 +78,13 @@ impl ContextParams {
     }
 
     /// Whose matrix products the passes use: ours where they give ggml's bits for
-    /// the kernels this context runs on (reference ones when batch-invariant).
-    fn products(&self) -> Products {
+    /// the kernels this context runs on (reference ones when batch-invariant), on
+    /// repacked weights only when the CPU backend runs whole graphs (`cpu_alone`).
+    fn products(&self, cpu_alone: bool) -> Products {
         if self.own_kernels {
             Products::Own {
                 reference: self.batch_invariant,
+                repacked: cpu_alone,
             }
         } else {
             Products::Ggml
@@ -280,6 +282,11 @@ fn layer_norm_pins(graph: &Graph, model: &Model, n_tokens: u32) -> Vec<(Tensor, 
 }
 
 impl Context {
+    /// Whose matrix products this context's passes use (see [`ContextParams::products`]).
+    fn products(&self) -> Products {
+        self.params.products(matches!(self.galloc, Allocator::Cpu(_)))
+    }
+
     pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Context> {
         validate(&params)?;
         validate_output(&model, &params)?;
@@ -383,7 +390,8 @@ impl Context {
             vec![(self.max_batch(), n_seqs)]
         };
         for (n_tokens, n_seqs) in shapes {
-            let graph = self.arena.graph()?.use_products(self.params.products());
+            let products = self.products();
+            let graph = self.arena.graph()?.use_products(products);
             let shape = PassShape {
                 n_tokens,
                 n_outputs: self.max_outputs().min(n_tokens),
@@ -852,7 +860,8 @@ impl Context {
             // The arena holds one graph at a time, and the allocator lays out one.
             self.last_graph = None;
             let n_kv: Vec<u32> = self.memory.kv.groups.iter().map(Cells::n_kv).collect();
-            let graph = self.arena.graph()?.use_products(self.params.products());
+            let products = self.products();
+            let graph = self.arena.graph()?.use_products(products);
             let shape = PassShape {
                 n_tokens: batch.tokens.len() as u32,
                 n_outputs: batch.out_rows.len() as u32,

@@ -77,15 +77,23 @@ pub enum Products {
     Ggml,
     /// Ours wherever one gives the bits ggml's product would give in the same pass,
     /// with ggml's default kernels or, when `reference`, with its reference kernels
-    /// (`use_ref`: one `vec_dot` per output at any row count).
-    Own { reference: bool },
+    /// (`use_ref`: one `vec_dot` per output at any row count). Weights in ggml's
+    /// repacking buffer take ours only when `repacked`: where the CPU backend runs the
+    /// whole graph. A scheduler would not: ggml's CPU backend declines a custom op whose
+    /// weight is not in host memory, so the pass would copy the weight to another
+    /// backend, and the repacking buffer cannot be read back.
+    Own { reference: bool, repacked: bool },
 }
 
 /// The kernel of ours for `w · x` under `products`, if there is one for this weight
 /// layout, this CPU and this many rows. `w` is a model weight (already in its
 /// buffer), `x` an F32 activation matrix.
 pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
-    let Products::Own { reference } = products else {
+    let Products::Own {
+        reference,
+        repacked: repacked_allowed,
+    } = products
+    else {
         return None;
     };
     let [k, n, w2, w3] = w.ne();
@@ -100,7 +108,7 @@ pub fn for_product(w: Tensor, x: Tensor, products: Products) -> Option<Kernel> {
     }
     let isa = isa()?;
     let repacked = is_repacked(w);
-    if !(repacked || in_host_memory(w)) {
+    if !(repacked && repacked_allowed || in_host_memory(w)) {
         return None;
     }
     // ggml multiplies plain K-quant weights with `vec_dot` (reference kernels, or

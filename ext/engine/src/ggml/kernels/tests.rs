@@ -99,7 +99,16 @@ fn ours_have_ggmls_bits_for_shape(ty: sys::ggml_type, buft: &str, k: i64, n: i64
             Vec::new()
         };
         for rows in row_counts.clone() {
-            let (ours, taken) = product(w, &x, rows, Products::Own { reference }, &mut backend);
+            let (ours, taken) = product(
+                w,
+                &x,
+                rows,
+                Products::Own {
+                    reference,
+                    repacked: true,
+                },
+                &mut backend,
+            );
             if !taken {
                 continue;
             }
