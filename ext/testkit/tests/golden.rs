@@ -271,6 +271,7 @@ fn flash_attention_off_matches_llama_cpp() {
             "tiny-phi3",
             "tiny-gpt-oss",
             "tiny-glm4moe",
+            "tiny-deepseek2",
             "qwen2.5-coder-0.5b",
             "gemma-3-270m",
         ],

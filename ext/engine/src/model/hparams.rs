@@ -199,6 +199,30 @@ pub(crate) fn read_ssm(keys: &Keys) -> Result<Ssm> {
     Ok(ssm)
 }
 
+/// Multi-head latent attention as llama.cpp runs it in its absorbed form (deepseek2's
+/// `is_mla`): K and V are one compressed row per token, `kv_lora_rank` wide, normed, with
+/// a rope part `rope.n_dims` wide after it (the cache holds that row: `key_length`, one KV
+/// head, V its first `kv_lora_rank` columns, `value_length`); each head's query is
+/// projected into the compressed space (`attn_k_b`), and each head's output out of it
+/// (`attn_v_b`). The heads' own widths once decompressed are `head_dim_k` (`key_length_mla`:
+/// the part without rope, then rope's) and `head_dim_v` (`value_length_mla`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mla {
+    /// Q's compression (`attention.q_lora_rank`); 0 where Q is projected directly
+    /// (DeepSeek-V2-Lite's `attn_q`).
+    pub q_lora_rank: u32,
+    pub kv_lora_rank: u32,
+    pub head_dim_k: u32,
+    pub head_dim_v: u32,
+}
+
+impl Mla {
+    /// The part of a head's query and key without rope.
+    pub fn head_dim_nope(&self, n_rot: u32) -> u32 {
+        self.head_dim_k - n_rot
+    }
+}
+
 /// Sliding-window attention on some layers (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`):
 /// on those layers a token at position `p` attends only to positions `p - window + 1 ..= p`,
 /// its keys live in a cache of their own sized to the window, and its rope has its own base.
@@ -277,6 +301,9 @@ pub struct HParams {
     pub ssm: Option<Ssm>,
     /// Whether a token attends only to earlier ones (`attention.causal`; encoders say false).
     pub causal_attn: bool,
+    /// Multi-head latent attention (deepseek2's), where the model has it: its cache keeps
+    /// K only, V being K's first columns.
+    pub mla: Option<Mla>,
     /// How the file's model pools its embeddings (`pooling_type`), if it says.
     pub pooling: Option<Pooling>,
     /// How many token types an encoder's embeddings have rows for (its
@@ -314,6 +341,7 @@ impl HParams {
             n_embd_v: self.n_embd_v_gqa(),
             head_dim_k: self.head_dim_k,
             head_dim_v: self.head_dim_v,
+            has_v: self.mla.is_none(),
         }
     }
 
@@ -534,6 +562,7 @@ impl HParams {
             short_conv_kernel: None,
             ssm: None,
             causal_attn: keys.opt_bool("attention.causal")?.unwrap_or(true),
+            mla: None,
             pooling,
             n_token_types: 0,
             n_cls_out,
