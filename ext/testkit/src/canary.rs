@@ -136,6 +136,8 @@ impl DeltaNet {
 /// the row's norm), each head's query absorbed into the row's space by `attn_k_b` and
 /// its output decompressed by `attn_v_b`; heads of `head_dim_nope` + `head_dim_rope`
 /// for Q and K, `head_dim_v` for V. The cache's one KV head is the row and the rope part.
+/// A `q_lora_rank` of 0 projects Q directly (`attn_q`: DeepSeek-V2-Lite's); the key says
+/// 0 then, which a file of llama.cpp's "lite" layer counts leaves unread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mla {
     pub q_lora_rank: u32,
@@ -677,10 +679,11 @@ pub const GLM4MOE: Family = Family {
 };
 
 /// DeepSeek-V3's layout (Kimi K2's too): latent attention with Q compressed, NORM rope
-/// over each head's last 8 dimensions; a dense first layer, then experts picked by their
-/// sigmoids plus a selection bias, weighted by the sigmoids renormalized and scaled,
-/// beside an ungated shared expert as wide as one. DeepSeek-LLM's vocabulary (DeepSeek-V2's)
-/// and DeepSeek-V3.1's chat template.
+/// over each head's last 8 dimensions, YaRN with V3's `mscale_all_dim` 1 (the file's
+/// log multiplier 0.1); a dense first layer, then experts picked by their sigmoids plus a
+/// selection bias, weighted by the sigmoids renormalized and scaled, beside an ungated
+/// shared expert as wide as one. DeepSeek-LLM's vocabulary (DeepSeek-V2's) and
+/// DeepSeek-V3.1's chat template.
 pub const DEEPSEEK2: Family = Family {
     arch: "deepseek2",
     name: "elelem tiny deepseek2 canary",
@@ -703,8 +706,36 @@ pub const DEEPSEEK2: Family = Family {
         ("expert_gating_func", Key::U32(2)),
         ("expert_weights_norm", Key::Bool(true)),
         ("expert_weights_scale", Key::F32(2.5)),
+        ("rope.scaling.type", Key::Str("yarn")),
+        ("rope.scaling.factor", Key::F32(4.0)),
+        ("rope.scaling.original_context_length", Key::U32(512)),
+        ("rope.scaling.yarn_log_multiplier", Key::F32(0.1)),
     ],
     ..LLAMA
+};
+/// DeepSeek-V2-Lite's layout: Q projected directly (`q_lora_rank` 0, which llama.cpp does
+/// not read from a file of 27 layers: its "lite" ones), experts weighed by their soft-max
+/// without renormalizing (no gating function said: DeepSeek-V2's default) and no selection
+/// bias, YaRN with V2's `mscale_all_dim` 0.707.
+pub const DEEPSEEK2_LITE: Family = Family {
+    name: "elelem tiny deepseek2-lite canary",
+    selection_bias: false,
+    mla: Some(Mla {
+        q_lora_rank: 0,
+        kv_lora_rank: 64,
+        head_dim_nope: 16,
+        head_dim_rope: 8,
+        head_dim_v: 16,
+    }),
+    keys: &[
+        ("leading_dense_block_count", Key::U32(1)),
+        ("expert_weights_scale", Key::F32(1.0)),
+        ("rope.scaling.type", Key::Str("yarn")),
+        ("rope.scaling.factor", Key::F32(4.0)),
+        ("rope.scaling.original_context_length", Key::U32(512)),
+        ("rope.scaling.yarn_log_multiplier", Key::F32(0.0707)),
+    ],
+    ..DEEPSEEK2
 };
 
 /// A model the recipe can write: a [`Family`] in some size and weight types.
@@ -905,6 +936,21 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 n_expert_used: 2,
                 embd_type: TensorType::Q8_0,
                 ..small(DEEPSEEK2)
+            },
+        ),
+        // tiny-deepseek2's shape in 27 layers, as DeepSeek-V2-Lite has (llama.cpp's "lite").
+        (
+            "tiny-deepseek2-lite",
+            Shape {
+                n_layer: 27,
+                n_embd: 64,
+                n_head: 4,
+                n_head_kv: 1,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                embd_type: TensorType::Q8_0,
+                ..small(DEEPSEEK2_LITE)
             },
         ),
         // 4 layers, 16 heads of Mamba-2 in 2 groups.
@@ -1386,9 +1432,13 @@ fn add_mla(w: &mut GgufWriter, rng: &mut Rng, il: u32, mla: Mla, ty: TensorType,
         mla.head_dim_v,
     ]
     .map(u64::from);
-    add_matrix(w, rng, &n("attn_q_a.weight"), ty, n_embd, q_lora);
-    w.add_f32(&n("attn_q_a_norm.weight"), &[q_lora], &rng.around_one(q_lora));
-    add_matrix(w, rng, &n("attn_q_b.weight"), ty, q_lora, n_head * (nope + rope));
+    if q_lora > 0 {
+        add_matrix(w, rng, &n("attn_q_a.weight"), ty, n_embd, q_lora);
+        w.add_f32(&n("attn_q_a_norm.weight"), &[q_lora], &rng.around_one(q_lora));
+        add_matrix(w, rng, &n("attn_q_b.weight"), ty, q_lora, n_head * (nope + rope));
+    } else {
+        add_matrix(w, rng, &n("attn_q.weight"), ty, n_embd, n_head * (nope + rope));
+    }
     add_matrix(w, rng, &n("attn_kv_a_mqa.weight"), ty, n_embd, kv_lora + rope);
     w.add_f32(&n("attn_kv_a_norm.weight"), &[kv_lora], &rng.around_one(kv_lora));
     add_weights(w, rng, &n("attn_k_b.weight"), ty, &[nope, kv_lora, n_head]);
