@@ -681,8 +681,8 @@ pub const GLM4MOE: Family = Family {
 /// DeepSeek-V3's layout (Kimi K2's too): latent attention with Q compressed, NORM rope
 /// over each head's last 8 dimensions, YaRN with V3's `mscale_all_dim` 1 (the file's
 /// log multiplier 0.1); a dense first layer, then experts picked by their sigmoids plus a
-/// selection bias, weighted by the sigmoids renormalized and scaled, beside an ungated
-/// shared expert as wide as one. DeepSeek-LLM's vocabulary (DeepSeek-V2's) and
+/// selection bias within the better of two groups, weighted by the sigmoids renormalized
+/// and scaled, beside an ungated shared expert as wide as one. DeepSeek-LLM's vocabulary (DeepSeek-V2's) and
 /// DeepSeek-V3.1's chat template.
 pub const DEEPSEEK2: Family = Family {
     arch: "deepseek2",
@@ -710,6 +710,8 @@ pub const DEEPSEEK2: Family = Family {
         ("rope.scaling.factor", Key::F32(4.0)),
         ("rope.scaling.original_context_length", Key::U32(512)),
         ("rope.scaling.yarn_log_multiplier", Key::F32(0.1)),
+        ("expert_group_count", Key::U32(2)),
+        ("expert_group_used_count", Key::U32(1)),
     ],
     ..LLAMA
 };

@@ -7,7 +7,8 @@
 //! the attention scale is YaRN's magnitude squared over the decompressed head's root.
 //! The first `leading_dense_block_count` layers have a SwiGLU feed-forward, the others a
 //! mixture of SwiGLU experts (soft-max gating by default, DeepSeek-V3's sigmoid plus a
-//! selection bias where the file says) beside an ungated shared expert
+//! selection bias where the file says; picked within the best groups where it has
+//! `expert_group_count`) beside an ungated shared expert
 //! `expert_shared_count` experts wide. Multi-token-prediction layers are loaded and left
 //! unused, as llama.cpp decodes. Refused: files from before llama.cpp split `attn_kv_b`
 //! (no `key_length_mla`: llama.cpp decodes them decompressed), a per-layer expert width.

@@ -118,6 +118,15 @@ pub enum ExpertGating {
     Sigmoid,
 }
 
+/// Experts picked within groups (DeepSeek-V3's `n_group` and `topk_group`: llama.cpp's
+/// `n_expert_groups` and `n_group_used`): the experts, `count` groups of consecutive ones,
+/// are picked from the `used` groups whose two best experts score highest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpertGroups {
+    pub count: u32,
+    pub used: u32,
+}
+
 /// Mamba-2's selective state space (`ssm.*`, llama.cpp's `ssm_d_conv`, `ssm_d_inner`,
 /// `ssm_d_state`, `ssm_dt_rank`, `ssm_n_group`): `in_proj` gives z, x, B, C and the
 /// time steps; a causal convolution of `d_conv` steps runs over x, B and C; the scan
@@ -281,6 +290,8 @@ pub struct HParams {
     pub expert_weights_norm: bool,
     /// How the router's logits become the picked experts' weights.
     pub expert_gating: ExpertGating,
+    /// Where the experts are picked within groups (see [`ExpertGroups`]).
+    pub expert_groups: Option<ExpertGroups>,
     /// What the picked experts' weights are multiplied by, after any renormalization
     /// (llama.cpp's `w_scale`: `expert_weights_scale`; 0 and 1 leave them as they are).
     pub expert_weights_scale: f32,
@@ -556,6 +567,7 @@ impl HParams {
             expert_weights_norm: true,
             expert_gating: ExpertGating::Softmax,
             expert_weights_scale: 0.0,
+            expert_groups: None,
             n_layer_nextn: 0,
             xielu: Vec::new(),
             recurrent,

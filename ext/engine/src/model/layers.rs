@@ -6,7 +6,7 @@
 
 use ggml_sys as sys;
 
-use super::hparams::{ExpertGating, HParams, NormType, Pooling};
+use super::hparams::{ExpertGating, ExpertGroups, HParams, NormType, Pooling};
 use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, StateRowsInput, TemperatureInput};
 use super::weights::{
     AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, MlaQuery, MlaWeights, Norm, QkvWeights,
@@ -803,6 +803,10 @@ impl GraphBuilder<'_> {
             ExpertGating::SoftmaxWeight => logits,
         };
         let selection = selection_bias.map_or(probs, |bias| g.add(probs, bias));
+        let selection = match hp.expert_groups {
+            Some(groups) => self.mask_expert_groups(selection, groups, n_expert, n_rows),
+            None => selection,
+        };
         let selected = g.argsort_top_k(selection, hp.n_expert_used as i32);
         let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n_rows), selected);
         if hp.expert_gating == ExpertGating::SoftmaxWeight {
@@ -836,6 +840,23 @@ impl GraphBuilder<'_> {
             None => out,
         };
         out.set_name(&format!("ffn_moe_out-{il}"))
+    }
+
+    /// The experts' selection scores [n_expert, n_rows] with every group but the `used`
+    /// best -inf, as llama.cpp's `build_moe_ffn` masks them: a group scores the sum of
+    /// its two best experts' scores.
+    fn mask_expert_groups(&self, selection: Tensor, groups: ExpertGroups, n_expert: i64, n_rows: i64) -> Tensor {
+        let g = self.graph;
+        let count = i64::from(groups.count);
+        let per_group = n_expert / count;
+        let grouped = g.reshape_3d(selection, per_group, count, n_rows);
+        let best_two = g.argsort_top_k(grouped, 2);
+        let scores = g.get_rows(g.reshape_4d(grouped, [1, per_group, count, n_rows]), best_two);
+        let scores = g.sum_rows(g.reshape_3d(scores, 2, count, n_rows));
+        let picked = g.argsort_top_k(g.reshape_2d(scores, count, n_rows), groups.used as i32);
+        let kept = g.get_rows(grouped, picked);
+        let masked = g.set_rows(g.fill(grouped, f32::NEG_INFINITY), kept, picked);
+        g.reshape_2d(masked, n_expert, n_rows)
     }
 
     /// The shared expert's SwiGLU on the rows `x`, times its gate's sigmoid, which
