@@ -99,6 +99,14 @@ const DEEPSEEK2: Shape = Shape {
         ..canary::DEEPSEEK2
     })
 };
+/// [`DEEPSEEK2`] with a multi-token-prediction layer after its two (GLM-4.7-Flash's layout).
+const DEEPSEEK2_NEXTN: Shape = Shape {
+    family: Family {
+        nextn: 1,
+        ..DEEPSEEK2.family
+    },
+    ..DEEPSEEK2
+};
 /// Every architecture of the synthetic models (`canary::synthetic()`, but the weight
 /// types') in a micro shape: 2 layers of two 8-wide heads (one KV head, or two where
 /// the model has as many as heads), 4 experts (2 per token) where it has experts.
@@ -426,6 +434,16 @@ pub fn structured() -> Vec<Case> {
         &DEEPSEEK2,
         |w| {
             w.add_f32("blk.0.attn_kv_b.weight", &[64, 64], &vec![0.0; 64 * 64]);
+        },
+    ));
+    // The predicting layer's tensors are declared, shapes checked, and left unused.
+    cases.push(edited("deepseek2-nextn", Runs, &DEEPSEEK2_NEXTN, |_| {}));
+    cases.push(edited(
+        "deepseek2-nextn-without-k-b",
+        Rejected("missing tensor blk.2.attn_k_b.weight"),
+        &DEEPSEEK2_NEXTN,
+        |w| {
+            w.remove_tensor("blk.2.attn_k_b.weight");
         },
     ));
     cases.push(edited(
