@@ -74,7 +74,10 @@ module Goldens
                                       [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     "lockstep-tiny-qwen35" => ["tiny-qwen35", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     "lockstep-tiny-qwen35moe" => ["tiny-qwen35moe",
-                                  [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
+                                  [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
+    # Latent attention: the sequences' compressed rows share the one K cache.
+    "lockstep-tiny-deepseek2" => ["tiny-deepseek2", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"],
+                                                     [1, 90, 91, 92], CANARY_PROMPTS["long"].first(300)]]
   }.freeze
 
   # Conversations continued from the cache (a continued case: the prompt, then a second turn
