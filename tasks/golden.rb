@@ -74,7 +74,10 @@ module Goldens
                                       [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     "lockstep-tiny-qwen35" => ["tiny-qwen35", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     "lockstep-tiny-qwen35moe" => ["tiny-qwen35moe",
-                                  [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
+                                  [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
+    # Latent attention: the sequences' compressed rows share the one K cache.
+    "lockstep-tiny-deepseek2" => ["tiny-deepseek2", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"],
+                                                     [1, 90, 91, 92], CANARY_PROMPTS["long"].first(300)]]
   }.freeze
 
   # Conversations continued from the cache (a continued case: the prompt, then a second turn
@@ -92,10 +95,11 @@ module Goldens
   # attention over a transposed V cache, their own bits. A Qwen (long prompts, one past
   # 1,600 tokens), Gemma 3 (sliding rings), the Gemma 2-shaped model (soft-capped
   # scores), the Phi-3-shaped one (fused QKV), the gpt-oss-shaped one (attention sinks in
-  # the soft-max), the GLM-4.5-shaped one (rope over part of each head), and sequences decoded together.
+  # the soft-max), the GLM-4.5-shaped one (rope over part of each head), the DeepSeek-V3-shaped one
+  # (latent attention: V a view of the K cache, transposed into a copy), and sequences decoded together.
   FLASH_ATTN_OFF_SUFFIX = "-fa-off"
   FLASH_ATTN_OFF = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma2 tiny-phi3 tiny-gpt-oss tiny-glm4moe
-                      lockstep-tiny-gemma2].map { |name| name + FLASH_ATTN_OFF_SUFFIX }.freeze
+                      tiny-deepseek2 lockstep-tiny-gemma2].map { |name| name + FLASH_ATTN_OFF_SUFFIX }.freeze
 
   # Goldens of models opened with a q8_0 KV cache (`cache_type_k: :q8_0, cache_type_v:
   # :q8_0`, llama.cpp's `-ctk q8_0 -ctv q8_0`; flash attention on, which a quantized V

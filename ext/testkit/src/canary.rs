@@ -67,6 +67,8 @@ pub struct Family {
     /// Multi-token-prediction layers after the others (`nextn_predict_layers`, glm4moe's):
     /// a layer with experts each, and its `nextn.*` tensors.
     pub nextn: u32,
+    /// Multi-head latent attention in place of Q, K and V (deepseek2).
+    pub mla: Option<Mla>,
     pub vocab: Vocab,
     /// Keys beyond the common ones, without the `<arch>.` prefix.
     pub keys: &'static [(&'static str, Key)],
@@ -126,6 +128,23 @@ impl DeltaNet {
     fn attends(self, il: u32) -> bool {
         il % self.attention_period == self.attention_period - 1
     }
+}
+
+/// Multi-head latent attention as llama.cpp's converter writes DeepSeek's (the absorbed
+/// form): Q through a compression `q_lora_rank` wide (`attn_q_a`, its norm, `attn_q_b`),
+/// K and V one compressed row `kv_lora_rank` wide plus K's rope part (`attn_kv_a_mqa`,
+/// the row's norm), each head's query absorbed into the row's space by `attn_k_b` and
+/// its output decompressed by `attn_v_b`; heads of `head_dim_nope` + `head_dim_rope`
+/// for Q and K, `head_dim_v` for V. The cache's one KV head is the row and the rope part.
+/// A `q_lora_rank` of 0 projects Q directly (`attn_q`: DeepSeek-V2-Lite's); the key says
+/// 0 then, which a file of llama.cpp's "lite" layer counts leaves unread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mla {
+    pub q_lora_rank: u32,
+    pub kv_lora_rank: u32,
+    pub head_dim_nope: u32,
+    pub head_dim_rope: u32,
+    pub head_dim_v: u32,
 }
 
 /// Norms of Q and K before rope.
@@ -248,6 +267,7 @@ pub const LLAMA: Family = Family {
     attn_output_gate: false,
     output_norm: "output_norm",
     nextn: 0,
+    mla: None,
     vocab: Vocab::MadeUp,
     keys: &[],
 };
@@ -658,6 +678,68 @@ pub const GLM4MOE: Family = Family {
     ..LLAMA
 };
 
+/// DeepSeek-V3's layout (Kimi K2's too): latent attention with Q compressed, NORM rope
+/// over each head's last 8 dimensions, YaRN with V3's `mscale_all_dim` 1 (the file's
+/// log multiplier 0.1); a dense first layer, then experts picked by their sigmoids plus a
+/// selection bias within the better of two groups, weighted by the sigmoids renormalized
+/// and scaled, beside an ungated shared expert as wide as one. DeepSeek-LLM's vocabulary (DeepSeek-V2's) and
+/// DeepSeek-V3.1's chat template.
+pub const DEEPSEEK2: Family = Family {
+    arch: "deepseek2",
+    name: "elelem tiny deepseek2 canary",
+    shared_expert: SharedExpert::Counted,
+    selection_bias: true,
+    dense_lead: 1,
+    mla: Some(Mla {
+        q_lora_rank: 48,
+        kv_lora_rank: 64,
+        head_dim_nope: 16,
+        head_dim_rope: 8,
+        head_dim_v: 16,
+    }),
+    vocab: Vocab::Suite {
+        name: "deepseek-llm",
+        template: "deepseek-ai-DeepSeek-V3.1",
+    },
+    keys: &[
+        ("leading_dense_block_count", Key::U32(1)),
+        ("expert_gating_func", Key::U32(2)),
+        ("expert_weights_norm", Key::Bool(true)),
+        ("expert_weights_scale", Key::F32(2.5)),
+        ("rope.scaling.type", Key::Str("yarn")),
+        ("rope.scaling.factor", Key::F32(4.0)),
+        ("rope.scaling.original_context_length", Key::U32(512)),
+        ("rope.scaling.yarn_log_multiplier", Key::F32(0.1)),
+        ("expert_group_count", Key::U32(2)),
+        ("expert_group_used_count", Key::U32(1)),
+    ],
+    ..LLAMA
+};
+/// DeepSeek-V2-Lite's layout: Q projected directly (`q_lora_rank` 0, which llama.cpp does
+/// not read from a file of 27 layers: its "lite" ones), experts weighed by their soft-max
+/// without renormalizing (no gating function said: DeepSeek-V2's default) and no selection
+/// bias, YaRN with V2's `mscale_all_dim` 0.707.
+pub const DEEPSEEK2_LITE: Family = Family {
+    name: "elelem tiny deepseek2-lite canary",
+    selection_bias: false,
+    mla: Some(Mla {
+        q_lora_rank: 0,
+        kv_lora_rank: 64,
+        head_dim_nope: 16,
+        head_dim_rope: 8,
+        head_dim_v: 16,
+    }),
+    keys: &[
+        ("leading_dense_block_count", Key::U32(1)),
+        ("expert_weights_scale", Key::F32(1.0)),
+        ("rope.scaling.type", Key::Str("yarn")),
+        ("rope.scaling.factor", Key::F32(4.0)),
+        ("rope.scaling.original_context_length", Key::U32(512)),
+        ("rope.scaling.yarn_log_multiplier", Key::F32(0.0707)),
+    ],
+    ..DEEPSEEK2
+};
+
 /// A model the recipe can write: a [`Family`] in some size and weight types.
 #[derive(Debug, Clone)]
 pub struct Shape {
@@ -841,6 +923,36 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 n_expert_used: 2,
                 embd_type: TensorType::Q8_0,
                 ..small(GLM4MOE)
+            },
+        ),
+        // 8 experts of width 64, 2 per token; 64 wide in 4 heads of latent attention (one KV
+        // head: the compressed row), the embeddings and the head of its 102,400 tokens in Q8_0.
+        (
+            "tiny-deepseek2",
+            Shape {
+                n_embd: 64,
+                n_head: 4,
+                n_head_kv: 1,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                embd_type: TensorType::Q8_0,
+                ..small(DEEPSEEK2)
+            },
+        ),
+        // tiny-deepseek2's shape in 27 layers, as DeepSeek-V2-Lite has (llama.cpp's "lite").
+        (
+            "tiny-deepseek2-lite",
+            Shape {
+                n_layer: 27,
+                n_embd: 64,
+                n_head: 4,
+                n_head_kv: 1,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                embd_type: TensorType::Q8_0,
+                ..small(DEEPSEEK2_LITE)
             },
         ),
         // 4 layers, 16 heads of Mamba-2 in 2 groups.
@@ -1057,6 +1169,22 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             .set(&key("rope.freq_base"), Value::F32(10000.0));
     }
     w.set(&key(eps_key), Value::F32(1e-5));
+    if let Some(mla) = family.mla {
+        // The cache's one head: the compressed row, then K's rope part; V the row.
+        w.set(
+            &key("attention.key_length"),
+            Value::U32(mla.kv_lora_rank + mla.head_dim_rope),
+        )
+        .set(&key("attention.value_length"), Value::U32(mla.kv_lora_rank))
+        .set(
+            &key("attention.key_length_mla"),
+            Value::U32(mla.head_dim_nope + mla.head_dim_rope),
+        )
+        .set(&key("attention.value_length_mla"), Value::U32(mla.head_dim_v))
+        .set(&key("attention.q_lora_rank"), Value::U32(mla.q_lora_rank))
+        .set(&key("attention.kv_lora_rank"), Value::U32(mla.kv_lora_rank))
+        .set(&key("rope.dimension_count"), Value::U32(mla.head_dim_rope));
+    }
     for &(name, value) in family.keys {
         w.set(&key(name), value.value());
     }
@@ -1140,6 +1268,8 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                 &rng.matrix(kernel, n_embd),
             );
             add_matrix(&mut w, &mut rng, &n("shortconv.out_proj.weight"), ty, n_embd, n_embd);
+        } else if let Some(mla) = family.mla {
+            add_mla(&mut w, &mut rng, il, mla, ty, n_embd, u64::from(n_head));
         } else {
             if family.fused_qkv {
                 add_matrix(&mut w, &mut rng, &n("attn_qkv.weight"), ty, n_embd, n_embd + 2 * kv_dim);
@@ -1351,6 +1481,31 @@ fn add_delta_net(w: &mut GgufWriter, rng: &mut Rng, il: u32, net: DeltaNet, ty: 
     add_matrix(w, rng, &n("ssm_alpha.weight"), ty, n_embd, n_v_heads);
     w.add_f32(&n("ssm_norm.weight"), &[head_dim], &rng.around_one(head_dim));
     add_matrix(w, rng, &n("ssm_out.weight"), ty, value_dim, n_embd);
+}
+
+/// Layer `il`'s latent attention as llama.cpp's converter writes DeepSeek's (see [`Mla`]).
+fn add_mla(w: &mut GgufWriter, rng: &mut Rng, il: u32, mla: Mla, ty: TensorType, n_embd: u64, n_head: u64) {
+    let n = |t: &str| format!("blk.{il}.{t}");
+    let [q_lora, kv_lora, nope, rope, head_v] = [
+        mla.q_lora_rank,
+        mla.kv_lora_rank,
+        mla.head_dim_nope,
+        mla.head_dim_rope,
+        mla.head_dim_v,
+    ]
+    .map(u64::from);
+    if q_lora > 0 {
+        add_matrix(w, rng, &n("attn_q_a.weight"), ty, n_embd, q_lora);
+        w.add_f32(&n("attn_q_a_norm.weight"), &[q_lora], &rng.around_one(q_lora));
+        add_matrix(w, rng, &n("attn_q_b.weight"), ty, q_lora, n_head * (nope + rope));
+    } else {
+        add_matrix(w, rng, &n("attn_q.weight"), ty, n_embd, n_head * (nope + rope));
+    }
+    add_matrix(w, rng, &n("attn_kv_a_mqa.weight"), ty, n_embd, kv_lora + rope);
+    w.add_f32(&n("attn_kv_a_norm.weight"), &[kv_lora], &rng.around_one(kv_lora));
+    add_weights(w, rng, &n("attn_k_b.weight"), ty, &[nope, kv_lora, n_head]);
+    add_weights(w, rng, &n("attn_v_b.weight"), ty, &[kv_lora, head_v, n_head]);
+    add_matrix(w, rng, &n("attn_output.weight"), ty, n_head * head_v, n_embd);
 }
 
 /// Adds the norm `<name>.weight` (around one) and, for a LayerNorm with bias, `<name>.bias`.

@@ -88,6 +88,25 @@ const GLM4MOE: Shape = Shape {
         ..canary::GLM4MOE
     })
 };
+/// With the made-up vocabulary: 2 layers of two heads of latent attention (one KV head).
+const DEEPSEEK2: Shape = Shape {
+    n_head: 2,
+    n_head_kv: 1,
+    n_expert: 4,
+    n_expert_used: 2,
+    ..micro(Family {
+        vocab: Vocab::MadeUp,
+        ..canary::DEEPSEEK2
+    })
+};
+/// [`DEEPSEEK2`] with a multi-token-prediction layer after its two (GLM-4.7-Flash's layout).
+const DEEPSEEK2_NEXTN: Shape = Shape {
+    family: Family {
+        nextn: 1,
+        ..DEEPSEEK2.family
+    },
+    ..DEEPSEEK2
+};
 /// Every architecture of the synthetic models (`canary::synthetic()`, but the weight
 /// types') in a micro shape: 2 layers of two 8-wide heads (one KV head, or two where
 /// the model has as many as heads), 4 experts (2 per token) where it has experts.
@@ -366,13 +385,77 @@ pub fn structured() -> Vec<Case> {
         ("glm4moe-no-shared-expert", Rejected("must give a shared expert"), glm("expert_shared_count"), Some(U32(0))),
         ("glm4moe-mrope-sections", Rejected("M-RoPE sections"), glm("rope.dimension_sections"),
             Some(Value::Array(vec![U32(2), U32(1), U32(1), U32(0)]))),
-        ("glm4moe-groups", Rejected("experts picked by groups"), glm("expert_group_count"), Some(U32(2))),
+        ("glm4moe-groups-none-used", Rejected("expert_group_used_count (0) 1 to fewer"), glm("expert_group_count"),
+            Some(U32(2))),
+        ("glm4moe-groups-of-one", Rejected("groups of 2 or more"), glm("expert_group_count"), Some(U32(4))),
         ("glm4moe-gating-unknown", Rejected("expert_gating_func 9"), glm("expert_gating_func"), Some(U32(9))),
         ("glm4moe-softmax-gating", Runs, glm("expert_gating_func"), Some(U32(1))),
         // Without the key, llama.cpp decodes every layer, and finds the predicting one's tensors unused.
         ("glm4moe-nextn-unsaid", Rejected("nextn.eh_proj.weight is not part"), glm("nextn_predict_layers"), None),
     ];
     cases.extend(keyed(&GLM4MOE, glm4moe_flaws));
+    let ds = |key: &str| format!("deepseek2.{key}");
+    #[rustfmt::skip]
+    let deepseek2_flaws = vec![
+        ("deepseek2-one-mla-length", Rejected("come together"), ds("attention.value_length_mla"), None),
+        ("deepseek2-two-kv-heads", Rejected("head_count_kv 1 (got 2)"), ds("attention.head_count_kv"), Some(U32(2))),
+        ("deepseek2-key-length-not-the-row", Rejected("kv_lora_rank plus rope.dimension_count"),
+            ds("attention.key_length"), Some(U32(64))),
+        ("deepseek2-no-q-lora-rank", Rejected("deepseek2.attention.q_lora_rank"), ds("attention.q_lora_rank"), None),
+        ("deepseek2-q-lora-rank-not-the-tensors", Rejected("attn_q_a.weight has shape"),
+            ds("attention.q_lora_rank"), Some(U32(8))),
+        ("deepseek2-expert-widths-by-layer", Rejected("different widths by layer"),
+            ds("expert_feed_forward_length"), Some(Value::Array(vec![U32(32), U32(16)]))),
+        ("deepseek2-no-shared-expert", Rejected("must give a shared expert"), ds("expert_shared_count"), Some(U32(0))),
+        ("deepseek2-temperature-without-length", Rejected("temperature_length (0)"),
+            ds("attention.temperature_scale"), Some(F32(0.1))),
+        ("deepseek2-groups-all-used", Rejected("expert_group_used_count (2) 1 to fewer"),
+            ds("expert_group_used_count"), Some(U32(2))),
+        ("deepseek2-groups-unsaid", Runs, ds("expert_group_count"), None),
+        ("deepseek2-softmax-gating", Runs, ds("expert_gating_func"), Some(U32(1))),
+        ("deepseek2-gating-unsaid", Runs, ds("expert_gating_func"), None),
+        ("deepseek2-yarn-log-multiplier-nan", Rejected("yarn_log_multiplier (NaN)"),
+            ds("rope.scaling.yarn_log_multiplier"), Some(F32(f32::NAN))),
+    ];
+    cases.extend(keyed(&DEEPSEEK2, deepseek2_flaws));
+    cases.push(edited(
+        // Converted before llama.cpp split attn_kv_b: llama.cpp decodes it decompressed.
+        "deepseek2-decompressed-form",
+        Rejected("without attention.key_length_mla"),
+        &DEEPSEEK2,
+        |w| {
+            w.remove("deepseek2.attention.key_length_mla");
+            w.remove("deepseek2.attention.value_length_mla");
+        },
+    ));
+    cases.push(edited(
+        "deepseek2-attn-kv-b-beside",
+        Rejected("attn_kv_b"),
+        &DEEPSEEK2,
+        |w| {
+            w.add_f32("blk.0.attn_kv_b.weight", &[64, 64], &vec![0.0; 64 * 64]);
+        },
+    ));
+    // The predicting layer's tensors are declared, shapes checked, and left unused.
+    cases.push(edited("deepseek2-nextn", Runs, &DEEPSEEK2_NEXTN, |_| {}));
+    cases.push(edited(
+        "deepseek2-nextn-without-k-b",
+        Rejected("missing tensor blk.2.attn_k_b.weight"),
+        &DEEPSEEK2_NEXTN,
+        |w| {
+            w.remove_tensor("blk.2.attn_k_b.weight");
+        },
+    ));
+    cases.push(edited(
+        // Mistral Large 3's temperature tuning: Q scaled by the position's temperature.
+        "deepseek2-temperature",
+        Runs,
+        &DEEPSEEK2,
+        |w| {
+            w.set("deepseek2.attention.temperature_scale", Value::F32(0.1));
+            w.set("deepseek2.attention.temperature_length", Value::U32(4));
+        },
+    ));
     cases.push(edited(
         "glm4moe-nextn-misshapen",
         Rejected("blk.2.nextn.enorm.weight has shape"),

@@ -271,6 +271,7 @@ fn flash_attention_off_matches_llama_cpp() {
             "tiny-phi3",
             "tiny-gpt-oss",
             "tiny-glm4moe",
+            "tiny-deepseek2",
             "qwen2.5-coder-0.5b",
             "gemma-3-270m",
         ],
@@ -328,6 +329,7 @@ fn lockstep_sequences_match_llama_cpp() {
         ("lockstep-tiny-granitehybrid.json", "tiny-granitehybrid"),
         ("lockstep-tiny-qwen35.json", "tiny-qwen35"),
         ("lockstep-tiny-qwen35moe.json", "tiny-qwen35moe"),
+        ("lockstep-tiny-deepseek2.json", "tiny-deepseek2"),
     ] {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),

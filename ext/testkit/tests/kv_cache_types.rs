@@ -71,3 +71,15 @@ fn refuses_what_llama_cpp_refuses() {
     let msg = refusal(&tiny, params(false, CacheType::F16, CacheType::Q8_0));
     assert!(msg.contains("needs flash attention"), "{msg}");
 }
+
+/// Latent attention's cache is K alone, which elelem keeps f16: a quantized one, which
+/// llama.cpp runs, is unsupported.
+#[test]
+fn latent_attention_keeps_an_f16_cache() {
+    let latent = model(&canary::shape("tiny-deepseek2").unwrap());
+    match Context::new(latent, params(true, CacheType::Q8_0, CacheType::Q8_0)) {
+        Err(Error::Unsupported(msg)) => assert!(msg.contains("latent attention keeps its cache f16"), "{msg}"),
+        Err(e) => panic!("expected Unsupported, got {e}"),
+        Ok(_) => panic!("expected a refusal"),
+    }
+}

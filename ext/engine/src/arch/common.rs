@@ -2,6 +2,7 @@
 //! loops of decoder and encoder blocks.
 
 use crate::ggml::Tensor;
+use crate::model::hparams::ExpertGroups;
 use crate::model::{
     Classifier, ExpertGating, Glu, GraphBuilder, HParams, Keys, LayerWeights, Loader, OutputHead, RopeFactors, Weights,
 };
@@ -48,7 +49,8 @@ pub fn read_expert_width(keys: &Keys, hp: &mut HParams) -> Result<()> {
 /// How a DeepSeek-V3-style mixture of experts weighs its experts, as llama.cpp reads it
 /// (glm4moe's and deepseek2's `load_arch_hparams`): `expert_gating_func` (absent or
 /// none: `default`), `expert_weights_norm` (absent: false) and `expert_weights_scale`;
-/// and the expert groups llama.cpp's common reader asks for, of which elelem runs one.
+/// and the expert groups llama.cpp's common reader asks for (`expert_group_count`,
+/// `expert_group_used_count`: see [`ExpertGroups`]).
 pub fn read_expert_gating(keys: &Keys, hp: &mut HParams, default: ExpertGating) -> Result<()> {
     let arch = hp.arch.name;
     hp.expert_gating = match keys.opt_u32("expert_gating_func")?.unwrap_or(0) {
@@ -75,14 +77,19 @@ pub fn read_expert_gating(keys: &Keys, hp: &mut HParams, default: ExpertGating) 
         )));
     }
     hp.expert_weights_scale = scale;
-    let groups = keys.opt_u32("expert_group_count")?.unwrap_or(0);
-    let groups_used = keys.opt_u32("expert_group_used_count")?.unwrap_or(0);
-    if groups > 1 {
-        return Err(Error::Unsupported(format!(
-            "{arch}: experts picked by groups (expert_group_count {groups}, expert_group_used_count \
-             {groups_used}) are not something elelem runs; llama.cpp does"
+    let count = keys.opt_u32("expert_group_count")?.unwrap_or(0);
+    let used = keys.opt_u32("expert_group_used_count")?.unwrap_or(0);
+    // llama.cpp asserts these; its graph takes each group's two best experts.
+    if count >= hp.n_expert
+        || (count > 1 && (!hp.n_expert.is_multiple_of(count) || hp.n_expert / count < 2 || used == 0 || used >= count))
+    {
+        return Err(Error::Load(format!(
+            "{arch}: expert_group_count ({count}) must be fewer than the experts ({}), and where above 1 divide \
+             them into groups of 2 or more, expert_group_used_count ({used}) 1 to fewer than it",
+            hp.n_expert
         )));
     }
+    hp.expert_groups = (count > 1).then_some(ExpertGroups { count, used });
     Ok(())
 }
 

@@ -7,6 +7,7 @@ mod apertus;
 mod bert;
 mod cohere2;
 mod common;
+mod deepseek2;
 mod ernie4_5;
 mod ernie4_5_moe;
 mod exaone4;
@@ -77,6 +78,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &lfm2::ARCH,
     &gpt_oss::ARCH,
     &glm4moe::ARCH,
+    &deepseek2::ARCH,
     &mamba2::ARCH,
     &granite_hybrid::ARCH,
     &qwen35::ARCH,

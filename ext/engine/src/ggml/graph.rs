@@ -328,6 +328,11 @@ impl Graph {
         op!(self, sys::ggml_argsort_top_k(self.c(), a.as_ptr(), k))
     }
 
+    /// A tensor of `a`'s shape, every value `c`.
+    pub fn fill(&self, a: Tensor, c: f32) -> Tensor {
+        op!(self, sys::ggml_fill(self.c(), a.as_ptr(), c))
+    }
+
     pub fn sum_rows(&self, a: Tensor) -> Tensor {
         op!(self, sys::ggml_sum_rows(self.c(), a.as_ptr()))
     }

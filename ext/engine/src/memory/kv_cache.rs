@@ -442,6 +442,9 @@ pub struct KvShape {
     /// One head's, which the quantized caches' rotations span.
     pub head_dim_k: u32,
     pub head_dim_v: u32,
+    /// Whether V has a cache of its own: not with multi-head latent attention, whose
+    /// values are the first columns of K's rows (llama.cpp's `has_v = !is_mla`).
+    pub has_v: bool,
 }
 
 impl KvCache {
@@ -502,13 +505,22 @@ impl KvCache {
                 ctx.new_tensor(type_k.ggml_type(), &[shape.n_embd_k.into(), cells])?
                     .set_name(&format!("cache_k_l{il}")),
             ));
-            v.push(Some(
-                ctx.new_tensor(type_v.ggml_type(), &[shape.n_embd_v.into(), cells])?
-                    .set_name(&format!("cache_v_l{il}")),
-            ));
+            v.push(if shape.has_v {
+                Some(
+                    ctx.new_tensor(type_v.ggml_type(), &[shape.n_embd_v.into(), cells])?
+                        .set_name(&format!("cache_v_l{il}")),
+                )
+            } else {
+                None
+            });
         }
         // What failing to allocate the keys and values would cost, so the error says.
-        let row_bytes = type_k.row_bytes(shape.n_embd_k.into()) + type_v.row_bytes(shape.n_embd_v.into());
+        let v_bytes = if shape.has_v {
+            type_v.row_bytes(shape.n_embd_v.into())
+        } else {
+            0
+        };
+        let row_bytes = type_k.row_bytes(shape.n_embd_k.into()) + v_bytes;
         let bytes: u64 = layer_group
             .iter()
             .flatten()
@@ -521,7 +533,7 @@ impl KvCache {
         let placed = places.allocate(&what)?;
         let rotations = [
             rotation(type_k, shape.head_dim_k, true),
-            rotation(type_v, shape.head_dim_v, false),
+            rotation(type_v, shape.head_dim_v, false).filter(|_| shape.has_v),
         ];
         let (k_rot, v_rot, rot) = if rotations.iter().any(Option::is_some) {
             let rot_ctx = ggml::Context::new_no_alloc(2)?;

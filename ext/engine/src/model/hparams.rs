@@ -118,6 +118,15 @@ pub enum ExpertGating {
     Sigmoid,
 }
 
+/// Experts picked within groups (DeepSeek-V3's `n_group` and `topk_group`: llama.cpp's
+/// `n_expert_groups` and `n_group_used`): the experts, `count` groups of consecutive ones,
+/// are picked from the `used` groups whose two best experts score highest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpertGroups {
+    pub count: u32,
+    pub used: u32,
+}
+
 /// Mamba-2's selective state space (`ssm.*`, llama.cpp's `ssm_d_conv`, `ssm_d_inner`,
 /// `ssm_d_state`, `ssm_dt_rank`, `ssm_n_group`): `in_proj` gives z, x, B, C and the
 /// time steps; a causal convolution of `d_conv` steps runs over x, B and C; the scan
@@ -199,6 +208,30 @@ pub(crate) fn read_ssm(keys: &Keys) -> Result<Ssm> {
     Ok(ssm)
 }
 
+/// Multi-head latent attention as llama.cpp runs it in its absorbed form (deepseek2's
+/// `is_mla`): K and V are one compressed row per token, `kv_lora_rank` wide, normed, with
+/// a rope part `rope.n_dims` wide after it (the cache holds that row: `key_length`, one KV
+/// head, V its first `kv_lora_rank` columns, `value_length`); each head's query is
+/// projected into the compressed space (`attn_k_b`), and each head's output out of it
+/// (`attn_v_b`). The heads' own widths once decompressed are `head_dim_k` (`key_length_mla`:
+/// the part without rope, then rope's) and `head_dim_v` (`value_length_mla`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mla {
+    /// Q's compression (`attention.q_lora_rank`); 0 where Q is projected directly
+    /// (DeepSeek-V2-Lite's `attn_q`).
+    pub q_lora_rank: u32,
+    pub kv_lora_rank: u32,
+    pub head_dim_k: u32,
+    pub head_dim_v: u32,
+}
+
+impl Mla {
+    /// The part of a head's query and key without rope.
+    pub fn head_dim_nope(&self, n_rot: u32) -> u32 {
+        self.head_dim_k - n_rot
+    }
+}
+
 /// Sliding-window attention on some layers (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`):
 /// on those layers a token at position `p` attends only to positions `p - window + 1 ..= p`,
 /// its keys live in a cache of their own sized to the window, and its rope has its own base.
@@ -257,6 +290,8 @@ pub struct HParams {
     pub expert_weights_norm: bool,
     /// How the router's logits become the picked experts' weights.
     pub expert_gating: ExpertGating,
+    /// Where the experts are picked within groups (see [`ExpertGroups`]).
+    pub expert_groups: Option<ExpertGroups>,
     /// What the picked experts' weights are multiplied by, after any renormalization
     /// (llama.cpp's `w_scale`: `expert_weights_scale`; 0 and 1 leave them as they are).
     pub expert_weights_scale: f32,
@@ -277,6 +312,9 @@ pub struct HParams {
     pub ssm: Option<Ssm>,
     /// Whether a token attends only to earlier ones (`attention.causal`; encoders say false).
     pub causal_attn: bool,
+    /// Multi-head latent attention (deepseek2's), where the model has it: its cache keeps
+    /// K only, V being K's first columns.
+    pub mla: Option<Mla>,
     /// How the file's model pools its embeddings (`pooling_type`), if it says.
     pub pooling: Option<Pooling>,
     /// How many token types an encoder's embeddings have rows for (its
@@ -314,6 +352,7 @@ impl HParams {
             n_embd_v: self.n_embd_v_gqa(),
             head_dim_k: self.head_dim_k,
             head_dim_v: self.head_dim_v,
+            has_v: self.mla.is_none(),
         }
     }
 
@@ -528,12 +567,14 @@ impl HParams {
             expert_weights_norm: true,
             expert_gating: ExpertGating::Softmax,
             expert_weights_scale: 0.0,
+            expert_groups: None,
             n_layer_nextn: 0,
             xielu: Vec::new(),
             recurrent,
             short_conv_kernel: None,
             ssm: None,
             causal_attn: keys.opt_bool("attention.causal")?.unwrap_or(true),
+            mla: None,
             pooling,
             n_token_types: 0,
             n_cls_out,

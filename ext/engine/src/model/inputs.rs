@@ -114,6 +114,13 @@ pub struct KvGroupInput {
     pub v_elements: Option<Tensor>,
 }
 
+impl KvGroupInput {
+    /// Whether the pass attends with flash attention (its mask is then F16).
+    pub fn flash_attn(&self) -> bool {
+        self.mask.ggml_type() == sys::GGML_TYPE_F16
+    }
+}
+
 impl GraphInput for KvGroupInput {
     fn set(&self, batch: &Batch) {
         let idxs: Vec<i64> = batch.slots[self.group].iter().map(|&i| i64::from(i)).collect();
@@ -329,9 +336,10 @@ impl GraphInput for PooledRows {
 pub enum MaskFor {
     FlashAttention,
     /// Plain attention (a matrix product, a soft-max, a matrix product) over a V cache
-    /// transposed, its rows `v_width` values (n_embd_v_gqa) per cell.
+    /// transposed, its rows `v_width` values (n_embd_v_gqa) per cell; `None` without a
+    /// V cache (multi-head latent attention's values are K's columns).
     SoftMax {
-        v_width: u32,
+        v_width: Option<u32>,
     },
 }
 
@@ -376,12 +384,12 @@ impl Inputs {
                 ),
                 cells: graph.input(&format!("inp_kv_cells_g{group}"), sys::GGML_TYPE_I64, &[n_tokens]),
                 v_elements: match attention {
-                    MaskFor::SoftMax { v_width } => Some(graph.input(
+                    MaskFor::SoftMax { v_width: Some(v_width) } => Some(graph.input(
                         &format!("inp_kv_v_elements_g{group}"),
                         sys::GGML_TYPE_I64,
                         &[i64::from(v_width) * n_tokens],
                     )),
-                    MaskFor::FlashAttention => None,
+                    MaskFor::SoftMax { v_width: None } | MaskFor::FlashAttention => None,
                 },
             })
             .collect();

@@ -6,11 +6,11 @@
 
 use ggml_sys as sys;
 
-use super::hparams::{ExpertGating, HParams, NormType, Pooling};
+use super::hparams::{ExpertGating, ExpertGroups, HParams, NormType, Pooling};
 use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, StateRowsInput, TemperatureInput};
 use super::weights::{
-    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Norm, QkvWeights, SharedExpert,
-    SharedGate, Weights,
+    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, MlaQuery, MlaWeights, Norm, QkvWeights,
+    SharedExpert, SharedGate, Weights,
 };
 use crate::ggml::{Graph, Rope, Tensor};
 use crate::memory::kv_cache::KvCache;
@@ -348,6 +348,115 @@ impl GraphBuilder<'_> {
         };
         let out = out.set_name(&format!("kqv_out-{il}"));
         self.kv.v_rot.map_or(out, |rot| g.mul_mat_hadamard(out, rot))
+    }
+
+    /// Multi-head latent attention on the normed `x` in llama.cpp's absorbed form (its
+    /// deepseek2 graph with `is_mla`, then `build_attn` over a K-only cache with `v_mla`),
+    /// then the output projection: Q [head_dim_k, n_head, n_tokens] split into the part
+    /// without rope, projected into the compressed space by `k_b`, and the rope part,
+    /// rotated, after it; the compressed row (normed) and K's rope part (rotated) make
+    /// the one KV head, the row alone its value. The heads attend to it as multi-query
+    /// attention, and `v_b` decompresses each head's output. Q is multiplied by the
+    /// `temperature` input last, where the model has one.
+    pub fn mla_attention(
+        &self,
+        w: &MlaWeights,
+        il: usize,
+        x: Tensor,
+        kq_scale: f32,
+        temperature: Option<Tensor>,
+    ) -> Tensor {
+        let g = self.graph;
+        let hp = self.hparams();
+        let mla = hp.mla.expect("a latent-attention layer has the model's mla");
+        let rope = &hp.rope;
+        let n_rot = i64::from(rope.n_dims);
+        let [n_head, kv_lora, head_k] = [hp.n_head, mla.kv_lora_rank, mla.head_dim_k].map(i64::from);
+        let nope = head_k - n_rot;
+        let name = |t: Tensor, what: &str| t.set_name(&format!("{what}-{il}"));
+        let q = match w.q {
+            MlaQuery::Compressed { a, norm, b } => {
+                let q = g.mul_mat(a, x);
+                let q = self.norm(q, Some(norm.into()), "q", il);
+                g.mul_mat(b, q)
+            }
+            MlaQuery::Direct(wq) => g.mul_mat(wq, x),
+        };
+        let q = name(g.reshape_3d(q, head_k, n_head, self.n_tokens), "q");
+        let kv_cmpr_pe = name(g.mul_mat(w.kv_a, x), "kv_cmpr_pe");
+        let row = |t: Tensor, n: i64| unsafe { sys::ggml_row_size(t.ggml_type(), n) };
+        let kv_row = row(kv_cmpr_pe, kv_lora + n_rot);
+        let kv_cmpr = g.view_2d(kv_cmpr_pe, kv_lora, self.n_tokens, kv_row, 0);
+        let k_pe = g.view_3d(
+            kv_cmpr_pe,
+            [n_rot, 1, self.n_tokens],
+            kv_row,
+            kv_row,
+            row(kv_cmpr_pe, kv_lora),
+        );
+        let k_pe = name(self.rope(k_pe, rope), "k_pe");
+        let kv_cmpr = self.norm(kv_cmpr, Some(w.kv_a_norm.into()), "kv_cmpr", il);
+        let [q_nb1, q_nb2] = [q.nb()[1], q.nb()[2]];
+        let q_nope = g.view_3d(q, [nope, n_head, self.n_tokens], q_nb1, q_nb2, 0);
+        let q_pe = g.view_3d(q, [n_rot, n_head, self.n_tokens], q_nb1, q_nb2, row(q, nope));
+        let q_pe = name(self.rope(q_pe, rope), "q_pe");
+        let q_nope = g.permute(q_nope, [0, 2, 1, 3]);
+        let q_nope_absorbed = g.permute(g.mul_mat(w.k_b, q_nope), [0, 2, 1, 3]);
+        let q = name(g.concat(q_nope_absorbed, q_pe, 0), "Qcur");
+        let q = temperature.map_or(q, |t| g.mul(q, t));
+        let kv_cmpr = g.reshape_3d(kv_cmpr, kv_lora, 1, self.n_tokens);
+        let k = name(g.concat(kv_cmpr, k_pe, 0), "Kcur");
+        let out = self.attend_latent(w, il, q, k, kv_cmpr, kq_scale);
+        name(g.mul_mat(w.wo, out), "attn_out")
+    }
+
+    /// llama.cpp's `build_attn` over a K-only cache (`llm_graph_input_attn_k`) with
+    /// `v_mla`: stores K of the new tokens (V is its first `v`-wide columns, no cache of
+    /// its own), attends over the group's first `n_kv` cells with flash attention or
+    /// plain attention (V then transposed into a copy), and decompresses each head's
+    /// output with `v_b`: [head_dim_v · n_head, n_tokens].
+    fn attend_latent(&self, w: &MlaWeights, il: usize, q: Tensor, k: Tensor, v: Tensor, kq_scale: f32) -> Tensor {
+        let g = self.graph;
+        let hp = self.hparams();
+        let attends = "an attention layer has its cache (KvShape::attends)";
+        let group = &self.inputs.kv[self.kv.layer_group[il].expect(attends)];
+        let k_cache = self.kv.k[il].expect(attends);
+        let rows = |cur: Tensor| g.view_2d(cur, cur.ne()[0] * cur.ne()[1], self.n_tokens, cur.nb()[2], 0);
+        g.expand(q);
+        g.expand(v);
+        g.expand(g.set_rows(k_cache, rows(k), group.cells));
+        let row = |n: u64| unsafe { sys::ggml_row_size(k_cache.ggml_type(), n as i64) };
+        let [width, cells, ..] = k_cache.ne().map(|n| n as u64);
+        let (nb1, nb2, nb3) = (row(hp.head_dim_k.into()), row(width), row(width * cells));
+        let heads_kv = i64::from(hp.n_head_kv);
+        let k = g.view_4d(
+            k_cache,
+            [hp.head_dim_k.into(), heads_kv, group.n_kv, 1],
+            nb1,
+            nb2,
+            nb3,
+            0,
+        );
+        let v = g.view_4d(k_cache, [v.ne()[0], heads_kv, group.n_kv, 1], nb1, nb2, nb3, 0);
+        let q = g.permute(q, [0, 2, 1, 3]);
+        let k = g.permute(k, [0, 2, 1, 3]);
+        let v = g.permute(v, [0, 2, 1, 3]);
+        let out = if group.flash_attn() {
+            let out = g.flash_attn(q, k, v, group.mask, kq_scale, 0.0, None);
+            let out = g.permute(out, [0, 2, 1, 3]);
+            let out = g.mul_mat(w.v_b, out).set_name(&format!("fattn_mla-{il}"));
+            let out = g.cont(g.permute(out, [0, 2, 1, 3]));
+            g.reshape_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
+        } else {
+            let kq = g.mul_mat_f32(k, q);
+            let kq = g.soft_max_ext(kq, group.mask, kq_scale, None);
+            let v = g.cont(g.transpose(v));
+            let kqv = g.mul_mat(v, kq);
+            let kqv = g.mul_mat(w.v_b, kqv).set_name(&format!("kqv_mla-{il}"));
+            let out = g.permute(kqv, [0, 2, 1, 3]);
+            g.cont_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
+        };
+        out.set_name(&format!("kqv_out-{il}"))
     }
 
     /// Attention over the pass's own tokens (an encoder's: no cache), as llama.cpp's
@@ -694,6 +803,10 @@ impl GraphBuilder<'_> {
             ExpertGating::SoftmaxWeight => logits,
         };
         let selection = selection_bias.map_or(probs, |bias| g.add(probs, bias));
+        let selection = match hp.expert_groups {
+            Some(groups) => self.mask_expert_groups(selection, groups, n_expert, n_rows),
+            None => selection,
+        };
         let selected = g.argsort_top_k(selection, hp.n_expert_used as i32);
         let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, n_rows), selected);
         if hp.expert_gating == ExpertGating::SoftmaxWeight {
@@ -727,6 +840,23 @@ impl GraphBuilder<'_> {
             None => out,
         };
         out.set_name(&format!("ffn_moe_out-{il}"))
+    }
+
+    /// The experts' selection scores [n_expert, n_rows] with every group but the `used`
+    /// best -inf, as llama.cpp's `build_moe_ffn` masks them: a group scores the sum of
+    /// its two best experts' scores.
+    fn mask_expert_groups(&self, selection: Tensor, groups: ExpertGroups, n_expert: i64, n_rows: i64) -> Tensor {
+        let g = self.graph;
+        let count = i64::from(groups.count);
+        let per_group = n_expert / count;
+        let grouped = g.reshape_3d(selection, per_group, count, n_rows);
+        let best_two = g.argsort_top_k(grouped, 2);
+        let scores = g.get_rows(g.reshape_4d(grouped, [1, per_group, count, n_rows]), best_two);
+        let scores = g.sum_rows(g.reshape_3d(scores, 2, count, n_rows));
+        let picked = g.argsort_top_k(g.reshape_2d(scores, count, n_rows), groups.used as i32);
+        let kept = g.get_rows(grouped, picked);
+        let masked = g.set_rows(g.fill(grouped, f32::NEG_INFINITY), kept, picked);
+        g.reshape_2d(masked, n_expert, n_rows)
     }
 
     /// The shared expert's SwiGLU on the rows `x`, times its gate's sigmoid, which

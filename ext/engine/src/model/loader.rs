@@ -10,8 +10,8 @@ use ggml_sys as sys;
 use super::hparams::HParams;
 use super::placement::Placement;
 use super::weights::{
-    AttentionWeights, DeltaNetWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Mixer, Norm, QkvWeights,
-    SharedExpert, SharedGate,
+    AttentionWeights, DeltaNetWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Mixer, MlaQuery,
+    MlaWeights, Norm, QkvWeights, SharedExpert, SharedGate,
 };
 use crate::ggml::{self, Buffer, BufferType, CpuDevice, Tensor};
 use crate::{Error, Result};
@@ -442,6 +442,44 @@ impl<'a> Loader<'a> {
             sinks: None,
         };
         self.with_head_norms(hp, il, attn)
+    }
+
+    /// Layer `il`'s multi-head latent attention, shaped by the model's [`super::Mla`], as
+    /// llama.cpp's deepseek2 declares it: Q through its compression where `q_lora_rank`
+    /// is not 0, else one `attn_q`; K and V decompressed by `attn_k_b` and `attn_v_b` (the
+    /// absorbed form; the older files' single `attn_kv_b` is the caller's to refuse).
+    pub fn mla_attention(&mut self, hp: &HParams, il: u32) -> Result<MlaWeights> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let mla = hp
+            .mla
+            .ok_or_else(|| Error::Internal("latent attention needs the model's mla".into()))?;
+        let [embd, n_head, q_lora, kv_lora, head_k, head_v, n_rot] = [
+            hp.n_embd,
+            hp.n_head,
+            mla.q_lora_rank,
+            mla.kv_lora_rank,
+            mla.head_dim_k,
+            mla.head_dim_v,
+            hp.rope.n_dims,
+        ]
+        .map(u64::from);
+        let q_width = n_head * head_k;
+        let q = match q_lora {
+            0 => MlaQuery::Direct(self.matrix(&n("attn_q.weight"), &[embd, q_width])?),
+            _ => MlaQuery::Compressed {
+                a: self.matrix(&n("attn_q_a.weight"), &[embd, q_lora])?,
+                norm: self.vector(&n("attn_q_a_norm.weight"), q_lora)?,
+                b: self.matrix(&n("attn_q_b.weight"), &[q_lora, q_width])?,
+            },
+        };
+        Ok(MlaWeights {
+            q,
+            kv_a: self.matrix(&n("attn_kv_a_mqa.weight"), &[embd, kv_lora + n_rot])?,
+            kv_a_norm: self.vector(&n("attn_kv_a_norm.weight"), kv_lora)?,
+            k_b: self.matrix(&n("attn_k_b.weight"), &[head_k - n_rot, kv_lora, n_head])?,
+            v_b: self.matrix(&n("attn_v_b.weight"), &[kv_lora, head_v, n_head])?,
+            wo: self.matrix(&n("attn_output.weight"), &[n_head * head_v, embd])?,
+        })
     }
 
     /// `attn` with per-head RMS norms of Q and of K (`attn_q_norm`, `attn_k_norm`,

@@ -19,14 +19,15 @@ mod spec;
 pub mod weights;
 
 pub(crate) use hparams::{read_ssm, read_swa, Keys};
-pub use hparams::{ArchTraits, AttnTemperature, ExpertGating, HParams, Kind, NormType, Pooling, Ssm, Swa};
+pub use hparams::{ArchTraits, AttnTemperature, ExpertGating, HParams, Kind, Mla, NormType, Pooling, Ssm, Swa};
 pub use layers::{Glu, GraphBuilder};
 pub(crate) use loader::Loader;
 pub use placement::Split;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
     AttentionWeights, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights,
-    Mixer, Norm, OutputHead, QkvWeights, RopeFactors, SharedExpert, SharedGate, ShortConvWeights, Weights,
+    Mixer, MlaQuery, MlaWeights, Norm, OutputHead, QkvWeights, RopeFactors, SharedExpert, SharedGate, ShortConvWeights,
+    Weights,
 };
 
 #[derive(Debug, Clone)]

@@ -38,6 +38,8 @@ pub enum Mixer {
     Mamba2(Mamba2Weights),
     /// A gated delta net, linear attention with a delta-rule state (qwen35's).
     DeltaNet(DeltaNetWeights),
+    /// Multi-head latent attention (deepseek2's, see [`crate::model::Mla`]).
+    Mla(MlaWeights),
 }
 
 impl Mixer {
@@ -45,8 +47,8 @@ impl Mixer {
     pub fn attention(&self) -> &AttentionWeights {
         match self {
             Mixer::Attention(attn) => attn,
-            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) => {
-                unreachable!("a recurrent layer's graph reads no attention")
+            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::Mla(_) => {
+                unreachable!("a recurrent or latent-attention layer's graph reads no attention weights")
             }
         }
     }
@@ -55,11 +57,38 @@ impl Mixer {
     pub fn into_attention(self) -> AttentionWeights {
         match self {
             Mixer::Attention(attn) => attn,
-            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) => {
-                unreachable!("a recurrent layer's graph reads no attention")
+            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::Mla(_) => {
+                unreachable!("a recurrent or latent-attention layer's graph reads no attention weights")
             }
         }
     }
+}
+
+/// Multi-head latent attention's weights (llama.cpp's for deepseek2; the widths are
+/// [`crate::model::Mla`]'s): Q from `q` (the compression `attn_q_a`, its RMS norm
+/// `attn_q_a_norm` and `attn_q_b`, or one `attn_q`), [n_embd, n_head · head_dim_k] in
+/// all; `kv_a` [n_embd, kv_lora_rank + n_rot] (`attn_kv_a_mqa`) the compressed K and V
+/// row and the rope part of K, `kv_a_norm` [kv_lora_rank] the row's RMS norm; `k_b`
+/// [head_dim_nope, kv_lora_rank, n_head] projects each head's query into the compressed
+/// space, `v_b` [kv_lora_rank, head_dim_v, n_head] each head's output out of it; `wo`
+/// [n_head · head_dim_v, n_embd] the output projection.
+#[derive(Clone, Copy)]
+pub struct MlaWeights {
+    pub q: MlaQuery,
+    pub kv_a: Tensor,
+    pub kv_a_norm: Tensor,
+    pub k_b: Tensor,
+    pub v_b: Tensor,
+    pub wo: Tensor,
+}
+
+/// How multi-head latent attention projects Q.
+#[derive(Clone, Copy)]
+pub enum MlaQuery {
+    /// Through a compression: `b · rms_norm(a · x) · norm` (DeepSeek-V2, V3, Kimi K2).
+    Compressed { a: Tensor, norm: Tensor, b: Tensor },
+    /// One projection (DeepSeek-V2-Lite).
+    Direct(Tensor),
 }
 
 /// LFM2's short convolution (llama.cpp's `shortconv`): `in_proj` [n_embd, 3 n_embd]

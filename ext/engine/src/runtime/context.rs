@@ -979,6 +979,15 @@ fn validate_output(model: &Model, params: &ContextParams) -> Result<()> {
 /// ggml sees them: a quantized V cache needs flash attention, and a quantized type's
 /// blocks must divide the head dimension.
 fn validate_cache_types(hp: &crate::HParams, params: &ContextParams) -> Result<()> {
+    if hp.mla.is_some() && (params.type_k.is_quantized() || params.type_v.is_quantized()) {
+        return Err(Error::Unsupported(format!(
+            "{}'s latent attention keeps its cache f16 in elelem (a quantized one, {} K and {} V, is not \
+             something elelem runs; llama.cpp takes one type for both)",
+            hp.arch.name,
+            params.type_k.name(),
+            params.type_v.name()
+        )));
+    }
     if params.type_v.is_quantized() && !params.flash_attn {
         return Err(Error::InvalidArgument(format!(
             "a quantized V cache ({}) needs flash attention, as in llama.cpp: turn flash_attn on, \
@@ -1002,7 +1011,7 @@ fn build(graph: &Graph, model: &Model, memory: &Memory, params: &ContextParams, 
     let kv = &memory.kv;
     let attention = if kv.v_trans {
         MaskFor::SoftMax {
-            v_width: model.hparams.n_embd_v_gqa(),
+            v_width: model.hparams.mla.is_none().then(|| model.hparams.n_embd_v_gqa()),
         }
     } else {
         MaskFor::FlashAttention
