@@ -23,6 +23,7 @@ mod llama;
 mod llama_cpp;
 mod mamba2;
 mod mistral3;
+mod nemotron_h;
 mod nomic_bert;
 mod olmo2;
 mod olmoe;
@@ -81,6 +82,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &granite_hybrid::ARCH,
     &qwen35::ARCH,
     &qwen35moe::ARCH,
+    &nemotron_h::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

@@ -646,6 +646,12 @@ impl GraphBuilder<'_> {
                 let down = g.mul_mat(down, g.gelu(up));
                 down_b.map_or(down, |b| g.add(down, b))
             }
+            FfnWeights::ReluSquared { up, up_b, down, down_b } => {
+                let up = g.mul_mat(up, x);
+                let up = up_b.map_or(up, |b| g.add(up, b));
+                let down = g.mul_mat(down, g.sqr(g.relu(up)));
+                down_b.map_or(down, |b| g.add(down, b))
+            }
             FfnWeights::Xielu { up, down, params } => g.mul_mat(down, g.xielu(g.mul_mat(up, x), params)),
             FfnWeights::None => unreachable!("a block without a feed-forward has none to build"),
             FfnWeights::Experts {

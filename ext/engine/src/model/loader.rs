@@ -272,6 +272,19 @@ impl<'a> Loader<'a> {
         })
     }
 
+    /// `ffn_up` and `ffn_down`, `feed_forward_length` wide, each with a bias where the
+    /// file has one, around a squared ReLU (llama.cpp's `LLM_FFN_RELU_SQR`, no gate).
+    pub fn relu_squared_ffn(&mut self, hp: &HParams, il: u32) -> Result<FfnWeights> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let (embd, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
+        Ok(FfnWeights::ReluSquared {
+            up: self.matrix(&n("ffn_up.weight"), &[embd, ff])?,
+            up_b: self.optional_vector(&n("ffn_up.bias"), ff)?,
+            down: self.matrix(&n("ffn_down.weight"), &[ff, embd])?,
+            down_b: self.optional_vector(&n("ffn_down.bias"), embd)?,
+        })
+    }
+
     /// A mixture of SwiGLU experts (`expert_count` of them, `n_ff_exp` wide), its
     /// router, the shared expert beside them if any, and, for architectures that take
     /// one (`selection_bias`), the selection bias `exp_probs_b.bias` where the file has it.

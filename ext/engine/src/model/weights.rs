@@ -38,6 +38,9 @@ pub enum Mixer {
     Mamba2(Mamba2Weights),
     /// A gated delta net, linear attention with a delta-rule state (qwen35's).
     DeltaNet(DeltaNetWeights),
+    /// None: the layer is its feed-forward alone, keeping neither a cache nor a state
+    /// (nemotron_h's feed-forward layers, [`super::HParams::ffn_only`]).
+    None,
 }
 
 impl Mixer {
@@ -45,8 +48,8 @@ impl Mixer {
     pub fn attention(&self) -> &AttentionWeights {
         match self {
             Mixer::Attention(attn) => attn,
-            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) => {
-                unreachable!("a recurrent layer's graph reads no attention")
+            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::None => {
+                unreachable!("a recurrent or feed-forward-only layer's graph reads no attention")
             }
         }
     }
@@ -55,8 +58,8 @@ impl Mixer {
     pub fn into_attention(self) -> AttentionWeights {
         match self {
             Mixer::Attention(attn) => attn,
-            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) => {
-                unreachable!("a recurrent layer's graph reads no attention")
+            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::None => {
+                unreachable!("a recurrent or feed-forward-only layer's graph reads no attention")
             }
         }
     }
@@ -166,6 +169,14 @@ pub enum FfnWeights {
     GatedFused { up: Tensor, down: Tensor },
     /// `down(gelu(up(x) + up_b)) + down_b` (bert).
     Sequential {
+        up: Tensor,
+        up_b: Option<Tensor>,
+        down: Tensor,
+        down_b: Option<Tensor>,
+    },
+    /// `down(relu(up x + up_b)²) + down_b` (llama.cpp's `LLM_FFN_RELU_SQR` without a
+    /// gate: nemotron_h's).
+    ReluSquared {
         up: Tensor,
         up_b: Option<Tensor>,
         down: Tensor,
