@@ -76,7 +76,9 @@ module Goldens
     "lockstep-tiny-qwen35moe" => ["tiny-qwen35moe",
                                   [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     "lockstep-tiny-nemotron_h" => ["tiny-nemotron_h",
-                                   [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
+                                   [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
+    "lockstep-tiny-falcon-h1" => ["tiny-falcon-h1",
+                                  [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
   }.freeze
 
   # Conversations continued from the cache (a continued case: the prompt, then a second turn
@@ -88,7 +90,8 @@ module Goldens
     "tiny-granitehybrid" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
     "tiny-qwen35" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
     "tiny-qwen35moe" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
-    "tiny-nemotron_h" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]]
+    "tiny-nemotron_h" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
+    "tiny-falcon-h1" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]]
   }.freeze
 
   # Goldens of models opened with `flash_attn: false` (llama.cpp's `-fa off`): plain

@@ -66,6 +66,10 @@ pub struct Family {
     /// `ffn_down`); each alone after its norm, marked by per-layer
     /// `attention.head_count_kv` and `feed_forward_length` (nemotron_h).
     pub layer_pattern: Option<&'static str>,
+    /// On every layer, attention and the Mamba-2 mixer of `ssm` (without its grouped
+    /// norm) side by side, then a SwiGLU feed-forward whose norm is `ffn_norm` without
+    /// `.weight`, as llama.cpp names it (falcon-h1).
+    pub ssm_beside_attention: bool,
     /// Q's projection twice as wide: each head's query, then a gate on its output (qwen35).
     pub attn_output_gate: bool,
     /// The final norm's name (`token_embd_norm` in lfm2's files).
@@ -260,6 +264,7 @@ pub const LLAMA: Family = Family {
     ssm: None,
     delta_net: None,
     layer_pattern: None,
+    ssm_beside_attention: false,
     attn_output_gate: false,
     output_norm: "output_norm",
     nextn: 0,
@@ -586,6 +591,27 @@ pub const NEMOTRON_H: Family = Family {
         template: "NVIDIA-Nemotron-Nano-v2",
     },
     keys: &[("attention.layer_norm_epsilon", Key::F32(1e-3))],
+    ..LLAMA
+};
+/// Falcon-H1's layout: attention (NEOX rope) and a Mamba-2 mixer without its grouped
+/// norm side by side on every layer, then a SwiGLU feed-forward; the Mamba-2 heads and
+/// states of granitehybrid's canary. Llama 3's real vocabulary (`llama-bpe`) with Llama
+/// 3.1's chat template (the suite has no Falcon-H1 template).
+pub const FALCON_H1: Family = Family {
+    arch: "falcon-h1",
+    name: "elelem tiny falcon-h1 canary",
+    ssm: Some(Ssm {
+        d_conv: 4,
+        d_state: 16,
+        n_group: 2,
+        head_dim: 16,
+        attention_period: None,
+    }),
+    ssm_beside_attention: true,
+    vocab: Vocab::Suite {
+        name: "llama-bpe",
+        template: "meta-llama-Llama-3.1-8B-Instruct",
+    },
     ..LLAMA
 };
 /// Qwen 3.5's dense layout: gated delta nets on every layer but every other one (the
@@ -917,6 +943,17 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 ..small(GRANITE_HYBRID)
             },
         ),
+        // Attention beside Mamba-2 on each of 4 layers; 64 wide, the embeddings and the
+        // head of its 128,256 tokens in Q8_0.
+        (
+            "tiny-falcon-h1",
+            Shape {
+                n_embd: 64,
+                n_head: 4,
+                embd_type: TensorType::Q8_0,
+                ..small(FALCON_H1)
+            },
+        ),
         // Mamba-2 on layers 0, 2 and 4 of 6, attention on 3, feed-forwards alone on 1 and
         // 5; 64 wide, the embeddings and the head of its 128,256 tokens in Q8_0.
         (
@@ -1026,7 +1063,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     let key = |k: &str| format!("{arch}.{k}");
     // Without attention (mamba2), 0 heads and no feed-forward, as llama.cpp's converter
     // writes them, and nothing of rope.
-    let attention_free = family.ssm.is_some_and(|ssm| ssm.attention_period.is_none()) && family.layer_pattern.is_none();
+    let attention_free = family.ssm.is_some_and(|ssm| ssm.attention_period.is_none())
+        && family.layer_pattern.is_none()
+        && !family.ssm_beside_attention;
     w.set("general.architecture", s(arch))
         .set("general.name", s(family.name))
         .set("general.file_type", Value::U32(0))
@@ -1132,9 +1171,13 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             add_norm(&mut w, &mut rng, &n("attn_norm"), family.norm_type, n_embd);
         }
         let kind = family.layer_kind(il);
+        if let Some(ssm) = family.ssm.filter(|_| family.ssm_beside_attention) {
+            add_mamba2_mixer(&mut w, &mut rng, il, ssm, ty, n_embd);
+            w.remove_tensor(&n("ssm_norm.weight"));
+        }
         if let Some(ssm) = family
             .ssm
-            .filter(|ssm| !ssm.attends(il) && kind.is_none_or(|k| k == b'M'))
+            .filter(|ssm| !family.ssm_beside_attention && !ssm.attends(il) && kind.is_none_or(|k| k == b'M'))
         {
             add_mamba2_mixer(&mut w, &mut rng, il, ssm, ty, n_embd);
         } else if kind == Some(b'-') {
@@ -1188,6 +1231,8 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         }
         if attention_free || kind.is_some() {
             // No feed-forward's norm: no feed-forward, or one after the layer's only norm.
+        } else if family.ssm_beside_attention {
+            w.add_f32(&n("ffn_norm"), &[n_embd], &rng.around_one(n_embd));
         } else if pre_norms && family.norms != Norms::Parallel {
             let name = match family.norms {
                 Norms::PreFfnNamedPostAttention => "post_attention_norm",
@@ -1301,6 +1346,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
 fn head_count_kv(family: Family, n_layer: u32, n_head_kv: u32) -> Value {
     let attends: Box<dyn Fn(u32) -> bool> = match (family.short_conv, family.ssm) {
         _ if family.layer_pattern.is_some() => Box::new(move |il| family.layer_kind(il) == Some(b'*')),
+        _ if family.ssm_beside_attention => return Value::U32(n_head_kv),
         (Some(conv), _) => Box::new(move |il| conv.attends(il)),
         (None, Some(ssm)) => Box::new(move |il| ssm.attends(il)),
         (None, None) => return Value::U32(n_head_kv),

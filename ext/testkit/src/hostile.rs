@@ -724,6 +724,60 @@ fn mamba2_flaws() -> Vec<Case> {
         w.remove_tensor("blk.0.ssm_conv1d.bias");
     }));
     cases.extend(nemotron_h_flaws());
+    cases.extend(falcon_h1_flaws());
+    cases
+}
+
+/// falcon-h1's tensors (attention beside Mamba-2 on every layer, a made-up vocabulary):
+/// the ones llama.cpp loads and leaves out, the optional grouped norm, and what elelem refuses.
+fn falcon_h1_flaws() -> Vec<Case> {
+    use Expect::{Rejected, Runs};
+    const FALCON_H1: Shape = micro(Family {
+        vocab: Vocab::MadeUp,
+        ..canary::FALCON_H1
+    });
+    let zeros = |n: usize| vec![0.0f32; n];
+    let mut cases = keyed(
+        &FALCON_H1,
+        vec![(
+            "falcon-h1-value-length-differs",
+            Rejected("differs from value_length"),
+            "falcon-h1.attention.value_length".into(),
+            Some(Value::U32(8)),
+        )],
+    );
+    cases.push(edited("falcon-h1-with-ssm-norm", Runs, &FALCON_H1, |w| {
+        w.add_f32("blk.0.ssm_norm.weight", &[16, 2], &vec![1.0; 32]);
+    }));
+    // llama.cpp loads it, and its graph adds no bias to the attention's output.
+    cases.push(edited("falcon-h1-attn-output-bias", Runs, &FALCON_H1, |w| {
+        w.add_f32("blk.1.attn_output.bias", &[16], &zeros(16));
+    }));
+    cases.push(edited(
+        "falcon-h1-ffn-bias",
+        Rejected("blk.0.ffn_up.bias"),
+        &FALCON_H1,
+        |w| {
+            w.add_f32("blk.0.ffn_up.bias", &[32], &zeros(32));
+        },
+    ));
+    cases.push(edited(
+        "falcon-h1-rope-freqs",
+        Rejected("blk.0.rope_freqs.weight"),
+        &FALCON_H1,
+        |w| {
+            w.add_f32("blk.0.rope_freqs.weight", &[2], &zeros(2));
+        },
+    ));
+    cases.push(edited(
+        "falcon-h1-ffn-norm-suffixed",
+        Rejected("missing tensor blk.0.ffn_norm"),
+        &FALCON_H1,
+        |w| {
+            w.remove_tensor("blk.0.ffn_norm");
+            w.add_f32("blk.0.ffn_norm.weight", &[16], &vec![1.0; 16]);
+        },
+    ));
     cases
 }
 

@@ -329,6 +329,7 @@ fn lockstep_sequences_match_llama_cpp() {
         ("lockstep-tiny-qwen35.json", "tiny-qwen35"),
         ("lockstep-tiny-qwen35moe.json", "tiny-qwen35moe"),
         ("lockstep-tiny-nemotron_h.json", "tiny-nemotron_h"),
+        ("lockstep-tiny-falcon-h1.json", "tiny-falcon-h1"),
     ] {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),

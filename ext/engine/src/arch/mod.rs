@@ -10,6 +10,7 @@ mod common;
 mod ernie4_5;
 mod ernie4_5_moe;
 mod exaone4;
+mod falcon_h1;
 mod gemma2;
 mod gemma3;
 mod glm4;
@@ -83,6 +84,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &qwen35::ARCH,
     &qwen35moe::ARCH,
     &nemotron_h::ARCH,
+    &falcon_h1::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

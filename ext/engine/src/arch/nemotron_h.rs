@@ -110,7 +110,7 @@ fn build(b: &GraphBuilder) -> Tensor {
                 b.attention(attn, il, q, k, v, hp.kq_scale())
             }
             Mixer::None => b.ffn(&layer.ffn, normed, il, Glu::Silu),
-            Mixer::ShortConv(_) | Mixer::DeltaNet(_) => {
+            Mixer::ShortConv(_) | Mixer::DeltaNet(_) | Mixer::Parallel { .. } => {
                 unreachable!("nemotron_h's layers are Mamba-2 mixers, attention or feed-forwards (load)")
             }
         };

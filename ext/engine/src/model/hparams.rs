@@ -272,6 +272,9 @@ pub struct HParams {
     /// Per layer: whether it is a feed-forward alone, with neither attention nor a
     /// recurrent state (nemotron_h's), so that it keeps no cache either.
     pub ffn_only: Vec<bool>,
+    /// Whether every layer attends beside its recurrent state, keeping both a cache and
+    /// a state (falcon-h1's attention and Mamba-2 in parallel).
+    pub attention_beside_state: bool,
     /// The kernel length of LFM2's short convolutions (`shortconv.l_cache`), which its
     /// recurrent layers run.
     pub short_conv_kernel: Option<u32>,
@@ -313,7 +316,7 @@ impl HParams {
                 .recurrent
                 .iter()
                 .zip(&self.ffn_only)
-                .map(|(&recurrent, &ffn_only)| !recurrent && !ffn_only)
+                .map(|(&recurrent, &ffn_only)| self.attention_beside_state || (!recurrent && !ffn_only))
                 .collect(),
             windows: (0..self.n_layer as usize)
                 .map(|il| self.swa.as_ref().filter(|_| self.is_swa(il)).map(|swa| swa.window))
@@ -347,7 +350,7 @@ impl HParams {
     /// Whether no layer attends (llama.cpp's recurrent architectures: mamba2): the
     /// model has no KV cache.
     pub fn attention_free(&self) -> bool {
-        !self.recurrent.contains(&false)
+        !self.attention_beside_state && !self.recurrent.contains(&false)
     }
 
     /// The usual attention scale, 1/sqrt(head size).
@@ -548,6 +551,7 @@ impl HParams {
             n_layer_nextn: 0,
             xielu: Vec::new(),
             ffn_only: vec![false; recurrent.len()],
+            attention_beside_state: false,
             recurrent,
             short_conv_kernel: None,
             ssm: None,

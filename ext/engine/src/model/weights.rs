@@ -38,6 +38,12 @@ pub enum Mixer {
     Mamba2(Mamba2Weights),
     /// A gated delta net, linear attention with a delta-rule state (qwen35's).
     DeltaNet(DeltaNetWeights),
+    /// Attention and a Mamba-2 mixer side by side on the same input, their outputs
+    /// added (falcon-h1's): the layer keeps a cache and a state.
+    Parallel {
+        attention: AttentionWeights,
+        mamba2: Mamba2Weights,
+    },
     /// None: the layer is its feed-forward alone, keeping neither a cache nor a state
     /// (nemotron_h's feed-forward layers, [`super::HParams::ffn_only`]).
     None,
@@ -47,7 +53,7 @@ impl Mixer {
     /// The attention of an attention layer (`KvShape::attends`).
     pub fn attention(&self) -> &AttentionWeights {
         match self {
-            Mixer::Attention(attn) => attn,
+            Mixer::Attention(attn) | Mixer::Parallel { attention: attn, .. } => attn,
             Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::None => {
                 unreachable!("a recurrent or feed-forward-only layer's graph reads no attention")
             }
@@ -57,7 +63,7 @@ impl Mixer {
     /// [`Mixer::attention`], taken out of the layer.
     pub fn into_attention(self) -> AttentionWeights {
         match self {
-            Mixer::Attention(attn) => attn,
+            Mixer::Attention(attn) | Mixer::Parallel { attention: attn, .. } => attn,
             Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::None => {
                 unreachable!("a recurrent or feed-forward-only layer's graph reads no attention")
             }
@@ -81,7 +87,7 @@ pub struct ShortConvWeights {
 /// causal convolution over x, B and C; `dt_bias` [n_head] is added to the time steps;
 /// `a` and `d` [1, n_head] are the decay (the file holds `-exp(A_log)`) and the skip
 /// connection; `norm` [d_inner / n_group, n_group] the grouped RMS norm before
-/// `out_proj` [d_inner, n_embd].
+/// `out_proj` [d_inner, n_embd], where the model has it (falcon-h1's may not).
 #[derive(Clone, Copy)]
 pub struct Mamba2Weights {
     pub in_proj: Tensor,
@@ -90,7 +96,7 @@ pub struct Mamba2Weights {
     pub dt_bias: Tensor,
     pub a: Tensor,
     pub d: Tensor,
-    pub norm: Tensor,
+    pub norm: Option<Tensor>,
     pub out_proj: Tensor,
 }
 
