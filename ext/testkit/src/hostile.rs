@@ -736,7 +736,6 @@ fn falcon_h1_flaws() -> Vec<Case> {
         vocab: Vocab::MadeUp,
         ..canary::FALCON_H1
     });
-    let zeros = |n: usize| vec![0.0f32; n];
     let mut cases = keyed(
         &FALCON_H1,
         vec![(
@@ -747,18 +746,18 @@ fn falcon_h1_flaws() -> Vec<Case> {
         )],
     );
     cases.push(edited("falcon-h1-with-ssm-norm", Runs, &FALCON_H1, |w| {
-        w.add_f32("blk.0.ssm_norm.weight", &[16, 2], &vec![1.0; 32]);
+        w.add_f32("blk.0.ssm_norm.weight", &[16, 2], &[1.0; 32]);
     }));
     // llama.cpp loads it, and its graph adds no bias to the attention's output.
     cases.push(edited("falcon-h1-attn-output-bias", Runs, &FALCON_H1, |w| {
-        w.add_f32("blk.1.attn_output.bias", &[16], &zeros(16));
+        w.add_f32("blk.1.attn_output.bias", &[16], &[0.0; 16]);
     }));
     cases.push(edited(
         "falcon-h1-ffn-bias",
         Rejected("blk.0.ffn_up.bias"),
         &FALCON_H1,
         |w| {
-            w.add_f32("blk.0.ffn_up.bias", &[32], &zeros(32));
+            w.add_f32("blk.0.ffn_up.bias", &[32], &[0.0; 32]);
         },
     ));
     cases.push(edited(
@@ -766,7 +765,7 @@ fn falcon_h1_flaws() -> Vec<Case> {
         Rejected("blk.0.rope_freqs.weight"),
         &FALCON_H1,
         |w| {
-            w.add_f32("blk.0.rope_freqs.weight", &[2], &zeros(2));
+            w.add_f32("blk.0.rope_freqs.weight", &[2], &[0.0; 2]);
         },
     ));
     cases.push(edited(
@@ -775,7 +774,7 @@ fn falcon_h1_flaws() -> Vec<Case> {
         &FALCON_H1,
         |w| {
             w.remove_tensor("blk.0.ffn_norm");
-            w.add_f32("blk.0.ffn_norm.weight", &[16], &vec![1.0; 16]);
+            w.add_f32("blk.0.ffn_norm.weight", &[16], &[1.0; 16]);
         },
     ));
     cases
