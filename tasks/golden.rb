@@ -77,7 +77,11 @@ module Goldens
                                   [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     # Latent attention: the sequences' compressed rows share the one K cache.
     "lockstep-tiny-deepseek2" => ["tiny-deepseek2", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"],
-                                                     [1, 90, 91, 92], CANARY_PROMPTS["long"].first(300)]]
+                                                     [1, 90, 91, 92], CANARY_PROMPTS["long"].first(300)]],
+    "lockstep-tiny-nemotron_h" => ["tiny-nemotron_h",
+                                   [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
+    "lockstep-tiny-falcon-h1" => ["tiny-falcon-h1",
+                                  [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
   }.freeze
 
   # Conversations continued from the cache (a continued case: the prompt, then a second turn
@@ -88,7 +92,9 @@ module Goldens
     "tiny-mamba2" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
     "tiny-granitehybrid" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
     "tiny-qwen35" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
-    "tiny-qwen35moe" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]]
+    "tiny-qwen35moe" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
+    "tiny-nemotron_h" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
+    "tiny-falcon-h1" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]]
   }.freeze
 
   # Goldens of models opened with `flash_attn: false` (llama.cpp's `-fa off`): plain

@@ -60,6 +60,16 @@ pub struct Family {
     pub ssm: Option<Ssm>,
     /// Gated delta nets in place of attention on some layers (qwen35).
     pub delta_net: Option<DeltaNet>,
+    /// Each layer's kind, one character a layer, repeated over the layers as
+    /// Nemotron-H's `hybrid_override_pattern` gives them: `M` a Mamba-2 mixer (of
+    /// `ssm`), `*` attention, `-` an ungated squared-ReLU feed-forward (`ffn_up`,
+    /// `ffn_down`); each alone after its norm, marked by per-layer
+    /// `attention.head_count_kv` and `feed_forward_length` (nemotron_h).
+    pub layer_pattern: Option<&'static str>,
+    /// On every layer, attention and the Mamba-2 mixer of `ssm` (without its grouped
+    /// norm) side by side, then a SwiGLU feed-forward whose norm is `ffn_norm` without
+    /// `.weight`, as llama.cpp names it (falcon-h1).
+    pub ssm_beside_attention: bool,
     /// Q's projection twice as wide: each head's query, then a gate on its output (qwen35).
     pub attn_output_gate: bool,
     /// The final norm's name (`token_embd_norm` in lfm2's files).
@@ -81,6 +91,14 @@ pub struct Family {
 pub struct ShortConv {
     pub kernel: u32,
     pub attention_period: u32,
+}
+
+impl Family {
+    /// Layer `il`'s kind in the [`Family::layer_pattern`], where the family has one.
+    fn layer_kind(&self, il: u32) -> Option<u8> {
+        self.layer_pattern
+            .map(|pattern| pattern.as_bytes()[il as usize % pattern.len()])
+    }
 }
 
 impl ShortConv {
@@ -264,6 +282,8 @@ pub const LLAMA: Family = Family {
     short_conv: None,
     ssm: None,
     delta_net: None,
+    layer_pattern: None,
+    ssm_beside_attention: false,
     attn_output_gate: false,
     output_norm: "output_norm",
     nextn: 0,
@@ -568,6 +588,50 @@ pub const GRANITE_HYBRID: Family = Family {
         ("attention.scale", Key::F32(0.125)),
         ("rope.scaling.finetuned", Key::Bool(false)),
     ],
+    ..LLAMA
+};
+/// Nemotron-H's dense layout (Nemotron Nano 2's): layers of one kind each, by the
+/// pattern `M-M*M-` (Mamba-2 mixers, squared-ReLU feed-forwards, one attention layer
+/// without rope), no feed-forward norms, the Mamba-2 heads and states of granitehybrid's
+/// canary; `attention.layer_norm_epsilon` beside the RMS one, which llama.cpp prefers.
+/// Llama 3's real vocabulary (`llama-bpe`) with Nemotron Nano 2's chat template.
+pub const NEMOTRON_H: Family = Family {
+    arch: "nemotron_h",
+    name: "elelem tiny nemotron_h canary",
+    ssm: Some(Ssm {
+        d_conv: 4,
+        d_state: 16,
+        n_group: 2,
+        head_dim: 16,
+        attention_period: None,
+    }),
+    layer_pattern: Some("M-M*M-"),
+    vocab: Vocab::Suite {
+        name: "llama-bpe",
+        template: "NVIDIA-Nemotron-Nano-v2",
+    },
+    keys: &[("attention.layer_norm_epsilon", Key::F32(1e-3))],
+    ..LLAMA
+};
+/// Falcon-H1's layout: attention (NEOX rope) and a Mamba-2 mixer without its grouped
+/// norm side by side on every layer, then a SwiGLU feed-forward; the Mamba-2 heads and
+/// states of granitehybrid's canary. Llama 3's real vocabulary (`llama-bpe`) with Llama
+/// 3.1's chat template (the suite has no Falcon-H1 template).
+pub const FALCON_H1: Family = Family {
+    arch: "falcon-h1",
+    name: "elelem tiny falcon-h1 canary",
+    ssm: Some(Ssm {
+        d_conv: 4,
+        d_state: 16,
+        n_group: 2,
+        head_dim: 16,
+        attention_period: None,
+    }),
+    ssm_beside_attention: true,
+    vocab: Vocab::Suite {
+        name: "llama-bpe",
+        template: "meta-llama-Llama-3.1-8B-Instruct",
+    },
     ..LLAMA
 };
 /// Qwen 3.5's dense layout: gated delta nets on every layer but every other one (the
@@ -991,6 +1055,29 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 ..small(GRANITE_HYBRID)
             },
         ),
+        // Attention beside Mamba-2 on each of 4 layers; 64 wide, the embeddings and the
+        // head of its 128,256 tokens in Q8_0.
+        (
+            "tiny-falcon-h1",
+            Shape {
+                n_embd: 64,
+                n_head: 4,
+                embd_type: TensorType::Q8_0,
+                ..small(FALCON_H1)
+            },
+        ),
+        // Mamba-2 on layers 0, 2 and 4 of 6, attention on 3, feed-forwards alone on 1 and
+        // 5; 64 wide, the embeddings and the head of its 128,256 tokens in Q8_0.
+        (
+            "tiny-nemotron_h",
+            Shape {
+                n_layer: 6,
+                n_embd: 64,
+                n_head: 4,
+                embd_type: TensorType::Q8_0,
+                ..small(NEMOTRON_H)
+            },
+        ),
     ];
     let by_type = WEIGHT_TYPES.iter().map(|&id| {
         let ty = TensorType::from_id(id).expect("a ggml type");
@@ -1148,7 +1235,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     let key = |k: &str| format!("{arch}.{k}");
     // Without attention (mamba2), 0 heads and no feed-forward, as llama.cpp's converter
     // writes them, and nothing of rope.
-    let attention_free = family.ssm.is_some_and(|ssm| ssm.attention_period.is_none());
+    let attention_free = family.ssm.is_some_and(|ssm| ssm.attention_period.is_none())
+        && family.layer_pattern.is_none()
+        && !family.ssm_beside_attention;
     w.set("general.architecture", s(arch))
         .set("general.name", s(family.name))
         .set("general.file_type", Value::U32(0))
@@ -1159,7 +1248,21 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.set(&key("feed_forward_length"), Value::U32(0))
             .set(&key("attention.head_count"), Value::U32(0));
     } else {
-        w.set(&key("feed_forward_length"), Value::U32(n_ff as u32))
+        let n_ff = match family.layer_pattern {
+            Some(_) => Value::Array(
+                (0..n_layer)
+                    .map(|il| {
+                        Value::U32(if family.layer_kind(il) == Some(b'-') {
+                            n_ff as u32
+                        } else {
+                            0
+                        })
+                    })
+                    .collect(),
+            ),
+            None => Value::U32(n_ff as u32),
+        };
+        w.set(&key("feed_forward_length"), n_ff)
             .set(&key("attention.head_count"), Value::U32(n_head))
             .set(
                 &key("attention.head_count_kv"),
@@ -1255,8 +1358,18 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         if pre_norms {
             add_norm(&mut w, &mut rng, &n("attn_norm"), family.norm_type, n_embd);
         }
-        if let Some(ssm) = family.ssm.filter(|ssm| !ssm.attends(il)) {
+        let kind = family.layer_kind(il);
+        if let Some(ssm) = family.ssm.filter(|_| family.ssm_beside_attention) {
             add_mamba2_mixer(&mut w, &mut rng, il, ssm, ty, n_embd);
+            w.remove_tensor(&n("ssm_norm.weight"));
+        }
+        if let Some(ssm) = family
+            .ssm
+            .filter(|ssm| !family.ssm_beside_attention && !ssm.attends(il) && kind.is_none_or(|k| k == b'M'))
+        {
+            add_mamba2_mixer(&mut w, &mut rng, il, ssm, ty, n_embd);
+        } else if kind == Some(b'-') {
+            // A feed-forward alone: no mixer.
         } else if let Some(net) = family.delta_net.filter(|net| il < n_layer && !net.attends(il)) {
             add_delta_net(&mut w, &mut rng, il, net, ty, n_embd);
         } else if let Some(conv) = family.short_conv.filter(|c| !c.attends(il)) {
@@ -1306,8 +1419,10 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
             w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         }
-        if attention_free {
-            // No feed-forward, nor its norm.
+        if attention_free || kind.is_some() {
+            // No feed-forward's norm: no feed-forward, or one after the layer's only norm.
+        } else if family.ssm_beside_attention {
+            w.add_f32(&n("ffn_norm"), &[n_embd], &rng.around_one(n_embd));
         } else if pre_norms && family.norms != Norms::Parallel {
             let name = match family.norms {
                 Norms::PreFfnNamedPostAttention => "post_attention_norm",
@@ -1315,8 +1430,11 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             };
             add_norm(&mut w, &mut rng, &n(name), family.norm_type, n_embd);
         }
-        if attention_free {
+        if attention_free || kind.is_some_and(|k| k != b'-') {
             // No feed-forward.
+        } else if kind.is_some() {
+            add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
+            add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
         } else if shape.n_expert > 0 && il >= family.dense_lead {
             let n_expert = u64::from(shape.n_expert);
             add_matrix(
@@ -1413,10 +1531,12 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     w
 }
 
-/// `attention.head_count_kv`: one count, or with short convolutions or Mamba-2 mixers
-/// one per layer, 0 for the recurrent ones.
+/// `attention.head_count_kv`: one count, or with short convolutions, Mamba-2 mixers or a
+/// layer pattern one per layer, 0 for the layers that do not attend.
 fn head_count_kv(family: Family, n_layer: u32, n_head_kv: u32) -> Value {
     let attends: Box<dyn Fn(u32) -> bool> = match (family.short_conv, family.ssm) {
+        _ if family.layer_pattern.is_some() => Box::new(move |il| family.layer_kind(il) == Some(b'*')),
+        _ if family.ssm_beside_attention => return Value::U32(n_head_kv),
         (Some(conv), _) => Box::new(move |il| conv.attends(il)),
         (None, Some(ssm)) => Box::new(move |il| ssm.attends(il)),
         (None, None) => return Value::U32(n_head_kv),

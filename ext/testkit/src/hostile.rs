@@ -121,6 +121,8 @@ fn micro_synthetic() -> impl Iterator<Item = (String, GgufWriter)> {
                 n_head_kv: if shape.n_head_kv == shape.n_head { 2 } else { 1 },
                 n_expert: shape.n_expert.min(4),
                 n_expert_used: shape.n_expert_used.min(2),
+                // A layer pattern (nemotron_h's) whole, so that every kind of layer is there.
+                n_layer: shape.family.layer_pattern.map_or(MICRO.n_layer, |p| p.len() as u32),
                 // Rows of 16 fill no block of a quantized type (gpt-oss's MXFP4 experts);
                 // the made-up vocabulary keeps a real one's tokens out of every mutant.
                 ..micro(Family {
@@ -804,6 +806,112 @@ fn mamba2_flaws() -> Vec<Case> {
     cases.push(edited("granitehybrid-without-conv-bias", Runs, &GRANITE_HYBRID, |w| {
         w.remove_tensor("blk.0.ssm_conv1d.bias");
     }));
+    cases.extend(nemotron_h_flaws());
+    cases.extend(falcon_h1_flaws());
+    cases
+}
+
+/// falcon-h1's tensors (attention beside Mamba-2 on every layer, a made-up vocabulary):
+/// the ones llama.cpp loads and leaves out, the optional grouped norm, and what elelem refuses.
+fn falcon_h1_flaws() -> Vec<Case> {
+    use Expect::{Rejected, Runs};
+    const FALCON_H1: Shape = micro(Family {
+        vocab: Vocab::MadeUp,
+        ..canary::FALCON_H1
+    });
+    let mut cases = keyed(
+        &FALCON_H1,
+        vec![(
+            "falcon-h1-value-length-differs",
+            Rejected("differs from value_length"),
+            "falcon-h1.attention.value_length".into(),
+            Some(Value::U32(8)),
+        )],
+    );
+    cases.push(edited("falcon-h1-with-ssm-norm", Runs, &FALCON_H1, |w| {
+        w.add_f32("blk.0.ssm_norm.weight", &[16, 2], &[1.0; 32]);
+    }));
+    // llama.cpp loads it, and its graph adds no bias to the attention's output.
+    cases.push(edited("falcon-h1-attn-output-bias", Runs, &FALCON_H1, |w| {
+        w.add_f32("blk.1.attn_output.bias", &[16], &[0.0; 16]);
+    }));
+    cases.push(edited(
+        "falcon-h1-ffn-bias",
+        Rejected("blk.0.ffn_up.bias"),
+        &FALCON_H1,
+        |w| {
+            w.add_f32("blk.0.ffn_up.bias", &[32], &[0.0; 32]);
+        },
+    ));
+    cases.push(edited(
+        "falcon-h1-rope-freqs",
+        Rejected("blk.0.rope_freqs.weight"),
+        &FALCON_H1,
+        |w| {
+            w.add_f32("blk.0.rope_freqs.weight", &[2], &[0.0; 2]);
+        },
+    ));
+    cases.push(edited(
+        "falcon-h1-ffn-norm-suffixed",
+        Rejected("missing tensor blk.0.ffn_norm"),
+        &FALCON_H1,
+        |w| {
+            w.remove_tensor("blk.0.ffn_norm");
+            w.add_f32("blk.0.ffn_norm.weight", &[16], &[1.0; 16]);
+        },
+    ));
+    cases
+}
+
+/// nemotron_h's layer kinds (Mamba-2, attention, a feed-forward alone: `M*-M` here, a
+/// made-up vocabulary): its epsilon's key, its per-layer widths, and what it refuses.
+fn nemotron_h_flaws() -> Vec<Case> {
+    use Expect::{Rejected, Runs};
+    use Value::{F32, U32};
+    const NEMOTRON_H: Shape = Shape {
+        n_layer: 4,
+        ..micro(Family {
+            layer_pattern: Some("M*-M"),
+            vocab: Vocab::MadeUp,
+            ..canary::NEMOTRON_H
+        })
+    };
+    let k = |key: &str| format!("nemotron_h.{key}");
+    let widths = |w: [u32; 4]| Some(Value::Array(w.map(U32).to_vec()));
+    #[rustfmt::skip]
+    let keyed_cases = vec![
+        ("nemotron_h-experts", Rejected("a mixture of experts (4 experts)"), k("expert_count"), Some(U32(4))),
+        ("nemotron_h-nextn", Rejected("nemotron_h.nextn_predict_layers is not read"), k("nextn_predict_layers"),
+            Some(U32(1))),
+        ("nemotron_h-no-layer-norm-epsilon", Rejected("missing required metadata key nemotron_h.attention.layer_norm_epsilon"),
+            k("attention.layer_norm_epsilon"), None),
+        // llama.cpp's fallback for the RMS norms' epsilon.
+        ("nemotron_h-no-rms-epsilon", Runs, k("attention.layer_norm_rms_epsilon"), None),
+        ("nemotron_h-rms-epsilon-nan", Rejected("layer_norm_rms_epsilon (NaN)"), k("attention.layer_norm_rms_epsilon"),
+            Some(F32(f32::NAN))),
+        ("nemotron_h-ffn-widths-differ", Rejected("feed_forward_length differs between layers"),
+            k("feed_forward_length"), widths([0, 0, 32, 16])),
+        ("nemotron_h-ffn-widths-short", Rejected("one width per layer (4)"), k("feed_forward_length"),
+            Some(Value::Array(vec![U32(0); 3]))),
+    ];
+    let mut cases = keyed(&NEMOTRON_H, keyed_cases);
+    cases.push(edited(
+        "nemotron_h-missing-ffn-up",
+        Rejected("missing tensor blk.2.ffn_up.weight"),
+        &NEMOTRON_H,
+        |w| {
+            w.remove_tensor("blk.2.ffn_up.weight");
+        },
+    ));
+    // A gate on a feed-forward layer, which llama.cpp's nemotron_h does not declare either.
+    cases.push(edited(
+        "nemotron_h-ffn-layer-with-gate",
+        Rejected("blk.2.ffn_gate.weight"),
+        &NEMOTRON_H,
+        |w| {
+            w.add_f32("blk.2.ffn_gate.weight", &[16, 32], &[0.0; 16 * 32]);
+        },
+    ));
     cases
 }
 

@@ -330,6 +330,8 @@ fn lockstep_sequences_match_llama_cpp() {
         ("lockstep-tiny-qwen35.json", "tiny-qwen35"),
         ("lockstep-tiny-qwen35moe.json", "tiny-qwen35moe"),
         ("lockstep-tiny-deepseek2.json", "tiny-deepseek2"),
+        ("lockstep-tiny-nemotron_h.json", "tiny-nemotron_h"),
+        ("lockstep-tiny-falcon-h1.json", "tiny-falcon-h1"),
     ] {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),

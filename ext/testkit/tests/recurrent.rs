@@ -1,7 +1,8 @@
 //! Models with recurrent layers (the synthetic lfm2, with short convolutions beside
 //! attention; mamba2, whose every layer keeps a convolution and a scan state;
-//! granitehybrid, with Mamba-2 layers beside attention; and qwen35 and qwen35moe, with
-//! gated delta nets beside attention):
+//! granitehybrid, with Mamba-2 layers beside attention; qwen35 and qwen35moe, with
+//! gated delta nets beside attention; nemotron_h, with Mamba-2 layers, attention and
+//! feed-forwards alone; and falcon-h1, attention and Mamba-2 side by side in each layer):
 //! their state is reused only whole, never cut back, survives an interrupted pass, and
 //! speculative decoding with them is refused. Their bits against llama.cpp are the
 //! goldens' (golden.rs).
@@ -31,6 +32,8 @@ fn models() -> Vec<(&'static str, Arc<Model>)> {
         "tiny-granitehybrid",
         "tiny-qwen35",
         "tiny-qwen35moe",
+        "tiny-nemotron_h",
+        "tiny-falcon-h1",
     ]
     .into_iter()
     .map(|name| {

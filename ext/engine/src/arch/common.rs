@@ -108,6 +108,7 @@ pub fn read_nextn_layers(keys: &Keys, hp: &mut HParams) -> Result<()> {
     hp.n_layer -= nextn;
     hp.n_layer_nextn = nextn;
     hp.recurrent.truncate(hp.n_layer as usize);
+    hp.ffn_only.truncate(hp.n_layer as usize);
     Ok(())
 }
 

@@ -94,7 +94,7 @@ fn build(b: &GraphBuilder) -> Tensor {
         let mixed = match &layer.mixer {
             Mixer::Mamba2(mixer) => b.mamba2(mixer, normed, il),
             Mixer::Attention(attn) => attention(b, attn, normed, il),
-            Mixer::ShortConv(_) | Mixer::DeltaNet(_) | Mixer::Mla(_) => {
+            Mixer::ShortConv(_) | Mixer::DeltaNet(_) | Mixer::Mla(_) | Mixer::None | Mixer::Parallel { .. } => {
                 unreachable!("granitehybrid's layers are Mamba-2 mixers or attention (load)")
             }
         };

@@ -87,7 +87,7 @@ fn build(b: &GraphBuilder) -> Tensor {
         let mixed = match &layer.mixer {
             Mixer::ShortConv(conv) => short_conv(b, conv, normed, il),
             Mixer::Attention(attn) => attention(b, attn, normed, il),
-            Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::Mla(_) => {
+            Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::Mla(_) | Mixer::None | Mixer::Parallel { .. } => {
                 unreachable!("lfm2's layers are short convolutions or attention (load)")
             }
         };

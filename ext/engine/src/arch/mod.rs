@@ -11,6 +11,7 @@ mod deepseek2;
 mod ernie4_5;
 mod ernie4_5_moe;
 mod exaone4;
+mod falcon_h1;
 mod gemma2;
 mod gemma3;
 mod glm4;
@@ -24,6 +25,7 @@ mod llama;
 mod llama_cpp;
 mod mamba2;
 mod mistral3;
+mod nemotron_h;
 mod nomic_bert;
 mod olmo2;
 mod olmoe;
@@ -83,6 +85,8 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &granite_hybrid::ARCH,
     &qwen35::ARCH,
     &qwen35moe::ARCH,
+    &nemotron_h::ARCH,
+    &falcon_h1::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

@@ -160,7 +160,7 @@ pub(super) fn blocks(b: &GraphBuilder, ffn: impl Fn(&LayerWeights, usize, Tensor
         let mixed = match &layer.mixer {
             Mixer::DeltaNet(net) => delta_net(b, net, normed, il),
             Mixer::Attention(attn) => gated_attention(b, attn, normed, il),
-            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::Mla(_) => {
+            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::Mla(_) | Mixer::None | Mixer::Parallel { .. } => {
                 unreachable!("qwen35's layers are delta nets or attention (load)")
             }
         };

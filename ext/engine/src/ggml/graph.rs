@@ -378,6 +378,16 @@ impl Graph {
         op!(self, sys::ggml_silu(self.c(), a.as_ptr()))
     }
 
+    /// `max(a, 0)`.
+    pub fn relu(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_relu(self.c(), a.as_ptr()))
+    }
+
+    /// `a * a`, element by element.
+    pub fn sqr(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_sqr(self.c(), a.as_ptr()))
+    }
+
     /// xIELU with its parameters `[alpha_n, alpha_p, beta, eps]` (ggml applies softplus
     /// to the alphas itself).
     pub fn xielu(&self, a: Tensor, [alpha_n, alpha_p, beta, eps]: [f32; 4]) -> Tensor {

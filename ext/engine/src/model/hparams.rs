@@ -304,6 +304,12 @@ pub struct HParams {
     /// Per layer: whether it keeps a recurrent state instead of a KV cache (llama.cpp's
     /// `is_recr`: a layer with no KV heads, 0 in a per-layer `attention.head_count_kv`).
     pub recurrent: Vec<bool>,
+    /// Per layer: whether it is a feed-forward alone, with neither attention nor a
+    /// recurrent state (nemotron_h's), so that it keeps no cache either.
+    pub ffn_only: Vec<bool>,
+    /// Whether every layer attends beside its recurrent state, keeping both a cache and
+    /// a state (falcon-h1's attention and Mamba-2 in parallel).
+    pub attention_beside_state: bool,
     /// The kernel length of LFM2's short convolutions (`shortconv.l_cache`), which its
     /// recurrent layers run.
     pub short_conv_kernel: Option<u32>,
@@ -344,7 +350,12 @@ impl HParams {
     /// The KV cache's shape for this model.
     pub fn kv_shape(&self) -> KvShape {
         KvShape {
-            attends: self.recurrent.iter().map(|&r| !r).collect(),
+            attends: self
+                .recurrent
+                .iter()
+                .zip(&self.ffn_only)
+                .map(|(&recurrent, &ffn_only)| self.attention_beside_state || (!recurrent && !ffn_only))
+                .collect(),
             windows: (0..self.n_layer as usize)
                 .map(|il| self.swa.as_ref().filter(|_| self.is_swa(il)).map(|swa| swa.window))
                 .collect(),
@@ -378,7 +389,7 @@ impl HParams {
     /// Whether no layer attends (llama.cpp's recurrent architectures: mamba2): the
     /// model has no KV cache.
     pub fn attention_free(&self) -> bool {
-        !self.recurrent.contains(&false)
+        !self.attention_beside_state && !self.recurrent.contains(&false)
     }
 
     /// The usual attention scale, 1/sqrt(head size).
@@ -475,10 +486,19 @@ impl HParams {
             NormType::Rms => "attention.layer_norm_rms_epsilon",
             NormType::Layer => "attention.layer_norm_epsilon",
         };
-        let norm_eps = keys.f32(eps_key)?;
-        let n_ff = match attention_free {
-            true => keys.opt_u32("feed_forward_length")?.unwrap_or(0),
-            false => keys.u32("feed_forward_length")?,
+        // Checked after the architecture's keys, which may give it otherwise (nemotron_h's).
+        let norm_eps = keys.opt_f32(eps_key)?;
+        // One width per layer (nemotron_h's, 0 on the layers without a feed-forward) is
+        // the architecture's to read: one that does not leaves the key unread, refused.
+        let ff_key = format!("{}.feed_forward_length", arch.name);
+        let per_layer_ff = matches!(gguf.get(&ff_key), Some(Value::Array(_)));
+        let n_ff = match (gguf.get(&ff_key), attention_free) {
+            (Some(Value::Array(widths)), _) => {
+                let widest = widths.iter().filter_map(Value::as_u64).max().unwrap_or(0);
+                u32::try_from(widest).unwrap_or(u32::MAX)
+            }
+            (_, true) => keys.opt_u32("feed_forward_length")?.unwrap_or(0),
+            (_, false) => keys.u32("feed_forward_length")?,
         };
         // Products in u64: a hostile head count times head size may wrap a u32 into
         // a width that matches the tensors while the graph uses the real factors.
@@ -487,7 +507,7 @@ impl HParams {
         // be (a mamba2 has none; its files say 0).
         for (what, v, may_be_zero) in [
             ("block_count", u64::from(n_layer), false),
-            ("feed_forward_length", u64::from(n_ff), attention_free),
+            ("feed_forward_length", u64::from(n_ff), attention_free || per_layer_ff),
             ("embedding_length", u64::from(n_embd), false),
             (
                 "attention.head_count × key_length",
@@ -513,9 +533,9 @@ impl HParams {
             }
         }
         let positive = |v: f32| v.is_finite() && v > 0.0;
-        if !(positive(freq_base) && positive(norm_eps)) {
+        if !positive(freq_base) {
             return Err(Error::Load(format!(
-                "{}: rope.freq_base ({freq_base}) and {eps_key} ({norm_eps}) must be positive and finite",
+                "{}: rope.freq_base ({freq_base}) must be positive and finite",
                 arch.name
             )));
         }
@@ -548,7 +568,7 @@ impl HParams {
             n_ctx_train,
             head_dim_k,
             head_dim_v,
-            norm_eps,
+            norm_eps: norm_eps.unwrap_or(f32::NAN),
             rope,
             swa: None,
             final_logit_softcap: None,
@@ -570,6 +590,8 @@ impl HParams {
             expert_groups: None,
             n_layer_nextn: 0,
             xielu: Vec::new(),
+            ffn_only: vec![false; recurrent.len()],
+            attention_beside_state: false,
             recurrent,
             short_conv_kernel: None,
             ssm: None,
@@ -589,6 +611,15 @@ impl HParams {
                 .and_then(file_type_name),
         };
         read_extra(&keys, &mut hp)?;
+        if norm_eps.is_none() && hp.norm_eps.is_nan() {
+            return Err(missing(arch.name, eps_key));
+        }
+        if !positive(hp.norm_eps) {
+            return Err(Error::Load(format!(
+                "{}: rope.freq_base ({freq_base}) and {eps_key} ({}) must be positive and finite",
+                arch.name, hp.norm_eps
+            )));
+        }
         keys.check_all_read()?;
         if hp.recurrent.contains(&true) && hp.short_conv_kernel.is_none() && hp.ssm.is_none() {
             return Err(Error::Unsupported(format!(

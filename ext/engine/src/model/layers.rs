@@ -637,9 +637,15 @@ impl GraphBuilder<'_> {
         );
         let y = g.add(y, g.mul(x, w.d)).set_name(&format!("mamba2_y_add_d-{il}"));
         let y = g.swiglu_split(g.cont(z), y);
-        // The grouped RMS norm: each group's d_inner / n_group channels normed apart.
-        let y = g.reshape_4d(y, [d_inner / n_group, n_group, n_seq_tokens, n_seqs]);
-        let y = self.norm(y, Some(w.norm.into()), "ssm_norm", il);
+        // The grouped RMS norm, where the model has it: each group's d_inner / n_group
+        // channels normed apart.
+        let y = match w.norm {
+            Some(norm) => {
+                let y = g.reshape_4d(y, [d_inner / n_group, n_group, n_seq_tokens, n_seqs]);
+                self.norm(y, Some(norm.into()), "ssm_norm", il)
+            }
+            None => y,
+        };
         let y = g.reshape_2d(y, d_inner, n_seq_tokens * n_seqs);
         g.mul_mat(w.out_proj, y).set_name(&format!("mamba_out-{il}"))
     }
@@ -753,6 +759,12 @@ impl GraphBuilder<'_> {
                 let up = g.mul_mat(up, x);
                 let up = up_b.map_or(up, |b| g.add(up, b));
                 let down = g.mul_mat(down, g.gelu(up));
+                down_b.map_or(down, |b| g.add(down, b))
+            }
+            FfnWeights::ReluSquared { up, up_b, down, down_b } => {
+                let up = g.mul_mat(up, x);
+                let up = up_b.map_or(up, |b| g.add(up, b));
+                let down = g.mul_mat(down, g.sqr(g.relu(up)));
                 down_b.map_or(down, |b| g.add(down, b))
             }
             FfnWeights::Xielu { up, down, params } => g.mul_mat(down, g.xielu(g.mul_mat(up, x), params)),

@@ -235,6 +235,11 @@ impl<'a> Loader<'a> {
         required(name, self.declare(name, shape, Usage::Vector)?)
     }
 
+    /// [`Loader::f32_weight`], where the file has it.
+    pub fn optional_f32_weight(&mut self, name: &str, shape: &[u64]) -> Result<Option<Tensor>> {
+        self.declare(name, shape, Usage::Vector)
+    }
+
     /// An RMS norm's weight.
     pub fn norm(&mut self, name: &str, len: u64) -> Result<Norm> {
         self.vector(name, len).map(Norm::from)
@@ -269,6 +274,19 @@ impl<'a> Loader<'a> {
             gate: self.matrix(&n("ffn_gate.weight"), &[embd, ff])?,
             up: self.matrix(&n("ffn_up.weight"), &[embd, ff])?,
             down: self.matrix(&n("ffn_down.weight"), &[ff, embd])?,
+        })
+    }
+
+    /// `ffn_up` and `ffn_down`, `feed_forward_length` wide, each with a bias where the
+    /// file has one, around a squared ReLU (llama.cpp's `LLM_FFN_RELU_SQR`, no gate).
+    pub fn relu_squared_ffn(&mut self, hp: &HParams, il: u32) -> Result<FfnWeights> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let (embd, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
+        Ok(FfnWeights::ReluSquared {
+            up: self.matrix(&n("ffn_up.weight"), &[embd, ff])?,
+            up_b: self.optional_vector(&n("ffn_up.bias"), ff)?,
+            down: self.matrix(&n("ffn_down.weight"), &[ff, embd])?,
+            down_b: self.optional_vector(&n("ffn_down.bias"), embd)?,
         })
     }
 
@@ -353,6 +371,15 @@ impl<'a> Loader<'a> {
     /// `ssm_norm`, `ssm_out`), shaped by the model's [`super::Ssm`]; the convolution's
     /// bias is required when `conv_bias`, else optional (granitehybrid's).
     pub fn mamba2_mixer(&mut self, hp: &HParams, il: u32, conv_bias: bool) -> Result<Mamba2Weights> {
+        let mixer = self.mamba2_mixer_with_optional_norm(hp, il, conv_bias)?;
+        if mixer.norm.is_none() {
+            return Err(Error::Load(format!("missing tensor blk.{il}.ssm_norm.weight")));
+        }
+        Ok(mixer)
+    }
+
+    /// [`Loader::mamba2_mixer`] whose grouped norm `ssm_norm` is optional too (falcon-h1's).
+    pub fn mamba2_mixer_with_optional_norm(&mut self, hp: &HParams, il: u32, conv_bias: bool) -> Result<Mamba2Weights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         let ssm = hp
             .ssm
@@ -381,7 +408,7 @@ impl<'a> Loader<'a> {
             // No `.weight` suffix on these two, as llama.cpp names them.
             a: self.f32_weight(&n("ssm_a"), &[1, n_head])?,
             d: self.f32_weight(&n("ssm_d"), &[1, n_head])?,
-            norm: self.f32_weight(&n("ssm_norm.weight"), &[d_inner / n_group, n_group])?,
+            norm: self.optional_f32_weight(&n("ssm_norm.weight"), &[d_inner / n_group, n_group])?,
             out_proj: self.matrix(&n("ssm_out.weight"), &[d_inner, embd])?,
         })
     }

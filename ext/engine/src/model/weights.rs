@@ -40,15 +40,24 @@ pub enum Mixer {
     DeltaNet(DeltaNetWeights),
     /// Multi-head latent attention (deepseek2's, see [`crate::model::Mla`]).
     Mla(MlaWeights),
+    /// Attention and a Mamba-2 mixer side by side on the same input, their outputs
+    /// added (falcon-h1's): the layer keeps a cache and a state.
+    Parallel {
+        attention: AttentionWeights,
+        mamba2: Mamba2Weights,
+    },
+    /// None: the layer is its feed-forward alone, keeping neither a cache nor a state
+    /// (nemotron_h's feed-forward layers, [`super::HParams::ffn_only`]).
+    None,
 }
 
 impl Mixer {
     /// The attention of an attention layer (`KvShape::attends`).
     pub fn attention(&self) -> &AttentionWeights {
         match self {
-            Mixer::Attention(attn) => attn,
-            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::Mla(_) => {
-                unreachable!("a recurrent or latent-attention layer's graph reads no attention weights")
+            Mixer::Attention(attn) | Mixer::Parallel { attention: attn, .. } => attn,
+            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::Mla(_) | Mixer::None => {
+                unreachable!("a recurrent, latent-attention or feed-forward-only layer's graph reads no attention weights")
             }
         }
     }
@@ -56,9 +65,9 @@ impl Mixer {
     /// [`Mixer::attention`], taken out of the layer.
     pub fn into_attention(self) -> AttentionWeights {
         match self {
-            Mixer::Attention(attn) => attn,
-            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::Mla(_) => {
-                unreachable!("a recurrent or latent-attention layer's graph reads no attention weights")
+            Mixer::Attention(attn) | Mixer::Parallel { attention: attn, .. } => attn,
+            Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::Mla(_) | Mixer::None => {
+                unreachable!("a recurrent, latent-attention or feed-forward-only layer's graph reads no attention weights")
             }
         }
     }
@@ -107,7 +116,7 @@ pub struct ShortConvWeights {
 /// causal convolution over x, B and C; `dt_bias` [n_head] is added to the time steps;
 /// `a` and `d` [1, n_head] are the decay (the file holds `-exp(A_log)`) and the skip
 /// connection; `norm` [d_inner / n_group, n_group] the grouped RMS norm before
-/// `out_proj` [d_inner, n_embd].
+/// `out_proj` [d_inner, n_embd], where the model has it (falcon-h1's may not).
 #[derive(Clone, Copy)]
 pub struct Mamba2Weights {
     pub in_proj: Tensor,
@@ -116,7 +125,7 @@ pub struct Mamba2Weights {
     pub dt_bias: Tensor,
     pub a: Tensor,
     pub d: Tensor,
-    pub norm: Tensor,
+    pub norm: Option<Tensor>,
     pub out_proj: Tensor,
 }
 
@@ -195,6 +204,14 @@ pub enum FfnWeights {
     GatedFused { up: Tensor, down: Tensor },
     /// `down(gelu(up(x) + up_b)) + down_b` (bert).
     Sequential {
+        up: Tensor,
+        up_b: Option<Tensor>,
+        down: Tensor,
+        down_b: Option<Tensor>,
+    },
+    /// `down(relu(up x + up_b)²) + down_b` (llama.cpp's `LLM_FFN_RELU_SQR` without a
+    /// gate: nemotron_h's).
+    ReluSquared {
         up: Tensor,
         up_b: Option<Tensor>,
         down: Tensor,
