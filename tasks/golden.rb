@@ -54,7 +54,7 @@ module Goldens
   # Prompts beyond CANARY_PROMPTS for some synthetic models: "longer" (1,301 tokens) carries a
   # recurrent state across three micro-batches of a prompt, "long" across two.
   LONGER_PROMPT = ([1] + (0...1300).map { |i| 3 + ((i * 104_729) % 509) }).freeze
-  SYNTHETIC_PROMPTS = %w[tiny-qwen35 tiny-qwen35moe].to_h do |name|
+  SYNTHETIC_PROMPTS = %w[tiny-qwen35 tiny-qwen35moe tiny-qwen3next].to_h do |name|
     [name, CANARY_PROMPTS.merge("longer" => LONGER_PROMPT)]
   end.freeze
 
@@ -74,6 +74,8 @@ module Goldens
                                       [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     "lockstep-tiny-qwen35" => ["tiny-qwen35", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     "lockstep-tiny-qwen35moe" => ["tiny-qwen35moe",
+                                  [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
+    "lockstep-tiny-qwen3next" => ["tiny-qwen3next",
                                   [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
   }.freeze
 
@@ -85,7 +87,8 @@ module Goldens
     "tiny-mamba2" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
     "tiny-granitehybrid" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
     "tiny-qwen35" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
-    "tiny-qwen35moe" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]]
+    "tiny-qwen35moe" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
+    "tiny-qwen3next" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]]
   }.freeze
 
   # Goldens of models opened with `flash_attn: false` (llama.cpp's `-fa off`): plain

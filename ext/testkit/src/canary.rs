@@ -112,7 +112,9 @@ impl Ssm {
 /// keys) in place of attention on every layer but each `attention_period`-th (counting
 /// from one; the file's `full_attention_interval`): a convolution of `d_conv` steps over
 /// the queries, keys and values, `n_k_heads` heads of queries and keys and `n_v_heads`
-/// of values, each `head_dim` wide (the state's `ssm.state_size`).
+/// of values, each `head_dim` wide (the state's `ssm.state_size`); with
+/// `grouped_beta_alpha`, the betas and alphas in one `ssm_ba` (qwen3next's), not
+/// `ssm_beta` and `ssm_alpha`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeltaNet {
     pub d_conv: u32,
@@ -120,6 +122,7 @@ pub struct DeltaNet {
     pub n_k_heads: u32,
     pub n_v_heads: u32,
     pub attention_period: u32,
+    pub grouped_beta_alpha: bool,
 }
 
 impl DeltaNet {
@@ -569,6 +572,7 @@ pub const QWEN35: Family = Family {
         n_k_heads: 2,
         n_v_heads: 4,
         attention_period: 2,
+        grouped_beta_alpha: false,
     }),
     attn_output_gate: true,
     nextn: 1,
@@ -589,6 +593,27 @@ pub const QWEN35MOE: Family = Family {
     name: "elelem tiny qwen35moe canary",
     shared_expert: SharedExpert::Gated,
     ..QWEN35
+};
+/// Qwen3-Next's layout: qwen35moe's, with NEOX rope over a quarter of each head (no
+/// sections), the delta nets' betas and alphas in one `ssm_ba`, Qwen's earlier
+/// vocabulary (the `qwen2` pre-tokenizer) and Qwen3's chat template.
+pub const QWEN3NEXT: Family = Family {
+    arch: "qwen3next",
+    name: "elelem tiny qwen3next canary",
+    delta_net: Some(DeltaNet {
+        d_conv: 4,
+        head_dim: 16,
+        n_k_heads: 2,
+        n_v_heads: 4,
+        attention_period: 2,
+        grouped_beta_alpha: true,
+    }),
+    vocab: Vocab::Suite {
+        name: "qwen2",
+        template: "Qwen-Qwen3-0.6B",
+    },
+    keys: &[("rope.dimension_count", Key::U32(4))],
+    ..QWEN35MOE
 };
 pub const PHIMOE: Family = Family {
     arch: "phimoe",
@@ -869,6 +894,21 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 n_expert_used: 2,
                 embd_type: TensorType::Q8_0,
                 ..small(QWEN35MOE)
+            },
+        ),
+        // qwen35moe's shape: layers 1 and 3 of 5 attend, 8 experts of width 64, 2 per
+        // token, and a shared expert.
+        (
+            "tiny-qwen3next",
+            Shape {
+                n_layer: 5,
+                n_embd: 64,
+                n_head: 4,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                embd_type: TensorType::Q8_0,
+                ..small(QWEN3NEXT)
             },
         ),
         // Layers 1 and 3 of 5 attend; the last layer is a Mamba-2 mixer.
@@ -1287,8 +1327,12 @@ fn add_delta_net(w: &mut GgufWriter, rng: &mut Rng, il: u32, net: DeltaNet, ty: 
     w.add_f32(&n("ssm_dt.bias"), &[n_v_heads], &rng.small(n_v_heads));
     let a: Vec<f32> = (0..n_v_heads).map(|_| -rng.next_f32().exp()).collect();
     w.add_f32(&n("ssm_a"), &[n_v_heads], &a);
-    add_matrix(w, rng, &n("ssm_beta.weight"), ty, n_embd, n_v_heads);
-    add_matrix(w, rng, &n("ssm_alpha.weight"), ty, n_embd, n_v_heads);
+    if net.grouped_beta_alpha {
+        add_matrix(w, rng, &n("ssm_ba.weight"), ty, n_embd, 2 * n_v_heads);
+    } else {
+        add_matrix(w, rng, &n("ssm_beta.weight"), ty, n_embd, n_v_heads);
+        add_matrix(w, rng, &n("ssm_alpha.weight"), ty, n_embd, n_v_heads);
+    }
     w.add_f32(&n("ssm_norm.weight"), &[head_dim], &rng.around_one(head_dim));
     add_matrix(w, rng, &n("ssm_out.weight"), ty, value_dim, n_embd);
 }

@@ -328,6 +328,7 @@ fn lockstep_sequences_match_llama_cpp() {
         ("lockstep-tiny-granitehybrid.json", "tiny-granitehybrid"),
         ("lockstep-tiny-qwen35.json", "tiny-qwen35"),
         ("lockstep-tiny-qwen35moe.json", "tiny-qwen35moe"),
+        ("lockstep-tiny-qwen3next.json", "tiny-qwen3next"),
     ] {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),

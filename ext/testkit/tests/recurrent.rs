@@ -1,7 +1,7 @@
 //! Models with recurrent layers (the synthetic lfm2, with short convolutions beside
 //! attention; mamba2, whose every layer keeps a convolution and a scan state;
-//! granitehybrid, with Mamba-2 layers beside attention; and qwen35 and qwen35moe, with
-//! gated delta nets beside attention):
+//! granitehybrid, with Mamba-2 layers beside attention; and qwen35, qwen35moe and
+//! qwen3next, with gated delta nets beside attention):
 //! their state is reused only whole, never cut back, survives an interrupted pass, and
 //! speculative decoding with them is refused. Their bits against llama.cpp are the
 //! goldens' (golden.rs).
@@ -31,6 +31,7 @@ fn models() -> Vec<(&'static str, Arc<Model>)> {
         "tiny-granitehybrid",
         "tiny-qwen35",
         "tiny-qwen35moe",
+        "tiny-qwen3next",
     ]
     .into_iter()
     .map(|name| {

@@ -34,6 +34,7 @@ mod qwen3;
 mod qwen35;
 mod qwen35moe;
 mod qwen3moe;
+mod qwen3next;
 mod seed_oss;
 mod smollm3;
 mod starcoder2;
@@ -81,6 +82,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &granite_hybrid::ARCH,
     &qwen35::ARCH,
     &qwen35moe::ARCH,
+    &qwen3next::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

@@ -25,8 +25,9 @@ pub(crate) use loader::Loader;
 pub use placement::Split;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
-    AttentionWeights, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights,
-    Mixer, Norm, OutputHead, QkvWeights, RopeFactors, SharedExpert, SharedGate, ShortConvWeights, Weights,
+    AttentionWeights, BetaAlpha, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases, FfnWeights, LayerWeights,
+    Mamba2Weights, Mixer, Norm, OutputHead, QkvWeights, RopeFactors, SharedExpert, SharedGate, ShortConvWeights,
+    Weights,
 };
 
 #[derive(Debug, Clone)]

@@ -91,14 +91,14 @@ pub struct Mamba2Weights {
     pub out_proj: Tensor,
 }
 
-/// A gated delta net's weights (llama.cpp's for qwen35: `attn_qkv`, `attn_gate`, `ssm_*`;
-/// the widths are its [`crate::model::Ssm`]'s, keys of `d_state` in `n_group` heads and
-/// values of `d_state` in `n_head` heads): `qkv` [n_embd, 2 · keys + values] gives the
-/// queries, keys and values that the depthwise causal convolution `conv` [d_conv,
-/// 2 · keys + values] runs over; `gate` [n_embd, values] the output gate z; `beta` and
-/// `alpha` [n_embd, n_head] each head's write strength and, with `dt_bias` [n_head]
-/// and `a` [n_head] (the file holds `-exp(A_log)`), its decay; `norm` [d_state] the
-/// output's RMS norm per head, `out` [values, n_embd] its projection.
+/// A gated delta net's weights (llama.cpp's for qwen35 and qwen3next: `attn_qkv`,
+/// `attn_gate`, `ssm_*`; the widths are its [`crate::model::Ssm`]'s, keys of `d_state`
+/// in `n_group` heads and values of `d_state` in `n_head` heads): `qkv` [n_embd, 2 · keys
+/// + values] gives the queries, keys and values that the depthwise causal convolution
+/// `conv` [d_conv, 2 · keys + values] runs over; `gate` [n_embd, values] the output gate
+/// z; `beta_alpha` each head's write strength and, with `dt_bias` [n_head] and `a`
+/// [n_head] (the file holds `-exp(A_log)`), its decay; `norm` [d_state] the output's RMS
+/// norm per head, `out` [values, n_embd] its projection.
 #[derive(Clone, Copy)]
 pub struct DeltaNetWeights {
     pub qkv: Tensor,
@@ -106,10 +106,20 @@ pub struct DeltaNetWeights {
     pub conv: Tensor,
     pub dt_bias: Tensor,
     pub a: Tensor,
-    pub beta: Tensor,
-    pub alpha: Tensor,
+    pub beta_alpha: BetaAlpha,
     pub norm: Tensor,
     pub out: Tensor,
+}
+
+/// The projections of a delta net's write strengths (beta) and decays (alpha), one of
+/// each per value head.
+#[derive(Clone, Copy)]
+pub enum BetaAlpha {
+    /// `ssm_beta` and `ssm_alpha`, [n_embd, n_head] each (qwen35's).
+    Apart { beta: Tensor, alpha: Tensor },
+    /// `ssm_ba` [n_embd, 2 · n_head] (qwen3next's): for each key head, the betas of the
+    /// value heads it serves, then their alphas.
+    Grouped(Tensor),
 }
 
 /// A norm's weight and, for LayerNorms, its bias. Which norm it is (RMS or
