@@ -48,6 +48,10 @@ pub struct Family {
     pub attn_sinks: bool,
     /// How many first layers of a mixture of experts have a dense feed-forward instead.
     pub dense_lead: u32,
+    /// Every `n`-th layer (counting from one) has the experts, the others a dense
+    /// feed-forward (llama4's `interleave_moe_layer_step`, which the family's keys give);
+    /// 0: every layer after the dense lead.
+    pub moe_every: u32,
     /// A bias on the logits (phimoe).
     pub output_bias: bool,
     /// No `output.weight`: the head is the embeddings.
@@ -166,6 +170,8 @@ pub enum SharedExpert {
     Ungated,
     /// Added as it is, its width given as a count of experts' (`expert_shared_count`: glm4moe).
     Counted,
+    /// Added as it is, as wide as the experts, no key saying so (llama4).
+    Implicit,
 }
 
 /// A model's vocabulary.
@@ -242,6 +248,7 @@ pub const LLAMA: Family = Family {
     experts_type: TensorType::F32,
     attn_sinks: false,
     dense_lead: 0,
+    moe_every: 0,
     output_bias: false,
     tied_head: false,
     rope_factors: RopeFactors::None,
@@ -586,6 +593,18 @@ pub const QWEN35: Family = Family {
     ],
     ..LLAMA
 };
+/// Llama 4's layout: every other layer with 8 experts, 1 per token (as Scout), picked
+/// by their logits and weighing their inputs, beside an ungated shared expert; NoPE on
+/// every fourth layer; chunked attention on three of four (chunks of 8,192 positions,
+/// beyond the goldens' contexts); Llama 3's rope factors.
+pub const LLAMA4: Family = Family {
+    arch: "llama4",
+    name: "elelem tiny llama4 canary",
+    shared_expert: SharedExpert::Implicit,
+    moe_every: 2,
+    keys: &[("interleave_moe_layer_step", Key::U32(2))],
+    ..LLAMA31
+};
 /// Qwen 3.5's mixture-of-experts layout: qwen35's, with experts and a shared expert
 /// scaled by its sigmoid gate.
 pub const QWEN35MOE: Family = Family {
@@ -911,6 +930,17 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 ..small(QWEN3NEXT)
             },
         ),
+        // Layers 2 and 4 of 5 with 8 experts of width 64, 1 per token; layer 4 without rope.
+        (
+            "tiny-llama4",
+            Shape {
+                n_layer: 5,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 1,
+                ..small(LLAMA4)
+            },
+        ),
         // Layers 1 and 3 of 5 attend; the last layer is a Mamba-2 mixer.
         (
             "tiny-granitehybrid",
@@ -1064,7 +1094,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             .set(&key("expert_used_count"), Value::U32(shape.n_expert_used))
             .set(&key("expert_feed_forward_length"), Value::U32(n_ff as u32));
         match family.shared_expert {
-            SharedExpert::None => {}
+            SharedExpert::None | SharedExpert::Implicit => {}
             SharedExpert::Counted => {
                 w.set(&key("expert_shared_count"), Value::U32(1));
             }
@@ -1167,7 +1197,10 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         }
         if attention_free {
             // No feed-forward.
-        } else if shape.n_expert > 0 && il >= family.dense_lead {
+        } else if shape.n_expert > 0
+            && il >= family.dense_lead
+            && (family.moe_every == 0 || (il + 1) % family.moe_every == 0)
+        {
             let n_expert = u64::from(shape.n_expert);
             add_matrix(
                 &mut w,

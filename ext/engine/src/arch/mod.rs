@@ -20,6 +20,7 @@ mod granite_hybrid;
 mod hunyuan_dense;
 mod lfm2;
 mod llama;
+mod llama4;
 mod llama_cpp;
 mod mamba2;
 mod mistral3;
@@ -83,6 +84,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &qwen35::ARCH,
     &qwen35moe::ARCH,
     &qwen3next::ARCH,
+    &llama4::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

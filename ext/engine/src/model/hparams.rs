@@ -97,12 +97,14 @@ pub struct ArchTraits {
     pub experts: bool,
 }
 
-/// Q multiplied by `ln(floor(pos / floor_scale) + 1) * scale + 1` after rope (llama.cpp's
-/// `f_attn_temp_scale` and `n_attn_temp_floor_scale`: Llama 4's and Mistral 3's).
+/// Q multiplied by `ln(floor((pos + offset) / floor_scale) + 1) * scale + 1` after rope
+/// (llama.cpp's `f_attn_temp_scale`, `n_attn_temp_floor_scale` and `f_attn_temp_offset`:
+/// Llama 4's and Mistral 3's).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttnTemperature {
     pub scale: f32,
     pub floor_scale: u32,
+    pub offset: f32,
 }
 
 /// How a mixture of experts weighs the experts it picks (llama.cpp's gating functions).
@@ -244,6 +246,10 @@ pub struct HParams {
     pub attn_temperature: Option<AttnTemperature>,
     /// Every `n`-th layer (counting from 1) attends without rotary embeddings (SmolLM3's NoPE).
     pub no_rope_every: Option<u32>,
+    /// Llama 4's chunked attention: the sliding layers (`swa`) see only the keys of their
+    /// query's chunk of this many positions. elelem runs contexts of at most one chunk,
+    /// where the chunks mask nothing (see `Context::new`).
+    pub attention_chunk: Option<u32>,
     /// A mixture of experts: how many, how many each token uses, and each one's width.
     pub n_expert: u32,
     pub n_expert_used: u32,
@@ -252,6 +258,12 @@ pub struct HParams {
     pub n_ff_shexp: u32,
     /// How many layers come first with a dense feed-forward, before the experts' layers.
     pub n_layer_dense_lead: u32,
+    /// Every `n`-th layer (counting from one) has the experts, the others a dense
+    /// feed-forward (Llama 4's `interleave_moe_layer_step`; 0 where unused).
+    pub n_moe_layer_step: u32,
+    /// Llama 4's routing (llama.cpp's `weight_before_ffn`): the router's logits pick the
+    /// experts, and each picked expert's weight scales its input, not its output.
+    pub experts_weigh_input: bool,
     /// Whether the picked experts' probabilities are renormalized to sum to one
     /// (llama.cpp's `norm_w`: qwen3moe's, not olmoe's or qwen2moe's).
     pub expert_weights_norm: bool,
@@ -519,12 +531,15 @@ impl HParams {
             logit_multiplier: None,
             attention_scale: None,
             no_rope_every: None,
+            attention_chunk: None,
             attn_temperature: None,
             n_expert,
             n_expert_used: 0,
             n_ff_exp: 0,
             n_ff_shexp: 0,
             n_layer_dense_lead: 0,
+            n_moe_layer_step: 0,
+            experts_weigh_input: false,
             expert_weights_norm: true,
             expert_gating: ExpertGating::Softmax,
             expert_weights_scale: 0.0,
