@@ -93,12 +93,12 @@ pub struct Mamba2Weights {
 
 /// A gated delta net's weights (llama.cpp's for qwen35 and qwen3next: `attn_qkv`,
 /// `attn_gate`, `ssm_*`; the widths are its [`crate::model::Ssm`]'s, keys of `d_state`
-/// in `n_group` heads and values of `d_state` in `n_head` heads): `qkv` [n_embd, 2 · keys
-/// + values] gives the queries, keys and values that the depthwise causal convolution
-/// `conv` [d_conv, 2 · keys + values] runs over; `gate` [n_embd, values] the output gate
-/// z; `beta_alpha` each head's write strength and, with `dt_bias` [n_head] and `a`
-/// [n_head] (the file holds `-exp(A_log)`), its decay; `norm` [d_state] the output's RMS
-/// norm per head, `out` [values, n_embd] its projection.
+/// in `n_group` heads and values of `d_state` in `n_head` heads): `qkv` [n_embd,
+/// 2 · keys + values] gives the queries, keys and values that the depthwise causal
+/// convolution `conv` [d_conv, 2 · keys + values] runs over; `gate` [n_embd, values] the
+/// output gate z; `beta_alpha` each head's write strength and, with `dt_bias` [n_head]
+/// and `a` [n_head] (the file holds `-exp(A_log)`), its decay; `norm` [d_state] the
+/// output's RMS norm per head, `out` [values, n_embd] its projection.
 #[derive(Clone, Copy)]
 pub struct DeltaNetWeights {
     pub qkv: Tensor,
