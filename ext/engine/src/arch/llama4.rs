@@ -2,10 +2,10 @@
 //! `src/models/llama4.cpp` builds them. What is special:
 //! - chunked attention: three layers of four (`attention.sliding_window_pattern`) see
 //!   only their query's chunk of 8,192 positions (llama.cpp fixes the size), with a rope
-//!   base of their own where the file gives `rope.freq_base_swa`. elelem runs contexts of
-//!   at most one chunk, where the chunks mask nothing, and refuses longer ones; a file
-//!   without chunks (`attention.sliding_window` 0), on which llama.cpp's graph asserts,
-//!   is refused;
+//!   base of their own where the file gives `rope.freq_base_swa`: their cache is a ring,
+//!   as a sliding window's, whose cells before the newest position's chunk are reused
+//!   ([`Swa::chunked`]); a file without chunks (`attention.sliding_window` 0), on which
+//!   llama.cpp's graph asserts, is refused;
 //! - NoPE: every fourth layer attends without rope, its Q scaled by the attention
 //!   temperature `ln(floor((pos + 1) / 8192) + 1) · 0.1 + 1`;
 //! - the rotating layers' Q and K are L2-normed after rope (RMS-normed without a weight),
@@ -66,8 +66,11 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
                 .into(),
         ));
     };
-    hp.swa = Some(Swa { window: CHUNK, ..swa });
-    hp.attention_chunk = Some(CHUNK);
+    hp.swa = Some(Swa {
+        window: CHUNK,
+        chunked: true,
+        ..swa
+    });
     hp.no_rope_every = Some(4);
     hp.attn_temperature = Some(AttnTemperature {
         scale: 0.1,

@@ -207,6 +207,9 @@ pub(crate) fn read_ssm(keys: &Keys) -> Result<Ssm> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Swa {
     pub window: u32,
+    /// Llama 4's chunked attention (llama.cpp's `LLAMA_SWA_TYPE_CHUNKED`): a query sees
+    /// the keys of its own chunk of `window` positions, not the last `window` positions.
+    pub chunked: bool,
     /// Which layers slide; the others attend to the whole context.
     pub layers: Vec<bool>,
     pub rope: Rope,
@@ -246,10 +249,6 @@ pub struct HParams {
     pub attn_temperature: Option<AttnTemperature>,
     /// Every `n`-th layer (counting from 1) attends without rotary embeddings (SmolLM3's NoPE).
     pub no_rope_every: Option<u32>,
-    /// Llama 4's chunked attention: the sliding layers (`swa`) see only the keys of their
-    /// query's chunk of this many positions. elelem runs contexts of at most one chunk,
-    /// where the chunks mask nothing (see `Context::new`).
-    pub attention_chunk: Option<u32>,
     /// A mixture of experts: how many, how many each token uses, and each one's width.
     pub n_expert: u32,
     pub n_expert_used: u32,
@@ -322,6 +321,7 @@ impl HParams {
             windows: (0..self.n_layer as usize)
                 .map(|il| self.swa.as_ref().filter(|_| self.is_swa(il)).map(|swa| swa.window))
                 .collect(),
+            chunked: self.swa.as_ref().is_some_and(|swa| swa.chunked),
             n_embd_k: self.n_embd_k_gqa(),
             n_embd_v: self.n_embd_v_gqa(),
             head_dim_k: self.head_dim_k,
@@ -531,7 +531,6 @@ impl HParams {
             logit_multiplier: None,
             attention_scale: None,
             no_rope_every: None,
-            attention_chunk: None,
             attn_temperature: None,
             n_expert,
             n_expert_used: 0,
@@ -741,6 +740,7 @@ pub(crate) fn read_swa(
     }
     Ok(Some(Swa {
         window,
+        chunked: false,
         layers,
         rope: Rope { freq_base, ..swa_rope },
     }))

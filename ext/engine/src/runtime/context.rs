@@ -284,13 +284,6 @@ impl Context {
         validate(&params)?;
         validate_output(&model, &params)?;
         validate_batch_invariant(&model, &params)?;
-        if let Some(chunk) = model.hparams.attention_chunk.filter(|&chunk| params.n_ctx > chunk) {
-            return Err(Error::Unsupported(format!(
-                "a context of {} tokens: {}'s chunked attention (chunks of {chunk} positions) is not something \
-                 elelem runs past one chunk; llama.cpp does",
-                params.n_ctx, model.hparams.arch.name
-            )));
-        }
         let mut backend = Backend::cpu(params.n_threads)?;
         if params.adaptive_threads {
             backend.adapt_threads();
