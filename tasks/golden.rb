@@ -100,6 +100,15 @@ module Goldens
   FLASH_ATTN_OFF = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma2 tiny-phi3 tiny-gpt-oss tiny-glm4moe
                       lockstep-tiny-gemma2].map { |name| name + FLASH_ATTN_OFF_SUFFIX }.freeze
 
+  # Goldens in a context past Llama 4's attention chunk (8,192 positions, which llama.cpp fixes):
+  # a prompt that crosses it (the ring of the chunked layers reusing the first chunk's cells), and
+  # one whose generation crosses it.
+  LONG_CONTEXT_SUFFIX = "-16k"
+  LONG_CONTEXT = { "tiny-llama4-16k" => 16_384 }.freeze
+  CHUNK_PROMPT = ([1] + (0...9000).map { |i| 3 + ((i * 7919) % 509) }).freeze
+  LONG_CONTEXT_PROMPTS = { "past-a-chunk" => CHUNK_PROMPT,
+                           "crossing-while-generating" => CHUNK_PROMPT.first(8180) }.freeze
+
   # Goldens of models opened with a q8_0 KV cache (`cache_type_k: :q8_0, cache_type_v:
   # :q8_0`, llama.cpp's `-ctk q8_0 -ctv q8_0`; flash attention on, which a quantized V
   # cache needs): Hadamard-rotated Q, K and V, their own bits. A Qwen (head dimension 64,
@@ -138,13 +147,13 @@ module Goldens
   end
 
   def fixtures
-    [*MODELS.keys, *synthetic, *LOCKSTEP.keys, *FLASH_ATTN_OFF, *KV_Q8_0]
+    [*MODELS.keys, *synthetic, *LOCKSTEP.keys, *FLASH_ATTN_OFF, *KV_Q8_0, *LONG_CONTEXT.keys]
   end
 
   # The fixture a `-fa-off` (`-kv-q8_0`) golden mirrors: its cases, with flash attention off
-  # (a q8_0 KV cache).
+  # (a q8_0 KV cache); the model a `-16k` golden runs in a longer context.
   def mirrored(name)
-    name.delete_suffix(FLASH_ATTN_OFF_SUFFIX).delete_suffix(KV_Q8_0_SUFFIX)
+    name.delete_suffix(FLASH_ATTN_OFF_SUFFIX).delete_suffix(KV_Q8_0_SUFFIX).delete_suffix(LONG_CONTEXT_SUFFIX)
   end
 
   def fixture(name)
@@ -165,7 +174,8 @@ module Goldens
     parallel = LOCKSTEP.key?(mirrored(name)) ? LOCKSTEP[mirrored(name)].last.size : 1
     flash_attn = !name.end_with?(FLASH_ATTN_OFF_SUFFIX)
     cache_type = name.end_with?(KV_Q8_0_SUFFIX) ? :q8_0 : :f16
-    Elelem.open(model_path(name), n_ctx: Reference::N_CTX, n_threads: Reference::N_THREADS, parallel:,
+    n_ctx = LONG_CONTEXT.fetch(name, Reference::N_CTX)
+    Elelem.open(model_path(name), n_ctx:, n_threads: Reference::N_THREADS, parallel:,
                                   flash_attn:, cache_type_k: cache_type, cache_type_v: cache_type) do |model|
       golden.record(model, reference: Reference.binary)
     end
@@ -180,6 +190,7 @@ module Goldens
           .each { |name, prompts| record_cases(name, prompts) }
     LOCKSTEP.each_key { |name| record_lockstep(name) }
     [*FLASH_ATTN_OFF, *KV_Q8_0].each { |name| record_mirror(name) }
+    LONG_CONTEXT.each_key { |name| record_cases(name, LONG_CONTEXT_PROMPTS) }
     RpcGolden.record_all(Reference.binary)
     write_chat
   end
