@@ -118,7 +118,8 @@ impl Ssm {
 /// the queries, keys and values, `n_k_heads` heads of queries and keys and `n_v_heads`
 /// of values, each `head_dim` wide (the state's `ssm.state_size`); with
 /// `grouped_beta_alpha`, the betas and alphas in one `ssm_ba` (qwen3next's), not
-/// `ssm_beta` and `ssm_alpha`.
+/// `ssm_beta` and `ssm_alpha`; with `fused_qkvz`, Q, K, V and z in one `ssm_in` (older
+/// qwen3next conversions'), not `attn_qkv` and `attn_gate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeltaNet {
     pub d_conv: u32,
@@ -127,6 +128,7 @@ pub struct DeltaNet {
     pub n_v_heads: u32,
     pub attention_period: u32,
     pub grouped_beta_alpha: bool,
+    pub fused_qkvz: bool,
 }
 
 impl DeltaNet {
@@ -580,6 +582,7 @@ pub const QWEN35: Family = Family {
         n_v_heads: 4,
         attention_period: 2,
         grouped_beta_alpha: false,
+        fused_qkvz: false,
     }),
     attn_output_gate: true,
     nextn: 1,
@@ -592,6 +595,20 @@ pub const QWEN35: Family = Family {
         ("rope.dimension_sections", Key::U32s(&[2, 1, 1, 0])),
     ],
     ..LLAMA
+};
+/// Qwen3-Next as older conversions wrote it: a delta net's Q, K, V and z in one `ssm_in`.
+pub const QWEN3NEXT_SSM_IN: Family = Family {
+    name: "elelem tiny qwen3next canary, ssm_in",
+    delta_net: Some(DeltaNet {
+        d_conv: 4,
+        head_dim: 16,
+        n_k_heads: 2,
+        n_v_heads: 4,
+        attention_period: 2,
+        grouped_beta_alpha: true,
+        fused_qkvz: true,
+    }),
+    ..QWEN3NEXT
 };
 /// Llama 4's layout: every other layer with 8 experts, 1 per token (as Scout), picked
 /// by their logits and weighing their inputs, beside an ungated shared expert; NoPE on
@@ -626,6 +643,7 @@ pub const QWEN3NEXT: Family = Family {
         n_v_heads: 4,
         attention_period: 2,
         grouped_beta_alpha: true,
+        fused_qkvz: false,
     }),
     vocab: Vocab::Suite {
         name: "qwen2",
@@ -928,6 +946,20 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 n_expert_used: 2,
                 embd_type: TensorType::Q8_0,
                 ..small(QWEN3NEXT)
+            },
+        ),
+        // tiny-qwen3next's shape, its delta nets' projections in one ssm_in.
+        (
+            "tiny-qwen3next-ssm-in",
+            Shape {
+                n_layer: 5,
+                n_embd: 64,
+                n_head: 4,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                embd_type: TensorType::Q8_0,
+                ..small(QWEN3NEXT_SSM_IN)
             },
         ),
         // Layers 2 and 4 of 5 with 8 experts of width 64, 1 per token; layer 4 without rope.
@@ -1350,8 +1382,12 @@ fn add_delta_net(w: &mut GgufWriter, rng: &mut Rng, il: u32, net: DeltaNet, ty: 
         [net.d_conv, net.head_dim, net.n_k_heads, net.n_v_heads].map(u64::from);
     let (key_dim, value_dim) = (head_dim * n_k_heads, head_dim * n_v_heads);
     let channels = 2 * key_dim + value_dim;
-    add_matrix(w, rng, &n("attn_qkv.weight"), ty, n_embd, channels);
-    add_matrix(w, rng, &n("attn_gate.weight"), ty, n_embd, value_dim);
+    if net.fused_qkvz {
+        add_matrix(w, rng, &n("ssm_in.weight"), ty, n_embd, channels + value_dim);
+    } else {
+        add_matrix(w, rng, &n("attn_qkv.weight"), ty, n_embd, channels);
+        add_matrix(w, rng, &n("attn_gate.weight"), ty, n_embd, value_dim);
+    }
     w.add_f32(
         &n("ssm_conv1d.weight"),
         &[d_conv, channels],

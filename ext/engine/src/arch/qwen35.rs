@@ -17,7 +17,7 @@ use super::common::{self, load_llama_like, read_nextn_layers, Head};
 use crate::ggml::{RopeMode, Tensor, MROPE_SECTIONS};
 use crate::model::{
     read_ssm, ArchSpec, AttentionWeights, BetaAlpha, DeltaNetWeights, FfnWeights, Glu, GraphBuilder, HParams, Keys,
-    Kind, LayerWeights, Loader, Mixer, NormType, QkvWeights, Weights,
+    Kind, LayerWeights, Loader, Mixer, NormType, QkvWeights, Qkvz, Weights,
 };
 use crate::{Error, Result};
 
@@ -260,9 +260,40 @@ fn delta_net(b: &GraphBuilder, w: &DeltaNetWeights, layout: Layout, x: Tensor, i
     let (n_seqs, n_seq_tokens) = (b.n_seqs, b.n_tokens / b.n_seqs);
 
     let f32_size = std::mem::size_of::<f32>();
-    let qkv_mixed = g.mul_mat(w.qkv, x);
-    let qkv_mixed = g.reshape_3d(qkv_mixed, qkv_mixed.ne()[0], n_seq_tokens, n_seqs);
-    let z = g.mul_mat(w.gate, x);
+    let (qkv_mixed, z) = match w.qkvz {
+        Qkvz::Apart { qkv, gate } => {
+            let qkv_mixed = g.mul_mat(qkv, x);
+            let qkv_mixed = g.reshape_3d(qkv_mixed, qkv_mixed.ne()[0], n_seq_tokens, n_seqs);
+            (qkv_mixed, g.mul_mat(gate, x))
+        }
+        Qkvz::Interleaved(ssm_in) => {
+            // llama.cpp's legacy path: per key head [q, k, v, z], split by views, Q, K
+            // and V made contiguous and joined.
+            let values = head_v_dim * (n_v_heads / n_k_heads);
+            let width = 2 * head_k_dim + 2 * values;
+            let mixed = g.reshape_4d(g.mul_mat(ssm_in, x), [width, n_k_heads, n_seq_tokens, n_seqs]);
+            let [_, nb1, nb2, nb3] = mixed.nb();
+            let part = |len: i64, offset: i64| {
+                let shape = [len, n_k_heads, n_seq_tokens, n_seqs];
+                g.view_4d(mixed, shape, nb1, nb2, nb3, offset as usize * f32_size)
+            };
+            let z = g.cont(part(values, 2 * head_k_dim + values));
+            let q = g.cont_3d(part(head_k_dim, 0), head_k_dim * n_k_heads, n_seq_tokens, n_seqs);
+            let k = g.cont_3d(
+                part(head_k_dim, head_k_dim),
+                head_k_dim * n_k_heads,
+                n_seq_tokens,
+                n_seqs,
+            );
+            let v = g.cont_3d(
+                part(values, 2 * head_k_dim),
+                head_v_dim * n_v_heads,
+                n_seq_tokens,
+                n_seqs,
+            );
+            (g.concat(g.concat(q, k, 0), v, 0), z)
+        }
+    };
     let (beta, alpha) = match w.beta_alpha {
         BetaAlpha::Apart { beta, alpha } => {
             let beta = g.mul_mat(beta, x);

@@ -8,9 +8,11 @@
 //! key head `h / (n_v / n_k)`) before ggml's fused `gated_delta_net`, which the CPU runs
 //! for one token and for many as for qwen35. The feed-forward is qwen35moe's: softmax
 //! routed SwiGLU experts, renormalized, beside a shared expert scaled by its gate's
-//! sigmoid. The multi-token-prediction layers are loaded and left unused. Refused: an
-//! older conversion's `ssm_in` (Q, K, V and z in one projection), a fused `attn_qkv` on
-//! the attention layers, and experts' gate and up projections in one tensor.
+//! sigmoid. The multi-token-prediction layers are loaded and left unused. Older
+//! conversions' `ssm_in` (Q, K, V and z in one projection, key head by key head) is
+//! split by views as llama.cpp's legacy path splits it ([`crate::model::Qkvz`]).
+//! Refused: a fused `attn_qkv` on the attention layers, and experts' gate and up
+//! projections in one tensor.
 
 use super::qwen35::{self, Layout};
 use super::qwen35moe;

@@ -26,7 +26,7 @@ pub use placement::Split;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
     AttentionWeights, BetaAlpha, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases, FfnWeights, LayerWeights,
-    Mamba2Weights, Mixer, Norm, OutputHead, QkvWeights, RopeFactors, SharedExpert, SharedGate, ShortConvWeights,
+    Mamba2Weights, Mixer, Norm, OutputHead, QkvWeights, Qkvz, RopeFactors, SharedExpert, SharedGate, ShortConvWeights,
     Weights,
 };
 
