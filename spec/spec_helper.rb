@@ -62,9 +62,10 @@ module SpecModels
   end
 
   # The model of a golden file: a known model's, or a synthetic one; a `-fa-off` golden
-  # is its model's with flash attention off, a `-kv-q8_0` one with a q8_0 KV cache.
+  # is its model's with flash attention off, a `-kv-q8_0` one with a q8_0 KV cache, a `-16k`
+  # one in a context of 16,384 tokens.
   def golden_model(name)
-    model = name.delete_suffix("-fa-off").delete_suffix("-kv-q8_0")
+    model = name.delete_suffix("-fa-off").delete_suffix("-kv-q8_0").delete_suffix("-16k")
     Elelem::Models.names.include?(model) ? path(model) : synthetic(model)
   end
 

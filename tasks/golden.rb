@@ -54,7 +54,7 @@ module Goldens
   # Prompts beyond CANARY_PROMPTS for some synthetic models: "longer" (1,301 tokens) carries a
   # recurrent state across three micro-batches of a prompt, "long" across two.
   LONGER_PROMPT = ([1] + (0...1300).map { |i| 3 + ((i * 104_729) % 509) }).freeze
-  SYNTHETIC_PROMPTS = %w[tiny-qwen35 tiny-qwen35moe].to_h do |name|
+  SYNTHETIC_PROMPTS = %w[tiny-qwen35 tiny-qwen35moe tiny-qwen3next].to_h do |name|
     [name, CANARY_PROMPTS.merge("longer" => LONGER_PROMPT)]
   end.freeze
 
@@ -81,6 +81,8 @@ module Goldens
     "lockstep-tiny-nemotron_h" => ["tiny-nemotron_h",
                                    [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     "lockstep-tiny-falcon-h1" => ["tiny-falcon-h1",
+                                  [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
+    "lockstep-tiny-qwen3next" => ["tiny-qwen3next",
                                   [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
   }.freeze
 
@@ -94,7 +96,8 @@ module Goldens
     "tiny-qwen35" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
     "tiny-qwen35moe" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
     "tiny-nemotron_h" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
-    "tiny-falcon-h1" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]]
+    "tiny-falcon-h1" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]],
+    "tiny-qwen3next" => [CANARY_PROMPTS["short"], [90, 91, 92, 93, 94, 95, 96, 97]]
   }.freeze
 
   # Goldens of models opened with `flash_attn: false` (llama.cpp's `-fa off`): plain
@@ -106,6 +109,15 @@ module Goldens
   FLASH_ATTN_OFF_SUFFIX = "-fa-off"
   FLASH_ATTN_OFF = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma2 tiny-phi3 tiny-gpt-oss tiny-glm4moe
                       tiny-deepseek2 lockstep-tiny-gemma2].map { |name| name + FLASH_ATTN_OFF_SUFFIX }.freeze
+
+  # Goldens in a context past Llama 4's attention chunk (8,192 positions, which llama.cpp fixes):
+  # a prompt that crosses it (the ring of the chunked layers reusing the first chunk's cells), and
+  # one whose generation crosses it.
+  LONG_CONTEXT_SUFFIX = "-16k"
+  LONG_CONTEXT = { "tiny-llama4-16k" => 16_384 }.freeze
+  CHUNK_PROMPT = ([1] + (0...9000).map { |i| 3 + ((i * 7919) % 509) }).freeze
+  LONG_CONTEXT_PROMPTS = { "past-a-chunk" => CHUNK_PROMPT,
+                           "crossing-while-generating" => CHUNK_PROMPT.first(8180) }.freeze
 
   # Goldens of models opened with a q8_0 KV cache (`cache_type_k: :q8_0, cache_type_v:
   # :q8_0`, llama.cpp's `-ctk q8_0 -ctv q8_0`; flash attention on, which a quantized V
@@ -145,13 +157,13 @@ module Goldens
   end
 
   def fixtures
-    [*MODELS.keys, *synthetic, *LOCKSTEP.keys, *FLASH_ATTN_OFF, *KV_Q8_0]
+    [*MODELS.keys, *synthetic, *LOCKSTEP.keys, *FLASH_ATTN_OFF, *KV_Q8_0, *LONG_CONTEXT.keys]
   end
 
   # The fixture a `-fa-off` (`-kv-q8_0`) golden mirrors: its cases, with flash attention off
-  # (a q8_0 KV cache).
+  # (a q8_0 KV cache); the model a `-16k` golden runs in a longer context.
   def mirrored(name)
-    name.delete_suffix(FLASH_ATTN_OFF_SUFFIX).delete_suffix(KV_Q8_0_SUFFIX)
+    name.delete_suffix(FLASH_ATTN_OFF_SUFFIX).delete_suffix(KV_Q8_0_SUFFIX).delete_suffix(LONG_CONTEXT_SUFFIX)
   end
 
   def fixture(name)
@@ -172,7 +184,8 @@ module Goldens
     parallel = LOCKSTEP.key?(mirrored(name)) ? LOCKSTEP[mirrored(name)].last.size : 1
     flash_attn = !name.end_with?(FLASH_ATTN_OFF_SUFFIX)
     cache_type = name.end_with?(KV_Q8_0_SUFFIX) ? :q8_0 : :f16
-    Elelem.open(model_path(name), n_ctx: Reference::N_CTX, n_threads: Reference::N_THREADS, parallel:,
+    n_ctx = LONG_CONTEXT.fetch(name, Reference::N_CTX)
+    Elelem.open(model_path(name), n_ctx:, n_threads: Reference::N_THREADS, parallel:,
                                   flash_attn:, cache_type_k: cache_type, cache_type_v: cache_type) do |model|
       golden.record(model, reference: Reference.binary)
     end
@@ -187,6 +200,7 @@ module Goldens
           .each { |name, prompts| record_cases(name, prompts) }
     LOCKSTEP.each_key { |name| record_lockstep(name) }
     [*FLASH_ATTN_OFF, *KV_Q8_0].each { |name| record_mirror(name) }
+    LONG_CONTEXT.each_key { |name| record_cases(name, LONG_CONTEXT_PROMPTS) }
     RpcGolden.record_all(Reference.binary)
     write_chat
   end

@@ -48,6 +48,10 @@ pub struct Family {
     pub attn_sinks: bool,
     /// How many first layers of a mixture of experts have a dense feed-forward instead.
     pub dense_lead: u32,
+    /// Every `n`-th layer (counting from one) has the experts, the others a dense
+    /// feed-forward (llama4's `interleave_moe_layer_step`, which the family's keys give);
+    /// 0: every layer after the dense lead.
+    pub moe_every: u32,
     /// A bias on the logits (phimoe).
     pub output_bias: bool,
     /// No `output.weight`: the head is the embeddings.
@@ -132,7 +136,10 @@ impl Ssm {
 /// keys) in place of attention on every layer but each `attention_period`-th (counting
 /// from one; the file's `full_attention_interval`): a convolution of `d_conv` steps over
 /// the queries, keys and values, `n_k_heads` heads of queries and keys and `n_v_heads`
-/// of values, each `head_dim` wide (the state's `ssm.state_size`).
+/// of values, each `head_dim` wide (the state's `ssm.state_size`); with
+/// `grouped_beta_alpha`, the betas and alphas in one `ssm_ba` (qwen3next's), not
+/// `ssm_beta` and `ssm_alpha`; with `fused_qkvz`, Q, K, V and z in one `ssm_in` (older
+/// qwen3next conversions'), not `attn_qkv` and `attn_gate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeltaNet {
     pub d_conv: u32,
@@ -140,6 +147,8 @@ pub struct DeltaNet {
     pub n_k_heads: u32,
     pub n_v_heads: u32,
     pub attention_period: u32,
+    pub grouped_beta_alpha: bool,
+    pub fused_qkvz: bool,
 }
 
 impl DeltaNet {
@@ -200,6 +209,8 @@ pub enum SharedExpert {
     Ungated,
     /// Added as it is, its width given as a count of experts' (`expert_shared_count`: glm4moe).
     Counted,
+    /// Added as it is, as wide as the experts, no key saying so (llama4).
+    Implicit,
 }
 
 /// A model's vocabulary.
@@ -276,6 +287,7 @@ pub const LLAMA: Family = Family {
     experts_type: TensorType::F32,
     attn_sinks: false,
     dense_lead: 0,
+    moe_every: 0,
     output_bias: false,
     tied_head: false,
     rope_factors: RopeFactors::None,
@@ -653,6 +665,8 @@ pub const QWEN35: Family = Family {
         n_k_heads: 2,
         n_v_heads: 4,
         attention_period: 2,
+        grouped_beta_alpha: false,
+        fused_qkvz: false,
     }),
     attn_output_gate: true,
     nextn: 1,
@@ -666,6 +680,32 @@ pub const QWEN35: Family = Family {
     ],
     ..LLAMA
 };
+/// Qwen3-Next as older conversions wrote it: a delta net's Q, K, V and z in one `ssm_in`.
+pub const QWEN3NEXT_SSM_IN: Family = Family {
+    name: "elelem tiny qwen3next canary, ssm_in",
+    delta_net: Some(DeltaNet {
+        d_conv: 4,
+        head_dim: 16,
+        n_k_heads: 2,
+        n_v_heads: 4,
+        attention_period: 2,
+        grouped_beta_alpha: true,
+        fused_qkvz: true,
+    }),
+    ..QWEN3NEXT
+};
+/// Llama 4's layout: every other layer with 8 experts, 1 per token (as Scout), picked
+/// by their logits and weighing their inputs, beside an ungated shared expert; NoPE on
+/// every fourth layer; chunked attention on three of four (chunks of 8,192 positions,
+/// beyond the goldens' contexts); Llama 3's rope factors.
+pub const LLAMA4: Family = Family {
+    arch: "llama4",
+    name: "elelem tiny llama4 canary",
+    shared_expert: SharedExpert::Implicit,
+    moe_every: 2,
+    keys: &[("interleave_moe_layer_step", Key::U32(2))],
+    ..LLAMA31
+};
 /// Qwen 3.5's mixture-of-experts layout: qwen35's, with experts and a shared expert
 /// scaled by its sigmoid gate.
 pub const QWEN35MOE: Family = Family {
@@ -673,6 +713,28 @@ pub const QWEN35MOE: Family = Family {
     name: "elelem tiny qwen35moe canary",
     shared_expert: SharedExpert::Gated,
     ..QWEN35
+};
+/// Qwen3-Next's layout: qwen35moe's, with NEOX rope over a quarter of each head (no
+/// sections), the delta nets' betas and alphas in one `ssm_ba`, Qwen's earlier
+/// vocabulary (the `qwen2` pre-tokenizer) and Qwen3's chat template.
+pub const QWEN3NEXT: Family = Family {
+    arch: "qwen3next",
+    name: "elelem tiny qwen3next canary",
+    delta_net: Some(DeltaNet {
+        d_conv: 4,
+        head_dim: 16,
+        n_k_heads: 2,
+        n_v_heads: 4,
+        attention_period: 2,
+        grouped_beta_alpha: true,
+        fused_qkvz: false,
+    }),
+    vocab: Vocab::Suite {
+        name: "qwen2",
+        template: "Qwen-Qwen3-0.6B",
+    },
+    keys: &[("rope.dimension_count", Key::U32(4))],
+    ..QWEN35MOE
 };
 pub const PHIMOE: Family = Family {
     arch: "phimoe",
@@ -1047,6 +1109,46 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 ..small(QWEN35MOE)
             },
         ),
+        // qwen35moe's shape: layers 1 and 3 of 5 attend, 8 experts of width 64, 2 per
+        // token, and a shared expert.
+        (
+            "tiny-qwen3next",
+            Shape {
+                n_layer: 5,
+                n_embd: 64,
+                n_head: 4,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                embd_type: TensorType::Q8_0,
+                ..small(QWEN3NEXT)
+            },
+        ),
+        // tiny-qwen3next's shape, its delta nets' projections in one ssm_in.
+        (
+            "tiny-qwen3next-ssm-in",
+            Shape {
+                n_layer: 5,
+                n_embd: 64,
+                n_head: 4,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                embd_type: TensorType::Q8_0,
+                ..small(QWEN3NEXT_SSM_IN)
+            },
+        ),
+        // Layers 2 and 4 of 5 with 8 experts of width 64, 1 per token; layer 4 without rope.
+        (
+            "tiny-llama4",
+            Shape {
+                n_layer: 5,
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 1,
+                ..small(LLAMA4)
+            },
+        ),
         // Layers 1 and 3 of 5 attend; the last layer is a Mamba-2 mixer.
         (
             "tiny-granitehybrid",
@@ -1315,7 +1417,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             .set(&key("expert_used_count"), Value::U32(shape.n_expert_used))
             .set(&key("expert_feed_forward_length"), Value::U32(n_ff as u32));
         match family.shared_expert {
-            SharedExpert::None => {}
+            SharedExpert::None | SharedExpert::Implicit => {}
             SharedExpert::Counted => {
                 w.set(&key("expert_shared_count"), Value::U32(1));
             }
@@ -1435,7 +1537,10 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         } else if kind.is_some() {
             add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
             add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
-        } else if shape.n_expert > 0 && il >= family.dense_lead {
+        } else if shape.n_expert > 0
+            && il >= family.dense_lead
+            && (family.moe_every == 0 || (il + 1) % family.moe_every == 0)
+        {
             let n_expert = u64::from(shape.n_expert);
             add_matrix(
                 &mut w,
@@ -1587,8 +1692,12 @@ fn add_delta_net(w: &mut GgufWriter, rng: &mut Rng, il: u32, net: DeltaNet, ty: 
         [net.d_conv, net.head_dim, net.n_k_heads, net.n_v_heads].map(u64::from);
     let (key_dim, value_dim) = (head_dim * n_k_heads, head_dim * n_v_heads);
     let channels = 2 * key_dim + value_dim;
-    add_matrix(w, rng, &n("attn_qkv.weight"), ty, n_embd, channels);
-    add_matrix(w, rng, &n("attn_gate.weight"), ty, n_embd, value_dim);
+    if net.fused_qkvz {
+        add_matrix(w, rng, &n("ssm_in.weight"), ty, n_embd, channels + value_dim);
+    } else {
+        add_matrix(w, rng, &n("attn_qkv.weight"), ty, n_embd, channels);
+        add_matrix(w, rng, &n("attn_gate.weight"), ty, n_embd, value_dim);
+    }
     w.add_f32(
         &n("ssm_conv1d.weight"),
         &[d_conv, channels],
@@ -1597,8 +1706,12 @@ fn add_delta_net(w: &mut GgufWriter, rng: &mut Rng, il: u32, net: DeltaNet, ty: 
     w.add_f32(&n("ssm_dt.bias"), &[n_v_heads], &rng.small(n_v_heads));
     let a: Vec<f32> = (0..n_v_heads).map(|_| -rng.next_f32().exp()).collect();
     w.add_f32(&n("ssm_a"), &[n_v_heads], &a);
-    add_matrix(w, rng, &n("ssm_beta.weight"), ty, n_embd, n_v_heads);
-    add_matrix(w, rng, &n("ssm_alpha.weight"), ty, n_embd, n_v_heads);
+    if net.grouped_beta_alpha {
+        add_matrix(w, rng, &n("ssm_ba.weight"), ty, n_embd, 2 * n_v_heads);
+    } else {
+        add_matrix(w, rng, &n("ssm_beta.weight"), ty, n_embd, n_v_heads);
+        add_matrix(w, rng, &n("ssm_alpha.weight"), ty, n_embd, n_v_heads);
+    }
     w.add_f32(&n("ssm_norm.weight"), &[head_dim], &rng.around_one(head_dim));
     add_matrix(w, rng, &n("ssm_out.weight"), ty, value_dim, n_embd);
 }

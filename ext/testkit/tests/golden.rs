@@ -285,6 +285,13 @@ fn q8_0_kv_cache_matches_llama_cpp() {
     check_mirrors("-kv-q8_0", &["qwen2.5-coder-0.5b", "gemma-3-270m"]);
 }
 
+/// A context past Llama 4's attention chunk (8,192 positions): `tiny-llama4-16k.json`,
+/// recorded by the reference with n_ctx 16,384.
+#[test]
+fn a_context_past_an_attention_chunk_matches_llama_cpp() {
+    check_mirrors("-16k", &["tiny-llama4"]);
+}
+
 /// The goldens `<name><suffix>.json` of `names`, synthetic models or known ones.
 fn check_mirrors(suffix: &str, names: &[&str]) {
     let dir = std::env::temp_dir().join(format!("elelem{suffix}-{}", std::process::id()));
@@ -332,6 +339,7 @@ fn lockstep_sequences_match_llama_cpp() {
         ("lockstep-tiny-deepseek2.json", "tiny-deepseek2"),
         ("lockstep-tiny-nemotron_h.json", "tiny-nemotron_h"),
         ("lockstep-tiny-falcon-h1.json", "tiny-falcon-h1"),
+        ("lockstep-tiny-qwen3next.json", "tiny-qwen3next"),
     ] {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),

@@ -1,7 +1,7 @@
 //! Models with recurrent layers (the synthetic lfm2, with short convolutions beside
 //! attention; mamba2, whose every layer keeps a convolution and a scan state;
-//! granitehybrid, with Mamba-2 layers beside attention; qwen35 and qwen35moe, with
-//! gated delta nets beside attention; nemotron_h, with Mamba-2 layers, attention and
+//! granitehybrid, with Mamba-2 layers beside attention; qwen35, qwen35moe and qwen3next,
+//! with gated delta nets beside attention; nemotron_h, with Mamba-2 layers, attention and
 //! feed-forwards alone; and falcon-h1, attention and Mamba-2 side by side in each layer):
 //! their state is reused only whole, never cut back, survives an interrupted pass, and
 //! speculative decoding with them is refused. Their bits against llama.cpp are the
@@ -34,6 +34,7 @@ fn models() -> Vec<(&'static str, Arc<Model>)> {
         "tiny-qwen35moe",
         "tiny-nemotron_h",
         "tiny-falcon-h1",
+        "tiny-qwen3next",
     ]
     .into_iter()
     .map(|name| {

@@ -136,7 +136,11 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
         )));
     }
     if scale != 0.0 {
-        hp.attn_temperature = Some(AttnTemperature { scale, floor_scale });
+        hp.attn_temperature = Some(AttnTemperature {
+            scale,
+            floor_scale,
+            offset: 0.0,
+        });
     }
     Ok(())
 }

@@ -23,6 +23,12 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
 
 pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| l.llama_block(hp, il, false))?;
+    with_rope_freqs(loader, hp, weights)
+}
+
+/// `weights` with Llama 3's `rope_freqs.weight` (one factor per rotated pair, every
+/// layer's) where the file has it.
+pub(crate) fn with_rope_freqs(loader: &mut Loader, hp: &HParams, weights: Weights) -> Result<Weights> {
     Ok(Weights {
         rope_factors: RopeFactors {
             freqs: loader.optional_vector("rope_freqs.weight", u64::from(hp.rope.n_dims / 2))?,

@@ -39,7 +39,11 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
                 "mistral3: attention temperature scaling needs a non-zero original context".into(),
             ));
         }
-        hp.attn_temperature = Some(AttnTemperature { scale, floor_scale });
+        hp.attn_temperature = Some(AttnTemperature {
+            scale,
+            floor_scale,
+            offset: 0.0,
+        });
     }
     Ok(())
 }

@@ -22,6 +22,7 @@ mod granite_hybrid;
 mod hunyuan_dense;
 mod lfm2;
 mod llama;
+mod llama4;
 mod llama_cpp;
 mod mamba2;
 mod mistral3;
@@ -37,6 +38,7 @@ mod qwen3;
 mod qwen35;
 mod qwen35moe;
 mod qwen3moe;
+mod qwen3next;
 mod seed_oss;
 mod smollm3;
 mod starcoder2;
@@ -87,6 +89,8 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &qwen35moe::ARCH,
     &nemotron_h::ARCH,
     &falcon_h1::ARCH,
+    &qwen3next::ARCH,
+    &llama4::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

@@ -16,8 +16,8 @@
 use super::common::{self, load_llama_like, read_nextn_layers, Head};
 use crate::ggml::{RopeMode, Tensor, MROPE_SECTIONS};
 use crate::model::{
-    read_ssm, ArchSpec, AttentionWeights, DeltaNetWeights, FfnWeights, Glu, GraphBuilder, HParams, Keys, Kind,
-    LayerWeights, Loader, Mixer, NormType, QkvWeights, Weights,
+    read_ssm, ArchSpec, AttentionWeights, BetaAlpha, DeltaNetWeights, FfnWeights, Glu, GraphBuilder, HParams, Keys,
+    Kind, LayerWeights, Loader, Mixer, NormType, QkvWeights, Qkvz, Weights,
 };
 use crate::{Error, Result};
 
@@ -37,11 +37,10 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
     read_hybrid(keys, hp)
 }
 
-/// What qwen35 and qwen35moe read alike: the rope sections, the delta nets' `ssm.*`
-/// keys, and which layers are recurrent.
+/// What qwen35 and qwen35moe read alike: the rope sections, then what qwen3next reads
+/// too ([`read_delta_nets`]).
 pub(super) fn read_hybrid(keys: &Keys, hp: &mut HParams) -> Result<()> {
     let arch = hp.arch.name;
-    read_nextn_layers(keys, hp)?;
     let sections = keys
         .opt_u32s("rope.dimension_sections", MROPE_SECTIONS)?
         .ok_or_else(|| Error::Load(format!("missing required metadata key {arch}.rope.dimension_sections")))?;
@@ -57,6 +56,14 @@ pub(super) fn read_hybrid(keys: &Keys, hp: &mut HParams) -> Result<()> {
     for (section, &pairs) in hp.rope.sections.iter_mut().zip(&sections) {
         *section = pairs as i32;
     }
+    read_delta_nets(keys, hp)
+}
+
+/// What qwen35, qwen35moe and qwen3next read alike: the multi-token-prediction layers,
+/// the delta nets' `ssm.*` keys, and which layers are recurrent.
+pub(super) fn read_delta_nets(keys: &Keys, hp: &mut HParams) -> Result<()> {
+    let arch = hp.arch.name;
+    read_nextn_layers(keys, hp)?;
     let ssm = read_ssm(keys)?;
     // llama.cpp's tensors have heads of d_state keys and values; its graph's value heads
     // are d_inner / time_step_rank wide, and its state d_state · d_inner.
@@ -100,7 +107,7 @@ pub(super) fn read_hybrid(keys: &Keys, hp: &mut HParams) -> Result<()> {
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let ffn = l.gated_ffn(hp, il)?;
-        layer(l, hp, il, ffn)
+        layer(l, hp, il, ffn, QWEN35)
     })?;
     declare_nextn_layers(loader, hp)?;
     Ok(weights)
@@ -128,13 +135,30 @@ pub(super) fn declare_nextn_layers(loader: &mut Loader, hp: &HParams) -> Result<
     })
 }
 
+/// What a delta net does differently in qwen35's files and graph and in qwen3next's.
+#[derive(Clone, Copy)]
+pub(super) struct Layout {
+    /// Beta and alpha in qwen3next's one `ssm_ba` (see [`BetaAlpha::Grouped`]), not
+    /// apart.
+    pub grouped_beta_alpha: bool,
+    /// Where there are fewer key heads than value heads, value head `h` reads key head
+    /// `h / (n_v / n_k)` (qwen3next's: Q and K repeated so, interleaved, before the
+    /// delta rule), not `h mod n_k` (qwen35's: ggml's fused op broadcasts so).
+    pub grouped_key_heads: bool,
+}
+
+pub(super) const QWEN35: Layout = Layout {
+    grouped_beta_alpha: false,
+    grouped_key_heads: false,
+};
+
 /// Layer `il` with its feed-forward: pre-norm, a delta net or gated attention,
 /// post-attention norm.
-pub(super) fn layer(l: &mut Loader, hp: &HParams, il: u32, ffn: FfnWeights) -> Result<LayerWeights> {
+pub(super) fn layer(l: &mut Loader, hp: &HParams, il: u32, ffn: FfnWeights, layout: Layout) -> Result<LayerWeights> {
     let n = |s: &str| format!("blk.{il}.{s}");
     let embd = u64::from(hp.n_embd);
     let mixer = match hp.recurrent[il as usize] {
-        true => Mixer::DeltaNet(l.delta_net(hp, il)?),
+        true => Mixer::DeltaNet(l.delta_net(hp, il, layout.grouped_beta_alpha)?),
         false => Mixer::Attention(l.attention_with_output_gate(hp, il)?),
     };
     Ok(LayerWeights {
@@ -148,20 +172,20 @@ pub(super) fn layer(l: &mut Loader, hp: &HParams, il: u32, ffn: FfnWeights) -> R
 }
 
 fn build(b: &GraphBuilder) -> Tensor {
-    b.output_after_norm(blocks(b, |layer, il, x| b.ffn(&layer.ffn, x, il, Glu::Silu)))
+    b.output_after_norm(blocks(b, QWEN35, |layer, il, x| b.ffn(&layer.ffn, x, il, Glu::Silu)))
 }
 
 /// Every block, on every row: norm → delta net or gated attention → residual →
 /// post-attention norm → `ffn` → residual.
-pub(super) fn blocks(b: &GraphBuilder, ffn: impl Fn(&LayerWeights, usize, Tensor) -> Tensor) -> Tensor {
+pub(super) fn blocks(b: &GraphBuilder, layout: Layout, ffn: impl Fn(&LayerWeights, usize, Tensor) -> Tensor) -> Tensor {
     let g = b.graph;
     b.layers().iter().enumerate().fold(b.embed(), |x, (il, layer)| {
         let normed = b.norm(x, layer.attn_norm, "attn_norm", il);
         let mixed = match &layer.mixer {
-            Mixer::DeltaNet(net) => delta_net(b, net, normed, il),
+            Mixer::DeltaNet(net) => delta_net(b, net, layout, normed, il),
             Mixer::Attention(attn) => gated_attention(b, attn, normed, il),
             Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::Mla(_) | Mixer::None | Mixer::Parallel { .. } => {
-                unreachable!("qwen35's layers are delta nets or attention (load)")
+                unreachable!("qwen35's and qwen3next's layers are delta nets or attention (load)")
             }
         };
         let residual = g.add(mixed, x).set_name(&format!("attn_residual-{il}"));
@@ -214,10 +238,12 @@ fn gated_attention(b: &GraphBuilder, attn: &AttentionWeights, x: Tensor, il: usi
 /// queries, keys and values (their rows transposed behind the sequence's convolution
 /// state, convolved and SiLU'd; the state keeps the last `d_conv - 1` columns),
 /// `attn_gate` the output gate z, `ssm_beta` each head's write strength (its sigmoid)
-/// and `ssm_alpha` its decay (`softplus(alpha + dt_bias) · a`). Q and K are L2-normed
-/// per head, the delta rule runs from the sequence's state ([`GraphBuilder::gated_delta_net`]);
-/// its output is RMS-normed per head, gated by `silu(z)` and projected by `ssm_out`.
-fn delta_net(b: &GraphBuilder, w: &DeltaNetWeights, x: Tensor, il: usize) -> Tensor {
+/// and `ssm_alpha` its decay (`softplus(alpha + dt_bias) · a`), or qwen3next's `ssm_ba`
+/// both, split by views per key head. Q and K are L2-normed per head (for qwen3next,
+/// then repeated interleaved to the value heads), the delta rule runs from the
+/// sequence's state ([`GraphBuilder::gated_delta_net`]); its output is RMS-normed per
+/// head, gated by `silu(z)` and projected by `ssm_out`.
+fn delta_net(b: &GraphBuilder, w: &DeltaNetWeights, layout: Layout, x: Tensor, il: usize) -> Tensor {
     let g = b.graph;
     let hp = b.hparams();
     let ssm = hp.ssm.expect("a delta net's model has its ssm");
@@ -233,13 +259,62 @@ fn delta_net(b: &GraphBuilder, w: &DeltaNetWeights, x: Tensor, il: usize) -> Ten
     let head_v_dim = d_inner / n_v_heads;
     let (n_seqs, n_seq_tokens) = (b.n_seqs, b.n_tokens / b.n_seqs);
 
-    let qkv_mixed = g.mul_mat(w.qkv, x);
-    let qkv_mixed = g.reshape_3d(qkv_mixed, qkv_mixed.ne()[0], n_seq_tokens, n_seqs);
-    let z = g.mul_mat(w.gate, x);
-    let beta = g.mul_mat(w.beta, x);
-    let beta = g.sigmoid(g.reshape_4d(beta, [1, n_v_heads, n_seq_tokens, n_seqs]));
-    let alpha = g.mul_mat(w.alpha, x);
-    let alpha = g.reshape_3d(alpha, n_v_heads, n_seq_tokens, n_seqs);
+    let f32_size = std::mem::size_of::<f32>();
+    let (qkv_mixed, z) = match w.qkvz {
+        Qkvz::Apart { qkv, gate } => {
+            let qkv_mixed = g.mul_mat(qkv, x);
+            let qkv_mixed = g.reshape_3d(qkv_mixed, qkv_mixed.ne()[0], n_seq_tokens, n_seqs);
+            (qkv_mixed, g.mul_mat(gate, x))
+        }
+        Qkvz::Interleaved(ssm_in) => {
+            // llama.cpp's legacy path: per key head [q, k, v, z], split by views, Q, K
+            // and V made contiguous and joined.
+            let values = head_v_dim * (n_v_heads / n_k_heads);
+            let width = 2 * head_k_dim + 2 * values;
+            let mixed = g.reshape_4d(g.mul_mat(ssm_in, x), [width, n_k_heads, n_seq_tokens, n_seqs]);
+            let [_, nb1, nb2, nb3] = mixed.nb();
+            let part = |len: i64, offset: i64| {
+                let shape = [len, n_k_heads, n_seq_tokens, n_seqs];
+                g.view_4d(mixed, shape, nb1, nb2, nb3, offset as usize * f32_size)
+            };
+            let z = g.cont(part(values, 2 * head_k_dim + values));
+            let q = g.cont_3d(part(head_k_dim, 0), head_k_dim * n_k_heads, n_seq_tokens, n_seqs);
+            let k = g.cont_3d(
+                part(head_k_dim, head_k_dim),
+                head_k_dim * n_k_heads,
+                n_seq_tokens,
+                n_seqs,
+            );
+            let v = g.cont_3d(
+                part(values, 2 * head_k_dim),
+                head_v_dim * n_v_heads,
+                n_seq_tokens,
+                n_seqs,
+            );
+            (g.concat(g.concat(q, k, 0), v, 0), z)
+        }
+    };
+    let (beta, alpha) = match w.beta_alpha {
+        BetaAlpha::Apart { beta, alpha } => {
+            let beta = g.mul_mat(beta, x);
+            let beta = g.sigmoid(g.reshape_4d(beta, [1, n_v_heads, n_seq_tokens, n_seqs]));
+            let alpha = g.mul_mat(alpha, x);
+            (beta, g.reshape_3d(alpha, n_v_heads, n_seq_tokens, n_seqs))
+        }
+        BetaAlpha::Grouped(ba) => {
+            // Per key head, its value heads' betas then their alphas.
+            let per_k = n_v_heads / n_k_heads;
+            let mixed = g.reshape_4d(g.mul_mat(ba, x), [2 * per_k, n_k_heads, n_seq_tokens, n_seqs]);
+            let [_, nb1, nb2, nb3] = mixed.nb();
+            let shape = [per_k, n_k_heads, n_seq_tokens, n_seqs];
+            let beta = g.sigmoid(g.cont(g.view_4d(mixed, shape, nb1, nb2, nb3, 0)));
+            let alpha = g.view_4d(mixed, shape, nb1, nb2, nb3, per_k as usize * f32_size);
+            (
+                g.reshape_4d(beta, [1, n_v_heads, n_seq_tokens, n_seqs]),
+                g.cont_3d(alpha, n_v_heads, n_seq_tokens, n_seqs),
+            )
+        }
+    };
     let alpha_softplus = g.softplus(g.add(alpha, w.dt_bias));
     // -exp(A_log) · softplus(alpha + dt_bias): the log of each step's decay.
     let decay = g.mul(alpha_softplus, w.a);
@@ -247,7 +322,6 @@ fn delta_net(b: &GraphBuilder, w: &DeltaNetWeights, x: Tensor, il: usize) -> Ten
 
     let conv_input = b.conv_window(il, g.transpose(qkv_mixed), d_conv - 1, channels);
     let conv_out = g.silu(g.ssm_conv(conv_input, w.conv));
-    let f32_size = std::mem::size_of::<f32>();
     let token = channels as usize * f32_size;
     let heads = |head_dim: i64, n_heads: i64, offset: i64| {
         g.view_4d(
@@ -263,6 +337,19 @@ fn delta_net(b: &GraphBuilder, w: &DeltaNetWeights, x: Tensor, il: usize) -> Ten
     let q = l2_norm(b, heads(head_k_dim, n_k_heads, 0));
     let k = l2_norm(b, heads(head_k_dim, n_k_heads, key_dim));
     let v = heads(head_v_dim, n_v_heads, 2 * key_dim);
+    let (q, k) = match layout.grouped_key_heads && n_k_heads != n_v_heads {
+        false => (q, k),
+        true => {
+            // llama.cpp's repeat-interleave: [head, 1, n_k, ...] repeated to [head, r, n_k, ...].
+            let rows = n_seq_tokens * n_seqs;
+            let repeat = |t: Tensor| {
+                let t = g.reshape_4d(t, [head_k_dim, 1, n_k_heads, rows]);
+                let t = g.repeat_4d(t, [head_k_dim, n_v_heads / n_k_heads, n_k_heads, rows]);
+                g.reshape_4d(t, [head_k_dim, n_v_heads, n_seq_tokens, n_seqs])
+            };
+            (repeat(q), repeat(k))
+        }
+    };
 
     let out = b.gated_delta_net(il, q, k, v, decay, beta);
     let z = g.reshape_4d(z, [head_v_dim, n_v_heads, n_seq_tokens, n_seqs]);

@@ -27,31 +27,54 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
 };
 
 fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
+    read_experts(keys, hp)?;
+    qwen35::read_hybrid(keys, hp)
+}
+
+/// The experts' keys as qwen35moe and qwen3next read them: their count, how many a
+/// token uses, their width and the shared expert's (`expert_shared_feed_forward_length`,
+/// else `feed_forward_length`).
+pub(super) fn read_experts(keys: &Keys, hp: &mut HParams) -> Result<()> {
     read_expert_counts(keys, hp)?;
     read_expert_width(keys, hp)?;
     hp.n_ff_shexp = match keys.opt_u32("expert_shared_feed_forward_length")? {
         Some(0) | None => hp.n_ff,
         Some(n) => n,
     };
-    qwen35::read_hybrid(keys, hp)
+    Ok(())
 }
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+    load_with(loader, hp, qwen35::QWEN35)
+}
+
+/// qwen35moe's and qwen3next's weights: qwen35's layers (their delta nets as `layout`
+/// says) with experts and a sigmoid-gated shared expert, then the unused
+/// multi-token-prediction layers.
+pub(super) fn load_with(loader: &mut Loader, hp: &HParams, layout: qwen35::Layout) -> Result<Weights> {
     let weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         if l.has(&format!("blk.{il}.ffn_gate_up_exps.weight")) {
             return Err(Error::Unsupported(format!(
-                "qwen35moe: experts' gate and up projections in one tensor (blk.{il}.ffn_gate_up_exps) are not \
-                 something elelem runs; llama.cpp does"
+                "{}: experts' gate and up projections in one tensor (blk.{il}.ffn_gate_up_exps) are not \
+                 something elelem runs; llama.cpp does",
+                hp.arch.name
             )));
         }
         let shared = l.shared_expert(hp, il, hp.n_ff_shexp, Some(SharedGate::Sigmoid))?;
         let ffn = l.experts_ffn(hp, il, Some(shared), false)?;
-        qwen35::layer(l, hp, il, ffn)
+        qwen35::layer(l, hp, il, ffn, layout)
     })?;
     qwen35::declare_nextn_layers(loader, hp)?;
     Ok(weights)
 }
 
 fn build(b: &GraphBuilder) -> Tensor {
-    b.output_after_norm(qwen35::blocks(b, |layer, il, x| b.ffn(&layer.ffn, x, il, Glu::Silu)))
+    build_with(b, qwen35::QWEN35)
+}
+
+/// qwen35's blocks (their delta nets as `layout` says) with the experts' feed-forward.
+pub(super) fn build_with(b: &GraphBuilder, layout: qwen35::Layout) -> Tensor {
+    b.output_after_norm(qwen35::blocks(b, layout, |layer, il, x| {
+        b.ffn(&layer.ffn, x, il, Glu::Silu)
+    }))
 }

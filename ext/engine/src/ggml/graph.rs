@@ -323,6 +323,19 @@ impl Graph {
         op!(self, sys::ggml_cont_2d(self.c(), a.as_ptr(), ne0, ne1))
     }
 
+    pub fn cont_3d(&self, a: Tensor, ne0: i64, ne1: i64, ne2: i64) -> Tensor {
+        op!(self, sys::ggml_cont_3d(self.c(), a.as_ptr(), ne0, ne1, ne2))
+    }
+
+    /// `a` repeated (tiled along each dimension) to the shape `ne`, each of whose
+    /// dimensions a multiple of `a`'s.
+    pub fn repeat_4d(&self, a: Tensor, ne: [i64; 4]) -> Tensor {
+        op!(
+            self,
+            sys::ggml_repeat_4d(self.c(), a.as_ptr(), ne[0], ne[1], ne[2], ne[3])
+        )
+    }
+
     /// The indices of the `k` largest values of each row, largest first.
     pub fn argsort_top_k(&self, a: Tensor, k: i32) -> Tensor {
         op!(self, sys::ggml_argsort_top_k(self.c(), a.as_ptr(), k))

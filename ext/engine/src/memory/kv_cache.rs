@@ -145,8 +145,10 @@ pub(crate) struct Cells {
     /// Per sequence, how many cells hold each of its positions.
     seq_pos: Vec<BTreeMap<i32, u32>>,
     head: u32,
-    /// A key this many positions behind the query (or more) is invisible.
+    /// A key this many positions behind the query (or more) is invisible; or, where
+    /// `chunked`, a key before the query's chunk of this many positions.
     window: Option<u32>,
+    chunked: bool,
     /// Cells per sequence when each has a range of its own (see [`Cells::partitioned`]).
     partition: Option<u32>,
 }
@@ -160,6 +162,7 @@ impl Cells {
             seq_pos: vec![BTreeMap::new(); n_seq as usize],
             head: 0,
             window,
+            chunked: false,
             partition: None,
         }
     }
@@ -187,9 +190,12 @@ impl Cells {
         self.head = 0;
     }
 
+    /// llama.cpp's `is_masked_swa`, standard or chunked.
     fn outside_window(&self, key: i32, query: i32) -> bool {
-        self.window
-            .is_some_and(|w| i64::from(query) - i64::from(key) >= i64::from(w))
+        self.window.is_some_and(|w| match self.chunked {
+            true => i64::from(key) < i64::from(query) / i64::from(w) * i64::from(w),
+            false => i64::from(query) - i64::from(key) >= i64::from(w),
+        })
     }
 
     /// The newest position of `seq` in the group, -1 when it has none.
@@ -436,6 +442,8 @@ pub struct KvShape {
     /// Per layer: false for a recurrent layer (llama.cpp's `is_recr`), which has no cache.
     pub attends: Vec<bool>,
     pub windows: Vec<Option<u32>>,
+    /// Whether the windows are chunks (see [`Cells`]).
+    pub chunked: bool,
     /// K's and V's widths over all KV heads.
     pub n_embd_k: u32,
     pub n_embd_v: u32,
@@ -476,13 +484,17 @@ impl KvCache {
                 let sliding = window.is_some();
                 attends.then(|| {
                     *group_of_kind[usize::from(sliding)].get_or_insert_with(|| {
-                        groups.push(match (cells_per_sequence, window) {
+                        let cells = match (cells_per_sequence, window) {
                             (Some(per_seq), _) => Cells::partitioned(per_seq, window, n_seq),
                             (None, Some(window)) => {
                                 let ring = window.saturating_mul(n_seq).saturating_add(n_ubatch);
                                 Cells::new(pad(full.min(ring)), Some(window), n_seq)
                             }
                             (None, None) => Cells::new(full, None, n_seq),
+                        };
+                        groups.push(Cells {
+                            chunked: shape.chunked && window.is_some(),
+                            ..cells
                         });
                         groups.len() - 1
                     })

@@ -97,12 +97,14 @@ pub struct ArchTraits {
     pub experts: bool,
 }
 
-/// Q multiplied by `ln(floor(pos / floor_scale) + 1) * scale + 1` after rope (llama.cpp's
-/// `f_attn_temp_scale` and `n_attn_temp_floor_scale`: Llama 4's and Mistral 3's).
+/// Q multiplied by `ln(floor((pos + offset) / floor_scale) + 1) * scale + 1` after rope
+/// (llama.cpp's `f_attn_temp_scale`, `n_attn_temp_floor_scale` and `f_attn_temp_offset`:
+/// Llama 4's and Mistral 3's).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttnTemperature {
     pub scale: f32,
     pub floor_scale: u32,
+    pub offset: f32,
 }
 
 /// How a mixture of experts weighs the experts it picks (llama.cpp's gating functions).
@@ -238,6 +240,9 @@ impl Mla {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Swa {
     pub window: u32,
+    /// Llama 4's chunked attention (llama.cpp's `LLAMA_SWA_TYPE_CHUNKED`): a query sees
+    /// the keys of its own chunk of `window` positions, not the last `window` positions.
+    pub chunked: bool,
     /// Which layers slide; the others attend to the whole context.
     pub layers: Vec<bool>,
     pub rope: Rope,
@@ -285,6 +290,12 @@ pub struct HParams {
     pub n_ff_shexp: u32,
     /// How many layers come first with a dense feed-forward, before the experts' layers.
     pub n_layer_dense_lead: u32,
+    /// Every `n`-th layer (counting from one) has the experts, the others a dense
+    /// feed-forward (Llama 4's `interleave_moe_layer_step`; 0 where unused).
+    pub n_moe_layer_step: u32,
+    /// Llama 4's routing (llama.cpp's `weight_before_ffn`): the router's logits pick the
+    /// experts, and each picked expert's weight scales its input, not its output.
+    pub experts_weigh_input: bool,
     /// Whether the picked experts' probabilities are renormalized to sum to one
     /// (llama.cpp's `norm_w`: qwen3moe's, not olmoe's or qwen2moe's).
     pub expert_weights_norm: bool,
@@ -359,6 +370,7 @@ impl HParams {
             windows: (0..self.n_layer as usize)
                 .map(|il| self.swa.as_ref().filter(|_| self.is_swa(il)).map(|swa| swa.window))
                 .collect(),
+            chunked: self.swa.as_ref().is_some_and(|swa| swa.chunked),
             n_embd_k: self.n_embd_k_gqa(),
             n_embd_v: self.n_embd_v_gqa(),
             head_dim_k: self.head_dim_k,
@@ -584,6 +596,8 @@ impl HParams {
             n_ff_exp: 0,
             n_ff_shexp: 0,
             n_layer_dense_lead: 0,
+            n_moe_layer_step: 0,
+            experts_weigh_input: false,
             expert_weights_norm: true,
             expert_gating: ExpertGating::Softmax,
             expert_weights_scale: 0.0,
@@ -798,6 +812,7 @@ pub(crate) fn read_swa(
     }
     Ok(Some(Swa {
         window,
+        chunked: false,
         layers,
         rope: Rope { freq_base, ..swa_rope },
     }))

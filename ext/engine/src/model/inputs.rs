@@ -183,12 +183,13 @@ impl GraphInput for Filled {
 
 /// F32 [1, 1, n_tokens]: each token's attention temperature, which Q is multiplied by
 /// (llama.cpp's `llm_graph_input_attn_temp`, Llama 4's and Mistral 3's long-context
-/// scaling): `ln(floor(pos / floor_scale) + 1) * scale + 1`, the logarithm in double
-/// as llama.cpp computes it.
+/// scaling): `ln(floor((pos + offset) / floor_scale) + 1) * scale + 1`, the logarithm in
+/// double as llama.cpp computes it.
 pub struct TemperatureInput {
     pub tensor: Tensor,
     pub scale: f32,
     pub floor_scale: u32,
+    pub offset: f32,
 }
 
 impl GraphInput for TemperatureInput {
@@ -197,7 +198,7 @@ impl GraphInput for TemperatureInput {
             .pos
             .iter()
             .map(|&pos| {
-                let floor = (pos as f32 / self.floor_scale as f32).floor();
+                let floor = ((pos as f32 + self.offset) / self.floor_scale as f32).floor();
                 ((f64::from(floor) + 1.0).ln() * f64::from(self.scale) + 1.0) as f32
             })
             .collect();

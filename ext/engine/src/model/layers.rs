@@ -102,6 +102,7 @@ impl GraphBuilder<'_> {
             tensor,
             scale: temperature.scale,
             floor_scale: temperature.floor_scale,
+            offset: temperature.offset,
         }));
         Some(tensor)
     }
@@ -791,7 +792,8 @@ impl GraphBuilder<'_> {
     /// softmax over the picked ones weighs them. The weights are then scaled where the
     /// model says so. The experts' outputs (each projection plus its bias, where the model
     /// has them), so weighted, are added in rank order; then the shared expert's, where
-    /// the model has one.
+    /// the model has one. Llama 4's (`experts_weigh_input`) are picked by the logits and
+    /// weigh each picked expert's input instead.
     #[allow(clippy::too_many_arguments)]
     fn ffn_moe(
         &self,
@@ -814,7 +816,11 @@ impl GraphBuilder<'_> {
             ExpertGating::Sigmoid => g.sigmoid(logits),
             ExpertGating::SoftmaxWeight => logits,
         };
-        let selection = selection_bias.map_or(probs, |bias| g.add(probs, bias));
+        let selection = match hp.experts_weigh_input {
+            // Llama 4's: the logits pick, the sigmoid weighs.
+            true => logits,
+            false => selection_bias.map_or(probs, |bias| g.add(probs, bias)),
+        };
         let selection = match hp.expert_groups {
             Some(groups) => self.mask_expert_groups(selection, groups, n_expert, n_rows),
             None => selection,
@@ -835,12 +841,19 @@ impl GraphBuilder<'_> {
         }
         let rows = x;
         let x = g.reshape_3d(x, n_embd, 1, n_rows);
+        let x = match hp.experts_weigh_input {
+            true => g.mul(g.repeat_4d(x, [n_embd, n_used, n_rows, 1]), weights),
+            false => x,
+        };
         let biased = |t: Tensor, bias: Option<Tensor>| bias.map_or(t, |b| g.add_id(t, b, selected));
         let up = biased(g.mul_mat_id(up_exps, x, selected), biases.map(|b| b.up));
         let gate = biased(g.mul_mat_id(gate_exps, x, selected), biases.map(|b| b.gate));
         let experts = g.mul_mat_id(down_exps, act.split(g, gate, up), selected);
         let experts = biased(experts, biases.map(|b| b.down));
-        let experts = g.mul(experts, weights);
+        let experts = match hp.experts_weigh_input {
+            true => experts,
+            false => g.mul(experts, weights),
+        };
         let [nb1, nb2] = [experts.nb()[1], experts.nb()[2]];
         let out = (1..n_used as usize).fold(g.view_2d(experts, n_embd, n_rows, nb2, 0), |sum, i| {
             g.add(sum, g.view_2d(experts, n_embd, n_rows, nb2, i * nb1))

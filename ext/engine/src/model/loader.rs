@@ -10,8 +10,8 @@ use ggml_sys as sys;
 use super::hparams::HParams;
 use super::placement::Placement;
 use super::weights::{
-    AttentionWeights, DeltaNetWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Mixer, MlaQuery,
-    MlaWeights, Norm, QkvWeights, SharedExpert, SharedGate,
+    AttentionWeights, BetaAlpha, DeltaNetWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Mixer,
+    MlaQuery, MlaWeights, Norm, QkvWeights, Qkvz, SharedExpert, SharedGate,
 };
 use crate::ggml::{self, Buffer, BufferType, CpuDevice, Tensor};
 use crate::{Error, Result};
@@ -414,9 +414,13 @@ impl<'a> Loader<'a> {
     }
 
     /// Layer `il`'s gated delta net (`attn_qkv`, `attn_gate`, `ssm_conv1d`, `ssm_dt.bias`,
-    /// `ssm_a`, `ssm_beta`, `ssm_alpha`, `ssm_norm`, `ssm_out`), shaped by the model's
-    /// [`super::Ssm`] as llama.cpp's qwen35 shapes it: heads of `d_state` keys and values.
-    pub fn delta_net(&mut self, hp: &HParams, il: u32) -> Result<DeltaNetWeights> {
+    /// `ssm_a`, beta and alpha, `ssm_norm`, `ssm_out`), shaped by the model's
+    /// [`super::Ssm`] as llama.cpp's qwen35 and qwen3next shape it: heads of `d_state`
+    /// keys and values. Beta and alpha are `ssm_beta` and `ssm_alpha` apart, or (where
+    /// `grouped_beta_alpha`: qwen3next's files) `ssm_ba`; there, an older file's `ssm_in`
+    /// (Q, K, V and z in one projection, key head by key head) stands for `attn_qkv` and
+    /// `attn_gate`, as llama.cpp's qwen3next reads it. A file with both is refused.
+    pub fn delta_net(&mut self, hp: &HParams, il: u32, grouped_beta_alpha: bool) -> Result<DeltaNetWeights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         let ssm = hp
             .ssm
@@ -425,15 +429,38 @@ impl<'a> Loader<'a> {
             [hp.n_embd, ssm.d_conv, ssm.d_state, ssm.n_head, ssm.n_group].map(u64::from);
         let (key_dim, value_dim) = (d_state * n_k_heads, d_state * n_v_heads);
         let conv_dim = 2 * key_dim + value_dim;
+        let fused = self.has(&n("ssm_in.weight"));
+        if fused && (!grouped_beta_alpha || self.has(&n("attn_qkv.weight"))) {
+            return Err(Error::Unsupported(format!(
+                "{}: blk.{il}.ssm_in (a delta net's Q, K, V and z in one projection) beside attn_qkv, or in \
+                 a {} file, is not something elelem runs",
+                hp.arch.name, hp.arch.name
+            )));
+        }
+        let qkvz = match fused {
+            true => Qkvz::Interleaved(self.matrix(&n("ssm_in.weight"), &[embd, 2 * key_dim + 2 * value_dim])?),
+            false => Qkvz::Apart {
+                qkv: self.matrix(&n("attn_qkv.weight"), &[embd, conv_dim])?,
+                gate: self.matrix(&n("attn_gate.weight"), &[embd, value_dim])?,
+            },
+        };
+        let conv = self.f32_weight(&n("ssm_conv1d.weight"), &[d_conv, conv_dim])?;
+        let dt_bias = self.vector(&n("ssm_dt.bias"), n_v_heads)?;
+        // No `.weight` suffix, as llama.cpp names it (`LLM_TENSOR_SSM_A_NOSCAN`).
+        let a = self.vector(&n("ssm_a"), n_v_heads)?;
+        let beta_alpha = match grouped_beta_alpha {
+            true => BetaAlpha::Grouped(self.matrix(&n("ssm_ba.weight"), &[embd, 2 * n_v_heads])?),
+            false => BetaAlpha::Apart {
+                beta: self.matrix(&n("ssm_beta.weight"), &[embd, n_v_heads])?,
+                alpha: self.matrix(&n("ssm_alpha.weight"), &[embd, n_v_heads])?,
+            },
+        };
         Ok(DeltaNetWeights {
-            qkv: self.matrix(&n("attn_qkv.weight"), &[embd, conv_dim])?,
-            gate: self.matrix(&n("attn_gate.weight"), &[embd, value_dim])?,
-            conv: self.f32_weight(&n("ssm_conv1d.weight"), &[d_conv, conv_dim])?,
-            dt_bias: self.vector(&n("ssm_dt.bias"), n_v_heads)?,
-            // No `.weight` suffix, as llama.cpp names it (`LLM_TENSOR_SSM_A_NOSCAN`).
-            a: self.vector(&n("ssm_a"), n_v_heads)?,
-            beta: self.matrix(&n("ssm_beta.weight"), &[embd, n_v_heads])?,
-            alpha: self.matrix(&n("ssm_alpha.weight"), &[embd, n_v_heads])?,
+            qkvz,
+            conv,
+            dt_bias,
+            a,
+            beta_alpha,
             norm: self.vector(&n("ssm_norm.weight"), d_state)?,
             out: self.matrix(&n("ssm_out.weight"), &[value_dim, embd])?,
         })

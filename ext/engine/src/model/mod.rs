@@ -25,8 +25,9 @@ pub(crate) use loader::Loader;
 pub use placement::Split;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
-    AttentionWeights, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights,
-    Mixer, MlaQuery, MlaWeights, Norm, OutputHead, QkvWeights, RopeFactors, SharedExpert, SharedGate, ShortConvWeights,
+    AttentionWeights, BetaAlpha, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases, FfnWeights, LayerWeights,
+    Mamba2Weights, Mixer, MlaQuery, MlaWeights, Norm, OutputHead, QkvWeights, Qkvz, RopeFactors, SharedExpert, SharedGate,
+    ShortConvWeights,
     Weights,
 };
 
