@@ -321,6 +321,18 @@ pub const GEMMA3: Family = Family {
     ],
     ..LLAMA
 };
+/// Gemma 4's dense layout (its 31B's), written by [`gemma4_writer`]: sliding layers of
+/// 16-wide heads and 4 KV heads, full-attention layers (every third) of 32-wide heads
+/// and 2 KV heads whose V is K (no `attn_v`), proportional rope through `rope_freqs`.
+pub const GEMMA4: Family = Family {
+    arch: "gemma4",
+    name: "elelem tiny gemma4 canary",
+    qk_norm: QkNorm::PerHead,
+    norms: Norms::PreAndPost,
+    tied_head: true,
+    ..LLAMA
+};
+
 /// Multipliers of the sizes Granite 3 uses for its width.
 pub const GRANITE: Family = Family {
     arch: "granite",
@@ -741,6 +753,13 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ),
         ("tiny-olmo2", small(OLMO2)),
         ("tiny-gemma2", small(GEMMA2)),
+        (
+            "tiny-gemma4",
+            Shape {
+                n_layer: 6,
+                ..small(GEMMA4)
+            },
+        ),
         ("tiny-granite", small(GRANITE)),
         (
             "tiny-smollm3",
@@ -1015,6 +1034,9 @@ impl Rng {
 
 /// A seeded model of `shape`, ready to write or to alter first.
 pub fn writer(shape: &Shape) -> GgufWriter {
+    if shape.family.arch == "gemma4" {
+        return gemma4_writer(shape);
+    }
     let &Shape {
         family,
         n_vocab,
@@ -1280,6 +1302,97 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     if family.output_bias {
         w.add_f32("output.bias", &[n_vocab], &rng.small(n_vocab));
     }
+    w
+}
+
+/// [`GEMMA4`]'s model: every third layer attends to the whole context with heads twice
+/// as wide, half the KV heads, V = K and `rope_freqs` (rotating the first half of its
+/// pairs, the rest held still as Gemma 4's proportional rope holds them); the others
+/// slide over a window of 4 with their own rope base and dimensions. Each layer's output
+/// is scaled (`layer_output_scale`) but the first's.
+fn gemma4_writer(shape: &Shape) -> GgufWriter {
+    let &Shape {
+        family,
+        n_vocab,
+        n_embd,
+        n_layer,
+        n_head,
+        n_ff,
+        ..
+    } = shape;
+    let (swa_head, full_head, swa_kv, full_kv) = (16u64, 32u64, 4u32, 2u32);
+    let sliding = |il: u32| il % 3 != 2;
+    let mut rng = Rng(SEED);
+    let mut w = GgufWriter::new();
+    let s = |v: &str| Value::String(v.to_string());
+    let key = |k: &str| format!("gemma4.{k}");
+    w.set("general.architecture", s("gemma4"))
+        .set("general.name", s(family.name))
+        .set("general.file_type", Value::U32(0))
+        .set(&key("context_length"), Value::U32(2048))
+        .set(&key("embedding_length"), Value::U32(n_embd as u32))
+        .set(&key("block_count"), Value::U32(n_layer))
+        .set(&key("feed_forward_length"), Value::U32(n_ff as u32))
+        .set(&key("embedding_length_per_layer_input"), Value::U32(0))
+        .set(&key("attention.head_count"), Value::U32(n_head))
+        .set(
+            &key("attention.head_count_kv"),
+            Value::Array(
+                (0..n_layer)
+                    .map(|il| Value::U32(if sliding(il) { swa_kv } else { full_kv }))
+                    .collect(),
+            ),
+        )
+        .set(&key("attention.key_length"), Value::U32(full_head as u32))
+        .set(&key("attention.value_length"), Value::U32(full_head as u32))
+        .set(&key("attention.key_length_swa"), Value::U32(swa_head as u32))
+        .set(&key("attention.value_length_swa"), Value::U32(swa_head as u32))
+        .set(&key("attention.sliding_window"), Value::U32(4))
+        .set(
+            &key("attention.sliding_window_pattern"),
+            Value::Array((0..n_layer).map(|il| Value::Bool(sliding(il))).collect()),
+        )
+        .set(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
+        .set(&key("rope.dimension_count"), Value::U32(full_head as u32))
+        .set(&key("rope.dimension_count_swa"), Value::U32(swa_head as u32))
+        .set(&key("rope.freq_base"), Value::F32(1_000_000.0))
+        .set(&key("rope.freq_base_swa"), Value::F32(10_000.0))
+        .set(&key("final_logit_softcapping"), Value::F32(30.0));
+    set_vocab(&mut w, n_vocab);
+    add_matrix(&mut w, &mut rng, "token_embd.weight", shape.embd_type, n_embd, n_vocab);
+    let ty = shape.matrix_type;
+    for il in 0..n_layer {
+        let n = |t: &str| format!("blk.{il}.{t}");
+        let (head, kv) = match sliding(il) {
+            true => (swa_head, u64::from(swa_kv)),
+            false => (full_head, u64::from(full_kv)),
+        };
+        let q_dim = head * u64::from(n_head);
+        add_norm(&mut w, &mut rng, &n("attn_norm"), NormType::Rms, n_embd);
+        add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, q_dim);
+        add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, head * kv);
+        if sliding(il) {
+            add_matrix(&mut w, &mut rng, &n("attn_v.weight"), ty, n_embd, head * kv);
+        }
+        add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, q_dim, n_embd);
+        w.add_f32(&n("attn_q_norm.weight"), &[head], &rng.around_one(head));
+        w.add_f32(&n("attn_k_norm.weight"), &[head], &rng.around_one(head));
+        w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        add_norm(&mut w, &mut rng, &n("ffn_norm"), NormType::Rms, n_embd);
+        add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, n_ff);
+        add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
+        add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
+        w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        if il > 0 {
+            w.add_f32(&n("layer_output_scale.weight"), &[1], &[0.5 + 0.25 * il as f32]);
+        }
+    }
+    let pairs = full_head / 2;
+    let factors: Vec<f32> = (0..pairs)
+        .map(|i| if i < pairs / 2 { 1.0 + i as f32 / 2.0 } else { 1e30 })
+        .collect();
+    w.add_f32("rope_freqs.weight", &[pairs], &factors);
+    add_norm(&mut w, &mut rng, "output_norm", NormType::Rms, n_embd);
     w
 }
 

@@ -64,6 +64,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         })
     })?;
     Ok(Weights {
+        layer_out_scales: Vec::new(),
         rope_factors,
         ..weights
     })

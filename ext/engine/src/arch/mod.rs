@@ -12,6 +12,7 @@ mod ernie4_5_moe;
 mod exaone4;
 mod gemma2;
 mod gemma3;
+mod gemma4;
 mod glm4;
 mod glm4moe;
 mod gpt_oss;
@@ -55,6 +56,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &qwen3moe::ARCH,
     &gemma2::ARCH,
     &gemma3::ARCH,
+    &gemma4::ARCH,
     &olmo2::ARCH,
     &granite::ARCH,
     &smollm3::ARCH,

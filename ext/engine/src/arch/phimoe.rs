@@ -62,6 +62,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         head.bias = Some(loader.vector("output.bias", u64::from(hp.n_vocab))?);
     }
     Ok(Weights {
+        layer_out_scales: Vec::new(),
         rope_factors,
         ..weights
     })

@@ -436,10 +436,10 @@ pub struct KvShape {
     /// Per layer: false for a recurrent layer (llama.cpp's `is_recr`), which has no cache.
     pub attends: Vec<bool>,
     pub windows: Vec<Option<u32>>,
-    /// K's and V's widths over all KV heads.
-    pub n_embd_k: u32,
-    pub n_embd_v: u32,
-    /// One head's, which the quantized caches' rotations span.
+    /// Per layer, K's and V's widths over all its KV heads.
+    pub n_embd_k: Vec<u32>,
+    pub n_embd_v: Vec<u32>,
+    /// One head's (the full-attention layers'), which the quantized caches' rotations span.
     pub head_dim_k: u32,
     pub head_dim_v: u32,
 }
@@ -499,20 +499,21 @@ impl KvCache {
             let cells = i64::from(groups[g].size());
             let ctx = places.context(il)?;
             k.push(Some(
-                ctx.new_tensor(type_k.ggml_type(), &[shape.n_embd_k.into(), cells])?
+                ctx.new_tensor(type_k.ggml_type(), &[shape.n_embd_k[il].into(), cells])?
                     .set_name(&format!("cache_k_l{il}")),
             ));
             v.push(Some(
-                ctx.new_tensor(type_v.ggml_type(), &[shape.n_embd_v.into(), cells])?
+                ctx.new_tensor(type_v.ggml_type(), &[shape.n_embd_v[il].into(), cells])?
                     .set_name(&format!("cache_v_l{il}")),
             ));
         }
         // What failing to allocate the keys and values would cost, so the error says.
-        let row_bytes = type_k.row_bytes(shape.n_embd_k.into()) + type_v.row_bytes(shape.n_embd_v.into());
+        let row_bytes =
+            |il: usize| type_k.row_bytes(shape.n_embd_k[il].into()) + type_v.row_bytes(shape.n_embd_v[il].into());
         let bytes: u64 = layer_group
             .iter()
-            .flatten()
-            .map(|&g| row_bytes * u64::from(groups[g].size()))
+            .enumerate()
+            .filter_map(|(il, g)| g.map(|g| row_bytes(il) * u64::from(groups[g].size())))
             .sum();
         let what = format!(
             "KV cache ({bytes} bytes, {:.1} MiB, for n_ctx {n_ctx}; a smaller n_ctx needs less)",
@@ -549,6 +550,17 @@ impl KvCache {
             placed: Some(placed),
             _rot: rot,
         })
+    }
+
+    /// Each group's V width (its first layer's; a group's layers agree): the values a
+    /// transposed V cache holds per cell.
+    pub fn group_v_widths(&self) -> Vec<u32> {
+        (0..self.groups.len())
+            .map(|g| {
+                let il = self.layer_group.iter().position(|&lg| lg == Some(g));
+                il.and_then(|il| self.v[il]).map_or(0, |v| v.ne()[0] as u32)
+            })
+            .collect()
     }
 
     /// No cache at all, for a model whose passes attend over their own tokens only.

@@ -222,6 +222,16 @@ pub struct HParams {
     pub n_ctx_train: u32,
     pub head_dim_k: u32,
     pub head_dim_v: u32,
+    /// The head sizes of K and V on the sliding layers where they differ from the
+    /// others' (`attention.key_length_swa`, `value_length_swa`: gemma4's); read by the
+    /// architectures whose graphs take per-layer heads ([`HParams::per_layer_heads`]).
+    pub head_dims_swa: Option<(u32, u32)>,
+    /// Each layer's KV head count where a per-layer `attention.head_count_kv` differs
+    /// between attention layers (empty: every one has `n_head_kv`).
+    pub n_head_kv_layers: Vec<u32>,
+    /// Whether the architecture's graph takes each layer's head sizes and KV head
+    /// counts (the `*_of` methods); others refuse files where they differ.
+    pub per_layer_heads: bool,
     /// The epsilon of the architecture's norms (see [`NormType`]).
     pub norm_eps: f32,
     pub rope: Rope,
@@ -299,6 +309,42 @@ impl HParams {
         self.head_dim_v * self.n_head_kv
     }
 
+    /// Layer `il`'s KV heads.
+    pub fn n_head_kv_of(&self, il: usize) -> u32 {
+        self.n_head_kv_layers.get(il).copied().unwrap_or(self.n_head_kv)
+    }
+
+    /// Layer `il`'s head size of K (llama.cpp's `n_embd_head_k(il)`).
+    pub fn head_dim_k_of(&self, il: usize) -> u32 {
+        match self.head_dims_swa {
+            Some((k, _)) if self.is_swa(il) => k,
+            _ => self.head_dim_k,
+        }
+    }
+
+    /// Layer `il`'s head size of V (llama.cpp's `n_embd_head_v(il)`).
+    pub fn head_dim_v_of(&self, il: usize) -> u32 {
+        match self.head_dims_swa {
+            Some((_, v)) if self.is_swa(il) => v,
+            _ => self.head_dim_v,
+        }
+    }
+
+    /// Layer `il`'s K width over its KV heads (llama.cpp's `n_embd_k_gqa(il)`).
+    pub fn n_embd_k_gqa_of(&self, il: usize) -> u32 {
+        self.head_dim_k_of(il) * self.n_head_kv_of(il)
+    }
+
+    /// Layer `il`'s V width over its KV heads (llama.cpp's `n_embd_v_gqa(il)`).
+    pub fn n_embd_v_gqa_of(&self, il: usize) -> u32 {
+        self.head_dim_v_of(il) * self.n_head_kv_of(il)
+    }
+
+    /// Whether the layers' head sizes or KV head counts differ.
+    pub fn heads_vary(&self) -> bool {
+        self.head_dims_swa.is_some() || !self.n_head_kv_layers.is_empty()
+    }
+
     pub fn is_swa(&self, il: usize) -> bool {
         self.swa.as_ref().is_some_and(|swa| swa.layers[il])
     }
@@ -310,8 +356,8 @@ impl HParams {
             windows: (0..self.n_layer as usize)
                 .map(|il| self.swa.as_ref().filter(|_| self.is_swa(il)).map(|swa| swa.window))
                 .collect(),
-            n_embd_k: self.n_embd_k_gqa(),
-            n_embd_v: self.n_embd_v_gqa(),
+            n_embd_k: (0..self.n_layer as usize).map(|il| self.n_embd_k_gqa_of(il)).collect(),
+            n_embd_v: (0..self.n_layer as usize).map(|il| self.n_embd_v_gqa_of(il)).collect(),
             head_dim_k: self.head_dim_k,
             head_dim_v: self.head_dim_v,
         }
@@ -385,13 +431,15 @@ impl HParams {
             }
             false => keys.u32("attention.head_count")?,
         };
-        let (n_head_kv, recurrent) = if attention_free {
+        let (n_head_kv, recurrent, n_head_kv_layers) = if attention_free {
             let _ = keys.get("attention.head_count_kv");
-            (0, vec![true; n_layer as usize])
+            (0, vec![true; n_layer as usize], Vec::new())
         } else {
             read_head_count_kv(&keys, n_head, n_layer)?
         };
-        if !attention_free && (n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0) {
+        let kv_counts = n_head_kv_layers.iter().copied().filter(|&n| n > 0).chain([n_head_kv]);
+        let max_head_kv = kv_counts.clone().max().unwrap_or(n_head_kv);
+        if !attention_free && (n_head == 0 || kv_counts.clone().any(|n| n == 0 || n_head % n != 0)) {
             return Err(Error::Load(format!(
                 "{}: attention.head_count_kv ({n_head_kv}) must divide attention.head_count ({n_head})",
                 arch.name
@@ -457,12 +505,12 @@ impl HParams {
             ),
             (
                 "attention.head_count_kv × key_length",
-                width(n_head_kv, head_dim_k),
+                width(max_head_kv, head_dim_k),
                 attention_free,
             ),
             (
                 "attention.head_count_kv × value_length",
-                width(n_head_kv, head_dim_v),
+                width(max_head_kv, head_dim_v),
                 attention_free,
             ),
         ] {
@@ -509,6 +557,9 @@ impl HParams {
             n_ctx_train,
             head_dim_k,
             head_dim_v,
+            head_dims_swa: None,
+            n_head_kv_layers,
+            per_layer_heads: false,
             norm_eps,
             rope,
             swa: None,
@@ -549,6 +600,14 @@ impl HParams {
         };
         read_extra(&keys, &mut hp)?;
         keys.check_all_read()?;
+        if !hp.per_layer_heads && !hp.n_head_kv_layers.is_empty() {
+            return Err(Error::Unsupported(format!(
+                "{arch}.attention.head_count_kv differs between layers ({:?}), which elelem's {arch} does not \
+                 run; llama.cpp does",
+                hp.n_head_kv_layers,
+                arch = hp.arch.name
+            )));
+        }
         if hp.recurrent.contains(&true) && hp.short_conv_kernel.is_none() && hp.ssm.is_none() {
             return Err(Error::Unsupported(format!(
                 "{arch}: layers without KV heads (0 in attention.head_count or attention.head_count_kv) are \
@@ -564,12 +623,13 @@ impl HParams {
 /// `attention.head_count_kv` as llama.cpp's `get_key_or_arr` reads it: one count for
 /// every layer (absent: `n_head`), or one per layer, where 0 marks a recurrent layer
 /// (LFM2's). The layers that attend must agree, as every graph here assumes.
-/// Returns the count and which layers are recurrent.
-fn read_head_count_kv(keys: &Keys, n_head: u32, n_layer: u32) -> Result<(u32, Vec<bool>)> {
+/// Returns the count (the first attention layer's), which layers are recurrent, and
+/// each layer's count where the attention layers' differ (else empty).
+fn read_head_count_kv(keys: &Keys, n_head: u32, n_layer: u32) -> Result<(u32, Vec<bool>, Vec<u32>)> {
     let key = "attention.head_count_kv";
     let Some((full, Value::Array(counts))) = keys.get(key) else {
         let n = keys.opt_u32(key)?.unwrap_or(n_head);
-        return Ok((n, vec![false; n_layer as usize]));
+        return Ok((n, vec![false; n_layer as usize], Vec::new()));
     };
     let counts: Option<Vec<u32>> = counts
         .iter()
@@ -580,12 +640,11 @@ fn read_head_count_kv(keys: &Keys, n_head: u32, n_layer: u32) -> Result<(u32, Ve
         .ok_or_else(|| Error::Load(format!("{full} must hold one unsigned integer per layer ({n_layer})")))?;
     let mut attending = counts.iter().copied().filter(|&n| n > 0);
     let n = attending.next().unwrap_or(0);
-    if attending.any(|other| other != n) {
-        return Err(Error::Unsupported(format!(
-            "{full} differs between layers ({counts:?}), which elelem does not run; llama.cpp does"
-        )));
-    }
-    Ok((n, counts.iter().map(|&c| c == 0).collect()))
+    let per_layer = match attending.any(|other| other != n) {
+        true => counts.clone(),
+        false => Vec::new(),
+    };
+    Ok((n, counts.iter().map(|&c| c == 0).collect(), per_layer))
 }
 
 /// The rotary embedding as llama.cpp's `llama_model::load_hparams` and

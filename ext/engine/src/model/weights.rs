@@ -231,6 +231,9 @@ pub struct Weights {
     /// Per-pair divisors of the rotary frequencies, where the model has them.
     pub rope_factors: RopeFactors,
     pub layers: Vec<LayerWeights>,
+    /// Per layer, a [1] weight its output is multiplied by, where the model has one
+    /// (gemma4's `layer_output_scale`); empty for the others.
+    pub layer_out_scales: Vec<Option<Tensor>>,
 }
 
 /// The final norm and the projection to the vocabulary.

@@ -1,0 +1,231 @@
+//! gemma4 (Gemma 4), the dense layout of its 31B. What differs from gemma3:
+//! - Sliding and full-attention layers have heads of their own sizes
+//!   (`attention.key_length_swa`, `value_length_swa`) and may have KV head counts of
+//!   their own (a per-layer `attention.head_count_kv`); which layers slide is the
+//!   `attention.sliding_window_pattern` array.
+//! - Sliding layers rotate with `rope.freq_base_swa` over `rope.dimension_count_swa`
+//!   dimensions; full layers with the file's base and the shared `rope_freqs`
+//!   (proportional rope: a factor per pair, huge where a pair does not rotate).
+//! - Q and K are RMS-normed per head with weights, V without one; a layer without
+//!   `attn_v` takes V = K (before the norms). The attention scale is 1.
+//! - Every row runs through the last layer; the output rows are picked after the
+//!   final norm. A layer's output may be multiplied by its `layer_output_scale`.
+//! - The embeddings are scaled by sqrt(n_embd), the logits may be soft-capped.
+//!
+//! Refused at load (`Error::Unsupported`; llama.cpp runs them): per-layer embeddings
+//! (`embedding_length_per_layer_input` > 0, E2B's and E4B's), KV sharing
+//! (`attention.shared_kv_layers` > 0), mixtures of experts (`expert_count`,
+//! `ffn_gate_inp`: 26B-A4B's) and a fused `attn_qkv`.
+
+use super::common::{load_llama_like, Head};
+use crate::ggml::{Rope, RopeMode, Tensor};
+use crate::model::{
+    read_swa, ArchSpec, AttentionWeights, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer,
+    NormType, QkvWeights, Weights,
+};
+use crate::{Error, Result};
+
+pub(crate) const ARCH: ArchSpec = ArchSpec {
+    name: "gemma4",
+    models: "Gemma 4 31B (dense)",
+    rope_mode: RopeMode::Neox,
+    read_hparams,
+    load,
+    build,
+    // So that a mixture of experts is refused as unsupported, not as malformed.
+    experts: true,
+    kind: Kind::Decoder,
+    norm: NormType::Rms,
+};
+
+fn unsupported(what: &str) -> Error {
+    Error::Unsupported(format!(
+        "gemma4: {what} is not something elelem runs (it runs Gemma 4's dense layout, the 31B's); llama.cpp \
+         runs it"
+    ))
+}
+
+fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
+    if hp.n_expert > 0 {
+        return Err(unsupported(&format!(
+            "a mixture of experts (gemma4.expert_count {}, the 26B-A4B's)",
+            hp.n_expert
+        )));
+    }
+    let per_layer = keys.opt_u32("embedding_length_per_layer_input")?.unwrap_or(0);
+    if per_layer > 0 {
+        return Err(unsupported(&format!(
+            "per-layer embeddings (gemma4.embedding_length_per_layer_input {per_layer}, E2B's and E4B's)"
+        )));
+    }
+    let shared = keys.opt_u32("attention.shared_kv_layers")?.unwrap_or(0);
+    if shared > 0 {
+        return Err(unsupported(&format!(
+            "KV sharing (gemma4.attention.shared_kv_layers {shared})"
+        )));
+    }
+    // llama.cpp requires the window and the pattern array.
+    keys.u32("attention.sliding_window")?;
+    if !keys.has("attention.sliding_window_pattern") {
+        return Err(Error::Load(
+            "missing required metadata key gemma4.attention.sliding_window_pattern".into(),
+        ));
+    }
+    let head_k = keys.opt_u32("attention.key_length_swa")?.unwrap_or(hp.head_dim_k);
+    let head_v = keys.opt_u32("attention.value_length_swa")?.unwrap_or(hp.head_dim_v);
+    let rope_dims = keys.opt_u32("rope.dimension_count_swa")?.unwrap_or(hp.rope.n_dims);
+    if hp.head_dim_k != hp.head_dim_v || head_k != head_v {
+        return Err(Error::Load(format!(
+            "gemma4 requires K and V heads of one size (key_length {}, value_length {}, key_length_swa {head_k}, \
+             value_length_swa {head_v})",
+            hp.head_dim_k, hp.head_dim_v
+        )));
+    }
+    if head_k == 0
+        || u64::from(head_k) * u64::from(hp.n_head) > 1 << 20
+        || rope_dims == 0
+        || rope_dims > head_k
+        || rope_dims % 2 != 0
+    {
+        return Err(Error::Load(format!(
+            "gemma4: key_length_swa ({head_k}) must be 1 to 2^20 / head_count, rope.dimension_count_swa \
+             ({rope_dims}) even and at most it"
+        )));
+    }
+    let swa_rope = Rope {
+        freq_base: 10_000.0,
+        freq_scale: 1.0,
+        n_dims: rope_dims,
+        ..hp.rope.clone()
+    };
+    hp.swa = read_swa(keys, hp.n_layer, 0, 0, swa_rope)?;
+    let Some(swa) = &hp.swa else {
+        return Err(Error::Load("gemma4: attention.sliding_window must not be 0".into()));
+    };
+    // The cache keeps one width per group (sliding, full): their layers' must agree.
+    for sliding in [false, true] {
+        let mut counts = (0..hp.n_layer as usize)
+            .filter(|&il| swa.layers[il] == sliding)
+            .map(|il| hp.n_head_kv_of(il));
+        if let Some(first) = counts.next() {
+            if counts.any(|n| n != first) {
+                return Err(unsupported(&format!(
+                    "attention.head_count_kv differing among the {} layers ({:?})",
+                    if sliding { "sliding" } else { "full-attention" },
+                    hp.n_head_kv_layers
+                )));
+            }
+        }
+    }
+    if hp.recurrent.contains(&true) {
+        return Err(Error::Load("gemma4: every layer needs KV heads".into()));
+    }
+    hp.head_dims_swa = (head_k != hp.head_dim_k).then_some((head_k, head_v));
+    hp.per_layer_heads = true;
+    hp.final_logit_softcap = keys.opt_f32("final_logit_softcapping")?.filter(|&c| c != 0.0);
+    Ok(())
+}
+
+fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+    let mut out_scales = Vec::new();
+    let mut weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
+        let (layer, out_scale) = layer(l, hp, il)?;
+        out_scales.push(out_scale);
+        Ok(layer)
+    })?;
+    weights.layer_out_scales = out_scales;
+    // One `rope_freqs` for every full-attention layer, a factor per rotated pair.
+    if let Some(full) = (0..hp.n_layer as usize).find(|&il| !hp.is_swa(il)) {
+        weights.rope_factors.freqs = Some(loader.vector("rope_freqs.weight", u64::from(hp.head_dim_k_of(full) / 2))?);
+    }
+    Ok(weights)
+}
+
+fn layer(l: &mut Loader, hp: &HParams, il: u32) -> Result<(LayerWeights, Option<Tensor>)> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let i = il as usize;
+    if l.has(&n("ffn_gate_inp.weight")) {
+        return Err(unsupported(&format!("layer {il}'s mixture of experts (ffn_gate_inp)")));
+    }
+    if l.has(&n("attn_qkv.weight")) {
+        return Err(unsupported(&format!("layer {il}'s fused attn_qkv")));
+    }
+    let embd = u64::from(hp.n_embd);
+    let head = u64::from(hp.head_dim_k_of(i));
+    let q_dim = head * u64::from(hp.n_head);
+    let (k_dim, v_dim) = (u64::from(hp.n_embd_k_gqa_of(i)), u64::from(hp.n_embd_v_gqa_of(i)));
+    let wk = l.matrix(&n("attn_k.weight"), &[embd, k_dim])?;
+    let attn = AttentionWeights {
+        qkv: QkvWeights::Separate {
+            wq: l.matrix(&n("attn_q.weight"), &[embd, q_dim])?,
+            wk,
+            // No V projection: V is K (build's `wv == wk`).
+            wv: l.optional_matrix(&n("attn_v.weight"), &[embd, v_dim])?.unwrap_or(wk),
+            bq: None,
+            bk: None,
+            bv: None,
+        },
+        q_norm: Some(l.vector(&n("attn_q_norm.weight"), head)?),
+        k_norm: Some(l.vector(&n("attn_k_norm.weight"), head)?),
+        wo: l.matrix(&n("attn_output.weight"), &[q_dim, embd])?,
+        bo: None,
+        sinks: None,
+    };
+    let layer = LayerWeights {
+        attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
+        mixer: Mixer::Attention(attn),
+        attn_post_norm: Some(l.norm(&n("post_attention_norm.weight"), embd)?),
+        ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
+        ffn: l.gated_ffn(hp, il)?,
+        ffn_post_norm: Some(l.norm(&n("post_ffw_norm.weight"), embd)?),
+    };
+    let out_scale = l.optional_vector(&n("layer_output_scale.weight"), 1)?;
+    Ok((layer, out_scale))
+}
+
+fn build(b: &GraphBuilder) -> Tensor {
+    let hp = b.hparams();
+    let x = b.embed_scaled((hp.n_embd as f32).sqrt());
+    let x = b
+        .layers()
+        .iter()
+        .enumerate()
+        .fold(x, |x, (il, layer)| block(b, layer, il, x));
+    b.output_selecting_after_norm(x)
+}
+
+/// llama.cpp's gemma4 block (its dense path).
+fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor) -> Tensor {
+    let g = b.graph;
+    let hp = b.hparams();
+    let attn = layer.attn();
+    let QkvWeights::Separate { wq, wk, wv, .. } = attn.qkv else {
+        unreachable!("gemma4's load refuses a fused attn_qkv")
+    };
+    let rope = hp.layer_rope(il);
+    let factors = match hp.is_swa(il) {
+        true => None,
+        false => b.weights.rope_factors.freqs,
+    };
+    let pos = b.inputs.pos.0;
+    let cur = b.norm(x, layer.attn_norm, "attn_norm", il);
+    let k = g.mul_mat(wk, cur);
+    let v = if wv == wk { k } else { g.mul_mat(wv, cur) };
+    let (q, k, v) = b.heads(g.mul_mat(wq, cur), k, v, il);
+    let q = g.rope(b.norm_if(q, attn.q_norm, "Qcur_normed", il), pos, rope, factors);
+    let k = b.norm_if(k, attn.k_norm, "Kcur_normed", il);
+    let v = g.rms_norm(v, hp.norm_eps).set_name(&format!("Vcur_normed-{il}"));
+    let k = g.rope(k, pos, rope, factors);
+    let cur = b.attention(attn, il, q, k, v, 1.0);
+    let cur = b.norm(cur, layer.attn_post_norm, "attn_post_norm", il);
+    let attn_out = g.add(cur, x).set_name(&format!("attn_out-{il}"));
+    let cur = b.norm(attn_out, layer.ffn_norm, "ffn_norm", il);
+    let cur = b.ffn(&layer.ffn, cur, il, Glu::Gelu);
+    let cur = b.norm(cur, layer.ffn_post_norm, "ffn_post_norm", il);
+    let cur = g.add(cur, attn_out);
+    let cur = match b.weights.layer_out_scales.get(il).copied().flatten() {
+        Some(scale) => g.mul(cur, scale),
+        None => cur,
+    };
+    cur.set_name(&format!("l_out-{il}"))
+}
