@@ -91,8 +91,9 @@ module Goldens
   # Goldens of models opened with `flash_attn: false` (llama.cpp's `-fa off`): plain
   # attention over a transposed V cache, their own bits. A Qwen (long prompts, one past
   # 1,600 tokens), Gemma 3 (sliding rings), the Gemma 2-shaped model (soft-capped
-  # scores), the Gemma 4-shaped one (per-layer head sizes), the Phi-3-shaped one (fused QKV), the gpt-oss-shaped one (attention sinks in
-  # the soft-max), the GLM-4.5-shaped one (rope over part of each head), and sequences decoded together.
+  # scores), the Gemma 4-shaped one (per-layer head sizes), the Phi-3-shaped one (fused QKV),
+  # the gpt-oss-shaped one (attention sinks in the soft-max), the GLM-4.5-shaped one (rope over
+  # part of each head), and sequences decoded together.
   FLASH_ATTN_OFF_SUFFIX = "-fa-off"
   FLASH_ATTN_OFF = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma2 tiny-gemma4 tiny-phi3 tiny-gpt-oss tiny-glm4moe
                       lockstep-tiny-gemma2].map { |name| name + FLASH_ATTN_OFF_SUFFIX }.freeze

@@ -322,8 +322,8 @@ pub const GEMMA3: Family = Family {
     ..LLAMA
 };
 /// Gemma 4's dense layout (its 31B's), written by [`gemma4_writer`]: sliding layers of
-/// 16-wide heads and 4 KV heads, full-attention layers (every third) of 32-wide heads
-/// and 2 KV heads whose V is K (no `attn_v`), proportional rope through `rope_freqs`.
+/// 16-wide heads, full-attention layers (every third, and the last) of 32-wide heads and
+/// half the KV heads, whose V is K (no `attn_v`), proportional rope through `rope_freqs`.
 pub const GEMMA4: Family = Family {
     arch: "gemma4",
     name: "elelem tiny gemma4 canary",
@@ -757,6 +757,7 @@ pub fn synthetic() -> Vec<(String, Shape)> {
             "tiny-gemma4",
             Shape {
                 n_layer: 6,
+                n_head_kv: 4,
                 ..small(GEMMA4)
             },
         ),
@@ -1305,7 +1306,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     w
 }
 
-/// [`GEMMA4`]'s model: every third layer attends to the whole context with heads twice
+/// [`GEMMA4`]'s model: every third layer and the last attend to the whole context with heads twice
 /// as wide, half the KV heads, V = K and `rope_freqs` (rotating the first half of its
 /// pairs, the rest held still as Gemma 4's proportional rope holds them); the others
 /// slide over a window of 4 with their own rope base and dimensions. Each layer's output
@@ -1317,11 +1318,13 @@ fn gemma4_writer(shape: &Shape) -> GgufWriter {
         n_embd,
         n_layer,
         n_head,
+        n_head_kv,
         n_ff,
         ..
     } = shape;
-    let (swa_head, full_head, swa_kv, full_kv) = (16u64, 32u64, 4u32, 2u32);
-    let sliding = |il: u32| il % 3 != 2;
+    let (swa_head, full_head, swa_kv, full_kv) = (16u64, 32u64, n_head_kv, (n_head_kv / 2).max(1));
+    // The last layer attends to the whole context whatever the count.
+    let sliding = |il: u32| il % 3 != 2 && il + 1 < n_layer;
     let mut rng = Rng(SEED);
     let mut w = GgufWriter::new();
     let s = |v: &str| Value::String(v.to_string());

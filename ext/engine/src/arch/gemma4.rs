@@ -32,8 +32,8 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     read_hparams,
     load,
     build,
-    // So that a mixture of experts is refused as unsupported, not as malformed.
-    experts: true,
+    // A mixture of experts (`expert_count`) is refused by the common reader, as unsupported.
+    experts: false,
     kind: Kind::Decoder,
     norm: NormType::Rms,
 };
@@ -46,12 +46,6 @@ fn unsupported(what: &str) -> Error {
 }
 
 fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
-    if hp.n_expert > 0 {
-        return Err(unsupported(&format!(
-            "a mixture of experts (gemma4.expert_count {}, the 26B-A4B's)",
-            hp.n_expert
-        )));
-    }
     let per_layer = keys.opt_u32("embedding_length_per_layer_input")?.unwrap_or(0);
     if per_layer > 0 {
         return Err(unsupported(&format!(

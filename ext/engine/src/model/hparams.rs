@@ -463,8 +463,9 @@ impl HParams {
         }
         let n_expert = keys.opt_u32("expert_count")?.unwrap_or(0);
         if n_expert > 0 && !arch.experts {
-            return Err(Error::Load(format!(
-                "{}: a mixture of experts ({n_expert} experts) is not supported for this architecture",
+            return Err(Error::Unsupported(format!(
+                "{}: a mixture of experts ({n_expert} experts) is not supported for this architecture by elelem; \
+                 llama.cpp runs such models",
                 arch.name
             )));
         }
