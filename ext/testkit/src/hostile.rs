@@ -683,7 +683,7 @@ pub fn structured() -> Vec<Case> {
 /// What elelem's gemma4 refuses as unsupported (llama.cpp runs it): Gemma 4's per-layer
 /// embeddings, KV sharing and experts; and what it cannot cache as one width per group.
 fn gemma4_flaws() -> Vec<Case> {
-    use Expect::Rejected;
+    use Expect::{Rejected, Runs};
     use Value::U32;
     let gemma4 = canary::shape("tiny-gemma4").expect("a synthetic gemma4");
     let g = |key: &str| format!("gemma4.{key}");
@@ -697,6 +697,11 @@ fn gemma4_flaws() -> Vec<Case> {
             g("attention.head_count_kv"), Some(Value::Array([4, 2, 2, 4, 4, 2].map(U32).to_vec()))),
         ("gemma4-no-pattern", Rejected("gemma4.attention.sliding_window_pattern"),
             g("attention.sliding_window_pattern"), None),
+        // E2B's wider feed-forwards on its last layers.
+        ("gemma4-feed-forward-widths-differ", Rejected("feed_forward_length differs between layers"),
+            g("feed_forward_length"), Some(Value::Array([384, 384, 384, 384, 768, 768].map(U32).to_vec()))),
+        ("gemma4-feed-forward-widths-one-per-layer", Runs, g("feed_forward_length"),
+            Some(Value::Array([384; 6].map(U32).to_vec()))),
     ];
     let mut cases = keyed(&gemma4, keys);
     cases.push(edited(

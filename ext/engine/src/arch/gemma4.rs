@@ -15,7 +15,8 @@
 //! Refused at load (`Error::Unsupported`; llama.cpp runs them): per-layer embeddings
 //! (`embedding_length_per_layer_input` > 0, E2B's and E4B's), KV sharing
 //! (`attention.shared_kv_layers` > 0), mixtures of experts (`expert_count`,
-//! `ffn_gate_inp`: 26B-A4B's) and a fused `attn_qkv`.
+//! `ffn_gate_inp`: 26B-A4B's), feed-forward widths differing between layers (E2B's
+//! double-wide MLP; the common reader refuses them) and a fused `attn_qkv`.
 
 use super::common::{load_llama_like, Head};
 use crate::ggml::{Rope, RopeMode, Tensor};

@@ -486,9 +486,23 @@ impl HParams {
             NormType::Layer => "attention.layer_norm_epsilon",
         };
         let norm_eps = keys.f32(eps_key)?;
+        // One feed-forward width per layer, as llama.cpp's get_key_or_arr reads it.
+        let mut n_ff_layers = Vec::new();
         let n_ff = match attention_free {
             true => keys.opt_u32("feed_forward_length")?.unwrap_or(0),
-            false => keys.u32("feed_forward_length")?,
+            false => {
+                let widths = keys
+                    .opt_u32s("feed_forward_length", n_layer as usize)?
+                    .ok_or_else(|| missing(arch.name, "feed_forward_length"))?;
+                if widths.len() != n_layer as usize {
+                    return Err(Error::Load(format!(
+                        "{}.feed_forward_length must be one width or one per layer ({n_layer}), got {widths:?}",
+                        arch.name
+                    )));
+                }
+                n_ff_layers = widths;
+                n_ff_layers.first().copied().unwrap_or(0)
+            }
         };
         // Products in u64: a hostile head count times head size may wrap a u32 into
         // a width that matches the tensors while the graph uses the real factors.
@@ -601,6 +615,13 @@ impl HParams {
         };
         read_extra(&keys, &mut hp)?;
         keys.check_all_read()?;
+        if n_ff_layers.iter().any(|&n| n != hp.n_ff) {
+            return Err(Error::Unsupported(format!(
+                "{arch}.feed_forward_length differs between layers ({n_ff_layers:?}), which elelem's {arch} does \
+                 not run; llama.cpp does",
+                arch = hp.arch.name
+            )));
+        }
         if !hp.per_layer_heads && !hp.n_head_kv_layers.is_empty() {
             return Err(Error::Unsupported(format!(
                 "{arch}.attention.head_count_kv differs between layers ({:?}), which elelem's {arch} does not \
