@@ -91,12 +91,12 @@ module Goldens
   # Goldens of models opened with `flash_attn: false` (llama.cpp's `-fa off`): plain
   # attention over a transposed V cache, their own bits. A Qwen (long prompts, one past
   # 1,600 tokens), Gemma 3 (sliding rings), the Gemma 2-shaped model (soft-capped
-  # scores), the Gemma 4-shaped one (per-layer head sizes), the Phi-3-shaped one (fused QKV),
+  # scores), the Gemma 4-shaped ones (per-layer head sizes; KV sharing), the Phi-3-shaped one (fused QKV),
   # the gpt-oss-shaped one (attention sinks in the soft-max), the GLM-4.5-shaped one (rope over
   # part of each head), and sequences decoded together.
   FLASH_ATTN_OFF_SUFFIX = "-fa-off"
-  FLASH_ATTN_OFF = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma2 tiny-gemma4 tiny-phi3 tiny-gpt-oss tiny-glm4moe
-                      lockstep-tiny-gemma2].map { |name| name + FLASH_ATTN_OFF_SUFFIX }.freeze
+  FLASH_ATTN_OFF = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma2 tiny-gemma4 tiny-gemma4-e tiny-phi3
+                      tiny-gpt-oss tiny-glm4moe lockstep-tiny-gemma2].map { |name| name + FLASH_ATTN_OFF_SUFFIX }.freeze
 
   # Goldens of models opened with a q8_0 KV cache (`cache_type_k: :q8_0, cache_type_v:
   # :q8_0`, llama.cpp's `-ctk q8_0 -ctv q8_0`; flash attention on, which a quantized V

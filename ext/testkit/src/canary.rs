@@ -333,6 +333,17 @@ pub const GEMMA4: Family = Family {
     ..LLAMA
 };
 
+/// Gemma 4's small layout (E2B's, E4B's) in [`GEMMA4`]'s shape: per-layer embeddings 8
+/// wide, and the last 3 layers attending over earlier layers' caches.
+pub const GEMMA4_E: Family = Family {
+    name: "elelem tiny gemma4 per-layer canary",
+    keys: &[
+        ("embedding_length_per_layer_input", Key::U32(8)),
+        ("attention.shared_kv_layers", Key::U32(3)),
+    ],
+    ..GEMMA4
+};
+
 /// Multipliers of the sizes Granite 3 uses for its width.
 pub const GRANITE: Family = Family {
     arch: "granite",
@@ -759,6 +770,14 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 n_layer: 6,
                 n_head_kv: 4,
                 ..small(GEMMA4)
+            },
+        ),
+        (
+            "tiny-gemma4-e",
+            Shape {
+                n_layer: 6,
+                n_head_kv: 4,
+                ..small(GEMMA4_E)
             },
         ),
         ("tiny-granite", small(GRANITE)),
@@ -1325,6 +1344,23 @@ fn gemma4_writer(shape: &Shape) -> GgufWriter {
     let (swa_head, full_head, swa_kv, full_kv) = (16u64, 32u64, n_head_kv, (n_head_kv / 2).max(1));
     // The last layer attends to the whole context whatever the count.
     let sliding = |il: u32| il % 3 != 2 && il + 1 < n_layer;
+    let family_key = |name: &str| {
+        family
+            .keys
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map_or(0, |(_, v)| match v {
+                Key::U32(n) => u64::from(*n),
+                _ => 0,
+            })
+    };
+    let (per_layer, shared) = (
+        family_key("embedding_length_per_layer_input"),
+        family_key("attention.shared_kv_layers"),
+    );
+    // Two layers keep their caches at least (a micro shape's two: no sharing).
+    let shared = shared.min(u64::from(n_layer).saturating_sub(2));
+    let has_kv = |il: u32| u64::from(il) + shared < u64::from(n_layer);
     let mut rng = Rng(SEED);
     let mut w = GgufWriter::new();
     let s = |v: &str| Value::String(v.to_string());
@@ -1336,7 +1372,7 @@ fn gemma4_writer(shape: &Shape) -> GgufWriter {
         .set(&key("embedding_length"), Value::U32(n_embd as u32))
         .set(&key("block_count"), Value::U32(n_layer))
         .set(&key("feed_forward_length"), Value::U32(n_ff as u32))
-        .set(&key("embedding_length_per_layer_input"), Value::U32(0))
+        .set(&key("embedding_length_per_layer_input"), Value::U32(per_layer as u32))
         .set(&key("attention.head_count"), Value::U32(n_head))
         .set(
             &key("attention.head_count_kv"),
@@ -1361,6 +1397,9 @@ fn gemma4_writer(shape: &Shape) -> GgufWriter {
         .set(&key("rope.freq_base"), Value::F32(1_000_000.0))
         .set(&key("rope.freq_base_swa"), Value::F32(10_000.0))
         .set(&key("final_logit_softcapping"), Value::F32(30.0));
+    if shared > 0 {
+        w.set(&key("attention.shared_kv_layers"), Value::U32(shared as u32));
+    }
     set_vocab(&mut w, n_vocab);
     add_matrix(&mut w, &mut rng, "token_embd.weight", shape.embd_type, n_embd, n_vocab);
     let ty = shape.matrix_type;
@@ -1373,13 +1412,18 @@ fn gemma4_writer(shape: &Shape) -> GgufWriter {
         let q_dim = head * u64::from(n_head);
         add_norm(&mut w, &mut rng, &n("attn_norm"), NormType::Rms, n_embd);
         add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, q_dim);
-        add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, head * kv);
-        if sliding(il) {
+        // A layer sharing an earlier one's cache has no K nor V of its own.
+        if has_kv(il) {
+            add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, head * kv);
+        }
+        if sliding(il) && has_kv(il) {
             add_matrix(&mut w, &mut rng, &n("attn_v.weight"), ty, n_embd, head * kv);
         }
         add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, q_dim, n_embd);
         w.add_f32(&n("attn_q_norm.weight"), &[head], &rng.around_one(head));
-        w.add_f32(&n("attn_k_norm.weight"), &[head], &rng.around_one(head));
+        if has_kv(il) {
+            w.add_f32(&n("attn_k_norm.weight"), &[head], &rng.around_one(head));
+        }
         w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         add_norm(&mut w, &mut rng, &n("ffn_norm"), NormType::Rms, n_embd);
         add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, n_ff);
@@ -1389,6 +1433,24 @@ fn gemma4_writer(shape: &Shape) -> GgufWriter {
         if il > 0 {
             w.add_f32(&n("layer_output_scale.weight"), &[1], &[0.5 + 0.25 * il as f32]);
         }
+        if per_layer > 0 {
+            add_matrix(&mut w, &mut rng, &n("inp_gate.weight"), ty, n_embd, per_layer);
+            add_matrix(&mut w, &mut rng, &n("proj.weight"), ty, per_layer, n_embd);
+            w.add_f32(&n("post_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        }
+    }
+    if per_layer > 0 {
+        let all = per_layer * u64::from(n_layer);
+        add_matrix(
+            &mut w,
+            &mut rng,
+            "per_layer_token_embd.weight",
+            shape.embd_type,
+            all,
+            n_vocab,
+        );
+        add_matrix(&mut w, &mut rng, "per_layer_model_proj.weight", ty, n_embd, all);
+        w.add_f32("per_layer_proj_norm.weight", &[per_layer], &rng.around_one(per_layer));
     }
     let pairs = full_head / 2;
     let factors: Vec<f32> = (0..pairs)

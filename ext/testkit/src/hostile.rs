@@ -680,8 +680,9 @@ pub fn structured() -> Vec<Case> {
     cases
 }
 
-/// What elelem's gemma4 refuses as unsupported (llama.cpp runs it): Gemma 4's per-layer
-/// embeddings, KV sharing and experts; and what it cannot cache as one width per group.
+/// What elelem's gemma4 refuses (llama.cpp runs or refuses it too): experts, KV sharing
+/// that would read a layer of another kind, per-layer embeddings without their tensors,
+/// and KV heads it cannot cache as one width per group.
 fn gemma4_flaws() -> Vec<Case> {
     use Expect::{Rejected, Runs};
     use Value::U32;
@@ -689,9 +690,11 @@ fn gemma4_flaws() -> Vec<Case> {
     let g = |key: &str| format!("gemma4.{key}");
     #[rustfmt::skip]
     let keys = vec![
-        ("gemma4-per-layer-embeddings", Rejected("per-layer embeddings"), g("embedding_length_per_layer_input"),
-            Some(U32(8))),
-        ("gemma4-shared-kv", Rejected("KV sharing"), g("attention.shared_kv_layers"), Some(U32(2))),
+        ("gemma4-per-layer-embeddings-absent", Rejected("per_layer_token_embd"),
+            g("embedding_length_per_layer_input"), Some(U32(8))),
+        ("gemma4-shared-kv-of-another-kind", Rejected("of another kind"), g("attention.shared_kv_layers"),
+            Some(U32(2))),
+        ("gemma4-shared-kv-all", Rejected("must leave two"), g("attention.shared_kv_layers"), Some(U32(5))),
         ("gemma4-experts", Rejected("a mixture of experts (4 experts)"), g("expert_count"), Some(U32(4))),
         ("gemma4-kv-heads-differ-among-sliding", Rejected("differing among the sliding layers"),
             g("attention.head_count_kv"), Some(Value::Array([4, 2, 2, 4, 4, 2].map(U32).to_vec()))),

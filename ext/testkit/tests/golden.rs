@@ -269,6 +269,7 @@ fn flash_attention_off_matches_llama_cpp() {
         &[
             "tiny-gemma2",
             "tiny-gemma4",
+            "tiny-gemma4-e",
             "tiny-phi3",
             "tiny-gpt-oss",
             "tiny-glm4moe",

@@ -25,6 +25,7 @@ pub(crate) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| l.llama_block(hp, il, false))?;
     Ok(Weights {
         layer_out_scales: Vec::new(),
+        per_layer_embd: None,
         rope_factors: RopeFactors {
             freqs: loader.optional_vector("rope_freqs.weight", u64::from(hp.rope.n_dims / 2))?,
             ..RopeFactors::default()

@@ -232,6 +232,11 @@ pub struct HParams {
     /// Whether the architecture's graph takes each layer's head sizes and KV head
     /// counts (the `*_of` methods); others refuse files where they differ.
     pub per_layer_heads: bool,
+    /// The layers from the first that keep a KV cache; each later one attends over an
+    /// earlier layer's ([`HParams::kv_source`]: gemma4's `attention.shared_kv_layers`).
+    pub n_layer_kv: u32,
+    /// The width of each layer's part of Gemma 4's per-layer embeddings (0: none).
+    pub n_embd_per_layer: u32,
     /// The epsilon of the architecture's norms (see [`NormType`]).
     pub norm_eps: f32,
     pub rope: Rope,
@@ -340,6 +345,17 @@ impl HParams {
         self.head_dim_v_of(il) * self.n_head_kv_of(il)
     }
 
+    /// The layer whose KV cache layer `il` attends over: its own, or for the layers past
+    /// `n_layer_kv` the last cached one of its kind (llama.cpp's gemma3n/gemma4 reuse:
+    /// the last full-attention layer, else the one before it).
+    pub fn kv_source(&self, il: usize) -> usize {
+        let n_kv = self.n_layer_kv as usize;
+        match il < n_kv {
+            true => il,
+            false => n_kv - if self.is_swa(il) { 2 } else { 1 },
+        }
+    }
+
     /// Whether the layers' head sizes or KV head counts differ.
     pub fn heads_vary(&self) -> bool {
         self.head_dims_swa.is_some() || !self.n_head_kv_layers.is_empty()
@@ -352,7 +368,12 @@ impl HParams {
     /// The KV cache's shape for this model.
     pub fn kv_shape(&self) -> KvShape {
         KvShape {
-            attends: self.recurrent.iter().map(|&r| !r).collect(),
+            attends: self
+                .recurrent
+                .iter()
+                .enumerate()
+                .map(|(il, &r)| !r && il < self.n_layer_kv as usize)
+                .collect(),
             windows: (0..self.n_layer as usize)
                 .map(|il| self.swa.as_ref().filter(|_| self.is_swa(il)).map(|swa| swa.window))
                 .collect(),
@@ -575,6 +596,8 @@ impl HParams {
             head_dims_swa: None,
             n_head_kv_layers,
             per_layer_heads: false,
+            n_layer_kv: n_layer,
+            n_embd_per_layer: 0,
             norm_eps,
             rope,
             swa: None,

@@ -266,7 +266,6 @@ impl GraphBuilder<'_> {
     /// Before a quantized cache Q and K (V) are rotated by a Walsh-Hadamard matrix, and
     /// the output rotated back, as llama.cpp does.
     pub fn attend(&self, attn: &AttentionWeights, il: usize, q: Tensor, k: Tensor, v: Tensor, kq_scale: f32) -> Tensor {
-        let hp = self.hparams();
         let g = self.graph;
         let (q, k) = match self.kv.k_rot {
             Some(rot) => (g.mul_mat_hadamard(q, rot), g.mul_mat_hadamard(k, rot)),
@@ -294,9 +293,21 @@ impl GraphBuilder<'_> {
                 g.expand(g.set_rows(g.reshape_2d(v_cache, 1, cache_len), values, elements))
             }
         }
+        self.attend_cache(attn, il, il, q, kq_scale)
+    }
+
+    /// Attention of layer `il`'s Q (rotated already before a quantized cache) over the
+    /// first `n_kv` cells of layer `src`'s cache, which this pass has written: `il`'s
+    /// own, or an earlier layer's it shares (gemma4's KV sharing).
+    fn attend_cache(&self, attn: &AttentionWeights, il: usize, src: usize, q: Tensor, kq_scale: f32) -> Tensor {
+        let hp = self.hparams();
+        let g = self.graph;
+        let attends = "an attention layer has its cache (KvShape::attends)";
+        let group = &self.inputs.kv[self.kv.layer_group[src].expect(attends)];
+        let (k_cache, v_cache) = (self.kv.k[src].expect(attends), self.kv.v[src].expect(attends));
         let row = |cache: Tensor, n: u64| unsafe { sys::ggml_row_size(cache.ggml_type(), n as i64) };
         let [width, cells, ..] = k_cache.ne().map(|n| n as u64);
-        let (head_dim_k, head_dim_v, n_head_kv) = (hp.head_dim_k_of(il), hp.head_dim_v_of(il), hp.n_head_kv_of(il));
+        let (head_dim_k, head_dim_v, n_head_kv) = (hp.head_dim_k_of(src), hp.head_dim_v_of(src), hp.n_head_kv_of(src));
         let k = g.view_4d(
             k_cache,
             [head_dim_k.into(), n_head_kv.into(), group.n_kv, 1],
@@ -350,6 +361,16 @@ impl GraphBuilder<'_> {
         };
         let out = out.set_name(&format!("kqv_out-{il}"));
         self.kv.v_rot.map_or(out, |rot| g.mul_mat_hadamard(out, rot))
+    }
+
+    /// Layer `il`'s attention over the cache of the earlier layer `src` (llama.cpp's
+    /// `build_attn` without K and V: gemma4's KV sharing), then the output projection.
+    pub fn attention_shared(&self, attn: &AttentionWeights, il: usize, src: usize, q: Tensor, kq_scale: f32) -> Tensor {
+        let q = self.kv.k_rot.map_or(q, |rot| self.graph.mul_mat_hadamard(q, rot));
+        let out = self
+            .graph
+            .mul_mat(attn.wo, self.attend_cache(attn, il, src, q, kq_scale));
+        out.set_name(&format!("attn_out-{il}"))
     }
 
     /// Attention over the pass's own tokens (an encoder's: no cache), as llama.cpp's

@@ -26,7 +26,8 @@ pub use placement::Split;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
     AttentionWeights, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights,
-    Mixer, Norm, OutputHead, QkvWeights, RopeFactors, SharedExpert, SharedGate, ShortConvWeights, Weights,
+    Mixer, Norm, OutputHead, PerLayerEmbeddings, QkvWeights, RopeFactors, SharedExpert, SharedGate, ShortConvWeights,
+    Weights,
 };
 
 #[derive(Debug, Clone)]

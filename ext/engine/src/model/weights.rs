@@ -234,6 +234,19 @@ pub struct Weights {
     /// Per layer, a [1] weight its output is multiplied by, where the model has one
     /// (gemma4's `layer_output_scale`); empty for the others.
     pub layer_out_scales: Vec<Option<Tensor>>,
+    /// Gemma 4's per-layer embeddings (E2B's, E4B's), where the model has them.
+    pub per_layer_embd: Option<PerLayerEmbeddings>,
+}
+
+/// Gemma 4's per-layer embeddings (llama.cpp's `per_layer_*`): `tok_embd` [width · n_layer,
+/// n_vocab] rows by token, `model_proj` [n_embd, width · n_layer] projecting the scaled
+/// embeddings, `proj_norm` [width] RMS-norming each layer's part; and per layer its
+/// `inp_gate` [n_embd, width], `proj` [width, n_embd] and `post_norm` [n_embd].
+pub struct PerLayerEmbeddings {
+    pub tok_embd: Tensor,
+    pub model_proj: Tensor,
+    pub proj_norm: Tensor,
+    pub layers: Vec<[Tensor; 3]>,
 }
 
 /// The final norm and the projection to the vocabulary.
