@@ -334,7 +334,8 @@ pub const GEMMA4: Family = Family {
 };
 
 /// Gemma 4's small layout (E2B's, E4B's) in [`GEMMA4`]'s shape: per-layer embeddings 8
-/// wide, and the last 3 layers attending over earlier layers' caches.
+/// wide, and the last 3 layers attending over earlier layers' caches, their
+/// feed-forwards twice as wide (E2B's double-wide MLP).
 pub const GEMMA4_E: Family = Family {
     name: "elelem tiny gemma4 per-layer canary",
     keys: &[
@@ -1361,6 +1362,7 @@ fn gemma4_writer(shape: &Shape) -> GgufWriter {
     // Two layers keep their caches at least (a micro shape's two: no sharing).
     let shared = shared.min(u64::from(n_layer).saturating_sub(2));
     let has_kv = |il: u32| u64::from(il) + shared < u64::from(n_layer);
+    let ff = |il: u32| if has_kv(il) { n_ff } else { 2 * n_ff };
     let mut rng = Rng(SEED);
     let mut w = GgufWriter::new();
     let s = |v: &str| Value::String(v.to_string());
@@ -1371,7 +1373,13 @@ fn gemma4_writer(shape: &Shape) -> GgufWriter {
         .set(&key("context_length"), Value::U32(2048))
         .set(&key("embedding_length"), Value::U32(n_embd as u32))
         .set(&key("block_count"), Value::U32(n_layer))
-        .set(&key("feed_forward_length"), Value::U32(n_ff as u32))
+        .set(
+            &key("feed_forward_length"),
+            match shared {
+                0 => Value::U32(n_ff as u32),
+                _ => Value::Array((0..n_layer).map(|il| Value::U32(ff(il) as u32)).collect()),
+            },
+        )
         .set(&key("embedding_length_per_layer_input"), Value::U32(per_layer as u32))
         .set(&key("attention.head_count"), Value::U32(n_head))
         .set(
@@ -1426,9 +1434,9 @@ fn gemma4_writer(shape: &Shape) -> GgufWriter {
         }
         w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         add_norm(&mut w, &mut rng, &n("ffn_norm"), NormType::Rms, n_embd);
-        add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, n_ff);
-        add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
-        add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
+        add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, ff(il));
+        add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, ff(il));
+        add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, ff(il), n_embd);
         w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
         if il > 0 {
             w.add_f32(&n("layer_output_scale.weight"), &[1], &[0.5 + 0.25 * il as f32]);

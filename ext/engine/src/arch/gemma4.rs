@@ -17,11 +17,12 @@
 //!   feed-forward.
 //! - KV sharing (`attention.shared_kv_layers`): the last layers keep no cache and
 //!   attend with their Q over the last cached layer of their kind.
+//! - Feed-forward widths may differ between layers (a per-layer `feed_forward_length`:
+//!   E2B's double-wide MLP).
 //! - The embeddings are scaled by sqrt(n_embd), the logits may be soft-capped.
 //!
 //! Refused at load (`Error::Unsupported`; llama.cpp runs them): mixtures of experts
-//! (`expert_count`, `ffn_gate_inp`: 26B-A4B's), feed-forward widths differing between
-//! layers (the common reader refuses them), a fused `attn_qkv`, KV heads differing
+//! (`expert_count`, `ffn_gate_inp`: 26B-A4B's), a fused `attn_qkv`, KV heads differing
 //! among the layers of one kind, and KV sharing that would read a layer of another kind.
 
 use super::common::{load_llama_like, Head};

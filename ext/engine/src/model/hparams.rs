@@ -229,8 +229,11 @@ pub struct HParams {
     /// Each layer's KV head count where a per-layer `attention.head_count_kv` differs
     /// between attention layers (empty: every one has `n_head_kv`).
     pub n_head_kv_layers: Vec<u32>,
-    /// Whether the architecture's graph takes each layer's head sizes and KV head
-    /// counts (the `*_of` methods); others refuse files where they differ.
+    /// Each layer's feed-forward width where a per-layer `feed_forward_length` differs
+    /// between layers (empty: every one is `n_ff` wide; gemma4's double-wide layers).
+    pub n_ff_layers: Vec<u32>,
+    /// Whether the architecture's graph takes each layer's head sizes, KV head counts
+    /// and feed-forward widths (the `*_of` methods); others refuse files where they differ.
     pub per_layer_heads: bool,
     /// The layers from the first that keep a KV cache; each later one attends over an
     /// earlier layer's ([`HParams::kv_source`]: gemma4's `attention.shared_kv_layers`).
@@ -312,6 +315,11 @@ impl HParams {
 
     pub fn n_embd_v_gqa(&self) -> u32 {
         self.head_dim_v * self.n_head_kv
+    }
+
+    /// Layer `il`'s feed-forward width (llama.cpp's `n_ff(il)`).
+    pub fn n_ff_of(&self, il: usize) -> u32 {
+        self.n_ff_layers.get(il).copied().unwrap_or(self.n_ff)
     }
 
     /// Layer `il`'s KV heads.
@@ -515,9 +523,10 @@ impl HParams {
                 let widths = keys
                     .opt_u32s("feed_forward_length", n_layer as usize)?
                     .ok_or_else(|| missing(arch.name, "feed_forward_length"))?;
-                if widths.len() != n_layer as usize {
+                if widths.len() != n_layer as usize || widths.contains(&0) {
                     return Err(Error::Load(format!(
-                        "{}.feed_forward_length must be one width or one per layer ({n_layer}), got {widths:?}",
+                        "{}.feed_forward_length must be one width or one per layer ({n_layer}), none 0, got \
+                         {widths:?}",
                         arch.name
                     )));
                 }
@@ -532,7 +541,11 @@ impl HParams {
         // be (a mamba2 has none; its files say 0).
         for (what, v, may_be_zero) in [
             ("block_count", u64::from(n_layer), false),
-            ("feed_forward_length", u64::from(n_ff), attention_free),
+            (
+                "feed_forward_length",
+                n_ff_layers.iter().copied().chain([n_ff]).max().map_or(0, u64::from),
+                attention_free,
+            ),
             ("embedding_length", u64::from(n_embd), false),
             (
                 "attention.head_count × key_length",
@@ -595,6 +608,10 @@ impl HParams {
             head_dim_v,
             head_dims_swa: None,
             n_head_kv_layers,
+            n_ff_layers: match n_ff_layers.iter().any(|&n| n != n_ff) {
+                true => n_ff_layers,
+                false => Vec::new(),
+            },
             per_layer_heads: false,
             n_layer_kv: n_layer,
             n_embd_per_layer: 0,
@@ -638,10 +655,11 @@ impl HParams {
         };
         read_extra(&keys, &mut hp)?;
         keys.check_all_read()?;
-        if n_ff_layers.iter().any(|&n| n != hp.n_ff) {
+        if !hp.per_layer_heads && !hp.n_ff_layers.is_empty() {
             return Err(Error::Unsupported(format!(
-                "{arch}.feed_forward_length differs between layers ({n_ff_layers:?}), which elelem's {arch} does \
-                 not run; llama.cpp does",
+                "{arch}.feed_forward_length differs between layers ({:?}), which elelem's {arch} does not run; \
+                 llama.cpp does",
+                hp.n_ff_layers,
                 arch = hp.arch.name
             )));
         }
