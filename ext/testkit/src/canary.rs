@@ -373,6 +373,30 @@ pub const GEMMA3: Family = Family {
     ],
     ..LLAMA
 };
+/// Gemma 4's dense layout (its 31B's), written by [`gemma4_writer`]: sliding layers of
+/// 16-wide heads, full-attention layers (every third, and the last) of 32-wide heads and
+/// half the KV heads, whose V is K (no `attn_v`), proportional rope through `rope_freqs`.
+pub const GEMMA4: Family = Family {
+    arch: "gemma4",
+    name: "elelem tiny gemma4 canary",
+    qk_norm: QkNorm::PerHead,
+    norms: Norms::PreAndPost,
+    tied_head: true,
+    ..LLAMA
+};
+
+/// Gemma 4's small layout (E2B's, E4B's) in [`GEMMA4`]'s shape: per-layer embeddings 8
+/// wide, and the last 3 layers attending over earlier layers' caches, their
+/// feed-forwards twice as wide (E2B's double-wide MLP).
+pub const GEMMA4_E: Family = Family {
+    name: "elelem tiny gemma4 per-layer canary",
+    keys: &[
+        ("embedding_length_per_layer_input", Key::U32(8)),
+        ("attention.shared_kv_layers", Key::U32(3)),
+    ],
+    ..GEMMA4
+};
+
 /// Multipliers of the sizes Granite 3 uses for its width.
 pub const GRANITE: Family = Family {
     arch: "granite",
@@ -949,6 +973,22 @@ pub fn synthetic() -> Vec<(String, Shape)> {
         ),
         ("tiny-olmo2", small(OLMO2)),
         ("tiny-gemma2", small(GEMMA2)),
+        (
+            "tiny-gemma4",
+            Shape {
+                n_layer: 6,
+                n_head_kv: 4,
+                ..small(GEMMA4)
+            },
+        ),
+        (
+            "tiny-gemma4-e",
+            Shape {
+                n_layer: 6,
+                n_head_kv: 4,
+                ..small(GEMMA4_E)
+            },
+        ),
         ("tiny-granite", small(GRANITE)),
         (
             "tiny-smollm3",
@@ -1316,6 +1356,9 @@ impl Rng {
 
 /// A seeded model of `shape`, ready to write or to alter first.
 pub fn writer(shape: &Shape) -> GgufWriter {
+    if shape.family.arch == "gemma4" {
+        return gemma4_writer(shape);
+    }
     let &Shape {
         family,
         n_vocab,
@@ -1636,6 +1679,149 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     w
 }
 
+/// [`GEMMA4`]'s model: every third layer and the last attend to the whole context with heads twice
+/// as wide, half the KV heads, V = K and `rope_freqs` (rotating the first half of its
+/// pairs, the rest held still as Gemma 4's proportional rope holds them); the others
+/// slide over a window of 4 with their own rope base and dimensions. Each layer's output
+/// is scaled (`layer_output_scale`) but the first's.
+fn gemma4_writer(shape: &Shape) -> GgufWriter {
+    let &Shape {
+        family,
+        n_vocab,
+        n_embd,
+        n_layer,
+        n_head,
+        n_head_kv,
+        n_ff,
+        ..
+    } = shape;
+    let (swa_head, full_head, swa_kv, full_kv) = (16u64, 32u64, n_head_kv, (n_head_kv / 2).max(1));
+    // The last layer attends to the whole context whatever the count.
+    let sliding = |il: u32| il % 3 != 2 && il + 1 < n_layer;
+    let family_key = |name: &str| {
+        family
+            .keys
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map_or(0, |(_, v)| match v {
+                Key::U32(n) => u64::from(*n),
+                _ => 0,
+            })
+    };
+    let (per_layer, shared) = (
+        family_key("embedding_length_per_layer_input"),
+        family_key("attention.shared_kv_layers"),
+    );
+    // Two layers keep their caches at least (a micro shape's two: no sharing).
+    let shared = shared.min(u64::from(n_layer).saturating_sub(2));
+    let has_kv = |il: u32| u64::from(il) + shared < u64::from(n_layer);
+    let ff = |il: u32| if has_kv(il) { n_ff } else { 2 * n_ff };
+    let mut rng = Rng(SEED);
+    let mut w = GgufWriter::new();
+    let s = |v: &str| Value::String(v.to_string());
+    let key = |k: &str| format!("gemma4.{k}");
+    w.set("general.architecture", s("gemma4"))
+        .set("general.name", s(family.name))
+        .set("general.file_type", Value::U32(0))
+        .set(&key("context_length"), Value::U32(2048))
+        .set(&key("embedding_length"), Value::U32(n_embd as u32))
+        .set(&key("block_count"), Value::U32(n_layer))
+        .set(
+            &key("feed_forward_length"),
+            match shared {
+                0 => Value::U32(n_ff as u32),
+                _ => Value::Array((0..n_layer).map(|il| Value::U32(ff(il) as u32)).collect()),
+            },
+        )
+        .set(&key("embedding_length_per_layer_input"), Value::U32(per_layer as u32))
+        .set(&key("attention.head_count"), Value::U32(n_head))
+        .set(
+            &key("attention.head_count_kv"),
+            Value::Array(
+                (0..n_layer)
+                    .map(|il| Value::U32(if sliding(il) { swa_kv } else { full_kv }))
+                    .collect(),
+            ),
+        )
+        .set(&key("attention.key_length"), Value::U32(full_head as u32))
+        .set(&key("attention.value_length"), Value::U32(full_head as u32))
+        .set(&key("attention.key_length_swa"), Value::U32(swa_head as u32))
+        .set(&key("attention.value_length_swa"), Value::U32(swa_head as u32))
+        .set(&key("attention.sliding_window"), Value::U32(4))
+        .set(
+            &key("attention.sliding_window_pattern"),
+            Value::Array((0..n_layer).map(|il| Value::Bool(sliding(il))).collect()),
+        )
+        .set(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
+        .set(&key("rope.dimension_count"), Value::U32(full_head as u32))
+        .set(&key("rope.dimension_count_swa"), Value::U32(swa_head as u32))
+        .set(&key("rope.freq_base"), Value::F32(1_000_000.0))
+        .set(&key("rope.freq_base_swa"), Value::F32(10_000.0))
+        .set(&key("final_logit_softcapping"), Value::F32(30.0));
+    if shared > 0 {
+        w.set(&key("attention.shared_kv_layers"), Value::U32(shared as u32));
+    }
+    set_vocab(&mut w, n_vocab);
+    add_matrix(&mut w, &mut rng, "token_embd.weight", shape.embd_type, n_embd, n_vocab);
+    let ty = shape.matrix_type;
+    for il in 0..n_layer {
+        let n = |t: &str| format!("blk.{il}.{t}");
+        let (head, kv) = match sliding(il) {
+            true => (swa_head, u64::from(swa_kv)),
+            false => (full_head, u64::from(full_kv)),
+        };
+        let q_dim = head * u64::from(n_head);
+        add_norm(&mut w, &mut rng, &n("attn_norm"), NormType::Rms, n_embd);
+        add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, q_dim);
+        // A layer sharing an earlier one's cache has no K nor V of its own.
+        if has_kv(il) {
+            add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, head * kv);
+        }
+        if sliding(il) && has_kv(il) {
+            add_matrix(&mut w, &mut rng, &n("attn_v.weight"), ty, n_embd, head * kv);
+        }
+        add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, q_dim, n_embd);
+        w.add_f32(&n("attn_q_norm.weight"), &[head], &rng.around_one(head));
+        if has_kv(il) {
+            w.add_f32(&n("attn_k_norm.weight"), &[head], &rng.around_one(head));
+        }
+        w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        add_norm(&mut w, &mut rng, &n("ffn_norm"), NormType::Rms, n_embd);
+        add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, ff(il));
+        add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, ff(il));
+        add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, ff(il), n_embd);
+        w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        if il > 0 {
+            w.add_f32(&n("layer_output_scale.weight"), &[1], &[0.5 + 0.25 * il as f32]);
+        }
+        if per_layer > 0 {
+            add_matrix(&mut w, &mut rng, &n("inp_gate.weight"), ty, n_embd, per_layer);
+            add_matrix(&mut w, &mut rng, &n("proj.weight"), ty, per_layer, n_embd);
+            w.add_f32(&n("post_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        }
+    }
+    if per_layer > 0 {
+        let all = per_layer * u64::from(n_layer);
+        add_matrix(
+            &mut w,
+            &mut rng,
+            "per_layer_token_embd.weight",
+            shape.embd_type,
+            all,
+            n_vocab,
+        );
+        add_matrix(&mut w, &mut rng, "per_layer_model_proj.weight", ty, n_embd, all);
+        w.add_f32("per_layer_proj_norm.weight", &[per_layer], &rng.around_one(per_layer));
+    }
+    let pairs = full_head / 2;
+    let factors: Vec<f32> = (0..pairs)
+        .map(|i| if i < pairs / 2 { 1.0 + i as f32 / 2.0 } else { 1e30 })
+        .collect();
+    w.add_f32("rope_freqs.weight", &[pairs], &factors);
+    add_norm(&mut w, &mut rng, "output_norm", NormType::Rms, n_embd);
+    w
+}
+
 /// `attention.head_count_kv`: one count, or with short convolutions, Mamba-2 mixers or a
 /// layer pattern one per layer, 0 for the layers that do not attend.
 fn head_count_kv(family: Family, n_layer: u32, n_head_kv: u32) -> Value {
@@ -1949,7 +2135,7 @@ pub const NOMIC_BERT: Encoder = Encoder {
 #[derive(Debug, Clone)]
 pub enum Embedder {
     Encoder(Encoder),
-    Decoder(Shape),
+    Decoder(Box<Shape>),
 }
 
 impl Embedder {
@@ -1982,7 +2168,7 @@ pub fn embedding() -> Vec<(String, Embedder)> {
         ("tiny-bert", Embedder::Encoder(BERT)),
         ("tiny-bert-rerank", Embedder::Encoder(BERT_RERANK)),
         ("tiny-nomic-bert", Embedder::Encoder(NOMIC_BERT)),
-        ("tiny-qwen3-embed", Embedder::Decoder(qwen3)),
+        ("tiny-qwen3-embed", Embedder::Decoder(Box::new(qwen3))),
     ]
     .into_iter()
     .map(|(name, model)| (name.to_string(), model))

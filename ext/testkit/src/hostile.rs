@@ -761,6 +761,49 @@ pub fn structured() -> Vec<Case> {
     });
     cases.extend(encoder_flaws());
     cases.extend(mamba2_flaws());
+    cases.extend(gemma4_flaws());
+    cases
+}
+
+/// What elelem's gemma4 refuses (llama.cpp runs or refuses it too): experts, KV sharing
+/// that would read a layer of another kind, per-layer embeddings without their tensors,
+/// and KV heads it cannot cache as one width per group.
+fn gemma4_flaws() -> Vec<Case> {
+    use Expect::{Rejected, Runs};
+    use Value::U32;
+    let gemma4 = canary::shape("tiny-gemma4").expect("a synthetic gemma4");
+    let g = |key: &str| format!("gemma4.{key}");
+    #[rustfmt::skip]
+    let keys = vec![
+        ("gemma4-per-layer-embeddings-absent", Rejected("per_layer_token_embd"),
+            g("embedding_length_per_layer_input"), Some(U32(8))),
+        ("gemma4-shared-kv-of-another-kind", Rejected("of another kind"), g("attention.shared_kv_layers"),
+            Some(U32(2))),
+        ("gemma4-shared-kv-all", Rejected("must leave two"), g("attention.shared_kv_layers"), Some(U32(5))),
+        ("gemma4-experts", Rejected("a mixture of experts (4 experts)"), g("expert_count"), Some(U32(4))),
+        ("gemma4-kv-heads-differ-among-sliding", Rejected("differing among the sliding layers"),
+            g("attention.head_count_kv"), Some(Value::Array([4, 2, 2, 4, 4, 2].map(U32).to_vec()))),
+        ("gemma4-no-pattern", Rejected("gemma4.attention.sliding_window_pattern"),
+            g("attention.sliding_window_pattern"), None),
+        // E2B's wider feed-forwards on its last layers.
+        ("gemma4-feed-forward-widths-not-the-tensors", Rejected("blk.4.ffn_gate.weight"),
+            g("feed_forward_length"), Some(Value::Array([384, 384, 384, 384, 768, 768].map(U32).to_vec()))),
+        ("gemma4-feed-forward-widths-one-per-layer", Runs, g("feed_forward_length"),
+            Some(Value::Array([384; 6].map(U32).to_vec()))),
+    ];
+    let mut cases = keyed(&gemma4, keys);
+    cases.push(edited(
+        "gemma4-router",
+        Rejected("mixture of experts (ffn_gate_inp)"),
+        &gemma4,
+        |w| {
+            w.add_f32(
+                "blk.0.ffn_gate_inp.weight",
+                &[gemma4.n_embd, 4],
+                &vec![0.0; 4 * gemma4.n_embd as usize],
+            );
+        },
+    ));
     cases
 }
 

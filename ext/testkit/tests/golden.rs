@@ -268,6 +268,8 @@ fn flash_attention_off_matches_llama_cpp() {
         "-fa-off",
         &[
             "tiny-gemma2",
+            "tiny-gemma4",
+            "tiny-gemma4-e",
             "tiny-phi3",
             "tiny-gpt-oss",
             "tiny-glm4moe",

@@ -223,6 +223,8 @@ pub fn load_llama_like_with_norm(
     };
     let layers = (0..hp.n_layer).map(|il| layer(loader, il)).collect::<Result<_>>()?;
     Ok(Weights {
+        layer_out_scales: Vec::new(),
+        per_layer_embd: None,
         tok_embd,
         input: None,
         head: Some(OutputHead {

@@ -62,6 +62,8 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         head.bias = Some(loader.vector("output.bias", u64::from(hp.n_vocab))?);
     }
     Ok(Weights {
+        layer_out_scales: Vec::new(),
+        per_layer_embd: None,
         rope_factors,
         ..weights
     })

@@ -444,10 +444,10 @@ pub struct KvShape {
     pub windows: Vec<Option<u32>>,
     /// Whether the windows are chunks (see [`Cells`]).
     pub chunked: bool,
-    /// K's and V's widths over all KV heads.
-    pub n_embd_k: u32,
-    pub n_embd_v: u32,
-    /// One head's, which the quantized caches' rotations span.
+    /// Per layer, K's and V's widths over all its KV heads.
+    pub n_embd_k: Vec<u32>,
+    pub n_embd_v: Vec<u32>,
+    /// One head's (the full-attention layers'), which the quantized caches' rotations span.
     pub head_dim_k: u32,
     pub head_dim_v: u32,
     /// Whether V has a cache of its own: not with multi-head latent attention, whose
@@ -514,12 +514,12 @@ impl KvCache {
             let cells = i64::from(groups[g].size());
             let ctx = places.context(il)?;
             k.push(Some(
-                ctx.new_tensor(type_k.ggml_type(), &[shape.n_embd_k.into(), cells])?
+                ctx.new_tensor(type_k.ggml_type(), &[shape.n_embd_k[il].into(), cells])?
                     .set_name(&format!("cache_k_l{il}")),
             ));
             v.push(if shape.has_v {
                 Some(
-                    ctx.new_tensor(type_v.ggml_type(), &[shape.n_embd_v.into(), cells])?
+                    ctx.new_tensor(type_v.ggml_type(), &[shape.n_embd_v[il].into(), cells])?
                         .set_name(&format!("cache_v_l{il}")),
                 )
             } else {
@@ -527,16 +527,18 @@ impl KvCache {
             });
         }
         // What failing to allocate the keys and values would cost, so the error says.
-        let v_bytes = if shape.has_v {
-            type_v.row_bytes(shape.n_embd_v.into())
-        } else {
-            0
+        let row_bytes = |il: usize| {
+            let v_bytes = if shape.has_v {
+                type_v.row_bytes(shape.n_embd_v[il].into())
+            } else {
+                0
+            };
+            type_k.row_bytes(shape.n_embd_k[il].into()) + v_bytes
         };
-        let row_bytes = type_k.row_bytes(shape.n_embd_k.into()) + v_bytes;
         let bytes: u64 = layer_group
             .iter()
-            .flatten()
-            .map(|&g| row_bytes * u64::from(groups[g].size()))
+            .enumerate()
+            .filter_map(|(il, g)| g.map(|g| row_bytes(il) * u64::from(groups[g].size())))
             .sum();
         let what = format!(
             "KV cache ({bytes} bytes, {:.1} MiB, for n_ctx {n_ctx}; a smaller n_ctx needs less)",
@@ -573,6 +575,17 @@ impl KvCache {
             placed: Some(placed),
             _rot: rot,
         })
+    }
+
+    /// Each group's V width (its first layer's; a group's layers agree): the values a
+    /// transposed V cache holds per cell, 0 without a V cache (latent attention's).
+    pub fn group_v_widths(&self) -> Vec<u32> {
+        (0..self.groups.len())
+            .map(|g| {
+                let il = self.layer_group.iter().position(|&lg| lg == Some(g));
+                il.and_then(|il| self.v[il]).map_or(0, |v| v.ne()[0] as u32)
+            })
+            .collect()
     }
 
     /// No cache at all, for a model whose passes attend over their own tokens only.

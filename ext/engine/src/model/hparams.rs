@@ -260,6 +260,24 @@ pub struct HParams {
     pub n_ctx_train: u32,
     pub head_dim_k: u32,
     pub head_dim_v: u32,
+    /// The head sizes of K and V on the sliding layers where they differ from the
+    /// others' (`attention.key_length_swa`, `value_length_swa`: gemma4's); read by the
+    /// architectures whose graphs take per-layer heads ([`HParams::per_layer_heads`]).
+    pub head_dims_swa: Option<(u32, u32)>,
+    /// Each layer's KV head count where a per-layer `attention.head_count_kv` differs
+    /// between attention layers (empty: every one has `n_head_kv`).
+    pub n_head_kv_layers: Vec<u32>,
+    /// Each layer's feed-forward width where a per-layer `feed_forward_length` differs
+    /// between layers (empty: every one is `n_ff` wide; gemma4's double-wide layers).
+    pub n_ff_layers: Vec<u32>,
+    /// Whether the architecture's graph takes each layer's head sizes, KV head counts
+    /// and feed-forward widths (the `*_of` methods); others refuse files where they differ.
+    pub per_layer_heads: bool,
+    /// The layers from the first that keep a KV cache; each later one attends over an
+    /// earlier layer's ([`HParams::kv_source`]: gemma4's `attention.shared_kv_layers`).
+    pub n_layer_kv: u32,
+    /// The width of each layer's part of Gemma 4's per-layer embeddings (0: none).
+    pub n_embd_per_layer: u32,
     /// The epsilon of the architecture's norms (see [`NormType`]).
     pub norm_eps: f32,
     pub rope: Rope,
@@ -354,6 +372,58 @@ impl HParams {
         self.head_dim_v * self.n_head_kv
     }
 
+    /// Layer `il`'s feed-forward width (llama.cpp's `n_ff(il)`).
+    pub fn n_ff_of(&self, il: usize) -> u32 {
+        self.n_ff_layers.get(il).copied().unwrap_or(self.n_ff)
+    }
+
+    /// Layer `il`'s KV heads.
+    pub fn n_head_kv_of(&self, il: usize) -> u32 {
+        self.n_head_kv_layers.get(il).copied().unwrap_or(self.n_head_kv)
+    }
+
+    /// Layer `il`'s head size of K (llama.cpp's `n_embd_head_k(il)`).
+    pub fn head_dim_k_of(&self, il: usize) -> u32 {
+        match self.head_dims_swa {
+            Some((k, _)) if self.is_swa(il) => k,
+            _ => self.head_dim_k,
+        }
+    }
+
+    /// Layer `il`'s head size of V (llama.cpp's `n_embd_head_v(il)`).
+    pub fn head_dim_v_of(&self, il: usize) -> u32 {
+        match self.head_dims_swa {
+            Some((_, v)) if self.is_swa(il) => v,
+            _ => self.head_dim_v,
+        }
+    }
+
+    /// Layer `il`'s K width over its KV heads (llama.cpp's `n_embd_k_gqa(il)`).
+    pub fn n_embd_k_gqa_of(&self, il: usize) -> u32 {
+        self.head_dim_k_of(il) * self.n_head_kv_of(il)
+    }
+
+    /// Layer `il`'s V width over its KV heads (llama.cpp's `n_embd_v_gqa(il)`).
+    pub fn n_embd_v_gqa_of(&self, il: usize) -> u32 {
+        self.head_dim_v_of(il) * self.n_head_kv_of(il)
+    }
+
+    /// The layer whose KV cache layer `il` attends over: its own, or for the layers past
+    /// `n_layer_kv` the last cached one of its kind (llama.cpp's gemma3n/gemma4 reuse:
+    /// the last full-attention layer, else the one before it).
+    pub fn kv_source(&self, il: usize) -> usize {
+        let n_kv = self.n_layer_kv as usize;
+        match il < n_kv {
+            true => il,
+            false => n_kv - if self.is_swa(il) { 2 } else { 1 },
+        }
+    }
+
+    /// Whether the layers' head sizes or KV head counts differ.
+    pub fn heads_vary(&self) -> bool {
+        self.head_dims_swa.is_some() || !self.n_head_kv_layers.is_empty()
+    }
+
     pub fn is_swa(&self, il: usize) -> bool {
         self.swa.as_ref().is_some_and(|swa| swa.layers[il])
     }
@@ -365,14 +435,17 @@ impl HParams {
                 .recurrent
                 .iter()
                 .zip(&self.ffn_only)
-                .map(|(&recurrent, &ffn_only)| self.attention_beside_state || (!recurrent && !ffn_only))
+                .enumerate()
+                .map(|(il, (&recurrent, &ffn_only))| {
+                    (self.attention_beside_state || (!recurrent && !ffn_only)) && il < self.n_layer_kv as usize
+                })
                 .collect(),
             windows: (0..self.n_layer as usize)
                 .map(|il| self.swa.as_ref().filter(|_| self.is_swa(il)).map(|swa| swa.window))
                 .collect(),
             chunked: self.swa.as_ref().is_some_and(|swa| swa.chunked),
-            n_embd_k: self.n_embd_k_gqa(),
-            n_embd_v: self.n_embd_v_gqa(),
+            n_embd_k: (0..self.n_layer as usize).map(|il| self.n_embd_k_gqa_of(il)).collect(),
+            n_embd_v: (0..self.n_layer as usize).map(|il| self.n_embd_v_gqa_of(il)).collect(),
             head_dim_k: self.head_dim_k,
             head_dim_v: self.head_dim_v,
             has_v: self.mla.is_none(),
@@ -447,13 +520,15 @@ impl HParams {
             }
             false => keys.u32("attention.head_count")?,
         };
-        let (n_head_kv, recurrent) = if attention_free {
+        let (n_head_kv, recurrent, n_head_kv_layers) = if attention_free {
             let _ = keys.get("attention.head_count_kv");
-            (0, vec![true; n_layer as usize])
+            (0, vec![true; n_layer as usize], Vec::new())
         } else {
             read_head_count_kv(&keys, n_head, n_layer)?
         };
-        if !attention_free && (n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0) {
+        let kv_counts = n_head_kv_layers.iter().copied().filter(|&n| n > 0).chain([n_head_kv]);
+        let max_head_kv = kv_counts.clone().max().unwrap_or(n_head_kv);
+        if !attention_free && (n_head == 0 || kv_counts.clone().any(|n| n == 0 || n_head % n != 0)) {
             return Err(Error::Load(format!(
                 "{}: attention.head_count_kv ({n_head_kv}) must divide attention.head_count ({n_head})",
                 arch.name
@@ -477,8 +552,9 @@ impl HParams {
         }
         let n_expert = keys.opt_u32("expert_count")?.unwrap_or(0);
         if n_expert > 0 && !arch.experts {
-            return Err(Error::Load(format!(
-                "{}: a mixture of experts ({n_expert} experts) is not supported for this architecture",
+            return Err(Error::Unsupported(format!(
+                "{}: a mixture of experts ({n_expert} experts) is not supported for this architecture by elelem; \
+                 llama.cpp runs such models",
                 arch.name
             )));
         }
@@ -500,17 +576,29 @@ impl HParams {
         };
         // Checked after the architecture's keys, which may give it otherwise (nemotron_h's).
         let norm_eps = keys.opt_f32(eps_key)?;
-        // One width per layer (nemotron_h's, 0 on the layers without a feed-forward) is
-        // the architecture's to read: one that does not leaves the key unread, refused.
+        // One feed-forward width per layer, as llama.cpp's get_key_or_arr reads it. Widths
+        // of 0 (nemotron_h's layers without a feed-forward) are the architecture's to read:
+        // one that does not leaves the key unread, refused.
         let ff_key = format!("{}.feed_forward_length", arch.name);
-        let per_layer_ff = matches!(gguf.get(&ff_key), Some(Value::Array(_)));
-        let n_ff = match (gguf.get(&ff_key), attention_free) {
-            (Some(Value::Array(widths)), _) => {
-                let widest = widths.iter().filter_map(Value::as_u64).max().unwrap_or(0);
-                u32::try_from(widest).unwrap_or(u32::MAX)
+        let ffn_gaps =
+            matches!(gguf.get(&ff_key), Some(Value::Array(widths)) if widths.iter().any(|w| w.as_u64() == Some(0)));
+        let mut n_ff_layers = Vec::new();
+        let n_ff = match (attention_free, ffn_gaps) {
+            (true, _) => keys.opt_u32("feed_forward_length")?.unwrap_or(0),
+            (false, true) => 0,
+            (false, false) => {
+                let widths = keys
+                    .opt_u32s("feed_forward_length", n_layer as usize)?
+                    .ok_or_else(|| missing(arch.name, "feed_forward_length"))?;
+                if widths.len() != n_layer as usize || widths.contains(&0) {
+                    return Err(Error::Load(format!(
+                        "{}.feed_forward_length must be one width or one per layer ({n_layer}), got {widths:?}",
+                        arch.name
+                    )));
+                }
+                n_ff_layers = widths;
+                n_ff_layers.first().copied().unwrap_or(0)
             }
-            (_, true) => keys.opt_u32("feed_forward_length")?.unwrap_or(0),
-            (_, false) => keys.u32("feed_forward_length")?,
         };
         // Products in u64: a hostile head count times head size may wrap a u32 into
         // a width that matches the tensors while the graph uses the real factors.
@@ -519,7 +607,11 @@ impl HParams {
         // be (a mamba2 has none; its files say 0).
         for (what, v, may_be_zero) in [
             ("block_count", u64::from(n_layer), false),
-            ("feed_forward_length", u64::from(n_ff), attention_free || per_layer_ff),
+            (
+                "feed_forward_length",
+                n_ff_layers.iter().copied().chain([n_ff]).max().map_or(0, u64::from),
+                attention_free || ffn_gaps,
+            ),
             ("embedding_length", u64::from(n_embd), false),
             (
                 "attention.head_count × key_length",
@@ -528,12 +620,12 @@ impl HParams {
             ),
             (
                 "attention.head_count_kv × key_length",
-                width(n_head_kv, head_dim_k),
+                width(max_head_kv, head_dim_k),
                 attention_free,
             ),
             (
                 "attention.head_count_kv × value_length",
-                width(n_head_kv, head_dim_v),
+                width(max_head_kv, head_dim_v),
                 attention_free,
             ),
         ] {
@@ -580,6 +672,15 @@ impl HParams {
             n_ctx_train,
             head_dim_k,
             head_dim_v,
+            head_dims_swa: None,
+            n_head_kv_layers,
+            n_ff_layers: match n_ff_layers.iter().any(|&n| n != n_ff) {
+                true => n_ff_layers,
+                false => Vec::new(),
+            },
+            per_layer_heads: false,
+            n_layer_kv: n_layer,
+            n_embd_per_layer: 0,
             norm_eps: norm_eps.unwrap_or(f32::NAN),
             rope,
             swa: None,
@@ -635,6 +736,22 @@ impl HParams {
             )));
         }
         keys.check_all_read()?;
+        if !hp.per_layer_heads && !hp.n_ff_layers.is_empty() {
+            return Err(Error::Unsupported(format!(
+                "{arch}.feed_forward_length differs between layers ({:?}), which elelem's {arch} does not run; \
+                 llama.cpp does",
+                hp.n_ff_layers,
+                arch = hp.arch.name
+            )));
+        }
+        if !hp.per_layer_heads && !hp.n_head_kv_layers.is_empty() {
+            return Err(Error::Unsupported(format!(
+                "{arch}.attention.head_count_kv differs between layers ({:?}), which elelem's {arch} does not \
+                 run; llama.cpp does",
+                hp.n_head_kv_layers,
+                arch = hp.arch.name
+            )));
+        }
         if hp.recurrent.contains(&true) && hp.short_conv_kernel.is_none() && hp.ssm.is_none() {
             return Err(Error::Unsupported(format!(
                 "{arch}: layers without KV heads (0 in attention.head_count or attention.head_count_kv) are \
@@ -650,12 +767,13 @@ impl HParams {
 /// `attention.head_count_kv` as llama.cpp's `get_key_or_arr` reads it: one count for
 /// every layer (absent: `n_head`), or one per layer, where 0 marks a recurrent layer
 /// (LFM2's). The layers that attend must agree, as every graph here assumes.
-/// Returns the count and which layers are recurrent.
-fn read_head_count_kv(keys: &Keys, n_head: u32, n_layer: u32) -> Result<(u32, Vec<bool>)> {
+/// Returns the count (the first attention layer's), which layers are recurrent, and
+/// each layer's count where the attention layers' differ (else empty).
+fn read_head_count_kv(keys: &Keys, n_head: u32, n_layer: u32) -> Result<(u32, Vec<bool>, Vec<u32>)> {
     let key = "attention.head_count_kv";
     let Some((full, Value::Array(counts))) = keys.get(key) else {
         let n = keys.opt_u32(key)?.unwrap_or(n_head);
-        return Ok((n, vec![false; n_layer as usize]));
+        return Ok((n, vec![false; n_layer as usize], Vec::new()));
     };
     let counts: Option<Vec<u32>> = counts
         .iter()
@@ -666,12 +784,11 @@ fn read_head_count_kv(keys: &Keys, n_head: u32, n_layer: u32) -> Result<(u32, Ve
         .ok_or_else(|| Error::Load(format!("{full} must hold one unsigned integer per layer ({n_layer})")))?;
     let mut attending = counts.iter().copied().filter(|&n| n > 0);
     let n = attending.next().unwrap_or(0);
-    if attending.any(|other| other != n) {
-        return Err(Error::Unsupported(format!(
-            "{full} differs between layers ({counts:?}), which elelem does not run; llama.cpp does"
-        )));
-    }
-    Ok((n, counts.iter().map(|&c| c == 0).collect()))
+    let per_layer = match attending.any(|other| other != n) {
+        true => counts.clone(),
+        false => Vec::new(),
+    };
+    Ok((n, counts.iter().map(|&c| c == 0).collect(), per_layer))
 }
 
 /// The rotary embedding as llama.cpp's `llama_model::load_hparams` and

@@ -334,13 +334,13 @@ impl GraphInput for PooledRows {
 
 /// Which attention a pass's cache inputs serve.
 #[derive(Clone, Copy)]
-pub enum MaskFor {
+pub enum MaskFor<'a> {
     FlashAttention,
     /// Plain attention (a matrix product, a soft-max, a matrix product) over a V cache
-    /// transposed, its rows `v_width` values (n_embd_v_gqa) per cell; `None` without a
-    /// V cache (multi-head latent attention's values are K's columns).
+    /// transposed, its rows `v_widths[group]` values (the group's n_embd_v_gqa) per cell;
+    /// 0 for a group without a V cache (multi-head latent attention's values are K's columns).
     SoftMax {
-        v_width: Option<u32>,
+        v_widths: &'a [u32],
     },
 }
 
@@ -385,12 +385,12 @@ impl Inputs {
                 ),
                 cells: graph.input(&format!("inp_kv_cells_g{group}"), sys::GGML_TYPE_I64, &[n_tokens]),
                 v_elements: match attention {
-                    MaskFor::SoftMax { v_width: Some(v_width) } => Some(graph.input(
+                    MaskFor::SoftMax { v_widths } if v_widths[group] > 0 => Some(graph.input(
                         &format!("inp_kv_v_elements_g{group}"),
                         sys::GGML_TYPE_I64,
-                        &[i64::from(v_width) * n_tokens],
+                        &[i64::from(v_widths[group]) * n_tokens],
                     )),
-                    MaskFor::SoftMax { v_width: None } | MaskFor::FlashAttention => None,
+                    MaskFor::SoftMax { .. } | MaskFor::FlashAttention => None,
                 },
             })
             .collect();

@@ -184,11 +184,12 @@ impl GraphBuilder<'_> {
                     )
                     .set_name(&format!("{name}-{il}"))
                 };
-                let q_width = hp.head_dim_k * hp.n_head;
+                let (head_k, head_v, n_head_kv) = (hp.head_dim_k_of(il), hp.head_dim_v_of(il), hp.n_head_kv_of(il));
+                let q_width = head_k * hp.n_head;
                 (
-                    view(hp.head_dim_k, hp.n_head, 0, "Qcur"),
-                    view(hp.head_dim_k, hp.n_head_kv, row(q_width), "Kcur"),
-                    view(hp.head_dim_v, hp.n_head_kv, row(q_width + hp.n_embd_k_gqa()), "Vcur"),
+                    view(head_k, hp.n_head, 0, "Qcur"),
+                    view(head_k, n_head_kv, row(q_width), "Kcur"),
+                    view(head_v, n_head_kv, row(q_width + hp.n_embd_k_gqa_of(il)), "Vcur"),
                 )
             }
         }
@@ -233,10 +234,11 @@ impl GraphBuilder<'_> {
                 .reshape_3d(t, head_dim.into(), n_head.into(), self.n_tokens)
                 .set_name(&format!("{name}-{il}"))
         };
+        let (head_k, head_v, n_head_kv) = (hp.head_dim_k_of(il), hp.head_dim_v_of(il), hp.n_head_kv_of(il));
         (
-            split(q, hp.head_dim_k, hp.n_head, "Qcur"),
-            split(k, hp.head_dim_k, hp.n_head_kv, "Kcur"),
-            split(v, hp.head_dim_v, hp.n_head_kv, "Vcur"),
+            split(q, head_k, hp.n_head, "Qcur"),
+            split(k, head_k, n_head_kv, "Kcur"),
+            split(v, head_v, n_head_kv, "Vcur"),
         )
     }
 
@@ -265,7 +267,6 @@ impl GraphBuilder<'_> {
     /// Before a quantized cache Q and K (V) are rotated by a Walsh-Hadamard matrix, and
     /// the output rotated back, as llama.cpp does.
     pub fn attend(&self, attn: &AttentionWeights, il: usize, q: Tensor, k: Tensor, v: Tensor, kq_scale: f32) -> Tensor {
-        let hp = self.hparams();
         let g = self.graph;
         let (q, k) = match self.kv.k_rot {
             Some(rot) => (g.mul_mat_hadamard(q, rot), g.mul_mat_hadamard(k, rot)),
@@ -293,12 +294,25 @@ impl GraphBuilder<'_> {
                 g.expand(g.set_rows(g.reshape_2d(v_cache, 1, cache_len), values, elements))
             }
         }
+        self.attend_cache(attn, il, il, q, kq_scale)
+    }
+
+    /// Attention of layer `il`'s Q (rotated already before a quantized cache) over the
+    /// first `n_kv` cells of layer `src`'s cache, which this pass has written: `il`'s
+    /// own, or an earlier layer's it shares (gemma4's KV sharing).
+    fn attend_cache(&self, attn: &AttentionWeights, il: usize, src: usize, q: Tensor, kq_scale: f32) -> Tensor {
+        let hp = self.hparams();
+        let g = self.graph;
+        let attends = "an attention layer has its cache (KvShape::attends)";
+        let group = &self.inputs.kv[self.kv.layer_group[src].expect(attends)];
+        let (k_cache, v_cache) = (self.kv.k[src].expect(attends), self.kv.v[src].expect(attends));
         let row = |cache: Tensor, n: u64| unsafe { sys::ggml_row_size(cache.ggml_type(), n as i64) };
         let [width, cells, ..] = k_cache.ne().map(|n| n as u64);
+        let (head_dim_k, head_dim_v, n_head_kv) = (hp.head_dim_k_of(src), hp.head_dim_v_of(src), hp.n_head_kv_of(src));
         let k = g.view_4d(
             k_cache,
-            [hp.head_dim_k.into(), hp.n_head_kv.into(), group.n_kv, 1],
-            row(k_cache, hp.head_dim_k.into()),
+            [head_dim_k.into(), n_head_kv.into(), group.n_kv, 1],
+            row(k_cache, head_dim_k.into()),
             row(k_cache, width),
             row(k_cache, width * cells),
             0,
@@ -310,8 +324,8 @@ impl GraphBuilder<'_> {
             let [v_width, v_cells, ..] = v_cache.ne().map(|n| n as u64);
             let v = g.view_4d(
                 v_cache,
-                [hp.head_dim_v.into(), hp.n_head_kv.into(), group.n_kv, 1],
-                row(v_cache, hp.head_dim_v.into()),
+                [head_dim_v.into(), n_head_kv.into(), group.n_kv, 1],
+                row(v_cache, head_dim_v.into()),
                 row(v_cache, v_width),
                 row(v_cache, v_width * v_cells),
                 0,
@@ -329,11 +343,10 @@ impl GraphBuilder<'_> {
         } else {
             // The transposed cache: a row per value dimension, a column per cell.
             let [v_width, v_cells, ..] = v_cache.ne().map(|n| n as u64);
-            let head_dim_v = u64::from(hp.head_dim_v);
             let v = g.view_4d(
                 v_cache,
-                [group.n_kv, hp.n_head_kv.into(), hp.head_dim_v.into(), 1],
-                row(v_cache, v_cells * head_dim_v),
+                [group.n_kv, n_head_kv.into(), head_dim_v.into(), 1],
+                row(v_cache, v_cells * u64::from(head_dim_v)),
                 row(v_cache, v_cells),
                 row(v_cache, v_cells * v_width),
                 0,
@@ -458,6 +471,16 @@ impl GraphBuilder<'_> {
             g.cont_2d(out, out.ne()[0] * out.ne()[1], out.ne()[2] * out.ne()[3])
         };
         out.set_name(&format!("kqv_out-{il}"))
+    }
+
+    /// Layer `il`'s attention over the cache of the earlier layer `src` (llama.cpp's
+    /// `build_attn` without K and V: gemma4's KV sharing), then the output projection.
+    pub fn attention_shared(&self, attn: &AttentionWeights, il: usize, src: usize, q: Tensor, kq_scale: f32) -> Tensor {
+        let q = self.kv.k_rot.map_or(q, |rot| self.graph.mul_mat_hadamard(q, rot));
+        let out = self
+            .graph
+            .mul_mat(attn.wo, self.attend_cache(attn, il, src, q, kq_scale));
+        out.set_name(&format!("attn_out-{il}"))
     }
 
     /// Attention over the pass's own tokens (an encoder's: no cache), as llama.cpp's
@@ -930,6 +953,18 @@ impl GraphBuilder<'_> {
             (None, Some(head)) => self.logits(x, head),
             // Context::new refuses an encoder a context for logits.
             (None, None) => unreachable!("an encoder has no logits"),
+        }
+    }
+
+    /// [`GraphBuilder::output`] with the output rows selected after the final norm, not
+    /// before (gemma4's graph, which keeps every row through its last layer).
+    pub fn output_selecting_after_norm(&self, x: Tensor) -> Tensor {
+        match (self.pooling, self.weights.head.as_ref()) {
+            (None, Some(head)) => {
+                let x = self.norm(x, Some(head.norm), "result_norm", 0);
+                self.logits(self.output_rows(x), head)
+            }
+            _ => self.output(x),
         }
     }
 

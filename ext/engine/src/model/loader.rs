@@ -266,10 +266,10 @@ impl<'a> Loader<'a> {
         })
     }
 
-    /// `ffn_gate`, `ffn_up` and `ffn_down`, `feed_forward_length` wide.
+    /// `ffn_gate`, `ffn_up` and `ffn_down`, the layer's `feed_forward_length` wide.
     pub fn gated_ffn(&mut self, hp: &HParams, il: u32) -> Result<FfnWeights> {
         let n = |s: &str| format!("blk.{il}.{s}");
-        let (embd, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
+        let (embd, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff_of(il as usize)));
         Ok(FfnWeights::Gated {
             gate: self.matrix(&n("ffn_gate.weight"), &[embd, ff])?,
             up: self.matrix(&n("ffn_up.weight"), &[embd, ff])?,

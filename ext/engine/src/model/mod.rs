@@ -26,9 +26,8 @@ pub use placement::Split;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
     AttentionWeights, BetaAlpha, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases, FfnWeights, LayerWeights,
-    Mamba2Weights, Mixer, MlaQuery, MlaWeights, Norm, OutputHead, QkvWeights, Qkvz, RopeFactors, SharedExpert, SharedGate,
-    ShortConvWeights,
-    Weights,
+    Mamba2Weights, Mixer, MlaQuery, MlaWeights, Norm, OutputHead, PerLayerEmbeddings, QkvWeights, Qkvz, RopeFactors,
+    SharedExpert, SharedGate, ShortConvWeights, Weights,
 };
 
 #[derive(Debug, Clone)]

@@ -57,7 +57,9 @@ impl Mixer {
         match self {
             Mixer::Attention(attn) | Mixer::Parallel { attention: attn, .. } => attn,
             Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::Mla(_) | Mixer::None => {
-                unreachable!("a recurrent, latent-attention or feed-forward-only layer's graph reads no attention weights")
+                unreachable!(
+                    "a recurrent, latent-attention or feed-forward-only layer's graph reads no attention weights"
+                )
             }
         }
     }
@@ -67,7 +69,9 @@ impl Mixer {
         match self {
             Mixer::Attention(attn) | Mixer::Parallel { attention: attn, .. } => attn,
             Mixer::ShortConv(_) | Mixer::Mamba2(_) | Mixer::DeltaNet(_) | Mixer::Mla(_) | Mixer::None => {
-                unreachable!("a recurrent, latent-attention or feed-forward-only layer's graph reads no attention weights")
+                unreachable!(
+                    "a recurrent, latent-attention or feed-forward-only layer's graph reads no attention weights"
+                )
             }
         }
     }
@@ -298,6 +302,22 @@ pub struct Weights {
     /// Per-pair divisors of the rotary frequencies, where the model has them.
     pub rope_factors: RopeFactors,
     pub layers: Vec<LayerWeights>,
+    /// Per layer, a [1] weight its output is multiplied by, where the model has one
+    /// (gemma4's `layer_output_scale`); empty for the others.
+    pub layer_out_scales: Vec<Option<Tensor>>,
+    /// Gemma 4's per-layer embeddings (E2B's, E4B's), where the model has them.
+    pub per_layer_embd: Option<PerLayerEmbeddings>,
+}
+
+/// Gemma 4's per-layer embeddings (llama.cpp's `per_layer_*`): `tok_embd` [width · n_layer,
+/// n_vocab] rows by token, `model_proj` [n_embd, width · n_layer] projecting the scaled
+/// embeddings, `proj_norm` [width] RMS-norming each layer's part; and per layer its
+/// `inp_gate` [n_embd, width], `proj` [width, n_embd] and `post_norm` [n_embd].
+pub struct PerLayerEmbeddings {
+    pub tok_embd: Tensor,
+    pub model_proj: Tensor,
+    pub proj_norm: Tensor,
+    pub layers: Vec<[Tensor; 3]>,
 }
 
 /// The final norm and the projection to the vocabulary.

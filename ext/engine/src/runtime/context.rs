@@ -995,6 +995,15 @@ fn validate_cache_types(hp: &crate::HParams, params: &ContextParams) -> Result<(
             params.type_v.name()
         )));
     }
+    if hp.heads_vary() && (params.type_k.is_quantized() || params.type_v.is_quantized()) {
+        return Err(Error::Unsupported(format!(
+            "a quantized KV cache ({}/{}) for a model whose layers' head sizes differ ({}) is not something \
+             elelem runs; keep the cache f16, or use llama.cpp, which runs it",
+            params.type_k.name(),
+            params.type_v.name(),
+            hp.arch.name
+        )));
+    }
     for (which, ty, head_dim) in [("K", params.type_k, hp.head_dim_k), ("V", params.type_v, hp.head_dim_v)] {
         if !head_dim.is_multiple_of(ty.block_size()) {
             return Err(Error::InvalidArgument(format!(
@@ -1009,10 +1018,9 @@ fn validate_cache_types(hp: &crate::HParams, params: &ContextParams) -> Result<(
 
 fn build(graph: &Graph, model: &Model, memory: &Memory, params: &ContextParams, shape: &PassShape) -> (Inputs, Tensor) {
     let kv = &memory.kv;
+    let v_widths = kv.group_v_widths();
     let attention = if kv.v_trans {
-        MaskFor::SoftMax {
-            v_width: model.hparams.mla.is_none().then(|| model.hparams.n_embd_v_gqa()),
-        }
+        MaskFor::SoftMax { v_widths: &v_widths }
     } else {
         MaskFor::FlashAttention
     };

@@ -1,0 +1,328 @@
+//! gemma4 (Gemma 4: the dense 31B, the small E2B and E4B). What differs from gemma3:
+//! - Sliding and full-attention layers have heads of their own sizes
+//!   (`attention.key_length_swa`, `value_length_swa`) and may have KV head counts of
+//!   their own (a per-layer `attention.head_count_kv`); which layers slide is the
+//!   `attention.sliding_window_pattern` array.
+//! - Sliding layers rotate with `rope.freq_base_swa` over `rope.dimension_count_swa`
+//!   dimensions; full layers with the file's base and the shared `rope_freqs`
+//!   (proportional rope: a factor per pair, huge where a pair does not rotate).
+//! - Q and K are RMS-normed per head with weights, V without one; a layer without
+//!   `attn_v` takes V = K (before the norms). The attention scale is 1.
+//! - Every row runs through the last layer; the output rows are picked after the
+//!   final norm. A layer's output may be multiplied by its `layer_output_scale`.
+//! - Per-layer embeddings (`embedding_length_per_layer_input` > 0: E2B's, E4B's): the
+//!   token's `per_layer_token_embd` rows plus the embeddings projected
+//!   (`per_layer_model_proj`, `per_layer_proj_norm`) give each layer an input, which
+//!   gates (`inp_gate`, GELU) a projection (`proj`, `post_norm`) added after its
+//!   feed-forward.
+//! - KV sharing (`attention.shared_kv_layers`): the last layers keep no cache and
+//!   attend with their Q over the last cached layer of their kind.
+//! - Feed-forward widths may differ between layers (a per-layer `feed_forward_length`:
+//!   E2B's double-wide MLP).
+//! - The embeddings are scaled by sqrt(n_embd), the logits may be soft-capped.
+//!
+//! Refused at load (`Error::Unsupported`; llama.cpp runs them): mixtures of experts
+//! (`expert_count`, `ffn_gate_inp`: 26B-A4B's), a fused `attn_qkv`, KV heads differing
+//! among the layers of one kind, and KV sharing that would read a layer of another kind.
+
+use super::common::{load_llama_like, Head};
+use crate::ggml::{Rope, RopeMode, Tensor};
+use crate::model::{
+    read_swa, ArchSpec, AttentionWeights, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer,
+    NormType, PerLayerEmbeddings, QkvWeights, Weights,
+};
+use crate::{Error, Result};
+
+pub(crate) const ARCH: ArchSpec = ArchSpec {
+    name: "gemma4",
+    models: "Gemma 4 dense and small models (31B, E2B, E4B)",
+    rope_mode: RopeMode::Neox,
+    read_hparams,
+    load,
+    build,
+    // A mixture of experts (`expert_count`) is refused by the common reader, as unsupported.
+    experts: false,
+    kind: Kind::Decoder,
+    norm: NormType::Rms,
+};
+
+fn unsupported(what: &str) -> Error {
+    Error::Unsupported(format!(
+        "gemma4: {what} is not something elelem runs (it runs Gemma 4's dense and small layouts, not its \
+         experts); llama.cpp runs it"
+    ))
+}
+
+fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
+    let per_layer = keys.u32("embedding_length_per_layer_input")?;
+    if u64::from(per_layer) * u64::from(hp.n_layer) > 1 << 20 {
+        return Err(Error::Load(format!(
+            "gemma4: embedding_length_per_layer_input ({per_layer}) × block_count ({}) exceeds 2^20",
+            hp.n_layer
+        )));
+    }
+    hp.n_embd_per_layer = per_layer;
+    let shared = keys.opt_u32("attention.shared_kv_layers")?.unwrap_or(0);
+    // llama.cpp requires the window and the pattern array.
+    keys.u32("attention.sliding_window")?;
+    if !keys.has("attention.sliding_window_pattern") {
+        return Err(Error::Load(
+            "missing required metadata key gemma4.attention.sliding_window_pattern".into(),
+        ));
+    }
+    let head_k = keys.opt_u32("attention.key_length_swa")?.unwrap_or(hp.head_dim_k);
+    let head_v = keys.opt_u32("attention.value_length_swa")?.unwrap_or(hp.head_dim_v);
+    let rope_dims = keys.opt_u32("rope.dimension_count_swa")?.unwrap_or(hp.rope.n_dims);
+    if hp.head_dim_k != hp.head_dim_v || head_k != head_v {
+        return Err(Error::Load(format!(
+            "gemma4 requires K and V heads of one size (key_length {}, value_length {}, key_length_swa {head_k}, \
+             value_length_swa {head_v})",
+            hp.head_dim_k, hp.head_dim_v
+        )));
+    }
+    if head_k == 0
+        || u64::from(head_k) * u64::from(hp.n_head) > 1 << 20
+        || rope_dims == 0
+        || rope_dims > head_k
+        || rope_dims % 2 != 0
+    {
+        return Err(Error::Load(format!(
+            "gemma4: key_length_swa ({head_k}) must be 1 to 2^20 / head_count, rope.dimension_count_swa \
+             ({rope_dims}) even and at most it"
+        )));
+    }
+    let swa_rope = Rope {
+        freq_base: 10_000.0,
+        freq_scale: 1.0,
+        n_dims: rope_dims,
+        ..hp.rope.clone()
+    };
+    hp.swa = read_swa(keys, hp.n_layer, 0, 0, swa_rope)?;
+    let Some(swa) = &hp.swa else {
+        return Err(Error::Load("gemma4: attention.sliding_window must not be 0".into()));
+    };
+    // The cache keeps one width per group (sliding, full): their layers' must agree.
+    for sliding in [false, true] {
+        let mut counts = (0..hp.n_layer as usize)
+            .filter(|&il| swa.layers[il] == sliding)
+            .map(|il| hp.n_head_kv_of(il));
+        if let Some(first) = counts.next() {
+            if counts.any(|n| n != first) {
+                return Err(unsupported(&format!(
+                    "attention.head_count_kv differing among the {} layers ({:?})",
+                    if sliding { "sliding" } else { "full-attention" },
+                    hp.n_head_kv_layers
+                )));
+            }
+        }
+    }
+    if hp.recurrent.contains(&true) {
+        return Err(Error::Load("gemma4: every layer needs KV heads".into()));
+    }
+    hp.head_dims_swa = (head_k != hp.head_dim_k).then_some((head_k, head_v));
+    if shared > 0 {
+        // llama.cpp asserts two cached layers at least; a sharing layer reads the last
+        // cached full-attention layer, or the one before it when it slides.
+        if shared > hp.n_layer.saturating_sub(2) {
+            return Err(Error::Load(format!(
+                "gemma4: attention.shared_kv_layers ({shared}) must leave two of the {} layers their caches",
+                hp.n_layer
+            )));
+        }
+        hp.n_layer_kv = hp.n_layer - shared;
+        for il in hp.n_layer_kv as usize..hp.n_layer as usize {
+            let src = hp.kv_source(il);
+            let alike = |il: usize| (hp.is_swa(il), hp.head_dim_k_of(il), hp.n_head_kv_of(il));
+            if alike(src) != alike(il) {
+                return Err(unsupported(&format!(
+                    "KV sharing where layer {il} would read layer {src}'s cache, of another kind"
+                )));
+            }
+        }
+    }
+    hp.per_layer_heads = true;
+    hp.final_logit_softcap = keys.opt_f32("final_logit_softcapping")?.filter(|&c| c != 0.0);
+    Ok(())
+}
+
+fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+    let mut out_scales = Vec::new();
+    let mut weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
+        let (layer, out_scale) = layer(l, hp, il)?;
+        out_scales.push(out_scale);
+        Ok(layer)
+    })?;
+    weights.layer_out_scales = out_scales;
+    let width = u64::from(hp.n_embd_per_layer);
+    if width > 0 {
+        let (embd, n_layer) = (u64::from(hp.n_embd), u64::from(hp.n_layer));
+        let tok_embd = loader.rows("per_layer_token_embd.weight", &[width * n_layer, u64::from(hp.n_vocab)])?;
+        let model_proj = loader.matrix("per_layer_model_proj.weight", &[embd, width * n_layer])?;
+        let proj_norm = loader.vector("per_layer_proj_norm.weight", width)?;
+        let layers = (0..hp.n_layer)
+            .map(|il| {
+                let n = |s: &str| format!("blk.{il}.{s}");
+                Ok([
+                    loader.matrix(&n("inp_gate.weight"), &[embd, width])?,
+                    loader.matrix(&n("proj.weight"), &[width, embd])?,
+                    loader.vector(&n("post_norm.weight"), embd)?,
+                ])
+            })
+            .collect::<Result<_>>()?;
+        weights.per_layer_embd = Some(PerLayerEmbeddings {
+            tok_embd,
+            model_proj,
+            proj_norm,
+            layers,
+        });
+    }
+    // One `rope_freqs` for every full-attention layer, a factor per rotated pair.
+    if let Some(full) = (0..hp.n_layer as usize).find(|&il| !hp.is_swa(il)) {
+        weights.rope_factors.freqs = Some(loader.vector("rope_freqs.weight", u64::from(hp.head_dim_k_of(full) / 2))?);
+    }
+    Ok(weights)
+}
+
+fn layer(l: &mut Loader, hp: &HParams, il: u32) -> Result<(LayerWeights, Option<Tensor>)> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let i = il as usize;
+    if l.has(&n("ffn_gate_inp.weight")) {
+        return Err(unsupported(&format!("layer {il}'s mixture of experts (ffn_gate_inp)")));
+    }
+    if l.has(&n("attn_qkv.weight")) {
+        return Err(unsupported(&format!("layer {il}'s fused attn_qkv")));
+    }
+    let embd = u64::from(hp.n_embd);
+    let head = u64::from(hp.head_dim_k_of(i));
+    let q_dim = head * u64::from(hp.n_head);
+    let (k_dim, v_dim) = (u64::from(hp.n_embd_k_gqa_of(i)), u64::from(hp.n_embd_v_gqa_of(i)));
+    // A layer sharing an earlier one's cache may have K (and its norm), which llama.cpp
+    // loads and leaves unused; it needs neither.
+    let has_kv = il < hp.n_layer_kv;
+    let wq = l.matrix(&n("attn_q.weight"), &[embd, q_dim])?;
+    let wk = match has_kv {
+        true => l.matrix(&n("attn_k.weight"), &[embd, k_dim])?,
+        false => l.optional_matrix(&n("attn_k.weight"), &[embd, k_dim])?.unwrap_or(wq),
+    };
+    let q_norm = l.vector(&n("attn_q_norm.weight"), head)?;
+    let k_norm = match has_kv {
+        true => Some(l.vector(&n("attn_k_norm.weight"), head)?),
+        false => l.optional_vector(&n("attn_k_norm.weight"), head)?,
+    };
+    let attn = AttentionWeights {
+        qkv: QkvWeights::Separate {
+            wq,
+            wk,
+            // No V projection: V is K (build's `wv == wk`).
+            wv: l.optional_matrix(&n("attn_v.weight"), &[embd, v_dim])?.unwrap_or(wk),
+            bq: None,
+            bk: None,
+            bv: None,
+        },
+        q_norm: Some(q_norm),
+        k_norm,
+        wo: l.matrix(&n("attn_output.weight"), &[q_dim, embd])?,
+        bo: None,
+        sinks: None,
+    };
+    let layer = LayerWeights {
+        attn_norm: Some(l.norm(&n("attn_norm.weight"), embd)?),
+        mixer: Mixer::Attention(attn),
+        attn_post_norm: Some(l.norm(&n("post_attention_norm.weight"), embd)?),
+        ffn_norm: Some(l.norm(&n("ffn_norm.weight"), embd)?),
+        ffn: l.gated_ffn(hp, il)?,
+        ffn_post_norm: Some(l.norm(&n("post_ffw_norm.weight"), embd)?),
+    };
+    let out_scale = l.optional_vector(&n("layer_output_scale.weight"), 1)?;
+    Ok((layer, out_scale))
+}
+
+fn build(b: &GraphBuilder) -> Tensor {
+    let hp = b.hparams();
+    let x = b.embed_scaled((hp.n_embd as f32).sqrt());
+    let per_layer = b.weights.per_layer_embd.as_ref().map(|ple| per_layer_inputs(b, ple, x));
+    let x = b
+        .layers()
+        .iter()
+        .enumerate()
+        .fold(x, |x, (il, layer)| block(b, layer, il, x, per_layer));
+    b.output_selecting_after_norm(x)
+}
+
+/// Each layer's input of the per-layer embeddings, [width, n_tokens, n_layer]: the
+/// token's rows scaled by sqrt(width), plus the scaled embeddings `x` projected (over
+/// sqrt(n_embd)) and RMS-normed per layer, over sqrt(2) (llama.cpp's
+/// `build_inp_per_layer` and `project_per_layer_inputs`).
+fn per_layer_inputs(b: &GraphBuilder, ple: &PerLayerEmbeddings, x: Tensor) -> Tensor {
+    let g = b.graph;
+    let hp = b.hparams();
+    let (width, n_layer) = (i64::from(hp.n_embd_per_layer), i64::from(hp.n_layer));
+    let rows = g.get_rows(ple.tok_embd, b.inputs.tokens.0);
+    let rows = g.reshape_3d(rows, width, n_layer, b.n_tokens);
+    let rows = g.scale(rows, (hp.n_embd_per_layer as f32).sqrt());
+    let proj = g.mul_mat(ple.model_proj, x);
+    let proj = g.scale(proj, 1.0 / (hp.n_embd as f32).sqrt());
+    let proj = g.reshape_3d(proj, width, n_layer, b.n_tokens);
+    let proj = b.norm(proj, Some(ple.proj_norm.into()), "per_layer_proj", 0);
+    let inputs = g.scale(g.add(proj, rows), 1.0 / 2f32.sqrt());
+    g.cont(g.permute(inputs, [0, 2, 1, 3])).set_name("inp_per_layer")
+}
+
+/// llama.cpp's gemma4 block (its dense path).
+fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, per_layer: Option<Tensor>) -> Tensor {
+    let g = b.graph;
+    let hp = b.hparams();
+    let attn = layer.attn();
+    let QkvWeights::Separate { wq, wk, wv, .. } = attn.qkv else {
+        unreachable!("gemma4's load refuses a fused attn_qkv")
+    };
+    let rope = hp.layer_rope(il);
+    let factors = match hp.is_swa(il) {
+        true => None,
+        false => b.weights.rope_factors.freqs,
+    };
+    let pos = b.inputs.pos.0;
+    let cur = b.norm(x, layer.attn_norm, "attn_norm", il);
+    let src = hp.kv_source(il);
+    let cur = if src == il {
+        let k = g.mul_mat(wk, cur);
+        let v = if wv == wk { k } else { g.mul_mat(wv, cur) };
+        let (q, k, v) = b.heads(g.mul_mat(wq, cur), k, v, il);
+        let q = g.rope(b.norm_if(q, attn.q_norm, "Qcur_normed", il), pos, rope, factors);
+        let k = b.norm_if(k, attn.k_norm, "Kcur_normed", il);
+        let v = g.rms_norm(v, hp.norm_eps).set_name(&format!("Vcur_normed-{il}"));
+        let k = g.rope(k, pos, rope, factors);
+        b.attention(attn, il, q, k, v, 1.0)
+    } else {
+        // KV sharing: Q alone, over the cache of layer `src`.
+        let q = g.reshape_3d(
+            g.mul_mat(wq, cur),
+            hp.head_dim_k_of(il).into(),
+            hp.n_head.into(),
+            b.n_tokens,
+        );
+        let q = g.rope(b.norm_if(q, attn.q_norm, "Qcur_normed", il), pos, rope, factors);
+        b.attention_shared(attn, il, src, q, 1.0)
+    };
+    let cur = b.norm(cur, layer.attn_post_norm, "attn_post_norm", il);
+    let attn_out = g.add(cur, x).set_name(&format!("attn_out-{il}"));
+    let cur = b.norm(attn_out, layer.ffn_norm, "ffn_norm", il);
+    let cur = b.ffn(&layer.ffn, cur, il, Glu::Gelu);
+    let cur = b.norm(cur, layer.ffn_post_norm, "ffn_post_norm", il);
+    let mut cur = g.add(cur, attn_out);
+    if let (Some(inputs), Some(ple)) = (per_layer, &b.weights.per_layer_embd) {
+        let [inp_gate, proj, post_norm] = ple.layers[il];
+        let gate = g.gelu(g.mul_mat(inp_gate, cur));
+        let width = inputs.ne()[0];
+        let row = inputs.nb()[1];
+        let this_layer = g.view_2d(inputs, width, b.n_tokens, row, il * inputs.nb()[2]);
+        let pe = g.mul_mat(proj, g.mul(gate, this_layer));
+        let pe = b.norm(pe, Some(post_norm.into()), "per_layer_embd_out", il);
+        cur = g.add(cur, pe);
+    }
+    let cur = match b.weights.layer_out_scales.get(il).copied().flatten() {
+        Some(scale) => g.mul(cur, scale),
+        None => cur,
+    };
+    cur.set_name(&format!("l_out-{il}"))
+}
