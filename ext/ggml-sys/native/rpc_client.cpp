@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -36,6 +37,10 @@ struct rpc_failure : std::exception {
 
 struct connection {
     std::string endpoint;  // "ip:port", as the connect call saw it
+    // The socket's inode. ggml closes its sockets without telling us, and the next socket
+    // may get the same descriptor: a worker's accepted connection in this very process, or
+    // a new client. Only the socket that connected is this connection.
+    ino_t socket = 0;
     bool failed = false;
 };
 
@@ -67,9 +72,18 @@ void fail(int fd, const std::string & why) {
     last_failure[it->second.endpoint] = why;
 }
 
+ino_t inode_of(int fd) {
+    struct stat st;
+    return fstat(fd, &st) == 0 ? st.st_ino : 0;
+}
+
 bool is_failed_client(int fd, bool * is_client) {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = clients.find(fd);
+    if (it != clients.end() && it->second.socket != inode_of(fd)) {
+        clients.erase(it);  // a closed connection's descriptor, now another socket's
+        it = clients.end();
+    }
     *is_client = it != clients.end();
     return *is_client && it->second.failed;
 }
@@ -178,7 +192,7 @@ int elelem_rpc_connect(int fd, const struct sockaddr * addr, socklen_t len) {
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     std::lock_guard<std::mutex> lock(mutex);
-    clients[fd] = connection{endpoint_of(addr), false};
+    clients[fd] = connection{endpoint_of(addr), inode_of(fd), false};
     return 0;
 }
 
