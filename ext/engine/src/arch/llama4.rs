@@ -114,7 +114,11 @@ fn build(b: &GraphBuilder) -> Tensor {
     let g = b.graph;
     let hp = b.hparams();
     let kq_scale = hp.kq_scale();
-    let temperature = b.attn_temperature();
+    // Only where some layer does not rotate: an input no node reads gets no buffer.
+    let temperature = (0..hp.n_layer as usize)
+        .any(|il| !hp.rotates(il))
+        .then(|| b.attn_temperature())
+        .flatten();
     // llama.cpp's use_kq_norm: all but the 128-expert model (its LLM_TYPE_17B_128E).
     let qk_norm = hp.n_expert != 128;
     run_layers(b, b.embed(), |layer, il, x| {
