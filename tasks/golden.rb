@@ -103,12 +103,13 @@ module Goldens
   # Goldens of models opened with `flash_attn: false` (llama.cpp's `-fa off`): plain
   # attention over a transposed V cache, their own bits. A Qwen (long prompts, one past
   # 1,600 tokens), Gemma 3 (sliding rings), the Gemma 2-shaped model (soft-capped
-  # scores), the Gemma 4-shaped ones (per-layer head sizes; KV sharing), the Phi-3-shaped one (fused QKV),
+  # scores), the Gemma 4-shaped ones (per-layer head sizes; KV sharing), the Gemma 3n-shaped one (KV
+  # sharing under AltUp), the Phi-3-shaped one (fused QKV),
   # the gpt-oss-shaped one (attention sinks in the soft-max), the GLM-4.5-shaped one (rope over
   # part of each head), the DeepSeek-V3-shaped one (latent attention: V a view of the K cache,
   # transposed into a copy), and sequences decoded together.
   FLASH_ATTN_OFF_SUFFIX = "-fa-off"
-  FLASH_ATTN_OFF = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma2 tiny-gemma4 tiny-gemma4-e tiny-phi3
+  FLASH_ATTN_OFF = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma2 tiny-gemma4 tiny-gemma4-e tiny-gemma3n tiny-phi3
                       tiny-gpt-oss tiny-glm4moe tiny-deepseek2
                       lockstep-tiny-gemma2].map { |name| name + FLASH_ATTN_OFF_SUFFIX }.freeze
 
