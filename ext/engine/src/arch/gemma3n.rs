@@ -98,15 +98,23 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
     if shared != hp.n_layer - cached {
         return Err(differs("attention.shared_kv_layers", shared, hp.n_layer - cached));
     }
+    // The converter's scales: the standard normal's quantile of each layer's sparsity (0.95
+    // on E2B's and E4B's first 10 layers, minus infinity for the others' 0). llama.cpp reads
+    // none of them; a multiplier off in its last bits means the same.
     if let Some(scales) = keys.opt_f32s("activation_sparsity_scale", hp.n_layer as usize)? {
-        let fixed: Vec<f32> = (0..hp.n_layer as usize)
-            .map(|il| match il < SPARSE_LAYERS {
-                true => SPARSITY_STD_MULTIPLIER,
-                false => f32::NEG_INFINITY,
-            })
-            .collect();
-        if scales != fixed {
-            return Err(differs("activation_sparsity_scale", scales, fixed));
+        let as_llama_cpp = scales.iter().enumerate().all(|(il, &scale)| match il < SPARSE_LAYERS {
+            true => (scale - SPARSITY_STD_MULTIPLIER).abs() < 1e-5,
+            false => scale == f32::NEG_INFINITY,
+        });
+        if !as_llama_cpp {
+            return Err(differs(
+                "activation_sparsity_scale",
+                scales,
+                format_args!(
+                    "sparse gates at {SPARSITY_STD_MULTIPLIER} standard deviations on the first {SPARSE_LAYERS} \
+                     layers and none on the others"
+                ),
+            ));
         }
     }
     match keys.opt_f32("final_logit_softcapping")? {
