@@ -803,6 +803,8 @@ fn gemma3n_flaws() -> Vec<Case> {
             Some(F32(50.0))),
         ("gemma3n-shared-kv-of-another-kind", Rejected("of another kind"), g("attention.sliding_window_pattern"),
             Some(sliding(&[4, 9, 14, 18, 21]))),
+        ("gemma3n-value-heads-of-another-size", Rejected("K and V heads of one size"), g("attention.value_length"),
+            Some(U32(4))),
         ("gemma3n-no-window", Rejected("missing required metadata key gemma3n.attention.sliding_window"),
             g("attention.sliding_window"), None),
         // The keys llama.cpp does not read, absent: it runs with its own values, as elelem.

@@ -84,6 +84,13 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
             _ => {}
         }
     }
+    // llama.cpp's graph splits V into heads of K's size.
+    if hp.head_dim_k != hp.head_dim_v {
+        return Err(Error::Load(format!(
+            "gemma3n requires K and V heads of one size (key_length {}, value_length {})",
+            hp.head_dim_k, hp.head_dim_v
+        )));
+    }
     if u64::from(PER_LAYER_WIDTH) * u64::from(hp.n_layer) > 1 << 20 {
         return Err(Error::Load(format!(
             "gemma3n: block_count ({}) times the per-layer width exceeds 2^20",
