@@ -83,7 +83,12 @@ module Goldens
     "lockstep-tiny-falcon-h1" => ["tiny-falcon-h1",
                                   [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     "lockstep-tiny-qwen3next" => ["tiny-qwen3next",
-                                  [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]]
+                                  [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
+    # KV sharing: the sharing layers read each sequence's cells of the sliding and full layers' caches.
+    # The prompts and their 32 tokens fit the sliding layers' ring of 768 cells together, so the
+    # batcher admits all four at once, as the driver does; the last prompt spans two passes.
+    "lockstep-tiny-gemma3n" => ["tiny-gemma3n", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"].first(450),
+                                                 [1, 90, 91, 92], CANARY_PROMPTS["long"].last(150)]]
   }.freeze
 
   # Conversations continued from the cache (a continued case: the prompt, then a second turn
@@ -103,12 +108,13 @@ module Goldens
   # Goldens of models opened with `flash_attn: false` (llama.cpp's `-fa off`): plain
   # attention over a transposed V cache, their own bits. A Qwen (long prompts, one past
   # 1,600 tokens), Gemma 3 (sliding rings), the Gemma 2-shaped model (soft-capped
-  # scores), the Gemma 4-shaped ones (per-layer head sizes; KV sharing), the Phi-3-shaped one (fused QKV),
+  # scores), the Gemma 4-shaped ones (per-layer head sizes; KV sharing), the Gemma 3n-shaped one (KV
+  # sharing under AltUp), the Phi-3-shaped one (fused QKV),
   # the gpt-oss-shaped one (attention sinks in the soft-max), the GLM-4.5-shaped one (rope over
   # part of each head), the DeepSeek-V3-shaped one (latent attention: V a view of the K cache,
   # transposed into a copy), and sequences decoded together.
   FLASH_ATTN_OFF_SUFFIX = "-fa-off"
-  FLASH_ATTN_OFF = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma2 tiny-gemma4 tiny-gemma4-e tiny-phi3
+  FLASH_ATTN_OFF = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma2 tiny-gemma4 tiny-gemma4-e tiny-gemma3n tiny-phi3
                       tiny-gpt-oss tiny-glm4moe tiny-deepseek2
                       lockstep-tiny-gemma2].map { |name| name + FLASH_ATTN_OFF_SUFFIX }.freeze
 
@@ -124,10 +130,11 @@ module Goldens
   # Goldens of models opened with a q8_0 KV cache (`cache_type_k: :q8_0, cache_type_v:
   # :q8_0`, llama.cpp's `-ctk q8_0 -ctv q8_0`; flash attention on, which a quantized V
   # cache needs): Hadamard-rotated Q, K and V, their own bits. A Qwen (head dimension 64,
-  # long prompts) and Gemma 3 (256: a larger K rotation; sliding rings). The synthetic
-  # models' heads (16) are smaller than a q8_0 block, which llama.cpp refuses too.
+  # long prompts), Gemma 3 (256: a larger K rotation; sliding rings) and the Gemma 3n-shaped
+  # model (32: its sharing layers rotate Q alone). The other synthetic models' heads (16) are
+  # smaller than a q8_0 block, which llama.cpp refuses too.
   KV_Q8_0_SUFFIX = "-kv-q8_0"
-  KV_Q8_0 = %w[qwen2.5-coder-0.5b gemma-3-270m].map { |name| name + KV_Q8_0_SUFFIX }.freeze
+  KV_Q8_0 = %w[qwen2.5-coder-0.5b gemma-3-270m tiny-gemma3n].map { |name| name + KV_Q8_0_SUFFIX }.freeze
 
   CHAT_MESSAGES = [
     { "role" => "system", "content" => "You are a concise coding assistant." },

@@ -397,6 +397,19 @@ pub const GEMMA4_E: Family = Family {
     ..GEMMA4
 };
 
+/// Gemma 3n's layout (E2B's, E4B's), written by [`gemma3n_writer`]: AltUp's 4 streams,
+/// LAuReL of rank 64, per-layer embeddings 256 wide, sparse gates on the first 10
+/// layers, and past 20 layers the rest sharing the caches of layers 18 and 19: the
+/// widths and counts llama.cpp fixes for gemma3n.
+pub const GEMMA3N: Family = Family {
+    arch: "gemma3n",
+    name: "elelem tiny gemma3n canary",
+    qk_norm: QkNorm::PerHead,
+    norms: Norms::PreAndPost,
+    tied_head: true,
+    ..LLAMA
+};
+
 /// Multipliers of the sizes Granite 3 uses for its width.
 pub const GRANITE: Family = Family {
     arch: "granite",
@@ -989,6 +1002,18 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 ..small(GEMMA4_E)
             },
         ),
+        // 22 layers: the last 2 share the caches of layers 18 and 19.
+        (
+            "tiny-gemma3n",
+            Shape {
+                n_layer: 22,
+                n_embd: 64,
+                n_head: 4,
+                n_head_kv: 2,
+                n_ff: 192,
+                ..small(GEMMA3N)
+            },
+        ),
         ("tiny-granite", small(GRANITE)),
         (
             "tiny-smollm3",
@@ -1358,6 +1383,9 @@ impl Rng {
 pub fn writer(shape: &Shape) -> GgufWriter {
     if shape.family.arch == "gemma4" {
         return gemma4_writer(shape);
+    }
+    if shape.family.arch == "gemma3n" {
+        return gemma3n_writer(shape);
     }
     let &Shape {
         family,
@@ -1818,6 +1846,143 @@ fn gemma4_writer(shape: &Shape) -> GgufWriter {
         .map(|i| if i < pairs / 2 { 1.0 + i as f32 / 2.0 } else { 1e30 })
         .collect();
     w.add_f32("rope_freqs.weight", &[pairs], &factors);
+    add_norm(&mut w, &mut rng, "output_norm", NormType::Rms, n_embd);
+    w
+}
+
+/// [`GEMMA3N`]'s model, as llama.cpp's converter writes Gemma 3n's: every fifth layer and
+/// the last attend to the whole context, the others slide over a window of 4 with their
+/// own rope base; heads twice as wide as the width over the heads; the first 10 layers'
+/// gates sparse (the converter's scales: the 95th percentile's, then minus infinity);
+/// past the 20th layer, the layers share caches (their K and V written, never read).
+fn gemma3n_writer(shape: &Shape) -> GgufWriter {
+    const STREAMS: u64 = 4;
+    const LAUREL_RANK: u64 = 64;
+    const PER_LAYER: u64 = 256;
+    const CACHED: u32 = 20;
+    let &Shape {
+        family,
+        n_vocab,
+        n_embd,
+        n_layer,
+        n_head,
+        n_head_kv,
+        n_ff,
+        ..
+    } = shape;
+    let head = 2 * n_embd / u64::from(n_head);
+    let sliding = |il: u32| il % 5 != 4 && il + 1 < n_layer;
+    let mut rng = Rng(SEED);
+    let mut w = GgufWriter::new();
+    let s = |v: &str| Value::String(v.to_string());
+    let key = |k: &str| format!("gemma3n.{k}");
+    w.set("general.architecture", s("gemma3n"))
+        .set("general.name", s(family.name))
+        .set("general.file_type", Value::U32(0))
+        .set(&key("context_length"), Value::U32(2048))
+        .set(&key("embedding_length"), Value::U32(n_embd as u32))
+        .set(&key("block_count"), Value::U32(n_layer))
+        .set(
+            &key("feed_forward_length"),
+            Value::Array((0..n_layer).map(|_| Value::U32(n_ff as u32)).collect()),
+        )
+        .set(&key("attention.head_count"), Value::U32(n_head))
+        .set(&key("attention.head_count_kv"), Value::U32(n_head_kv))
+        .set(&key("attention.key_length"), Value::U32(head as u32))
+        .set(&key("attention.value_length"), Value::U32(head as u32))
+        .set(&key("attention.sliding_window"), Value::U32(4))
+        .set(
+            &key("attention.sliding_window_pattern"),
+            Value::Array((0..n_layer).map(|il| Value::Bool(sliding(il))).collect()),
+        )
+        .set(
+            &key("attention.shared_kv_layers"),
+            Value::U32(n_layer.saturating_sub(CACHED)),
+        )
+        .set(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
+        .set(&key("rope.dimension_count"), Value::U32(head as u32))
+        .set(&key("rope.freq_base"), Value::F32(1_000_000.0))
+        .set(&key("rope.freq_base_swa"), Value::F32(10_000.0))
+        .set(&key("final_logit_softcapping"), Value::F32(30.0))
+        .set(&key("altup_active_idx"), Value::U32(0))
+        .set(&key("altup_num_inputs"), Value::U32(STREAMS as u32))
+        .set(&key("embedding_length_per_layer_input"), Value::U32(PER_LAYER as u32))
+        .set(
+            &key("activation_sparsity_scale"),
+            Value::Array(
+                (0..n_layer)
+                    .map(|il| Value::F32(if il < 10 { 1.644_853_4 } else { f32::NEG_INFINITY }))
+                    .collect(),
+            ),
+        );
+    set_vocab(&mut w, n_vocab);
+    add_matrix(&mut w, &mut rng, "token_embd.weight", shape.embd_type, n_embd, n_vocab);
+    let ty = shape.matrix_type;
+    let (q_dim, kv_dim) = (head * u64::from(n_head), head * u64::from(n_head_kv));
+    for il in 0..n_layer {
+        let n = |t: &str| format!("blk.{il}.{t}");
+        add_norm(&mut w, &mut rng, &n("attn_norm"), NormType::Rms, n_embd);
+        add_matrix(&mut w, &mut rng, &n("attn_q.weight"), ty, n_embd, q_dim);
+        add_matrix(&mut w, &mut rng, &n("attn_k.weight"), ty, n_embd, kv_dim);
+        add_matrix(&mut w, &mut rng, &n("attn_v.weight"), ty, n_embd, kv_dim);
+        add_matrix(&mut w, &mut rng, &n("attn_output.weight"), ty, q_dim, n_embd);
+        w.add_f32(&n("attn_q_norm.weight"), &[head], &rng.around_one(head));
+        w.add_f32(&n("attn_k_norm.weight"), &[head], &rng.around_one(head));
+        w.add_f32(&n("post_attention_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        add_norm(&mut w, &mut rng, &n("ffn_norm"), NormType::Rms, n_embd);
+        add_matrix(&mut w, &mut rng, &n("ffn_gate.weight"), ty, n_embd, n_ff);
+        add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, n_ff);
+        add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, n_ff, n_embd);
+        w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        add_matrix(&mut w, &mut rng, &n("inp_gate.weight"), ty, n_embd, PER_LAYER);
+        add_matrix(&mut w, &mut rng, &n("proj.weight"), ty, PER_LAYER, n_embd);
+        w.add_f32(&n("post_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        w.add_f32(&n("altup_router_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        w.add_f32(
+            &n("altup_router.weight"),
+            &[n_embd, STREAMS],
+            &rng.matrix(n_embd, STREAMS),
+        );
+        w.add_f32(
+            &n("altup_predict_coef.weight"),
+            &[STREAMS, STREAMS * STREAMS],
+            &rng.small(STREAMS * STREAMS * STREAMS),
+        );
+        w.add_f32(
+            &n("altup_correct_coef.weight"),
+            &[STREAMS, STREAMS],
+            &rng.small(STREAMS * STREAMS),
+        );
+        w.add_f32(&n("altup_correct_scale.weight"), &[n_embd], &rng.around_one(n_embd));
+        add_matrix(&mut w, &mut rng, &n("laurel_l.weight"), ty, n_embd, LAUREL_RANK);
+        add_matrix(&mut w, &mut rng, &n("laurel_r.weight"), ty, LAUREL_RANK, n_embd);
+        w.add_f32(&n("laurel_post_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+    }
+    let all = PER_LAYER * u64::from(n_layer);
+    add_matrix(
+        &mut w,
+        &mut rng,
+        "per_layer_token_embd.weight",
+        shape.embd_type,
+        all,
+        n_vocab,
+    );
+    add_matrix(&mut w, &mut rng, "per_layer_model_proj.weight", ty, n_embd, all);
+    w.add_f32("per_layer_proj_norm.weight", &[PER_LAYER], &rng.around_one(PER_LAYER));
+    add_weights(
+        &mut w,
+        &mut rng,
+        "altup_proj.weight",
+        ty,
+        &[n_embd, n_embd, STREAMS - 1],
+    );
+    add_weights(
+        &mut w,
+        &mut rng,
+        "altup_unembd_proj.weight",
+        ty,
+        &[n_embd, n_embd, STREAMS - 1],
+    );
     add_norm(&mut w, &mut rng, "output_norm", NormType::Rms, n_embd);
     w
 }

@@ -762,6 +762,87 @@ pub fn structured() -> Vec<Case> {
     cases.extend(encoder_flaws());
     cases.extend(mamba2_flaws());
     cases.extend(gemma4_flaws());
+    cases.extend(gemma3n_flaws());
+    cases
+}
+
+/// What elelem's gemma3n refuses: keys whose values llama.cpp fixes saying otherwise (it
+/// runs such files with its own), KV sharing that would read a layer of another kind, a
+/// fused `attn_qkv`, biases, and a sharing layer without the K and V llama.cpp loads.
+fn gemma3n_flaws() -> Vec<Case> {
+    use Expect::{Rejected, Runs};
+    use Value::{F32, U32};
+    // 22 layers: the last two share the caches of layers 18 and 19.
+    const GEMMA3N: Shape = Shape {
+        n_layer: 22,
+        ..micro(canary::GEMMA3N)
+    };
+    let g = |key: &str| format!("gemma3n.{key}");
+    let sparsity = |sparse: usize, scale: f32| {
+        Value::Array(
+            (0..22)
+                .map(|il| F32(if il < sparse { scale } else { f32::NEG_INFINITY }))
+                .collect(),
+        )
+    };
+    let sliding = |full: &[u32]| Value::Array((0..22).map(|il| Value::Bool(!full.contains(&il))).collect());
+    #[rustfmt::skip]
+    let keys = vec![
+        ("gemma3n-two-streams", Rejected("gemma3n.altup_num_inputs is 2"), g("altup_num_inputs"), Some(U32(2))),
+        ("gemma3n-second-stream-active", Rejected("gemma3n.altup_active_idx is 1"), g("altup_active_idx"),
+            Some(U32(1))),
+        ("gemma3n-per-layer-width", Rejected("gemma3n.embedding_length_per_layer_input is 128"),
+            g("embedding_length_per_layer_input"), Some(U32(128))),
+        ("gemma3n-shared-kv-layers", Rejected("gemma3n.attention.shared_kv_layers is 4"),
+            g("attention.shared_kv_layers"), Some(U32(4))),
+        ("gemma3n-sparse-layers", Rejected("gemma3n.activation_sparsity_scale"), g("activation_sparsity_scale"),
+            Some(sparsity(12, 1.644_853_4))),
+        // The quantile off in its last bits, as another conversion's arithmetic may give it.
+        ("gemma3n-sparsity-last-bits", Runs, g("activation_sparsity_scale"), Some(sparsity(10, 1.644_853_6))),
+        ("gemma3n-softcap", Rejected("gemma3n.final_logit_softcapping is 50.0"), g("final_logit_softcapping"),
+            Some(F32(50.0))),
+        ("gemma3n-shared-kv-of-another-kind", Rejected("of another kind"), g("attention.sliding_window_pattern"),
+            Some(sliding(&[4, 9, 14, 18, 21]))),
+        ("gemma3n-value-heads-of-another-size", Rejected("K and V heads of one size"), g("attention.value_length"),
+            Some(U32(4))),
+        ("gemma3n-no-window", Rejected("missing required metadata key gemma3n.attention.sliding_window"),
+            g("attention.sliding_window"), None),
+        // The keys llama.cpp does not read, absent: it runs with its own values, as elelem.
+        ("gemma3n-no-stream-count", Runs, g("altup_num_inputs"), None),
+        ("gemma3n-no-sparsity", Runs, g("activation_sparsity_scale"), None),
+        ("gemma3n-no-shared-kv-layers", Runs, g("attention.shared_kv_layers"), None),
+        ("gemma3n-period-pattern", Runs, g("attention.sliding_window_pattern"), Some(U32(5))),
+    ];
+    let mut cases = keyed(&GEMMA3N, keys);
+    let (embd, head) = (GEMMA3N.n_embd, 2 * GEMMA3N.n_embd / u64::from(GEMMA3N.n_head));
+    cases.push(edited(
+        "gemma3n-sharing-layer-without-v",
+        Rejected("missing tensor blk.21.attn_v.weight"),
+        &GEMMA3N,
+        |w| {
+            w.remove_tensor("blk.21.attn_v.weight");
+        },
+    ));
+    cases.push(edited("gemma3n-fused-qkv", Rejected("fused attn_qkv"), &GEMMA3N, |w| {
+        let width = head * u64::from(GEMMA3N.n_head + 2 * GEMMA3N.n_head_kv);
+        w.add_f32(
+            "blk.0.attn_qkv.weight",
+            &[embd, width],
+            &vec![0.0; (embd * width) as usize],
+        );
+    }));
+    cases.push(edited("gemma3n-q-bias", Rejected("blk.0.attn_q.bias"), &GEMMA3N, |w| {
+        let width = head * u64::from(GEMMA3N.n_head);
+        w.add_f32("blk.0.attn_q.bias", &[width], &vec![0.0; width as usize]);
+    }));
+    cases.push(edited(
+        "gemma3n-without-altup-proj",
+        Rejected("missing tensor altup_proj.weight"),
+        &GEMMA3N,
+        |w| {
+            w.remove_tensor("altup_proj.weight");
+        },
+    ));
     cases
 }
 

@@ -270,6 +270,7 @@ fn flash_attention_off_matches_llama_cpp() {
             "tiny-gemma2",
             "tiny-gemma4",
             "tiny-gemma4-e",
+            "tiny-gemma3n",
             "tiny-phi3",
             "tiny-gpt-oss",
             "tiny-glm4moe",
@@ -284,7 +285,7 @@ fn flash_attention_off_matches_llama_cpp() {
 /// `*-kv-q8_0` goldens, recorded by the reference in that mode.
 #[test]
 fn q8_0_kv_cache_matches_llama_cpp() {
-    check_mirrors("-kv-q8_0", &["qwen2.5-coder-0.5b", "gemma-3-270m"]);
+    check_mirrors("-kv-q8_0", &["qwen2.5-coder-0.5b", "gemma-3-270m", "tiny-gemma3n"]);
 }
 
 /// A context past Llama 4's attention chunk (8,192 positions): `tiny-llama4-16k.json`,
@@ -342,6 +343,7 @@ fn lockstep_sequences_match_llama_cpp() {
         ("lockstep-tiny-nemotron_h.json", "tiny-nemotron_h"),
         ("lockstep-tiny-falcon-h1.json", "tiny-falcon-h1"),
         ("lockstep-tiny-qwen3next.json", "tiny-qwen3next"),
+        ("lockstep-tiny-gemma3n.json", "tiny-gemma3n"),
     ] {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),

@@ -68,6 +68,8 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         .collect::<Result<_>>()?;
     Ok(Weights {
         layer_out_scales: Vec::new(),
+        altup: None,
+        laurel: Vec::new(),
         per_layer_embd: None,
         tok_embd: loader.rows("token_embd.weight", &[embd, u64::from(hp.n_vocab)])?,
         input: Some(input),

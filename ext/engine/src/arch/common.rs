@@ -178,6 +178,24 @@ pub fn declare_nextn_layers(
     Ok(())
 }
 
+/// KV sharing (gemma3n's, gemma4's): the layers from `n_layer_kv` on keep no cache and
+/// attend over the last cached layer of their kind ([`HParams::kv_source`]). Sharing
+/// that would read a layer of another kind (sliding or not, its head size or KV heads)
+/// is refused with `unsupported`.
+pub fn share_kv(hp: &mut HParams, n_layer_kv: u32, unsupported: fn(&str) -> Error) -> Result<()> {
+    hp.n_layer_kv = n_layer_kv;
+    for il in hp.n_layer_kv as usize..hp.n_layer as usize {
+        let src = hp.kv_source(il);
+        let alike = |il: usize| (hp.is_swa(il), hp.head_dim_k_of(il), hp.n_head_kv_of(il));
+        if alike(src) != alike(il) {
+            return Err(unsupported(&format!(
+                "KV sharing where layer {il} would read layer {src}'s cache, of another kind"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Where an architecture's output head comes from.
 #[derive(Clone, Copy)]
 pub enum Head {
@@ -224,6 +242,8 @@ pub fn load_llama_like_with_norm(
     let layers = (0..hp.n_layer).map(|il| layer(loader, il)).collect::<Result<_>>()?;
     Ok(Weights {
         layer_out_scales: Vec::new(),
+        altup: None,
+        laurel: Vec::new(),
         per_layer_embd: None,
         tok_embd,
         input: None,

@@ -25,11 +25,11 @@
 //! (`expert_count`, `ffn_gate_inp`: 26B-A4B's), a fused `attn_qkv`, KV heads differing
 //! among the layers of one kind, and KV sharing that would read a layer of another kind.
 
-use super::common::{load_llama_like, Head};
+use super::common::{load_llama_like, share_kv, Head};
 use crate::ggml::{Rope, RopeMode, Tensor};
 use crate::model::{
     read_swa, ArchSpec, AttentionWeights, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer,
-    NormType, PerLayerEmbeddings, QkvWeights, Weights,
+    NormType, QkvWeights, Weights,
 };
 use crate::{Error, Result};
 
@@ -129,16 +129,7 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
                 hp.n_layer
             )));
         }
-        hp.n_layer_kv = hp.n_layer - shared;
-        for il in hp.n_layer_kv as usize..hp.n_layer as usize {
-            let src = hp.kv_source(il);
-            let alike = |il: usize| (hp.is_swa(il), hp.head_dim_k_of(il), hp.n_head_kv_of(il));
-            if alike(src) != alike(il) {
-                return Err(unsupported(&format!(
-                    "KV sharing where layer {il} would read layer {src}'s cache, of another kind"
-                )));
-            }
-        }
+        share_kv(hp, hp.n_layer - shared, unsupported)?;
     }
     hp.per_layer_heads = true;
     hp.final_logit_softcap = keys.opt_f32("final_logit_softcapping")?.filter(|&c| c != 0.0);
@@ -153,28 +144,8 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         Ok(layer)
     })?;
     weights.layer_out_scales = out_scales;
-    let width = u64::from(hp.n_embd_per_layer);
-    if width > 0 {
-        let (embd, n_layer) = (u64::from(hp.n_embd), u64::from(hp.n_layer));
-        let tok_embd = loader.rows("per_layer_token_embd.weight", &[width * n_layer, u64::from(hp.n_vocab)])?;
-        let model_proj = loader.matrix("per_layer_model_proj.weight", &[embd, width * n_layer])?;
-        let proj_norm = loader.vector("per_layer_proj_norm.weight", width)?;
-        let layers = (0..hp.n_layer)
-            .map(|il| {
-                let n = |s: &str| format!("blk.{il}.{s}");
-                Ok([
-                    loader.matrix(&n("inp_gate.weight"), &[embd, width])?,
-                    loader.matrix(&n("proj.weight"), &[width, embd])?,
-                    loader.vector(&n("post_norm.weight"), embd)?,
-                ])
-            })
-            .collect::<Result<_>>()?;
-        weights.per_layer_embd = Some(PerLayerEmbeddings {
-            tok_embd,
-            model_proj,
-            proj_norm,
-            layers,
-        });
+    if hp.n_embd_per_layer > 0 {
+        weights.per_layer_embd = Some(loader.per_layer_embeddings(hp)?);
     }
     // One `rope_freqs` for every full-attention layer, a factor per rotated pair.
     if let Some(full) = (0..hp.n_layer as usize).find(|&il| !hp.is_swa(il)) {
@@ -240,32 +211,13 @@ fn layer(l: &mut Loader, hp: &HParams, il: u32) -> Result<(LayerWeights, Option<
 fn build(b: &GraphBuilder) -> Tensor {
     let hp = b.hparams();
     let x = b.embed_scaled((hp.n_embd as f32).sqrt());
-    let per_layer = b.weights.per_layer_embd.as_ref().map(|ple| per_layer_inputs(b, ple, x));
+    let per_layer = b.weights.per_layer_embd.as_ref().map(|ple| b.per_layer_inputs(ple, x));
     let x = b
         .layers()
         .iter()
         .enumerate()
         .fold(x, |x, (il, layer)| block(b, layer, il, x, per_layer));
     b.output_selecting_after_norm(x)
-}
-
-/// Each layer's input of the per-layer embeddings, [width, n_tokens, n_layer]: the
-/// token's rows scaled by sqrt(width), plus the scaled embeddings `x` projected (over
-/// sqrt(n_embd)) and RMS-normed per layer, over sqrt(2) (llama.cpp's
-/// `build_inp_per_layer` and `project_per_layer_inputs`).
-fn per_layer_inputs(b: &GraphBuilder, ple: &PerLayerEmbeddings, x: Tensor) -> Tensor {
-    let g = b.graph;
-    let hp = b.hparams();
-    let (width, n_layer) = (i64::from(hp.n_embd_per_layer), i64::from(hp.n_layer));
-    let rows = g.get_rows(ple.tok_embd, b.inputs.tokens.0);
-    let rows = g.reshape_3d(rows, width, n_layer, b.n_tokens);
-    let rows = g.scale(rows, (hp.n_embd_per_layer as f32).sqrt());
-    let proj = g.mul_mat(ple.model_proj, x);
-    let proj = g.scale(proj, 1.0 / (hp.n_embd as f32).sqrt());
-    let proj = g.reshape_3d(proj, width, n_layer, b.n_tokens);
-    let proj = b.norm(proj, Some(ple.proj_norm.into()), "per_layer_proj", 0);
-    let inputs = g.scale(g.add(proj, rows), 1.0 / 2f32.sqrt());
-    g.cont(g.permute(inputs, [0, 2, 1, 3])).set_name("inp_per_layer")
 }
 
 /// llama.cpp's gemma4 block (its dense path).
@@ -311,14 +263,7 @@ fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, per_layer
     let cur = b.norm(cur, layer.ffn_post_norm, "ffn_post_norm", il);
     let mut cur = g.add(cur, attn_out);
     if let (Some(inputs), Some(ple)) = (per_layer, &b.weights.per_layer_embd) {
-        let [inp_gate, proj, post_norm] = ple.layers[il];
-        let gate = g.gelu(g.mul_mat(inp_gate, cur));
-        let width = inputs.ne()[0];
-        let row = inputs.nb()[1];
-        let this_layer = g.view_2d(inputs, width, b.n_tokens, row, il * inputs.nb()[2]);
-        let pe = g.mul_mat(proj, g.mul(gate, this_layer));
-        let pe = b.norm(pe, Some(post_norm.into()), "per_layer_embd_out", il);
-        cur = g.add(cur, pe);
+        cur = g.add(cur, b.per_layer_embedding(ple, inputs, il, cur, "per_layer_embd_out"));
     }
     let cur = match b.weights.layer_out_scales.get(il).copied().flatten() {
         Some(scale) => g.mul(cur, scale),

@@ -14,6 +14,7 @@ mod exaone4;
 mod falcon_h1;
 mod gemma2;
 mod gemma3;
+mod gemma3n;
 mod gemma4;
 mod glm4;
 mod glm4moe;
@@ -61,6 +62,7 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &qwen3moe::ARCH,
     &gemma2::ARCH,
     &gemma3::ARCH,
+    &gemma3n::ARCH,
     &gemma4::ARCH,
     &olmo2::ARCH,
     &granite::ARCH,

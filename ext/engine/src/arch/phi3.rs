@@ -57,6 +57,8 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     })?;
     Ok(Weights {
         layer_out_scales: Vec::new(),
+        altup: None,
+        laurel: Vec::new(),
         per_layer_embd: None,
         rope_factors,
         ..weights

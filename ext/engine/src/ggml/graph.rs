@@ -354,6 +354,25 @@ impl Graph {
         op!(self, sys::ggml_clamp(self.c(), a.as_ptr(), min, max))
     }
 
+    /// The mean of each row, [1, rows, ...].
+    pub fn mean(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_mean(self.c(), a.as_ptr()))
+    }
+
+    /// `a - b`, `b` broadcast over `a`.
+    pub fn sub(&self, a: Tensor, b: Tensor) -> Tensor {
+        op!(self, sys::ggml_sub(self.c(), a.as_ptr(), b.as_ptr()))
+    }
+
+    pub fn sqrt(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_sqrt(self.c(), a.as_ptr()))
+    }
+
+    /// `a * s + b`, element by element.
+    pub fn scale_bias(&self, a: Tensor, s: f32, b: f32) -> Tensor {
+        op!(self, sys::ggml_scale_bias(self.c(), a.as_ptr(), s, b))
+    }
+
     pub fn div(&self, a: Tensor, b: Tensor) -> Tensor {
         op!(self, sys::ggml_div(self.c(), a.as_ptr(), b.as_ptr()))
     }

@@ -1008,6 +1008,18 @@ impl Keys<'_> {
         })
     }
 
+    /// Floats, one for each of `n` (an array of exactly `n`).
+    pub(crate) fn opt_f32s(&self, key: &str, n: usize) -> Result<Option<Vec<f32>>> {
+        let Some((full, v)) = self.get(key) else {
+            return Ok(None);
+        };
+        v.as_array()
+            .and_then(|items| items.iter().map(Value::as_f32).collect::<Option<Vec<f32>>>())
+            .filter(|values| values.len() == n)
+            .map(Some)
+            .ok_or_else(|| Error::Load(format!("{full} must be an array of {n} floats, got {v:?}")))
+    }
+
     /// Booleans, one for each of `n` (an array of exactly `n`).
     pub(crate) fn opt_bools(&self, key: &str, n: usize) -> Result<Option<Vec<bool>>> {
         let Some((full, v)) = self.get(key) else {

@@ -9,8 +9,8 @@ use ggml_sys as sys;
 use super::hparams::{ExpertGating, ExpertGroups, HParams, NormType, Pooling};
 use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, StateRowsInput, TemperatureInput};
 use super::weights::{
-    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, MlaQuery, MlaWeights, Norm, QkvWeights,
-    SharedExpert, SharedGate, Weights,
+    AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, MlaQuery, MlaWeights, Norm,
+    PerLayerEmbeddings, QkvWeights, SharedExpert, SharedGate, Weights,
 };
 use crate::ggml::{Graph, Rope, Tensor};
 use crate::memory::kv_cache::KvCache;
@@ -89,6 +89,50 @@ impl GraphBuilder<'_> {
             value: scale,
         }));
         self.graph.mul(self.embed(), rows).set_name("inp_scaled")
+    }
+
+    /// Each layer's input of the per-layer embeddings, [width, n_tokens, n_layer]: the
+    /// token's rows scaled by sqrt(width), plus the scaled embeddings `x` projected (over
+    /// sqrt(n_embd)) and RMS-normed per layer, over sqrt(2) (llama.cpp's
+    /// `build_inp_per_layer` and `project_per_layer_inputs`, gemma4's and gemma3n's).
+    pub fn per_layer_inputs(&self, ple: &PerLayerEmbeddings, x: Tensor) -> Tensor {
+        let g = self.graph;
+        let hp = self.hparams();
+        let (width, n_layer) = (i64::from(hp.n_embd_per_layer), i64::from(hp.n_layer));
+        let rows = g.get_rows(ple.tok_embd, self.inputs.tokens.0);
+        let rows = g.reshape_3d(rows, width, n_layer, self.n_tokens);
+        let rows = g.scale(rows, (hp.n_embd_per_layer as f32).sqrt());
+        let proj = g.mul_mat(ple.model_proj, x);
+        let proj = g.scale(proj, 1.0 / (hp.n_embd as f32).sqrt());
+        let proj = g.reshape_3d(proj, width, n_layer, self.n_tokens);
+        let proj = self.norm(proj, Some(ple.proj_norm.into()), "per_layer_proj", 0);
+        let inputs = g.scale(g.add(proj, rows), 1.0 / 2f32.sqrt());
+        g.cont(g.permute(inputs, [0, 2, 1, 3])).set_name("inp_per_layer")
+    }
+
+    /// Layer `il`'s per-layer embedding from its hidden state `x`: `x` through the
+    /// layer's `inp_gate` and GELU, times its part of `inputs` (of
+    /// [`GraphBuilder::per_layer_inputs`]), projected (`proj`) and RMS-normed (`post_norm`).
+    pub fn per_layer_embedding(
+        &self,
+        ple: &PerLayerEmbeddings,
+        inputs: Tensor,
+        il: usize,
+        x: Tensor,
+        name: &str,
+    ) -> Tensor {
+        let g = self.graph;
+        let [inp_gate, proj, post_norm] = ple.layers[il];
+        let gate = g.gelu(g.mul_mat(inp_gate, x));
+        let this_layer = g.view_2d(
+            inputs,
+            inputs.ne()[0],
+            self.n_tokens,
+            inputs.nb()[1],
+            il * inputs.nb()[2],
+        );
+        let out = g.mul_mat(proj, g.mul(gate, this_layer));
+        self.norm(out, Some(post_norm.into()), name, il)
     }
 
     /// The attention temperature input of this pass, where the model scales Q by

@@ -10,8 +10,8 @@ use ggml_sys as sys;
 use super::hparams::HParams;
 use super::placement::Placement;
 use super::weights::{
-    AttentionWeights, BetaAlpha, DeltaNetWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, Mixer,
-    MlaQuery, MlaWeights, Norm, QkvWeights, Qkvz, SharedExpert, SharedGate,
+    AltUp, AltUpLayer, AttentionWeights, BetaAlpha, DeltaNetWeights, ExpertBiases, FfnWeights, Laurel, LayerWeights,
+    Mamba2Weights, Mixer, MlaQuery, MlaWeights, Norm, PerLayerEmbeddings, QkvWeights, Qkvz, SharedExpert, SharedGate,
 };
 use crate::ggml::{self, Buffer, BufferType, CpuDevice, Tensor};
 use crate::{Error, Result};
@@ -533,6 +533,72 @@ impl<'a> Loader<'a> {
             k_b: self.matrix(&n("attn_k_b.weight"), &[head_k - n_rot, kv_lora, n_head])?,
             v_b: self.matrix(&n("attn_v_b.weight"), &[kv_lora, head_v, n_head])?,
             wo: self.matrix(&n("attn_output.weight"), &[n_head * head_v, embd])?,
+        })
+    }
+
+    /// The per-layer embeddings of gemma4's and gemma3n's small models (`per_layer_*`,
+    /// and each layer's `inp_gate`, `proj` and `post_norm`), `hp.n_embd_per_layer` wide.
+    pub fn per_layer_embeddings(&mut self, hp: &HParams) -> Result<PerLayerEmbeddings> {
+        let (embd, width, n_layer) = (
+            u64::from(hp.n_embd),
+            u64::from(hp.n_embd_per_layer),
+            u64::from(hp.n_layer),
+        );
+        let tok_embd = self.rows("per_layer_token_embd.weight", &[width * n_layer, u64::from(hp.n_vocab)])?;
+        let model_proj = self.matrix("per_layer_model_proj.weight", &[embd, width * n_layer])?;
+        let proj_norm = self.vector("per_layer_proj_norm.weight", width)?;
+        let layers = (0..hp.n_layer)
+            .map(|il| {
+                let n = |s: &str| format!("blk.{il}.{s}");
+                Ok([
+                    self.matrix(&n("inp_gate.weight"), &[embd, width])?,
+                    self.matrix(&n("proj.weight"), &[width, embd])?,
+                    self.vector(&n("post_norm.weight"), embd)?,
+                ])
+            })
+            .collect::<Result<_>>()?;
+        Ok(PerLayerEmbeddings {
+            tok_embd,
+            model_proj,
+            proj_norm,
+            layers,
+        })
+    }
+
+    /// Gemma 3n's alternating updates over `n_streams` streams, `active` the one the
+    /// layers compute on: `altup_proj`, `altup_unembd_proj`, and each layer's router,
+    /// coefficients and correction scale.
+    pub fn altup(&mut self, hp: &HParams, n_streams: u32, active: u32) -> Result<AltUp> {
+        let (embd, n) = (u64::from(hp.n_embd), u64::from(n_streams));
+        let layers = (0..hp.n_layer)
+            .map(|il| {
+                let n_ = |s: &str| format!("blk.{il}.{s}");
+                Ok(AltUpLayer {
+                    router_norm: self.vector(&n_("altup_router_norm.weight"), embd)?,
+                    router: self.matrix(&n_("altup_router.weight"), &[embd, n])?,
+                    predict_coef: self.matrix(&n_("altup_predict_coef.weight"), &[n, n * n])?,
+                    correct_coef: self.matrix(&n_("altup_correct_coef.weight"), &[n, n])?,
+                    correct_scale: self.vector(&n_("altup_correct_scale.weight"), embd)?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(AltUp {
+            n_streams: n_streams.into(),
+            active: active as usize,
+            proj: self.matrix("altup_proj.weight", &[embd, embd, n - 1])?,
+            unembd_proj: self.matrix("altup_unembd_proj.weight", &[embd, embd, n - 1])?,
+            layers,
+        })
+    }
+
+    /// Layer `il`'s LAuReL, of rank `rank`: `laurel_l`, `laurel_r`, `laurel_post_norm`.
+    pub fn laurel(&mut self, hp: &HParams, il: u32, rank: u32) -> Result<Laurel> {
+        let (embd, rank) = (u64::from(hp.n_embd), u64::from(rank));
+        let n = |s: &str| format!("blk.{il}.{s}");
+        Ok(Laurel {
+            l: self.matrix(&n("laurel_l.weight"), &[embd, rank])?,
+            r: self.matrix(&n("laurel_r.weight"), &[rank, embd])?,
+            post_norm: self.vector(&n("laurel_post_norm.weight"), embd)?,
         })
     }
 

@@ -10,6 +10,7 @@ use elelem_tokenizer::Tokenizer;
 use crate::ggml::{self, Buffer, CpuDevice};
 use crate::{Error, Result};
 
+mod altup;
 pub mod hparams;
 pub mod inputs;
 pub mod layers;
@@ -25,9 +26,9 @@ pub(crate) use loader::Loader;
 pub use placement::Split;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
-    AttentionWeights, BetaAlpha, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases, FfnWeights, LayerWeights,
-    Mamba2Weights, Mixer, MlaQuery, MlaWeights, Norm, OutputHead, PerLayerEmbeddings, QkvWeights, Qkvz, RopeFactors,
-    SharedExpert, SharedGate, ShortConvWeights, Weights,
+    AltUp, AltUpLayer, AttentionWeights, BetaAlpha, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases,
+    FfnWeights, Laurel, LayerWeights, Mamba2Weights, Mixer, MlaQuery, MlaWeights, Norm, OutputHead, PerLayerEmbeddings,
+    QkvWeights, Qkvz, RopeFactors, SharedExpert, SharedGate, ShortConvWeights, Weights,
 };
 
 #[derive(Debug, Clone)]

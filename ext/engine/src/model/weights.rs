@@ -305,11 +305,50 @@ pub struct Weights {
     /// Per layer, a [1] weight its output is multiplied by, where the model has one
     /// (gemma4's `layer_output_scale`); empty for the others.
     pub layer_out_scales: Vec<Option<Tensor>>,
-    /// Gemma 4's per-layer embeddings (E2B's, E4B's), where the model has them.
+    /// Gemma 4's and Gemma 3n's per-layer embeddings (E2B's, E4B's), where the model has them.
     pub per_layer_embd: Option<PerLayerEmbeddings>,
+    /// Gemma 3n's alternating updates, where the model has them.
+    pub altup: Option<AltUp>,
+    /// Per layer, Gemma 3n's learned augmented residual; empty for the others.
+    pub laurel: Vec<Laurel>,
 }
 
-/// Gemma 4's per-layer embeddings (llama.cpp's `per_layer_*`): `tok_embd` [width · n_layer,
+/// Gemma 3n's alternating updates (llama.cpp's `altup_*`): the hidden state is kept as
+/// `n_streams` streams of [n_embd, n_tokens], the layers computing on one (`active`) and
+/// the others predicted from it and corrected after it. `proj` [n_embd, n_embd,
+/// n_streams - 1] makes the other streams from the embeddings, `unembd_proj` (the same
+/// shape) brings them back before the head.
+pub struct AltUp {
+    pub n_streams: i64,
+    pub active: usize,
+    pub proj: Tensor,
+    pub unembd_proj: Tensor,
+    pub layers: Vec<AltUpLayer>,
+}
+
+/// A layer's weights of [`AltUp`]: the router (`router_norm` [n_embd], `router` [n_embd,
+/// n_streams]) gives each token's modalities, `predict_coef` [n_streams, n_streams²] turns
+/// them into the predictions' mixing coefficients and `correct_coef` [n_streams, n_streams]
+/// into the corrections'; `correct_scale` [n_embd] scales the corrected active stream
+/// before the per-layer embedding.
+pub struct AltUpLayer {
+    pub router_norm: Tensor,
+    pub router: Tensor,
+    pub predict_coef: Tensor,
+    pub correct_coef: Tensor,
+    pub correct_scale: Tensor,
+}
+
+/// A layer's LAuReL (learned augmented residual, llama.cpp's `laurel_*`): `r · (l · x)`
+/// through a rank-`laurel_rank` bottleneck (`l` [n_embd, rank], `r` [rank, n_embd]),
+/// RMS-normed by `post_norm` and added to `x`.
+pub struct Laurel {
+    pub l: Tensor,
+    pub r: Tensor,
+    pub post_norm: Tensor,
+}
+
+/// Gemma 4's and Gemma 3n's per-layer embeddings (llama.cpp's `per_layer_*`): `tok_embd` [width · n_layer,
 /// n_vocab] rows by token, `model_proj` [n_embd, width · n_layer] projecting the scaled
 /// embeddings, `proj_norm` [width] RMS-norming each layer's part; and per layer its
 /// `inp_gate` [n_embd, width], `proj` [width, n_embd] and `post_norm` [n_embd].
