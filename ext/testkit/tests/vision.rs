@@ -155,6 +155,35 @@ fn corpus() -> Vec<(String, Vec<u8>, Option<Vec<u8>>)> {
         ));
         files.push((format!("{w}x{h}-grey2.png"), grey_png(w, h, 2, i as u64), None));
     }
+    // GIFs whose first frame leaves some of the screen uncovered, with a transparent
+    // colour, and a background colour or none.
+    for (i, (bg, frame)) in [
+        (5u8, (7, 4, 20, 15)),
+        (0, (3, 0, 37, 30)),
+        (200, (0, 0, 40, 30)),
+        (17, (39, 29, 1, 1)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        files.push((
+            format!("40x30-frame{i}-bg{bg}.gif"),
+            gif_by_hand((40, 30), bg, frame, i as u64),
+            None,
+        ));
+    }
+    // JPEGs the `image` crate does not write (ImageMagick's): chroma subsampled 4:2:0 and
+    // 4:2:2, progressive, grey, CMYK.
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vision");
+    let mut names: Vec<_> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    for path in names {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        files.push((name, std::fs::read(&path).unwrap(), None));
+    }
     files
 }
 
@@ -212,6 +241,51 @@ fn png(w: u32, h: u32, depth: u8, color: u8, chunks: &[(&[u8; 4], Vec<u8>)], row
     }
     chunk(&mut out, b"IDAT", &z);
     chunk(&mut out, b"IEND", &[]);
+    out
+}
+
+/// A GIF with a global palette of 256 colours, background index `bg`, and one frame at
+/// `(x, y, w, h)` of random indices, index 9 transparent. Its LZW stream is plain: a
+/// clear code every 100 literals, so that codes stay 9 bits wide.
+fn gif_by_hand(screen: (u16, u16), bg: u8, (x, y, w, h): (u16, u16, u16, u16), seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed + 1234);
+    let mut out = b"GIF89a".to_vec();
+    out.extend_from_slice(&screen.0.to_le_bytes());
+    out.extend_from_slice(&screen.1.to_le_bytes());
+    out.extend_from_slice(&[0xF7, bg, 0]);
+    out.extend((0..256 * 3).map(|_| rng.byte()));
+    out.extend_from_slice(&[0x21, 0xF9, 4, 1, 0, 0, 9, 0]);
+    out.push(0x2C);
+    for v in [x, y, w, h] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(&[0, 8]);
+    let (mut bits, mut nbits, mut data) = (0u32, 0u32, Vec::new());
+    let mut put = |code: u32, data: &mut Vec<u8>| {
+        bits |= code << nbits;
+        nbits += 9;
+        while nbits >= 8 {
+            data.push(bits as u8);
+            bits >>= 8;
+            nbits -= 8;
+        }
+    };
+    let pixels = usize::from(w) * usize::from(h);
+    for i in 0..pixels {
+        if i % 100 == 0 {
+            put(256, &mut data);
+        }
+        put(u32::from(if rng.byte().is_multiple_of(7) { 9 } else { rng.byte() }), &mut data);
+    }
+    put(257, &mut data);
+    if nbits > 0 {
+        data.push(bits as u8);
+    }
+    for block in data.chunks(255) {
+        out.push(block.len() as u8);
+        out.extend_from_slice(block);
+    }
+    out.extend_from_slice(&[0, 0x3B]);
     out
 }
 
@@ -483,8 +557,10 @@ fn vision_matches_llama_cpp_mtmd() {
                 .any(|s| name.ends_with(s));
         let (v, r) = if name.ends_with(".jpg") {
             // Lossy: the JPEG standard leaves the IDCT's last bits and the chroma
-            // upsampling to the decoder, and zune-jpeg's and stb_image's differ there
-            // (by 3 levels at most, in under 3% of the bytes here). The preprocessing is
+            // upsampling to the decoder, and zune-jpeg's (the `image` crate's) are not
+            // stb_image's. Measured here: 4:4:4 and grey within 3 levels (1% of the
+            // bytes); 4:2:0 within 4 (a quarter of them); 4:2:2 up to 20 at the right
+            // edge; under half a level on average everywhere. The preprocessing is
             // compared on stb_image's pixels.
             let most = ours
                 .pixels()
@@ -493,10 +569,31 @@ fn vision_matches_llama_cpp_mtmd() {
                 .map(|(a, b)| a.abs_diff(*b))
                 .max()
                 .unwrap();
-            assert!(most <= 3, "{name}: a byte {most} levels from stb_image's");
+            let sum: usize = ours
+                .pixels()
+                .iter()
+                .zip(reference.pixels())
+                .map(|(a, b)| usize::from(a.abs_diff(*b)))
+                .sum();
+            let subsampled = name.contains("-42");
+            assert!(
+                most <= if subsampled { 24 } else { 3 },
+                "{name}: a byte {most} levels from stb_image's"
+            );
+            assert!(
+                sum * 2 < ours.pixels().len(),
+                "{name}: {sum} levels off over {} bytes",
+                ours.pixels().len()
+            );
             jpeg_bytes += ours.pixels().len();
             jpeg_differ += differ;
             jpeg_most = jpeg_most.max(most);
+            if std::env::var_os("ELELEM_VISION_JPEG").is_some() {
+                eprintln!(
+                    "{name}: {differ} of {} bytes differ, by {most} at most",
+                    ours.pixels().len()
+                );
+            }
             if preprocess {
                 compare_preprocessing(name, &reference, &reference)
             } else {
