@@ -161,3 +161,57 @@ fn gif_background(bytes: &[u8], rgb: &mut ImageU8) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_are_told_by_their_signature() {
+        assert_eq!(sniff(b"\x89PNG\r\n\x1a\n....").unwrap(), ImageFormat::Png);
+        assert_eq!(sniff(b"\xFF\xD8\xFF\xE0").unwrap(), ImageFormat::Jpeg);
+        assert_eq!(sniff(b"GIF87a").unwrap(), ImageFormat::Gif);
+        assert_eq!(sniff(b"RIFF\x10\0\0\0WEBPVP8L").unwrap(), ImageFormat::WebP);
+        for bytes in [&b""[..], b"BM6\0", b"RIFF\x10\0\0\0WAVE", b"\0\0\0\x0cjP  "] {
+            assert!(matches!(sniff(bytes), Err(Error::Image(_))), "{bytes:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_are_checked() {
+        assert!(check_size(1, 1).is_ok());
+        assert!(check_size(MAX_IMAGE_SIDE, 1).is_ok());
+        for (w, h) in [
+            (0, 5),
+            (5, 0),
+            (MAX_IMAGE_SIDE + 1, 1),
+            (1, MAX_IMAGE_SIDE + 1),
+            (8192, 8192),
+        ] {
+            assert!(matches!(check_size(w, h), Err(Error::Image(_))), "{w}x{h}");
+        }
+    }
+
+    #[test]
+    fn conversion_is_stb_images() {
+        use image::{ImageBuffer, LumaA, Rgb, Rgba};
+        let la = ImageBuffer::<LumaA<u8>, _>::from_raw(1, 1, vec![77, 0]).unwrap();
+        assert_eq!(
+            to_rgb8(DynamicImage::ImageLumaA8(la), false).unwrap().pixels,
+            [77, 77, 77]
+        );
+        // Alpha dropped, never blended; a GIF's transparent pixel black.
+        let rgba = ImageBuffer::<Rgba<u8>, _>::from_raw(1, 1, vec![10, 20, 30, 0]).unwrap();
+        assert_eq!(
+            to_rgb8(DynamicImage::ImageRgba8(rgba.clone()), false).unwrap().pixels,
+            [10, 20, 30]
+        );
+        assert_eq!(to_rgb8(DynamicImage::ImageRgba8(rgba), true).unwrap().pixels, [0, 0, 0]);
+        // 16 bits to the high byte (stb's `>> 8`, not a rounding).
+        let rgb16 = ImageBuffer::<Rgb<u16>, _>::from_raw(1, 1, vec![0x12FF, 0x0080, 0xFFFF]).unwrap();
+        assert_eq!(
+            to_rgb8(DynamicImage::ImageRgb16(rgb16), false).unwrap().pixels,
+            [0x12, 0x00, 0xFF]
+        );
+    }
+}

@@ -735,3 +735,96 @@ fn idefics3(p: &ImageParams, img: &ImageU8, out: &mut Preprocessed) -> Result<()
     }
     slice(p, img, &inst, out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(w: usize, h: usize) -> ImageU8 {
+        let pixels = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
+        ImageU8::new(w, h, pixels).unwrap()
+    }
+
+    #[test]
+    fn smart_resize_is_transformers() {
+        // Qwen2-VL's factor 28: sides rounded to multiples, then scaled into the budget.
+        let opts = |min, max| SizeOpts {
+            align: 28,
+            min_pixels: min,
+            max_pixels: max,
+            longest_edge: 0,
+        };
+        assert_eq!(
+            calc_size_preserved_ratio((1280, 720), opts(3136, 12_845_056)),
+            (1288, 728)
+        );
+        assert_eq!(calc_size_preserved_ratio((1280, 720), opts(3136, 200_704)), (588, 336));
+        assert_eq!(calc_size_preserved_ratio((10, 10), opts(6272, 3_211_264)), (84, 84));
+        assert_eq!(calc_size_preserved_ratio((0, 10), opts(6272, 3_211_264)), (0, 0));
+    }
+
+    #[test]
+    fn fixed_size_pads_to_the_square() {
+        let params = ImageParams {
+            image_size: 16,
+            pad_color: [1, 2, 3],
+            ..ImageParams::default()
+        };
+        let out = preprocess(Preprocessor::FixedSize, &params, &image(32, 8)).unwrap();
+        assert_eq!(out.entries.len(), 1);
+        let img = &out.entries[0];
+        assert_eq!((img.width(), img.height()), (16, 16));
+        // The top row is padding: the colour, normalized with mean 0 and std 1.
+        assert_eq!(&img.data()[..3], &[1.0 / 255.0, 2.0 / 255.0, 3.0 / 255.0]);
+    }
+
+    #[test]
+    fn same_size_is_a_copy() {
+        let img = image(5, 7);
+        for algo in [ResizeAlgo::Bilinear, ResizeAlgo::Bicubic, ResizeAlgo::Lanczos] {
+            assert_eq!(resize(&img, (5, 7), algo, Pad::None, [0; 3]).unwrap(), img);
+        }
+    }
+
+    #[test]
+    fn a_flat_image_stays_flat() {
+        let img = ImageU8::filled(13, 9, [200, 10, 99]);
+        for algo in [ResizeAlgo::Bilinear, ResizeAlgo::Bicubic, ResizeAlgo::Lanczos] {
+            let out = resize_pillow(&img, 31, 4, algo).unwrap();
+            assert!(out.pixels.chunks_exact(3).all(|p| p == [200, 10, 99]), "{algo:?}");
+        }
+    }
+
+    #[test]
+    fn targets_out_of_range_are_errors() {
+        let img = image(3, 3);
+        for (w, h) in [(0, 3), (3, -1), (65_537, 1), (8192, 8192)] {
+            assert!(
+                matches!(resize_pillow(&img, w, h, ResizeAlgo::Bicubic), Err(Error::Image(_))),
+                "{w}x{h}"
+            );
+        }
+        // PAD_NEAREST rounds a 1-pixel side to 0 here, as mtmd does, and refuses.
+        let sliver = image(1000, 1);
+        let params = ImageParams {
+            image_size: 100,
+            pad: Pad::Nearest,
+            ..ImageParams::default()
+        };
+        assert!(matches!(
+            preprocess(Preprocessor::FixedSize, &params, &sliver),
+            Err(Error::Image(_))
+        ));
+    }
+
+    #[test]
+    fn pinpoints_pick_the_least_waste() {
+        // The most of the original's pixels kept, then the least padding. (mtmd-image.h's
+        // comment says 100x200 for 111x200; its code, and so this, says 200x200, which
+        // keeps all 22200 pixels where 100x200 keeps 18000.)
+        let candidates = [(100, 100), (200, 100), (100, 200), (200, 200)];
+        assert_eq!(select_best_resolution((111, 200), &candidates), (200, 200));
+        assert_eq!(select_best_resolution((90, 180), &candidates), (100, 200));
+        assert_eq!(select_best_resolution((400, 150), &candidates), (200, 100));
+    }
+}
