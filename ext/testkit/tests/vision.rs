@@ -172,8 +172,9 @@ fn corpus() -> Vec<(String, Vec<u8>, Option<Vec<u8>>)> {
             None,
         ));
     }
-    // JPEGs the `image` crate does not write (ImageMagick's): chroma subsampled 4:2:0 and
-    // 4:2:2, progressive, grey, CMYK.
+    // What the `image` crate does not write (ImageMagick's): JPEGs with chroma subsampled
+    // 4:2:0 and 4:2:2, progressive, grey, CMYK; PNGs interlaced (8 and 16 bits), 16-bit
+    // grey and RGBA, a 4-bit palette.
     let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vision");
     let mut names: Vec<_> = std::fs::read_dir(&fixtures)
         .unwrap()
@@ -275,7 +276,10 @@ fn gif_by_hand(screen: (u16, u16), bg: u8, (x, y, w, h): (u16, u16, u16, u16), s
         if i % 100 == 0 {
             put(256, &mut data);
         }
-        put(u32::from(if rng.byte().is_multiple_of(7) { 9 } else { rng.byte() }), &mut data);
+        put(
+            u32::from(if rng.byte().is_multiple_of(7) { 9 } else { rng.byte() }),
+            &mut data,
+        );
     }
     put(257, &mut data);
     if nbits > 0 {
