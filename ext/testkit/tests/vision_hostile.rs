@@ -374,6 +374,35 @@ fn impossible_preprocessing_is_an_error() {
                 ..good.clone()
             },
         ),
+        (
+            Preprocessor::LongestEdge,
+            ImageParams {
+                longest_edge: i32::MAX,
+                ..good.clone()
+            },
+        ),
+        (
+            Preprocessor::DynSize,
+            ImageParams {
+                min_pixels: i32::MAX,
+                max_pixels: i32::MAX,
+                ..good.clone()
+            },
+        ),
+        (
+            Preprocessor::DynSize,
+            ImageParams {
+                n_merge: i32::MAX,
+                ..good.clone()
+            },
+        ),
+        (
+            Preprocessor::LlavaUhd,
+            ImageParams {
+                patch_size: i32::MIN,
+                ..good.clone()
+            },
+        ),
     ];
     for (kind, params) in bad {
         let result = vision::preprocess(kind, &params, &img);
@@ -381,6 +410,39 @@ fn impossible_preprocessing_is_an_error() {
             matches!(result, Err(Error::Image(_))),
             "{kind:?} {params:?}: {result:?}"
         );
+    }
+    // The widest parameters accepted, on a 1x1 image and a small one: results or errors.
+    let dot = ImageU8::new(1, 1, vec![1, 2, 3]).unwrap();
+    let widest = ImageParams {
+        image_size: 8192,
+        patch_size: 8192,
+        n_merge: 64,
+        longest_edge: 65536,
+        min_pixels: 1 << 30,
+        max_pixels: 1 << 30,
+        res_candidates: vec![(8192, 8192), (1, 8192)],
+        ..good.clone()
+    };
+    let unit_patches = ImageParams {
+        patch_size: 1,
+        n_merge: 1,
+        ..widest.clone()
+    };
+    let kinds = [
+        Preprocessor::FixedSize,
+        Preprocessor::DynSize,
+        Preprocessor::LongestEdge,
+        Preprocessor::LlavaUhd,
+        Preprocessor::Idefics3,
+    ];
+    for kind in kinds {
+        for (params, image) in [(&widest, &dot), (&widest, &img), (&unit_patches, &dot)] {
+            let (result, largest) = largest_allocation(|| vision::preprocess(kind, params, image));
+            assert!(largest <= BUDGET, "{kind:?}: an allocation of {largest} bytes");
+            if let Err(e) = result {
+                assert!(matches!(e, Error::Image(_)), "{kind:?}: {e:?}");
+            }
+        }
     }
     // A 32768x1 sliver through every family: a result or an error, within the limits.
     for kind in [

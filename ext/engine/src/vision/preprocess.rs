@@ -183,6 +183,9 @@ fn check_params(kind: Preprocessor, p: &ImageParams) -> Result<()> {
     if !(0..=8192).contains(&p.image_size) || !(0..=8192).contains(&p.patch_size) || !(0..=64).contains(&p.n_merge) {
         return bad("image_size, patch_size or n_merge out of range");
     }
+    if p.longest_edge > 65536 || p.min_pixels > 1 << 30 || p.max_pixels > 1 << 30 {
+        return bad("longest_edge, min_pixels or max_pixels out of range");
+    }
     if p.std.contains(&0.0) {
         return bad("a standard deviation of 0");
     }
