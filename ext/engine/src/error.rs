@@ -42,6 +42,10 @@ pub enum Error {
     /// answered garbage or speaks another protocol version.
     #[error("{0}")]
     Backend(String),
+    /// An image that cannot be read: not PNG, JPEG, WebP or GIF, corrupt, empty, beyond the
+    /// size limits, or preprocessing parameters that do not fit it.
+    #[error("{0}")]
+    Image(String),
     /// ggml could not allocate memory.
     #[error("out of memory allocating {0}")]
     OutOfMemory(String),

@@ -33,6 +33,7 @@ pub mod memory;
 pub mod model;
 pub mod runtime;
 pub mod text;
+pub mod vision;
 
 pub use elelem_tokenizer::Tokenizer;
 pub use error::{Error, Result};

@@ -27,7 +27,8 @@ pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
     let class = match &e {
         E::Load(_) => ruby.get_inner(&LOAD_ERROR),
         E::Unsupported(_) => ruby.get_inner(&UNSUPPORTED),
-        E::InvalidArgument(_) => ruby.exception_arg_error(),
+        // A bad image is a bad argument (no Ruby API takes images yet).
+        E::InvalidArgument(_) | E::Image(_) => ruby.exception_arg_error(),
         E::ContextFull(_) => ruby.get_inner(&CONTEXT_FULL),
         E::Aborted => ruby.get_inner(&INTERRUPTED),
         E::OutOfMemory(_) => ruby.exception_no_mem_error(),

@@ -1,0 +1,21 @@
+//! Images in, as llama.cpp's `tools/mtmd` takes them: decoding to RGB8 (mtmd's
+//! `clip_image_u8`, through stb_image there) and the preprocessing of
+//! `tools/mtmd/mtmd-image.cpp` that turns one into the normalized `f32` images a vision
+//! encoder reads, bit for bit (`ext/testkit/tests/vision.rs` compares them with mtmd's
+//! own code).
+//!
+//! - [`decode`]: PNG, JPEG, WebP and GIF (its first frame) to an [`ImageU8`], with the
+//!   size checked from the header before anything large is allocated ([`MAX_IMAGE_SIDE`],
+//!   [`MAX_IMAGE_PIXELS`]).
+//! - [`preprocess()`]: one [`Preprocessor`] (mtmd's families) with its [`ImageParams`]
+//!   (mtmd's `clip_hparams`, the preprocessing share) to a [`Preprocessed`].
+//!
+//! Uses nothing else of the engine.
+
+mod decode;
+mod image;
+mod preprocess;
+
+pub use self::image::{ImageF32, ImageU8, MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE};
+pub use decode::decode;
+pub use preprocess::{preprocess, ImageParams, Pad, Preprocessed, Preprocessor, ResizeAlgo};

@@ -1,0 +1,161 @@
+//! The pinned llama.cpp's image path, as a reference: `stbi_load_from_memory` as
+//! mtmd-helper calls it, and `tools/mtmd/mtmd-image.cpp`'s preprocessors, compiled by
+//! `build.rs` with `native/mtmd_image.cpp` standing in for clip's hyper-parameters.
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int};
+
+use elelem_engine::vision::{ImageParams, Pad, Preprocessor, ResizeAlgo};
+
+#[repr(C)]
+struct Params {
+    image_size: i32,
+    patch_size: i32,
+    n_merge: i32,
+    longest_edge: i32,
+    min_pixels: i32,
+    max_pixels: i32,
+    resize_algo: i32,
+    pad: i32,
+    resize_algo_rf: i32,
+    resize_algo_ov: i32,
+    pad_rf: i32,
+    pad_ov: i32,
+    pad_color: [u8; 3],
+    pad_color_rf: [u8; 3],
+    pad_color_ov: [u8; 3],
+    mean: [f32; 3],
+    std: [f32; 3],
+    n_candidates: i32,
+    candidates: *const i32,
+}
+
+#[repr(C)]
+struct Out {
+    _private: [u8; 0],
+}
+
+extern "C" {
+    fn elelem_stbi_load(buf: *const u8, len: usize, nx: *mut c_int, ny: *mut c_int) -> *mut u8;
+    fn elelem_stbi_free(data: *mut u8);
+    fn elelem_mtmd_preprocess(kind: c_int, p: *const Params, rgb: *const u8, nx: c_int, ny: c_int) -> *mut Out;
+    fn elelem_mtmd_error(r: *const Out) -> *const c_char;
+    fn elelem_mtmd_entries(r: *const Out) -> c_int;
+    fn elelem_mtmd_grid_x(r: *const Out) -> c_int;
+    fn elelem_mtmd_grid_y(r: *const Out) -> c_int;
+    fn elelem_mtmd_image(r: *const Out, i: c_int, nx: *mut c_int, ny: *mut c_int) -> *const f32;
+    fn elelem_mtmd_free(r: *mut Out);
+}
+
+/// An image decoded by stb_image to RGB8: `(width, height, pixels)`, or `None` where
+/// stb_image fails.
+pub fn stbi_load(bytes: &[u8]) -> Option<(usize, usize, Vec<u8>)> {
+    let (mut nx, mut ny) = (0, 0);
+    // SAFETY: stb reads `bytes` only; the result is nx*ny*3 bytes or null, freed below.
+    unsafe {
+        let data = elelem_stbi_load(bytes.as_ptr(), bytes.len(), &mut nx, &mut ny);
+        if data.is_null() {
+            return None;
+        }
+        let (w, h) = (nx as usize, ny as usize);
+        let pixels = std::slice::from_raw_parts(data, w * h * 3).to_vec();
+        elelem_stbi_free(data);
+        Some((w, h, pixels))
+    }
+}
+
+/// One preprocessed image: `(width, height, values)`.
+pub type F32Image = (usize, usize, Vec<f32>);
+
+/// mtmd's `mtmd_image_preproc_out`.
+#[derive(Debug)]
+pub struct Preprocessed {
+    pub entries: Vec<F32Image>,
+    pub overview: Option<F32Image>,
+    pub grid_x: i32,
+    pub grid_y: i32,
+}
+
+fn algo(a: ResizeAlgo) -> i32 {
+    match a {
+        ResizeAlgo::Bilinear => 0,
+        ResizeAlgo::Bicubic => 1,
+        ResizeAlgo::Lanczos => 2,
+    }
+}
+
+fn pad(p: Pad) -> i32 {
+    match p {
+        Pad::None => 0,
+        Pad::Ceil => 1,
+        Pad::Nearest => 2,
+    }
+}
+
+/// mtmd's preprocessor of that family on an RGB8 image, with those hyper-parameters;
+/// its exception's message when it throws.
+pub fn preprocess(
+    kind: Preprocessor,
+    p: &ImageParams,
+    width: usize,
+    height: usize,
+    rgb: &[u8],
+) -> Result<Preprocessed, String> {
+    assert_eq!(rgb.len(), width * height * 3);
+    let candidates: Vec<i32> = p.res_candidates.iter().flat_map(|&(w, h)| [w, h]).collect();
+    let params = Params {
+        image_size: p.image_size,
+        patch_size: p.patch_size,
+        n_merge: p.n_merge,
+        longest_edge: p.longest_edge,
+        min_pixels: p.min_pixels,
+        max_pixels: p.max_pixels,
+        resize_algo: algo(p.resize_algo),
+        pad: pad(p.pad),
+        resize_algo_rf: algo(p.resize_algo_rf),
+        resize_algo_ov: algo(p.resize_algo_ov),
+        pad_rf: pad(p.pad_rf),
+        pad_ov: pad(p.pad_ov),
+        pad_color: p.pad_color,
+        pad_color_rf: p.pad_color_rf,
+        pad_color_ov: p.pad_color_ov,
+        mean: p.mean,
+        std: p.std,
+        n_candidates: p.res_candidates.len() as i32,
+        candidates: candidates.as_ptr(),
+    };
+    let kind = match kind {
+        Preprocessor::FixedSize => 0,
+        Preprocessor::DynSize => 1,
+        Preprocessor::LongestEdge => 2,
+        Preprocessor::LlavaUhd => 3,
+        Preprocessor::Idefics3 => 4,
+    };
+    // SAFETY: the parameters and pixels outlive the call; the result is read, then freed.
+    unsafe {
+        let r = elelem_mtmd_preprocess(kind, &params, rgb.as_ptr(), width as c_int, height as c_int);
+        let error = elelem_mtmd_error(r);
+        if !error.is_null() {
+            let message = CStr::from_ptr(error).to_string_lossy().into_owned();
+            elelem_mtmd_free(r);
+            return Err(message);
+        }
+        let image = |i: c_int| {
+            let (mut nx, mut ny) = (0, 0);
+            let data = elelem_mtmd_image(r, i, &mut nx, &mut ny);
+            if data.is_null() {
+                return None;
+            }
+            let (w, h) = (nx as usize, ny as usize);
+            Some((w, h, std::slice::from_raw_parts(data, w * h * 3).to_vec()))
+        };
+        let out = Preprocessed {
+            entries: (0..elelem_mtmd_entries(r)).map(|i| image(i).unwrap()).collect(),
+            overview: image(-1),
+            grid_x: elelem_mtmd_grid_x(r),
+            grid_y: elelem_mtmd_grid_y(r),
+        };
+        elelem_mtmd_free(r);
+        Ok(out)
+    }
+}
