@@ -84,11 +84,14 @@ module Goldens
                                   [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
     "lockstep-tiny-qwen3next" => ["tiny-qwen3next",
                                   [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"], [1, 90, 91, 92]]],
-    # KV sharing: the sharing layers read each sequence's cells of the sliding and full layers' caches.
-    # The prompts and their 32 tokens fit the sliding layers' ring of 768 cells together, so the
-    # batcher admits all four at once, as the driver does; the last prompt spans two passes.
+    # KV sharing: the sharing layers read each sequence's cells of the sliding and full layers' caches;
+    # the last prompt spans two passes.
     "lockstep-tiny-gemma3n" => ["tiny-gemma3n", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"].first(450),
-                                                 [1, 90, 91, 92], CANARY_PROMPTS["long"].last(150)]]
+                                                 [1, 90, 91, 92], CANARY_PROMPTS["long"].last(150)]],
+    # Four sequences whose 1,238 cells outgrow the sliding layers' ring (768 cells): the ring
+    # reuses what the windows leave behind, so all four start in the first pass, as in the driver.
+    "lockstep-tiny-gemma4" => ["tiny-gemma4", [CANARY_PROMPTS["short"], CANARY_PROMPTS["long"],
+                                               [1, 90, 91, 92], CANARY_PROMPTS["long"].last(400)]]
   }.freeze
 
   # Conversations continued from the cache (a continued case: the prompt, then a second turn

@@ -994,6 +994,18 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 ..small(GEMMA4)
             },
         ),
+        // 26B-A4B's layers: 8 experts beside each MLP, 2 per token, both 64 wide.
+        (
+            "tiny-gemma4-moe",
+            Shape {
+                n_ff: 64,
+                n_layer: 6,
+                n_head_kv: 4,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(GEMMA4)
+            },
+        ),
         (
             "tiny-gemma4-e",
             Shape {
@@ -1707,6 +1719,43 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     w
 }
 
+/// Layer `il`'s experts beside its MLP, as Gemma 4 26B-A4B's: a router with its scale,
+/// the norms around the two, and the experts, their gate and up projections stacked
+/// together on even layers (`ffn_gate_up_exps`, as converted files have them) and apart
+/// on odd ones, each scaled per expert on layer 1; the down projections scaled per expert.
+fn gemma4_experts(w: &mut GgufWriter, rng: &mut Rng, shape: &Shape, il: u32) {
+    let n = |t: &str| format!("blk.{il}.{t}");
+    let (n_embd, n_expert, ff, ty) = (shape.n_embd, u64::from(shape.n_expert), shape.n_ff, shape.matrix_type);
+    add_matrix(w, rng, &n("ffn_gate_inp.weight"), ty, n_embd, n_expert);
+    let ty = shape.family.experts_type;
+    w.add_f32(&n("ffn_gate_inp.scale"), &[n_embd], &rng.around_one(n_embd));
+    for norm in ["pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"] {
+        w.add_f32(&n(&format!("{norm}.weight")), &[n_embd], &rng.around_one(n_embd));
+    }
+    if il.is_multiple_of(2) {
+        add_weights(w, rng, &n("ffn_gate_up_exps.weight"), ty, &[n_embd, 2 * ff, n_expert]);
+    } else {
+        for part in ["gate", "up"] {
+            add_weights(
+                w,
+                rng,
+                &n(&format!("ffn_{part}_exps.weight")),
+                ty,
+                &[n_embd, ff, n_expert],
+            );
+            if il == 1 {
+                w.add_f32(
+                    &n(&format!("ffn_{part}_exps.scale")),
+                    &[n_expert],
+                    &rng.around_one(n_expert),
+                );
+            }
+        }
+    }
+    add_weights(w, rng, &n("ffn_down_exps.weight"), ty, &[ff, n_embd, n_expert]);
+    w.add_f32(&n("ffn_down_exps.scale"), &[n_expert], &rng.around_one(n_expert));
+}
+
 /// [`GEMMA4`]'s model: every third layer and the last attend to the whole context with heads twice
 /// as wide, half the KV heads, V = K and `rope_freqs` (rotating the first half of its
 /// pairs, the rest held still as Gemma 4's proportional rope holds them); the others
@@ -1789,6 +1838,13 @@ fn gemma4_writer(shape: &Shape) -> GgufWriter {
     if shared > 0 {
         w.set(&key("attention.shared_kv_layers"), Value::U32(shared as u32));
     }
+    // 26B-A4B's experts beside the MLP, `n_ff` wide.
+    let n_expert = u64::from(shape.n_expert);
+    if n_expert > 0 {
+        w.set(&key("expert_count"), Value::U32(shape.n_expert))
+            .set(&key("expert_used_count"), Value::U32(shape.n_expert_used))
+            .set(&key("expert_feed_forward_length"), Value::U32(n_ff as u32));
+    }
     set_vocab(&mut w, n_vocab);
     add_matrix(&mut w, &mut rng, "token_embd.weight", shape.embd_type, n_embd, n_vocab);
     let ty = shape.matrix_type;
@@ -1819,6 +1875,9 @@ fn gemma4_writer(shape: &Shape) -> GgufWriter {
         add_matrix(&mut w, &mut rng, &n("ffn_up.weight"), ty, n_embd, ff(il));
         add_matrix(&mut w, &mut rng, &n("ffn_down.weight"), ty, ff(il), n_embd);
         w.add_f32(&n("post_ffw_norm.weight"), &[n_embd], &rng.around_one(n_embd));
+        if n_expert > 0 {
+            gemma4_experts(&mut w, &mut rng, shape, il);
+        }
         if il > 0 {
             w.add_f32(&n("layer_output_scale.weight"), &[1], &[0.5 + 0.25 * il as f32]);
         }

@@ -846,13 +846,14 @@ fn gemma3n_flaws() -> Vec<Case> {
     cases
 }
 
-/// What elelem's gemma4 refuses (llama.cpp runs or refuses it too): experts, KV sharing
-/// that would read a layer of another kind, per-layer embeddings without their tensors,
-/// and KV heads it cannot cache as one width per group.
+/// What elelem's gemma4 refuses (llama.cpp runs or refuses it too): KV sharing that would
+/// read a layer of another kind, per-layer embeddings without their tensors, KV heads it
+/// cannot cache as one width per group, and experts without their counts, width or tensors.
 fn gemma4_flaws() -> Vec<Case> {
     use Expect::{Rejected, Runs};
     use Value::U32;
     let gemma4 = canary::shape("tiny-gemma4").expect("a synthetic gemma4");
+    let gemma4_moe = canary::shape("tiny-gemma4-moe").expect("a synthetic gemma4 with experts");
     let g = |key: &str| format!("gemma4.{key}");
     #[rustfmt::skip]
     let keys = vec![
@@ -861,7 +862,7 @@ fn gemma4_flaws() -> Vec<Case> {
         ("gemma4-shared-kv-of-another-kind", Rejected("of another kind"), g("attention.shared_kv_layers"),
             Some(U32(2))),
         ("gemma4-shared-kv-all", Rejected("must leave two"), g("attention.shared_kv_layers"), Some(U32(5))),
-        ("gemma4-experts", Rejected("a mixture of experts (4 experts)"), g("expert_count"), Some(U32(4))),
+        ("gemma4-experts-without-used-count", Rejected("expert_used_count (0)"), g("expert_count"), Some(U32(4))),
         ("gemma4-kv-heads-differ-among-sliding", Rejected("differing among the sliding layers"),
             g("attention.head_count_kv"), Some(Value::Array([4, 2, 2, 4, 4, 2].map(U32).to_vec()))),
         ("gemma4-no-pattern", Rejected("gemma4.attention.sliding_window_pattern"),
@@ -873,9 +874,35 @@ fn gemma4_flaws() -> Vec<Case> {
             Some(Value::Array([384; 6].map(U32).to_vec()))),
     ];
     let mut cases = keyed(&gemma4, keys);
+    #[rustfmt::skip]
+    let moe_keys = vec![
+        ("gemma4-moe-expert-width-zero", Rejected("expert_feed_forward_length (0)"), g("expert_feed_forward_length"),
+            Some(U32(0))),
+        ("gemma4-moe-expert-width-not-the-tensors", Rejected("blk.0.ffn_gate_up_exps.weight"),
+            g("expert_feed_forward_length"), Some(U32(32))),
+        ("gemma4-moe-expert-widths-per-layer", Runs, g("expert_feed_forward_length"),
+            Some(Value::Array([64; 6].map(U32).to_vec()))),
+        ("gemma4-moe-more-used-than-experts", Rejected("expert_used_count (9)"), g("expert_used_count"),
+            Some(U32(9))),
+        ("gemma4-moe-no-expert-count", Rejected("gemma4.expert_used_count is not read"), g("expert_count"), None),
+    ];
+    cases.extend(keyed(&gemma4_moe, moe_keys));
+    cases.push(edited(
+        "gemma4-moe-no-router-scale",
+        Rejected("blk.0.ffn_gate_inp.scale"),
+        &gemma4_moe,
+        |w| {
+            w.remove_tensor("blk.0.ffn_gate_inp.scale");
+        },
+    ));
+    cases.push(edited("gemma4-moe-no-per-expert-scales", Runs, &gemma4_moe, |w| {
+        for il in 0..gemma4_moe.n_layer {
+            w.remove_tensor(&format!("blk.{il}.ffn_down_exps.scale"));
+        }
+    }));
     cases.push(edited(
         "gemma4-router",
-        Rejected("mixture of experts (ffn_gate_inp)"),
+        Rejected("has a router (ffn_gate_inp) but the file no expert_count"),
         &gemma4,
         |w| {
             w.add_f32(

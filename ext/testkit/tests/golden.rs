@@ -344,6 +344,7 @@ fn lockstep_sequences_match_llama_cpp() {
         ("lockstep-tiny-falcon-h1.json", "tiny-falcon-h1"),
         ("lockstep-tiny-qwen3next.json", "tiny-qwen3next"),
         ("lockstep-tiny-gemma3n.json", "tiny-gemma3n"),
+        ("lockstep-tiny-gemma4.json", "tiny-gemma4"),
     ] {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(root().join("spec/fixtures/goldens").join(golden)).expect("golden file"),

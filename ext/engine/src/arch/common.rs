@@ -244,6 +244,7 @@ pub fn load_llama_like_with_norm(
         layer_out_scales: Vec::new(),
         altup: None,
         laurel: Vec::new(),
+        experts_beside_mlp: Vec::new(),
         per_layer_embd: None,
         tok_embd,
         input: None,

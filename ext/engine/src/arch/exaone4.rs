@@ -58,6 +58,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         layer_out_scales: Vec::new(),
         altup: None,
         laurel: Vec::new(),
+        experts_beside_mlp: Vec::new(),
         per_layer_embd: None,
         rope_factors: RopeFactors {
             freqs: loader.optional_vector("rope_freqs.weight", u64::from(hp.rope.n_dims / 2))?,

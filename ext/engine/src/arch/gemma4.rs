@@ -1,4 +1,5 @@
-//! gemma4 (Gemma 4: the dense 31B, the small E2B and E4B). What differs from gemma3:
+//! gemma4 (Gemma 4: the dense 31B, the mixture of experts 26B-A4B, the small E2B and
+//! E4B). What differs from gemma3:
 //! - Sliding and full-attention layers have heads of their own sizes
 //!   (`attention.key_length_swa`, `value_length_swa`) and may have KV head counts of
 //!   their own (a per-layer `attention.head_count_kv`); which layers slide is the
@@ -20,36 +21,41 @@
 //! - Feed-forward widths may differ between layers (a per-layer `feed_forward_length`:
 //!   E2B's double-wide MLP).
 //! - The embeddings are scaled by sqrt(n_embd), the logits may be soft-capped.
+//! - A layer with a router (`ffn_gate_inp`: 26B-A4B's) runs a mixture of GELU experts
+//!   beside its MLP ([`ExpertsBesideMlp`]), each with norms of its own, and adds the
+//!   two. The router reads the attention's output RMS-normed and scaled (by 1/sqrt(n_embd)
+//!   and `ffn_gate_inp.scale`), not the experts' input; the softmax weights of the
+//!   picked experts are renormalized. The experts' gate and up projections may be one
+//!   stack (`ffn_gate_up_exps`), and their outputs scaled per expert
+//!   (`ffn_down_exps.scale`).
 //!
-//! Refused at load (`Error::Unsupported`; llama.cpp runs them): mixtures of experts
-//! (`expert_count`, `ffn_gate_inp`: 26B-A4B's), a fused `attn_qkv`, KV heads differing
-//! among the layers of one kind, and KV sharing that would read a layer of another kind.
+//! Refused at load (`Error::Unsupported`; llama.cpp runs them): a fused `attn_qkv`, KV
+//! heads differing among the layers of one kind, and KV sharing that would read a layer
+//! of another kind.
 
-use super::common::{load_llama_like, share_kv, Head};
+use super::common::{load_llama_like, read_expert_counts, share_kv, Head};
 use crate::ggml::{Rope, RopeMode, Tensor};
 use crate::model::{
-    read_swa, ArchSpec, AttentionWeights, Glu, GraphBuilder, HParams, Keys, Kind, LayerWeights, Loader, Mixer,
-    NormType, QkvWeights, Weights,
+    read_swa, ArchSpec, AttentionWeights, ExpertGateUp, ExpertGating, ExpertsBesideMlp, Glu, GraphBuilder, HParams,
+    Keys, Kind, LayerWeights, Loader, Mixer, NormType, QkvWeights, Weights,
 };
 use crate::{Error, Result};
 
 pub(crate) const ARCH: ArchSpec = ArchSpec {
     name: "gemma4",
-    models: "Gemma 4 dense and small models (31B, E2B, E4B)",
+    models: "Gemma 4 (31B, 26B-A4B, E2B, E4B)",
     rope_mode: RopeMode::Neox,
     read_hparams,
     load,
     build,
-    // A mixture of experts (`expert_count`) is refused by the common reader, as unsupported.
-    experts: false,
+    experts: true,
     kind: Kind::Decoder,
     norm: NormType::Rms,
 };
 
 fn unsupported(what: &str) -> Error {
     Error::Unsupported(format!(
-        "gemma4: {what} is not something elelem runs (it runs Gemma 4's dense and small layouts, not its \
-         experts); llama.cpp runs it"
+        "gemma4: {what} is not something elelem runs; llama.cpp runs it"
     ))
 }
 
@@ -133,17 +139,37 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
     }
     hp.per_layer_heads = true;
     hp.final_logit_softcap = keys.opt_f32("final_logit_softcapping")?.filter(|&c| c != 0.0);
+    if hp.n_expert > 0 {
+        read_expert_counts(keys, hp)?;
+        // One width, or one per layer of which llama.cpp takes the first.
+        hp.n_ff_exp = keys
+            .opt_u32s("expert_feed_forward_length", hp.n_layer as usize)?
+            .and_then(|widths| widths.first().copied())
+            .unwrap_or(0);
+        if hp.n_ff_exp == 0 || u64::from(hp.n_ff_exp) > 1 << 20 {
+            return Err(Error::Load(format!(
+                "gemma4: expert_feed_forward_length ({}) must be 1 to 2^20 with experts",
+                hp.n_ff_exp
+            )));
+        }
+        // llama.cpp's gemma4 graph: softmax over the logits, the picked weights renormalized.
+        hp.expert_gating = ExpertGating::Softmax;
+        hp.expert_weights_norm = true;
+        hp.expert_weights_scale = 0.0;
+    }
     Ok(())
 }
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let mut out_scales = Vec::new();
+    let (mut out_scales, mut experts) = (Vec::new(), Vec::new());
     let mut weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let (layer, out_scale) = layer(l, hp, il)?;
         out_scales.push(out_scale);
+        experts.push(experts_beside_mlp(l, hp, il)?);
         Ok(layer)
     })?;
     weights.layer_out_scales = out_scales;
+    weights.experts_beside_mlp = experts;
     if hp.n_embd_per_layer > 0 {
         weights.per_layer_embd = Some(loader.per_layer_embeddings(hp)?);
     }
@@ -157,9 +183,6 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
 fn layer(l: &mut Loader, hp: &HParams, il: u32) -> Result<(LayerWeights, Option<Tensor>)> {
     let n = |s: &str| format!("blk.{il}.{s}");
     let i = il as usize;
-    if l.has(&n("ffn_gate_inp.weight")) {
-        return Err(unsupported(&format!("layer {il}'s mixture of experts (ffn_gate_inp)")));
-    }
     if l.has(&n("attn_qkv.weight")) {
         return Err(unsupported(&format!("layer {il}'s fused attn_qkv")));
     }
@@ -208,6 +231,40 @@ fn layer(l: &mut Loader, hp: &HParams, il: u32) -> Result<(LayerWeights, Option<
     Ok((layer, out_scale))
 }
 
+/// The layer's experts beside its MLP, where it has a router (`ffn_gate_inp`).
+fn experts_beside_mlp(l: &mut Loader, hp: &HParams, il: u32) -> Result<Option<ExpertsBesideMlp>> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    if !l.has(&n("ffn_gate_inp.weight")) {
+        return Ok(None);
+    }
+    if hp.n_expert == 0 {
+        return Err(Error::Load(format!(
+            "gemma4: layer {il} has a router (ffn_gate_inp) but the file no expert_count"
+        )));
+    }
+    let (embd, ff, n_expert) = (u64::from(hp.n_embd), u64::from(hp.n_ff_exp), u64::from(hp.n_expert));
+    let used = hp.n_expert_used;
+    let gate_up = match l.has(&n("ffn_gate_up_exps.weight")) {
+        true => ExpertGateUp::Fused(l.experts(&n("ffn_gate_up_exps.weight"), &[embd, 2 * ff, n_expert], used)?),
+        false => ExpertGateUp::Separate {
+            gate: l.experts(&n("ffn_gate_exps.weight"), &[embd, ff, n_expert], used)?,
+            up: l.experts(&n("ffn_up_exps.weight"), &[embd, ff, n_expert], used)?,
+            gate_scale: l.optional_vector(&n("ffn_gate_exps.scale"), n_expert)?,
+            up_scale: l.optional_vector(&n("ffn_up_exps.scale"), n_expert)?,
+        },
+    };
+    Ok(Some(ExpertsBesideMlp {
+        pre_norm: l.norm(&n("pre_ffw_norm_2.weight"), embd)?,
+        post_norm: l.norm(&n("post_ffw_norm_2.weight"), embd)?,
+        mlp_post_norm: l.norm(&n("post_ffw_norm_1.weight"), embd)?,
+        router: l.matrix(&n("ffn_gate_inp.weight"), &[embd, n_expert])?,
+        router_scale: l.vector(&n("ffn_gate_inp.scale"), embd)?,
+        gate_up,
+        down: l.experts(&n("ffn_down_exps.weight"), &[ff, embd, n_expert], used)?,
+        down_scale: l.optional_vector(&n("ffn_down_exps.scale"), n_expert)?,
+    }))
+}
+
 fn build(b: &GraphBuilder) -> Tensor {
     let hp = b.hparams();
     let x = b.embed_scaled((hp.n_embd as f32).sqrt());
@@ -220,7 +277,7 @@ fn build(b: &GraphBuilder) -> Tensor {
     b.output_selecting_after_norm(x)
 }
 
-/// llama.cpp's gemma4 block (its dense path).
+/// llama.cpp's gemma4 block.
 fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, per_layer: Option<Tensor>) -> Tensor {
     let g = b.graph;
     let hp = b.hparams();
@@ -258,8 +315,21 @@ fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, per_layer
     };
     let cur = b.norm(cur, layer.attn_post_norm, "attn_post_norm", il);
     let attn_out = g.add(cur, x).set_name(&format!("attn_out-{il}"));
-    let cur = b.norm(attn_out, layer.ffn_norm, "ffn_norm", il);
-    let cur = b.ffn(&layer.ffn, cur, il, Glu::Gelu);
+    let cur = match b.weights.experts_beside_mlp.get(il).and_then(Option::as_ref) {
+        Some(experts) => {
+            let mlp = b.norm(attn_out, layer.ffn_norm, "ffn_norm_1", il);
+            let mlp = b.ffn(&layer.ffn, mlp, il, Glu::Gelu);
+            let mlp = b.norm(mlp, Some(experts.mlp_post_norm), "ffn_mlp", il);
+            let moe = b.norm(attn_out, Some(experts.pre_norm), "ffn_norm_2", il);
+            let moe = mixture_of_experts(b, experts, attn_out, moe, il);
+            let moe = b.norm(moe, Some(experts.post_norm), "ffn_moe", il);
+            g.add(mlp, moe).set_name(&format!("ffn_moe_combined-{il}"))
+        }
+        None => {
+            let cur = b.norm(attn_out, layer.ffn_norm, "ffn_norm", il);
+            b.ffn(&layer.ffn, cur, il, Glu::Gelu)
+        }
+    };
     let cur = b.norm(cur, layer.ffn_post_norm, "ffn_post_norm", il);
     let mut cur = g.add(cur, attn_out);
     if let (Some(inputs), Some(ple)) = (per_layer, &b.weights.per_layer_embd) {
@@ -270,4 +340,52 @@ fn block(b: &GraphBuilder, layer: &LayerWeights, il: usize, x: Tensor, per_layer
         None => cur,
     };
     cur.set_name(&format!("l_out-{il}"))
+}
+
+/// The experts on the rows `x` [n_embd, n_rows], routed by the attention's output
+/// `attn_out` (llama.cpp's gemma4 router before its `build_moe_ffn`).
+fn mixture_of_experts(b: &GraphBuilder, e: &ExpertsBesideMlp, attn_out: Tensor, x: Tensor, il: usize) -> Tensor {
+    let g = b.graph;
+    let hp = b.hparams();
+    let [n_embd, n_rows, ..] = x.ne();
+    let routed = g.scale(g.rms_norm(attn_out, hp.norm_eps), 1.0 / (hp.n_embd as f32).sqrt());
+    let logits = g.mul_mat(e.router, g.mul(routed, e.router_scale));
+    let (selected, weights) = b.pick_experts(logits.set_name(&format!("ffn_moe_logits-{il}")), None);
+    let n_expert = i64::from(hp.n_expert);
+    // Each picked expert's row of the per-expert scales (llama.cpp's `build_lora_mm_id`).
+    let scaled = |t: Tensor, scale: Option<Tensor>| {
+        scale.map_or(t, |s| {
+            let s = g.repeat_4d(g.reshape_3d(s, 1, n_expert, 1), [1, n_expert, n_rows, 1]);
+            g.mul(t, g.get_rows(s, selected))
+        })
+    };
+    let x = g.reshape_3d(x, n_embd, 1, n_rows);
+    let (gate, up) = match e.gate_up {
+        ExpertGateUp::Fused(gate_up) => {
+            let both = g.mul_mat_id(gate_up, x, selected);
+            let [width, used, rows, _] = both.ne();
+            let [_, nb1, nb2, _] = both.nb();
+            let half = |i: i64| {
+                g.view_3d(
+                    both,
+                    [width / 2, used, rows],
+                    nb1,
+                    nb2,
+                    (i * width / 2) as usize * both.nb()[0],
+                )
+            };
+            (half(0), half(1))
+        }
+        ExpertGateUp::Separate {
+            gate,
+            up,
+            gate_scale,
+            up_scale,
+        } => {
+            let up = scaled(g.mul_mat_id(up, x, selected), up_scale);
+            (scaled(g.mul_mat_id(gate, x, selected), gate_scale), up)
+        }
+    };
+    let experts = scaled(g.mul_mat_id(e.down, g.geglu_split(gate, up), selected), e.down_scale);
+    b.sum_experts(g.mul(experts, weights))
 }

@@ -33,6 +33,7 @@ pub(crate) fn with_rope_freqs(loader: &mut Loader, hp: &HParams, weights: Weight
         layer_out_scales: Vec::new(),
         altup: None,
         laurel: Vec::new(),
+        experts_beside_mlp: Vec::new(),
         per_layer_embd: None,
         rope_factors: RopeFactors {
             freqs: loader.optional_vector("rope_freqs.weight", u64::from(hp.rope.n_dims / 2))?,

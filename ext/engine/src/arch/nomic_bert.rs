@@ -52,6 +52,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         layer_out_scales: Vec::new(),
         altup: None,
         laurel: Vec::new(),
+        experts_beside_mlp: Vec::new(),
         per_layer_embd: None,
         tok_embd: loader.rows("token_embd.weight", &[embd, u64::from(hp.n_vocab)])?,
         input: Some(input),

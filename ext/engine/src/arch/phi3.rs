@@ -59,6 +59,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
         layer_out_scales: Vec::new(),
         altup: None,
         laurel: Vec::new(),
+        experts_beside_mlp: Vec::new(),
         per_layer_embd: None,
         rope_factors,
         ..weights

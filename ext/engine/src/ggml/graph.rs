@@ -719,4 +719,22 @@ mod tests {
         graph.expand(graph.mul_mat(w, x));
         assert!(!graph.bits_depend_on_threads());
     }
+
+    #[test]
+    fn an_input_no_node_reads_gets_no_memory_and_writing_it_is_skipped() {
+        let mut arena = GraphArena::new(16);
+        let graph = arena.graph().unwrap();
+        let x = graph.input("x", sys::GGML_TYPE_F32, &[4]);
+        let unread = graph.input("unread", sys::GGML_TYPE_F32, &[4]);
+        graph.expand(graph.scale(x, 2.0));
+        let cpu = crate::ggml::CpuDevice::get().unwrap();
+        let mut alloc = Gallocr::new(*cpu.weight_bufts.last().unwrap()).unwrap();
+        alloc.alloc(&graph).unwrap();
+        assert!(x.is_allocated());
+        assert!(!unread.is_allocated());
+        // ggml aborts on a tensor without a buffer; our write leaves it alone.
+        x.write(&[1.0f32; 4]);
+        unread.write(&[1.0f32; 4]);
+        unread.write_at(4, &[1.0f32]);
+    }
 }

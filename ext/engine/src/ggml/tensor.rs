@@ -62,18 +62,23 @@ impl Tensor {
         unsafe { !(*self.as_ptr()).buffer.is_null() }
     }
 
-    /// Copies `data` into the tensor through its backend buffer.
+    /// Copies `data` into the tensor through its backend buffer. A graph input that no
+    /// node of the graph reads has no memory (see [`Tensor::is_allocated`]): nothing
+    /// reads what would be written, and ggml would abort on the write, so it is skipped.
     pub fn write<T: Copy>(self, data: &[T]) {
         let bytes = std::mem::size_of_val(data);
         assert_eq!(bytes, self.nbytes(), "input size for {}", self.name());
-        unsafe { sys::ggml_backend_tensor_set(self.as_ptr(), data.as_ptr().cast(), 0, bytes) };
+        self.write_at(0, data);
     }
 
-    /// Writes `data` at byte `offset`, through the backend buffer.
+    /// Writes `data` at byte `offset`, through the backend buffer (skipped where the
+    /// tensor has no memory, as [`Tensor::write`]).
     pub fn write_at<T: Copy>(self, offset: usize, data: &[T]) {
         let bytes = std::mem::size_of_val(data);
         assert!(offset + bytes <= self.nbytes(), "input range for {}", self.name());
-        unsafe { sys::ggml_backend_tensor_set(self.as_ptr(), data.as_ptr().cast(), offset, bytes) };
+        if self.is_allocated() {
+            unsafe { sys::ggml_backend_tensor_set(self.as_ptr(), data.as_ptr().cast(), offset, bytes) };
+        }
     }
 
     /// Reads `out.len()` elements starting at byte `offset`, through the backend buffer.

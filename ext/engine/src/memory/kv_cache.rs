@@ -617,16 +617,16 @@ impl KvCache {
         self.groups.iter_mut().for_each(Cells::clear);
     }
 
-    /// How many cells are free in the fullest group (sliding groups count the cells
-    /// their windows have left behind as free: they are reused). Without a cache (a
-    /// model whose every layer is recurrent) there are no cells to run out of.
+    /// How many cells are free in the fullest group that can run out. A sliding ring
+    /// cannot: it reuses the cells its windows leave behind and holds every sequence's
+    /// window plus a micro-batch, so however long the sequences grow it limits nothing
+    /// (counting its size as the free cells held back sequences llama.cpp decodes
+    /// together). Without a cache (every layer recurrent) there is nothing to run out of.
     pub fn free_cells(&self) -> u32 {
         self.groups
             .iter()
-            .map(|cells| match cells.window {
-                Some(_) => cells.size(),
-                None => cells.size() - cells.used.len() as u32,
-            })
+            .filter(|cells| cells.window.is_none() || cells.partition.is_some())
+            .map(|cells| cells.size() - cells.used.len() as u32)
             .min()
             .unwrap_or(u32::MAX)
     }
@@ -825,6 +825,27 @@ mod tests {
         assert_eq!(cells.find_slot(&[(100, 0)]), None);
         cells.seq_rm(2, 10, i32::MAX);
         assert_eq!(cells.find_slot(&[(10, 2), (11, 2)]), Some(vec![210, 211]));
+    }
+
+    #[test]
+    fn only_groups_that_can_fill_limit_the_free_cells() {
+        let mut kv = KvCache::none();
+        assert_eq!(kv.free_cells(), u32::MAX);
+        // A ring of 768 cells over a window of 4, and 4096 cells for the whole context.
+        let mut ring = Cells::new(768, Some(4), 4);
+        let mut full = Cells::new(4096, None, 4);
+        for seq in 0..3 {
+            feed(&mut ring, seq, 0, 700, 512);
+            feed(&mut full, seq, 0, 700, 512);
+        }
+        kv.groups = vec![ring, full];
+        // 2,100 tokens are more than the ring holds; the full group decides.
+        assert_eq!(kv.free_cells(), 4096 - 2100);
+        // A sliding window over cells of each sequence's own only masks: it fills.
+        let mut partitioned = Cells::partitioned(512, Some(4), 2);
+        feed(&mut partitioned, 0, 0, 500, 512);
+        kv.groups = vec![partitioned];
+        assert_eq!(kv.free_cells(), 1024 - 500);
     }
 
     #[test]

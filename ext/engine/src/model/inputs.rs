@@ -64,9 +64,6 @@ pub struct Positions(pub Tensor, pub usize);
 
 impl GraphInput for Positions {
     fn set(&self, batch: &Batch) {
-        if !self.0.is_allocated() {
-            return;
-        }
         if self.1 == 1 {
             self.0.write(batch.pos);
             return;

@@ -875,9 +875,41 @@ impl GraphBuilder<'_> {
         let g = self.graph;
         let hp = self.hparams();
         let [n_embd, n_rows, ..] = x.ne();
-        let (n_expert, n_used) = (i64::from(hp.n_expert), i64::from(hp.n_expert_used));
+        let n_used = i64::from(hp.n_expert_used);
         let logits = g.mul_mat(router, x);
         let logits = biases.map_or(logits, |b| g.add(logits, b.router));
+        let (selected, weights) = self.pick_experts(logits, selection_bias);
+        let rows = x;
+        let x = g.reshape_3d(x, n_embd, 1, n_rows);
+        let x = match hp.experts_weigh_input {
+            true => g.mul(g.repeat_4d(x, [n_embd, n_used, n_rows, 1]), weights),
+            false => x,
+        };
+        let biased = |t: Tensor, bias: Option<Tensor>| bias.map_or(t, |b| g.add_id(t, b, selected));
+        let up = biased(g.mul_mat_id(up_exps, x, selected), biases.map(|b| b.up));
+        let gate = biased(g.mul_mat_id(gate_exps, x, selected), biases.map(|b| b.gate));
+        let experts = g.mul_mat_id(down_exps, act.split(g, gate, up), selected);
+        let experts = biased(experts, biases.map(|b| b.down));
+        let experts = match hp.experts_weigh_input {
+            true => experts,
+            false => g.mul(experts, weights),
+        };
+        let out = self.sum_experts(experts);
+        let out = match shared {
+            Some(shared) => g.add(out, self.shared_expert(shared, rows)),
+            None => out,
+        };
+        out.set_name(&format!("ffn_moe_out-{il}"))
+    }
+
+    /// The experts each row goes to and their weights, from the router's `logits`
+    /// [n_expert, n_rows], as [`GraphBuilder::ffn_moe`] describes: the I32 indices
+    /// [n_expert_used, n_rows] and the weights [1, n_expert_used, n_rows].
+    pub fn pick_experts(&self, logits: Tensor, selection_bias: Option<Tensor>) -> (Tensor, Tensor) {
+        let g = self.graph;
+        let hp = self.hparams();
+        let n_rows = logits.ne()[1];
+        let (n_expert, n_used) = (i64::from(hp.n_expert), i64::from(hp.n_expert_used));
         let probs = match hp.expert_gating {
             ExpertGating::Softmax => g.soft_max(logits),
             ExpertGating::Sigmoid => g.sigmoid(logits),
@@ -906,32 +938,24 @@ impl GraphBuilder<'_> {
         if hp.expert_weights_scale != 0.0 && hp.expert_weights_scale != 1.0 {
             weights = g.scale(weights, hp.expert_weights_scale);
         }
-        let rows = x;
-        let x = g.reshape_3d(x, n_embd, 1, n_rows);
-        let x = match hp.experts_weigh_input {
-            true => g.mul(g.repeat_4d(x, [n_embd, n_used, n_rows, 1]), weights),
-            false => x,
-        };
-        let biased = |t: Tensor, bias: Option<Tensor>| bias.map_or(t, |b| g.add_id(t, b, selected));
-        let up = biased(g.mul_mat_id(up_exps, x, selected), biases.map(|b| b.up));
-        let gate = biased(g.mul_mat_id(gate_exps, x, selected), biases.map(|b| b.gate));
-        let experts = g.mul_mat_id(down_exps, act.split(g, gate, up), selected);
-        let experts = biased(experts, biases.map(|b| b.down));
-        let experts = match hp.experts_weigh_input {
-            true => experts,
-            false => g.mul(experts, weights),
-        };
+        (selected, weights)
+    }
+
+    /// The rows' experts' outputs [n_embd, n_expert_used, n_rows], weighted, added up
+    /// in rank order: [n_embd, n_rows].
+    pub fn sum_experts(&self, experts: Tensor) -> Tensor {
+        let g = self.graph;
+        let [n_embd, n_used, n_rows, _] = experts.ne();
         let [nb1, nb2] = [experts.nb()[1], experts.nb()[2]];
         let out = (1..n_used as usize).fold(g.view_2d(experts, n_embd, n_rows, nb2, 0), |sum, i| {
             g.add(sum, g.view_2d(experts, n_embd, n_rows, nb2, i * nb1))
         });
         // llama.cpp returns a contiguous tensor when there is nothing to add.
-        let out = if n_used == 1 { g.cont(out) } else { out };
-        let out = match shared {
-            Some(shared) => g.add(out, self.shared_expert(shared, rows)),
-            None => out,
-        };
-        out.set_name(&format!("ffn_moe_out-{il}"))
+        if n_used == 1 {
+            g.cont(out)
+        } else {
+            out
+        }
     }
 
     /// The experts' selection scores [n_expert, n_rows] with every group but the `used`

@@ -27,8 +27,8 @@ pub use placement::Split;
 pub use spec::{Arch, ArchSpec};
 pub use weights::{
     AltUp, AltUpLayer, AttentionWeights, BetaAlpha, Classifier, DeltaNetWeights, EncoderInput, ExpertBiases,
-    FfnWeights, Laurel, LayerWeights, Mamba2Weights, Mixer, MlaQuery, MlaWeights, Norm, OutputHead, PerLayerEmbeddings,
-    QkvWeights, Qkvz, RopeFactors, SharedExpert, SharedGate, ShortConvWeights, Weights,
+    ExpertGateUp, ExpertsBesideMlp, FfnWeights, Laurel, LayerWeights, Mamba2Weights, Mixer, MlaQuery, MlaWeights, Norm,
+    OutputHead, PerLayerEmbeddings, QkvWeights, Qkvz, RopeFactors, SharedExpert, SharedGate, ShortConvWeights, Weights,
 };
 
 #[derive(Debug, Clone)]

@@ -311,6 +311,38 @@ pub struct Weights {
     pub altup: Option<AltUp>,
     /// Per layer, Gemma 3n's learned augmented residual; empty for the others.
     pub laurel: Vec<Laurel>,
+    /// Per layer, Gemma 4's mixture of experts beside its MLP, where the layer has one
+    /// (26B-A4B's); empty for the others.
+    pub experts_beside_mlp: Vec<Option<ExpertsBesideMlp>>,
+}
+
+/// Gemma 4's mixture of experts (llama.cpp's gemma4 MoE layer), computed beside the
+/// layer's MLP and added to it: `pre_norm` [n_embd] before the experts and `post_norm`
+/// after them, `mlp_post_norm` after the MLP; the router [n_embd, n_expert] reads the
+/// attention's output RMS-normed, scaled by 1/sqrt(n_embd) and by `router_scale`
+/// [n_embd]; GELU experts, their projections optionally scaled per expert ([n_expert]).
+pub struct ExpertsBesideMlp {
+    pub pre_norm: Norm,
+    pub post_norm: Norm,
+    pub mlp_post_norm: Norm,
+    pub router: Tensor,
+    pub router_scale: Tensor,
+    pub gate_up: ExpertGateUp,
+    pub down: Tensor,
+    pub down_scale: Option<Tensor>,
+}
+
+/// The gate and up projections of stacked experts.
+pub enum ExpertGateUp {
+    /// One [n_embd, 2 · n_ff_exp, n_expert] stack, the gate the first half of each row.
+    Fused(Tensor),
+    /// Two [n_embd, n_ff_exp, n_expert] stacks, each with its optional per-expert scale.
+    Separate {
+        gate: Tensor,
+        up: Tensor,
+        gate_scale: Option<Tensor>,
+        up_scale: Option<Tensor>,
+    },
 }
 
 /// Gemma 3n's alternating updates (llama.cpp's `altup_*`): the hidden state is kept as
