@@ -1,0 +1,39 @@
+//! The projectors: what turns the encoder's patch embeddings into the language model's
+//! input embeddings, one file per clip.cpp `projector_type` (the part of
+//! `tools/mtmd/models/*.cpp` after `build_vit`), each with its weights, their loading and
+//! its graph.
+
+pub mod gemma3;
+
+use super::hparams::{ClipHParams, ProjectorType};
+use crate::ggml::{Graph, Tensor};
+use crate::model::loader::Loader;
+use crate::Result;
+
+/// A projector's weights, by type.
+pub enum ProjectorWeights {
+    Gemma3(gemma3::Gemma3Weights),
+}
+
+impl ProjectorWeights {
+    /// The width of the embeddings it gives the language model.
+    pub fn n_mmproj_embd(&self) -> u32 {
+        match self {
+            ProjectorWeights::Gemma3(w) => w.n_mmproj_embd(),
+        }
+    }
+
+    /// The projector's graph over the encoder's output `cur` (`[n_embd, n_patches]`).
+    pub fn build(&self, g: &Graph, hp: &ClipHParams, cur: Tensor) -> Tensor {
+        match self {
+            ProjectorWeights::Gemma3(w) => gemma3::build(g, hp, w, cur),
+        }
+    }
+}
+
+/// Declares the projector's tensors (clip.cpp's `load_tensors`, its share).
+pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights> {
+    match hp.projector {
+        ProjectorType::Gemma3 => gemma3::load(l, hp).map(ProjectorWeights::Gemma3),
+    }
+}
