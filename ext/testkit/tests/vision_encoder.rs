@@ -1,0 +1,228 @@
+//! The vision encoder against the pinned llama.cpp's: synthetic projector GGUFs (seeded
+//! random weights, `elelem_testkit::mmproj`) encode the same preprocessed image through
+//! clip.cpp's `clip_image_encode` (compiled by `build.rs`, over the same ggml) and through
+//! the engine's `vision::Encoder`, and the embeddings must be the same bits. Then the
+//! projector files the loader refuses, each with its error.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use elelem_engine::vision::{
+    self, Encoder, EncoderParams, ImageParams, ImageU8, Mmproj, Pad, Preprocessor, ResizeAlgo,
+};
+use elelem_engine::Error;
+use elelem_gguf::{GgufWriter, TensorType, Value};
+use elelem_testkit::canary::Rng;
+use elelem_testkit::mmproj::{gemma3, Gemma3Shape};
+use elelem_testkit::mtmd;
+
+fn write(name: &str, w: &GgufWriter) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.gguf"));
+    w.write(&path).unwrap();
+    path
+}
+
+/// A seeded photograph-like RGB image of `width` x `height`, preprocessed as Gemma 3's
+/// (mtmd's fixed-size family, bilinear, mean and std 0.5) to the encoder's input.
+fn preprocessed(shape: &Gemma3Shape, width: usize, height: usize, seed: u64) -> vision::ImageF32 {
+    let mut rng = Rng(seed);
+    let pixels: Vec<u8> = (0..width * height * 3).map(|_| (rng.next_u64() >> 56) as u8).collect();
+    let img = ImageU8::new(width, height, pixels).unwrap();
+    let params = ImageParams {
+        image_size: shape.image_size as i32,
+        patch_size: shape.patch_size as i32,
+        n_merge: shape.n_merge.unwrap_or(4) as i32,
+        resize_algo: ResizeAlgo::Bilinear,
+        pad: Pad::None,
+        mean: [0.5; 3],
+        std: [0.5; 3],
+        ..ImageParams::default()
+    };
+    let mut out = vision::preprocess(Preprocessor::FixedSize, &params, &img).unwrap();
+    assert_eq!(out.entries.len(), 1);
+    out.entries.remove(0)
+}
+
+/// Encodes with both, compares every float's bits; returns how many were compared.
+fn compare(name: &str, shape: &Gemma3Shape, flash_attn: bool, n_threads: usize) -> usize {
+    let path = write(name, &gemma3(shape));
+    let img = preprocessed(shape, 150, 97, shape.seed ^ 0xa5a5);
+    let mmproj = Arc::new(Mmproj::open(&path).unwrap());
+    let n_tokens = mmproj.n_output_tokens() as usize;
+    let n_out = mmproj.n_mmproj_embd() as usize;
+    assert_eq!(n_out as u64, shape.n_text_embd);
+    let mut encoder = Encoder::new(mmproj, EncoderParams { n_threads, flash_attn }).unwrap();
+    let ours = encoder.encode(&img).unwrap();
+    let theirs = mtmd::clip_encode(
+        &path,
+        flash_attn,
+        n_threads,
+        (img.width(), img.height(), img.data()),
+        1 << 24,
+    )
+    .expect("clip.cpp encodes the synthetic projector");
+    assert_eq!(ours.len(), n_tokens * n_out, "{name}: our embeddings' size");
+    assert_eq!(theirs.len(), ours.len(), "{name}: clip.cpp's embeddings' size");
+    assert!(ours.iter().all(|v| v.is_finite()), "{name}: finite embeddings");
+    // Not a vacuous comparison: the values spread (each token's are RMS-normed, then projected).
+    let mean = ours.iter().sum::<f32>() / ours.len() as f32;
+    let var = ours.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / ours.len() as f32;
+    assert!(var > 1e-2, "{name}: embeddings of variance {var}");
+    let differing: Vec<usize> = (0..ours.len())
+        .filter(|&i| ours[i].to_bits() != theirs[i].to_bits())
+        .collect();
+    let max_diff = differing
+        .iter()
+        .map(|&i| (ours[i] - theirs[i]).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        differing.is_empty(),
+        "{name}: {} of {} floats differ from clip.cpp's (max |diff| {max_diff:e}; first at {})",
+        differing.len(),
+        ours.len(),
+        differing[0]
+    );
+    eprintln!(
+        "{name}: {} floats ({n_tokens} tokens x {n_out}) compared, all identical",
+        ours.len()
+    );
+    ours.len()
+}
+
+#[test]
+fn gemma3_embeddings_are_clip_cpps_bit_for_bit() {
+    let f32_shape = Gemma3Shape {
+        matrix_type: TensorType::F32,
+        seed: 7,
+        ..Gemma3Shape::SMALL
+    };
+    let merge2 = Gemma3Shape {
+        n_merge: Some(2),
+        n_layer: 3,
+        seed: 11,
+        ..Gemma3Shape::SMALL
+    };
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        total += compare(&format!("gemma3-f16-{fa}"), &Gemma3Shape::SMALL, flash_attn, 2);
+        total += compare(&format!("gemma3-f32-{fa}"), &f32_shape, flash_attn, 1);
+        total += compare(&format!("gemma3-merge2-{fa}"), &merge2, flash_attn, 2);
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
+/// What `Mmproj::load` says of a synthetic Gemma 3 projector altered by `alter`.
+fn load_altered(alter: impl FnOnce(&mut GgufWriter)) -> Result<Mmproj, Error> {
+    let mut w = gemma3(&Gemma3Shape {
+        n_layer: 1,
+        ..Gemma3Shape::SMALL
+    });
+    alter(&mut w);
+    Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+}
+
+fn load_error(alter: impl FnOnce(&mut GgufWriter)) -> Error {
+    match load_altered(alter) {
+        Ok(_) => panic!("loaded"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn projector_files_that_do_not_fit_are_refused_with_what_is_wrong() {
+    assert!(load_altered(|_| {}).is_ok());
+
+    let e = load_error(|w| {
+        w.remove_tensor("v.blk.0.attn_q.weight");
+    });
+    assert!(
+        matches!(&e, Error::Load(m) if m == "missing tensor v.blk.0.attn_q.weight"),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.remove_tensor("mm.soft_emb_norm.weight");
+    });
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("mm.soft_emb_norm.weight")),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.remove_tensor("v.blk.0.ffn_up.weight");
+        w.add_f32("v.blk.0.ffn_up.weight", &[64, 100], &vec![0.0; 6400]);
+    });
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("v.blk.0.ffn_up.weight") && m.contains("shape")),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.add_f32("v.pre_ln.weight", &[64], &[1.0; 64]);
+    });
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("v.pre_ln.weight")),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.set("clip.projector_type", Value::String("qwen2.5vl_merger".into()));
+    });
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("qwen2.5vl_merger")),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.remove("clip.vision.patch_size");
+    });
+    assert!(
+        matches!(&e, Error::Load(m) if m == "missing required metadata key clip.vision.patch_size"),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.set("clip.vision.block_count", Value::String("two".into()));
+    });
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("clip.vision.block_count")),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.set("clip.has_vision_encoder", Value::Bool(false));
+    });
+    assert!(matches!(&e, Error::Load(m) if m.contains("no vision encoder")), "{e:?}");
+
+    // 16 patches a side do not pool by 3.
+    let e = load_error(|w| {
+        w.set("clip.vision.projector.scale_factor", Value::U32(3));
+    });
+    assert!(matches!(&e, Error::Load(m) if m.contains("pool by 3")), "{e:?}");
+
+    let e = load_error(|w| {
+        w.set("clip.vision.image_mean", Value::Array(vec![Value::F32(0.5)]));
+    });
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("clip.vision.image_mean")),
+        "{e:?}"
+    );
+
+    // An encoder refuses an image of another size than its input.
+    let mmproj = Arc::new(load_altered(|_| {}).unwrap());
+    let mut encoder = Encoder::new(
+        mmproj,
+        EncoderParams {
+            n_threads: 1,
+            flash_attn: true,
+        },
+    )
+    .unwrap();
+    let small = Gemma3Shape {
+        image_size: 64,
+        ..Gemma3Shape::SMALL
+    };
+    let e = encoder.encode(&preprocessed(&small, 10, 10, 1)).unwrap_err();
+    assert!(matches!(&e, Error::Image(m) if m.contains("128x128")), "{e:?}");
+}
