@@ -5,6 +5,7 @@
 
 use elelem_gguf::{Gguf, Value};
 
+use super::preprocess::{ImageParams, Preprocessor, ResizeAlgo};
 use crate::{Error, Result};
 
 /// The largest `clip.vision.image_size` accepted: beyond any model's (896 for Gemma 3),
@@ -76,6 +77,45 @@ pub struct ClipHParams {
 }
 
 impl ClipHParams {
+    /// How mtmd preprocesses an image for this projector: its preprocessor family
+    /// (`mtmd_context`'s choice by projector type) and the preprocessing share of
+    /// `clip_hparams` as clip.cpp's `load_hparams` sets it.
+    pub fn preprocessing(&self) -> (Preprocessor, ImageParams) {
+        let common = ImageParams {
+            image_size: self.image_size as i32,
+            patch_size: self.patch_size as i32,
+            n_merge: self.n_merge as i32,
+            mean: self.image_mean,
+            std: self.image_std,
+            ..ImageParams::default()
+        };
+        match self.projector {
+            // Fixed size, bilinear, clip_hparams' default padding (PAD_CEIL, black).
+            ProjectorType::Gemma3 => (
+                Preprocessor::FixedSize,
+                ImageParams {
+                    resize_algo: ResizeAlgo::Bilinear,
+                    ..common
+                },
+            ),
+        }
+    }
+
+    /// Refuses a language model of another width than the embeddings this projector
+    /// gives (mtmd's check at `mtmd_init_from_file`).
+    ///
+    /// # Errors
+    /// [`Error::Load`] naming both widths.
+    pub fn check_text_embd(&self, n_mmproj_embd: u32, n_embd_text: u32) -> Result<()> {
+        if n_mmproj_embd == n_embd_text {
+            return Ok(());
+        }
+        Err(Error::Load(format!(
+            "the vision projector ({}) gives embeddings {n_mmproj_embd} wide, but the language model's are              {n_embd_text} wide: this mmproj is not the model's",
+            self.projector.name()
+        )))
+    }
+
     /// Patches per side of the (square, fixed-size) input.
     pub fn n_patches_side(&self) -> u32 {
         self.image_size / self.patch_size

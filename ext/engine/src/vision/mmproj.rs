@@ -100,6 +100,15 @@ impl Mmproj {
         self.projector.n_mmproj_embd()
     }
 
+    /// Refuses a language model whose embeddings are `n_embd_text` wide where this
+    /// projector's are not (mtmd's "mismatch between text model and mmproj").
+    ///
+    /// # Errors
+    /// [`Error::Load`] naming both widths.
+    pub fn check_text_model(&self, n_embd_text: u32) -> Result<()> {
+        self.hparams.check_text_embd(self.n_mmproj_embd(), n_embd_text)
+    }
+
     /// The embeddings one image becomes (clip.cpp's `clip_n_output_tokens`).
     pub fn n_output_tokens(&self) -> u32 {
         let side = self.hparams.n_patches_side() / self.hparams.n_merge;
@@ -135,6 +144,16 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     let mut layers = Vec::with_capacity(hp.n_layer as usize);
     for il in 0..hp.n_layer {
         let n = |t: &str| format!("v.blk.{il}.{t}");
+        // As clip.cpp fixes old conversions (Gemma 3's and Idefics3's among them): a
+        // `ffn_down` whose rows are `n_embd` wide is the up projection, and `ffn_up` the
+        // down one, biases too (even where `n_ff` is `n_embd`, as clip.cpp decides it).
+        let swapped = l.has(&n("ffn_up.weight"))
+            && l.tensor_dims(&n("ffn_down.weight")).and_then(|d| d.first().copied()) == Some(embd);
+        let (up, down) = if swapped {
+            ("ffn_down", "ffn_up")
+        } else {
+            ("ffn_up", "ffn_down")
+        };
         layers.push(VitLayer {
             ln_1: norm(l, &n("ln1"))?,
             q_w: l.matrix(&n("attn_q.weight"), &[embd, embd])?,
@@ -146,10 +165,10 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
             o_w: l.matrix(&n("attn_out.weight"), &[embd, embd])?,
             o_b: l.optional_vector(&n("attn_out.bias"), embd)?,
             ln_2: norm(l, &n("ln2"))?,
-            ff_up_w: l.matrix(&n("ffn_up.weight"), &[embd, ff])?,
-            ff_up_b: l.optional_vector(&n("ffn_up.bias"), ff)?,
-            ff_down_w: l.matrix(&n("ffn_down.weight"), &[ff, embd])?,
-            ff_down_b: l.optional_vector(&n("ffn_down.bias"), embd)?,
+            ff_up_w: l.matrix(&n(&format!("{up}.weight")), &[embd, ff])?,
+            ff_up_b: l.optional_vector(&n(&format!("{up}.bias")), ff)?,
+            ff_down_w: l.matrix(&n(&format!("{down}.weight")), &[ff, embd])?,
+            ff_down_b: l.optional_vector(&n(&format!("{down}.bias")), embd)?,
         });
     }
     let post_ln = norm(l, "v.post_ln")?;
