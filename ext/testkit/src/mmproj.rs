@@ -22,6 +22,9 @@ pub struct Gemma3Shape {
     /// The matrices' type (Q, K, V, output, feed-forward, the patch kernel, the input
     /// projection); norms, biases and position embeddings are F32 as in real files.
     pub matrix_type: TensorType,
+    /// The feed-forward's tensors under each other's names, as old conversions have them
+    /// (clip.cpp swaps them back).
+    pub swapped_ffn: bool,
     pub seed: u64,
 }
 
@@ -37,6 +40,7 @@ impl Gemma3Shape {
         n_merge: None,
         n_text_embd: 96,
         matrix_type: TensorType::F16,
+        swapped_ffn: false,
         seed: 0x5167_11b5,
     };
 }
@@ -96,10 +100,15 @@ pub fn gemma3(shape: &Gemma3Shape) -> GgufWriter {
             w.add_f32(&n(&format!("{t}.bias")), &[embd], &rng.small(embd));
         }
         norm(&mut w, &mut rng, &n("ln2"), embd);
-        add_weights(&mut w, &mut rng, &n("ffn_up.weight"), ty, &[embd, ff]);
-        w.add_f32(&n("ffn_up.bias"), &[ff], &rng.small(ff));
-        add_weights(&mut w, &mut rng, &n("ffn_down.weight"), ty, &[ff, embd]);
-        w.add_f32(&n("ffn_down.bias"), &[embd], &rng.small(embd));
+        let (up, down) = if shape.swapped_ffn {
+            ("ffn_down", "ffn_up")
+        } else {
+            ("ffn_up", "ffn_down")
+        };
+        add_weights(&mut w, &mut rng, &n(&format!("{up}.weight")), ty, &[embd, ff]);
+        w.add_f32(&n(&format!("{up}.bias")), &[ff], &rng.small(ff));
+        add_weights(&mut w, &mut rng, &n(&format!("{down}.weight")), ty, &[ff, embd]);
+        w.add_f32(&n(&format!("{down}.bias")), &[embd], &rng.small(embd));
     }
     norm(&mut w, &mut rng, "v.post_ln", embd);
     w.add_f32("mm.soft_emb_norm.weight", &[embd], &rng.around_one(embd));

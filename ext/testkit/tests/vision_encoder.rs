@@ -7,9 +7,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use elelem_engine::vision::{
-    self, Encoder, EncoderParams, ImageParams, ImageU8, Mmproj, Pad, Preprocessor, ResizeAlgo,
-};
+use elelem_engine::vision::{self, Encoder, EncoderParams, ImageU8, Mmproj};
 use elelem_engine::Error;
 use elelem_gguf::{GgufWriter, TensorType, Value};
 use elelem_testkit::canary::Rng;
@@ -22,23 +20,14 @@ fn write(name: &str, w: &GgufWriter) -> PathBuf {
     path
 }
 
-/// A seeded photograph-like RGB image of `width` x `height`, preprocessed as Gemma 3's
-/// (mtmd's fixed-size family, bilinear, mean and std 0.5) to the encoder's input.
-fn preprocessed(shape: &Gemma3Shape, width: usize, height: usize, seed: u64) -> vision::ImageF32 {
+/// A seeded photograph-like RGB image of `width` x `height`, preprocessed as `mmproj`'s
+/// projector type is (Gemma 3's: mtmd's fixed-size family, bilinear, the file's mean and std).
+fn preprocessed(mmproj: &Mmproj, width: usize, height: usize, seed: u64) -> vision::ImageF32 {
     let mut rng = Rng(seed);
     let pixels: Vec<u8> = (0..width * height * 3).map(|_| (rng.next_u64() >> 56) as u8).collect();
     let img = ImageU8::new(width, height, pixels).unwrap();
-    let params = ImageParams {
-        image_size: shape.image_size as i32,
-        patch_size: shape.patch_size as i32,
-        n_merge: shape.n_merge.unwrap_or(4) as i32,
-        resize_algo: ResizeAlgo::Bilinear,
-        pad: Pad::None,
-        mean: [0.5; 3],
-        std: [0.5; 3],
-        ..ImageParams::default()
-    };
-    let mut out = vision::preprocess(Preprocessor::FixedSize, &params, &img).unwrap();
+    let (kind, params) = mmproj.hparams.preprocessing();
+    let mut out = vision::preprocess(kind, &params, &img).unwrap();
     assert_eq!(out.entries.len(), 1);
     out.entries.remove(0)
 }
@@ -46,8 +35,8 @@ fn preprocessed(shape: &Gemma3Shape, width: usize, height: usize, seed: u64) -> 
 /// Encodes with both, compares every float's bits; returns how many were compared.
 fn compare(name: &str, shape: &Gemma3Shape, flash_attn: bool, n_threads: usize) -> usize {
     let path = write(name, &gemma3(shape));
-    let img = preprocessed(shape, 150, 97, shape.seed ^ 0xa5a5);
     let mmproj = Arc::new(Mmproj::open(&path).unwrap());
+    let img = preprocessed(&mmproj, 150, 97, shape.seed ^ 0xa5a5);
     let n_tokens = mmproj.n_output_tokens() as usize;
     let n_out = mmproj.n_mmproj_embd() as usize;
     assert_eq!(n_out as u64, shape.n_text_embd);
@@ -102,12 +91,18 @@ fn gemma3_embeddings_are_clip_cpps_bit_for_bit() {
         seed: 11,
         ..Gemma3Shape::SMALL
     };
+    let swapped = Gemma3Shape {
+        swapped_ffn: true,
+        seed: 13,
+        ..Gemma3Shape::SMALL
+    };
     let mut total = 0;
     for flash_attn in [true, false] {
         let fa = if flash_attn { "fa" } else { "nofa" };
         total += compare(&format!("gemma3-f16-{fa}"), &Gemma3Shape::SMALL, flash_attn, 2);
         total += compare(&format!("gemma3-f32-{fa}"), &f32_shape, flash_attn, 1);
         total += compare(&format!("gemma3-merge2-{fa}"), &merge2, flash_attn, 2);
+        total += compare(&format!("gemma3-swapped-ffn-{fa}"), &swapped, flash_attn, 2);
     }
     eprintln!("{total} floats compared in all, all identical");
 }
@@ -209,20 +204,30 @@ fn projector_files_that_do_not_fit_are_refused_with_what_is_wrong() {
         "{e:?}"
     );
 
-    // An encoder refuses an image of another size than its input.
+    // A language model of another width than the projector's embeddings (96).
     let mmproj = Arc::new(load_altered(|_| {}).unwrap());
-    let mut encoder = Encoder::new(
-        mmproj,
-        EncoderParams {
-            n_threads: 1,
-            flash_attn: true,
-        },
-    )
+    assert!(mmproj.check_text_model(96).is_ok());
+    let e = mmproj.check_text_model(2048).unwrap_err();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("96") && m.contains("2048")),
+        "{e:?}"
+    );
+
+    // An encoder refuses an image of another size than its input.
+    let small = load_altered(|w| {
+        w.set("clip.vision.image_size", Value::U32(64));
+        w.remove_tensor("v.position_embd.weight");
+        w.add_f32("v.position_embd.weight", &[64, 64], &vec![0.0; 64 * 64]);
+    })
     .unwrap();
-    let small = Gemma3Shape {
-        image_size: 64,
-        ..Gemma3Shape::SMALL
+    let params = EncoderParams {
+        n_threads: 1,
+        flash_attn: true,
     };
+    let mut encoder = Encoder::new(mmproj, params).unwrap();
     let e = encoder.encode(&preprocessed(&small, 10, 10, 1)).unwrap_err();
-    assert!(matches!(&e, Error::Image(m) if m.contains("128x128")), "{e:?}");
+    assert!(
+        matches!(&e, Error::Image(m) if m.contains("128x128") && m.contains("64x64")),
+        "{e:?}"
+    );
 }
