@@ -22,6 +22,9 @@ pub enum ProjectorType {
     /// `gemma3`: SigLIP, 4x4 average pooling, the soft-embedding RMS norm, the input
     /// projection ([`super::projector::gemma3`]).
     Gemma3,
+    /// `idefics3` (SmolVLM): SigLIP, the pixel unshuffle of `n_merge` x `n_merge` patches
+    /// into one, a linear projection ([`super::projector::idefics3`]).
+    Idefics3,
 }
 
 impl ProjectorType {
@@ -29,14 +32,16 @@ impl ProjectorType {
     pub fn name(self) -> &'static str {
         match self {
             ProjectorType::Gemma3 => "gemma3",
+            ProjectorType::Idefics3 => "idefics3",
         }
     }
 
     fn from_name(name: &str) -> Result<ProjectorType> {
         match name {
             "gemma3" => Ok(ProjectorType::Gemma3),
+            "idefics3" => Ok(ProjectorType::Idefics3),
             _ => Err(Error::Unsupported(format!(
-                "projector type {name:?} is not supported (elelem runs: gemma3)"
+                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3)"
             ))),
         }
     }
@@ -72,8 +77,11 @@ pub struct ClipHParams {
     pub image_std: [f32; 3],
     pub ffn_op: FfnOp,
     /// Patches merged per side by the projector (Gemma 3's pooling kernel: 4 unless
-    /// `clip.vision.projector.scale_factor` says otherwise).
+    /// `clip.vision.projector.scale_factor` says otherwise; Idefics3's unshuffle: that key).
     pub n_merge: u32,
+    /// Idefics3's `clip.vision.preproc_image_size` (the longest edge it resizes to before
+    /// slicing), 0 where absent.
+    pub longest_edge: u32,
 }
 
 impl ClipHParams {
@@ -95,6 +103,15 @@ impl ClipHParams {
                 Preprocessor::FixedSize,
                 ImageParams {
                     resize_algo: ResizeAlgo::Bilinear,
+                    ..common
+                },
+            ),
+            // Tiles and an overview of `image_size`, Lanczos (mtmd's idefics3 preprocessor).
+            ProjectorType::Idefics3 => (
+                Preprocessor::Idefics3,
+                ImageParams {
+                    resize_algo: ResizeAlgo::Lanczos,
+                    longest_edge: self.longest_edge as i32,
                     ..common
                 },
             ),
@@ -164,8 +181,19 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
     let image_mean = keys.three_f32("clip.vision.image_mean")?;
     let image_std = keys.three_f32("clip.vision.image_std")?;
 
-    let n_merge = match projector {
-        ProjectorType::Gemma3 => keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(4),
+    // clip.cpp's defaults by type: Gemma 3 pools by 4; Idefics3 has no default (clip_hparams'
+    // 1, on which its graph asserts).
+    let (n_merge, longest_edge) = match projector {
+        ProjectorType::Gemma3 => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(4), 0),
+        ProjectorType::Idefics3 => {
+            let n_merge = keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1);
+            if n_merge < 2 {
+                return Err(Error::Load(format!(
+                    "invalid vision projector: idefics3 needs clip.vision.projector.scale_factor above 1, got {n_merge}"
+                )));
+            }
+            (n_merge, keys.opt_u32("clip.vision.preproc_image_size")?.unwrap_or(0))
+        }
     };
 
     let invalid = |what: String| Err(Error::Load(format!("invalid vision projector: {what}")));
@@ -202,10 +230,11 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         ));
     }
     if (image_size / patch_size) % n_merge != 0 {
-        return invalid(format!(
-            "{} patches a side do not pool by {n_merge}",
+        // clip.cpp pads Idefics3's grid (and floors Gemma 3's pooling): no released model needs it.
+        return Err(Error::Unsupported(format!(
+            "{} patches a side that a merge of {n_merge} does not divide are not supported",
             image_size / patch_size
-        ));
+        )));
     }
     if !eps.is_finite() || eps < 0.0 {
         return invalid(format!("layer_norm_epsilon {eps}"));
@@ -226,6 +255,7 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         image_std,
         ffn_op,
         n_merge,
+        longest_edge,
     })
 }
 

@@ -4,6 +4,7 @@
 //! its graph.
 
 pub mod gemma3;
+pub mod idefics3;
 
 use super::hparams::{ClipHParams, ProjectorType};
 use crate::ggml::{Graph, Tensor};
@@ -13,6 +14,7 @@ use crate::Result;
 /// A projector's weights, by type.
 pub enum ProjectorWeights {
     Gemma3(gemma3::Gemma3Weights),
+    Idefics3(idefics3::Idefics3Weights),
 }
 
 impl ProjectorWeights {
@@ -20,6 +22,7 @@ impl ProjectorWeights {
     pub fn n_mmproj_embd(&self) -> u32 {
         match self {
             ProjectorWeights::Gemma3(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Idefics3(w) => w.n_mmproj_embd(),
         }
     }
 
@@ -27,6 +30,7 @@ impl ProjectorWeights {
     pub fn build(&self, g: &Graph, hp: &ClipHParams, cur: Tensor) -> Tensor {
         match self {
             ProjectorWeights::Gemma3(w) => gemma3::build(g, hp, w, cur),
+            ProjectorWeights::Idefics3(w) => idefics3::build(g, hp, w, cur),
         }
     }
 }
@@ -35,5 +39,6 @@ impl ProjectorWeights {
 pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights> {
     match hp.projector {
         ProjectorType::Gemma3 => gemma3::load(l, hp).map(ProjectorWeights::Gemma3),
+        ProjectorType::Idefics3 => idefics3::load(l, hp).map(ProjectorWeights::Idefics3),
     }
 }
