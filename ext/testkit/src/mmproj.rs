@@ -6,17 +6,28 @@ use elelem_gguf::{GgufWriter, TensorType, Value};
 
 use crate::canary::{add_weights, Rng};
 
-/// A synthetic Gemma 3 projector's sizes.
+/// The projector types written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Gemma3,
+    Idefics3,
+}
+
+/// A synthetic SigLIP projector's type and sizes.
 #[derive(Debug, Clone, Copy)]
-pub struct Gemma3Shape {
+pub struct Shape {
+    pub kind: Kind,
     pub n_embd: u64,
     pub n_head: u64,
     pub n_ff: u64,
     pub n_layer: u64,
     pub image_size: u64,
     pub patch_size: u64,
-    /// The pooling kernel (`clip.vision.projector.scale_factor`; real files leave it out: 4).
+    /// `clip.vision.projector.scale_factor`: Gemma 3's pooling kernel (real files leave it
+    /// out: 4), Idefics3's unshuffle (required).
     pub n_merge: Option<u32>,
+    /// Idefics3's `clip.vision.preproc_image_size`.
+    pub longest_edge: Option<u32>,
     /// The language model's width.
     pub n_text_embd: u64,
     /// The matrices' type (Q, K, V, output, feed-forward, the patch kernel, the input
@@ -28,9 +39,10 @@ pub struct Gemma3Shape {
     pub seed: u64,
 }
 
-impl Gemma3Shape {
-    /// Small: 16 x 16 patches of 8 pixels, two layers of 64 wide, 16 tokens out.
-    pub const SMALL: Gemma3Shape = Gemma3Shape {
+impl Shape {
+    /// Gemma 3, small: 16 x 16 patches of 8 pixels, two layers of 64 wide, 16 tokens out.
+    pub const GEMMA3: Shape = Shape {
+        kind: Kind::Gemma3,
         n_embd: 64,
         n_head: 4,
         n_ff: 128,
@@ -38,27 +50,45 @@ impl Gemma3Shape {
         image_size: 128,
         patch_size: 8,
         n_merge: None,
+        longest_edge: None,
         n_text_embd: 96,
         matrix_type: TensorType::F16,
         swapped_ffn: false,
         seed: 0x5167_11b5,
     };
+
+    /// Idefics3 (SmolVLM), small: the same encoder, 2 x 2 patches unshuffled into one (64
+    /// tokens of 256 values, projected to 96), images resized to 256 at most and cut into
+    /// tiles of 128.
+    pub const IDEFICS3: Shape = Shape {
+        kind: Kind::Idefics3,
+        n_merge: Some(2),
+        longest_edge: Some(256),
+        seed: 0x1de_f1c5,
+        ..Shape::GEMMA3
+    };
 }
 
-/// A seeded Gemma 3 projector of `shape`, ready to write or to alter first: SigLIP's
-/// tensors (LayerNorms with biases, separate Q/K/V with biases, a GELU feed-forward with
-/// biases, the post-LayerNorm), Gemma 3's soft-embedding norm and input projection, and
-/// the keys of a converted Gemma 3 `mmproj`.
-pub fn gemma3(shape: &Gemma3Shape) -> GgufWriter {
+/// A seeded projector of `shape`, ready to write or to alter first: SigLIP's tensors
+/// (LayerNorms with biases, separate Q/K/V with biases, a GELU feed-forward with biases,
+/// the post-LayerNorm), the projector's (Gemma 3's soft-embedding norm and input
+/// projection; Idefics3's `mm.model.fc`), and the keys of a converted `mmproj` of that type.
+pub fn writer(shape: &Shape) -> GgufWriter {
     let mut rng = Rng(shape.seed);
     let mut w = GgufWriter::new();
     let s = |v: &str| Value::String(v.to_string());
     let (embd, ff, p, ty) = (shape.n_embd, shape.n_ff, shape.patch_size, shape.matrix_type);
     let n_patches = (shape.image_size / p).pow(2);
     w.set("general.architecture", s("clip"))
-        .set("general.name", s("elelem synthetic gemma3 mmproj"))
+        .set("general.name", s("elelem synthetic mmproj"))
         .set("general.file_type", Value::U32(1))
-        .set("clip.projector_type", s("gemma3"))
+        .set(
+            "clip.projector_type",
+            s(match shape.kind {
+                Kind::Gemma3 => "gemma3",
+                Kind::Idefics3 => "idefics3",
+            }),
+        )
         .set("clip.has_vision_encoder", Value::Bool(true))
         .set("clip.has_text_encoder", Value::Bool(false))
         .set("clip.use_gelu", Value::Bool(true))
@@ -80,6 +110,9 @@ pub fn gemma3(shape: &Gemma3Shape) -> GgufWriter {
         );
     if let Some(k) = shape.n_merge {
         w.set("clip.vision.projector.scale_factor", Value::U32(k));
+    }
+    if let Some(edge) = shape.longest_edge {
+        w.set("clip.vision.preproc_image_size", Value::U32(edge));
     }
     let norm = |w: &mut GgufWriter, rng: &mut Rng, name: &str, n: u64| {
         w.add_f32(&format!("{name}.weight"), &[n], &rng.around_one(n));
@@ -111,13 +144,21 @@ pub fn gemma3(shape: &Gemma3Shape) -> GgufWriter {
         w.add_f32(&n(&format!("{down}.bias")), &[embd], &rng.small(embd));
     }
     norm(&mut w, &mut rng, "v.post_ln", embd);
-    w.add_f32("mm.soft_emb_norm.weight", &[embd], &rng.around_one(embd));
-    add_weights(
-        &mut w,
-        &mut rng,
-        "mm.input_projection.weight",
-        ty,
-        &[shape.n_text_embd, embd],
-    );
+    match shape.kind {
+        Kind::Gemma3 => {
+            w.add_f32("mm.soft_emb_norm.weight", &[embd], &rng.around_one(embd));
+            add_weights(
+                &mut w,
+                &mut rng,
+                "mm.input_projection.weight",
+                ty,
+                &[shape.n_text_embd, embd],
+            );
+        }
+        Kind::Idefics3 => {
+            let merged = embd * u64::from(shape.n_merge.unwrap_or(1)).pow(2);
+            add_weights(&mut w, &mut rng, "mm.model.fc.weight", ty, &[merged, shape.n_text_embd]);
+        }
+    }
     w
 }

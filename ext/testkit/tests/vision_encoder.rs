@@ -11,7 +11,7 @@ use elelem_engine::vision::{self, Encoder, EncoderParams, ImageU8, Mmproj};
 use elelem_engine::Error;
 use elelem_gguf::{GgufWriter, TensorType, Value};
 use elelem_testkit::canary::Rng;
-use elelem_testkit::mmproj::{gemma3, Gemma3Shape};
+use elelem_testkit::mmproj::{writer, Shape};
 use elelem_testkit::mtmd;
 
 fn write(name: &str, w: &GgufWriter) -> PathBuf {
@@ -21,97 +21,126 @@ fn write(name: &str, w: &GgufWriter) -> PathBuf {
 }
 
 /// A seeded photograph-like RGB image of `width` x `height`, preprocessed as `mmproj`'s
-/// projector type is (Gemma 3's: mtmd's fixed-size family, bilinear, the file's mean and std).
-fn preprocessed(mmproj: &Mmproj, width: usize, height: usize, seed: u64) -> vision::ImageF32 {
+/// projector type is (Gemma 3's: mtmd's fixed-size family, bilinear; Idefics3's: tiles and
+/// an overview, Lanczos; the file's mean and std): every image the encoder then takes.
+fn preprocessed(mmproj: &Mmproj, width: usize, height: usize, seed: u64) -> Vec<vision::ImageF32> {
     let mut rng = Rng(seed);
     let pixels: Vec<u8> = (0..width * height * 3).map(|_| (rng.next_u64() >> 56) as u8).collect();
     let img = ImageU8::new(width, height, pixels).unwrap();
     let (kind, params) = mmproj.hparams.preprocessing();
-    let mut out = vision::preprocess(kind, &params, &img).unwrap();
-    assert_eq!(out.entries.len(), 1);
-    out.entries.remove(0)
+    let out = vision::preprocess(kind, &params, &img).unwrap();
+    out.entries.into_iter().chain(out.overview).collect()
 }
 
-/// Encodes with both, compares every float's bits; returns how many were compared.
-fn compare(name: &str, shape: &Gemma3Shape, flash_attn: bool, n_threads: usize) -> usize {
-    let path = write(name, &gemma3(shape));
+/// Encodes every image of a preprocessed `width` x `height` one with both, compares every
+/// float's bits; returns how many were compared.
+fn compare(name: &str, shape: &Shape, flash_attn: bool, n_threads: usize, (width, height): (usize, usize)) -> usize {
+    let path = write(name, &writer(shape));
     let mmproj = Arc::new(Mmproj::open(&path).unwrap());
-    let img = preprocessed(&mmproj, 150, 97, shape.seed ^ 0xa5a5);
+    let images = preprocessed(&mmproj, width, height, shape.seed ^ 0xa5a5);
     let n_tokens = mmproj.n_output_tokens() as usize;
     let n_out = mmproj.n_mmproj_embd() as usize;
     assert_eq!(n_out as u64, shape.n_text_embd);
     let mut encoder = Encoder::new(mmproj, EncoderParams { n_threads, flash_attn }).unwrap();
-    let ours = encoder.encode(&img).unwrap();
-    let theirs = mtmd::clip_encode(
-        &path,
-        flash_attn,
-        n_threads,
-        (img.width(), img.height(), img.data()),
-        1 << 24,
-    )
-    .expect("clip.cpp encodes the synthetic projector");
-    assert_eq!(ours.len(), n_tokens * n_out, "{name}: our embeddings' size");
-    assert_eq!(theirs.len(), ours.len(), "{name}: clip.cpp's embeddings' size");
-    assert!(ours.iter().all(|v| v.is_finite()), "{name}: finite embeddings");
-    // Not a vacuous comparison: the values spread (each token's are RMS-normed, then projected).
-    let mean = ours.iter().sum::<f32>() / ours.len() as f32;
-    let var = ours.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / ours.len() as f32;
-    assert!(var > 1e-2, "{name}: embeddings of variance {var}");
-    let differing: Vec<usize> = (0..ours.len())
-        .filter(|&i| ours[i].to_bits() != theirs[i].to_bits())
-        .collect();
-    let max_diff = differing
-        .iter()
-        .map(|&i| (ours[i] - theirs[i]).abs())
-        .fold(0.0f32, f32::max);
-    assert!(
-        differing.is_empty(),
-        "{name}: {} of {} floats differ from clip.cpp's (max |diff| {max_diff:e}; first at {})",
-        differing.len(),
-        ours.len(),
-        differing[0]
-    );
+    let mut compared = 0;
+    for (i, img) in images.iter().enumerate() {
+        let ours = encoder.encode(img).unwrap();
+        let theirs = mtmd::clip_encode(
+            &path,
+            flash_attn,
+            n_threads,
+            (img.width(), img.height(), img.data()),
+            1 << 24,
+        )
+        .expect("clip.cpp encodes the synthetic projector");
+        assert_eq!(ours.len(), n_tokens * n_out, "{name}: our embeddings' size");
+        assert_eq!(theirs.len(), ours.len(), "{name}: clip.cpp's embeddings' size");
+        assert!(ours.iter().all(|v| v.is_finite()), "{name}: finite embeddings");
+        // Not a vacuous comparison: the values spread.
+        let mean = ours.iter().sum::<f32>() / ours.len() as f32;
+        let var = ours.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / ours.len() as f32;
+        assert!(var > 1e-2, "{name}: embeddings of variance {var}");
+        let differing: Vec<usize> = (0..ours.len())
+            .filter(|&i| ours[i].to_bits() != theirs[i].to_bits())
+            .collect();
+        let max_diff = differing
+            .iter()
+            .map(|&i| (ours[i] - theirs[i]).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            differing.is_empty(),
+            "{name}, image {i}: {} of {} floats differ from clip.cpp's (max |diff| {max_diff:e}; first at {})",
+            differing.len(),
+            ours.len(),
+            differing[0]
+        );
+        compared += ours.len();
+    }
     eprintln!(
-        "{name}: {} floats ({n_tokens} tokens x {n_out}) compared, all identical",
-        ours.len()
+        "{name}: {} image(s), {compared} floats ({n_tokens} tokens x {n_out} each) compared, all identical",
+        images.len()
     );
-    ours.len()
+    compared
 }
 
 #[test]
 fn gemma3_embeddings_are_clip_cpps_bit_for_bit() {
-    let f32_shape = Gemma3Shape {
+    let f32_shape = Shape {
         matrix_type: TensorType::F32,
         seed: 7,
-        ..Gemma3Shape::SMALL
+        ..Shape::GEMMA3
     };
-    let merge2 = Gemma3Shape {
+    let merge2 = Shape {
         n_merge: Some(2),
         n_layer: 3,
         seed: 11,
-        ..Gemma3Shape::SMALL
+        ..Shape::GEMMA3
     };
-    let swapped = Gemma3Shape {
+    let swapped = Shape {
         swapped_ffn: true,
         seed: 13,
-        ..Gemma3Shape::SMALL
+        ..Shape::GEMMA3
     };
     let mut total = 0;
     for flash_attn in [true, false] {
         let fa = if flash_attn { "fa" } else { "nofa" };
-        total += compare(&format!("gemma3-f16-{fa}"), &Gemma3Shape::SMALL, flash_attn, 2);
-        total += compare(&format!("gemma3-f32-{fa}"), &f32_shape, flash_attn, 1);
-        total += compare(&format!("gemma3-merge2-{fa}"), &merge2, flash_attn, 2);
-        total += compare(&format!("gemma3-swapped-ffn-{fa}"), &swapped, flash_attn, 2);
+        total += compare(&format!("gemma3-f16-{fa}"), &Shape::GEMMA3, flash_attn, 2, (150, 97));
+        total += compare(&format!("gemma3-f32-{fa}"), &f32_shape, flash_attn, 1, (150, 97));
+        total += compare(&format!("gemma3-merge2-{fa}"), &merge2, flash_attn, 2, (150, 97));
+        total += compare(&format!("gemma3-swapped-ffn-{fa}"), &swapped, flash_attn, 2, (150, 97));
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
+#[test]
+fn idefics3_embeddings_are_clip_cpps_bit_for_bit() {
+    let merge4 = Shape {
+        n_merge: Some(4),
+        matrix_type: TensorType::F32,
+        seed: 17,
+        ..Shape::IDEFICS3
+    };
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        // 300 x 194 becomes 256 x 166 at most: two tiles by two of 128, and the overview.
+        total += compare(
+            &format!("idefics3-f16-{fa}"),
+            &Shape::IDEFICS3,
+            flash_attn,
+            2,
+            (300, 194),
+        );
+        total += compare(&format!("idefics3-merge4-{fa}"), &merge4, flash_attn, 1, (90, 60));
     }
     eprintln!("{total} floats compared in all, all identical");
 }
 
 /// What `Mmproj::load` says of a synthetic Gemma 3 projector altered by `alter`.
 fn load_altered(alter: impl FnOnce(&mut GgufWriter)) -> Result<Mmproj, Error> {
-    let mut w = gemma3(&Gemma3Shape {
+    let mut w = writer(&Shape {
         n_layer: 1,
-        ..Gemma3Shape::SMALL
+        ..Shape::GEMMA3
     });
     alter(&mut w);
     Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
@@ -194,7 +223,14 @@ fn projector_files_that_do_not_fit_are_refused_with_what_is_wrong() {
     let e = load_error(|w| {
         w.set("clip.vision.projector.scale_factor", Value::U32(3));
     });
-    assert!(matches!(&e, Error::Load(m) if m.contains("pool by 3")), "{e:?}");
+    assert!(matches!(&e, Error::Unsupported(m) if m.contains("merge of 3")), "{e:?}");
+
+    // Idefics3 needs its unshuffle's factor.
+    let e = load_error(|w| {
+        w.set("clip.projector_type", Value::String("idefics3".into()));
+        w.remove("clip.vision.projector.scale_factor");
+    });
+    assert!(matches!(&e, Error::Load(m) if m.contains("scale_factor")), "{e:?}");
 
     let e = load_error(|w| {
         w.set("clip.vision.image_mean", Value::Array(vec![Value::F32(0.5)]));
@@ -225,7 +261,7 @@ fn projector_files_that_do_not_fit_are_refused_with_what_is_wrong() {
         flash_attn: true,
     };
     let mut encoder = Encoder::new(mmproj, params).unwrap();
-    let e = encoder.encode(&preprocessed(&small, 10, 10, 1)).unwrap_err();
+    let e = encoder.encode(&preprocessed(&small, 10, 10, 1)[0]).unwrap_err();
     assert!(
         matches!(&e, Error::Image(m) if m.contains("128x128") && m.contains("64x64")),
         "{e:?}"
