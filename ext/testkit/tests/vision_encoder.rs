@@ -267,3 +267,94 @@ fn projector_files_that_do_not_fit_are_refused_with_what_is_wrong() {
         "{e:?}"
     );
 }
+
+/// Loads a synthetic projector altered by `alter` and, where it loads, encodes one image
+/// of its input size: either must be an error, never a panic or an abort.
+fn load_and_encode(shape: &Shape, alter: impl FnOnce(&mut GgufWriter)) -> Result<usize, Error> {
+    let mut w = writer(shape);
+    alter(&mut w);
+    let mmproj = Arc::new(Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())?);
+    let side = mmproj.hparams.image_size as usize;
+    let images = preprocessed(&mmproj, side, side, 3);
+    let params = EncoderParams {
+        n_threads: 2,
+        flash_attn: true,
+    };
+    let mut encoder = Encoder::new(mmproj, params)?;
+    Ok(encoder.encode(&images[0])?.len())
+}
+
+#[test]
+fn extreme_hyper_parameters_encode_or_are_refused() {
+    let one_layer = Shape {
+        n_layer: 1,
+        ..Shape::GEMMA3
+    };
+    // One head per value: heads of width 1.
+    assert!(load_and_encode(&one_layer, |w| {
+        w.set("clip.vision.attention.head_count", Value::U32(64));
+    })
+    .is_ok());
+    // No pooling at all (a merge of 1): 256 tokens.
+    assert_eq!(
+        load_and_encode(&one_layer, |w| {
+            w.set("clip.vision.projector.scale_factor", Value::U32(1));
+        })
+        .unwrap(),
+        256 * 96
+    );
+    // Pooling the whole grid into one token.
+    assert_eq!(
+        load_and_encode(&one_layer, |w| {
+            w.set("clip.vision.projector.scale_factor", Value::U32(16));
+        })
+        .unwrap(),
+        96
+    );
+    let refused: [(&str, Value); 8] = [
+        ("clip.vision.attention.head_count", Value::U32(0)),
+        ("clip.vision.attention.head_count", Value::U32(3)),
+        ("clip.vision.attention.head_dim", Value::U32(8)),
+        ("clip.vision.attention.head_count_kv", Value::U32(2)),
+        ("clip.vision.attention.layer_norm_epsilon", Value::F32(f32::NAN)),
+        ("clip.vision.image_size", Value::U32(1 << 20)),
+        ("clip.vision.patch_size", Value::U32(0)),
+        ("clip.vision.block_count", Value::U32(u32::MAX)),
+    ];
+    for (key, value) in refused {
+        let shown = format!("{key} = {value:?}");
+        let e = load_and_encode(&one_layer, |w| {
+            w.set(key, value);
+        })
+        .unwrap_err();
+        assert!(matches!(e, Error::Load(_) | Error::Unsupported(_)), "{shown}: {e:?}");
+    }
+    // A norm in F16 (clip.cpp multiplies by it; elelem's loader takes norms in F32 only).
+    let e = load_and_encode(&one_layer, |w| {
+        w.remove_tensor("v.blk.0.ln1.weight");
+        w.add_tensor("v.blk.0.ln1.weight", &[64], TensorType::F16, vec![0; 128]);
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("v.blk.0.ln1.weight") && m.contains("F16")),
+        "{e:?}"
+    );
+    // Every tensor in turn replaced by three I32 values: refused, naming it.
+    let names: Vec<String> = elelem_gguf::Gguf::from_bytes(writer(&one_layer).to_bytes())
+        .unwrap()
+        .tensors()
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    for name in &names {
+        let e = load_and_encode(&one_layer, |w| {
+            w.remove_tensor(name);
+            w.add_tensor(name, &[3], TensorType::from_id(26).unwrap(), vec![0; 12]);
+        })
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::Load(m) if m.contains(name.as_str())),
+            "{name}: {e:?}"
+        );
+    }
+}
