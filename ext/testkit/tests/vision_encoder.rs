@@ -339,6 +339,21 @@ fn extreme_hyper_parameters_encode_or_are_refused() {
         matches!(&e, Error::Load(m) if m.contains("v.blk.0.ln1.weight") && m.contains("F16")),
         "{e:?}"
     );
+    // Position embeddings in F16 (ggml's CPU backend would abort adding them).
+    let e = load_and_encode(&one_layer, |w| {
+        w.remove_tensor("v.position_embd.weight");
+        w.add_tensor(
+            "v.position_embd.weight",
+            &[64, 256],
+            TensorType::F16,
+            vec![0; 64 * 256 * 2],
+        );
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("v.position_embd.weight") && m.contains("F16")),
+        "{e:?}"
+    );
     // Every tensor in turn replaced by three I32 values: refused, naming it.
     let names: Vec<String> = elelem_gguf::Gguf::from_bytes(writer(&one_layer).to_bytes())
         .unwrap()

@@ -42,7 +42,7 @@ pub struct VitWeights {
     /// `v.patch_embd.weight`: `[patch, patch, 3, n_embd]`.
     pub patch_embd: Tensor,
     pub patch_bias: Option<Tensor>,
-    /// `v.position_embd.weight`: `[n_embd, n_patches]`.
+    /// `v.position_embd.weight`: `[n_embd, n_patches]`, F32.
     pub position_embd: Tensor,
     pub layers: Vec<VitLayer>,
     pub post_ln: Option<Norm>,
@@ -140,7 +140,8 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     };
     let patch_embd = l.values("v.patch_embd.weight", &[p, p, 3, embd])?;
     let patch_bias = l.optional_vector("v.patch_embd.bias", embd)?;
-    let position_embd = l.values("v.position_embd.weight", &[embd, n_patches])?;
+    // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
+    let position_embd = l.f32_weight("v.position_embd.weight", &[embd, n_patches])?;
     let mut layers = Vec::with_capacity(hp.n_layer as usize);
     for il in 0..hp.n_layer {
         let n = |t: &str| format!("v.blk.{il}.{t}");
