@@ -373,3 +373,43 @@ fn extreme_hyper_parameters_encode_or_are_refused() {
         );
     }
 }
+
+#[test]
+fn mutated_projector_files_are_errors_or_encode() {
+    for shape in [Shape::GEMMA3, Shape::IDEFICS3] {
+        let shape = Shape { n_layer: 1, ..shape };
+        let bytes = writer(&shape).to_bytes();
+        let header = elelem_gguf::Gguf::from_bytes(&bytes).unwrap().data_offset() as usize;
+        let mut rng = Rng(0xf022);
+        let (mut loaded, mut refused) = (0, 0);
+        for _ in 0..1000 {
+            let mut mutated = bytes.clone();
+            // One to four bytes of the keys and tensor descriptors, to random values.
+            for _ in 0..1 + rng.next_u64() % 4 {
+                let at = (rng.next_u64() % header as u64) as usize;
+                mutated[at] = (rng.next_u64() >> 56) as u8;
+            }
+            let outcome = elelem_gguf::Gguf::from_bytes(&mutated)
+                .map_err(Error::from)
+                .and_then(|gguf| {
+                    let mmproj = Arc::new(Mmproj::load(gguf)?);
+                    let side = mmproj.hparams.image_size as usize;
+                    let images = preprocessed(&mmproj, side, side, 5);
+                    let params = EncoderParams {
+                        n_threads: 2,
+                        flash_attn: true,
+                    };
+                    Encoder::new(mmproj, params)?.encode(&images[0])
+                });
+            match outcome {
+                Ok(_) => loaded += 1,
+                Err(Error::Load(_) | Error::Unsupported(_) | Error::Image(_)) => refused += 1,
+                Err(e) => panic!("a mutated projector failed otherwise than refused: {e:?}"),
+            }
+        }
+        eprintln!(
+            "{:?}: 1000 mutated files, {loaded} encoded, {refused} refused",
+            shape.kind
+        );
+    }
+}
