@@ -413,3 +413,31 @@ fn mutated_projector_files_are_errors_or_encode() {
         );
     }
 }
+
+#[test]
+fn the_embeddings_do_not_depend_on_the_thread_count() {
+    for shape in [Shape::GEMMA3, Shape::IDEFICS3] {
+        let bytes = writer(&shape).to_bytes();
+        let mmproj = Arc::new(Mmproj::load(elelem_gguf::Gguf::from_bytes(&bytes).unwrap()).unwrap());
+        let side = mmproj.hparams.image_size as usize;
+        let image = preprocessed(&mmproj, side + 7, side - 5, 9).remove(0);
+        for flash_attn in [true, false] {
+            let encode = |n_threads| {
+                let params = EncoderParams { n_threads, flash_attn };
+                Encoder::new(Arc::clone(&mmproj), params)
+                    .unwrap()
+                    .encode(&image)
+                    .unwrap()
+            };
+            let one = encode(1);
+            for n_threads in [2, 3] {
+                let many = encode(n_threads);
+                assert!(
+                    one.iter().zip(&many).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{:?}, flash attention {flash_attn}: 1 and {n_threads} threads differ",
+                    shape.kind
+                );
+            }
+        }
+    }
+}
