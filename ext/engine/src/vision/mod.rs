@@ -9,10 +9,10 @@
 //!   [`MAX_IMAGE_PIXELS`]).
 //! - [`preprocess()`]: one [`Preprocessor`] (mtmd's families) with its [`ImageParams`]
 //!   (mtmd's `clip_hparams`, the preprocessing share) to a [`Preprocessed`].
-//!
 //! - [`Mmproj`]: a projector GGUF (`mmproj`), its `clip.*` hyper-parameters and weights, as
 //!   clip.cpp's loader reads them; [`Encoder`]: its ViT and projector as one graph
-//!   ([`encoder`], [`projector`]), giving the language model's input embeddings.
+//!   ([`encoder`], [`projector`]), giving the language model's input embeddings, bit for
+//!   bit clip.cpp's (`ext/testkit/tests/vision_encoder.rs`).
 //!
 //! Decoding and preprocessing use nothing else of the engine; the encoder uses its ggml
 //! wrappers and weight loader.
