@@ -687,6 +687,19 @@ impl Graph {
         )
     }
 
+    /// Zeros appended at the end of each dimension (`ggml_pad`).
+    pub fn pad(&self, a: Tensor, p: [i32; 4]) -> Tensor {
+        op!(self, sys::ggml_pad(self.c(), a.as_ptr(), p[0], p[1], p[2], p[3]))
+    }
+
+    /// Resized to `ne` by `mode` (`ggml_interpolate`: a `ggml_scale_mode`, with its flags).
+    pub fn interpolate(&self, a: Tensor, ne: [i64; 4], mode: u32) -> Tensor {
+        op!(
+            self,
+            sys::ggml_interpolate(self.c(), a.as_ptr(), ne[0], ne[1], ne[2], ne[3], mode)
+        )
+    }
+
     pub fn cont_4d(&self, a: Tensor, ne: [i64; 4]) -> Tensor {
         op!(
             self,
