@@ -11,6 +11,7 @@ use crate::canary::{add_weights, Rng};
 pub enum Kind {
     Gemma3,
     Idefics3,
+    Lfm2,
 }
 
 /// A synthetic SigLIP projector's type and sizes.
@@ -36,6 +37,9 @@ pub struct Shape {
     /// The feed-forward's tensors under each other's names, as old conversions have them
     /// (clip.cpp swaps them back).
     pub swapped_ffn: bool,
+    /// LFM2's optional input LayerNorm: `mm.input_norm.weight` and `.bias` (real LFM2-VL
+    /// files have both).
+    pub input_norm: bool,
     pub seed: u64,
 }
 
@@ -54,6 +58,7 @@ impl Shape {
         n_text_embd: 96,
         matrix_type: TensorType::F16,
         swapped_ffn: false,
+        input_norm: false,
         seed: 0x5167_11b5,
     };
 
@@ -67,12 +72,24 @@ impl Shape {
         seed: 0x1de_f1c5,
         ..Shape::GEMMA3
     };
+
+    /// LFM2-VL, small: the same encoder at any size (its 16 x 16 position embeddings
+    /// resized to the image's grid), 2 x 2 patches unshuffled into one, the input
+    /// LayerNorm, an MLP of 256 -> 128 -> 96.
+    pub const LFM2: Shape = Shape {
+        kind: Kind::Lfm2,
+        n_merge: Some(2),
+        input_norm: true,
+        seed: 0x1f_3217,
+        ..Shape::GEMMA3
+    };
 }
 
 /// A seeded projector of `shape`, ready to write or to alter first: SigLIP's tensors
 /// (LayerNorms with biases, separate Q/K/V with biases, a GELU feed-forward with biases,
 /// the post-LayerNorm), the projector's (Gemma 3's soft-embedding norm and input
-/// projection; Idefics3's `mm.model.fc`), and the keys of a converted `mmproj` of that type.
+/// projection; Idefics3's `mm.model.fc`; LFM2's input norm and `mm.1`, `mm.2` with biases,
+/// the MLP's hidden width `n_ff`), and the keys of a converted `mmproj` of that type.
 pub fn writer(shape: &Shape) -> GgufWriter {
     let mut rng = Rng(shape.seed);
     let mut w = GgufWriter::new();
@@ -87,6 +104,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             s(match shape.kind {
                 Kind::Gemma3 => "gemma3",
                 Kind::Idefics3 => "idefics3",
+                Kind::Lfm2 => "lfm2",
             }),
         )
         .set("clip.has_vision_encoder", Value::Bool(true))
@@ -158,6 +176,16 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         Kind::Idefics3 => {
             let merged = embd * u64::from(shape.n_merge.unwrap_or(1)).pow(2);
             add_weights(&mut w, &mut rng, "mm.model.fc.weight", ty, &[merged, shape.n_text_embd]);
+        }
+        Kind::Lfm2 => {
+            let merged = embd * u64::from(shape.n_merge.unwrap_or(1)).pow(2);
+            if shape.input_norm {
+                norm(&mut w, &mut rng, "mm.input_norm", merged);
+            }
+            add_weights(&mut w, &mut rng, "mm.1.weight", ty, &[merged, ff]);
+            w.add_f32("mm.1.bias", &[ff], &rng.small(ff));
+            add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, shape.n_text_embd]);
+            w.add_f32("mm.2.bias", &[shape.n_text_embd], &rng.small(shape.n_text_embd));
         }
     }
     w

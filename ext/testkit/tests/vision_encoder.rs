@@ -23,30 +23,54 @@ fn write(name: &str, w: &GgufWriter) -> PathBuf {
 /// A seeded photograph-like RGB image of `width` x `height`, preprocessed as `mmproj`'s
 /// projector type is (Gemma 3's: mtmd's fixed-size family, bilinear; Idefics3's: tiles and
 /// an overview, Lanczos; the file's mean and std): every image the encoder then takes.
-fn preprocessed(mmproj: &Mmproj, width: usize, height: usize, seed: u64) -> Vec<vision::ImageF32> {
+/// LFM2's preprocessing is not implemented: [`Error::Unsupported`].
+fn preprocessed(mmproj: &Mmproj, width: usize, height: usize, seed: u64) -> Result<Vec<vision::ImageF32>, Error> {
     let mut rng = Rng(seed);
     let pixels: Vec<u8> = (0..width * height * 3).map(|_| (rng.next_u64() >> 56) as u8).collect();
     let img = ImageU8::new(width, height, pixels).unwrap();
-    let (kind, params) = mmproj.hparams.preprocessing();
+    let (kind, params) = mmproj.hparams.preprocessing()?;
     let out = vision::preprocess(kind, &params, &img).unwrap();
-    out.entries.into_iter().chain(out.overview).collect()
+    Ok(out.entries.into_iter().chain(out.overview).collect())
+}
+
+/// A seeded image of normalized floats in [-1, 1), as a preprocessing with a mean and
+/// std of 0.5 gives: the input of a projector whose preprocessing elelem lacks (LFM2).
+fn normalized_image(width: usize, height: usize, seed: u64) -> vision::ImageF32 {
+    let mut rng = Rng(seed);
+    let data = (0..width * height * 3).map(|_| rng.next_f32()).collect();
+    vision::ImageF32::new(width, height, data).unwrap()
 }
 
 /// Encodes every image of a preprocessed `width` x `height` one with both, compares every
 /// float's bits; returns how many were compared.
 fn compare(name: &str, shape: &Shape, flash_attn: bool, n_threads: usize, (width, height): (usize, usize)) -> usize {
     let path = write(name, &writer(shape));
-    let mmproj = Arc::new(Mmproj::open(&path).unwrap());
-    let images = preprocessed(&mmproj, width, height, shape.seed ^ 0xa5a5);
-    let n_tokens = mmproj.n_output_tokens() as usize;
+    let mmproj = Mmproj::open(&path).unwrap();
+    let images = preprocessed(&mmproj, width, height, shape.seed ^ 0xa5a5).unwrap();
+    compare_images(name, &path, mmproj, flash_attn, n_threads, &images)
+}
+
+/// Encodes `images` with the projector at `path` (loaded as `mmproj`) by both, compares
+/// every float's bits; returns how many were compared.
+fn compare_images(
+    name: &str,
+    path: &std::path::Path,
+    mmproj: Mmproj,
+    flash_attn: bool,
+    n_threads: usize,
+    images: &[vision::ImageF32],
+) -> usize {
+    let mmproj = Arc::new(mmproj);
     let n_out = mmproj.n_mmproj_embd() as usize;
-    assert_eq!(n_out as u64, shape.n_text_embd);
-    let mut encoder = Encoder::new(mmproj, EncoderParams { n_threads, flash_attn }).unwrap();
+    let mut encoder = Encoder::new(Arc::clone(&mmproj), EncoderParams { n_threads, flash_attn }).unwrap();
     let mut compared = 0;
+    let mut tokens = Vec::new();
     for (i, img) in images.iter().enumerate() {
+        let n_tokens = mmproj.n_image_tokens(img.width(), img.height());
+        tokens.push(n_tokens);
         let ours = encoder.encode(img).unwrap();
         let theirs = mtmd::clip_encode(
-            &path,
+            path,
             flash_attn,
             n_threads,
             (img.width(), img.height(), img.data()),
@@ -69,7 +93,9 @@ fn compare(name: &str, shape: &Shape, flash_attn: bool, n_threads: usize, (width
             .fold(0.0f32, f32::max);
         assert!(
             differing.is_empty(),
-            "{name}, image {i}: {} of {} floats differ from clip.cpp's (max |diff| {max_diff:e}; first at {})",
+            "{name}, image {i} ({}x{}): {} of {} floats differ from clip.cpp's (max |diff| {max_diff:e}; first at {})",
+            img.width(),
+            img.height(),
             differing.len(),
             ours.len(),
             differing[0]
@@ -77,7 +103,7 @@ fn compare(name: &str, shape: &Shape, flash_attn: bool, n_threads: usize, (width
         compared += ours.len();
     }
     eprintln!(
-        "{name}: {} image(s), {compared} floats ({n_tokens} tokens x {n_out} each) compared, all identical",
+        "{name}: {} image(s), {compared} floats ({tokens:?} tokens x {n_out} each) compared, all identical",
         images.len()
     );
     compared
@@ -110,6 +136,116 @@ fn gemma3_embeddings_are_clip_cpps_bit_for_bit() {
         total += compare(&format!("gemma3-swapped-ffn-{fa}"), &swapped, flash_attn, 2, (150, 97));
     }
     eprintln!("{total} floats compared in all, all identical");
+}
+
+#[test]
+fn lfm2_embeddings_are_clip_cpps_bit_for_bit() {
+    let no_norm = Shape {
+        input_norm: false,
+        matrix_type: TensorType::F32,
+        seed: 19,
+        ..Shape::LFM2
+    };
+    let merge4 = Shape {
+        n_merge: Some(4),
+        n_layer: 1,
+        seed: 23,
+        ..Shape::LFM2
+    };
+    // Patches of 8: the native 16 x 16 grid (no resize), smaller and larger grids, wide
+    // and tall ones, and grids the merge does not divide (padded, as clip.cpp pads them).
+    let sizes = [(128, 128), (64, 64), (160, 96), (96, 200), (256, 128), (72, 40)];
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        for (name, shape, sizes) in [
+            ("lfm2-f16", Shape::LFM2, &sizes[..]),
+            ("lfm2-f32-no-input-norm", no_norm, &sizes[..3]),
+            ("lfm2-merge4", merge4, &[(128, 128), (88, 136)][..]),
+        ] {
+            let name = format!("{name}-{fa}");
+            let path = write(&name, &writer(&shape));
+            let images: Vec<_> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &(w, h))| normalized_image(w, h, shape.seed ^ i as u64))
+                .collect();
+            let mmproj = Mmproj::open(&path).unwrap();
+            total += compare_images(&name, &path, mmproj, flash_attn, 2, &images);
+        }
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
+#[test]
+fn lfm2_projectors_and_images_that_do_not_fit_are_refused() {
+    let load = |alter: &dyn Fn(&mut GgufWriter)| {
+        let mut w = writer(&Shape {
+            n_layer: 1,
+            ..Shape::LFM2
+        });
+        alter(&mut w);
+        Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+    };
+    let mmproj = load(&|_| {}).unwrap();
+    assert_eq!(mmproj.n_mmproj_embd(), 96);
+    assert_eq!(mmproj.n_image_tokens(160, 96), 10 * 6);
+    assert_eq!(mmproj.n_image_tokens(72, 40), 5 * 3);
+    let e = mmproj.hparams.preprocessing().unwrap_err();
+    assert!(matches!(&e, Error::Unsupported(m) if m.contains("LFM2")), "{e:?}");
+
+    for name in ["mm.1.weight", "mm.1.bias", "mm.2.weight", "mm.2.bias"] {
+        let e = load(&|w| {
+            w.remove_tensor(name);
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(&e, Error::Load(m) if m.contains(name)), "{name}: {e:?}");
+    }
+    // The input norm is optional, its weight and bias each (clip.cpp's graph takes either).
+    assert!(load(&|w| {
+        w.remove_tensor("mm.input_norm.weight");
+    })
+    .is_ok());
+    let e = load(&|w| {
+        w.remove_tensor("mm.input_norm.bias");
+        w.add_f32("mm.input_norm.bias", &[64], &[0.0; 64]);
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("mm.input_norm.bias")),
+        "{e:?}"
+    );
+    // The MLP's first layer must take the unshuffled width (64 x 2 x 2).
+    let e = load(&|w| {
+        w.remove_tensor("mm.1.weight");
+        w.add_f32("mm.1.weight", &[64, 128], &vec![0.0; 64 * 128]);
+    })
+    .err()
+    .unwrap();
+    assert!(matches!(&e, Error::Load(m) if m.contains("mm.1.weight")), "{e:?}");
+    let e = load(&|w| {
+        w.remove("clip.vision.projector.scale_factor");
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("lfm2") && m.contains("scale_factor")),
+        "{e:?}"
+    );
+
+    let params = EncoderParams {
+        n_threads: 1,
+        flash_attn: true,
+    };
+    let mut encoder = Encoder::new(Arc::new(mmproj), params).unwrap();
+    // Sides that are not multiples of the patch, and more than 256 tokens.
+    for (w, h, what) in [(100, 64, "multiples of 8"), (8 * 40, 8 * 30, "at most 256 tokens")] {
+        let e = encoder.encode(&normalized_image(w, h, 1)).unwrap_err();
+        assert!(matches!(&e, Error::Image(m) if m.contains(what)), "{w}x{h}: {e:?}");
+    }
+    assert_eq!(encoder.encode(&normalized_image(8, 8, 1)).unwrap().len(), 96);
 }
 
 #[test]
@@ -261,7 +397,9 @@ fn projector_files_that_do_not_fit_are_refused_with_what_is_wrong() {
         flash_attn: true,
     };
     let mut encoder = Encoder::new(mmproj, params).unwrap();
-    let e = encoder.encode(&preprocessed(&small, 10, 10, 1)[0]).unwrap_err();
+    let e = encoder
+        .encode(&preprocessed(&small, 10, 10, 1).unwrap()[0])
+        .unwrap_err();
     assert!(
         matches!(&e, Error::Image(m) if m.contains("128x128") && m.contains("64x64")),
         "{e:?}"
@@ -275,7 +413,7 @@ fn load_and_encode(shape: &Shape, alter: impl FnOnce(&mut GgufWriter)) -> Result
     alter(&mut w);
     let mmproj = Arc::new(Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())?);
     let side = mmproj.hparams.image_size as usize;
-    let images = preprocessed(&mmproj, side, side, 3);
+    let images = preprocessed(&mmproj, side, side, 3)?;
     let params = EncoderParams {
         n_threads: 2,
         flash_attn: true,
@@ -376,7 +514,7 @@ fn extreme_hyper_parameters_encode_or_are_refused() {
 
 #[test]
 fn mutated_projector_files_are_errors_or_encode() {
-    for shape in [Shape::GEMMA3, Shape::IDEFICS3] {
+    for shape in [Shape::GEMMA3, Shape::IDEFICS3, Shape::LFM2] {
         let shape = Shape { n_layer: 1, ..shape };
         let bytes = writer(&shape).to_bytes();
         let header = elelem_gguf::Gguf::from_bytes(&bytes).unwrap().data_offset() as usize;
@@ -394,7 +532,13 @@ fn mutated_projector_files_are_errors_or_encode() {
                 .and_then(|gguf| {
                     let mmproj = Arc::new(Mmproj::load(gguf)?);
                     let side = mmproj.hparams.image_size as usize;
-                    let images = preprocessed(&mmproj, side, side, 5);
+                    let images = if mmproj.hparams.projector.dynamic_size() {
+                        // LFM2 (no preprocessing of ours): a grid other than the native one.
+                        let p = mmproj.hparams.patch_size as usize;
+                        vec![normalized_image(side + 3 * p, side.max(2 * p) - p, 5)]
+                    } else {
+                        preprocessed(&mmproj, side, side, 5)?
+                    };
                     let params = EncoderParams {
                         n_threads: 2,
                         flash_attn: true,
@@ -416,11 +560,15 @@ fn mutated_projector_files_are_errors_or_encode() {
 
 #[test]
 fn the_embeddings_do_not_depend_on_the_thread_count() {
-    for shape in [Shape::GEMMA3, Shape::IDEFICS3] {
+    for shape in [Shape::GEMMA3, Shape::IDEFICS3, Shape::LFM2] {
         let bytes = writer(&shape).to_bytes();
         let mmproj = Arc::new(Mmproj::load(elelem_gguf::Gguf::from_bytes(&bytes).unwrap()).unwrap());
         let side = mmproj.hparams.image_size as usize;
-        let image = preprocessed(&mmproj, side + 7, side - 5, 9).remove(0);
+        let image = match preprocessed(&mmproj, side + 7, side - 5, 9) {
+            Ok(mut images) => images.remove(0),
+            // LFM2: an image of another grid than the native one.
+            Err(_) => normalized_image(side + 24, side - 40, 9),
+        };
         for flash_attn in [true, false] {
             let encode = |n_threads| {
                 let params = EncoderParams { n_threads, flash_attn };

@@ -92,7 +92,9 @@ impl Encoder {
     pub fn encode(&mut self, img: &ImageF32) -> Result<Vec<f32>> {
         let hp = &self.mmproj.hparams;
         let side = hp.image_size as usize;
-        if img.width() != side || img.height() != side {
+        if hp.projector.dynamic_size() {
+            self.mmproj.check_image_size(img.width(), img.height())?;
+        } else if img.width() != side || img.height() != side {
             return Err(Error::Image(format!(
                 "the {} encoder takes {side}x{side} images, not {}x{}",
                 hp.projector.name(),
@@ -101,7 +103,8 @@ impl Encoder {
             )));
         }
         let graph = self.arena.graph()?;
-        let (inp_raw, out) = build(&graph, &self.mmproj, self.flash_attn, side, side);
+        let (inp_raw, out) = build(&graph, &self.mmproj, self.flash_attn, img.width(), img.height());
+        // A dynamic-size image larger than the reserved square grows the buffer here.
         self.gallocr.alloc(&graph)?;
         inp_raw.write(&planar(img));
         self.backend.compute(&graph)?;
@@ -143,11 +146,35 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Tens
         inp = g.add(inp, bias);
     }
 
-    let cur = build_vit(g, m, flash_attn, inp, n_patches);
-    let out = m.projector.build(g, hp, cur);
+    let (width, height) = (nx / p, ny / p);
+    let pos_embd = if hp.projector.dynamic_size() {
+        resize_position_embeddings(g, m, width, height)
+    } else {
+        m.vit.position_embd
+    };
+    let cur = build_vit(g, m, flash_attn, inp, pos_embd, n_patches);
+    let out = m.projector.build(g, hp, cur, (width, height));
     g.mark_output(out);
     g.expand(out);
     (inp_raw, out)
+}
+
+/// clip.cpp's `resize_position_embeddings` (LFM2's, with its default mode: bilinear with
+/// antialiasing): the learned `n × n` grid of position embeddings resized to the image's
+/// `width × height` patches, or as it is where the grid is that already.
+fn resize_position_embeddings(g: &Graph, m: &Mmproj, width: i64, height: i64) -> Tensor {
+    let pos = m.vit.position_embd;
+    let n_embd = pos.ne()[0];
+    let n_per_side = i64::from(m.hparams.n_patches_side());
+    if width == n_per_side && height == n_per_side {
+        return pos;
+    }
+    let mode = sys::GGML_SCALE_MODE_BILINEAR | sys::GGML_SCALE_FLAG_ANTIALIAS;
+    let pos = g.reshape_3d(pos, n_embd, n_per_side, n_per_side);
+    let pos = g.permute(pos, [2, 0, 1, 3]);
+    let pos = g.interpolate(pos, [width, height, n_embd, 1], mode);
+    let pos = g.permute(pos, [1, 2, 0, 3]);
+    g.cont_2d(pos, n_embd, width * height)
 }
 
 /// clip.cpp's `build_norm` of `NORM_TYPE_NORMAL`: LayerNorm, then the weight and bias
@@ -171,11 +198,11 @@ fn add_bias(g: &Graph, cur: Tensor, bias: Option<Tensor>) -> Tensor {
 }
 
 /// clip.cpp's `build_vit` (one image, learned position embeddings, no pre-LayerNorm).
-fn build_vit(g: &Graph, m: &Mmproj, flash_attn: bool, inp: Tensor, n_pos: i64) -> Tensor {
+fn build_vit(g: &Graph, m: &Mmproj, flash_attn: bool, inp: Tensor, pos_embd: Tensor, n_pos: i64) -> Tensor {
     let hp = &m.hparams;
     let n_embd = i64::from(hp.n_embd);
     let batch = inp.ne()[2];
-    let inp = g.add(inp, m.vit.position_embd);
+    let inp = g.add(inp, pos_embd);
     let mut inp_l = g.reshape_2d(inp, n_embd, n_pos * batch);
     for layer in &m.vit.layers {
         let cur = norm(g, inp_l, layer.ln_1.as_ref(), hp.eps);

@@ -25,6 +25,10 @@ pub enum ProjectorType {
     /// `idefics3` (SmolVLM): SigLIP, the pixel unshuffle of `n_merge` x `n_merge` patches
     /// into one, a linear projection ([`super::projector::idefics3`]).
     Idefics3,
+    /// `lfm2` (LFM2-VL): SigLIP2 at any size (its position embeddings resized to the
+    /// image's grid), the pixel unshuffle, an optional LayerNorm and a two-layer GELU MLP
+    /// ([`super::projector::lfm2`]).
+    Lfm2,
 }
 
 impl ProjectorType {
@@ -33,15 +37,23 @@ impl ProjectorType {
         match self {
             ProjectorType::Gemma3 => "gemma3",
             ProjectorType::Idefics3 => "idefics3",
+            ProjectorType::Lfm2 => "lfm2",
         }
+    }
+
+    /// Whether the encoder takes images of any size (LFM2's dynamic resolution: the
+    /// position embeddings resized to the grid) rather than `image_size` squares only.
+    pub fn dynamic_size(self) -> bool {
+        self == ProjectorType::Lfm2
     }
 
     fn from_name(name: &str) -> Result<ProjectorType> {
         match name {
             "gemma3" => Ok(ProjectorType::Gemma3),
             "idefics3" => Ok(ProjectorType::Idefics3),
+            "lfm2" => Ok(ProjectorType::Lfm2),
             _ => Err(Error::Unsupported(format!(
-                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3)"
+                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2)"
             ))),
         }
     }
@@ -88,7 +100,11 @@ impl ClipHParams {
     /// How mtmd preprocesses an image for this projector: its preprocessor family
     /// (`mtmd_context`'s choice by projector type) and the preprocessing share of
     /// `clip_hparams` as clip.cpp's `load_hparams` sets it.
-    pub fn preprocessing(&self) -> (Preprocessor, ImageParams) {
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for LFM2, whose preprocessing (mtmd's `lfm2` slicing:
+    /// smart resize, tiles and a thumbnail) is not implemented yet.
+    pub fn preprocessing(&self) -> Result<(Preprocessor, ImageParams)> {
         let common = ImageParams {
             image_size: self.image_size as i32,
             patch_size: self.patch_size as i32,
@@ -99,22 +115,27 @@ impl ClipHParams {
         };
         match self.projector {
             // Fixed size, bilinear, clip_hparams' default padding (PAD_CEIL, black).
-            ProjectorType::Gemma3 => (
+            ProjectorType::Gemma3 => Ok((
                 Preprocessor::FixedSize,
                 ImageParams {
                     resize_algo: ResizeAlgo::Bilinear,
                     ..common
                 },
-            ),
+            )),
             // Tiles and an overview of `image_size`, Lanczos (mtmd's idefics3 preprocessor).
-            ProjectorType::Idefics3 => (
+            ProjectorType::Idefics3 => Ok((
                 Preprocessor::Idefics3,
                 ImageParams {
                     resize_algo: ResizeAlgo::Lanczos,
                     longest_edge: self.longest_edge as i32,
                     ..common
                 },
-            ),
+            )),
+            ProjectorType::Lfm2 => Err(Error::Unsupported(
+                "LFM2-VL's image preprocessing (mtmd's lfm2 tiles and thumbnail) is not implemented yet: \
+                 its encoder takes images preprocessed elsewhere"
+                    .into(),
+            )),
         }
     }
 
@@ -131,6 +152,14 @@ impl ClipHParams {
             "the vision projector ({}) gives embeddings {n_mmproj_embd} wide, but the language model's are              {n_embd_text} wide: this mmproj is not the model's",
             self.projector.name()
         )))
+    }
+
+    /// The most tokens one image may give a dynamic-size projector: LFM2's 256 (clip.cpp's
+    /// `set_limit_image_tokens(64, 256)`, so mtmd's preprocessing never gives more), or the
+    /// native square's where that is more. It bounds the attention's size.
+    pub fn max_image_tokens(&self) -> u32 {
+        let native = self.n_patches_side() / self.n_merge;
+        256.max(native * native)
     }
 
     /// Patches per side of the (square, fixed-size) input.
@@ -181,18 +210,24 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
     let image_mean = keys.three_f32("clip.vision.image_mean")?;
     let image_std = keys.three_f32("clip.vision.image_std")?;
 
-    // clip.cpp's defaults by type: Gemma 3 pools by 4; Idefics3 has no default (clip_hparams'
-    // 1, on which its graph asserts).
+    // clip.cpp's defaults by type: Gemma 3 pools by 4; Idefics3 and LFM2 have no default
+    // (clip_hparams' 1, on which build_patch_merge_permute asserts).
     let (n_merge, longest_edge) = match projector {
         ProjectorType::Gemma3 => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(4), 0),
-        ProjectorType::Idefics3 => {
+        ProjectorType::Idefics3 | ProjectorType::Lfm2 => {
             let n_merge = keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1);
             if n_merge < 2 {
                 return Err(Error::Load(format!(
-                    "invalid vision projector: idefics3 needs clip.vision.projector.scale_factor above 1, got {n_merge}"
+                    "invalid vision projector: {} needs clip.vision.projector.scale_factor above 1, got {n_merge}",
+                    projector.name()
                 )));
             }
-            (n_merge, keys.opt_u32("clip.vision.preproc_image_size")?.unwrap_or(0))
+            let longest_edge = if projector == ProjectorType::Idefics3 {
+                keys.opt_u32("clip.vision.preproc_image_size")?.unwrap_or(0)
+            } else {
+                0
+            };
+            (n_merge, longest_edge)
         }
     };
 

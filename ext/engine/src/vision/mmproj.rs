@@ -19,6 +19,9 @@ use crate::model::placement::Placement;
 use crate::model::Norm;
 use crate::{Error, Result};
 
+/// The longest side a dynamic-size encoder takes (beyond any preprocessing's output).
+const MAX_ENCODED_SIDE: usize = 16384;
+
 /// One encoder layer's weights (clip.cpp's `clip_layer`, the parts SigLIP has).
 pub struct VitLayer {
     pub ln_1: Option<Norm>,
@@ -109,10 +112,48 @@ impl Mmproj {
         self.hparams.check_text_embd(self.n_mmproj_embd(), n_embd_text)
     }
 
-    /// The embeddings one image becomes (clip.cpp's `clip_n_output_tokens`).
+    /// The embeddings one image of the encoder's native size (`image_size` square)
+    /// becomes (clip.cpp's `clip_n_output_tokens`).
     pub fn n_output_tokens(&self) -> u32 {
         let side = self.hparams.n_patches_side() / self.hparams.n_merge;
         side * side
+    }
+
+    /// The embeddings a `width` x `height` image becomes (clip.cpp's `clip_n_output_tokens`:
+    /// for a dynamic-size projector, its grid of merged patches, rounded up; otherwise the
+    /// native size's).
+    pub fn n_image_tokens(&self, width: usize, height: usize) -> usize {
+        let hp = &self.hparams;
+        if !hp.projector.dynamic_size() {
+            return self.n_output_tokens() as usize;
+        }
+        let out = (hp.patch_size * hp.n_merge) as usize;
+        width.div_ceil(out) * height.div_ceil(out)
+    }
+
+    /// Refuses an image a dynamic-size encoder does not take: sides that are not positive
+    /// multiples of `patch_size` (mtmd's preprocessing always aligns them; clip.cpp would
+    /// drop the remainder), or more tokens than [`ClipHParams::max_image_tokens`].
+    ///
+    /// # Errors
+    /// [`Error::Image`] naming the size.
+    pub fn check_image_size(&self, width: usize, height: usize) -> Result<()> {
+        let hp = &self.hparams;
+        let p = hp.patch_size as usize;
+        if width == 0 || height == 0 || !width.is_multiple_of(p) || !height.is_multiple_of(p) {
+            return Err(Error::Image(format!(
+                "the {} encoder takes images whose sides are multiples of {p}, not {width}x{height}",
+                hp.projector.name()
+            )));
+        }
+        let max = hp.max_image_tokens() as usize;
+        if width > MAX_ENCODED_SIDE || height > MAX_ENCODED_SIDE || self.n_image_tokens(width, height) > max {
+            return Err(Error::Image(format!(
+                "a {width}x{height} image is too large for the {} encoder: at most {max} tokens",
+                hp.projector.name()
+            )));
+        }
+        Ok(())
     }
 
     /// Bytes of weight data.

@@ -5,6 +5,7 @@
 
 pub mod gemma3;
 pub mod idefics3;
+pub mod lfm2;
 
 use super::hparams::{ClipHParams, ProjectorType};
 use crate::ggml::{Graph, Tensor};
@@ -15,6 +16,7 @@ use crate::Result;
 pub enum ProjectorWeights {
     Gemma3(gemma3::Gemma3Weights),
     Idefics3(idefics3::Idefics3Weights),
+    Lfm2(lfm2::Lfm2Weights),
 }
 
 impl ProjectorWeights {
@@ -23,14 +25,17 @@ impl ProjectorWeights {
         match self {
             ProjectorWeights::Gemma3(w) => w.n_mmproj_embd(),
             ProjectorWeights::Idefics3(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Lfm2(w) => w.n_mmproj_embd(),
         }
     }
 
-    /// The projector's graph over the encoder's output `cur` (`[n_embd, n_patches]`).
-    pub fn build(&self, g: &Graph, hp: &ClipHParams, cur: Tensor) -> Tensor {
+    /// The projector's graph over the encoder's output `cur` (`[n_embd, n_patches]`) of a
+    /// `grid` of patches (width, height; the fixed-size types' is always `image_size`'s).
+    pub fn build(&self, g: &Graph, hp: &ClipHParams, cur: Tensor, grid: (i64, i64)) -> Tensor {
         match self {
             ProjectorWeights::Gemma3(w) => gemma3::build(g, hp, w, cur),
             ProjectorWeights::Idefics3(w) => idefics3::build(g, hp, w, cur),
+            ProjectorWeights::Lfm2(w) => lfm2::build(g, hp, w, cur, grid),
         }
     }
 }
@@ -40,5 +45,6 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
     match hp.projector {
         ProjectorType::Gemma3 => gemma3::load(l, hp).map(ProjectorWeights::Gemma3),
         ProjectorType::Idefics3 => idefics3::load(l, hp).map(ProjectorWeights::Idefics3),
+        ProjectorType::Lfm2 => lfm2::load(l, hp).map(ProjectorWeights::Lfm2),
     }
 }
