@@ -2,7 +2,8 @@
 //! `build_vit` (the ViT: LayerNorms, bidirectional attention, the feed-forward), then the
 //! projector of the file's type ([`super::projector`]), built like the text graphs: in a
 //! `no_alloc` context, allocated by a `ggml_gallocr` held for the encoder's life and
-//! reserved once for the worst case. The ops are clip.cpp's, in its order, so that on the
+//! reserved once for the input size (a dynamic-size projector's, LFM2's, for its native square:
+//! a larger image grows the buffer at its first encode). The ops are clip.cpp's, in its order, so that on the
 //! same ggml the embeddings are its embeddings, bit for bit (`ext/testkit/tests/vision_encoder.rs`).
 //!
 //! Attention runs as mtmd runs it on the CPU by default (`flash_attn_type` "auto" resolves
@@ -48,7 +49,8 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// Readies `mmproj`, reserving the compute buffer of the largest image it takes.
+    /// Readies `mmproj`, reserving the compute buffer of its `image_size` square (the only
+    /// size a fixed-size projector takes).
     ///
     /// # Errors
     /// [`Error::OutOfMemory`] where the compute buffer cannot be had.
@@ -88,7 +90,8 @@ impl Encoder {
     /// `n_mmproj_embd` floats (clip.cpp's `clip_image_encode`).
     ///
     /// # Errors
-    /// [`Error::Image`] for an image of another size than the encoder's input.
+    /// [`Error::Image`] for an image of another size than the encoder's input (a dynamic-size
+    /// projector's: one [`Mmproj::check_image_size`] refuses).
     pub fn encode(&mut self, img: &ImageF32) -> Result<Vec<f32>> {
         let hp = &self.mmproj.hparams;
         let side = hp.image_size as usize;
