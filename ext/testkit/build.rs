@@ -1,7 +1,8 @@
 //! Compiles the pinned llama.cpp's image path for `tests/vision.rs` to compare with:
 //! `tools/mtmd/mtmd-image.cpp` (mtmd's preprocessors) and `vendor/stb/stb_image.h` (how
-//! mtmd-helper decodes a file), with `native/mtmd_image.cpp` standing in for clip. The
-//! sources come from the llama-cpp-sys-2 package that `vendor/fetch` pins (cargo has
+//! mtmd-helper decodes a file), with `native/mtmd_image.cpp` standing in for clip; and
+//! `tools/mtmd/clip.cpp` with its graph builders (`tools/mtmd/models`), the vision encoders
+//! for `tests/vision_encoder.rs`, through `native/clip_encode.cpp`. The sources come from the llama-cpp-sys-2 package that `vendor/fetch` pins (cargo has
 //! unpacked it for `rake vendor`); none is copied here. The test kit is never linked into
 //! the gem.
 
@@ -15,6 +16,8 @@ fn main() {
     let llama = llama_cpp_dir(&fetch);
     let mtmd = llama.join("tools/mtmd");
     let shim = manifest.join("native/mtmd_image.cpp");
+    // The preprocessors' stand-ins for clip's three symbols are renamed, so that the real
+    // ones of clip.cpp, compiled below for the encoder, link beside them.
     cc::Build::new()
         .cpp(true)
         .std("gnu++17")
@@ -23,6 +26,9 @@ fn main() {
         .warnings(false)
         .pic(true)
         .define("NDEBUG", None)
+        .define("clip_get_hparams", "elelem_shim_clip_get_hparams")
+        .define("clip_get_projector_type", "elelem_shim_clip_get_projector_type")
+        .define("g_logger_state", "elelem_shim_logger_state")
         .include(&mtmd)
         .include(llama.join("ggml/include"))
         .include(llama.join("include"))
@@ -30,6 +36,33 @@ fn main() {
         .file(mtmd.join("mtmd-image.cpp"))
         .file(&shim)
         .compile("elelem_mtmd_image");
+    // clip.cpp and its graph builders, unmodified, for the encoder's comparison: they only
+    // build graphs (ggml-sys's ggml computes them), so they are compiled without
+    // optimization, which is quicker.
+    let encoder_shim = manifest.join("native/clip_encode.cpp");
+    let mut models: Vec<PathBuf> = std::fs::read_dir(mtmd.join("models"))
+        .expect("tools/mtmd/models")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cpp"))
+        .collect();
+    models.sort();
+    cc::Build::new()
+        .cpp(true)
+        .std("gnu++17")
+        .opt_level(0)
+        .debug(false)
+        .warnings(false)
+        .pic(true)
+        .define("NDEBUG", None)
+        .include(&mtmd)
+        .include(llama.join("ggml/include"))
+        .include(llama.join("include"))
+        .include(llama.join("vendor"))
+        .file(mtmd.join("clip.cpp"))
+        .files(&models)
+        .file(&encoder_shim)
+        .compile("elelem_clip");
+    println!("cargo:rerun-if-changed={}", encoder_shim.display());
     println!("cargo:rerun-if-changed={}", shim.display());
     println!("cargo:rerun-if-changed={}", fetch.display());
     println!("cargo:rerun-if-changed={}", mtmd.join("mtmd-image.cpp").display());

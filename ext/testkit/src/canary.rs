@@ -1372,21 +1372,21 @@ impl Rng {
     }
 
     /// Uniform in [-1, 1).
-    fn next_f32(&mut self) -> f32 {
+    pub fn next_f32(&mut self) -> f32 {
         (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 
     /// Weights scaled like a trained network's, 1/sqrt(fan_in), so activations stay O(1).
-    fn matrix(&mut self, fan_in: u64, fan_out: u64) -> Vec<f32> {
+    pub fn matrix(&mut self, fan_in: u64, fan_out: u64) -> Vec<f32> {
         let scale = 1.0 / (fan_in as f32).sqrt();
         (0..fan_in * fan_out).map(|_| self.next_f32() * scale).collect()
     }
 
-    fn around_one(&mut self, n: u64) -> Vec<f32> {
+    pub fn around_one(&mut self, n: u64) -> Vec<f32> {
         (0..n).map(|_| 1.0 + 0.1 * self.next_f32()).collect()
     }
 
-    fn small(&mut self, n: u64) -> Vec<f32> {
+    pub fn small(&mut self, n: u64) -> Vec<f32> {
         (0..n).map(|_| 0.1 * self.next_f32()).collect()
     }
 }
@@ -2166,7 +2166,7 @@ fn add_matrix(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: TensorType, fan
 
 /// Adds a seeded weight of `dims` (rows of `dims[0]`, as many as the other dimensions
 /// hold: stacked experts' too) of type `ty`, quantized by ggml itself.
-fn add_weights(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: TensorType, dims: &[u64]) {
+pub(crate) fn add_weights(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: TensorType, dims: &[u64]) {
     let (row, rows) = (dims[0], dims[1..].iter().product::<u64>());
     let values = rng.matrix(row, rows);
     if ty == TensorType::F32 {

@@ -6,11 +6,13 @@
 //! - [`hostile`]: the corpus of malformed and adversarial GGUF files, and what each
 //!   must do (open and run, or be refused with a load error).
 //! - [`model_path`]: the real models `rake models` downloads.
-//! - [`mtmd`]: the pinned llama.cpp's image decoding and preprocessing, compiled by
-//!   `build.rs`, to compare the engine's `vision` with.
+//! - [`mmproj`]: seeded random-weight projector GGUFs (`mmproj`) for the vision encoder.
+//! - [`mtmd`]: the pinned llama.cpp's image decoding and preprocessing, and its vision
+//!   encoder (clip.cpp), compiled by `build.rs`, to compare the engine's `vision` with.
 
 pub mod canary;
 pub mod hostile;
+pub mod mmproj;
 pub mod mtmd;
 
 use std::path::PathBuf;

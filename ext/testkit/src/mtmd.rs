@@ -1,4 +1,5 @@
-//! The pinned llama.cpp's image path, as a reference: `stbi_load_from_memory` as
+//! The pinned llama.cpp's image path, as a reference: its vision encoder (clip.cpp's
+//! `clip_image_encode`, [`clip_encode`]), `stbi_load_from_memory` as
 //! mtmd-helper calls it, and `tools/mtmd/mtmd-image.cpp`'s preprocessors, compiled by
 //! `build.rs` with `native/mtmd_image.cpp` standing in for clip's hyper-parameters.
 
@@ -158,4 +159,51 @@ pub fn preprocess(
         elelem_mtmd_free(r);
         Ok(out)
     }
+}
+
+extern "C" {
+    fn elelem_clip_encode(
+        path: *const c_char,
+        flash_attn: c_int,
+        n_threads: c_int,
+        rgb: *const f32,
+        nx: c_int,
+        ny: c_int,
+        out: *mut f32,
+        cap: i64,
+    ) -> i64;
+}
+
+/// clip.cpp's `clip_image_encode` of the projector at `path` on one preprocessed image
+/// (`RGBRGB...` floats, as mtmd's `clip_image_f32`), with flash attention or without (mtmd's
+/// `flash_attn_type` enabled or disabled): the embeddings (at most `max_floats` of them are
+/// read back, and more is a failure), or `None` where clip refuses the file or fails.
+pub fn clip_encode(
+    path: &std::path::Path,
+    flash_attn: bool,
+    n_threads: usize,
+    (width, height, rgb): (usize, usize, &[f32]),
+    max_floats: usize,
+) -> Option<Vec<f32>> {
+    assert_eq!(rgb.len(), width * height * 3);
+    let path = std::ffi::CString::new(path.to_str().expect("a UTF-8 path")).unwrap();
+    let mut out = vec![0.0; max_floats];
+    // SAFETY: clip reads the path and pixels, writes at most `max_floats` floats to `out`.
+    let n = unsafe {
+        elelem_clip_encode(
+            path.as_ptr(),
+            c_int::from(flash_attn),
+            n_threads as c_int,
+            rgb.as_ptr(),
+            width as c_int,
+            height as c_int,
+            out.as_mut_ptr(),
+            max_floats as i64,
+        )
+    };
+    if n < 0 || n as usize > max_floats {
+        return None;
+    }
+    out.truncate(n as usize);
+    Some(out)
 }

@@ -440,6 +440,11 @@ impl Graph {
         op!(self, sys::ggml_gelu(self.c(), a.as_ptr()))
     }
 
+    /// GELU's sigmoid approximation, `x * sigmoid(1.702 x)`, tabulated as ggml does.
+    pub fn gelu_quick(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_gelu_quick(self.c(), a.as_ptr()))
+    }
+
     /// A contiguous copy of `a` in another type.
     pub fn cast(&self, a: Tensor, ty: sys::ggml_type) -> Tensor {
         op!(self, sys::ggml_cast(self.c(), a.as_ptr(), ty))
@@ -652,6 +657,88 @@ impl Graph {
                 )
             }
         }
+    }
+
+    /// A 2D convolution of `input` (`[W, H, C_in, N]`) by `kernel` (`[KW, KH, C_in, C_out]`),
+    /// ggml's im2col then product (`ggml_conv_2d`; the vision encoders' patch embedding).
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_2d(
+        &self,
+        kernel: Tensor,
+        input: Tensor,
+        s0: i32,
+        s1: i32,
+        p0: i32,
+        p1: i32,
+        d0: i32,
+        d1: i32,
+    ) -> Tensor {
+        op!(
+            self,
+            sys::ggml_conv_2d(self.c(), kernel.as_ptr(), input.as_ptr(), s0, s1, p0, p1, d0, d1)
+        )
+    }
+
+    /// The mean of each `k0` x `k1` window of the first two dimensions, moved by `s0`, `s1`.
+    pub fn pool_2d_avg(&self, a: Tensor, k0: i32, k1: i32, s0: i32, s1: i32) -> Tensor {
+        op!(
+            self,
+            sys::ggml_pool_2d(self.c(), a.as_ptr(), sys::GGML_OP_POOL_AVG, k0, k1, s0, s1, 0.0, 0.0)
+        )
+    }
+
+    /// Zeros appended at the end of each dimension (`ggml_pad`).
+    pub fn pad(&self, a: Tensor, p: [i32; 4]) -> Tensor {
+        op!(self, sys::ggml_pad(self.c(), a.as_ptr(), p[0], p[1], p[2], p[3]))
+    }
+
+    /// Resized to `ne` by `mode` (`ggml_interpolate`: a `ggml_scale_mode`, with its flags).
+    pub fn interpolate(&self, a: Tensor, ne: [i64; 4], mode: u32) -> Tensor {
+        op!(
+            self,
+            sys::ggml_interpolate(self.c(), a.as_ptr(), ne[0], ne[1], ne[2], ne[3], mode)
+        )
+    }
+
+    pub fn cont_4d(&self, a: Tensor, ne: [i64; 4]) -> Tensor {
+        op!(
+            self,
+            sys::ggml_cont_4d(self.c(), a.as_ptr(), ne[0], ne[1], ne[2], ne[3])
+        )
+    }
+
+    /// Puts `t` (and what it needs) in the graph now, in order but without marking it
+    /// computed (`ggml_build_forward_order`): a branch kept in the order it was built.
+    pub fn order(&self, t: Tensor) {
+        unsafe { sys::ggml_build_forward_order(self.graph, t.as_ptr()) }
+    }
+
+    /// `softmax(a * scale)` per row, without a mask (bidirectional attention).
+    pub fn soft_max_scaled(&self, a: Tensor, scale: f32) -> Tensor {
+        op!(
+            self,
+            sys::ggml_soft_max_ext(self.c(), a.as_ptr(), std::ptr::null_mut(), scale, 0.0)
+        )
+    }
+
+    /// Flash attention of every query over every key, without a mask (bidirectional
+    /// attention: the vision encoders), with F32 accumulation.
+    pub fn flash_attn_unmasked(&self, q: Tensor, k: Tensor, v: Tensor, kq_scale: f32) -> Tensor {
+        let out = op!(
+            self,
+            sys::ggml_flash_attn_ext(
+                self.c(),
+                q.as_ptr(),
+                k.as_ptr(),
+                v.as_ptr(),
+                std::ptr::null_mut(),
+                kq_scale,
+                0.0,
+                0.0
+            )
+        );
+        unsafe { sys::ggml_flash_attn_ext_set_prec(out.as_ptr(), sys::GGML_PREC_F32) };
+        out
     }
 
     /// Flash attention with F32 accumulation, as llama.cpp sets it; a non-zero

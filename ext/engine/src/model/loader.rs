@@ -28,6 +28,9 @@ enum Usage {
     Vector,
     /// The `a` of `ggml_mul_mat_id(a, x, ids)`, experts stacked: may be repacked.
     Experts { n_used: u32 },
+    /// Read as values in F32 or F16 (a vision encoder's patch kernel, its position
+    /// embeddings): never repacked.
+    Values,
 }
 
 struct Planned {
@@ -56,18 +59,18 @@ pub(crate) struct Loader<'a> {
     repack: bool,
 }
 
-pub(super) struct Placed {
-    pub(super) buffers: Vec<Buffer>,
-    pub(super) contexts: Vec<ggml::Context>,
-    pub(super) weights_bytes: usize,
-    pub(super) repacked_bytes: usize,
-    pub(super) n_weights: usize,
+pub(crate) struct Placed {
+    pub(crate) buffers: Vec<Buffer>,
+    pub(crate) contexts: Vec<ggml::Context>,
+    pub(crate) weights_bytes: usize,
+    pub(crate) repacked_bytes: usize,
+    pub(crate) n_weights: usize,
     /// Per device of the placement, the bytes of weights it holds.
-    pub(super) device_bytes: Vec<usize>,
+    pub(crate) device_bytes: Vec<usize>,
 }
 
 impl<'a> Loader<'a> {
-    pub(super) fn new(
+    pub(crate) fn new(
         gguf: &'a Gguf,
         device: &'a CpuDevice,
         placement: &'a Placement,
@@ -107,6 +110,7 @@ impl<'a> Loader<'a> {
         let ggml_type = ty.id() as sys::ggml_type;
         let type_ok = match usage {
             Usage::Vector => ty == TensorType::F32,
+            Usage::Values => ty == TensorType::F32 || ty == TensorType::F16,
             // Rows too: a tied output head multiplies the embeddings.
             Usage::Matrix | Usage::Rows | Usage::Experts { .. } => ggml::cpu_has_vec_dot(ggml_type),
         };
@@ -120,7 +124,7 @@ impl<'a> Loader<'a> {
             (Some(d), _) => self.device.weight_bufts.len() + d,
             (None, Usage::Matrix) => self.matmul_buft(ggml_type, &ne, None)?,
             (None, Usage::Experts { n_used }) => self.matmul_buft(ggml_type, &ne, Some(n_used))?,
-            (None, Usage::Rows | Usage::Vector) => self.device.weight_bufts.len() - 1,
+            (None, Usage::Rows | Usage::Vector | Usage::Values) => self.device.weight_bufts.len() - 1,
         };
         if let Some(&t) = self.by_key.get(&(name.to_string(), buft)) {
             return Ok(Some(t));
@@ -190,6 +194,11 @@ impl<'a> Loader<'a> {
             .unwrap_or(plain))
     }
 
+    /// The dimensions of the file's tensor of that name, where it has one.
+    pub fn tensor_dims(&self, name: &str) -> Option<Vec<u64>> {
+        self.gguf.tensor(name).map(|t| t.dims.clone())
+    }
+
     /// Whether the file has a tensor of that name.
     pub fn has(&self, name: &str) -> bool {
         self.gguf.tensor(name).is_some()
@@ -238,6 +247,12 @@ impl<'a> Loader<'a> {
     /// [`Loader::f32_weight`], where the file has it.
     pub fn optional_f32_weight(&mut self, name: &str, shape: &[u64]) -> Result<Option<Tensor>> {
         self.declare(name, shape, Usage::Vector)
+    }
+
+    /// A weight read as F32 or F16 values (a vision encoder's patch kernel, its position
+    /// embeddings), of any shape.
+    pub fn values(&mut self, name: &str, shape: &[u64]) -> Result<Tensor> {
+        required(name, self.declare(name, shape, Usage::Values)?)
     }
 
     /// An RMS norm's weight.
@@ -687,7 +702,7 @@ impl<'a> Loader<'a> {
     /// Like llama.cpp (which counts the tensors it loaded), refuses a file with tensors
     /// the architecture does not read: they would change the math in its graph
     /// (`rope_freqs`, a fused `attn_qkv`, experts), and ignoring them would decode wrong.
-    pub(super) fn check_all_used(&self, arch: &str) -> Result<()> {
+    pub(crate) fn check_all_used(&self, arch: &str) -> Result<()> {
         let used: std::collections::HashSet<&str> = self
             .planned
             .iter()
@@ -708,7 +723,7 @@ impl<'a> Loader<'a> {
     /// the mapped file (one CPU buffer over the whole mapping, zero-copy); the others
     /// are allocated in their buffer type and filled through `ggml_backend_tensor_set`,
     /// which repacks them.
-    pub(super) fn place(self) -> Result<Placed> {
+    pub(crate) fn place(self) -> Result<Placed> {
         let plain = self.device.weight_bufts.len() - 1;
         let file = self.gguf.file_bytes();
         let mut buffers = Vec::new();

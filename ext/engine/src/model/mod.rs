@@ -14,7 +14,7 @@ mod altup;
 pub mod hparams;
 pub mod inputs;
 pub mod layers;
-mod loader;
+pub(crate) mod loader;
 pub mod placement;
 mod spec;
 pub mod weights;

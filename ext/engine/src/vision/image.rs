@@ -85,6 +85,25 @@ pub struct ImageF32 {
 }
 
 impl ImageF32 {
+    /// An image already preprocessed elsewhere: `width * height * 3` interleaved `RGBRGB...`
+    /// floats (what an encoder reads; for a projector whose preprocessing elelem does not
+    /// implement, or to feed the same floats to another encoder).
+    ///
+    /// # Errors
+    /// [`Error::Image`] when a side is 0 or beyond the limits, or the floats are not
+    /// `width * height * 3`.
+    pub fn new(width: usize, height: usize, data: Vec<f32>) -> Result<Self> {
+        check_size(width as u64, height as u64)?;
+        if data.len() != width * height * 3 {
+            return Err(Error::Image(format!(
+                "an RGB image of {width}x{height} holds {} floats, not {}",
+                width * height * 3,
+                data.len()
+            )));
+        }
+        Ok(Self { width, height, data })
+    }
+
     /// mtmd's `from_u8` then `normalize`: `(v / 255 - mean) / std`, in `f32`, in that order.
     pub(super) fn normalized(img: &ImageU8, mean: &[f32; 3], std: &[f32; 3]) -> Self {
         let data = img

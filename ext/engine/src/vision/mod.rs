@@ -9,13 +9,25 @@
 //!   [`MAX_IMAGE_PIXELS`]).
 //! - [`preprocess()`]: one [`Preprocessor`] (mtmd's families) with its [`ImageParams`]
 //!   (mtmd's `clip_hparams`, the preprocessing share) to a [`Preprocessed`].
+//! - [`Mmproj`]: a projector GGUF (`mmproj`), its `clip.*` hyper-parameters and weights, as
+//!   clip.cpp's loader reads them; [`Encoder`]: its ViT and projector as one graph
+//!   ([`encoder`], [`projector`]), giving the language model's input embeddings, bit for
+//!   bit clip.cpp's (`ext/testkit/tests/vision_encoder.rs`).
 //!
-//! Uses nothing else of the engine.
+//! Decoding and preprocessing use nothing else of the engine; the encoder uses its ggml
+//! wrappers and weight loader.
 
 mod decode;
+pub mod encoder;
+pub mod hparams;
 mod image;
+pub mod mmproj;
 mod preprocess;
+pub mod projector;
 
 pub use self::image::{ImageF32, ImageU8, MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE};
 pub use decode::decode;
+pub use encoder::{Encoder, EncoderParams};
+pub use hparams::{ClipHParams, FfnOp, ProjectorType};
+pub use mmproj::Mmproj;
 pub use preprocess::{preprocess, ImageParams, Pad, Preprocessed, Preprocessor, ResizeAlgo};

@@ -1,0 +1,271 @@
+//! The vision encoder: clip.cpp's `build_inp` (the patch embedding, a convolution) and
+//! `build_vit` (the ViT: LayerNorms, bidirectional attention, the feed-forward), then the
+//! projector of the file's type ([`super::projector`]), built like the text graphs: in a
+//! `no_alloc` context, allocated by a `ggml_gallocr` held for the encoder's life and
+//! reserved once for the input size (a dynamic-size projector's, LFM2's, for its native square:
+//! a larger image grows the buffer at its first encode). The ops are clip.cpp's, in its order, so that on the
+//! same ggml the embeddings are its embeddings, bit for bit (`ext/testkit/tests/vision_encoder.rs`).
+//!
+//! Attention runs as mtmd runs it on the CPU by default (`flash_attn_type` "auto" resolves
+//! to flash attention there: K and V cast to F16, F32 accumulation), or without flash
+//! attention (`soft_max_ext` over `K·Q`) when [`EncoderParams::flash_attn`] is off, as
+//! clip.cpp's `CLIP_FLASH_ATTN_TYPE_DISABLED`.
+
+use std::sync::Arc;
+
+use ggml_sys as sys;
+
+use super::hparams::{ClipHParams, FfnOp};
+use super::image::ImageF32;
+use super::mmproj::{Mmproj, VitLayer};
+use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
+use crate::model::Norm;
+use crate::{Error, Result};
+
+/// How an [`Encoder`] runs.
+#[derive(Debug, Clone, Copy)]
+pub struct EncoderParams {
+    pub n_threads: usize,
+    /// Flash attention (mtmd's default on the CPU); off: `soft_max` over `K·Q`.
+    pub flash_attn: bool,
+}
+
+impl Default for EncoderParams {
+    fn default() -> Self {
+        EncoderParams {
+            n_threads: std::thread::available_parallelism().map_or(1, usize::from),
+            flash_attn: true,
+        }
+    }
+}
+
+/// A projector ready to encode images: its backend, graph arena and compute buffer.
+pub struct Encoder {
+    mmproj: Arc<Mmproj>,
+    flash_attn: bool,
+    backend: Backend,
+    gallocr: Gallocr,
+    arena: GraphArena,
+}
+
+impl Encoder {
+    /// Readies `mmproj`, reserving the compute buffer of its `image_size` square (the only
+    /// size a fixed-size projector takes).
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] where the compute buffer cannot be had.
+    pub fn new(mmproj: Arc<Mmproj>, params: EncoderParams) -> Result<Encoder> {
+        if params.n_threads == 0 {
+            return Err(Error::InvalidArgument("n_threads must be at least 1".into()));
+        }
+        let backend = Backend::cpu(params.n_threads)?;
+        let gallocr = Gallocr::new(backend.default_buft())?;
+        // Each layer makes about 40 tensors (views included); the rest is the input,
+        // the patch embedding and the projector.
+        let arena = GraphArena::new(64 * mmproj.hparams.n_layer as usize + 256);
+        let mut encoder = Encoder {
+            mmproj,
+            flash_attn: params.flash_attn,
+            backend,
+            gallocr,
+            arena,
+        };
+        let side = encoder.mmproj.hparams.image_size as usize;
+        let graph = encoder.arena.graph()?;
+        let (_, _) = build(&graph, &encoder.mmproj, encoder.flash_attn, side, side);
+        encoder.gallocr.reserve(&graph)?;
+        Ok(encoder)
+    }
+
+    pub fn mmproj(&self) -> &Mmproj {
+        &self.mmproj
+    }
+
+    /// Bytes of the compute buffer.
+    pub fn compute_bytes(&self) -> usize {
+        self.gallocr.buffer_size()
+    }
+
+    /// The embeddings of one preprocessed image: `n_output_tokens` rows of
+    /// `n_mmproj_embd` floats (clip.cpp's `clip_image_encode`).
+    ///
+    /// # Errors
+    /// [`Error::Image`] for an image of another size than the encoder's input (a dynamic-size
+    /// projector's: one [`Mmproj::check_image_size`] refuses).
+    pub fn encode(&mut self, img: &ImageF32) -> Result<Vec<f32>> {
+        let hp = &self.mmproj.hparams;
+        let side = hp.image_size as usize;
+        if hp.projector.dynamic_size() {
+            self.mmproj.check_image_size(img.width(), img.height())?;
+        } else if img.width() != side || img.height() != side {
+            return Err(Error::Image(format!(
+                "the {} encoder takes {side}x{side} images, not {}x{}",
+                hp.projector.name(),
+                img.width(),
+                img.height()
+            )));
+        }
+        let graph = self.arena.graph()?;
+        let (inp_raw, out) = build(&graph, &self.mmproj, self.flash_attn, img.width(), img.height());
+        // A dynamic-size image larger than the reserved square grows the buffer here.
+        self.gallocr.alloc(&graph)?;
+        inp_raw.write(&planar(img));
+        self.backend.compute(&graph)?;
+        let n = (out.ne()[0] * out.ne()[1]) as usize;
+        let mut embd = vec![0.0; n];
+        out.read_f32(0, &mut embd);
+        Ok(embd)
+    }
+}
+
+/// clip.cpp's `inp_raw`: the interleaved `RGBRGB...` image as three planes, R, G, B.
+fn planar(img: &ImageF32) -> Vec<f32> {
+    let n = img.width() * img.height();
+    let data = img.data();
+    let mut out = vec![0.0; 3 * n];
+    for (i, px) in data.chunks_exact(3).enumerate() {
+        out[i] = px[0];
+        out[n + i] = px[1];
+        out[2 * n + i] = px[2];
+    }
+    out
+}
+
+/// The whole graph of one `nx` x `ny` image: its input and its output.
+fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Tensor, Tensor) {
+    let hp = &m.hparams;
+    let (nx, ny) = (nx as i64, ny as i64);
+    let p = i64::from(hp.patch_size);
+    let n_patches = (nx / p) * (ny / p);
+    let n_embd = i64::from(hp.n_embd);
+
+    // build_inp_raw, build_inp
+    let inp_raw = g.input("inp_raw", sys::GGML_TYPE_F32, &[nx, ny, 3, 1]);
+    let p32 = hp.patch_size as i32;
+    let inp = g.conv_2d(m.vit.patch_embd, inp_raw, p32, p32, 0, 0, 1, 1);
+    let inp = g.reshape_3d(inp, n_patches, n_embd, 1);
+    let mut inp = g.cont(g.transpose(inp));
+    if let Some(bias) = m.vit.patch_bias {
+        inp = g.add(inp, bias);
+    }
+
+    let (width, height) = (nx / p, ny / p);
+    let pos_embd = if hp.projector.dynamic_size() {
+        resize_position_embeddings(g, m, width, height)
+    } else {
+        m.vit.position_embd
+    };
+    let cur = build_vit(g, m, flash_attn, inp, pos_embd, n_patches);
+    let out = m.projector.build(g, hp, cur, (width, height));
+    g.mark_output(out);
+    g.expand(out);
+    (inp_raw, out)
+}
+
+/// clip.cpp's `resize_position_embeddings` (LFM2's, with its default mode: bilinear with
+/// antialiasing): the learned `n × n` grid of position embeddings resized to the image's
+/// `width × height` patches, or as it is where the grid is that already.
+fn resize_position_embeddings(g: &Graph, m: &Mmproj, width: i64, height: i64) -> Tensor {
+    let pos = m.vit.position_embd;
+    let n_embd = pos.ne()[0];
+    let n_per_side = i64::from(m.hparams.n_patches_side());
+    if width == n_per_side && height == n_per_side {
+        return pos;
+    }
+    let mode = sys::GGML_SCALE_MODE_BILINEAR | sys::GGML_SCALE_FLAG_ANTIALIAS;
+    let pos = g.reshape_3d(pos, n_embd, n_per_side, n_per_side);
+    let pos = g.permute(pos, [2, 0, 1, 3]);
+    let pos = g.interpolate(pos, [width, height, n_embd, 1], mode);
+    let pos = g.permute(pos, [1, 2, 0, 3]);
+    g.cont_2d(pos, n_embd, width * height)
+}
+
+/// clip.cpp's `build_norm` of `NORM_TYPE_NORMAL`: LayerNorm, then the weight and bias
+/// where the file has them.
+fn norm(g: &Graph, cur: Tensor, norm: Option<&Norm>, eps: f32) -> Tensor {
+    let mut cur = g.layer_norm(cur, eps);
+    if let Some(n) = norm {
+        cur = g.mul(cur, n.weight);
+        if let Some(b) = n.bias {
+            cur = g.add(cur, b);
+        }
+    }
+    cur
+}
+
+fn add_bias(g: &Graph, cur: Tensor, bias: Option<Tensor>) -> Tensor {
+    match bias {
+        Some(b) => g.add(cur, b),
+        None => cur,
+    }
+}
+
+/// clip.cpp's `build_vit` (one image, learned position embeddings, no pre-LayerNorm).
+fn build_vit(g: &Graph, m: &Mmproj, flash_attn: bool, inp: Tensor, pos_embd: Tensor, n_pos: i64) -> Tensor {
+    let hp = &m.hparams;
+    let n_embd = i64::from(hp.n_embd);
+    let batch = inp.ne()[2];
+    let inp = g.add(inp, pos_embd);
+    let mut inp_l = g.reshape_2d(inp, n_embd, n_pos * batch);
+    for layer in &m.vit.layers {
+        let cur = norm(g, inp_l, layer.ln_1.as_ref(), hp.eps);
+        let cur = attention(g, hp, layer, flash_attn, cur, n_pos, batch);
+        let cur = g.add(cur, inp_l);
+        inp_l = cur;
+
+        let cur = norm(g, cur, layer.ln_2.as_ref(), hp.eps);
+        let cur = ffn(g, hp, layer, cur);
+        inp_l = g.add(inp_l, cur);
+    }
+    if let Some(post) = &m.vit.post_ln {
+        inp_l = norm(g, inp_l, Some(post), hp.eps);
+    }
+    g.reshape_3d(inp_l, n_embd, inp_l.ne()[1] / batch, batch)
+}
+
+/// The attention of `build_vit` (separate Q, K, V) and clip.cpp's `build_attn`.
+fn attention(g: &Graph, hp: &ClipHParams, l: &VitLayer, flash_attn: bool, cur: Tensor, n_pos: i64, b: i64) -> Tensor {
+    let (d_head, n_head, n_head_kv) = (i64::from(hp.d_head), i64::from(hp.n_head), i64::from(hp.n_head_kv));
+    let kq_scale = 1.0f32 / (hp.d_head as f32).sqrt();
+    let q = add_bias(g, g.mul_mat(l.q_w, cur), l.q_b);
+    let k = add_bias(g, g.mul_mat(l.k_w, cur), l.k_b);
+    let v = add_bias(g, g.mul_mat(l.v_w, cur), l.v_b);
+    let q = g.reshape_4d(q, [d_head, n_head, n_pos, b]);
+    let k = g.reshape_4d(k, [d_head, n_head_kv, n_pos, b]);
+    let v = g.reshape_4d(v, [d_head, n_head_kv, n_pos, b]);
+
+    // build_attn: Q, K and V enter the graph together, in that order.
+    g.order(q);
+    g.order(k);
+    g.order(v);
+    let q = g.permute(q, [0, 2, 1, 3]);
+    let k = g.permute(k, [0, 2, 1, 3]);
+    let cur = if flash_attn {
+        let v = g.permute(v, [0, 2, 1, 3]);
+        let k = g.cast(k, sys::GGML_TYPE_F16);
+        let v = g.cast(v, sys::GGML_TYPE_F16);
+        let cur = g.flash_attn_unmasked(q, k, v, kq_scale);
+        let ne = cur.ne();
+        g.reshape_2d(cur, ne[0] * ne[1], ne[2] * ne[3])
+    } else {
+        let v = g.cont(g.permute(v, [1, 2, 0, 3]));
+        let kq = g.mul_mat(k, q);
+        let kq = g.soft_max_scaled(kq, kq_scale);
+        let kqv = g.mul_mat(v, kq);
+        let cur = g.permute(kqv, [0, 2, 1, 3]);
+        let ne = cur.ne();
+        g.cont_2d(cur, ne[0] * ne[1], ne[2] * ne[3])
+    };
+    add_bias(g, g.mul_mat(l.o_w, cur), l.o_b)
+}
+
+/// clip.cpp's `build_ffn` without a gate.
+fn ffn(g: &Graph, hp: &ClipHParams, l: &VitLayer, cur: Tensor) -> Tensor {
+    let cur = add_bias(g, g.mul_mat(l.ff_up_w, cur), l.ff_up_b);
+    let cur = match hp.ffn_op {
+        FfnOp::Gelu => g.gelu(cur),
+        FfnOp::Silu => g.silu(cur),
+        FfnOp::GeluQuick => g.gelu_quick(cur),
+    };
+    add_bias(g, g.mul_mat(l.ff_down_w, cur), l.ff_down_b)
+}

@@ -1,0 +1,360 @@
+//! A projector GGUF's `clip.*` hyper-parameters, read as `tools/mtmd/clip.cpp`'s
+//! `clip_model_loader::load_hparams` reads them for a vision encoder: a missing required
+//! key or a value of the wrong type is an [`Error::Load`] naming the key; a projector type
+//! elelem does not run is [`Error::Unsupported`].
+
+use elelem_gguf::{Gguf, Value};
+
+use super::preprocess::{ImageParams, Preprocessor, ResizeAlgo};
+use crate::{Error, Result};
+
+/// The largest `clip.vision.image_size` accepted: beyond any model's (896 for Gemma 3),
+/// and small enough that the worst-case graph is planned without overflow.
+pub const MAX_IMAGE_SIZE: u32 = 4096;
+
+/// The most encoder layers accepted (SigLIP has 27).
+pub const MAX_LAYERS: u32 = 256;
+
+/// The projector types elelem runs: clip.cpp's `projector_type` by its `clip.projector_type`
+/// name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProjectorType {
+    /// `gemma3`: SigLIP, 4x4 average pooling, the soft-embedding RMS norm, the input
+    /// projection ([`super::projector::gemma3`]).
+    Gemma3,
+    /// `idefics3` (SmolVLM): SigLIP, the pixel unshuffle of `n_merge` x `n_merge` patches
+    /// into one, a linear projection ([`super::projector::idefics3`]).
+    Idefics3,
+    /// `lfm2` (LFM2-VL): SigLIP2 at any size (its position embeddings resized to the
+    /// image's grid), the pixel unshuffle, an optional LayerNorm and a two-layer GELU MLP
+    /// ([`super::projector::lfm2`]).
+    Lfm2,
+}
+
+impl ProjectorType {
+    /// clip.cpp's name of the type (`PROJECTOR_TYPE_NAMES`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ProjectorType::Gemma3 => "gemma3",
+            ProjectorType::Idefics3 => "idefics3",
+            ProjectorType::Lfm2 => "lfm2",
+        }
+    }
+
+    /// Whether the encoder takes images of any size (LFM2's dynamic resolution: the
+    /// position embeddings resized to the grid) rather than `image_size` squares only.
+    pub fn dynamic_size(self) -> bool {
+        self == ProjectorType::Lfm2
+    }
+
+    fn from_name(name: &str) -> Result<ProjectorType> {
+        match name {
+            "gemma3" => Ok(ProjectorType::Gemma3),
+            "idefics3" => Ok(ProjectorType::Idefics3),
+            "lfm2" => Ok(ProjectorType::Lfm2),
+            _ => Err(Error::Unsupported(format!(
+                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2)"
+            ))),
+        }
+    }
+}
+
+/// The feed-forward's activation, as clip.cpp picks it from `clip.use_gelu` and
+/// `clip.use_silu` (neither: GELU-quick).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfnOp {
+    Gelu,
+    Silu,
+    GeluQuick,
+}
+
+/// clip.cpp's `clip_hparams`, the encoder's share (the preprocessing's are in
+/// [`super::ImageParams`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClipHParams {
+    pub projector: ProjectorType,
+    /// The encoder's width (`clip.vision.embedding_length`).
+    pub n_embd: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    /// Each head's width: `clip.vision.attention.head_dim`, else `n_embd / n_head`.
+    pub d_head: u32,
+    pub n_ff: u32,
+    pub n_layer: u32,
+    pub projection_dim: u32,
+    pub eps: f32,
+    pub image_size: u32,
+    pub patch_size: u32,
+    pub image_mean: [f32; 3],
+    pub image_std: [f32; 3],
+    pub ffn_op: FfnOp,
+    /// Patches merged per side by the projector (Gemma 3's pooling kernel: 4 unless
+    /// `clip.vision.projector.scale_factor` says otherwise; Idefics3's unshuffle: that key).
+    pub n_merge: u32,
+    /// Idefics3's `clip.vision.preproc_image_size` (the longest edge it resizes to before
+    /// slicing), 0 where absent.
+    pub longest_edge: u32,
+}
+
+impl ClipHParams {
+    /// How mtmd preprocesses an image for this projector: its preprocessor family
+    /// (`mtmd_context`'s choice by projector type) and the preprocessing share of
+    /// `clip_hparams` as clip.cpp's `load_hparams` sets it.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for LFM2, whose preprocessing (mtmd's `lfm2` slicing:
+    /// smart resize, tiles and a thumbnail) is not implemented yet.
+    pub fn preprocessing(&self) -> Result<(Preprocessor, ImageParams)> {
+        let common = ImageParams {
+            image_size: self.image_size as i32,
+            patch_size: self.patch_size as i32,
+            n_merge: self.n_merge as i32,
+            mean: self.image_mean,
+            std: self.image_std,
+            ..ImageParams::default()
+        };
+        match self.projector {
+            // Fixed size, bilinear, clip_hparams' default padding (PAD_CEIL, black).
+            ProjectorType::Gemma3 => Ok((
+                Preprocessor::FixedSize,
+                ImageParams {
+                    resize_algo: ResizeAlgo::Bilinear,
+                    ..common
+                },
+            )),
+            // Tiles and an overview of `image_size`, Lanczos (mtmd's idefics3 preprocessor).
+            ProjectorType::Idefics3 => Ok((
+                Preprocessor::Idefics3,
+                ImageParams {
+                    resize_algo: ResizeAlgo::Lanczos,
+                    longest_edge: self.longest_edge as i32,
+                    ..common
+                },
+            )),
+            ProjectorType::Lfm2 => Err(Error::Unsupported(
+                "LFM2-VL's image preprocessing (mtmd's lfm2 tiles and thumbnail) is not implemented yet: \
+                 its encoder takes images preprocessed elsewhere"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Refuses a language model of another width than the embeddings this projector
+    /// gives (mtmd's check at `mtmd_init_from_file`).
+    ///
+    /// # Errors
+    /// [`Error::Load`] naming both widths.
+    pub fn check_text_embd(&self, n_mmproj_embd: u32, n_embd_text: u32) -> Result<()> {
+        if n_mmproj_embd == n_embd_text {
+            return Ok(());
+        }
+        Err(Error::Load(format!(
+            "the vision projector ({}) gives embeddings {n_mmproj_embd} wide, but the language model's are              {n_embd_text} wide: this mmproj is not the model's",
+            self.projector.name()
+        )))
+    }
+
+    /// The most tokens one image may give a dynamic-size projector: LFM2's 256 (clip.cpp's
+    /// `set_limit_image_tokens(64, 256)`, so mtmd's preprocessing never gives more), or the
+    /// native square's where that is more. It bounds the attention's size.
+    pub fn max_image_tokens(&self) -> u32 {
+        let native = self.n_patches_side() / self.n_merge;
+        256.max(native * native)
+    }
+
+    /// Patches per side of the (square, fixed-size) input.
+    pub fn n_patches_side(&self) -> u32 {
+        self.image_size / self.patch_size
+    }
+}
+
+/// The `clip.*` keys clip.cpp's `load_hparams` reads for a vision encoder.
+pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
+    let keys = ClipKeys(gguf);
+    if !keys.opt_bool("clip.has_vision_encoder")?.unwrap_or(false) {
+        return Err(Error::Load(
+            "this GGUF has no vision encoder (clip.has_vision_encoder is not true): not a vision projector".into(),
+        ));
+    }
+    let proj_name = match keys.opt_str("clip.projector_type")? {
+        Some(name) => name,
+        None => keys
+            .opt_str("clip.vision.projector_type")?
+            .ok_or_else(|| Error::Load("missing required metadata key clip.projector_type".into()))?,
+    };
+    let projector = ProjectorType::from_name(proj_name)?;
+
+    let n_embd = keys.u32("clip.vision.embedding_length")?;
+    let n_head = keys.u32("clip.vision.attention.head_count")?;
+    let n_embd_head = keys.opt_u32("clip.vision.attention.head_dim")?.unwrap_or(0);
+    let n_ff = keys.u32("clip.vision.feed_forward_length")?;
+    let n_layer = keys.u32("clip.vision.block_count")?;
+    let projection_dim = keys.u32("clip.vision.projection_dim")?;
+    let eps = keys.f32("clip.vision.attention.layer_norm_epsilon")?;
+    let n_head_kv = keys.opt_u32("clip.vision.attention.head_count_kv")?.unwrap_or(n_head);
+    let image_size = keys.u32("clip.vision.image_size")?;
+    let patch_size = keys.u32("clip.vision.patch_size")?;
+
+    let use_gelu = keys.opt_bool("clip.use_gelu")?.unwrap_or(false);
+    let use_silu = keys.opt_bool("clip.use_silu")?.unwrap_or(false);
+    let ffn_op = match (use_gelu, use_silu) {
+        (true, true) => {
+            return Err(Error::Load(
+                "both clip.use_gelu and clip.use_silu are set to true".into(),
+            ))
+        }
+        (true, false) => FfnOp::Gelu,
+        (false, true) => FfnOp::Silu,
+        (false, false) => FfnOp::GeluQuick,
+    };
+    let image_mean = keys.three_f32("clip.vision.image_mean")?;
+    let image_std = keys.three_f32("clip.vision.image_std")?;
+
+    // clip.cpp's defaults by type: Gemma 3 pools by 4; Idefics3 and LFM2 have no default
+    // (clip_hparams' 1, on which build_patch_merge_permute asserts).
+    let (n_merge, longest_edge) = match projector {
+        ProjectorType::Gemma3 => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(4), 0),
+        ProjectorType::Idefics3 | ProjectorType::Lfm2 => {
+            let n_merge = keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1);
+            if n_merge < 2 {
+                return Err(Error::Load(format!(
+                    "invalid vision projector: {} needs clip.vision.projector.scale_factor above 1, got {n_merge}",
+                    projector.name()
+                )));
+            }
+            let longest_edge = if projector == ProjectorType::Idefics3 {
+                keys.opt_u32("clip.vision.preproc_image_size")?.unwrap_or(0)
+            } else {
+                0
+            };
+            (n_merge, longest_edge)
+        }
+    };
+
+    let invalid = |what: String| Err(Error::Load(format!("invalid vision projector: {what}")));
+    if n_embd == 0 || n_head == 0 || n_ff == 0 || n_layer == 0 || patch_size == 0 || image_size == 0 || n_merge == 0 {
+        return invalid(format!(
+            "embedding_length {n_embd}, head_count {n_head}, feed_forward_length {n_ff}, block_count {n_layer}, \
+             patch_size {patch_size}, image_size {image_size} and the merge {n_merge} must all be positive"
+        ));
+    }
+    let d_head = if n_embd_head > 0 { n_embd_head } else { n_embd / n_head };
+    if n_embd_head == 0 && n_embd % n_head != 0 {
+        return invalid(format!(
+            "embedding_length {n_embd} is not a multiple of head_count {n_head}"
+        ));
+    }
+    if d_head * n_head != n_embd {
+        return Err(Error::Unsupported(format!(
+            "vision heads of {d_head} x {n_head} that are not the width {n_embd} are not supported"
+        )));
+    }
+    if n_head_kv != n_head {
+        return Err(Error::Unsupported(format!(
+            "vision attention with {n_head_kv} K/V heads for {n_head} query heads is not supported"
+        )));
+    }
+    if image_size > MAX_IMAGE_SIZE || n_layer > MAX_LAYERS {
+        return invalid(format!(
+            "image_size {image_size} (at most {MAX_IMAGE_SIZE}), block_count {n_layer} (at most {MAX_LAYERS})"
+        ));
+    }
+    if image_size % patch_size != 0 {
+        return invalid(format!(
+            "image_size {image_size} is not a multiple of patch_size {patch_size}"
+        ));
+    }
+    if (image_size / patch_size) % n_merge != 0 {
+        // clip.cpp pads Idefics3's grid (and floors Gemma 3's pooling): no released model needs it.
+        return Err(Error::Unsupported(format!(
+            "{} patches a side that a merge of {n_merge} does not divide are not supported",
+            image_size / patch_size
+        )));
+    }
+    if !eps.is_finite() || eps < 0.0 {
+        return invalid(format!("layer_norm_epsilon {eps}"));
+    }
+    Ok(ClipHParams {
+        projector,
+        n_embd,
+        n_head,
+        n_head_kv,
+        d_head,
+        n_ff,
+        n_layer,
+        projection_dim,
+        eps,
+        image_size,
+        patch_size,
+        image_mean,
+        image_std,
+        ffn_op,
+        n_merge,
+        longest_edge,
+    })
+}
+
+/// The `clip.*` keys, with errors naming them.
+struct ClipKeys<'a>(&'a Gguf);
+
+impl ClipKeys<'_> {
+    fn opt_u32(&self, key: &str) -> Result<Option<u32>> {
+        match self.0.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| Error::Load(format!("{key} must be an unsigned 32-bit integer, got {v:?}"))),
+        }
+    }
+
+    fn u32(&self, key: &str) -> Result<u32> {
+        self.opt_u32(key)?.ok_or_else(|| missing(key))
+    }
+
+    fn f32(&self, key: &str) -> Result<f32> {
+        match self.0.get(key) {
+            None => Err(missing(key)),
+            Some(v) => v
+                .as_f32()
+                .ok_or_else(|| Error::Load(format!("{key} must be a float, got {v:?}"))),
+        }
+    }
+
+    fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.0.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| Error::Load(format!("{key} must be a boolean, got {v:?}"))),
+        }
+    }
+
+    fn opt_str(&self, key: &str) -> Result<Option<&str>> {
+        match self.0.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| Error::Load(format!("{key} must be a string, got {v:?}"))),
+        }
+    }
+
+    /// The first three of an array of at least three floats (clip.cpp requires three,
+    /// reads three).
+    fn three_f32(&self, key: &str) -> Result<[f32; 3]> {
+        let v = self.0.get(key).ok_or_else(|| missing(key))?;
+        let values = v
+            .as_array()
+            .and_then(|items| items.iter().map(Value::as_f32).collect::<Option<Vec<f32>>>())
+            .filter(|values| values.len() >= 3)
+            .ok_or_else(|| Error::Load(format!("{key} must be an array of at least 3 floats, got {v:?}")))?;
+        Ok([values[0], values[1], values[2]])
+    }
+}
+
+fn missing(key: &str) -> Error {
+    Error::Load(format!("missing required metadata key {key}"))
+}

@@ -1,0 +1,224 @@
+//! The projector GGUF (`mmproj`): its `clip.*` hyper-parameters and its tensors, read as
+//! `tools/mtmd/clip.cpp`'s `clip_model_loader` reads them (`load_hparams`, `load_tensors`),
+//! for the projector types elelem runs ([`super::ProjectorType`]; the keys are
+//! [`super::hparams`]'s).
+//!
+//! What clip.cpp would read and elelem does not is refused, not ignored: a tensor the graph
+//! of that projector type does not use (a gate, a pre-LayerNorm, a layer scale) would
+//! change its arithmetic, so the file is [`Error::Unsupported`]. A required key or
+//! tensor that is missing, a value of the wrong type, a tensor of the wrong shape, is an
+//! [`Error::Load`] naming it.
+
+use elelem_gguf::Gguf;
+
+use super::hparams::{read_hparams, ClipHParams};
+use super::projector::{self, ProjectorWeights};
+use crate::ggml::{Buffer, Context, CpuDevice, Tensor};
+use crate::model::loader::Loader;
+use crate::model::placement::Placement;
+use crate::model::Norm;
+use crate::{Error, Result};
+
+/// The longest side a dynamic-size encoder takes (beyond any preprocessing's output).
+const MAX_ENCODED_SIDE: usize = 16384;
+
+/// One encoder layer's weights (clip.cpp's `clip_layer`, the parts SigLIP has).
+pub struct VitLayer {
+    pub ln_1: Option<Norm>,
+    pub q_w: Tensor,
+    pub q_b: Option<Tensor>,
+    pub k_w: Tensor,
+    pub k_b: Option<Tensor>,
+    pub v_w: Tensor,
+    pub v_b: Option<Tensor>,
+    pub o_w: Tensor,
+    pub o_b: Option<Tensor>,
+    pub ln_2: Option<Norm>,
+    pub ff_up_w: Tensor,
+    pub ff_up_b: Option<Tensor>,
+    pub ff_down_w: Tensor,
+    pub ff_down_b: Option<Tensor>,
+}
+
+/// The encoder's weights.
+pub struct VitWeights {
+    /// `v.patch_embd.weight`: `[patch, patch, 3, n_embd]`.
+    pub patch_embd: Tensor,
+    pub patch_bias: Option<Tensor>,
+    /// `v.position_embd.weight`: `[n_embd, n_patches]`, F32.
+    pub position_embd: Tensor,
+    pub layers: Vec<VitLayer>,
+    pub post_ln: Option<Norm>,
+}
+
+/// A loaded projector file: its hyper-parameters and its weights in CPU memory.
+pub struct Mmproj {
+    pub hparams: ClipHParams,
+    pub vit: VitWeights,
+    pub projector: ProjectorWeights,
+    weights_bytes: usize,
+    _buffers: Vec<Buffer>,
+    _contexts: Vec<Context>,
+    _file: elelem_gguf::FileBytes,
+}
+
+impl Mmproj {
+    /// Opens and loads the projector GGUF at `path`.
+    ///
+    /// # Errors
+    /// [`Error::Load`] for an unreadable file, a missing or mistyped key or tensor, a
+    /// tensor of the wrong shape; [`Error::Unsupported`] for a projector type elelem does
+    /// not run or a tensor its graph would not use.
+    pub fn open(path: impl AsRef<std::path::Path>) -> Result<Mmproj> {
+        let path = path.as_ref();
+        let gguf = Gguf::open(path).map_err(|e| Error::Load(format!("{}: {e}", path.display())))?;
+        Mmproj::load(gguf)
+    }
+
+    /// Loads a projector from an opened GGUF.
+    pub fn load(gguf: Gguf) -> Result<Mmproj> {
+        let hparams = read_hparams(&gguf)?;
+        let device = CpuDevice::get()?;
+        let placement = Placement::cpu(hparams.n_layer as usize);
+        let mut loader = Loader::new(&gguf, &device, &placement, false)?;
+        let vit = load_vit(&mut loader, &hparams)?;
+        let projector = projector::load(&mut loader, &hparams)?;
+        loader.check_all_used(&format!("{} projector", hparams.projector.name()))?;
+        let placed = loader.place()?;
+        gguf.release(0..gguf.data_offset() as usize);
+        Ok(Mmproj {
+            hparams,
+            vit,
+            projector,
+            weights_bytes: placed.weights_bytes,
+            _buffers: placed.buffers,
+            _contexts: placed.contexts,
+            _file: gguf.into_file_bytes(),
+        })
+    }
+
+    /// The width of the embeddings it gives the language model (clip.cpp's
+    /// `clip_n_mmproj_embd`).
+    pub fn n_mmproj_embd(&self) -> u32 {
+        self.projector.n_mmproj_embd()
+    }
+
+    /// Refuses a language model whose embeddings are `n_embd_text` wide where this
+    /// projector's are not (mtmd's "mismatch between text model and mmproj").
+    ///
+    /// # Errors
+    /// [`Error::Load`] naming both widths.
+    pub fn check_text_model(&self, n_embd_text: u32) -> Result<()> {
+        self.hparams.check_text_embd(self.n_mmproj_embd(), n_embd_text)
+    }
+
+    /// The embeddings one image of the encoder's native size (`image_size` square)
+    /// becomes (clip.cpp's `clip_n_output_tokens`).
+    pub fn n_output_tokens(&self) -> u32 {
+        let side = self.hparams.n_patches_side() / self.hparams.n_merge;
+        side * side
+    }
+
+    /// The embeddings a `width` x `height` image becomes (clip.cpp's `clip_n_output_tokens`:
+    /// for a dynamic-size projector, its grid of merged patches, rounded up; otherwise the
+    /// native size's).
+    pub fn n_image_tokens(&self, width: usize, height: usize) -> usize {
+        let hp = &self.hparams;
+        if !hp.projector.dynamic_size() {
+            return self.n_output_tokens() as usize;
+        }
+        let out = (hp.patch_size * hp.n_merge) as usize;
+        width.div_ceil(out) * height.div_ceil(out)
+    }
+
+    /// Refuses an image a dynamic-size encoder does not take: sides that are not positive
+    /// multiples of `patch_size` (mtmd's preprocessing always aligns them; clip.cpp would
+    /// drop the remainder), or more tokens than [`ClipHParams::max_image_tokens`].
+    ///
+    /// # Errors
+    /// [`Error::Image`] naming the size.
+    pub fn check_image_size(&self, width: usize, height: usize) -> Result<()> {
+        let hp = &self.hparams;
+        let p = hp.patch_size as usize;
+        if width == 0 || height == 0 || !width.is_multiple_of(p) || !height.is_multiple_of(p) {
+            return Err(Error::Image(format!(
+                "the {} encoder takes images whose sides are multiples of {p}, not {width}x{height}",
+                hp.projector.name()
+            )));
+        }
+        let max = hp.max_image_tokens() as usize;
+        if width > MAX_ENCODED_SIDE || height > MAX_ENCODED_SIDE || self.n_image_tokens(width, height) > max {
+            return Err(Error::Image(format!(
+                "a {width}x{height} image is too large for the {} encoder: at most {max} tokens",
+                hp.projector.name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Bytes of weight data.
+    pub fn weights_bytes(&self) -> usize {
+        self.weights_bytes
+    }
+}
+
+/// The tensors clip.cpp's `load_tensors` reads for the encoder, the ones SigLIP has: every
+/// other one (`v.pre_ln`, `v.class_embd`, a gate, fused QKV, Q/K norms, layer scales) is
+/// left undeclared, so that [`Loader::check_all_used`] refuses the file.
+fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
+    let (embd, ff, p) = (u64::from(hp.n_embd), u64::from(hp.n_ff), u64::from(hp.patch_size));
+    let n_patches = u64::from(hp.n_patches_side()).pow(2);
+    let norm = |l: &mut Loader, prefix: &str| -> Result<Option<Norm>> {
+        let weight = l.optional_vector(&format!("{prefix}.weight"), embd)?;
+        let bias = l.optional_vector(&format!("{prefix}.bias"), embd)?;
+        match (weight, bias) {
+            (Some(weight), bias) => Ok(Some(Norm { weight, bias })),
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err(Error::Unsupported(format!(
+                "{prefix}.bias without {prefix}.weight is not supported"
+            ))),
+        }
+    };
+    let patch_embd = l.values("v.patch_embd.weight", &[p, p, 3, embd])?;
+    let patch_bias = l.optional_vector("v.patch_embd.bias", embd)?;
+    // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
+    let position_embd = l.f32_weight("v.position_embd.weight", &[embd, n_patches])?;
+    let mut layers = Vec::with_capacity(hp.n_layer as usize);
+    for il in 0..hp.n_layer {
+        let n = |t: &str| format!("v.blk.{il}.{t}");
+        // As clip.cpp fixes old conversions (Gemma 3's and Idefics3's among them): a
+        // `ffn_down` whose rows are `n_embd` wide is the up projection, and `ffn_up` the
+        // down one, biases too (even where `n_ff` is `n_embd`, as clip.cpp decides it).
+        let swapped = l.has(&n("ffn_up.weight"))
+            && l.tensor_dims(&n("ffn_down.weight")).and_then(|d| d.first().copied()) == Some(embd);
+        let (up, down) = if swapped {
+            ("ffn_down", "ffn_up")
+        } else {
+            ("ffn_up", "ffn_down")
+        };
+        layers.push(VitLayer {
+            ln_1: norm(l, &n("ln1"))?,
+            q_w: l.matrix(&n("attn_q.weight"), &[embd, embd])?,
+            q_b: l.optional_vector(&n("attn_q.bias"), embd)?,
+            k_w: l.matrix(&n("attn_k.weight"), &[embd, embd])?,
+            k_b: l.optional_vector(&n("attn_k.bias"), embd)?,
+            v_w: l.matrix(&n("attn_v.weight"), &[embd, embd])?,
+            v_b: l.optional_vector(&n("attn_v.bias"), embd)?,
+            o_w: l.matrix(&n("attn_out.weight"), &[embd, embd])?,
+            o_b: l.optional_vector(&n("attn_out.bias"), embd)?,
+            ln_2: norm(l, &n("ln2"))?,
+            ff_up_w: l.matrix(&n(&format!("{up}.weight")), &[embd, ff])?,
+            ff_up_b: l.optional_vector(&n(&format!("{up}.bias")), ff)?,
+            ff_down_w: l.matrix(&n(&format!("{down}.weight")), &[ff, embd])?,
+            ff_down_b: l.optional_vector(&n(&format!("{down}.bias")), embd)?,
+        });
+    }
+    let post_ln = norm(l, "v.post_ln")?;
+    Ok(VitWeights {
+        patch_embd,
+        patch_bias,
+        position_embd,
+        layers,
+        post_ln,
+    })
+}

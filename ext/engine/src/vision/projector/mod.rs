@@ -1,0 +1,50 @@
+//! The projectors: what turns the encoder's patch embeddings into the language model's
+//! input embeddings, one file per clip.cpp `projector_type` (the part of
+//! `tools/mtmd/models/*.cpp` after `build_vit`), each with its weights, their loading and
+//! its graph.
+
+pub mod gemma3;
+pub mod idefics3;
+pub mod lfm2;
+
+use super::hparams::{ClipHParams, ProjectorType};
+use crate::ggml::{Graph, Tensor};
+use crate::model::loader::Loader;
+use crate::Result;
+
+/// A projector's weights, by type.
+pub enum ProjectorWeights {
+    Gemma3(gemma3::Gemma3Weights),
+    Idefics3(idefics3::Idefics3Weights),
+    Lfm2(lfm2::Lfm2Weights),
+}
+
+impl ProjectorWeights {
+    /// The width of the embeddings it gives the language model.
+    pub fn n_mmproj_embd(&self) -> u32 {
+        match self {
+            ProjectorWeights::Gemma3(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Idefics3(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Lfm2(w) => w.n_mmproj_embd(),
+        }
+    }
+
+    /// The projector's graph over the encoder's output `cur` (`[n_embd, n_patches]`) of a
+    /// `grid` of patches (width, height; the fixed-size types' is always `image_size`'s).
+    pub fn build(&self, g: &Graph, hp: &ClipHParams, cur: Tensor, grid: (i64, i64)) -> Tensor {
+        match self {
+            ProjectorWeights::Gemma3(w) => gemma3::build(g, hp, w, cur),
+            ProjectorWeights::Idefics3(w) => idefics3::build(g, hp, w, cur),
+            ProjectorWeights::Lfm2(w) => lfm2::build(g, hp, w, cur, grid),
+        }
+    }
+}
+
+/// Declares the projector's tensors (clip.cpp's `load_tensors`, its share).
+pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights> {
+    match hp.projector {
+        ProjectorType::Gemma3 => gemma3::load(l, hp).map(ProjectorWeights::Gemma3),
+        ProjectorType::Idefics3 => idefics3::load(l, hp).map(ProjectorWeights::Idefics3),
+        ProjectorType::Lfm2 => lfm2::load(l, hp).map(ProjectorWeights::Lfm2),
+    }
+}

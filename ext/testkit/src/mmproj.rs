@@ -1,0 +1,192 @@
+//! Synthetic projector GGUFs (`mmproj`): seeded random weights of the shapes and keys
+//! clip.cpp reads, written by our GGUF writer, for the encoder's comparison with mtmd
+//! (`tests/vision_encoder.rs`) and the refusals.
+
+use elelem_gguf::{GgufWriter, TensorType, Value};
+
+use crate::canary::{add_weights, Rng};
+
+/// The projector types written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Gemma3,
+    Idefics3,
+    Lfm2,
+}
+
+/// A synthetic SigLIP projector's type and sizes.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub kind: Kind,
+    pub n_embd: u64,
+    pub n_head: u64,
+    pub n_ff: u64,
+    pub n_layer: u64,
+    pub image_size: u64,
+    pub patch_size: u64,
+    /// `clip.vision.projector.scale_factor`: Gemma 3's pooling kernel (real files leave it
+    /// out: 4), Idefics3's unshuffle (required).
+    pub n_merge: Option<u32>,
+    /// Idefics3's `clip.vision.preproc_image_size`.
+    pub longest_edge: Option<u32>,
+    /// The language model's width.
+    pub n_text_embd: u64,
+    /// The matrices' type (Q, K, V, output, feed-forward, the patch kernel, the input
+    /// projection); norms, biases and position embeddings are F32 as in real files.
+    pub matrix_type: TensorType,
+    /// The feed-forward's tensors under each other's names, as old conversions have them
+    /// (clip.cpp swaps them back).
+    pub swapped_ffn: bool,
+    /// LFM2's optional input LayerNorm: `mm.input_norm.weight` and `.bias` (real LFM2-VL
+    /// files have both).
+    pub input_norm: bool,
+    pub seed: u64,
+}
+
+impl Shape {
+    /// Gemma 3, small: 16 x 16 patches of 8 pixels, two layers of 64 wide, 16 tokens out.
+    pub const GEMMA3: Shape = Shape {
+        kind: Kind::Gemma3,
+        n_embd: 64,
+        n_head: 4,
+        n_ff: 128,
+        n_layer: 2,
+        image_size: 128,
+        patch_size: 8,
+        n_merge: None,
+        longest_edge: None,
+        n_text_embd: 96,
+        matrix_type: TensorType::F16,
+        swapped_ffn: false,
+        input_norm: false,
+        seed: 0x5167_11b5,
+    };
+
+    /// Idefics3 (SmolVLM), small: the same encoder, 2 x 2 patches unshuffled into one (64
+    /// tokens of 256 values, projected to 96), images resized to 256 at most and cut into
+    /// tiles of 128.
+    pub const IDEFICS3: Shape = Shape {
+        kind: Kind::Idefics3,
+        n_merge: Some(2),
+        longest_edge: Some(256),
+        seed: 0x1de_f1c5,
+        ..Shape::GEMMA3
+    };
+
+    /// LFM2-VL, small: the same encoder at any size (its 16 x 16 position embeddings
+    /// resized to the image's grid), 2 x 2 patches unshuffled into one, the input
+    /// LayerNorm, an MLP of 256 -> 128 -> 96.
+    pub const LFM2: Shape = Shape {
+        kind: Kind::Lfm2,
+        n_merge: Some(2),
+        input_norm: true,
+        seed: 0x1f_3217,
+        ..Shape::GEMMA3
+    };
+}
+
+/// A seeded projector of `shape`, ready to write or to alter first: SigLIP's tensors
+/// (LayerNorms with biases, separate Q/K/V with biases, a GELU feed-forward with biases,
+/// the post-LayerNorm), the projector's (Gemma 3's soft-embedding norm and input
+/// projection; Idefics3's `mm.model.fc`; LFM2's input norm and `mm.1`, `mm.2` with biases,
+/// the MLP's hidden width `n_ff`), and the keys of a converted `mmproj` of that type.
+pub fn writer(shape: &Shape) -> GgufWriter {
+    let mut rng = Rng(shape.seed);
+    let mut w = GgufWriter::new();
+    let s = |v: &str| Value::String(v.to_string());
+    let (embd, ff, p, ty) = (shape.n_embd, shape.n_ff, shape.patch_size, shape.matrix_type);
+    let n_patches = (shape.image_size / p).pow(2);
+    w.set("general.architecture", s("clip"))
+        .set("general.name", s("elelem synthetic mmproj"))
+        .set("general.file_type", Value::U32(1))
+        .set(
+            "clip.projector_type",
+            s(match shape.kind {
+                Kind::Gemma3 => "gemma3",
+                Kind::Idefics3 => "idefics3",
+                Kind::Lfm2 => "lfm2",
+            }),
+        )
+        .set("clip.has_vision_encoder", Value::Bool(true))
+        .set("clip.has_text_encoder", Value::Bool(false))
+        .set("clip.use_gelu", Value::Bool(true))
+        .set("clip.vision.embedding_length", Value::U32(embd as u32))
+        .set("clip.vision.feed_forward_length", Value::U32(ff as u32))
+        .set("clip.vision.block_count", Value::U32(shape.n_layer as u32))
+        .set("clip.vision.projection_dim", Value::U32(shape.n_text_embd as u32))
+        .set("clip.vision.attention.head_count", Value::U32(shape.n_head as u32))
+        .set("clip.vision.attention.layer_norm_epsilon", Value::F32(1e-6))
+        .set("clip.vision.image_size", Value::U32(shape.image_size as u32))
+        .set("clip.vision.patch_size", Value::U32(p as u32))
+        .set(
+            "clip.vision.image_mean",
+            Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
+        )
+        .set(
+            "clip.vision.image_std",
+            Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
+        );
+    if let Some(k) = shape.n_merge {
+        w.set("clip.vision.projector.scale_factor", Value::U32(k));
+    }
+    if let Some(edge) = shape.longest_edge {
+        w.set("clip.vision.preproc_image_size", Value::U32(edge));
+    }
+    let norm = |w: &mut GgufWriter, rng: &mut Rng, name: &str, n: u64| {
+        w.add_f32(&format!("{name}.weight"), &[n], &rng.around_one(n));
+        w.add_f32(&format!("{name}.bias"), &[n], &rng.small(n));
+    };
+    add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
+    w.add_f32("v.patch_embd.bias", &[embd], &rng.small(embd));
+    w.add_f32(
+        "v.position_embd.weight",
+        &[embd, n_patches],
+        &rng.small(embd * n_patches),
+    );
+    for il in 0..shape.n_layer {
+        let n = |t: &str| format!("v.blk.{il}.{t}");
+        norm(&mut w, &mut rng, &n("ln1"), embd);
+        for t in ["attn_q", "attn_k", "attn_v", "attn_out"] {
+            add_weights(&mut w, &mut rng, &n(&format!("{t}.weight")), ty, &[embd, embd]);
+            w.add_f32(&n(&format!("{t}.bias")), &[embd], &rng.small(embd));
+        }
+        norm(&mut w, &mut rng, &n("ln2"), embd);
+        let (up, down) = if shape.swapped_ffn {
+            ("ffn_down", "ffn_up")
+        } else {
+            ("ffn_up", "ffn_down")
+        };
+        add_weights(&mut w, &mut rng, &n(&format!("{up}.weight")), ty, &[embd, ff]);
+        w.add_f32(&n(&format!("{up}.bias")), &[ff], &rng.small(ff));
+        add_weights(&mut w, &mut rng, &n(&format!("{down}.weight")), ty, &[ff, embd]);
+        w.add_f32(&n(&format!("{down}.bias")), &[embd], &rng.small(embd));
+    }
+    norm(&mut w, &mut rng, "v.post_ln", embd);
+    match shape.kind {
+        Kind::Gemma3 => {
+            w.add_f32("mm.soft_emb_norm.weight", &[embd], &rng.around_one(embd));
+            add_weights(
+                &mut w,
+                &mut rng,
+                "mm.input_projection.weight",
+                ty,
+                &[shape.n_text_embd, embd],
+            );
+        }
+        Kind::Idefics3 => {
+            let merged = embd * u64::from(shape.n_merge.unwrap_or(1)).pow(2);
+            add_weights(&mut w, &mut rng, "mm.model.fc.weight", ty, &[merged, shape.n_text_embd]);
+        }
+        Kind::Lfm2 => {
+            let merged = embd * u64::from(shape.n_merge.unwrap_or(1)).pow(2);
+            if shape.input_norm {
+                norm(&mut w, &mut rng, "mm.input_norm", merged);
+            }
+            add_weights(&mut w, &mut rng, "mm.1.weight", ty, &[merged, ff]);
+            w.add_f32("mm.1.bias", &[ff], &rng.small(ff));
+            add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, shape.n_text_embd]);
+            w.add_f32("mm.2.bias", &[shape.n_text_embd], &rng.small(shape.n_text_embd));
+        }
+    }
+    w
+}

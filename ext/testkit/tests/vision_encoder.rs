@@ -1,0 +1,591 @@
+//! The vision encoder against the pinned llama.cpp's: synthetic projector GGUFs (seeded
+//! random weights, `elelem_testkit::mmproj`) encode the same preprocessed image through
+//! clip.cpp's `clip_image_encode` (compiled by `build.rs`, over the same ggml) and through
+//! the engine's `vision::Encoder`, and the embeddings must be the same bits. Then the
+//! projector files the loader refuses, each with its error.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use elelem_engine::vision::{self, Encoder, EncoderParams, ImageU8, Mmproj};
+use elelem_engine::Error;
+use elelem_gguf::{GgufWriter, TensorType, Value};
+use elelem_testkit::canary::Rng;
+use elelem_testkit::mmproj::{writer, Shape};
+use elelem_testkit::mtmd;
+
+fn write(name: &str, w: &GgufWriter) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.gguf"));
+    w.write(&path).unwrap();
+    path
+}
+
+/// A seeded photograph-like RGB image of `width` x `height`, preprocessed as `mmproj`'s
+/// projector type is (Gemma 3's: mtmd's fixed-size family, bilinear; Idefics3's: tiles and
+/// an overview, Lanczos; the file's mean and std): every image the encoder then takes.
+/// LFM2's preprocessing is not implemented: [`Error::Unsupported`].
+fn preprocessed(mmproj: &Mmproj, width: usize, height: usize, seed: u64) -> Result<Vec<vision::ImageF32>, Error> {
+    let mut rng = Rng(seed);
+    let pixels: Vec<u8> = (0..width * height * 3).map(|_| (rng.next_u64() >> 56) as u8).collect();
+    let img = ImageU8::new(width, height, pixels).unwrap();
+    let (kind, params) = mmproj.hparams.preprocessing()?;
+    let out = vision::preprocess(kind, &params, &img).unwrap();
+    Ok(out.entries.into_iter().chain(out.overview).collect())
+}
+
+/// A seeded image of normalized floats in [-1, 1), as a preprocessing with a mean and
+/// std of 0.5 gives: the input of a projector whose preprocessing elelem lacks (LFM2).
+fn normalized_image(width: usize, height: usize, seed: u64) -> vision::ImageF32 {
+    let mut rng = Rng(seed);
+    let data = (0..width * height * 3).map(|_| rng.next_f32()).collect();
+    vision::ImageF32::new(width, height, data).unwrap()
+}
+
+/// Encodes every image of a preprocessed `width` x `height` one with both, compares every
+/// float's bits; returns how many were compared.
+fn compare(name: &str, shape: &Shape, flash_attn: bool, n_threads: usize, (width, height): (usize, usize)) -> usize {
+    let path = write(name, &writer(shape));
+    let mmproj = Mmproj::open(&path).unwrap();
+    let images = preprocessed(&mmproj, width, height, shape.seed ^ 0xa5a5).unwrap();
+    compare_images(name, &path, mmproj, flash_attn, n_threads, &images)
+}
+
+/// Encodes `images` with the projector at `path` (loaded as `mmproj`) by both, compares
+/// every float's bits; returns how many were compared.
+fn compare_images(
+    name: &str,
+    path: &std::path::Path,
+    mmproj: Mmproj,
+    flash_attn: bool,
+    n_threads: usize,
+    images: &[vision::ImageF32],
+) -> usize {
+    let mmproj = Arc::new(mmproj);
+    let n_out = mmproj.n_mmproj_embd() as usize;
+    let mut encoder = Encoder::new(Arc::clone(&mmproj), EncoderParams { n_threads, flash_attn }).unwrap();
+    let mut compared = 0;
+    let mut tokens = Vec::new();
+    for (i, img) in images.iter().enumerate() {
+        let n_tokens = mmproj.n_image_tokens(img.width(), img.height());
+        tokens.push(n_tokens);
+        let ours = encoder.encode(img).unwrap();
+        let theirs = mtmd::clip_encode(
+            path,
+            flash_attn,
+            n_threads,
+            (img.width(), img.height(), img.data()),
+            1 << 24,
+        )
+        .expect("clip.cpp encodes the synthetic projector");
+        assert_eq!(ours.len(), n_tokens * n_out, "{name}: our embeddings' size");
+        assert_eq!(theirs.len(), ours.len(), "{name}: clip.cpp's embeddings' size");
+        assert!(ours.iter().all(|v| v.is_finite()), "{name}: finite embeddings");
+        // Not a vacuous comparison: the values spread.
+        let mean = ours.iter().sum::<f32>() / ours.len() as f32;
+        let var = ours.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / ours.len() as f32;
+        assert!(var > 1e-2, "{name}: embeddings of variance {var}");
+        let differing: Vec<usize> = (0..ours.len())
+            .filter(|&i| ours[i].to_bits() != theirs[i].to_bits())
+            .collect();
+        let max_diff = differing
+            .iter()
+            .map(|&i| (ours[i] - theirs[i]).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            differing.is_empty(),
+            "{name}, image {i} ({}x{}): {} of {} floats differ from clip.cpp's (max |diff| {max_diff:e}; first at {})",
+            img.width(),
+            img.height(),
+            differing.len(),
+            ours.len(),
+            differing[0]
+        );
+        compared += ours.len();
+    }
+    eprintln!(
+        "{name}: {} image(s), {compared} floats ({tokens:?} tokens x {n_out} each) compared, all identical",
+        images.len()
+    );
+    compared
+}
+
+#[test]
+fn gemma3_embeddings_are_clip_cpps_bit_for_bit() {
+    let f32_shape = Shape {
+        matrix_type: TensorType::F32,
+        seed: 7,
+        ..Shape::GEMMA3
+    };
+    let merge2 = Shape {
+        n_merge: Some(2),
+        n_layer: 3,
+        seed: 11,
+        ..Shape::GEMMA3
+    };
+    let swapped = Shape {
+        swapped_ffn: true,
+        seed: 13,
+        ..Shape::GEMMA3
+    };
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        total += compare(&format!("gemma3-f16-{fa}"), &Shape::GEMMA3, flash_attn, 2, (150, 97));
+        total += compare(&format!("gemma3-f32-{fa}"), &f32_shape, flash_attn, 1, (150, 97));
+        total += compare(&format!("gemma3-merge2-{fa}"), &merge2, flash_attn, 2, (150, 97));
+        total += compare(&format!("gemma3-swapped-ffn-{fa}"), &swapped, flash_attn, 2, (150, 97));
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
+#[test]
+fn lfm2_embeddings_are_clip_cpps_bit_for_bit() {
+    let no_norm = Shape {
+        input_norm: false,
+        matrix_type: TensorType::F32,
+        seed: 19,
+        ..Shape::LFM2
+    };
+    let merge4 = Shape {
+        n_merge: Some(4),
+        n_layer: 1,
+        seed: 23,
+        ..Shape::LFM2
+    };
+    // Patches of 8: the native 16 x 16 grid (no resize), smaller and larger grids, wide
+    // and tall ones, and grids the merge does not divide (padded, as clip.cpp pads them).
+    let sizes = [(128, 128), (64, 64), (160, 96), (96, 200), (256, 128), (72, 40)];
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        for (name, shape, sizes) in [
+            ("lfm2-f16", Shape::LFM2, &sizes[..]),
+            ("lfm2-f32-no-input-norm", no_norm, &sizes[..3]),
+            ("lfm2-merge4", merge4, &[(128, 128), (88, 136)][..]),
+        ] {
+            let name = format!("{name}-{fa}");
+            let path = write(&name, &writer(&shape));
+            let images: Vec<_> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &(w, h))| normalized_image(w, h, shape.seed ^ i as u64))
+                .collect();
+            let mmproj = Mmproj::open(&path).unwrap();
+            total += compare_images(&name, &path, mmproj, flash_attn, 2, &images);
+        }
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
+#[test]
+fn lfm2_projectors_and_images_that_do_not_fit_are_refused() {
+    let load = |alter: &dyn Fn(&mut GgufWriter)| {
+        let mut w = writer(&Shape {
+            n_layer: 1,
+            ..Shape::LFM2
+        });
+        alter(&mut w);
+        Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+    };
+    let mmproj = load(&|_| {}).unwrap();
+    assert_eq!(mmproj.n_mmproj_embd(), 96);
+    assert_eq!(mmproj.n_image_tokens(160, 96), 10 * 6);
+    assert_eq!(mmproj.n_image_tokens(72, 40), 5 * 3);
+    let e = mmproj.hparams.preprocessing().unwrap_err();
+    assert!(matches!(&e, Error::Unsupported(m) if m.contains("LFM2")), "{e:?}");
+
+    for name in ["mm.1.weight", "mm.1.bias", "mm.2.weight", "mm.2.bias"] {
+        let e = load(&|w| {
+            w.remove_tensor(name);
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(&e, Error::Load(m) if m.contains(name)), "{name}: {e:?}");
+    }
+    // The input norm is optional, its weight and bias each (clip.cpp's graph takes either).
+    assert!(load(&|w| {
+        w.remove_tensor("mm.input_norm.weight");
+    })
+    .is_ok());
+    let e = load(&|w| {
+        w.remove_tensor("mm.input_norm.bias");
+        w.add_f32("mm.input_norm.bias", &[64], &[0.0; 64]);
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("mm.input_norm.bias")),
+        "{e:?}"
+    );
+    // The MLP's first layer must take the unshuffled width (64 x 2 x 2).
+    let e = load(&|w| {
+        w.remove_tensor("mm.1.weight");
+        w.add_f32("mm.1.weight", &[64, 128], &vec![0.0; 64 * 128]);
+    })
+    .err()
+    .unwrap();
+    assert!(matches!(&e, Error::Load(m) if m.contains("mm.1.weight")), "{e:?}");
+    let e = load(&|w| {
+        w.remove("clip.vision.projector.scale_factor");
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("lfm2") && m.contains("scale_factor")),
+        "{e:?}"
+    );
+
+    let params = EncoderParams {
+        n_threads: 1,
+        flash_attn: true,
+    };
+    let mut encoder = Encoder::new(Arc::new(mmproj), params).unwrap();
+    // Sides that are not multiples of the patch, and more than 256 tokens.
+    for (w, h, what) in [(100, 64, "multiples of 8"), (8 * 40, 8 * 30, "at most 256 tokens")] {
+        let e = encoder.encode(&normalized_image(w, h, 1)).unwrap_err();
+        assert!(matches!(&e, Error::Image(m) if m.contains(what)), "{w}x{h}: {e:?}");
+    }
+    assert_eq!(encoder.encode(&normalized_image(8, 8, 1)).unwrap().len(), 96);
+}
+
+#[test]
+fn idefics3_embeddings_are_clip_cpps_bit_for_bit() {
+    let merge4 = Shape {
+        n_merge: Some(4),
+        matrix_type: TensorType::F32,
+        seed: 17,
+        ..Shape::IDEFICS3
+    };
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        // 300 x 194 becomes 256 x 166 at most: two tiles by two of 128, and the overview.
+        total += compare(
+            &format!("idefics3-f16-{fa}"),
+            &Shape::IDEFICS3,
+            flash_attn,
+            2,
+            (300, 194),
+        );
+        total += compare(&format!("idefics3-merge4-{fa}"), &merge4, flash_attn, 1, (90, 60));
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
+/// What `Mmproj::load` says of a synthetic Gemma 3 projector altered by `alter`.
+fn load_altered(alter: impl FnOnce(&mut GgufWriter)) -> Result<Mmproj, Error> {
+    let mut w = writer(&Shape {
+        n_layer: 1,
+        ..Shape::GEMMA3
+    });
+    alter(&mut w);
+    Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+}
+
+fn load_error(alter: impl FnOnce(&mut GgufWriter)) -> Error {
+    match load_altered(alter) {
+        Ok(_) => panic!("loaded"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn projector_files_that_do_not_fit_are_refused_with_what_is_wrong() {
+    assert!(load_altered(|_| {}).is_ok());
+
+    let e = load_error(|w| {
+        w.remove_tensor("v.blk.0.attn_q.weight");
+    });
+    assert!(
+        matches!(&e, Error::Load(m) if m == "missing tensor v.blk.0.attn_q.weight"),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.remove_tensor("mm.soft_emb_norm.weight");
+    });
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("mm.soft_emb_norm.weight")),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.remove_tensor("v.blk.0.ffn_up.weight");
+        w.add_f32("v.blk.0.ffn_up.weight", &[64, 100], &vec![0.0; 6400]);
+    });
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("v.blk.0.ffn_up.weight") && m.contains("shape")),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.add_f32("v.pre_ln.weight", &[64], &[1.0; 64]);
+    });
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("v.pre_ln.weight")),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.set("clip.projector_type", Value::String("qwen2.5vl_merger".into()));
+    });
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("qwen2.5vl_merger")),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.remove("clip.vision.patch_size");
+    });
+    assert!(
+        matches!(&e, Error::Load(m) if m == "missing required metadata key clip.vision.patch_size"),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.set("clip.vision.block_count", Value::String("two".into()));
+    });
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("clip.vision.block_count")),
+        "{e:?}"
+    );
+
+    let e = load_error(|w| {
+        w.set("clip.has_vision_encoder", Value::Bool(false));
+    });
+    assert!(matches!(&e, Error::Load(m) if m.contains("no vision encoder")), "{e:?}");
+
+    // 16 patches a side do not pool by 3.
+    let e = load_error(|w| {
+        w.set("clip.vision.projector.scale_factor", Value::U32(3));
+    });
+    assert!(matches!(&e, Error::Unsupported(m) if m.contains("merge of 3")), "{e:?}");
+
+    // Idefics3 needs its unshuffle's factor.
+    let e = load_error(|w| {
+        w.set("clip.projector_type", Value::String("idefics3".into()));
+        w.remove("clip.vision.projector.scale_factor");
+    });
+    assert!(matches!(&e, Error::Load(m) if m.contains("scale_factor")), "{e:?}");
+
+    let e = load_error(|w| {
+        w.set("clip.vision.image_mean", Value::Array(vec![Value::F32(0.5)]));
+    });
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("clip.vision.image_mean")),
+        "{e:?}"
+    );
+
+    // A language model of another width than the projector's embeddings (96).
+    let mmproj = Arc::new(load_altered(|_| {}).unwrap());
+    assert!(mmproj.check_text_model(96).is_ok());
+    let e = mmproj.check_text_model(2048).unwrap_err();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("96") && m.contains("2048")),
+        "{e:?}"
+    );
+
+    // An encoder refuses an image of another size than its input.
+    let small = load_altered(|w| {
+        w.set("clip.vision.image_size", Value::U32(64));
+        w.remove_tensor("v.position_embd.weight");
+        w.add_f32("v.position_embd.weight", &[64, 64], &vec![0.0; 64 * 64]);
+    })
+    .unwrap();
+    let params = EncoderParams {
+        n_threads: 1,
+        flash_attn: true,
+    };
+    let mut encoder = Encoder::new(mmproj, params).unwrap();
+    let e = encoder
+        .encode(&preprocessed(&small, 10, 10, 1).unwrap()[0])
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Image(m) if m.contains("128x128") && m.contains("64x64")),
+        "{e:?}"
+    );
+}
+
+/// Loads a synthetic projector altered by `alter` and, where it loads, encodes one image
+/// of its input size: either must be an error, never a panic or an abort.
+fn load_and_encode(shape: &Shape, alter: impl FnOnce(&mut GgufWriter)) -> Result<usize, Error> {
+    let mut w = writer(shape);
+    alter(&mut w);
+    let mmproj = Arc::new(Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())?);
+    let side = mmproj.hparams.image_size as usize;
+    let images = preprocessed(&mmproj, side, side, 3)?;
+    let params = EncoderParams {
+        n_threads: 2,
+        flash_attn: true,
+    };
+    let mut encoder = Encoder::new(mmproj, params)?;
+    Ok(encoder.encode(&images[0])?.len())
+}
+
+#[test]
+fn extreme_hyper_parameters_encode_or_are_refused() {
+    let one_layer = Shape {
+        n_layer: 1,
+        ..Shape::GEMMA3
+    };
+    // One head per value: heads of width 1.
+    assert!(load_and_encode(&one_layer, |w| {
+        w.set("clip.vision.attention.head_count", Value::U32(64));
+    })
+    .is_ok());
+    // No pooling at all (a merge of 1): 256 tokens.
+    assert_eq!(
+        load_and_encode(&one_layer, |w| {
+            w.set("clip.vision.projector.scale_factor", Value::U32(1));
+        })
+        .unwrap(),
+        256 * 96
+    );
+    // Pooling the whole grid into one token.
+    assert_eq!(
+        load_and_encode(&one_layer, |w| {
+            w.set("clip.vision.projector.scale_factor", Value::U32(16));
+        })
+        .unwrap(),
+        96
+    );
+    let refused: [(&str, Value); 8] = [
+        ("clip.vision.attention.head_count", Value::U32(0)),
+        ("clip.vision.attention.head_count", Value::U32(3)),
+        ("clip.vision.attention.head_dim", Value::U32(8)),
+        ("clip.vision.attention.head_count_kv", Value::U32(2)),
+        ("clip.vision.attention.layer_norm_epsilon", Value::F32(f32::NAN)),
+        ("clip.vision.image_size", Value::U32(1 << 20)),
+        ("clip.vision.patch_size", Value::U32(0)),
+        ("clip.vision.block_count", Value::U32(u32::MAX)),
+    ];
+    for (key, value) in refused {
+        let shown = format!("{key} = {value:?}");
+        let e = load_and_encode(&one_layer, |w| {
+            w.set(key, value);
+        })
+        .unwrap_err();
+        assert!(matches!(e, Error::Load(_) | Error::Unsupported(_)), "{shown}: {e:?}");
+    }
+    // A norm in F16 (clip.cpp multiplies by it; elelem's loader takes norms in F32 only).
+    let e = load_and_encode(&one_layer, |w| {
+        w.remove_tensor("v.blk.0.ln1.weight");
+        w.add_tensor("v.blk.0.ln1.weight", &[64], TensorType::F16, vec![0; 128]);
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("v.blk.0.ln1.weight") && m.contains("F16")),
+        "{e:?}"
+    );
+    // Position embeddings in F16 (ggml's CPU backend would abort adding them).
+    let e = load_and_encode(&one_layer, |w| {
+        w.remove_tensor("v.position_embd.weight");
+        w.add_tensor(
+            "v.position_embd.weight",
+            &[64, 256],
+            TensorType::F16,
+            vec![0; 64 * 256 * 2],
+        );
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("v.position_embd.weight") && m.contains("F16")),
+        "{e:?}"
+    );
+    // Every tensor in turn replaced by three I32 values: refused, naming it.
+    let names: Vec<String> = elelem_gguf::Gguf::from_bytes(writer(&one_layer).to_bytes())
+        .unwrap()
+        .tensors()
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    for name in &names {
+        let e = load_and_encode(&one_layer, |w| {
+            w.remove_tensor(name);
+            w.add_tensor(name, &[3], TensorType::from_id(26).unwrap(), vec![0; 12]);
+        })
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::Load(m) if m.contains(name.as_str())),
+            "{name}: {e:?}"
+        );
+    }
+}
+
+#[test]
+fn mutated_projector_files_are_errors_or_encode() {
+    for shape in [Shape::GEMMA3, Shape::IDEFICS3, Shape::LFM2] {
+        let shape = Shape { n_layer: 1, ..shape };
+        let bytes = writer(&shape).to_bytes();
+        let header = elelem_gguf::Gguf::from_bytes(&bytes).unwrap().data_offset() as usize;
+        let mut rng = Rng(0xf022);
+        let (mut loaded, mut refused) = (0, 0);
+        for _ in 0..1000 {
+            let mut mutated = bytes.clone();
+            // One to four bytes of the keys and tensor descriptors, to random values.
+            for _ in 0..1 + rng.next_u64() % 4 {
+                let at = (rng.next_u64() % header as u64) as usize;
+                mutated[at] = (rng.next_u64() >> 56) as u8;
+            }
+            let outcome = elelem_gguf::Gguf::from_bytes(&mutated)
+                .map_err(Error::from)
+                .and_then(|gguf| {
+                    let mmproj = Arc::new(Mmproj::load(gguf)?);
+                    let side = mmproj.hparams.image_size as usize;
+                    let images = if mmproj.hparams.projector.dynamic_size() {
+                        // LFM2 (no preprocessing of ours): a grid other than the native one.
+                        let p = mmproj.hparams.patch_size as usize;
+                        vec![normalized_image(side + 3 * p, side.max(2 * p) - p, 5)]
+                    } else {
+                        preprocessed(&mmproj, side, side, 5)?
+                    };
+                    let params = EncoderParams {
+                        n_threads: 2,
+                        flash_attn: true,
+                    };
+                    Encoder::new(mmproj, params)?.encode(&images[0])
+                });
+            match outcome {
+                Ok(_) => loaded += 1,
+                Err(Error::Load(_) | Error::Unsupported(_) | Error::Image(_)) => refused += 1,
+                Err(e) => panic!("a mutated projector failed otherwise than refused: {e:?}"),
+            }
+        }
+        eprintln!(
+            "{:?}: 1000 mutated files, {loaded} encoded, {refused} refused",
+            shape.kind
+        );
+    }
+}
+
+#[test]
+fn the_embeddings_do_not_depend_on_the_thread_count() {
+    for shape in [Shape::GEMMA3, Shape::IDEFICS3, Shape::LFM2] {
+        let bytes = writer(&shape).to_bytes();
+        let mmproj = Arc::new(Mmproj::load(elelem_gguf::Gguf::from_bytes(&bytes).unwrap()).unwrap());
+        let side = mmproj.hparams.image_size as usize;
+        let image = match preprocessed(&mmproj, side + 7, side - 5, 9) {
+            Ok(mut images) => images.remove(0),
+            // LFM2: an image of another grid than the native one.
+            Err(_) => normalized_image(side + 24, side - 40, 9),
+        };
+        for flash_attn in [true, false] {
+            let encode = |n_threads| {
+                let params = EncoderParams { n_threads, flash_attn };
+                Encoder::new(Arc::clone(&mmproj), params)
+                    .unwrap()
+                    .encode(&image)
+                    .unwrap()
+            };
+            let one = encode(1);
+            for n_threads in [2, 3] {
+                let many = encode(n_threads);
+                assert!(
+                    one.iter().zip(&many).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{:?}, flash attention {flash_attn}: 1 and {n_threads} threads differ",
+                    shape.kind
+                );
+            }
+        }
+    }
+}
