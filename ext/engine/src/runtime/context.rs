@@ -232,7 +232,7 @@ impl Allocator {
             return Ok(Allocator::Cpu(Gallocr::new(backend.default_buft())?));
         }
         let devices = (0..placement.devices.len())
-            .map(|d| Ok(DeviceBackend(placement.worker_of(d).backend(&placement.devices[d])?)))
+            .map(|d| Ok(DeviceBackend(placement.backend(d)?)))
             .collect::<Result<Vec<_>>>()?;
         let backends = devices.iter().map(|d| d.0.as_ptr()).chain([backend.as_ptr()]).collect();
         let parallel = placement.devices.len() > 1 && placement.offloaded() == placement.layers.len() + 1 && kv_offload;
