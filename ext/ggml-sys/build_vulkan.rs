@@ -85,9 +85,10 @@ pub fn build(ggml: &Path, out: &Path, compiler: impl Fn() -> cc::Build) -> Vulka
         Ok(pieces) => pieces,
         Err(missing) => panic!(
             "\n\nggml-sys: ELELEM_VULKAN=1, but {missing}.\n\
-             On Debian 12, `script/setup` installs what ggml's Vulkan backend needs: the packages \
-             libvulkan-dev glslc mesa-vulkan-drivers, and Debian 13's Vulkan headers (1.4) unpacked \
-             under ~/.cache/elelem (Debian 12's are too old for it).\n\n"
+             On Debian 12, `ELELEM_VULKAN=1 script/setup` installs what ggml's Vulkan backend needs: \
+             the packages libvulkan-dev glslc spirv-headers mesa-vulkan-drivers vulkan-tools, and Debian \
+             13's Vulkan headers (1.4) unpacked under ~/.cache/elelem (Debian 12's are too old for it; \
+             `rake vulkan_headers` alone fetches those). Or build without ELELEM_VULKAN.\n\n"
         ),
     };
     let shaders = pieces.shaders(out);
