@@ -19,6 +19,9 @@ module Reference
   BINARY = File.join(BUILD, "elelem-reference")
   VARIANTS_BUILD = File.join(ROOT, "tmp", "reference-variants")
   VARIANTS_BINARY = File.join(VARIANTS_BUILD, "bin", "elelem-reference")
+  # llama.cpp built with GGML_VULKAN too, for the Vulkan goldens (tasks/vulkan_golden.rb).
+  VULKAN_BUILD = File.join(ROOT, "tmp", "reference-vulkan")
+  VULKAN_BINARY = File.join(VULKAN_BUILD, "elelem-reference")
   GOLDENS = File.join(ROOT, "spec", "fixtures", "goldens")
   N_CTX = 4096
   N_THREADS = 2
@@ -69,6 +72,19 @@ module Reference
                "elelem-reference"]
     targets.each { |t| system("make", "-C", dir, "-j", Etc.nprocessors.to_s, "#{t}/fast", exception: true) }
     File.join(dir, "bin", "elelem-reference")
+  end
+
+  # The driver over llama.cpp built natively with ggml's Vulkan backend (GGML_VULKAN), against
+  # the Vulkan headers elelem's own build uses (VulkanBuild.headers: Debian 12's are too old
+  # for the pinned ggml-vulkan, Debian 13's unpacked beside them are not).
+  # @return [String] the driver
+  def build_vulkan
+    require_relative "vulkan"
+    include = VulkanBuild.headers or raise "no Vulkan headers recent enough for ggml-vulkan: run script/setup"
+    configure(VULKAN_BUILD, "-DGGML_VULKAN=ON", "-DVulkan_INCLUDE_DIR=#{include}")
+    system("cmake", "--build", VULKAN_BUILD, "--target", "elelem-reference", "-j", Etc.nprocessors.to_s,
+           exception: true)
+    VULKAN_BINARY
   end
 
   def configure(dir, *options)

@@ -3,7 +3,8 @@
 require "fileutils"
 require "json"
 
-# Copies the share of ggml that elelem builds (ggml-base, the CPU backend, the RPC backend)
+# Copies the share of ggml that elelem builds (ggml-base, the CPU backend, the RPC backend,
+# and the Vulkan backend that `ELELEM_VULKAN=1` builds)
 # out of the pinned llama-cpp-sys-2 package
 # (downloaded and checksum-verified by cargo through vendor/fetch/Cargo.lock)
 # into the git-ignored vendor/ggml.
@@ -17,6 +18,8 @@ module VendorGgml
   CPU_SKIP = %w[kleidiai spacemit].freeze
   # The RPC backend's TCP transport (its RDMA ones are left out: no verbs library is linked).
   RPC_SOURCES = %w[ggml-rpc.cpp transport.cpp transport.h].freeze
+  # The Vulkan backend: its sources and its shaders (compiled by ext/ggml-sys/build.rs when asked).
+  VULKAN = "ggml-vulkan"
 
   module_function
 
@@ -51,12 +54,14 @@ module VendorGgml
     copy_cpu_backend(File.join(ggml, "src", "ggml-cpu"), File.join(staging, "src", "ggml-cpu"))
     FileUtils.mkdir_p(File.join(staging, "src", "ggml-rpc"))
     RPC_SOURCES.each { |f| FileUtils.cp(File.join(ggml, "src", "ggml-rpc", f), File.join(staging, "src", "ggml-rpc")) }
+    FileUtils.cp_r(File.join(ggml, "src", VULKAN), File.join(staging, "src", VULKAN))
     File.write(File.join(staging, "VERSION"), "#{ggml_version(ggml)}\n")
   end
 
   def present?
     File.exist?(File.join(DEST, "VERSION")) && File.exist?(File.join(DEST, "include", "ggml.h")) &&
-      RPC_SOURCES.all? { |f| File.exist?(File.join(DEST, "src", "ggml-rpc", f)) }
+      RPC_SOURCES.all? { |f| File.exist?(File.join(DEST, "src", "ggml-rpc", f)) } &&
+      File.exist?(File.join(DEST, "src", VULKAN, "ggml-vulkan.cpp"))
   end
 
   def copy_cpu_backend(from, to)

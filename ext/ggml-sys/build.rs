@@ -17,10 +17,15 @@
 //! Two builds with the same profile, compiler and ggml compile the same kernels, so
 //! they give the same bits on any CPU; the goldens are recorded per profile.
 //! - `ELELEM_OPENMP=1`: thread with OpenMP instead of ggml's own pool (not fork-safe).
+//! - `ELELEM_VULKAN=1`: ggml's Vulkan backend too (`build_vulkan.rs`; not in a build with
+//!   CPU variants).
 
 use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
+
+#[path = "build_vulkan.rs"]
+mod vulkan;
 
 const BASE_SOURCES: &[&str] = &[
     "ggml.c",
@@ -88,16 +93,22 @@ fn main() {
     backend.push(cpu.join("arch").join(arch_dir).join("repack.cpp"));
 
     let variants = requested_variants(isa_list);
-    let (compiler_version, isa) = if variants.is_empty() {
-        build_static(&ggml, &out, &base, &backend, &cpu_flags, openmp);
+    let (compiler_version, isa, vulkan) = if variants.is_empty() {
+        let vulkan = vulkan::build(&ggml, &out, || compiler(&ggml, &out, true, &[], openmp));
+        build_static(&ggml, &out, &base, &backend, &cpu_flags, openmp, &vulkan);
         let (compiler_version, isa) = isa_profile(&cpu, &cpu_flags);
         write_built_variants(&out, &[]);
-        (compiler_version, isa)
+        (compiler_version, isa, vulkan)
     } else {
         let built = build_variants(&ggml, &out, &base, &backend, isa_list, &variants, openmp);
         write_built_variants(&out, &built);
-        (built[0].compiler.clone(), Vec::new())
+        let off = vulkan::Vulkan::Off("not built; not in a build with CPU variants".to_string());
+        (built[0].compiler.clone(), Vec::new(), off)
     };
+    match &vulkan {
+        vulkan::Vulkan::On(_) => println!("cargo:rustc-env=ELELEM_GGML_VULKAN=on"),
+        vulkan::Vulkan::Off(why) => println!("cargo:rustc-env=ELELEM_GGML_VULKAN=off: {why}"),
+    }
     println!("cargo:rustc-link-lib=dylib=m");
     println!("cargo:rustc-link-lib=dylib=pthread");
     println!("cargo:rustc-link-lib=dylib=dl");
@@ -130,6 +141,7 @@ fn main() {
     println!("cargo:rerun-if-changed=native/rpc_client.cpp");
     println!("cargo:rerun-if-changed=include/elelem_rpc_client.h");
     println!("cargo:rerun-if-changed=src/variants.rs");
+    println!("cargo:rerun-if-changed=build_vulkan.rs");
     for var in [
         "ELELEM_GGML_DIR",
         "ELELEM_PORTABLE",
@@ -143,11 +155,22 @@ fn main() {
 
 /// The default build: ggml-base and one CPU backend, compiled for `cpu_flags`, in one
 /// static archive linked into the crate.
-fn build_static(ggml: &Path, out: &Path, base: &[PathBuf], backend: &[PathBuf], cpu_flags: &[String], openmp: bool) {
+fn build_static(
+    ggml: &Path,
+    out: &Path,
+    base: &[PathBuf],
+    backend: &[PathBuf],
+    cpu_flags: &[String],
+    openmp: bool,
+    vulkan: &vulkan::Vulkan,
+) {
     // As in ggml's CMake, only the CPU backend gets the architecture flags: ggml-base
     // (dequantization for get_rows among it) is compiled for the baseline ISA, so no FMA
     // contraction changes its bits relative to the reference build.
     let mut objects = rpc_objects(ggml, out, openmp);
+    if let vulkan::Vulkan::On(vk) = vulkan {
+        objects.extend(vk.iter().cloned());
+    }
     let groups = [(base, false), (backend, true)];
     for (i, (files, arch_flags)) in groups.iter().enumerate() {
         let (c_files, cpp_files): (Vec<&PathBuf>, Vec<&PathBuf>) =
@@ -156,6 +179,10 @@ fn build_static(ggml: &Path, out: &Path, base: &[PathBuf], backend: &[PathBuf], 
             let flags: &[String] = if *arch_flags { cpu_flags } else { &[] };
             let mut build = compiler(ggml, out, cpp, flags, openmp);
             build.define("GGML_USE_CPU", None);
+            if matches!(vulkan, vulkan::Vulkan::On(_)) {
+                // ggml-backend-reg.cpp registers the backend.
+                build.define("GGML_USE_VULKAN", None);
+            }
             build.files(lang_files);
             let last = i == groups.len() - 1 && cpp;
             if last {

@@ -100,6 +100,10 @@ module Elelem
     #   main_gpu:`; the reference ran with `-sm none -mg`), nil when they were split
     def main_gpu = @doc["main_gpu"]
 
+    # @return [String, nil] the GPU of this machine the offloaded layers were on, as
+    #   `"Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits)"` (see {Settings.of}); nil: none
+    def gpu = @doc["gpu"]
+
     # @return [Array<Hash>] the cases: `"name"`, `"prompt"` (ids), `"max_tokens"`, `"ignore_eos"`,
     #   and `"prompt_text"` where the prompt was text; a lockstep case has `"prompts"` (an Array
     #   of ids each) instead of `"prompt"`, decoded together in the same passes; a continued case
@@ -299,7 +303,7 @@ module Elelem
     # Writes only what changed, so checking in CI leaves a committed file as it is.
     def write(path, doc)
       fields = %w[format model n_ctx n_threads parallel flash_attn cache_type_k cache_type_v rpc_workers n_gpu_layers
-                  kv_offload main_gpu cases recordings]
+                  kv_offload main_gpu gpu cases recordings]
       text = "#{JSON.pretty_generate(doc.slice(*fields))}\n"
       return if File.exist?(path) && File.read(path) == text
 

@@ -13,6 +13,9 @@
 // workers' devices (llama.cpp's default split, by their free memory), N layers of it
 // (the output one counted; default all); `-nkvo`: their KV caches in the CPU's memory
 // (llama.cpp's --no-kv-offload); `-sm none -mg N`: every layer on device N (--split-mode, --main-gpu).
+// Without --rpc, `-ngl` and the others apply to llama.cpp's default devices: in a build with
+// GGML_VULKAN (tasks/reference.rb's Vulkan build), the Vulkan GPUs, lavapipe among them when
+// GGML_VK_VISIBLE_DEVICES names it.
 //
 //   elelem-reference generate MODEL IDS N_PREDICT [N_CTX] [N_THREADS] [IGNORE_EOS]
 //       IDS is comma-separated prompt token ids. Prints the greedy ids (one
@@ -274,10 +277,12 @@ static llama_model * load(const char * path, bool vocab_only) {
     if (!devices.empty()) {
         devices.push_back(nullptr);
         mp.devices = devices.data();
-        mp.n_gpu_layers = n_gpu_layers;
-        mp.split_mode = split_mode;
-        mp.main_gpu = main_gpu;
     }
+    // Without --rpc, llama.cpp's own choice of devices: this machine's GPUs (in a build with
+    // GGML_VULKAN, Vulkan's; none in the CPU build, where these change nothing).
+    mp.n_gpu_layers = n_gpu_layers;
+    mp.split_mode = split_mode;
+    mp.main_gpu = main_gpu;
     mp.kv_overrides = overrides.data();
     llama_model * model = llama_model_load_from_file(path, mp);
     if (!model) { fprintf(stderr, "failed to load %s\n", path); exit(1); }

@@ -29,6 +29,9 @@ pub const GGML_COMPILER: &str = env!("ELELEM_GGML_COMPILER");
 /// variants build ([`BuiltVariant::isa`]).
 pub const GGML_ISA: &str = env!("ELELEM_GGML_ISA");
 
+/// ggml's Vulkan backend in this build: `on`, or `off: <why>` (`ELELEM_VULKAN=1` builds it).
+pub const GGML_VULKAN: &str = env!("ELELEM_GGML_VULKAN");
+
 /// Whether the CPU backend is loaded at run time from variant libraries
 /// (`ELELEM_CPU_VARIANTS` at build time) rather than linked in.
 pub const BACKEND_DL: bool = cfg!(ggml_backend_dl);

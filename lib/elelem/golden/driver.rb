@@ -70,12 +70,15 @@ module Elelem
         out
       end
 
-      # llama.cpp's `--rpc` and `-ngl` for a model over RPC workers, `-nkvo` for its caches on
+      # llama.cpp's `--rpc` and `-ngl` for a model over RPC workers (`-ngl` alone for one on
+      # this machine's GPUs), `-nkvo` for its caches on
       # the CPU, `-sm none -mg` for every layer on one device.
       def offload(info)
-        return [] if info.fetch(:rpc, []).empty?
+        rpc = info.fetch(:rpc, [])
+        return [] if rpc.empty? && Settings.gpu(info).nil?
 
-        flags = ["--rpc", info[:rpc].join(","), "-ngl", info[:n_gpu_layers]]
+        # Without --rpc, llama.cpp's default devices: this machine's GPUs (the Vulkan build's).
+        flags = [*(["--rpc", rpc.join(",")] unless rpc.empty?), "-ngl", info[:n_gpu_layers]]
         flags << "-nkvo" unless info.fetch(:kv_offload, true)
         flags += ["-sm", "none", "-mg", info[:main_gpu]] if info[:main_gpu]
         flags

@@ -107,12 +107,75 @@ impl Device {
         ))
     }
 
+    /// A backend of its own on this device (for a device of this machine: a Vulkan GPU),
+    /// owned by the caller.
+    ///
+    /// # Errors
+    /// [`crate::Error::Backend`] when ggml cannot start one.
+    pub fn init_backend(&self) -> Result<NonNull<sys::ggml_backend>> {
+        NonNull::new(unsafe { sys::ggml_backend_dev_init(self.dev, std::ptr::null()) }).ok_or_else(|| {
+            Error::Backend(format!(
+                "{} ({}): ggml could not start its backend",
+                self.name, self.description
+            ))
+        })
+    }
+
+    /// Whether it can run `op` with its weight `weight` held in its own buffer.
+    pub fn supports_op_with_buft(&self, op: Tensor, weight: Tensor) -> bool {
+        supports_op_in(self.dev, op, weight, self.buft)
+    }
+
     /// Its free and total memory, in bytes, as it reports them.
     pub fn memory(&self) -> (usize, usize) {
         let (mut free, mut total) = (0, 0);
         unsafe { sys::ggml_backend_dev_memory(self.dev, &mut free, &mut total) };
         (free, total)
     }
+}
+
+/// The devices of this machine that take offloaded layers, as llama.cpp picks them by
+/// default: every GPU of ggml's registry (in a build with `ELELEM_VULKAN=1`, Vulkan's),
+/// once per device id; the integrated GPUs only when there is no other. RPC workers'
+/// devices are not among them (they come with their workers). ggml's Vulkan backend leaves
+/// out devices of type CPU, such as Mesa's lavapipe, unless `GGML_VK_VISIBLE_DEVICES`
+/// names them; `GGML_DISABLE_VULKAN` hides all of them.
+pub fn local_devices() -> Result<Vec<Device>> {
+    init()?;
+    let mut gpus: Vec<(Device, Option<String>)> = Vec::new();
+    let mut igpus = Vec::new();
+    for i in 0..unsafe { sys::ggml_backend_dev_count() } {
+        let dev = unsafe { sys::ggml_backend_dev_get(i) };
+        let reg = unsafe { sys::ggml_backend_dev_backend_reg(dev) };
+        if reg.is_null() || unsafe { CStr::from_ptr(sys::ggml_backend_reg_name(reg)) } == c"RPC" {
+            continue;
+        }
+        match unsafe { sys::ggml_backend_dev_type(dev) } {
+            sys::GGML_BACKEND_DEVICE_TYPE_GPU => {
+                let mut props = sys::ggml_backend_dev_props::default();
+                unsafe { sys::ggml_backend_dev_get_props(dev, &mut props) };
+                let id = (!props.device_id.is_null()).then(|| {
+                    unsafe { CStr::from_ptr(props.device_id) }
+                        .to_string_lossy()
+                        .into_owned()
+                });
+                if id.is_none() || !gpus.iter().any(|(_, other)| *other == id) {
+                    gpus.push((Device::of(dev), id));
+                }
+            }
+            sys::GGML_BACKEND_DEVICE_TYPE_IGPU => igpus.push(Device::of(dev)),
+            _ => {}
+        }
+    }
+    if gpus.is_empty() {
+        return Ok(igpus);
+    }
+    Ok(gpus.into_iter().map(|(d, _)| d).collect())
+}
+
+/// ggml's Vulkan backend in this build: `on`, or `off: <why>`.
+pub fn vulkan_build() -> &'static str {
+    sys::GGML_VULKAN
 }
 
 /// The CPU device and the buffer types it offers for weights, best first: the
@@ -139,17 +202,22 @@ impl CpuDevice {
     /// Whether the device can run `op` with its weight held in a buffer of type `buft`
     /// (the repacked types accept only some shapes and types).
     pub fn supports_op_with_buft(&self, op: Tensor, weight: Tensor, buft: BufferType) -> bool {
-        unsafe {
-            let probe = sys::ggml_backend_buft_alloc_buffer(buft.0, 0);
-            if probe.is_null() {
-                return false;
-            }
-            (*weight.as_ptr()).buffer = probe;
-            let ok = sys::ggml_backend_dev_supports_op(self.dev, op.as_ptr());
-            (*weight.as_ptr()).buffer = std::ptr::null_mut();
-            sys::ggml_backend_buffer_free(probe);
-            ok
+        supports_op_in(self.dev, op, weight, buft)
+    }
+}
+
+/// Whether `dev` can run `op` with its weight `weight` in a (zero-byte) buffer of type `buft`.
+fn supports_op_in(dev: sys::ggml_backend_dev_t, op: Tensor, weight: Tensor, buft: BufferType) -> bool {
+    unsafe {
+        let probe = sys::ggml_backend_buft_alloc_buffer(buft.0, 0);
+        if probe.is_null() {
+            return false;
         }
+        (*weight.as_ptr()).buffer = probe;
+        let ok = sys::ggml_backend_dev_supports_op(dev, op.as_ptr());
+        (*weight.as_ptr()).buffer = std::ptr::null_mut();
+        sys::ggml_backend_buffer_free(probe);
+        ok
     }
 }
 
@@ -379,6 +447,24 @@ pub fn system_info() -> Result<String> {
     if matches!(cpu.amx, Amx::Off(_)) {
         parts.push("AMX=off".to_string());
     }
+    parts.push(match sys::GGML_VULKAN.strip_prefix("off: ") {
+        Some(why) => format!("VULKAN=off ({why})"),
+        None => {
+            let devices = local_devices()?;
+            let names: Vec<String> = devices
+                .iter()
+                .map(|d| format!("{}={}", d.name, d.description))
+                .collect();
+            format!(
+                "VULKAN=on ({})",
+                if names.is_empty() {
+                    "no usable device".to_string()
+                } else {
+                    names.join(", ")
+                }
+            )
+        }
+    });
     Ok(parts.join(" "))
 }
 

@@ -169,6 +169,27 @@ impl Graph {
         unsafe { sys::ggml_graph_n_nodes(self.graph) }
     }
 
+    /// The first node that reads a tensor held in a buffer of type `buft` (a device's: its
+    /// weights, its caches) and that `backend` cannot run, as `"<op> of <tensor>"`. ggml's
+    /// scheduler must run such a node where the tensor is, and aborts the process otherwise.
+    pub fn node_refused_by(
+        &self,
+        backend: std::ptr::NonNull<sys::ggml_backend>,
+        buft: super::BufferType,
+    ) -> Option<String> {
+        (0..self.n_nodes()).find_map(|i| unsafe {
+            let node = sys::ggml_graph_node(self.graph, i);
+            let reads = (*node).src.iter().any(|&src| {
+                !src.is_null() && !(*src).buffer.is_null() && sys::ggml_backend_buffer_get_type((*src).buffer) == buft.0
+            });
+            (reads && !sys::ggml_backend_supports_op(backend.as_ptr(), node)).then(|| {
+                let op = std::ffi::CStr::from_ptr(sys::ggml_op_desc(node)).to_string_lossy();
+                let name = std::ffi::CStr::from_ptr((*node).name.as_ptr()).to_string_lossy();
+                format!("{op} ({name})")
+            })
+        })
+    }
+
     /// Whether the CPU backend's result depends on its thread count (see
     /// [`Graph::node_bits_depend_on_threads`]).
     pub fn bits_depend_on_threads(&self) -> bool {

@@ -22,8 +22,8 @@ pub mod threads;
 pub use backend::Backend;
 pub use build_profile::{cpu_model, BuildProfile};
 pub use device::{
-    amx, cpu_has_vec_dot, cpu_variant, cpu_variants, init, system_info, Amx, Buffer, BufferType, CpuDevice,
-    CpuVariantInfo, Device,
+    amx, cpu_has_vec_dot, cpu_variant, cpu_variants, init, local_devices, system_info, vulkan_build, Amx, Buffer,
+    BufferType, CpuDevice, CpuVariantInfo, Device,
 };
 pub use graph::{Gallocr, Graph, GraphArena, Rope, RopeMode, MROPE_SECTIONS};
 pub use sched::Sched;

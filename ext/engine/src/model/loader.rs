@@ -121,6 +121,14 @@ impl<'a> Loader<'a> {
         }
         let ne: Vec<i64> = info.ne().iter().map(|&d| d as i64).collect();
         let buft = match (self.device_of(name, usage), usage) {
+            // A product this machine's GPU cannot run with that weight stays on the CPU, as
+            // llama.cpp's `select_weight_buft` falls back to the CPU's buffer types.
+            (Some(d), Usage::Matrix) if !self.device_takes(d, ggml_type, &ne, None)? => {
+                self.matmul_buft(ggml_type, &ne, None)?
+            }
+            (Some(d), Usage::Experts { n_used }) if !self.device_takes(d, ggml_type, &ne, Some(n_used))? => {
+                self.matmul_buft(ggml_type, &ne, Some(n_used))?
+            }
             (Some(d), _) => self.device.weight_bufts.len() + d,
             (None, Usage::Matrix) => self.matmul_buft(ggml_type, &ne, None)?,
             (None, Usage::Experts { n_used }) => self.matmul_buft(ggml_type, &ne, Some(n_used))?,
@@ -172,20 +180,7 @@ impl<'a> Loader<'a> {
         if !self.repack {
             return Ok(plain);
         }
-        let probe = ggml::Context::new_no_alloc(4)?;
-        let weight = probe.new_tensor(ggml_type, ne)?;
-        let op = match n_used {
-            None => {
-                let x = probe.new_tensor(sys::GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]])?;
-                unsafe { sys::ggml_mul_mat(probe.as_ptr(), weight.as_ptr(), x.as_ptr()) }
-            }
-            Some(n_used) => {
-                let x = probe.new_tensor(sys::GGML_TYPE_F32, &[ne[0], n_used.into(), 512])?;
-                let ids = probe.new_tensor(sys::GGML_TYPE_I32, &[n_used.into(), 512])?;
-                unsafe { sys::ggml_mul_mat_id(probe.as_ptr(), weight.as_ptr(), x.as_ptr(), ids.as_ptr()) }
-            }
-        };
-        let op = Tensor::from_raw(op)?;
+        let (_probe, weight, op) = probe_op(ggml_type, ne, n_used)?;
         Ok((0..plain)
             .find(|&i| {
                 self.device
@@ -197,6 +192,17 @@ impl<'a> Loader<'a> {
     /// The dimensions of the file's tensor of that name, where it has one.
     pub fn tensor_dims(&self, name: &str) -> Option<Vec<u64>> {
         self.gguf.tensor(name).map(|t| t.dims.clone())
+    }
+
+    /// Whether device `d` of the placement can run the product of a weight of this type and
+    /// shape held in its buffer (probed as [`Loader::matmul_buft`] probes). Asked of this
+    /// machine's GPUs only: an RPC worker's device takes what its CPU backend does.
+    fn device_takes(&self, d: usize, ggml_type: sys::ggml_type, ne: &[i64], n_used: Option<u32>) -> Result<bool> {
+        if !self.placement.is_local(d) {
+            return Ok(true);
+        }
+        let (_probe, weight, op) = probe_op(ggml_type, ne, n_used)?;
+        Ok(self.placement.devices[d].supports_op_with_buft(op, weight))
     }
 
     /// Whether the file has a tensor of that name.
@@ -811,4 +817,25 @@ fn check_shape(name: &str, info: &TensorInfo, shape: &[u64]) -> Result<()> {
 /// A tensor the architecture cannot do without: its absence is a load error.
 fn required(name: &str, tensor: Option<Tensor>) -> Result<Tensor> {
     tensor.ok_or_else(|| Error::Load(format!("missing tensor {name}")))
+}
+
+/// llama.cpp's probe of where a weight can be multiplied (`weight_buft_supported`): a
+/// 512-token `mul_mat` of it, or for experts (`n_used` of them per token) a `mul_mat_id`, in a
+/// context of its own (returned first: it holds the tensors).
+fn probe_op(ggml_type: sys::ggml_type, ne: &[i64], n_used: Option<u32>) -> Result<(ggml::Context, Tensor, Tensor)> {
+    let probe = ggml::Context::new_no_alloc(4)?;
+    let weight = probe.new_tensor(ggml_type, ne)?;
+    let op = match n_used {
+        None => {
+            let x = probe.new_tensor(sys::GGML_TYPE_F32, &[ne[0], 512, ne[2], ne[3]])?;
+            unsafe { sys::ggml_mul_mat(probe.as_ptr(), weight.as_ptr(), x.as_ptr()) }
+        }
+        Some(n_used) => {
+            let x = probe.new_tensor(sys::GGML_TYPE_F32, &[ne[0], n_used.into(), 512])?;
+            let ids = probe.new_tensor(sys::GGML_TYPE_I32, &[n_used.into(), 512])?;
+            unsafe { sys::ggml_mul_mat_id(probe.as_ptr(), weight.as_ptr(), x.as_ptr(), ids.as_ptr()) }
+        }
+    };
+    let op = Tensor::from_raw(op)?;
+    Ok((probe, weight, op))
 }

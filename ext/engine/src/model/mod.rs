@@ -36,7 +36,8 @@ pub struct ModelParams {
     /// How many layers, the output layer counted, go to the devices (the last ones), as
     /// llama.cpp's `n_gpu_layers`; `None`: all. Without a device everything runs on the CPU.
     pub n_gpu_layers: Option<u32>,
-    /// RPC workers (`host:port`) whose devices take the offloaded layers.
+    /// RPC workers (`host:port`) whose devices take the offloaded layers, before this
+    /// machine's GPUs (see [`ggml::local_devices`]).
     pub rpc: Vec<String>,
     /// The share of the offloaded layers each device takes; empty: in proportion to
     /// each one's free memory.
@@ -120,9 +121,16 @@ impl Model {
             .iter()
             .map(|endpoint| ggml::rpc::RpcWorker::connect(endpoint, params.rpc_timeout))
             .collect::<Result<Vec<_>>>()?;
+        // This machine's GPUs (a build with ELELEM_VULKAN=1), unless nothing is offloaded.
+        let local = if params.n_gpu_layers == Some(0) {
+            Vec::new()
+        } else {
+            ggml::local_devices()?
+        };
         let n_layer = hparams.n_layer as usize;
         let placement = placement::Placement::new(
             workers,
+            local,
             n_layer,
             params.n_gpu_layers,
             &params.tensor_split,

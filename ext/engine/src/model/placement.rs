@@ -2,6 +2,8 @@
 //! the input layer (the embeddings) always on the CPU; of the `n_layer` repeating layers
 //! and the output layer, the last `n_gpu_layers` on the devices, split in proportion to
 //! `tensor_split` or, by default, to each device's free memory; the rest on the CPU.
+//! The devices are the RPC workers' first, then this machine's GPUs (Vulkan's), in
+//! llama.cpp's order.
 
 use crate::ggml::rpc::RpcWorker;
 use crate::ggml::Device;
@@ -20,7 +22,7 @@ pub enum Split {
 
 /// The devices a model's layers are spread over, and where each layer went.
 pub struct Placement {
-    /// Every worker's devices, in the order given.
+    /// Every worker's devices, in the order given, then this machine's.
     pub devices: Vec<Device>,
     /// Per repeating layer, the index of its device in `devices`; `None`: the CPU.
     pub layers: Vec<Option<usize>>,
@@ -28,8 +30,8 @@ pub struct Placement {
     pub output: Option<usize>,
     /// The RPC workers the devices belong to, held for the model's life.
     pub workers: Vec<RpcWorker>,
-    /// Per device, the index of its worker in `workers`.
-    owners: Vec<usize>,
+    /// Per device, the index of its worker in `workers` (`None`: one of this machine's).
+    owners: Vec<Option<usize>>,
 }
 
 impl Placement {
@@ -44,9 +46,18 @@ impl Placement {
         }
     }
 
-    /// The worker that device `d` belongs to.
-    pub fn worker_of(&self, d: usize) -> &RpcWorker {
-        &self.workers[self.owners[d]]
+    /// Whether device `d` is this machine's (a GPU), not an RPC worker's.
+    pub fn is_local(&self, d: usize) -> bool {
+        self.owners[d].is_none()
+    }
+
+    /// A backend on device `d`, owned by the caller: through its worker's connection for an
+    /// RPC worker's device, or a new one for a device of this machine.
+    pub fn backend(&self, d: usize) -> Result<std::ptr::NonNull<ggml_sys::ggml_backend>> {
+        match self.owners[d] {
+            Some(w) => self.workers[w].backend(&self.devices[d]),
+            None => self.devices[d].init_backend(),
+        }
     }
 
     /// llama.cpp's split: `n_gpu_layers` of the `n_layer + 1` layers (the output one
@@ -57,15 +68,17 @@ impl Placement {
     /// [`Error::InvalidArgument`] for a `main` device beyond the workers' devices.
     pub fn new(
         workers: Vec<RpcWorker>,
+        local: Vec<Device>,
         n_layer: usize,
         n_gpu_layers: Option<u32>,
         tensor_split: &[f32],
         split: Split,
     ) -> Result<Placement> {
-        let (mut owners, mut devices): (Vec<usize>, Vec<Device>) = workers
+        let (mut owners, mut devices): (Vec<Option<usize>>, Vec<Device>) = workers
             .iter()
             .enumerate()
-            .flat_map(|(w, worker)| worker.devices.iter().map(move |d| (w, d.clone())))
+            .flat_map(|(w, worker)| worker.devices.iter().map(move |d| (Some(w), d.clone())))
+            .chain(local.into_iter().map(|d| (None, d)))
             .unzip();
         if devices.is_empty() {
             return Ok(Placement {
@@ -76,7 +89,7 @@ impl Placement {
         if let Split::None { main } = split {
             let device = devices.get(main as usize).cloned().ok_or_else(|| {
                 Error::InvalidArgument(format!(
-                    "main_gpu is {main}, and the workers have {} devices (0 to {})",
+                    "main_gpu is {main}, and there are {} devices (0 to {})",
                     devices.len(),
                     devices.len() - 1
                 ))

@@ -232,7 +232,7 @@ impl Allocator {
             return Ok(Allocator::Cpu(Gallocr::new(backend.default_buft())?));
         }
         let devices = (0..placement.devices.len())
-            .map(|d| Ok(DeviceBackend(placement.worker_of(d).backend(&placement.devices[d])?)))
+            .map(|d| Ok(DeviceBackend(placement.backend(d)?)))
             .collect::<Result<Vec<_>>>()?;
         let backends = devices.iter().map(|d| d.0.as_ptr()).chain([backend.as_ptr()]).collect();
         let parallel = placement.devices.len() > 1 && placement.offloaded() == placement.layers.len() + 1 && kv_offload;
@@ -245,7 +245,13 @@ impl Allocator {
     fn reserve(&mut self, graph: &Graph, model: &Model, n_tokens: u32) -> Result<()> {
         match self {
             Allocator::Cpu(galloc) => galloc.reserve(graph),
-            Allocator::Sched { sched, .. } => sched.reserve(graph, &layer_norm_pins(graph, model, n_tokens)),
+            Allocator::Sched {
+                sched,
+                _devices: devices,
+            } => {
+                refuse_unsupported(graph, model, devices)?;
+                sched.reserve(graph, &layer_norm_pins(graph, model, n_tokens))
+            }
         }
     }
 
@@ -263,6 +269,27 @@ impl Allocator {
             Allocator::Sched { sched, .. } => sched.buffer_sizes().iter().sum(),
         }
     }
+}
+
+/// `Err(Error::Backend)` naming the op when `graph` has a node that reads a weight or a cache
+/// in a GPU's memory and that the GPU cannot run (ggml's scheduler would abort the process:
+/// no other backend can read that memory). RPC workers' devices run what their CPU backend
+/// does, and are not asked (each question would be a round trip).
+fn refuse_unsupported(graph: &Graph, model: &Model, devices: &[DeviceBackend]) -> Result<()> {
+    let placement = model.placement();
+    for (d, backend) in devices.iter().enumerate().filter(|&(d, _)| placement.is_local(d)) {
+        let device = &placement.devices[d];
+        if let Some(node) = graph.node_refused_by(backend.0, device.buft) {
+            return Err(Error::Backend(format!(
+                "{} ({}) cannot run {node} of {}'s graph, which reads its memory: this model cannot run \
+                 with layers there (open it with n_gpu_layers: 0)",
+                device.name,
+                device.description,
+                model.arch().name()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Which backend each layer norm of `graph` runs on, as llama.cpp's graph callback pins them

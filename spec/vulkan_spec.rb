@@ -1,0 +1,64 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "json"
+require "open3"
+
+# Tiny models offloaded through ggml's Vulkan backend to Mesa's lavapipe (a Vulkan device
+# that runs on the CPU): greedy ids identical to llama.cpp built with GGML_VULKAN and run on
+# the same device (tasks/vulkan_golden.rb records them). Only in a build with ELELEM_VULKAN=1,
+# on a machine with lavapipe (ELELEM_VULKAN=1 script/setup installs both).
+RSpec.describe "models on a Vulkan device (lavapipe)" do
+  files = Dir[File.join(ROOT, "spec", "fixtures", "goldens", "vulkan", "*.json")]
+  vulkan = Elelem.system_info[/VULKAN=\S+/]
+
+  it "names in system_info whether the Vulkan backend is built, and why not" do
+    expect(Elelem.system_info).to match(/VULKAN=(on \(|off \(not built; )/)
+  end
+
+  if vulkan != "VULKAN=on"
+    it("checks the Vulkan goldens") { skip "this build has no Vulkan backend (build with ELELEM_VULKAN=1)" }
+    next
+  end
+
+  lavapipe = begin
+    IO.popen(["vulkaninfo", "--summary"], err: File::NULL, &:read)[/deviceName\s*=\s*(llvmpipe[^\n]*)/, 1]
+  rescue SystemCallError
+    nil
+  end
+  unless lavapipe
+    it("checks the Vulkan goldens") { skip "Mesa's lavapipe is not installed (ELELEM_VULKAN=1 script/setup)" }
+    next
+  end
+
+  before(:context) do
+    files.each { |f| SpecModels.synthetic(File.basename(f, ".json").sub(/\Alavapipe(-half|-kv-host)?-/, "")) }
+    out, err, status = Open3.capture3({ "GGML_VK_VISIBLE_DEVICES" => "0" }, RbConfig.ruby, "-I",
+                                      File.join(ROOT, "lib"), File.join(ROOT, "spec", "support", "vulkan_check.rb"),
+                                      *files)
+    raise "the Vulkan check failed (#{status}): #{err.lines.last(5).join}" unless status.success?
+
+    @results = out.lines.map { |line| JSON.parse(line) }
+  end
+
+  files.each do |file|
+    golden = Elelem::Golden.new(file)
+    golden.cases.each do |c|
+      it "#{File.basename(file, ".json")}: the #{c["name"]} case gives llama.cpp's ids on lavapipe" do
+        result = @results.find { |r| r["file"] == File.basename(file) && r["case"] == c["name"] }
+        expect(result).not_to be_nil
+        expect(result["mismatch"]).to be_nil, result["mismatch"]
+        expect(result["gpu"]).to include("llvmpipe")
+        expect(result["n_gpu_layers"]).to eq(golden.n_gpu_layers)
+      end
+    end
+  end
+
+  it "keeps lavapipe out of a process that does not name it (ggml-vulkan skips CPU devices)" do
+    code = "puts Elelem.open(ARGV[0], n_ctx: 64) { |m| m.info[:backend] }"
+    out, err, status = Open3.capture3({ "GGML_VK_VISIBLE_DEVICES" => nil }, RbConfig.ruby, "-I", File.join(ROOT, "lib"),
+                                      "-relelem", "-e", code, SpecModels.synthetic("tiny-qwen3"))
+    expect(status).to be_success, err
+    expect(out.strip).to eq("CPU")
+  end
+end
