@@ -63,12 +63,14 @@ fn compare_images(
     let mmproj = Arc::new(mmproj);
     let n_out = mmproj.n_mmproj_embd() as usize;
     let mut encoder = Encoder::new(Arc::clone(&mmproj), EncoderParams { n_threads, flash_attn }).unwrap();
+    let reserved = encoder.compute_bytes();
     let mut compared = 0;
     let mut tokens = Vec::new();
     for (i, img) in images.iter().enumerate() {
         let n_tokens = mmproj.n_image_tokens(img.width(), img.height());
         tokens.push(n_tokens);
         let ours = encoder.encode(img).unwrap();
+        assert_eq!(encoder.compute_bytes(), reserved, "{name}: the compute buffer grew");
         let theirs = mtmd::clip_encode(
             path,
             flash_attn,

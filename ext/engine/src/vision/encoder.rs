@@ -2,8 +2,8 @@
 //! `build_vit` (the ViT: LayerNorms, bidirectional attention, the feed-forward), then the
 //! projector of the file's type ([`super::projector`]), built like the text graphs: in a
 //! `no_alloc` context, allocated by a `ggml_gallocr` held for the encoder's life and
-//! reserved once for the input size (a dynamic-size projector's, LFM2's, for its native square:
-//! a larger image grows the buffer at its first encode). The ops are clip.cpp's, in its order, so that on the
+//! reserved once for the largest input it takes ([`Mmproj::largest_images`]: a dynamic-size
+//! projector's, LFM2's, most patches). The ops are clip.cpp's, in its order, so that on the
 //! same ggml the embeddings are its embeddings, bit for bit (`ext/testkit/tests/vision_encoder.rs`).
 //!
 //! Attention runs as mtmd runs it on the CPU by default (`flash_attn_type` "auto" resolves
@@ -49,8 +49,8 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// Readies `mmproj`, reserving the compute buffer of its `image_size` square (the only
-    /// size a fixed-size projector takes).
+    /// Readies `mmproj`, reserving the compute buffer for the largest images it takes
+    /// ([`Mmproj::largest_images`]): no image grows it afterwards.
     ///
     /// # Errors
     /// [`Error::OutOfMemory`] where the compute buffer cannot be had.
@@ -70,10 +70,12 @@ impl Encoder {
             gallocr,
             arena,
         };
-        let side = encoder.mmproj.hparams.image_size as usize;
-        let graph = encoder.arena.graph()?;
-        let (_, _) = build(&graph, &encoder.mmproj, encoder.flash_attn, side, side);
-        encoder.gallocr.reserve(&graph)?;
+        // Each reservation keeps the buffer at least as large as it was.
+        for (width, height) in encoder.mmproj.largest_images() {
+            let graph = encoder.arena.graph()?;
+            build(&graph, &encoder.mmproj, encoder.flash_attn, width, height);
+            encoder.gallocr.reserve(&graph)?;
+        }
         Ok(encoder)
     }
 
@@ -107,7 +109,6 @@ impl Encoder {
         }
         let graph = self.arena.graph()?;
         let (inp_raw, out) = build(&graph, &self.mmproj, self.flash_attn, img.width(), img.height());
-        // A dynamic-size image larger than the reserved square grows the buffer here.
         self.gallocr.alloc(&graph)?;
         inp_raw.write(&planar(img));
         self.backend.compute(&graph)?;

@@ -156,6 +156,27 @@ impl Mmproj {
         Ok(())
     }
 
+    /// The image sizes the encoder reserves its compute buffer for: a fixed-size
+    /// projector's square; for a dynamic-size one, the most patches that
+    /// [`Mmproj::check_image_size`] lets through (its token limit in whole merges), as the
+    /// squarest grid and as a row and a column, so that no image it takes grows the buffer.
+    pub fn largest_images(&self) -> Vec<(usize, usize)> {
+        let hp = &self.hparams;
+        let side = hp.image_size as usize;
+        if !hp.projector.dynamic_size() {
+            return vec![(side, side)];
+        }
+        let out = (hp.patch_size * hp.n_merge) as usize;
+        let max = hp.max_image_tokens() as usize;
+        let longest = max.min(MAX_ENCODED_SIDE / out);
+        let across = (1..=max).take_while(|a| a * a <= max).last().unwrap_or(1);
+        vec![
+            (across * out, (max / across).min(longest) * out),
+            (longest * out, out),
+            (out, longest * out),
+        ]
+    }
+
     /// Bytes of weight data.
     pub fn weights_bytes(&self) -> usize {
         self.weights_bytes
