@@ -275,8 +275,10 @@ pub fn split_reasoning(text: &str) -> (Option<String>, &str) {
 }
 
 /// A call object: `{"name": …, "arguments" | "parameters": …}`, or OpenAI's
-/// `{"type": "function", "function": {…}}` around one; arguments given as a
-/// JSON string (some models do) are parsed, and an `id` is kept.
+/// `{"type": "function", "function": {…}}` around one; arguments given as a JSON string
+/// (some models do) are parsed, and an `id` is kept. A tool's definition (a model echoing
+/// the tools it was shown: `parameters` a JSON schema of an object) is not a call, as
+/// llama.cpp does not read one.
 fn read_call(value: &Value) -> Option<ToolCall> {
     if let Some(function) = value.get("function").filter(|f| f.is_object()) {
         return read_call(function).map(|call| ToolCall {
@@ -285,6 +287,12 @@ fn read_call(value: &Value) -> Option<ToolCall> {
         });
     }
     let name = value.get("name")?.as_str()?.to_string();
+    let schema = value.get("parameters").filter(|p| {
+        value.get("arguments").is_none() && p.get("type") == Some(&json!("object")) && p["properties"].is_object()
+    });
+    if schema.is_some() {
+        return None;
+    }
     let arguments = value
         .get("arguments")
         .or_else(|| value.get("parameters"))
@@ -718,6 +726,20 @@ mod tests {
                 (String::new(), vec![special()]),
                 "{text}"
             );
+        }
+    }
+
+    /// Qwen2.5-Coder-0.5B at temperature 1 sometimes echoes the tool it was shown: a
+    /// definition, not a call (before, its schema was read as the call's arguments).
+    #[test]
+    fn an_echoed_tool_definition_is_text() {
+        let definition = "{\"type\": \"function\", \"function\": {\"name\": \"weather\", \"description\": \"The \
+                          current weather\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": \
+                          {\"type\": \"string\"}}}}}";
+        for text in [format!("<tools>\n{definition}\n</tools>"), definition.to_string()] {
+            let (content, calls) = parsed(ToolCallFormat::Hermes, &text);
+            assert!(calls.is_empty(), "{text}: {calls:?}");
+            assert!(content.contains("\"parameters\""), "{text}: {content}");
         }
     }
 
