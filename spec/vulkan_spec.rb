@@ -16,10 +16,8 @@ RSpec.describe "models on a Vulkan device (lavapipe)" do
     expect(Elelem.system_info).to match(/VULKAN=(on \(|off \(not built; )/)
   end
 
-  if vulkan != "VULKAN=on"
-    it("checks the Vulkan goldens") { skip "this build has no Vulkan backend (build with ELELEM_VULKAN=1)" }
-    next
-  end
+  # A build without Vulkan (the default) has nothing more to check than the line above.
+  next if vulkan != "VULKAN=on"
 
   lavapipe = begin
     IO.popen(["vulkaninfo", "--summary"], err: File::NULL, &:read)[/deviceName\s*=\s*(llvmpipe[^\n]*)/, 1]
@@ -27,7 +25,7 @@ RSpec.describe "models on a Vulkan device (lavapipe)" do
     nil
   end
   unless lavapipe
-    it("checks the Vulkan goldens") { skip "Mesa's lavapipe is not installed (ELELEM_VULKAN=1 script/setup)" }
+    it("finds Mesa's lavapipe, which ELELEM_VULKAN=1 script/setup installs") { expect(lavapipe).not_to be_nil }
     next
   end
 
