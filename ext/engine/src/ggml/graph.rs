@@ -745,21 +745,7 @@ impl Graph {
     /// Flash attention of every query over every key, without a mask (bidirectional
     /// attention: the vision encoders), with F32 accumulation.
     pub fn flash_attn_unmasked(&self, q: Tensor, k: Tensor, v: Tensor, kq_scale: f32) -> Tensor {
-        let out = op!(
-            self,
-            sys::ggml_flash_attn_ext(
-                self.c(),
-                q.as_ptr(),
-                k.as_ptr(),
-                v.as_ptr(),
-                std::ptr::null_mut(),
-                kq_scale,
-                0.0,
-                0.0
-            )
-        );
-        unsafe { sys::ggml_flash_attn_ext_set_prec(out.as_ptr(), sys::GGML_PREC_F32) };
-        out
+        self.flash_attn_f32(q, k, v, None, kq_scale, 0.0, None)
     }
 
     /// Flash attention with F32 accumulation, as llama.cpp sets it; a non-zero
@@ -776,6 +762,20 @@ impl Graph {
         logit_softcap: f32,
         sinks: Option<Tensor>,
     ) -> Tensor {
+        self.flash_attn_f32(q, k, v, Some(mask), kq_scale, logit_softcap, sinks)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn flash_attn_f32(
+        &self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Option<Tensor>,
+        kq_scale: f32,
+        logit_softcap: f32,
+        sinks: Option<Tensor>,
+    ) -> Tensor {
         let out = op!(
             self,
             sys::ggml_flash_attn_ext(
@@ -783,7 +783,7 @@ impl Graph {
                 q.as_ptr(),
                 k.as_ptr(),
                 v.as_ptr(),
-                mask.as_ptr(),
+                mask.map_or(std::ptr::null_mut(), Tensor::as_ptr),
                 kq_scale,
                 0.0,
                 logit_softcap
