@@ -287,10 +287,11 @@ fn read_call(value: &Value) -> Option<ToolCall> {
         });
     }
     let name = value.get("name")?.as_str()?.to_string();
-    let schema = value.get("parameters").filter(|p| {
-        value.get("arguments").is_none() && p.get("type") == Some(&json!("object")) && p["properties"].is_object()
-    });
-    if schema.is_some() {
+    let definition = value.get("arguments").is_none()
+        && value
+            .get("parameters")
+            .is_some_and(|p| p.get("type") == Some(&json!("object")) && p["properties"].is_object());
+    if definition {
         return None;
     }
     let arguments = value
