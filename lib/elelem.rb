@@ -34,6 +34,7 @@ require_relative "elelem/speculation"
 require_relative "elelem/chat_options"
 require_relative "elelem/completion"
 require_relative "elelem/pieces"
+require_relative "elelem/images"
 require_relative "elelem/tokenizer"
 require_relative "elelem/replies"
 require_relative "elelem/embeddings"
@@ -170,6 +171,9 @@ module Elelem
     #   `n_ctx / parallel` tokens of its own; it needs flash attention, decodes up to about 30 %
     #   slower and evaluates prompts 2-2.5x slower (see README, "Batch-invariant generation"),
     #   and the tokens are not llama.cpp's
+    # @option options [String, nil] :mmproj a projector GGUF (llama.cpp's `--mmproj`) whose
+    #   images prompts may then hold ({Model#generate}'s `images:`); by default the one beside
+    #   the model's file ({Images.projector_beside}), if any; `nil`: none
     # @option options [Boolean] :own_kernels let passes of a few rows multiply with elelem's own
     #   matrix-product kernels where one fits the weights and the CPU: the bits of the
     #   ggml kernel that would run for the same pass, in less time; `false` runs ggml's products

@@ -67,8 +67,10 @@ module Elelem
       raise ArgumentError, "unknown message role #{role.inspect} (known: #{ROLES.join(", ")})"
     end
 
-    # A content String, or an Array of text parts (`{ type: "text", text: "..." }` or
-    # Strings, as OpenAI's API and ruby_llm take them) as `{ "type" => "text", "text" => ... }`.
+    # A content String, or an Array of parts as `{ "type" => "text", "text" => ... }`: text
+    # parts (`{ type: "text", text: "..." }` or Strings, as OpenAI's API and ruby_llm take
+    # them), and image parts (see {.image}) as {Images::MARKER}, where the projector lays
+    # out the image (llama.cpp's server does the same before templating).
     def content(value)
       return Options.text("message content", value) unless value.is_a?(Array)
 
@@ -102,13 +104,46 @@ module Elelem
       [time.to_i, time.nsec]
     end
 
+    # The images of the messages' content parts, in order, as {Images.read} takes them.
+    # @return [Array]
+    def images(list)
+      return [] unless list.is_a?(Array)
+
+      list.flat_map do |message|
+        parts = message.is_a?(Hash) && (message[:content] || message["content"])
+        parts.is_a?(Array) ? parts.filter_map { |part| image(part) } : []
+      end
+    end
+
+    # An image part's image, nil for another part: `{ type: "image", image: path, bytes or IO }`,
+    # or OpenAI's `{ type: "image_url", image_url: { url: "data:image/png;base64,..." } }` (a
+    # data URI only: elelem fetches nothing).
+    def image(part)
+      return nil unless part.is_a?(Hash)
+
+      case (part[:type] || part["type"]).to_s
+      when "image" then part[:image] || part["image"]
+      when "image_url" then data_uri(part[:image_url] || part["image_url"])
+      end
+    end
+
+    def data_uri(image_url)
+      url = image_url.is_a?(Hash) ? image_url[:url] || image_url["url"] : image_url
+      return url if url.is_a?(String) && url.start_with?("data:")
+
+      raise ImageError, "an image_url must be a data URI (data:image/png;base64,...): elelem fetches no URL, " \
+                        "got #{url.inspect[0, 60]}"
+    end
+
     def part_text(part)
       return part if part.is_a?(String)
+      return Images::MARKER if image(part)
 
       type = part.is_a?(Hash) && (part[:type] || part["type"]).to_s
       return part[:text] || part["text"] if type == "text"
 
-      raise ArgumentError, "message content parts must be text (a String or { type: \"text\", text: ... }), " \
+      raise ArgumentError, "message content parts must be text (a String or { type: \"text\", text: ... }) or " \
+                           "images ({ type: \"image\", image: ... } or { type: \"image_url\", ... }), " \
                            "got #{part.inspect[0, 60]}"
     end
   end

@@ -7,6 +7,7 @@ require_relative "cli/chat"
 require_relative "cli/convert"
 require_relative "cli/embed"
 require_relative "cli/flags"
+require_relative "cli/generate"
 require_relative "cli/rpc_server"
 require_relative "cli/serve"
 
@@ -94,43 +95,6 @@ module Elelem
 
     def no_arguments(rest)
       raise OptionParser::NeedlessArgument, rest.join(" ") unless rest.empty?
-    end
-
-    def cmd_generate(argv)
-      opts, rest = parse(argv, "generate [-m MODEL] [options] [PROMPT | -]") do |o, op|
-        sampling_options(o, op, "generate")
-        o.on("--chat", "send PROMPT as a user message through the chat template") { op[:chat] = true }
-        o.on("--json", "print one JSON object: text, finish reason, token counts, seed (a string above 2^53), " \
-                       "timings") { op[:json] = true }
-      end
-      return if opts.nil?
-
-      prompt = text_argument(rest, "PROMPT")
-      open_model(opts) { |model| generate(model, prompt, opts) }
-    end
-
-    def generate(model, prompt, opts)
-      gen = SAMPLING["generate"].slice(:max_tokens).merge(opts[:gen], seed: Options.seed(opts[:gen][:seed]))
-      if opts[:chat] || opts[:system] || opts[:template]
-        prompt = model.chat_tokens([{ role: "user", content: prompt }], **opts.slice(:system, :template))
-      end
-      stream = opts[:json] ? nil : ->(piece) { @out.print(piece).then { @out.flush } }
-      completion = model.complete(prompt, **gen, &stream)
-      @out.puts(opts[:json] ? JSON.generate(summary(model, completion, gen)) : "")
-      @out.flush
-      CLI.stop_note(@err, completion.finish_reason, gen[:max_tokens])
-    end
-
-    def summary(model, completion, gen)
-      { text: completion.text, finish_reason: completion.finish_reason, prompt_tokens: completion.prompt_tokens,
-        completion_tokens: completion.tokens.size, seed: json_seed(gen[:seed]), model: model.info[:path],
-        timings: completion.timings }
-    end
-
-    # A seed as JSON: a number while a double holds it exactly (random seeds always are),
-    # else its digits as a String, which no reader rounds.
-    def json_seed(seed)
-      seed > Options::MAX_EXACT_SEED ? seed.to_s : seed
     end
 
     def cmd_chat(argv)

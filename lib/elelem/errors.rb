@@ -41,6 +41,11 @@ module Elelem
     end
   end
 
+  # An image that cannot be taken (an ArgumentError, as any bad input): not a PNG, JPEG, WebP
+  # or GIF elelem decodes, corrupt, of a size it refuses (see {Elelem::Images}), or one the
+  # projector cannot encode.
+  class ImageError < ArgumentError; end
+
   # A prompt does not fit the context window (`n_ctx`).
   class ContextFullError < Error; end
 

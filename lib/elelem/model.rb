@@ -34,7 +34,8 @@ module Elelem
         draft = options[:draft]
         draft = draft.to_path if draft.respond_to?(:to_path)
         options = options.merge(draft: Models.known(draft)) if draft.is_a?(String)
-        _open(Models.known(path), options).tap { |m| m.send(:after_open) }
+        path = Models.known(path)
+        _open(path, Images.with_projector(path, options)).tap { |m| m.send(:after_open) }
       rescue Elelem::LoadError => e
         raise unless missing_file?(e)
 
@@ -111,6 +112,16 @@ module Elelem
     #   for `draft:` with a constraint, or `:model` on a model opened without a draft model
     # @raise [Elelem::ContextFullError] when the prompt does not fit `n_ctx`
     # @raise [Elelem::ClosedError] after {#close}
+    # @raise [Elelem::ImageError] for an image that cannot be read, decoded or encoded
+    #
+    # With `images:` (a model opened with a projector, see {#vision?}), the text places each
+    # image with {Images::MARKER} (or they all come first), and each is decoded, preprocessed
+    # and encoded as llama.cpp's mtmd does: `images:` takes paths, binary Strings of a
+    # file's bytes, `data:` URIs or IOs ({Images.read}).
+    # @example Describe a picture
+    #   model = Elelem.open("gemma-3-4b-it-Q4_K_M.gguf", mmproj: "mmproj-gemma-3-4b-it-f16.gguf")
+    #   model.generate("<start_of_turn>user\n#{Elelem::Images::MARKER}What is in this picture?" \
+    #                  "<end_of_turn>\n<start_of_turn>model\n", images: ["cat.jpg"])
     def generate(prompt, **options, &)
       options, constraint = Options.constraint(options)
       result = run(prompt, options, text: prompt.is_a?(String), constraint:, &)
@@ -359,6 +370,13 @@ module Elelem
       _info
     end
 
+    # Whether prompts may hold images: the model was opened with a projector (`mmproj:`, or
+    # one found beside its file; {#info}'s `:mmproj` names its type).
+    # @return [Boolean]
+    def vision?
+      !info[:mmproj].nil?
+    end
+
     # Memory use (the KV cache's cells in use, `kv_cells_used` of `kv_cells`, and the tokens
     # its sequences hold, `kv_tokens`, as of the last pass), and the work and speed of the last
     # generation that finished on this model (on any thread): its evaluated and reused prompt
@@ -378,7 +396,8 @@ module Elelem
       i = info
       label = [i[:architecture], i[:size_label], i[:file_type]].compact.join(" ")
       if i[:kind] == :decoder
-        return "#<#{self.class.name} #{label} n_ctx=#{i[:n_ctx]}#{" batch_invariant" if i[:batch_invariant]}>"
+        flags = "#{" batch_invariant" if i[:batch_invariant]}#{" mmproj=#{i[:mmproj]}" if i[:mmproj]}"
+        return "#<#{self.class.name} #{label} n_ctx=#{i[:n_ctx]}#{flags}>"
       end
 
       "#<#{self.class.name} #{label} embeddings=#{i[:embedding_length]} pooling=#{i[:pooling] || :none}>"
@@ -397,8 +416,8 @@ module Elelem
     end
 
     def run(prompt, options, text:, logprobs: nil, constraint: nil, &block)
-      opts = Options.generation(options)
-      prompt = Options.prompt(prompt)
+      opts = Options.generation(options.except(:images))
+      prompt = Images.attach(prompt, options[:images], opts)
       @last_stop_reason = :interrupted
       result = generate_now(prompt, opts, text, logprobs, constraint, &block)
       @last_result = result

@@ -22,13 +22,14 @@ module Elelem
         prompt.is_a?(Array) && !prompt.empty? && prompt.all?(Hash)
       end
 
-      # What {#chat} evaluates and how: `[ids, generation options, constraint]`. `tools:` also
-      # switch on the lazy constraint on tool calls unless a constraint on the whole reply is given.
+      # What {#chat} evaluates and how: `[ids or an Images::Prompt (with images), generation options,
+      # constraint]`. `tools:` also switch on the lazy constraint on tool calls unless a
+      # constraint on the whole reply is given.
       def chat_request(messages, template, system, parse_special, options)
         options, constraint = Options.constraint(max_completion_tokens(options))
         generation = options.slice(*Options::GENERATION_DEFAULTS.keys)
         variables = options.except(*Options::GENERATION_DEFAULTS.keys)
-        render = ->(vars) { chat_tokens(messages, template:, system:, parse_special:, **vars) }
+        render = chat_renderer(messages, template, system, parse_special)
         ids = render.call(variables)
         tools = variables[:tools]
         if tools.is_a?(Array) && !tools.empty?
@@ -36,6 +37,21 @@ module Elelem
           constraint ||= ["tools", JSON.generate(tools), template && Options.text(:template, template)]
         end
         [ids, Options::CHAT_DEFAULTS.merge(generation), constraint]
+      end
+
+      # Renders the conversation with template variables into what {#chat} evaluates: its ids,
+      # or with images an {Images::Prompt} (whose images the projector lays out around the text).
+      def chat_renderer(messages, template, system, parse_special)
+        images = ChatOptions.images(messages).map { |image| Images.read(image) }
+        return ->(vars) { chat_tokens(messages, template:, system:, parse_special:, **vars) } if images.empty?
+
+        lambda do |vars|
+          args = chat_arguments(messages, template, system, vars)
+          text, plain = explaining_refusals(args[0]) do
+            _chat_text(args[0], args[1], parse_special ? true : false, *args[2..])
+          end
+          Images::Prompt.new(text:, plain:, images:)
+        end
       end
 
       # OpenAI's newer name for `max_tokens`, as {Model#chat} takes it too.

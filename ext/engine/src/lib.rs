@@ -43,7 +43,7 @@ pub use model::{HParams, Model, ModelParams, Pooling, Split};
 pub use runtime::{
     generate, BatchToken, Batcher, Chooser, Context, ContextParams, ContextSnapshot, DecodeStats, Draft, DraftLength,
     DraftSource, DraftStats, EmbedParams, Embedder, EmbedderGuard, Event, Lease, Logprob, NgramCache, Normalize,
-    OpenParams, Request, RequestId, Runtime, Scheduler, Speculation, SpeculativeParams, Summary,
+    OpenParams, PromptEmbeddings, Request, RequestId, Runtime, Scheduler, Speculation, SpeculativeParams, Summary,
 };
 /// The JSON values constraints and tool calls are made of.
 pub use serde_json;

@@ -584,6 +584,7 @@ fn batcher_masks_and_commits() {
         let mut batcher = Batcher::new(ctx, 1);
         let request = Request {
             prompt: ids.clone(),
+            embeddings: Vec::new(),
             params: TextParams {
                 generate: GenerateParams {
                     max_tokens,

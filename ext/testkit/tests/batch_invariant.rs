@@ -179,6 +179,7 @@ fn speculative_greedy_output_is_plain_greedy_output() {
     for (source, length) in drafts {
         let request = Request {
             prompt: prompt.clone(),
+            embeddings: Vec::new(),
             params: TextParams {
                 generate: params.clone(),
                 ..TextParams::default()

@@ -383,6 +383,7 @@ fn lockstep_sequences_match_llama_cpp() {
                         .iter()
                         .map(|x| x.as_u64().unwrap() as u32)
                         .collect(),
+                    embeddings: Vec::new(),
                     params: TextParams {
                         generate: GenerateParams {
                             max_tokens: case["max_tokens"].as_u64().unwrap() as u32,

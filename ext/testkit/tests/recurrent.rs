@@ -147,6 +147,7 @@ fn speculative_decoding_and_embeddings_refused(model: Arc<Model>) {
     let ctx = context(&model, 1);
     let request = Request {
         prompt: PROMPT.to_vec(),
+        embeddings: Vec::new(),
         params: TextParams::default(),
         logprobs: None,
         choose: None,
@@ -200,6 +201,7 @@ fn batch_invariant_sequence_has_its_lone_bits(name: &str, model: &Arc<Model>) {
     // A request whose chooser keeps the bits of every step's logits.
     let request = |prompt: &[u32], seen: Arc<Mutex<Vec<Vec<u32>>>>| Request {
         prompt: prompt.to_vec(),
+        embeddings: Vec::new(),
         params: TextParams {
             generate: GenerateParams {
                 max_tokens: 12,

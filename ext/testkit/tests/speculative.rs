@@ -45,6 +45,7 @@ fn request(prompt: &[u32], max_tokens: u32, temperature: f32) -> Request<'static
     params.sampler.seed = 11;
     Request {
         prompt: prompt.to_vec(),
+        embeddings: Vec::new(),
         params,
         logprobs: None,
         choose: None,

@@ -6,7 +6,7 @@ module Elelem
   class CLI
     # The options of {Elelem.open} that the commands' flags set.
     OPEN_OPTIONS = %i[n_ctx n_threads adaptive_threads batch_invariant parallel queue rpc n_gpu_layers
-                      tensor_split split_mode main_gpu kv_offload].freeze
+                      tensor_split split_mode main_gpu kv_offload mmproj].freeze
 
     private
 
@@ -39,6 +39,9 @@ module Elelem
       end
       parser.on("--batch-invariant", "each sequence's tokens as alone, whatever runs beside it (slower)") do
         opts[:batch_invariant] = true
+      end
+      parser.on("--mmproj FILE", "the model's projector, for images (default: mmproj-<MODEL> beside it, if any)") do |f|
+        opts[:mmproj] = f
       end
       offload_options(parser, opts)
     end

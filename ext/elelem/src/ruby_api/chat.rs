@@ -54,6 +54,27 @@ impl Model {
         Ok(ruby.ary_from_vec(tokenizer.tokenize_with_plain(&rendered.text, true, plain)))
     }
 
+    /// The prompt `chat_ids` tokenizes, as its text and the byte ranges of it read as
+    /// plain text (`[[start, end], ...]`: the contents, unless `parse_special`), for a
+    /// conversation with images, which the model's projector lays out around them.
+    fn chat_text(
+        ruby: &Ruby,
+        rb_self: &Self,
+        messages: RArray,
+        template: Option<String>,
+        parse_special: bool,
+        variables: RHash,
+        now: Option<(u64, u32)>,
+    ) -> Result<(String, Vec<(usize, usize)>), Error> {
+        let chat = ChatRequest::new(ruby, messages, template, true, variables, now)?;
+        let rendered = render(ruby, rb_self.model(ruby)?.as_ref(), chat)?;
+        let plain = match parse_special {
+            true => Vec::new(),
+            false => rendered.contents.iter().map(|r| (r.start, r.end)).collect(),
+        };
+        Ok((rendered.text, plain))
+    }
+
     /// Splits a finished reply, given as its generated ids, into `[content,
     /// reasoning, [[name, arguments_json, id or nil], ...]]` by the tool-call format of
     /// `template` (or the model's own template). The ids are read with their
@@ -174,5 +195,6 @@ pub fn init(class: &RClass) -> Result<(), Error> {
     class.define_private_method("_tool_call_format", method!(Model::tool_call_format, 1))?;
     class.define_private_method("_chat_template", method!(Model::chat_template, 0))?;
     class.define_private_method("_render_chat", method!(Model::render_chat, 5))?;
-    class.define_private_method("_chat_ids", method!(Model::chat_ids, 5))
+    class.define_private_method("_chat_ids", method!(Model::chat_ids, 5))?;
+    class.define_private_method("_chat_text", method!(Model::chat_text, 5))
 }

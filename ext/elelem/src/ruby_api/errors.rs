@@ -21,14 +21,15 @@ static BUSY: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "BusyErr
 static INCOMPATIBLE_DRAFT: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "IncompatibleDraftError"));
 static CPU: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "CpuError"));
 static BACKEND: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "BackendError"));
+static IMAGE: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "ImageError"));
 
 pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
     use elelem_engine::Error as E;
     let class = match &e {
         E::Load(_) => ruby.get_inner(&LOAD_ERROR),
         E::Unsupported(_) => ruby.get_inner(&UNSUPPORTED),
-        // A bad image is a bad argument (no Ruby API takes images yet).
-        E::InvalidArgument(_) | E::Image(_) => ruby.exception_arg_error(),
+        E::InvalidArgument(_) => ruby.exception_arg_error(),
+        E::Image(_) => ruby.get_inner(&IMAGE),
         E::ContextFull(_) => ruby.get_inner(&CONTEXT_FULL),
         E::Aborted => ruby.get_inner(&INTERRUPTED),
         E::OutOfMemory(_) => ruby.exception_no_mem_error(),

@@ -9,7 +9,7 @@ use magnus::{method, prelude::*, Error, RArray, RClass, RHash, RString, Ruby, Tr
 use super::constraint::ConstraintArg;
 use super::errors::{self, engine_error};
 use super::model::Model;
-use super::nogvl::{resumable, Interrupt};
+use super::nogvl::{resumable, without_gvl, Interrupt};
 use super::speculation::{speculate, speculation};
 
 /// An interrupt of the thread waiting on a request: it stops waiting, and the
@@ -59,12 +59,13 @@ impl Model {
     ) -> Result<RHash, Error> {
         let runtime = rb_self.runtime(ruby)?;
         let scheduler = scheduler(ruby, &runtime)?;
-        let prompt = prompt_ids(ruby, scheduler.model(), prompt)?;
+        let (prompt, embeddings) = prompt_with_images(ruby, &runtime, prompt, opts)?;
         let params = text_params(ruby, opts)?;
         let constraint = ConstraintArg::new(ruby, constraint)?;
         let speculation = speculation(ruby, &runtime, opts, !matches!(constraint, ConstraintArg::None))?;
         let request = engine::Request {
             prompt,
+            embeddings,
             params,
             logprobs,
             choose: None,
@@ -114,6 +115,7 @@ impl Model {
             let yield_text = RString::from_value(prompt).is_some();
             let request = engine::Request {
                 prompt: prompt_ids(ruby, scheduler.model(), prompt)?,
+                embeddings: Vec::new(),
                 params: params.clone(),
                 logprobs: None,
                 choose: None,
@@ -280,6 +282,49 @@ fn scheduler<'r>(ruby: &Ruby, runtime: &'r engine::Runtime) -> Result<&'r engine
             ),
         )
     })
+}
+
+/// The prompt's ids and, when `opts[:images]` holds images (binary Strings of their
+/// files), their embeddings: the text places them with `Elelem::Images::MARKER`, laid out
+/// as mtmd lays them out (see [`engine::vision::VisionContext::prompt`]), with special
+/// tokens parsed but in the byte ranges `opts[:plain]` (`[[start, end], ...]`: a chat's
+/// contents). Encoding runs without the GVL; an interrupt is raised once the image in
+/// hand is encoded.
+fn prompt_with_images(
+    ruby: &Ruby,
+    runtime: &engine::Runtime,
+    prompt: Value,
+    opts: RHash,
+) -> Result<(Vec<u32>, Vec<engine::PromptEmbeddings>), Error> {
+    let images: Option<RArray> = opts.lookup(ruby.to_symbol("images"))?;
+    let Some(images) = images.filter(|i| !i.is_empty()) else {
+        let model = runtime.model();
+        return Ok((prompt_ids(ruby, model, prompt)?, Vec::new()));
+    };
+    let arg_error = |message: &str| Error::new(ruby.exception_arg_error(), message.to_string());
+    let vision = runtime.vision().ok_or_else(|| {
+        arg_error("this model was opened without a projector (Elelem.open's mmproj:): it takes no images")
+    })?;
+    let text = RString::from_value(prompt)
+        .ok_or_else(|| arg_error("a prompt with images is text, not token ids"))?
+        .to_string()?;
+    let images = (0..images.len())
+        .map(|i| {
+            let image: RString = images.entry(i as isize)?;
+            // SAFETY: copied at once, before any Ruby code can run.
+            Ok(unsafe { image.as_slice() }.to_vec())
+        })
+        .collect::<Result<Vec<Vec<u8>>, Error>>()?;
+    let plain: Option<Vec<(usize, usize)>> = opts.lookup(ruby.to_symbol("plain"))?;
+    let plain: Vec<std::ops::Range<usize>> = plain.unwrap_or_default().into_iter().map(|(s, e)| s..e).collect();
+    let model = runtime.model();
+    let interrupt = AtomicBool::new(false);
+    let built = without_gvl(ruby, &interrupt, || {
+        let images: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+        vision.prompt(model, &text, &plain, &images, true)
+    })?
+    .map_err(|e| engine_error(ruby, e))?;
+    Ok((built.ids, built.embeddings))
 }
 
 fn prompt_ids(ruby: &Ruby, model: &engine::Model, prompt: Value) -> Result<Vec<u32>, Error> {

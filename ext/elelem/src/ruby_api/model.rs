@@ -102,6 +102,10 @@ impl Model {
         h.aset(sym("embedding_length"), hp.n_embd)?;
         h.aset(sym("causal"), hp.causal_attn)?;
         h.aset(
+            sym("mmproj"),
+            runtime.vision().map(|v| v.mmproj().hparams.projector.name()),
+        )?;
+        h.aset(
             sym("draft"),
             match runtime.speculation().map(|s| s.source) {
                 Some(engine::DraftSource::Model) => runtime.draft_name().map(|name| ruby.into_value(name)),

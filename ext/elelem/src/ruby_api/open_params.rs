@@ -14,7 +14,7 @@ use magnus::{prelude::*, r_hash::ForEach, Error, Integer, RHash, RString, Ruby, 
 use super::model::Model;
 
 /// The keys `Elelem.open` takes, for the message that refuses another.
-const KEYS: [&str; 19] = [
+const KEYS: [&str; 20] = [
     "n_ctx",
     "n_threads",
     "adaptive_threads",
@@ -34,6 +34,7 @@ const KEYS: [&str; 19] = [
     "split_mode",
     "main_gpu",
     "kv_offload",
+    "mmproj",
 ];
 
 /// A model's path and how to open it.
@@ -89,6 +90,7 @@ impl OpenParams {
                 }
                 "batch_invariant" => params.batch_invariant = arg.boolean()?,
                 "own_kernels" => params.own_kernels = arg.boolean()?,
+                "mmproj" => params.mmproj = arg.path()?,
                 _ => {
                     return Err(Error::new(
                         ruby.exception_arg_error(),
@@ -221,6 +223,16 @@ impl Arg<'_> {
 
     /// nil, a draft model's path, an open `Elelem::Model` (whose weights it shares),
     /// or `:lookup` / `:copy`.
+    /// A file's path (a String: file names need not be UTF-8), or nil for none.
+    fn path(&self) -> Result<Option<PathBuf>, Error> {
+        if self.value.is_nil() {
+            return Ok(None);
+        }
+        let path = RString::from_value(self.value).ok_or_else(|| self.invalid("a path (a String) or nil"))?;
+        // SAFETY: copied at once, before any Ruby code can run.
+        Ok(Some(PathBuf::from(OsStr::from_bytes(unsafe { path.as_slice() }))))
+    }
+
     fn draft(&self) -> Result<Option<engine::Draft>, Error> {
         if self.value.is_nil() {
             return Ok(None);

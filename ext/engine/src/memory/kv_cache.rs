@@ -396,14 +396,15 @@ impl Cells {
 
     /// One row of the mask [n_kv, n_tokens], for the token of `seq` at position
     /// `query` over the first `row.len()` cells: a cell is `visible` if it holds a
-    /// position of `seq` at or before the token's, within the window, else `hidden`
-    /// (0 and -inf, in F16 or F32). Row by row, because the whole mask of a
-    /// micro-batch deep in a large context would be a second copy of up to a GiB.
-    pub fn mask_row<T: Copy>(&self, query: i32, seq: SeqId, row: &mut [T], visible: T, hidden: T) {
+    /// position of `seq` at or before the token's (any of its positions, when not
+    /// `causal`), within the window, else `hidden` (0 and -inf, in F16 or F32). Row by
+    /// row, because the whole mask of a micro-batch deep in a large context would be a
+    /// second copy of up to a GiB.
+    pub fn mask_row<T: Copy>(&self, query: i32, seq: SeqId, causal: bool, row: &mut [T], visible: T, hidden: T) {
         row.fill(hidden);
         let bit = 1u64 << seq;
         for ((m, &key), &seqs) in row.iter_mut().zip(&self.pos).zip(&self.seqs) {
-            if seqs & bit != 0 && key <= query && !self.outside_window(key, query) {
+            if seqs & bit != 0 && (key <= query || !causal) && !self.outside_window(key, query) {
                 *m = visible;
             }
         }
@@ -711,7 +712,7 @@ mod tests {
         assert_eq!(taken[1], (512..700).collect::<Vec<_>>());
         assert_eq!(cells.n_kv(), 768);
         let mut mask = [0; 768];
-        cells.mask_row(699, 0, &mut mask, MASK_VISIBLE, MASK_HIDDEN);
+        cells.mask_row(699, 0, true, &mut mask, MASK_VISIBLE, MASK_HIDDEN);
         assert!(mask[..700].iter().all(|&m| m == MASK_VISIBLE));
         assert!(mask[700..].iter().all(|&m| m == MASK_HIDDEN));
     }
@@ -748,7 +749,7 @@ mod tests {
         assert_eq!(feed(&mut cells, 0, 1100, 1, 1)[0], [76]);
         let query = 1100;
         let mut mask = [0; 1024];
-        cells.mask_row(query, 0, &mut mask, MASK_VISIBLE, MASK_HIDDEN);
+        cells.mask_row(query, 0, true, &mut mask, MASK_VISIBLE, MASK_HIDDEN);
         for (idx, &m) in mask.iter().enumerate() {
             let key = cells.pos[idx];
             assert_eq!(m == MASK_VISIBLE, query - key < 512, "cell {idx} at {key}");
@@ -782,7 +783,7 @@ mod tests {
         assert_eq!((a[0].clone(), b[0].clone()), (vec![4, 5], vec![6, 7, 8]));
         let visible = |seq, query| {
             let mut row = [0u16; 9];
-            cells.mask_row(query, seq, &mut row, MASK_VISIBLE, MASK_HIDDEN);
+            cells.mask_row(query, seq, true, &mut row, MASK_VISIBLE, MASK_HIDDEN);
             row.iter().map(|&m| m == MASK_VISIBLE).collect::<Vec<_>>()
         };
         let t = true;
@@ -818,7 +819,7 @@ mod tests {
         assert_eq!(feed(&mut cells, 2, 3, 20, 7)[1], (210..217).collect::<Vec<_>>());
         // Past the window nothing is reused: only the mask hides old keys.
         let mut row = [0u16; 300];
-        cells.mask_row(22, 2, &mut row, MASK_VISIBLE, MASK_HIDDEN);
+        cells.mask_row(22, 2, true, &mut row, MASK_VISIBLE, MASK_HIDDEN);
         let visible: Vec<usize> = (0..300).filter(|&i| row[i] == MASK_VISIBLE).collect();
         assert_eq!(visible, (215..223).collect::<Vec<_>>());
         // A sequence's range is all it has; truncated, it refills the same cells.

@@ -15,7 +15,15 @@ use crate::memory::StateRows;
 /// One micro-batch: each token with its position and sequence, the rows whose
 /// logits are wanted, and the cache cells each group put the tokens in.
 pub(crate) struct Batch<'a> {
+    /// The token ids, or for a pass over embeddings (`embd`) the ids the sequence records
+    /// in their place, which the graph does not read.
     pub tokens: &'a [u32],
+    /// The input embeddings, n_embd values per token, instead of the tokens' rows (an
+    /// image's, from its projector: llama.cpp's `batch.embd`).
+    pub embd: Option<&'a [f32]>,
+    /// False for a pass whose tokens see each other in both directions (Gemma 3's image
+    /// tokens, as mtmd decodes them with `llama_set_causal_attn(false)`).
+    pub causal: bool,
     pub pos: &'a [i32],
     pub seqs: &'a [SeqId],
     pub out_rows: &'a [i32],
@@ -41,17 +49,32 @@ pub(crate) trait GraphInput: Send {
     fn can_reuse(&self, batch: &Batch) -> bool;
 }
 
-/// I32 [n_tokens]: the token ids (llama.cpp's `llm_graph_input_embd`).
-pub struct TokenIds(pub Tensor);
+/// What a pass starts from (llama.cpp's `llm_graph_input_embd`, which selects one of
+/// its inputs by the batch's contents): I32 [n_tokens] token ids whose rows the graph
+/// looks up, or F32 [n_embd, n_tokens] embeddings given as they are.
+#[derive(Clone, Copy)]
+pub enum TokenInput {
+    Ids(Tensor),
+    Embeddings(Tensor),
+}
 
-impl GraphInput for TokenIds {
+impl GraphInput for TokenInput {
     fn set(&self, batch: &Batch) {
-        let ids: Vec<i32> = batch.tokens.iter().map(|&t| t as i32).collect();
-        self.0.write(&ids);
+        match (*self, batch.embd) {
+            (TokenInput::Ids(t), _) => {
+                let ids: Vec<i32> = batch.tokens.iter().map(|&t| t as i32).collect();
+                t.write(&ids);
+            }
+            (TokenInput::Embeddings(t), Some(embd)) => t.write(embd),
+            (TokenInput::Embeddings(_), None) => unreachable!("can_reuse refuses a token pass"),
+        }
     }
 
     fn can_reuse(&self, batch: &Batch) -> bool {
-        self.0.ne()[0] as usize == batch.n_tokens()
+        match *self {
+            TokenInput::Ids(t) => batch.embd.is_none() && t.ne()[0] as usize == batch.n_tokens(),
+            TokenInput::Embeddings(t) => batch.embd.is_some() && t.ne()[1] as usize == batch.n_tokens(),
+        }
     }
 }
 
@@ -152,7 +175,7 @@ impl KvGroupInput {
         let row_bytes = std::mem::size_of_val(&row[..]);
         assert_eq!(self.mask.nbytes(), row_bytes * batch.n_tokens());
         for (i, (&query, &seq)) in batch.pos.iter().zip(batch.seqs).enumerate() {
-            cells.mask_row(query, seq, &mut row, visible, hidden);
+            cells.mask_row(query, seq, batch.causal, &mut row, visible, hidden);
             self.mask.write_at(i * row_bytes, &row);
         }
     }
@@ -343,7 +366,7 @@ pub enum MaskFor<'a> {
 
 /// Every input of a pass.
 pub struct Inputs {
-    pub tokens: TokenIds,
+    pub tokens: TokenInput,
     pub pos: Positions,
     pub out_ids: OutputRows,
     /// One per KV cache group (see [`crate::memory::kv_cache`]).
@@ -356,10 +379,12 @@ impl Inputs {
     /// The inputs of a pass over `n_tokens` tokens with `n_outputs` output rows,
     /// attending over the first `n_kv` cells of each cache group, with flash attention
     /// or without (then with a transposed V cache `v_width` values wide), each position
-    /// `pos_per_token` values (see [`Positions`]).
+    /// `pos_per_token` values (see [`Positions`]); from token ids, or from embeddings
+    /// `n_embd_input` wide.
     pub fn new(
         graph: &Graph,
         n_tokens: i64,
+        n_embd_input: Option<i64>,
         n_outputs: i64,
         n_kv: &[u32],
         attention: MaskFor,
@@ -392,7 +417,12 @@ impl Inputs {
             })
             .collect();
         Inputs {
-            tokens: TokenIds(graph.input("inp_tokens", sys::GGML_TYPE_I32, &[n_tokens])),
+            tokens: match n_embd_input {
+                None => TokenInput::Ids(graph.input("inp_tokens", sys::GGML_TYPE_I32, &[n_tokens])),
+                Some(n_embd) => {
+                    TokenInput::Embeddings(graph.input("inp_embd", sys::GGML_TYPE_F32, &[n_embd, n_tokens]))
+                }
+            },
             pos: Positions(
                 graph.input("inp_pos", sys::GGML_TYPE_I32, &[n_tokens * pos_per_token as i64]),
                 pos_per_token,

@@ -7,7 +7,9 @@
 use ggml_sys as sys;
 
 use super::hparams::{ExpertGating, ExpertGroups, HParams, NormType, Pooling};
-use super::inputs::{Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, StateRowsInput, TemperatureInput};
+use super::inputs::{
+    Filled, Inputs, MeanWeights, OwnTokensMask, PooledRows, StateRowsInput, TemperatureInput, TokenInput,
+};
 use super::weights::{
     AttentionWeights, ExpertBiases, FfnWeights, LayerWeights, Mamba2Weights, MlaQuery, MlaWeights, Norm,
     PerLayerEmbeddings, QkvWeights, SharedExpert, SharedGate, Weights,
@@ -68,9 +70,13 @@ impl GraphBuilder<'_> {
         &self.weights.layers
     }
 
-    /// The token embeddings (times the model's embedding multiplier, if it has one).
+    /// The token embeddings, or the embeddings the pass was given (times the model's
+    /// embedding multiplier, if it has one: llama.cpp scales both).
     pub fn embed(&self) -> Tensor {
-        let x = self.graph.get_rows(self.weights.tok_embd, self.inputs.tokens.0);
+        let x = match self.inputs.tokens {
+            TokenInput::Ids(ids) => self.graph.get_rows(self.weights.tok_embd, ids),
+            TokenInput::Embeddings(embd) => embd,
+        };
         match self.hparams().embedding_scale {
             Some(scale) => self.graph.scale(x, scale),
             None => x,
@@ -79,8 +85,12 @@ impl GraphBuilder<'_> {
     }
 
     /// The embeddings times `scale`, multiplied by a [1, n_tokens] input filled with
-    /// it, as llama.cpp scales token rows.
+    /// it, as llama.cpp scales token rows. Given embeddings are not scaled (llama.cpp's
+    /// rows are 1 for them, and x × 1 is x).
     pub fn embed_scaled(&self, scale: f32) -> Tensor {
+        if matches!(self.inputs.tokens, TokenInput::Embeddings(_)) {
+            return self.embed();
+        }
         let rows = self
             .graph
             .input("inp_scale_rows", sys::GGML_TYPE_F32, &[1, self.n_tokens]);
@@ -99,7 +109,10 @@ impl GraphBuilder<'_> {
         let g = self.graph;
         let hp = self.hparams();
         let (width, n_layer) = (i64::from(hp.n_embd_per_layer), i64::from(hp.n_layer));
-        let rows = g.get_rows(ple.tok_embd, self.inputs.tokens.0);
+        let TokenInput::Ids(ids) = self.inputs.tokens else {
+            unreachable!("Context::decode_embeddings refuses a model with per-layer embeddings")
+        };
+        let rows = g.get_rows(ple.tok_embd, ids);
         let rows = g.reshape_3d(rows, width, n_layer, self.n_tokens);
         let rows = g.scale(rows, (hp.n_embd_per_layer as f32).sqrt());
         let proj = g.mul_mat(ple.model_proj, x);

@@ -166,6 +166,13 @@ impl Model {
         })
     }
 
+    /// Whether a pass may start from given embeddings (an image's) instead of token ids:
+    /// a decoder whose only per-token input is its embedding row (not Gemma 4's or Gemma
+    /// 3n's per-layer embeddings, looked up by token).
+    pub fn takes_embeddings(&self) -> bool {
+        self.hparams.arch.kind == Kind::Decoder && self.weights.per_layer_embd.is_none()
+    }
+
     /// Bytes of weight data the graphs read (mapped plus repacked).
     pub fn weights_bytes(&self) -> usize {
         self.weights_bytes

@@ -27,9 +27,31 @@ pub struct RequestId(pub u64);
 /// Chooses a token from logits, instead of the sampler (tools that watch the logits).
 pub type Chooser<'a> = Box<dyn FnMut(&[f32]) -> u32 + Send + 'a>;
 
+/// Rows of a prompt given as embeddings rather than tokens (an image's, from its
+/// projector), decoded in passes of their own as mtmd's helper decodes them.
+#[derive(Clone)]
+pub struct PromptEmbeddings {
+    /// The first row's index in the prompt, whose ids there the sequence records in their
+    /// place (the same ids for the same image let a later prompt reuse its cells).
+    pub start: usize,
+    /// n_embd values per row.
+    pub embd: Arc<[f32]>,
+    /// False when the rows see each other in both directions (Gemma 3's image tokens):
+    /// they are then one pass.
+    pub causal: bool,
+}
+
+impl PromptEmbeddings {
+    fn rows(&self, n_embd: usize) -> std::ops::Range<usize> {
+        self.start..self.start + self.embd.len() / n_embd
+    }
+}
+
 /// What to generate.
 pub struct Request<'a> {
     pub prompt: Vec<u32>,
+    /// The prompt's rows given as embeddings, in order, apart.
+    pub embeddings: Vec<PromptEmbeddings>,
     pub params: TextParams,
     /// Each token's log-probability and this many likeliest alternatives.
     pub logprobs: Option<u32>,
@@ -99,9 +121,22 @@ pub enum Event {
     Done { tail: String, summary: Summary },
 }
 
+impl Plan {
+    /// Evaluates the pass.
+    pub fn decode(&self, ctx: &mut Context) -> Result<()> {
+        match &self.embeddings {
+            None => ctx.decode_batch(&self.batch),
+            Some((embd, causal)) => ctx.decode_embeddings(&self.batch, embd, *causal),
+        }
+    }
+}
+
 /// One pass: the tokens, and whose they are.
 pub struct Plan {
     pub batch: Vec<BatchToken>,
+    /// The batch's embeddings, when it is a prompt's rows given as embeddings, and
+    /// whether they attend causally.
+    embeddings: Option<(Vec<f32>, bool)>,
     /// Per request in the pass: how many of its prompt tokens it carries (0 for a
     /// decode step), and which of the pass's output rows is its, if any.
     members: Vec<(RequestId, usize, Option<usize>)>,
@@ -115,6 +150,7 @@ struct Slot {
 
 struct Active<'a> {
     prompt: Vec<u32>,
+    embeddings: Vec<PromptEmbeddings>,
     params: TextParams,
     sampler: Sampler,
     choose: Option<Chooser<'a>>,
@@ -138,6 +174,33 @@ struct Active<'a> {
 }
 
 impl Active<'_> {
+    /// The prompt's rows given as embeddings that hold row `i`, if any.
+    fn embeddings_at(&self, i: usize, n_embd: usize) -> Option<&PromptEmbeddings> {
+        self.embeddings.iter().find(|e| e.rows(n_embd).contains(&i))
+    }
+
+    /// Where the next prompt rows of another kind than row `i`'s begin (embeddings or
+    /// tokens): a pass holds one kind.
+    fn same_kind_until(&self, i: usize, n_embd: usize) -> usize {
+        match self.embeddings_at(i, n_embd) {
+            Some(e) => e.rows(n_embd).end,
+            None => self
+                .embeddings
+                .iter()
+                .map(|e| e.start)
+                .find(|&start| start > i)
+                .unwrap_or(self.prompt.len()),
+        }
+    }
+
+    /// [`Context::reusable_prefix`], cut back to the start of rows given as embeddings
+    /// that it would end within: they are decoded whole.
+    fn reusable_prefix(&self, ctx: &Context, seq: SeqId) -> usize {
+        let kept = ctx.reusable_prefix(seq, &self.prompt);
+        let n_embd = ctx.model().hparams.n_embd as usize;
+        self.embeddings_at(kept, n_embd).map_or(kept, |e| e.start)
+    }
+
     /// Cells it may still need: the rest of its prompt and its tokens to come.
     fn cells_to_come(&self, ctx: &Context) -> usize {
         let budget = self.prompt.len() + self.params.generate.max_tokens as usize;
@@ -203,12 +266,20 @@ pub(crate) struct Admitted {
 /// alike: a prompt of known ids that fits a sequence (`capacity`: its tokens, and
 /// the same in words for the error), valid sampling, and stop strings (which need
 /// the model's tokenizer; without one ids still generate, with no text).
-pub(crate) fn admit(model: &Model, capacity: (usize, &str), prompt: &[u32], params: &TextParams) -> Result<Admitted> {
+pub(crate) fn admit(
+    model: &Model,
+    capacity: (usize, &str),
+    prompt: &[u32],
+    embeddings: &[PromptEmbeddings],
+    params: &TextParams,
+) -> Result<Admitted> {
     if prompt.is_empty() {
         return Err(Error::InvalidArgument("the prompt is empty".into()));
     }
+    let is_token = check_embeddings(model, prompt.len(), embeddings)?;
     let n_vocab = model.hparams.n_vocab;
-    if let Some(&bad) = prompt.iter().find(|&&t| t >= n_vocab) {
+    let tokens = prompt.iter().zip(&is_token).filter(|(_, &t)| t).map(|(&t, _)| t);
+    if let Some(bad) = tokens.clone().find(|&t| t >= n_vocab) {
         return Err(Error::InvalidArgument(format!(
             "token id {bad} is out of range (vocabulary size {n_vocab})"
         )));
@@ -226,8 +297,39 @@ pub(crate) fn admit(model: &Model, capacity: (usize, &str), prompt: &[u32], para
         model.tokenizer()?;
     }
     let mut sampler = Sampler::new(params.sampler.clone());
-    prompt.iter().for_each(|&t| sampler.accept(t));
+    tokens.for_each(|t| sampler.accept(t));
     Ok(Admitted { text, sampler })
+}
+
+/// Checks a prompt's rows given as embeddings (a model that takes them, whole rows,
+/// within the prompt, in order, apart) and says which of its rows are tokens.
+fn check_embeddings(model: &Model, n_prompt: usize, embeddings: &[PromptEmbeddings]) -> Result<Vec<bool>> {
+    let mut is_token = vec![true; n_prompt];
+    if embeddings.is_empty() {
+        return Ok(is_token);
+    }
+    if !model.takes_embeddings() {
+        return Err(Error::Unsupported(format!(
+            "{} does not take embeddings as input (its per-layer inputs are looked up by token)",
+            model.hparams.arch.name
+        )));
+    }
+    let n_embd = model.hparams.n_embd as usize;
+    let mut end = 0;
+    for e in embeddings {
+        let rows = e.rows(n_embd);
+        if e.embd.is_empty() || e.embd.len() % n_embd != 0 || rows.start < end || rows.end > n_prompt {
+            return Err(Error::InvalidArgument(format!(
+                "embeddings of {} values at row {} do not fit the prompt: whole rows of n_embd {n_embd}, \
+                 in order, within its {n_prompt} rows",
+                e.embd.len(),
+                e.start
+            )));
+        }
+        is_token[rows.clone()].fill(false);
+        end = rows.end;
+    }
+    Ok(is_token)
 }
 
 pub struct Batcher<'a> {
@@ -268,12 +370,19 @@ impl<'a> Batcher<'a> {
     pub fn submit(&mut self, request: Request<'a>) -> Result<RequestId> {
         let Request {
             prompt,
+            embeddings,
             params,
             logprobs,
             choose,
             constraint,
         } = request;
-        let Admitted { text, sampler } = admit(&self.model, (self.n_ctx_seq.0, &self.n_ctx_seq.1), &prompt, &params)?;
+        let Admitted { text, sampler } = admit(
+            &self.model,
+            (self.n_ctx_seq.0, &self.n_ctx_seq.1),
+            &prompt,
+            &embeddings,
+            &params,
+        )?;
         // Waiting requests take the free sequences first, at the next pass: only those
         // beyond them wait in the queue.
         let free = self.slots.iter().filter(|s| s.request.is_none()).count();
@@ -289,6 +398,7 @@ impl<'a> Batcher<'a> {
             id,
             Active {
                 prompt,
+                embeddings,
                 params,
                 sampler,
                 choose,
@@ -386,6 +496,10 @@ impl<'a> Batcher<'a> {
     /// micro-batch. `None` when there is nothing to evaluate.
     pub fn plan(&mut self, ctx: &mut Context) -> Option<Plan> {
         self.admit(ctx);
+        if let Some(plan) = self.plan_embeddings(ctx) {
+            return Some(plan);
+        }
+        let n_embd = self.model.hparams.n_embd as usize;
         let mut budget = ctx.max_batch() as usize;
         let mut batch = Vec::new();
         let mut members = Vec::new();
@@ -411,7 +525,7 @@ impl<'a> Batcher<'a> {
         }
         for &(seq, id) in &running {
             let active = &self.requests[&id];
-            let left = active.prompt.len() - active.fed;
+            let left = active.same_kind_until(active.fed, n_embd) - active.fed;
             if left == 0 || budget == 0 {
                 continue;
             }
@@ -432,7 +546,43 @@ impl<'a> Batcher<'a> {
             members.push((id, n, row));
             budget -= n;
         }
-        (!batch.is_empty()).then_some(Plan { batch, members })
+        (!batch.is_empty()).then_some(Plan {
+            batch,
+            embeddings: None,
+            members,
+        })
+    }
+
+    /// A pass of the first running request whose prompt goes on with rows given as
+    /// embeddings: as many as a pass takes (all of them when they see each other both
+    /// ways: more than a pass takes then fails the request), alone (a pass starts from
+    /// token ids or from embeddings).
+    fn plan_embeddings(&self, ctx: &Context) -> Option<Plan> {
+        let n_embd = self.model.hparams.n_embd as usize;
+        self.slots.iter().enumerate().find_map(|(seq, slot)| {
+            let id = slot.request?;
+            let active = &self.requests[&id];
+            let e = active.embeddings_at(active.fed, n_embd)?;
+            let rows = e.rows(n_embd);
+            let n = match e.causal {
+                true => (rows.end - active.fed).min(ctx.max_batch() as usize),
+                false => rows.end - active.fed,
+            };
+            let last = active.fed + n == active.prompt.len();
+            let batch: Vec<BatchToken> = (active.fed..active.fed + n)
+                .map(|i| BatchToken {
+                    token: active.prompt[i],
+                    seq: seq as SeqId,
+                    output: last && i + 1 == active.fed + n,
+                })
+                .collect();
+            let from = (active.fed - rows.start) * n_embd;
+            Some(Plan {
+                batch,
+                embeddings: Some((e.embd[from..from + n * n_embd].to_vec(), e.causal)),
+                members: vec![(id, n, last.then_some(0))],
+            })
+        })
     }
 
     /// Gives waiting requests free sequences, in order, while the cache has room for
@@ -443,11 +593,7 @@ impl<'a> Batcher<'a> {
             let Some(seq) = self.choose_slot(ctx, id) else { return };
             let active = &self.requests[&id];
             let reuse = active.params.generate.reuse_prefix;
-            let kept = if reuse {
-                ctx.reusable_prefix(seq, &active.prompt)
-            } else {
-                0
-            };
+            let kept = if reuse { active.reusable_prefix(ctx, seq) } else { 0 };
             let budget = active.prompt.len() + active.params.generate.max_tokens as usize;
             // A batch-invariant context gives each sequence cells of its own, whose bits
             // nothing else changes: there is nothing to wait for, and nothing to evict.
@@ -495,7 +641,7 @@ impl<'a> Batcher<'a> {
         if active.params.generate.reuse_prefix {
             // max_by_key keeps the last maximum: reversed, the first free slot wins ties.
             free.rev()
-                .max_by_key(|&s| (ctx.reusable_prefix(s, &active.prompt), self.slots[s as usize].last_used))
+                .max_by_key(|&s| (active.reusable_prefix(ctx, s), self.slots[s as usize].last_used))
         } else {
             free.min()
         }
@@ -660,7 +806,7 @@ impl<'a> Batcher<'a> {
             return Ok(false);
         };
         let start = std::time::Instant::now();
-        let result = ctx.decode_batch(&plan.batch);
+        let result = plan.decode(ctx);
         let seconds = start.elapsed().as_secs_f64();
         ctx.count(plan.batch.len(), seconds);
         let aborted = matches!(result, Err(Error::Aborted));

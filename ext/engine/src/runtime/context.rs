@@ -140,6 +140,8 @@ pub struct BatchToken {
 /// output rows, and the cells each cache group gave them.
 struct Pass<'a> {
     tokens: &'a [u32],
+    embd: Option<&'a [f32]>,
+    causal: bool,
     pos: &'a [i32],
     seqs: &'a [SeqId],
     out_rows: &'a [i32],
@@ -161,6 +163,8 @@ struct BuiltGraph {
 /// how many cells of each cache group it attends over.
 struct PassShape<'a> {
     n_tokens: u32,
+    /// From embeddings rather than token ids.
+    embeddings: bool,
     n_outputs: u32,
     n_seqs: u32,
     n_kv: &'a [u32],
@@ -411,16 +415,23 @@ impl Context {
     fn reserve(&mut self) -> Result<()> {
         let n_kv: Vec<u32> = self.memory.kv.groups.iter().map(Cells::size).collect();
         let n_seqs = self.params.n_seq_max.min(self.max_batch());
-        let shapes = if self.memory.is_recurrent() {
-            vec![(self.max_batch(), 1), (self.max_batch() / n_seqs * n_seqs, n_seqs)]
+        let mut shapes = if self.memory.is_recurrent() {
+            vec![
+                (self.max_batch(), 1, false),
+                (self.max_batch() / n_seqs * n_seqs, n_seqs, false),
+            ]
         } else {
-            vec![(self.max_batch(), n_seqs)]
+            vec![(self.max_batch(), n_seqs, false)]
         };
-        for (n_tokens, n_seqs) in shapes {
+        if self.model.takes_embeddings() {
+            shapes.push((self.max_batch(), 1, true));
+        }
+        for (n_tokens, n_seqs, embeddings) in shapes {
             let products = self.products();
             let graph = self.arena.graph()?.use_products(products);
             let shape = PassShape {
                 n_tokens,
+                embeddings,
                 n_outputs: self.max_outputs().min(n_tokens),
                 n_seqs,
                 n_kv: &n_kv,
@@ -730,17 +741,46 @@ impl Context {
     /// `output` (else of the last token). On failure no sequence keeps any of them.
     pub fn decode_batch(&mut self, batch: &[BatchToken]) -> Result<()> {
         let n_vocab = self.model.hparams.n_vocab;
+        if let Some(t) = batch.iter().find(|t| t.token >= n_vocab) {
+            return Err(Error::InvalidArgument(format!(
+                "token id {} is out of range (vocabulary size {n_vocab})",
+                t.token
+            )));
+        }
+        self.decode_rows(batch, None, true)
+    }
+
+    /// [`Context::decode_batch`] from embeddings instead of token ids (an image's, from
+    /// its projector: n_embd values per token of `batch`, whose ids the sequences record
+    /// in their place and the graph does not read), as mtmd's helper decodes an image.
+    /// `causal` false lets the batch's tokens see each other in both directions (Gemma 3's
+    /// image tokens, which llama.cpp then requires in one pass, as one batch is here).
+    pub fn decode_embeddings(&mut self, batch: &[BatchToken], embd: &[f32], causal: bool) -> Result<()> {
+        let n_embd = self.model.hparams.n_embd as usize;
+        if !self.model.takes_embeddings() {
+            return Err(Error::Unsupported(format!(
+                "{} does not take embeddings as input (its per-layer inputs are looked up by token)",
+                self.model.hparams.arch.name
+            )));
+        }
+        if embd.len() != batch.len() * n_embd {
+            return Err(Error::InvalidArgument(format!(
+                "{} embedding values for {} tokens: each takes n_embd {n_embd}",
+                embd.len(),
+                batch.len()
+            )));
+        }
+        self.decode_rows(batch, Some(embd), causal)
+    }
+
+    /// [`Context::decode_batch`] over checked tokens, or over embeddings `embd` (one
+    /// row per token of `batch`, whose ids the sequences record).
+    fn decode_rows(&mut self, batch: &[BatchToken], embd: Option<&[f32]>, causal: bool) -> Result<()> {
         if batch.is_empty() || batch.len() > self.max_batch() as usize {
             return Err(Error::InvalidArgument(format!(
                 "a batch holds 1 to {} tokens, got {}",
                 self.max_batch(),
                 batch.len()
-            )));
-        }
-        if let Some(t) = batch.iter().find(|t| t.token >= n_vocab) {
-            return Err(Error::InvalidArgument(format!(
-                "token id {} is out of range (vocabulary size {n_vocab})",
-                t.token
             )));
         }
         if let Some(t) = batch.iter().find(|t| t.seq >= self.params.n_seq_max) {
@@ -784,7 +824,7 @@ impl Context {
         let in_order = micro_batches.len() == 1 && micro_batches[0].windows(2).all(|w| w[0] < w[1]);
         let mut outputs: Vec<(usize, Vec<f32>)> = Vec::new();
         for micro in &micro_batches {
-            match self.decode_micro_batch(batch, &pos, &is_output, micro, !in_order) {
+            match self.decode_micro_batch(batch, embd, causal, &pos, &is_output, micro, !in_order) {
                 Ok(rows) => outputs.extend(rows),
                 Err(e) => {
                     for (seq, tokens) in self.seqs.iter().enumerate() {
@@ -812,15 +852,26 @@ impl Context {
     /// batch's output rows (`is_output`, by index into `batch`) that this micro-batch
     /// holds, by index. A micro-batch without one computes its last token's, which
     /// nobody reads: its memory is what matters.
+    #[allow(clippy::too_many_arguments)]
     fn decode_micro_batch(
         &mut self,
         batch: &[BatchToken],
+        embd: Option<&[f32]>,
+        causal: bool,
         pos: &[i32],
         is_output: &[bool],
         micro: &[usize],
         collect: bool,
     ) -> Result<Vec<(usize, Vec<f32>)>> {
         let tokens: Vec<u32> = micro.iter().map(|&i| batch[i].token).collect();
+        let n_embd = self.model.hparams.n_embd as usize;
+        let embd: Option<Vec<f32>> = embd.map(|rows| {
+            micro
+                .iter()
+                .flat_map(|&i| &rows[i * n_embd..(i + 1) * n_embd])
+                .copied()
+                .collect()
+        });
         let seqs: Vec<SeqId> = micro.iter().map(|&i| batch[i].seq).collect();
         let pos: Vec<i32> = micro.iter().map(|&i| pos[i]).collect();
         let mut rows: Vec<i32> = (0..micro.len() as i32)
@@ -855,6 +906,8 @@ impl Context {
         };
         let pass = Pass {
             tokens: &tokens,
+            embd: embd.as_deref(),
+            causal,
             pos: &pos,
             seqs: &seqs,
             out_rows: &rows,
@@ -876,6 +929,8 @@ impl Context {
     fn compute(&mut self, pass: &Pass) -> Result<()> {
         let batch = Batch {
             tokens: pass.tokens,
+            embd: pass.embd,
+            causal: pass.causal,
             pos: pass.pos,
             seqs: pass.seqs,
             out_rows: pass.out_rows,
@@ -891,6 +946,7 @@ impl Context {
             let graph = self.arena.graph()?.use_products(products);
             let shape = PassShape {
                 n_tokens: batch.tokens.len() as u32,
+                embeddings: batch.embd.is_some(),
                 n_outputs: batch.out_rows.len() as u32,
                 n_seqs: distinct_seqs(batch.seqs).len() as u32,
                 n_kv: &n_kv,
@@ -1054,6 +1110,7 @@ fn build(graph: &Graph, model: &Model, memory: &Memory, params: &ContextParams, 
     let inputs = Inputs::new(
         graph,
         shape.n_tokens.into(),
+        shape.embeddings.then_some(model.hparams.n_embd.into()),
         shape.n_outputs.into(),
         shape.n_kv,
         attention,

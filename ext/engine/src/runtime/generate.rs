@@ -18,6 +18,7 @@ pub fn generate(
     let mut batcher = Batcher::new(ctx, 1);
     let request = Request {
         prompt: prompt.to_vec(),
+        embeddings: Vec::new(),
         params: TextParams {
             generate: params,
             ..TextParams::default()

@@ -11,7 +11,7 @@ pub mod open;
 pub mod scheduler;
 pub mod speculative;
 
-pub use batcher::{Batcher, Chooser, DraftStats, Event, Logprob, Request, RequestId, Summary};
+pub use batcher::{Batcher, Chooser, DraftStats, Event, Logprob, PromptEmbeddings, Request, RequestId, Summary};
 pub use context::{BatchToken, Context, ContextParams, DecodeStats};
 pub use embed::{EmbedParams, Embedder, Normalize};
 pub use generate::generate;

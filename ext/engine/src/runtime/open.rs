@@ -16,6 +16,7 @@ use crate::runtime::scheduler::Scheduler;
 use crate::runtime::speculative::{
     check_compatible, check_speculable, DraftLength, DraftSource, SpeculativeParams, MAX_DRAFT_TOKENS,
 };
+use crate::vision::{EncoderParams, VisionContext};
 use crate::{Error, Result};
 
 /// How many requests may wait for a free sequence unless told otherwise.
@@ -72,6 +73,8 @@ pub struct OpenParams {
     pub split: Split,
     /// As [`ContextParams::kv_offload`], for every context the model gets.
     pub kv_offload: bool,
+    /// A projector GGUF (`mmproj`) whose images the prompts may hold.
+    pub mmproj: Option<PathBuf>,
 }
 
 impl Default for OpenParams {
@@ -96,6 +99,7 @@ impl Default for OpenParams {
             rpc_timeout: crate::ggml::rpc::DEFAULT_TIMEOUT,
             split: Split::default(),
             kv_offload: true,
+            mmproj: None,
         }
     }
 }
@@ -115,6 +119,8 @@ pub struct Runtime {
     /// The draft model's name (its file's, else its architecture's).
     draft_name: Option<String>,
     speculation: Option<SpeculativeParams>,
+    /// The projector, when opened with one.
+    vision: Option<VisionContext>,
 }
 
 impl Runtime {
@@ -192,6 +198,22 @@ impl Runtime {
             }
             Kind::Encoder => (None, None),
         };
+        let vision = match &params.mmproj {
+            Some(path) if model.hparams.arch.kind == Kind::Decoder => Some(VisionContext::open(
+                path,
+                &model,
+                EncoderParams {
+                    n_threads: params.n_threads,
+                    ..EncoderParams::default()
+                },
+            )?),
+            Some(_) => {
+                return Err(Error::InvalidArgument(
+                    "an embedding model takes text only: it has no use for a projector (mmproj)".into(),
+                ))
+            }
+            None => None,
+        };
         let source = match params.draft {
             Some(Draft::File(_) | Draft::Model(_)) => Some(DraftSource::Model),
             Some(Draft::Lookup) => Some(DraftSource::Lookup),
@@ -210,6 +232,7 @@ impl Runtime {
                 source,
                 length: params.draft_tokens,
             }),
+            vision,
         })
     }
 
@@ -226,6 +249,11 @@ impl Runtime {
     /// What the model was opened with.
     pub fn params(&self) -> &OpenParams {
         &self.params
+    }
+
+    /// The projector the prompts' images go through, when opened with one.
+    pub fn vision(&self) -> Option<&VisionContext> {
+        self.vision.as_ref()
     }
 
     /// The model's file, for messages.

@@ -176,7 +176,7 @@ impl Scheduler {
             let result = if interrupted.load(Ordering::SeqCst) {
                 Err(Error::Aborted)
             } else {
-                ctx.decode_batch(&plan.batch)
+                plan.decode(&mut ctx)
             };
             let seconds = start.elapsed().as_secs_f64();
             self.stepper.store(0, Ordering::SeqCst);

@@ -227,6 +227,7 @@ impl Speculation {
     ) -> Result<Speculation> {
         let Request {
             prompt,
+            embeddings,
             params: text_params,
             logprobs,
             choose,
@@ -239,13 +240,18 @@ impl Speculation {
                     .into(),
             ));
         }
+        if !embeddings.is_empty() {
+            return Err(Error::Unsupported(
+                "speculative decoding takes text only: a prompt with images needs draft: false".into(),
+            ));
+        }
         check_speculable(target, "model")?;
         if let Some(draft) = draft {
             check_speculable(draft, "draft model")?;
         }
         let model = target.model();
         let n_ctx = target.n_ctx_seq();
-        let Admitted { text, sampler } = admit(model, (n_ctx, &target.capacity_words()), &prompt, &text_params)?;
+        let Admitted { text, sampler } = admit(model, (n_ctx, &target.capacity_words()), &prompt, &[], &text_params)?;
         if let DraftLength::Fixed(k) = params.length {
             if !(1..=MAX_DRAFT_TOKENS).contains(&k) {
                 return Err(Error::InvalidArgument(format!(

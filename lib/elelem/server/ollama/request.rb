@@ -10,7 +10,9 @@ module Elelem
       # {Model#chat}'s `json_schema:`), `stream` (on unless false), `keep_alive` (read by
       # the server: {Ollama.keep_alive}). A chat's messages and tools are checked as OpenAI's
       # ({ChatFields}); the model decides whether to call a tool (Ollama has no `tool_choice`).
-      # `images` are refused (no vision yet), as is `think`.
+      # `images` (base64, a message's or a generate request's) come before the text they go with,
+      # as image parts the served model's projector lays out (a model without one refuses them);
+      # `think` is refused.
       class Request
         include Fields
         include ChatFields
@@ -79,9 +81,10 @@ module Elelem
         # Ollama's message fields as the chat templates read them (`tool_name` is a tool
         # result's `name`), then checked as OpenAI's.
         def chat_message(message, index)
-          no_images(message["images"])
+          images = images(message["images"], "messages[#{index}].images")
           tool = typed(message["tool_name"], "messages[#{index}].tool_name", String)
-          super(message.except("images", "tool_name").merge(tool ? { "name" => tool } : {}), index)
+          message = message.except("images", "tool_name").merge(tool ? { "name" => tool } : {})
+          super(with_images(message, images), index)
         end
 
         def generate
@@ -92,10 +95,9 @@ module Elelem
           raise invalid("context must be token ids", "context") unless @context.all?(Integer)
           raise invalid("template is not supported (the model's chat template is used)", "template") if template?
 
-          no_images(@body["images"])
           system = optional("system", String)
           @messages = [*(system ? [{ "role" => "system", "content" => system }] : []),
-                       { "role" => "user", "content" => @text }]
+                       with_images({ "role" => "user", "content" => @text }, generate_images)]
         end
 
         def no_thinking
@@ -108,10 +110,28 @@ module Elelem
           !(optional("template", String) || "").empty?
         end
 
-        def no_images(images)
-          return if images.nil? || images == []
+        # Ollama's `images`: base64 Strings, as image parts ({ChatOptions.image}).
+        def images(images, path)
+          typed(images, path, Array).to_a.each_with_index.map do |image, i|
+            { "type" => "image", "image" => Base64.strict_decode64(typed(image, "#{path}[#{i}]", String)) }
+          rescue ArgumentError
+            raise invalid("#{path}[#{i}] is not base64", "images")
+          end
+        end
 
-          raise invalid("images are not supported: the served model reads text only (no vision yet)", "images")
+        # A generate request's images, which only a templated prompt takes.
+        def generate_images
+          images = images(@body["images"], "images")
+          return images unless @raw && images.any?
+
+          raise invalid("images cannot go with raw: true (a raw prompt is not templated)", "images")
+        end
+
+        # A message with its images before its text.
+        def with_images(message, images)
+          return message if images.empty?
+
+          message.merge("content" => [*images, { "type" => "text", "text" => message["content"] || "" }])
         end
 
         # `format`: "json" (an object), a JSON Schema, or nothing.

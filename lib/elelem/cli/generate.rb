@@ -1,0 +1,56 @@
+# frozen_string_literal: true
+
+module Elelem
+  # `elelem generate`: a continuation of a prompt, or with --chat a reply to it, streamed or
+  # as one JSON object.
+  class CLI
+    private
+
+    def cmd_generate(argv)
+      opts, rest = parse(argv, "generate [-m MODEL] [options] [PROMPT | -]") do |o, op|
+        sampling_options(o, op, "generate")
+        o.on("--chat", "send PROMPT as a user message through the chat template") { op[:chat] = true }
+        o.on("--image FILE", "an image before PROMPT (repeatable; needs the model's projector, --mmproj)") do |f|
+          (op[:images] ||= []) << f
+        end
+        o.on("--json", "print one JSON object: text, finish reason, token counts, seed (a string above 2^53), " \
+                       "timings") { op[:json] = true }
+      end
+      return if opts.nil?
+
+      prompt = text_argument(rest, "PROMPT")
+      open_model(opts) { |model| generate(model, prompt, opts) }
+    end
+
+    def generate(model, prompt, opts)
+      gen = SAMPLING["generate"].slice(:max_tokens).merge(opts[:gen], seed: Options.seed(opts[:gen][:seed]))
+      stream = opts[:json] ? nil : ->(piece) { @out.print(piece).then { @out.flush } }
+      completion = model.complete(*prompt_and_options(prompt, opts, gen), &stream)
+      @out.puts(opts[:json] ? JSON.generate(summary(model, completion, gen)) : "")
+      @out.flush
+      CLI.stop_note(@err, completion.finish_reason, gen[:max_tokens])
+    end
+
+    # What {Model#complete} takes for `generate`'s prompt: the text, or with --chat (or a
+    # system message, or a template) a user message, the images before it.
+    def prompt_and_options(prompt, opts, gen)
+      images = opts[:images] || []
+      return [prompt, gen.merge(images:)] unless opts[:chat] || opts[:system] || opts[:template]
+
+      content = [*images.map { |file| { type: "image", image: file } }, { type: "text", text: prompt }]
+      [[{ role: "user", content: }], gen.merge(opts.slice(:system, :template))]
+    end
+
+    def summary(model, completion, gen)
+      { text: completion.text, finish_reason: completion.finish_reason, prompt_tokens: completion.prompt_tokens,
+        completion_tokens: completion.tokens.size, seed: json_seed(gen[:seed]), model: model.info[:path],
+        timings: completion.timings }
+    end
+
+    # A seed as JSON: a number while a double holds it exactly (random seeds always are),
+    # else its digits as a String, which no reader rounds.
+    def json_seed(seed)
+      seed > Options::MAX_EXACT_SEED ? seed.to_s : seed
+    end
+  end
+end
