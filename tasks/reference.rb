@@ -69,7 +69,7 @@ module Reference
     configure(dir, "-DELELEM_REFERENCE_VARIANTS=ON",
               *("-DCMAKE_TOOLCHAIN_FILE=#{toolchain}" unless platform == Platforms.host_platform))
     targets = ["ggml-base", *variants.flat_map { |v| ["ggml-cpu-#{v}-feats", "ggml-cpu-#{v}"] }, "ggml", "llama",
-               "elelem-reference"]
+               "vendor-hash", "mtmd", "elelem-reference"]
     targets.each { |t| system("make", "-C", dir, "-j", Etc.nprocessors.to_s, "#{t}/fast", exception: true) }
     File.join(dir, "bin", "elelem-reference")
   end
