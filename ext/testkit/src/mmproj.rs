@@ -190,3 +190,27 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     }
     w
 }
+
+/// A language model and its projector, for image and text prompts: `(name, model,
+/// projector)`, written by `write_synthetic` as `vision/<name>.gguf` and
+/// `vision/<name>.mmproj.gguf`, whose goldens come from mtmd (`tasks/vision_golden.rb`).
+///
+/// `tiny-gemma3-vision`: a Gemma 3-shaped model of 6 layers (the last attending to all
+/// of the context, the others through a window of 32), 128 wide, whose vocabulary ends
+/// with the control tokens `<start_of_image>` and `<end_of_image>` that mtmd frames each
+/// image with; its projector is [`Shape::GEMMA3`] projecting to 128 (16 tokens an image).
+pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
+    use crate::canary;
+    let lm = canary::Shape {
+        family: canary::GEMMA3_VISION,
+        n_layer: 6,
+        ..canary::LLAMA3
+    };
+    let mut model = canary::writer(&lm);
+    canary::set_vocab_with_controls(&mut model, lm.n_vocab, &["<start_of_image>", "<end_of_image>"]);
+    let projector = writer(&Shape {
+        n_text_embd: lm.n_embd,
+        ..Shape::GEMMA3
+    });
+    vec![("tiny-gemma3-vision".to_string(), model, projector)]
+}
