@@ -2214,12 +2214,13 @@ pub(crate) fn add_weights(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: Ten
 /// vocabularies of 512 or more), then printable pieces (a few words and single
 /// characters) to fill `n_vocab`.
 fn set_vocab(w: &mut GgufWriter, n_vocab: u64) {
-    set_vocab_with_controls(w, n_vocab, &[]);
+    set_vocab_with(w, n_vocab, &[], &[]);
 }
 
-/// [`set_vocab`]'s vocabulary with `controls` as control tokens in its last ids (in
-/// place of the filler pieces there), such as the image framing tokens mtmd looks up.
-pub fn set_vocab_with_controls(w: &mut GgufWriter, n_vocab: u64, controls: &[&str]) {
+/// [`set_vocab`]'s vocabulary ending with `pieces` (normal tokens), then `controls` (control
+/// tokens), in place of the filler pieces there: the image framing tokens mtmd looks up.
+pub fn set_vocab_with(w: &mut GgufWriter, n_vocab: u64, pieces: &[&str], controls: &[&str]) {
+    let extra = pieces.len() + controls.len();
     const NORMAL: i32 = 1;
     const UNKNOWN: i32 = 2;
     const CONTROL: i32 = 3;
@@ -2245,13 +2246,13 @@ pub fn set_vocab_with_controls(w: &mut GgufWriter, n_vocab: u64, controls: &[&st
         "▁elelem",
     ];
     let chars = ('a'..='z').chain('A'..='Z').chain('0'..='9').map(|c| c.to_string());
-    let pieces = words
+    let fill = words
         .iter()
         .map(|w| w.to_string())
         .chain(chars.clone())
         .chain(chars.map(|c| format!("▁{c}")));
-    let n_pieces = n_vocab - controls.len() as u64;
-    for piece in pieces {
+    let n_pieces = n_vocab - extra as u64;
+    for piece in fill {
         if tokens.len() as u64 == n_pieces {
             break;
         }
@@ -2266,6 +2267,10 @@ pub fn set_vocab_with_controls(w: &mut GgufWriter, n_vocab: u64, controls: &[&st
         tokens.push(format!("▁w{i}"));
         types.push(NORMAL);
         i += 1;
+    }
+    for piece in pieces {
+        tokens.push(piece.to_string());
+        types.push(NORMAL);
     }
     for control in controls {
         tokens.push(control.to_string());
