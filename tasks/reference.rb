@@ -89,8 +89,10 @@ module Reference
 
   def configure(dir, *options)
     cache = File.join(dir, "CMakeCache.txt")
-    # A build configured before the driver took --rpc is configured again (incrementally).
-    return if File.exist?(cache) && File.read(cache).include?("GGML_RPC:BOOL=ON")
+    # A build configured before the driver took --rpc, or before it linked libmtmd, is configured
+    # again (incrementally; `make <target>/fast` of build_variants would not).
+    configured = File.exist?(cache) ? File.read(cache) : ""
+    return if %w[GGML_RPC:BOOL=ON LLAMA_BUILD_MTMD:BOOL=ON].all? { |option| configured.include?(option) }
 
     llama = File.join(VendorGgml.package_dir, "llama.cpp")
     FileUtils.mkdir_p(dir)
