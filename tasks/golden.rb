@@ -6,6 +6,7 @@ require_relative "grammar_golden"
 require_relative "embedding_golden"
 require_relative "speculative_golden"
 require_relative "rpc_golden"
+require_relative "vision_golden"
 
 # The golden prompts. Their ids and continuations come only from the reference
 # (llama.cpp), never from elelem, and hold for the build profile they were recorded
@@ -214,6 +215,7 @@ module Goldens
     [*FLASH_ATTN_OFF, *KV_Q8_0].each { |name| record_mirror(name) }
     LONG_CONTEXT.each_key { |name| record_cases(name, LONG_CONTEXT_PROMPTS) }
     RpcGolden.record_all(Reference.binary)
+    record_vision
     write_chat
   end
 
@@ -236,6 +238,12 @@ module Goldens
       golden.add_continued_case("continued", *turns, max_tokens: Reference::N_PREDICT, ignore_eos: true)
     end
     golden
+  end
+
+  # The image and text fixtures (VisionGolden): each language model and projector pair of
+  # tmp/synthetic/vision with its cases through libmtmd, into spec/fixtures/goldens/vision.
+  def record_vision
+    VisionGolden::CASES.each_key { |name| VisionGolden.record(name) }
   end
 
   # A lockstep fixture: its one case (text prompts tokenized by the reference), recorded.

@@ -69,7 +69,7 @@ module Reference
     configure(dir, "-DELELEM_REFERENCE_VARIANTS=ON",
               *("-DCMAKE_TOOLCHAIN_FILE=#{toolchain}" unless platform == Platforms.host_platform))
     targets = ["ggml-base", *variants.flat_map { |v| ["ggml-cpu-#{v}-feats", "ggml-cpu-#{v}"] }, "ggml", "llama",
-               "elelem-reference"]
+               "vendor-hash", "mtmd", "elelem-reference"]
     targets.each { |t| system("make", "-C", dir, "-j", Etc.nprocessors.to_s, "#{t}/fast", exception: true) }
     File.join(dir, "bin", "elelem-reference")
   end
@@ -89,8 +89,10 @@ module Reference
 
   def configure(dir, *options)
     cache = File.join(dir, "CMakeCache.txt")
-    # A build configured before the driver took --rpc is configured again (incrementally).
-    return if File.exist?(cache) && File.read(cache).include?("GGML_RPC:BOOL=ON")
+    # A build configured before the driver took --rpc, or before it linked libmtmd, is configured
+    # again (incrementally; `make <target>/fast` of build_variants would not).
+    configured = File.exist?(cache) ? File.read(cache) : ""
+    return if %w[GGML_RPC:BOOL=ON LLAMA_BUILD_MTMD:BOOL=ON].all? { |option| configured.include?(option) }
 
     llama = File.join(VendorGgml.package_dir, "llama.cpp")
     FileUtils.mkdir_p(dir)

@@ -108,6 +108,24 @@
 //       batch. K 0 is plain greedy decoding, one token a pass. The same output; on
 //       stderr the same line, "tokens" counting those after the first (which came
 //       with the prompt) and decode_s the time they took.
+//   elelem-reference mtmd MODEL MMPROJ PROMPT_HEX_FILE N_PREDICT [N_CTX [N_THREADS [N_BATCH]]] IMAGE...
+//       What llama-mtmd-cli does with a prompt and images, through libmtmd: the projector
+//       MMPROJ loaded for MODEL (mtmd_context_params_default, on the CPU, N_THREADS, no
+//       timings, no warmup), each IMAGE read by mtmd_helper_bitmap_init_from_file, and
+//       PROMPT_HEX_FILE's first line (the hex of the prompt's text, in which mtmd's marker
+//       <__media__> stands for each image in turn) cut by mtmd_tokenize (add_special and
+//       parse_special) into chunks, evaluated in order as mtmd_helper_eval_chunks does
+//       (n_batch N_BATCH, by default the context's; the last chunk's last token an
+//       output); then generate's greedy decoding of up to N_PREDICT tokens, stopping at
+//       EOG. N_CTX (4096) and N_THREADS (2) are the context's, as for generate; the
+//       optional numbers are read while the arguments are numbers. Prints a line per chunk,
+//       in order: "chunk text <ids...>" or "chunk image <n_tokens> <n_pos> <nx> <ny>";
+//       then "n_embd <n>" (the width of an image token's embedding), "n_past <n>" (the
+//       positions the prompt took), "encode_ms <ms...>" (mtmd_encode_chunk's time for
+//       each image chunk), then generate's three lines (the ids, the hex of their text,
+//       the margins). With `--embd-out FILE` (anywhere on the line), the image chunks'
+//       embeddings (mtmd_get_output_embd after each mtmd_encode_chunk) are written to
+//       FILE one after the other, raw little-endian f32, n_tokens x n_embd each.
 //   elelem-reference serve MODEL N_THREADS N_CTX
 //       Prints "load_ms <ms>" (model load and context creation), then answers
 //       one line per line read, random token ids throughout:
@@ -126,7 +144,9 @@
 // llama_batch_get_one (only the last token is an output), greedy sampling.
 #include "llama.h"
 #include "ggml-rpc.h"
-#include "ngram-cache.h"  // header-only structures: the driver links only libllama
+#include "mtmd.h"
+#include "mtmd-helper.h"
+#include "ngram-cache.h"  // header-only structures (the lookup mode)
 
 #include <algorithm>
 #include <chrono>
@@ -845,6 +865,132 @@ static int cmd_continue(int argc, char ** argv) {
     return 0;
 }
 
+// --embd-out: where the mtmd command writes its image chunks' embeddings (empty: nowhere).
+static std::string embd_out;
+
+static int cmd_mtmd(int argc, char ** argv) {
+    if (argc < 7) return 2;
+    int n_predict = atoi(argv[5]);
+    // N_CTX, N_THREADS and N_BATCH where the next arguments are numbers; the images follow.
+    int numbers[3] = {4096, 2, 0};
+    int a = 6;
+    for (int k = 0; k < 3 && a < argc && argv[a][0] && strspn(argv[a], "0123456789") == strlen(argv[a]); ++k, ++a) {
+        numbers[k] = atoi(argv[a]);
+    }
+    const int n_ctx = numbers[0], n_threads = numbers[1];
+    std::vector<const char *> images(argv + a, argv + argc);
+    if (images.empty()) return 2;
+    std::ifstream in(argv[4]);
+    std::string hex;
+    std::getline(in, hex);
+    const std::string prompt = from_hex(hex);
+
+    llama_model * model = load(argv[2], false);
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    llama_context * ctx = make_context(model, n_ctx, n_threads);
+    const int n_batch = numbers[2] > 0 ? numbers[2] : (int) llama_n_batch(ctx);
+
+    // As llama-mtmd-cli sets them, on the CPU, without the timings' log or the warmup pass.
+    mtmd_context_params mp = mtmd_context_params_default();
+    mp.use_gpu = false;
+    mp.print_timings = false;
+    mp.n_threads = n_threads;
+    mp.flash_attn_type = flash_attn;
+    mp.warmup = false;
+    mtmd_context * mctx = mtmd_init_from_file(argv[3], model, mp);
+    if (!mctx) { fprintf(stderr, "failed to load %s\n", argv[3]); return 1; }
+
+    std::vector<mtmd_bitmap *> bitmaps;
+    for (const char * path : images) {
+        mtmd_helper_bitmap_wrapper w = mtmd_helper_bitmap_init_from_file(mctx, path, false, mtmd_helper_init_opt_default());
+        if (!w.bitmap) { fprintf(stderr, "failed to load the image %s\n", path); return 1; }
+        bitmaps.push_back(w.bitmap);
+    }
+    mtmd_input_chunks * chunks = mtmd_input_chunks_init();
+    mtmd_input_text text = {prompt.c_str(), prompt.size(), /* add_special */ true, /* parse_special */ true};
+    if (int32_t res = mtmd_tokenize(mctx, chunks, &text, bitmaps.data(), bitmaps.size())) {
+        fprintf(stderr, "mtmd_tokenize failed (%d)\n", res);
+        return 1;
+    }
+
+    // mtmd_helper_eval_chunks, chunk by chunk as it goes (mtmd_helper_eval_chunk_single for
+    // text; for an image, its steps: mtmd_encode_chunk, timed here, and
+    // mtmd_helper_decode_image_chunk of mtmd_get_output_embd), so that the encoding's time
+    // and output can be taken.
+    FILE * embd_file = embd_out.empty() ? nullptr : fopen(embd_out.c_str(), "wb");
+    if (!embd_out.empty() && !embd_file) { fprintf(stderr, "cannot write %s\n", embd_out.c_str()); return 1; }
+    const int n_embd = llama_model_n_embd_inp(model);
+    const size_t n_chunks = mtmd_input_chunks_size(chunks);
+    std::vector<double> encode_ms;
+    llama_pos n_past = 0;
+    for (size_t i = 0; i < n_chunks; ++i) {
+        const mtmd_input_chunk * chunk = mtmd_input_chunks_get(chunks, i);
+        if (mtmd_input_chunk_get_type(chunk) == MTMD_INPUT_CHUNK_TYPE_TEXT) {
+            size_t n = 0;
+            const llama_token * ids = mtmd_input_chunk_get_tokens_text(chunk, &n);
+            printf("chunk text");
+            for (size_t t = 0; t < n; ++t) printf(" %d", ids[t]);
+            printf("\n");
+            if (mtmd_helper_eval_chunk_single(mctx, ctx, chunk, n_past, 0, n_batch, i == n_chunks - 1, &n_past)) {
+                fprintf(stderr, "failed to evaluate chunk %zu\n", i);
+                return 1;
+            }
+            continue;
+        }
+        const mtmd_image_tokens * image = mtmd_input_chunk_get_tokens_image(chunk);
+        if (!image) { fprintf(stderr, "chunk %zu is neither text nor an image\n", i); return 1; }
+        const size_t n_tokens = mtmd_input_chunk_get_n_tokens(chunk);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+        printf("chunk image %zu %d %zu %zu\n", n_tokens, (int) mtmd_input_chunk_get_n_pos(chunk),
+               mtmd_image_tokens_get_nx(image), mtmd_image_tokens_get_ny(image));
+#pragma GCC diagnostic pop
+        auto t0 = std::chrono::steady_clock::now();
+        if (mtmd_encode_chunk(mctx, chunk)) { fprintf(stderr, "failed to encode chunk %zu\n", i); return 1; }
+        encode_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        float * embd = mtmd_get_output_embd(mctx);
+        if (embd_file && fwrite(embd, sizeof(float), n_tokens * n_embd, embd_file) != n_tokens * n_embd) {
+            fprintf(stderr, "cannot write %s\n", embd_out.c_str());
+            return 1;
+        }
+        if (mtmd_helper_decode_image_chunk(mctx, ctx, chunk, embd, n_past, 0, n_batch, &n_past, nullptr, nullptr)) {
+            fprintf(stderr, "failed to decode chunk %zu\n", i);
+            return 1;
+        }
+    }
+    if (embd_file) fclose(embd_file);
+    printf("n_embd %d\nn_past %d\nencode_ms", n_embd, (int) n_past);
+    for (double ms : encode_ms) printf(" %.3f", ms);
+    printf("\n");
+
+    // generate's greedy decoding from the prompt's logits, one token a batch.
+    llama_sampler * smpl = llama_sampler_init_greedy();
+    std::vector<llama_token> out;
+    std::vector<float> margins;
+    std::string generated;
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+    for (int i = 0; i < n_predict; ++i) {
+        margins.push_back(top_two_margin(llama_get_logits_ith(ctx, -1), n_vocab));
+        llama_token id = llama_sampler_sample(smpl, ctx, -1);
+        out.push_back(id);
+        if (llama_vocab_is_eog(vocab, id)) break;
+        generated += piece(vocab, id, false);
+        if ((int) (n_past + out.size()) >= n_ctx) break;
+        if (llama_decode(ctx, llama_batch_get_one(&id, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
+    }
+    for (size_t i = 0; i < out.size(); ++i) printf(i ? " %d" : "%d", out[i]);
+    printf("\n%s\n", to_hex(generated).c_str());
+    for (size_t i = 0; i < margins.size(); ++i) printf(i ? " %.9g" : "%.9g", margins[i]);
+    printf("\n");
+    llama_sampler_free(smpl);
+    mtmd_input_chunks_free(chunks);
+    for (mtmd_bitmap * b : bitmaps) mtmd_bitmap_free(b);
+    mtmd_free(mctx);
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}
+
 static int cmd_tokenize(int argc, char ** argv) {
     if (argc < 4) return 2;
     bool add_special = argc > 4 ? atoi(argv[4]) != 0 : true;
@@ -1245,12 +1391,16 @@ int main(int argc, char ** argv) {
         else if (!strcmp(argv[i], "-nkvo")) kv_offload = false;
         else if (!strcmp(argv[i], "-sm")) options_ok = options_ok && i + 1 < argc && set_split_mode(argv[++i]);
         else if (!strcmp(argv[i], "-mg")) options_ok = options_ok && i + 1 < argc && (main_gpu = atoi(argv[++i]), true);
+        else if (!strcmp(argv[i], "--embd-out")) options_ok = options_ok && i + 1 < argc && (embd_out = argv[++i], true);
         else argv[n_args++] = argv[i];
     }
     argc = n_args;
     overrides.push_back(llama_model_kv_override{});  // the terminator
 
-    if (!getenv("ELELEM_REFERENCE_VERBOSE")) llama_log_set(quiet_log, nullptr);
+    if (!getenv("ELELEM_REFERENCE_VERBOSE")) {
+        llama_log_set(quiet_log, nullptr);
+        mtmd_helper_log_set(quiet_log, nullptr);
+    }
     if (!load_cpu_variant()) return 1;
     llama_backend_init();
     int rc = 2;
@@ -1268,6 +1418,7 @@ int main(int argc, char ** argv) {
     else if (!strcmp(cmd, "chat")) rc = cmd_chat(argc, argv);
     else if (!strcmp(cmd, "serve")) rc = cmd_serve(argc, argv);
     else if (!strcmp(cmd, "embed")) rc = cmd_embed(argc, argv);
+    else if (!strcmp(cmd, "mtmd")) rc = cmd_mtmd(argc, argv);
     if (rc == 2) fprintf(stderr, "usage: see the header of tools/reference/reference.cpp\n");
     llama_backend_free();
     return rc;

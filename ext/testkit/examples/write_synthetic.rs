@@ -1,6 +1,8 @@
 //! Writes the small random-weight models whose goldens come from the reference
 //! (`elelem_testkit::canary::synthetic()`, the tiny llama canary among them, and the
-//! embedding models of `canary::embedding()`) into a directory, as `<name>.gguf`:
+//! embedding models of `canary::embedding()`) into a directory, as `<name>.gguf`, and the
+//! language models with projectors of `mmproj::pairs()` into its `vision/` folder, as
+//! `<name>.gguf` and `<name>.mmproj.gguf` (apart: they are not text models' goldens):
 //! `cargo run --release --example write_synthetic -- DIR`.
 fn main() {
     let dir = std::path::PathBuf::from(std::env::args().nth(1).expect("usage: write_synthetic DIR"));
@@ -13,5 +15,12 @@ fn main() {
     }
     for (name, model) in elelem_testkit::canary::embedding() {
         write(&name, model.writer().to_bytes());
+    }
+    let vision = dir.join("vision");
+    std::fs::create_dir_all(&vision).expect("cannot create the directory");
+    for (name, model, projector) in elelem_testkit::mmproj::pairs() {
+        std::fs::write(vision.join(format!("{name}.gguf")), model.to_bytes()).expect("cannot write a model");
+        std::fs::write(vision.join(format!("{name}.mmproj.gguf")), projector.to_bytes())
+            .expect("cannot write a projector");
     }
 }

@@ -373,6 +373,17 @@ pub const GEMMA3: Family = Family {
     ],
     ..LLAMA
 };
+/// Gemma 3 as its vision models are: a sliding window (32) wider than an image's tokens
+/// (16 from [`crate::mmproj::Shape::GEMMA3`]), written by [`crate::mmproj::pairs`] with the
+/// image framing tokens in its vocabulary.
+pub const GEMMA3_VISION: Family = Family {
+    name: "elelem tiny gemma3 vision",
+    keys: &[
+        ("attention.sliding_window", Key::U32(32)),
+        ("final_logit_softcapping", Key::F32(30.0)),
+    ],
+    ..GEMMA3
+};
 /// Gemma 4's dense layout (its 31B's), written by [`gemma4_writer`]: sliding layers of
 /// 16-wide heads, full-attention layers (every third, and the last) of 32-wide heads and
 /// half the KV heads, whose V is K (no `attn_v`), proportional rope through `rope_freqs`.
@@ -2203,6 +2214,13 @@ pub(crate) fn add_weights(w: &mut GgufWriter, rng: &mut Rng, name: &str, ty: Ten
 /// vocabularies of 512 or more), then printable pieces (a few words and single
 /// characters) to fill `n_vocab`.
 fn set_vocab(w: &mut GgufWriter, n_vocab: u64) {
+    set_vocab_with(w, n_vocab, &[], &[]);
+}
+
+/// [`set_vocab`]'s vocabulary ending with `pieces` (normal tokens), then `controls` (control
+/// tokens), in place of the filler pieces there: the image framing tokens mtmd looks up.
+pub fn set_vocab_with(w: &mut GgufWriter, n_vocab: u64, pieces: &[&str], controls: &[&str]) {
+    let extra = pieces.len() + controls.len();
     const NORMAL: i32 = 1;
     const UNKNOWN: i32 = 2;
     const CONTROL: i32 = 3;
@@ -2228,13 +2246,14 @@ fn set_vocab(w: &mut GgufWriter, n_vocab: u64) {
         "▁elelem",
     ];
     let chars = ('a'..='z').chain('A'..='Z').chain('0'..='9').map(|c| c.to_string());
-    let pieces = words
+    let fill = words
         .iter()
         .map(|w| w.to_string())
         .chain(chars.clone())
         .chain(chars.map(|c| format!("▁{c}")));
-    for piece in pieces {
-        if tokens.len() as u64 == n_vocab {
+    let n_pieces = n_vocab - extra as u64;
+    for piece in fill {
+        if tokens.len() as u64 == n_pieces {
             break;
         }
         if tokens.contains(&piece) {
@@ -2244,10 +2263,18 @@ fn set_vocab(w: &mut GgufWriter, n_vocab: u64) {
         types.push(NORMAL);
     }
     let mut i = 0;
-    while (tokens.len() as u64) < n_vocab {
+    while (tokens.len() as u64) < n_pieces {
         tokens.push(format!("▁w{i}"));
         types.push(NORMAL);
         i += 1;
+    }
+    for piece in pieces {
+        tokens.push(piece.to_string());
+        types.push(NORMAL);
+    }
+    for control in controls {
+        tokens.push(control.to_string());
+        types.push(CONTROL);
     }
     let scores: Vec<Value> = (0..tokens.len()).map(|i| Value::F32(-(i as f32))).collect();
     w.set("tokenizer.ggml.model", Value::String("llama".into()))

@@ -190,3 +190,52 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     }
     w
 }
+
+/// A language model and its projector, for image and text prompts: `(name, model,
+/// projector)`, written by `write_synthetic` as `vision/<name>.gguf` and
+/// `vision/<name>.mmproj.gguf`, whose goldens come from mtmd (`tasks/vision_golden.rb`).
+///
+/// - `tiny-gemma3-vision`: a Gemma 3-shaped model of 6 layers (the last attending to all
+///   of the context, the others through a window of 32), 128 wide, whose vocabulary ends
+///   with the control tokens `<start_of_image>` and `<end_of_image>` that mtmd frames each
+///   image with; its projector is [`Shape::GEMMA3`] projecting to 128 (16 tokens an image).
+/// - `tiny-idefics3-vision`: the Llama 3-shaped canary (SmolVLM's language model is a
+///   Llama), whose vocabulary ends with `"\n\n"` and the control tokens of Idefics3's
+///   framing (`<fake_token_around_image>`, `<global-img>`, `<row_R_col_C>` for the grids of
+///   up to 2 x 2 tiles its projector cuts); its projector is [`Shape::IDEFICS3`] projecting
+///   to 128 (64 tokens a tile, and the overview's).
+pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
+    use crate::canary;
+    let gemma3 = canary::Shape {
+        family: canary::GEMMA3_VISION,
+        n_layer: 6,
+        ..canary::LLAMA3
+    };
+    let idefics3 = canary::LLAMA3;
+    let rows_cols = ["<row_1_col_1>", "<row_1_col_2>", "<row_2_col_1>", "<row_2_col_2>"];
+    let pair = |name: &str, lm: &canary::Shape, pieces: &[&str], controls: &[&str], projector: Shape| {
+        let mut model = canary::writer(lm);
+        canary::set_vocab_with(&mut model, lm.n_vocab, pieces, controls);
+        let projector = writer(&Shape {
+            n_text_embd: lm.n_embd,
+            ..projector
+        });
+        (name.to_string(), model, projector)
+    };
+    vec![
+        pair(
+            "tiny-gemma3-vision",
+            &gemma3,
+            &[],
+            &["<start_of_image>", "<end_of_image>"],
+            Shape::GEMMA3,
+        ),
+        pair(
+            "tiny-idefics3-vision",
+            &idefics3,
+            &["\n\n"],
+            &[&["<fake_token_around_image>", "<global-img>"][..], &rows_cols[..]].concat(),
+            Shape::IDEFICS3,
+        ),
+    ]
+}

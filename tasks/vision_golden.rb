@@ -1,0 +1,190 @@
+# frozen_string_literal: true
+
+require "digest"
+require "fileutils"
+require "json"
+require "open3"
+require "tempfile"
+require "time"
+require_relative "reference"
+
+# Image and text prompts as llama.cpp answers them through libmtmd: the reference driver's
+# `mtmd` mode does what llama-mtmd-cli does (the projector loaded for the model, the prompt
+# cut by mtmd_tokenize into text and image chunks at its `<__media__>` markers, the chunks
+# evaluated in order, then greedy decoding). `rake vision_golden` records, for each language
+# model and projector pair of tmp/synthetic/vision (`mmproj::pairs()`, written by `rake
+# canary`), its cases into spec/fixtures/goldens/vision/<model>.json:
+#
+# - each case's prompt text, images (files of ext/testkit/tests/fixtures/vision, with their
+#   SHA-256), `max_tokens`, and the chunks mtmd made of them, which hold for any build: a text
+#   chunk's ids (`"type": "text"`), an image chunk's token and position counts and its grid
+#   (`"type": "image"`, `n_tokens`, `n_pos`, `nx`, `ny`); and `n_past`, the positions the
+#   prompt took;
+# - per build profile (Elelem.build_profile, as the other goldens: greedy ids hold only within
+#   one), the greedy ids, their text where it is UTF-8, each step's top-two logit margin, and
+#   the SHA-256 of each image chunk's embeddings (mtmd_get_output_embd, raw f32: n_tokens x
+#   n_embd), so that an encoder can be compared end to end.
+#
+# Nothing in elelem checks these yet: they are the reference half of image input.
+module VisionGolden
+  FORMAT = "elelem-vision-golden/1"
+  DIR = File.join(Reference::GOLDENS, "vision")
+  MODELS_DIR = File.join(Reference::ROOT, "tmp", "synthetic", "vision")
+  IMAGES_DIR = File.join(Reference::ROOT, "ext", "testkit", "tests", "fixtures", "vision")
+  N_PREDICT = 16
+  MARKER = "<__media__>"
+
+  # The cases: prompt text (a marker per image) and images, of different sizes, aspects and
+  # formats; one prompt has two, with text between and after them. Gemma 3's projector resizes
+  # every image to its square (one chunk of 16 tokens, framed by <start_of_image> and
+  # <end_of_image>); Idefics3's scales it to a longest edge of 256 and cuts it into tiles of
+  # 128 (2 x 2 for these images) and an overview, a chunk of 64 tokens each, framed by its
+  # row and column tokens.
+  SINGLE_IMAGE = {
+    "jpeg-160x120" => ["describe #{MARKER}", ["160x120-420.jpg"]],
+    "jpeg-97x61" => ["describe #{MARKER}", ["97x61-422.jpg"]],
+    "png-47x31" => ["describe #{MARKER}", ["47x31-rgba-16bit.png"]]
+  }.freeze
+  TWO_IMAGES = {
+    "two-images" => ["compare #{MARKER} to #{MARKER} in it", ["97x61-grey.jpg", "160x120-progressive-420.jpg"]]
+  }.freeze
+  CASES = {
+    "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
+    "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES)
+  }.freeze
+
+  module_function
+
+  def fixture(name)
+    File.join(DIR, "#{name}.json")
+  end
+
+  def model_path(name) = File.join(MODELS_DIR, "#{name}.gguf")
+
+  def mmproj_path(name) = File.join(MODELS_DIR, "#{name}.mmproj.gguf")
+
+  # `rake vision_golden`: every pair's fixture, with this build profile's recording.
+  def run
+    Reference.build
+    CASES.each_key { |name| record(name) }
+  end
+
+  # Records `name`'s cases under this build profile into its fixture. Other profiles'
+  # recordings stay while the model, the projector and the cases (their chunks included) are
+  # what they were recorded with; otherwise they go.
+  # @return [Hash] the fixture
+  def record(name)
+    Reference.check_profile!
+    files = { "model" => file_entry(model_path(name)), "mmproj" => file_entry(mmproj_path(name)) }
+    runs = CASES.fetch(name).map { |case_name, (prompt, images)| run_case(name, case_name, prompt, images) }
+    cases = runs.map(&:first)
+    recordings = kept_recordings(name, files.merge("cases" => cases))
+    recordings[Elelem.build_profile[:id]] = recording(cases.map { |c| c["name"] }.zip(runs.map(&:last)).to_h)
+    write(name, { "format" => FORMAT, **files, "n_ctx" => Reference::N_CTX, "n_threads" => Reference::N_THREADS,
+                  "cases" => cases, "recordings" => recordings })
+  end
+
+  def write(name, doc)
+    FileUtils.mkdir_p(DIR)
+    File.write(fixture(name), "#{JSON.pretty_generate(doc)}\n")
+    puts "recorded #{File.basename(fixture(name))} for build profile #{Elelem.build_profile[:id]}"
+    doc
+  end
+
+  # The fixture's recordings, if it holds `what` (the files and the cases) as they are now.
+  def kept_recordings(name, what)
+    return {} unless File.exist?(fixture(name))
+
+    old = JSON.parse(File.read(fixture(name)))
+    return old["recordings"] if old.slice(*what.keys) == what
+
+    puts "#{name}: the other profiles' recordings are dropped (new files or cases)"
+    {}
+  end
+
+  # One case through the driver: the case (what holds for any build) and this build's output.
+  def run_case(name, case_name, prompt, images)
+    out = Tempfile.create("elelem-vision") do |embd|
+      embd.close
+      lines = mtmd(name, prompt, images, embd.path)
+      lines.merge("embd" => File.binread(embd.path))
+    end
+    kase = { "name" => case_name, "prompt_text" => prompt,
+             "images" => images.map { |f| { "file" => f, "sha256" => Digest::SHA256.file(image(f)).hexdigest } },
+             "max_tokens" => N_PREDICT, "ignore_eos" => false, "chunks" => out["chunks"], "n_past" => out["n_past"] }
+    tokens = out["chunks"].select { |c| c["type"] == "image" }.map { |c| c["n_tokens"] }
+    puts "#{name} #{case_name}: image tokens #{tokens.join(",")}, encode_ms #{out["encode_ms"].join(",")}"
+    [kase, output(out)]
+  end
+
+  def image(file) = File.join(IMAGES_DIR, file)
+
+  # The driver's lines, parsed: the chunks, n_embd, n_past, encode_ms, then generate's ids,
+  # hex text and margins.
+  def mtmd(name, prompt, images, embd_path)
+    Tempfile.create("elelem-vision-prompt") do |f|
+      f.puts(prompt.unpack1("H*"))
+      f.flush
+      args = ["--embd-out", embd_path, "mtmd", model_path(name), mmproj_path(name), f.path, N_PREDICT,
+              Reference::N_CTX, Reference::N_THREADS, *images.map { |i| image(i) }]
+      out, err, status = Open3.capture3(Reference.binary, *args.map(&:to_s))
+      raise "reference mtmd failed (#{status}): #{err.lines.last(3).join}" unless status.success?
+
+      parse(out.lines.map(&:chomp))
+    end
+  end
+
+  def parse(lines)
+    chunks = lines.take_while { |l| l.start_with?("chunk ") }.map { |l| chunk(l.split.drop(1)) }
+    rest = lines.drop(chunks.size)
+    n_embd, n_past, encode_ms = keyed(rest.first(3), %w[n_embd n_past encode_ms])
+    ids, hex, margins = rest.drop(3)
+    { "chunks" => chunks, "n_embd" => n_embd.first.to_i, "n_past" => n_past.first.to_i,
+      "encode_ms" => encode_ms.map(&:to_f), "ids" => ids.split.map(&:to_i), "hex" => hex,
+      "margins" => margins.split.map(&:to_f) }
+  end
+
+  # The values of lines "KEY VALUE...", in the order of `keys`.
+  def keyed(lines, keys)
+    keys.zip(lines).map do |key, line|
+      printed, *values = line.to_s.split
+      printed == key ? values : raise("the driver printed #{line.inspect} where #{key} was expected")
+    end
+  end
+
+  def chunk((type, *values))
+    return { "type" => "text", "ids" => values.map(&:to_i) } if type == "text"
+
+    %w[n_tokens n_pos nx ny].zip(values.map(&:to_i)).to_h.merge("type" => "image")
+                            .slice("type", "n_tokens", "n_pos", "nx", "ny")
+  end
+
+  # The build's part: the ids, their text, the margins, and each image chunk's embeddings'
+  # SHA-256 (the driver wrote them one after the other).
+  def output(out)
+    text = [out["hex"]].pack("H*").force_encoding(Encoding::UTF_8)
+    { "ids" => out["ids"], "text" => (text if text.valid_encoding?), "margins" => out["margins"],
+      "n_embd" => out["n_embd"], "embd_sha256" => embd_digests(out) }.compact
+  end
+
+  def embd_digests(out)
+    sizes = out["chunks"].select { |c| c["type"] == "image" }.map { |c| c["n_tokens"] * out["n_embd"] * 4 }
+    embd = out["embd"]
+    raise "the embeddings are #{embd.bytesize} bytes, not #{sizes.sum}" unless embd.bytesize == sizes.sum
+
+    sizes.each_with_index.map { |n, i| Digest::SHA256.hexdigest(embd.byteslice(sizes.first(i).sum, n)) }
+  end
+
+  def recording(outputs)
+    profile = Elelem.build_profile
+    { "build" => profile.except(:id, :cpu).transform_keys(&:to_s), "cpu" => profile[:cpu],
+      "recorder" => "llama.cpp (#{File.basename(Reference.binary)} mtmd, greedy)",
+      "recorded_at" => Time.now.utc.iso8601, "outputs" => outputs }
+  end
+
+  def file_entry(path)
+    raise "#{path} is missing: run `rake canary`" unless File.exist?(path)
+
+    { "file" => File.basename(path), "sha256" => Digest::SHA256.file(path).hexdigest }
+  end
+end
