@@ -4,7 +4,8 @@ require "fileutils"
 require "json"
 
 # Copies the share of ggml that elelem builds (ggml-base, the CPU backend, the RPC backend,
-# and the Vulkan backend that `ELELEM_VULKAN=1` builds)
+# and the Vulkan backend that `ELELEM_VULKAN=1` builds), and llama.cpp's stb_image (its JPEG
+# decoder decodes elelem's JPEG images: ext/ggml-sys/native/stb_jpeg.c)
 # out of the pinned llama-cpp-sys-2 package
 # (downloaded and checksum-verified by cargo through vendor/fetch/Cargo.lock)
 # into the git-ignored vendor/ggml.
@@ -20,6 +21,8 @@ module VendorGgml
   RPC_SOURCES = %w[ggml-rpc.cpp transport.cpp transport.h].freeze
   # The Vulkan backend: its sources and its shaders (compiled by ext/ggml-sys/build.rs when asked).
   VULKAN = "ggml-vulkan"
+  # llama.cpp's copy of stb_image, as mtmd-helper includes it.
+  STB_IMAGE = File.join("stb", "stb_image.h")
 
   module_function
 
@@ -40,6 +43,8 @@ module VendorGgml
     staging = "#{DEST}.tmp"
     FileUtils.rm_rf(staging)
     copy_sources(File.join(llama, "ggml"), staging)
+    FileUtils.mkdir_p(File.join(staging, "stb"))
+    FileUtils.cp(File.join(llama, "vendor", STB_IMAGE), File.join(staging, STB_IMAGE))
     FileUtils.cp(File.join(llama, "LICENSE"), File.join(staging, "LICENSE"))
     File.write(File.join(staging, "SOURCE"), "#{PACKAGE} #{VERSION} (crates.io), llama.cpp/ggml\n")
     FileUtils.rm_rf(DEST)
@@ -61,7 +66,7 @@ module VendorGgml
   def present?
     File.exist?(File.join(DEST, "VERSION")) && File.exist?(File.join(DEST, "include", "ggml.h")) &&
       RPC_SOURCES.all? { |f| File.exist?(File.join(DEST, "src", "ggml-rpc", f)) } &&
-      File.exist?(File.join(DEST, "src", VULKAN, "ggml-vulkan.cpp"))
+      File.exist?(File.join(DEST, "src", VULKAN, "ggml-vulkan.cpp")) && File.exist?(File.join(DEST, STB_IMAGE))
   end
 
   def copy_cpu_backend(from, to)

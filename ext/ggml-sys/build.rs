@@ -139,6 +139,7 @@ fn main() {
     println!("cargo:rerun-if-changed=include/elelem_amx.h");
     println!("cargo:rerun-if-changed=include/elelem_rpc.h");
     println!("cargo:rerun-if-changed=native/rpc_client.cpp");
+    println!("cargo:rerun-if-changed=native/stb_jpeg.c");
     println!("cargo:rerun-if-changed=include/elelem_rpc_client.h");
     println!("cargo:rerun-if-changed=src/variants.rs");
     println!("cargo:rerun-if-changed=build_vulkan.rs");
@@ -168,6 +169,7 @@ fn build_static(
     // (dequantization for get_rows among it) is compiled for the baseline ISA, so no FMA
     // contraction changes its bits relative to the reference build.
     let mut objects = rpc_objects(ggml, out, openmp);
+    objects.extend(stb_jpeg_objects(ggml, out));
     if let vulkan::Vulkan::On(vk) = vulkan {
         objects.extend(vk.iter().cloned());
     }
@@ -216,6 +218,20 @@ fn rpc_objects(ggml: &Path, out: &Path, openmp: bool) -> Vec<PathBuf> {
         .file(manifest.join("native/rpc_client.cpp"));
     objects.extend(client.compile_intermediates());
     objects
+}
+
+/// stb_image's JPEG decoder (`native/stb_jpeg.c`, over llama.cpp's `stb/stb_image.h`), as
+/// mtmd-helper compiles it: no architecture flags.
+fn stb_jpeg_objects(ggml: &Path, out: &Path) -> Vec<PathBuf> {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let mut build = cc::Build::new();
+    build
+        .out_dir(out.join("obj-stb"))
+        .include(ggml.join("stb"))
+        .opt_level(3)
+        .warnings(false)
+        .file(manifest.join("native/stb_jpeg.c"));
+    build.compile_intermediates()
 }
 
 /// The variants `ELELEM_CPU_VARIANTS` asks for: `default` (the platform gem's set), `all`
@@ -281,6 +297,7 @@ fn build_variants(
 
     // ggml-base + ggml (the registry) and the RPC backend, baseline ISA, as one shared library.
     let mut objects = rpc_objects(ggml, out, openmp);
+    objects.extend(stb_jpeg_objects(ggml, out));
     for (cpp, files) in split_by_language(base) {
         let mut build = compiler(ggml, out, cpp, &[], openmp);
         build

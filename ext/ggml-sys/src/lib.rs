@@ -67,3 +67,18 @@ pub mod cpu;
 pub mod layouts {
     include!(concat!(env!("OUT_DIR"), "/layouts.rs"));
 }
+
+// stb_image's JPEG decoder (`native/stb_jpeg.c`), as llama.cpp's mtmd-helper decodes images.
+extern "C" {
+    /// RGB8 pixels of a JPEG, `width * height * 3` bytes to free with [`elelem_stb_free`],
+    /// or null ([`elelem_stb_failure`] says why).
+    pub fn elelem_stb_jpeg(
+        bytes: *const u8,
+        len: std::os::raw::c_int,
+        width: *mut std::os::raw::c_int,
+        height: *mut std::os::raw::c_int,
+    ) -> *mut u8;
+    /// Why the last decode on this thread failed (a static string).
+    pub fn elelem_stb_failure() -> *const std::os::raw::c_char;
+    pub fn elelem_stb_free(pixels: *mut std::os::raw::c_void);
+}

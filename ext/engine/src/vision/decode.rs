@@ -1,7 +1,10 @@
 //! Image files to RGB8, as mtmd-helper loads them (`stbi_load_from_memory(..., 3)`):
 //! alpha dropped (never blended), grey repeated into R, G and B, palettes expanded,
 //! 16 bits a channel cut to their high byte, no colour profile, gamma or orientation
-//! applied. Decoding is the `image` crate's (PNG, JPEG, WebP, GIF's first frame).
+//! applied. Decoding is the `image` crate's (PNG, WebP, GIF's first frame), but JPEG's:
+//! the standard leaves its IDCT's last bits and chroma upsampling to the decoder, so a
+//! JPEG is decoded by mtmd's own, stb_image (compiled from the pinned package by
+//! `ggml-sys`), for the pixels mtmd sees, bit for bit.
 //!
 //! Untrusted bytes: the format is told by its signature, the size is read from the header
 //! and checked against [`MAX_IMAGE_SIDE`] and [`MAX_IMAGE_PIXELS`] before anything the
@@ -63,6 +66,9 @@ pub fn decode(bytes: &[u8]) -> Result<ImageU8> {
     let decoder = reader.into_decoder().map_err(|e| decode_error(format, e))?;
     let (width, height) = decoder.dimensions();
     check_size(u64::from(width), u64::from(height))?;
+    if format == ImageFormat::Jpeg {
+        return stb_jpeg(bytes, (width as usize, height as usize));
+    }
     let image = DynamicImage::from_decoder(decoder).map_err(|e| decode_error(format, e))?;
     let gif = format == ImageFormat::Gif;
     let mut rgb = to_rgb8(image, gif)?;
@@ -70,6 +76,35 @@ pub fn decode(bytes: &[u8]) -> Result<ImageU8> {
         gif_background(bytes, &mut rgb);
     }
     Ok(rgb)
+}
+
+/// A JPEG of the size its header gave (checked), decoded by stb_image to RGB8.
+fn stb_jpeg(bytes: &[u8], (width, height): (usize, usize)) -> Result<ImageU8> {
+    let len = i32::try_from(bytes.len()).map_err(|_| Error::Image("the JPEG is larger than 2 GiB".into()))?;
+    let (mut w, mut h) = (0, 0);
+    // SAFETY: stb reads `len` bytes of `bytes` and writes the two sizes; the pixels it
+    // returns are `w * h * 3` bytes, copied out and freed here.
+    unsafe {
+        let pixels = ggml_sys::elelem_stb_jpeg(bytes.as_ptr(), len, &mut w, &mut h);
+        if pixels.is_null() {
+            let why = std::ffi::CStr::from_ptr(ggml_sys::elelem_stb_failure()).to_string_lossy();
+            return Err(Error::Image(format!("invalid JPEG image: {why}")));
+        }
+        let size = (w as usize, h as usize);
+        let copied = std::slice::from_raw_parts(pixels, size.0 * size.1 * 3).to_vec();
+        ggml_sys::elelem_stb_free(pixels.cast());
+        if size != (width, height) {
+            return Err(Error::Image(format!(
+                "invalid JPEG image: its header says {width}x{height}, its frame {}x{}",
+                size.0, size.1
+            )));
+        }
+        Ok(ImageU8 {
+            width,
+            height,
+            pixels: copied,
+        })
+    }
 }
 
 /// stb_image's conversion to 3 channels: grey repeated, alpha dropped, 16 bits to their

@@ -1,0 +1,174 @@
+//! Image and text prompts identical to llama.cpp's libmtmd end to end
+//! (spec/fixtures/goldens/vision, recorded by `rake vision_golden` from the reference's
+//! `mtmd` mode): the chunks mtmd cuts a prompt into (each text piece's ids, each image
+//! chunk's token count), each image chunk's embeddings (their SHA-256), and the greedy ids
+//! after the prompt, for each synthetic language model and projector pair of
+//! tmp/synthetic/vision.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use elelem_engine::vision::{EncoderParams, MultimodalPrompt, VisionContext};
+use elelem_engine::{
+    text::sampler, Batcher, BuildProfile, Context, ContextParams, Event, GenerateParams, Model, Request,
+    TextParams,
+};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The recording for this build profile: from the fixture, or the cache `rake goldens`
+/// fills from the reference built here (as tests/golden.rs reads it).
+fn recording(name: &str, doc: &Value) -> Value {
+    let id = BuildProfile::current().expect("the CPU backend loads").id();
+    if let Some(rec) = doc["recordings"].get(&id) {
+        return rec.clone();
+    }
+    let cache = std::env::var_os("ELELEM_GOLDEN_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/elelem/goldens"));
+    let cached = cache.join(&id).join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&cached).unwrap_or_else(|_| {
+        panic!(
+            "vision/{name}.json has no recording for build profile {id}, and {} does not exist: \
+             `rake goldens` records it from the reference llama.cpp built here",
+            cached.display()
+        )
+    });
+    serde_json::from_str::<Value>(&text).unwrap()["recordings"][&id].clone()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// The prompt as mtmd's chunks: `("text", ids)` or `("image", [n_tokens])`.
+fn chunks(prompt: &MultimodalPrompt, n_embd: usize) -> Vec<(&'static str, Vec<u32>)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    let text = |from: usize, to: usize, out: &mut Vec<(&'static str, Vec<u32>)>| {
+        if to > from {
+            out.push(("text", prompt.ids[from..to].to_vec()));
+        }
+    };
+    for e in &prompt.embeddings {
+        text(at, e.start, &mut out);
+        let rows = e.embd.len() / n_embd;
+        out.push(("image", vec![rows as u32]));
+        at = e.start + rows;
+    }
+    text(at, prompt.ids.len(), &mut out);
+    out
+}
+
+fn sha256(embd: &[f32]) -> String {
+    let bytes: Vec<u8> = embd.iter().flat_map(|x| x.to_le_bytes()).collect();
+    Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Greedy ids after `prompt`, as the reference decodes them: until end of generation or
+/// `max_tokens`.
+fn generate(ctx: &mut Context, prompt: MultimodalPrompt, max_tokens: u32) -> Vec<u32> {
+    let mut batcher = Batcher::new(ctx, 1);
+    let id = batcher
+        .submit(Request {
+            prompt: prompt.ids,
+            embeddings: prompt.embeddings,
+            params: TextParams {
+                generate: GenerateParams {
+                    max_tokens,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            logprobs: None,
+            choose: Some(Box::new(sampler::greedy)),
+            constraint: None,
+        })
+        .unwrap();
+    loop {
+        match batcher.next_event(id).unwrap() {
+            Some(Event::Done { summary, .. }) => return summary.tokens,
+            Some(_) => {}
+            None => {
+                batcher.step(ctx).unwrap();
+            }
+        }
+    }
+}
+
+fn check_pair(name: &str) {
+    let fixture = root().join(format!("spec/fixtures/goldens/vision/{name}.json"));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let rec = recording(name, &doc);
+    let dir = root().join("tmp/synthetic/vision");
+    let model = Arc::new(Model::open(dir.join(format!("{name}.gguf")), &Default::default()).unwrap());
+    let threads = doc["n_threads"].as_u64().unwrap() as usize;
+    let vision = VisionContext::open(
+        &dir.join(format!("{name}.mmproj.gguf")),
+        &model,
+        EncoderParams {
+            n_threads: threads,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let params = ContextParams {
+        n_ctx: doc["n_ctx"].as_u64().unwrap() as u32,
+        n_threads: threads,
+        ..Default::default()
+    };
+    let ctx = Mutex::new(Context::new(Arc::clone(&model), params).unwrap());
+    let n_embd = model.hparams.n_embd as usize;
+    for case in doc["cases"].as_array().unwrap() {
+        let case_name = case["name"].as_str().unwrap();
+        let out = &rec["outputs"][case_name];
+        let images: Vec<Vec<u8>> = case["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let file = root().join("ext/testkit/tests/fixtures/vision").join(i["file"].as_str().unwrap());
+                std::fs::read(file).unwrap()
+            })
+            .collect();
+        let images: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+        let prompt = vision
+            .prompt(&model, case["prompt_text"].as_str().unwrap(), &[], &images, true)
+            .unwrap();
+        let expected_chunks: Vec<(&str, Vec<u32>)> = case["chunks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| match c["type"].as_str().unwrap() {
+                "text" => ("text", ids(&c["ids"])),
+                _ => ("image", vec![c["n_tokens"].as_u64().unwrap() as u32]),
+            })
+            .collect();
+        assert_eq!(chunks(&prompt, n_embd), expected_chunks, "{name} {case_name}: mtmd's chunks");
+        assert_eq!(
+            prompt.ids.len() as u64,
+            case["n_past"].as_u64().unwrap(),
+            "{name} {case_name}: the positions the prompt takes"
+        );
+        let hashes: Vec<String> = prompt.embeddings.iter().map(|e| sha256(&e.embd)).collect();
+        let expected_hashes: Vec<String> = out["embd_sha256"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(hashes, expected_hashes, "{name} {case_name}: the image chunks' embeddings");
+        let max_tokens = case["max_tokens"].as_u64().unwrap() as u32;
+        let got = generate(&mut ctx.lock().unwrap(), prompt, max_tokens);
+        assert_eq!(got, ids(&out["ids"]), "{name} {case_name}: the greedy ids");
+    }
+}
+
+#[test]
+fn gemma3_image_prompts_match_mtmd() {
+    check_pair("tiny-gemma3-vision");
+}
