@@ -131,6 +131,7 @@ pub fn preprocess(
         Preprocessor::LongestEdge => 2,
         Preprocessor::LlavaUhd => 3,
         Preprocessor::Idefics3 => 4,
+        Preprocessor::Lfm2 => 5,
     };
     // SAFETY: the parameters and pixels outlive the call; the result is read, then freed.
     unsafe {

@@ -22,19 +22,19 @@ fn write(name: &str, w: &GgufWriter) -> PathBuf {
 
 /// A seeded photograph-like RGB image of `width` x `height`, preprocessed as `mmproj`'s
 /// projector type is (Gemma 3's: mtmd's fixed-size family, bilinear; Idefics3's: tiles and
-/// an overview, Lanczos; the file's mean and std): every image the encoder then takes.
-/// LFM2's preprocessing is not implemented: [`Error::Unsupported`].
-fn preprocessed(mmproj: &Mmproj, width: usize, height: usize, seed: u64) -> Result<Vec<vision::ImageF32>, Error> {
+/// an overview, Lanczos; LFM2's: its smart resize, or tiles and a thumbnail; the file's
+/// mean and std): every image the encoder then takes.
+fn preprocessed(mmproj: &Mmproj, width: usize, height: usize, seed: u64) -> Vec<vision::ImageF32> {
     let mut rng = Rng(seed);
     let pixels: Vec<u8> = (0..width * height * 3).map(|_| (rng.next_u64() >> 56) as u8).collect();
     let img = ImageU8::new(width, height, pixels).unwrap();
-    let (kind, params) = mmproj.hparams.preprocessing()?;
+    let (kind, params) = mmproj.hparams.preprocessing();
     let out = vision::preprocess(kind, &params, &img).unwrap();
-    Ok(out.entries.into_iter().chain(out.overview).collect())
+    out.entries.into_iter().chain(out.overview).collect()
 }
 
 /// A seeded image of normalized floats in [-1, 1), as a preprocessing with a mean and
-/// std of 0.5 gives: the input of a projector whose preprocessing elelem lacks (LFM2).
+/// std of 0.5 gives, of any size: LFM2's encoder at grids its preprocessing may not give.
 fn normalized_image(width: usize, height: usize, seed: u64) -> vision::ImageF32 {
     let mut rng = Rng(seed);
     let data = (0..width * height * 3).map(|_| rng.next_f32()).collect();
@@ -46,7 +46,7 @@ fn normalized_image(width: usize, height: usize, seed: u64) -> vision::ImageF32 
 fn compare(name: &str, shape: &Shape, flash_attn: bool, n_threads: usize, (width, height): (usize, usize)) -> usize {
     let path = write(name, &writer(shape));
     let mmproj = Mmproj::open(&path).unwrap();
-    let images = preprocessed(&mmproj, width, height, shape.seed ^ 0xa5a5).unwrap();
+    let images = preprocessed(&mmproj, width, height, shape.seed ^ 0xa5a5);
     compare_images(name, &path, mmproj, flash_attn, n_threads, &images)
 }
 
@@ -193,8 +193,10 @@ fn lfm2_projectors_and_images_that_do_not_fit_are_refused() {
     assert_eq!(mmproj.n_mmproj_embd(), 96);
     assert_eq!(mmproj.n_image_tokens(160, 96), 10 * 6);
     assert_eq!(mmproj.n_image_tokens(72, 40), 5 * 3);
-    let e = mmproj.hparams.preprocessing().unwrap_err();
-    assert!(matches!(&e, Error::Unsupported(m) if m.contains("LFM2")), "{e:?}");
+    // clip.cpp's limits of 64 to 256 tokens, as pixels of merged 16 x 16 patches.
+    let (kind, params) = mmproj.hparams.preprocessing();
+    assert_eq!(kind, vision::Preprocessor::Lfm2);
+    assert_eq!((params.min_pixels, params.max_pixels), (64 * 256, 256 * 256));
 
     for name in ["mm.1.weight", "mm.1.bias", "mm.2.weight", "mm.2.bias"] {
         let e = load(&|w| {
@@ -399,9 +401,7 @@ fn projector_files_that_do_not_fit_are_refused_with_what_is_wrong() {
         flash_attn: true,
     };
     let mut encoder = Encoder::new(mmproj, params).unwrap();
-    let e = encoder
-        .encode(&preprocessed(&small, 10, 10, 1).unwrap()[0])
-        .unwrap_err();
+    let e = encoder.encode(&preprocessed(&small, 10, 10, 1)[0]).unwrap_err();
     assert!(
         matches!(&e, Error::Image(m) if m.contains("128x128") && m.contains("64x64")),
         "{e:?}"
@@ -415,7 +415,7 @@ fn load_and_encode(shape: &Shape, alter: impl FnOnce(&mut GgufWriter)) -> Result
     alter(&mut w);
     let mmproj = Arc::new(Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())?);
     let side = mmproj.hparams.image_size as usize;
-    let images = preprocessed(&mmproj, side, side, 3)?;
+    let images = preprocessed(&mmproj, side, side, 3);
     let params = EncoderParams {
         n_threads: 2,
         flash_attn: true,
@@ -535,11 +535,11 @@ fn mutated_projector_files_are_errors_or_encode() {
                     let mmproj = Arc::new(Mmproj::load(gguf)?);
                     let side = mmproj.hparams.image_size as usize;
                     let images = if mmproj.hparams.projector.dynamic_size() {
-                        // LFM2 (no preprocessing of ours): a grid other than the native one.
+                        // LFM2: a grid other than the native one.
                         let p = mmproj.hparams.patch_size as usize;
                         vec![normalized_image(side + 3 * p, side.max(2 * p) - p, 5)]
                     } else {
-                        preprocessed(&mmproj, side, side, 5)?
+                        preprocessed(&mmproj, side, side, 5)
                     };
                     let params = EncoderParams {
                         n_threads: 2,
@@ -566,10 +566,11 @@ fn the_embeddings_do_not_depend_on_the_thread_count() {
         let bytes = writer(&shape).to_bytes();
         let mmproj = Arc::new(Mmproj::load(elelem_gguf::Gguf::from_bytes(&bytes).unwrap()).unwrap());
         let side = mmproj.hparams.image_size as usize;
-        let image = match preprocessed(&mmproj, side + 7, side - 5, 9) {
-            Ok(mut images) => images.remove(0),
+        let image = if mmproj.hparams.projector.dynamic_size() {
             // LFM2: an image of another grid than the native one.
-            Err(_) => normalized_image(side + 24, side - 40, 9),
+            normalized_image(side + 24, side - 40, 9)
+        } else {
+            preprocessed(&mmproj, side + 7, side - 5, 9).remove(0)
         };
         for flash_attn in [true, false] {
             let encode = |n_threads| {
