@@ -169,16 +169,34 @@ impl ClipHParams {
     }
 
     /// The most tokens one image may give a dynamic-size projector: LFM2's 256 (clip.cpp's
-    /// `set_limit_image_tokens(64, 256)`, so mtmd's preprocessing never gives more), or the
-    /// native square's where that is more. It bounds the attention's size.
+    /// `set_limit_image_tokens(64, 256)`, which mtmd's preprocessing keeps to but for
+    /// extreme aspect ratios, whose short side it cannot shrink below one merged patch), or
+    /// the native square's where that is more. It bounds the attention's size.
     pub fn max_image_tokens(&self) -> u32 {
-        let native = self.n_patches_side() / self.n_merge;
-        256.max(native * native)
+        LFM2_IMAGE_TOKENS.1.max(self.n_output_tokens())
     }
 
     /// Patches per side of the (square, fixed-size) input.
     pub fn n_patches_side(&self) -> u32 {
         self.image_size / self.patch_size
+    }
+
+    /// The embeddings one image of the encoder's native size (`image_size` square)
+    /// becomes (clip.cpp's `clip_n_output_tokens`).
+    pub fn n_output_tokens(&self) -> u32 {
+        let side = self.n_patches_side() / self.n_merge;
+        side * side
+    }
+
+    /// The embeddings a `width` x `height` image becomes (clip.cpp's `clip_n_output_tokens`:
+    /// for a dynamic-size projector, its grid of merged patches, rounded up; otherwise the
+    /// native size's).
+    pub fn n_image_tokens(&self, width: usize, height: usize) -> usize {
+        if !self.projector.dynamic_size() {
+            return self.n_output_tokens() as usize;
+        }
+        let out = (self.patch_size * self.n_merge) as usize;
+        width.div_ceil(out) * height.div_ceil(out)
     }
 }
 
