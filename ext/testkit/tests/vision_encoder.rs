@@ -179,6 +179,25 @@ fn lfm2_embeddings_are_clip_cpps_bit_for_bit() {
     eprintln!("{total} floats compared in all, all identical");
 }
 
+/// LFM2's own preprocessing feeds its encoder: an image smart-resized whole (150 x 90 to
+/// 352 x 224: 77 tokens), and one cut in two 512 tiles (256 tokens each, the most the
+/// encoder takes) and a thumbnail (672 x 352: 231 tokens), with SigLIP2's patches of 16.
+#[test]
+fn lfm2_preprocessed_images_encode_as_clip_cpps() {
+    let shape = Shape {
+        image_size: 256,
+        patch_size: 16,
+        n_layer: 1,
+        seed: 29,
+        ..Shape::LFM2
+    };
+    let n_out = shape.n_text_embd as usize;
+    for ((w, h), n_tokens) in [((150, 90), 77), ((1100, 600), 256 + 256 + 231)] {
+        let compared = compare(&format!("lfm2-preprocessed-{w}x{h}"), &shape, true, 2, (w, h));
+        assert_eq!(compared, n_tokens * n_out, "{w}x{h}");
+    }
+}
+
 #[test]
 fn lfm2_projectors_and_images_that_do_not_fit_are_refused() {
     let load = |alter: &dyn Fn(&mut GgufWriter)| {
