@@ -198,6 +198,45 @@ fn lfm2_preprocessed_images_encode_as_clip_cpps() {
     }
 }
 
+/// Each projector type's preprocessing parameters are the ones clip.cpp's loader sets:
+/// Gemma 3's fixed size, Idefics3's longest edge or none, LFM2's token limits at two
+/// patch sizes and merges.
+#[test]
+fn preprocessing_parameters_are_clip_cpps() {
+    let lfm2_siglip2 = Shape {
+        patch_size: 16,
+        image_size: 256,
+        ..Shape::LFM2
+    };
+    let lfm2_merge4 = Shape {
+        n_merge: Some(4),
+        ..Shape::LFM2
+    };
+    let idefics3_no_longest_edge = Shape {
+        longest_edge: None,
+        ..Shape::IDEFICS3
+    };
+    let shapes = [
+        ("gemma3", Shape::GEMMA3),
+        ("idefics3", Shape::IDEFICS3),
+        ("idefics3-no-longest-edge", idefics3_no_longest_edge),
+        ("lfm2", Shape::LFM2),
+        ("lfm2-siglip2", lfm2_siglip2),
+        ("lfm2-merge4", lfm2_merge4),
+    ];
+    for (name, shape) in shapes {
+        let shape = Shape { n_layer: 1, ..shape };
+        let path = write(&format!("params-{name}"), &writer(&shape));
+        let theirs = mtmd::clip_image_params(&path).expect("clip.cpp loads the synthetic projector");
+        let (_, ours) = Mmproj::open(&path).unwrap().hparams.preprocessing();
+        assert_eq!(ours, theirs, "{name}");
+        if name.starts_with("lfm2") {
+            let merged_patch = theirs.patch_size * theirs.n_merge;
+            assert_eq!(theirs.max_pixels, 256 * merged_patch * merged_patch, "{name}");
+        }
+    }
+}
+
 #[test]
 fn lfm2_projectors_and_images_that_do_not_fit_are_refused() {
     let load = |alter: &dyn Fn(&mut GgufWriter)| {
