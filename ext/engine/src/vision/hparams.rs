@@ -136,7 +136,11 @@ impl ClipHParams {
             // as pixels (the refined image's padding and the thumbnail's stretch are
             // clip_hparams' defaults).
             ProjectorType::Lfm2 => {
-                let patch_area = (self.patch_size * self.patch_size * self.n_merge * self.n_merge) as i32;
+                // Beyond `i32` (no real file: clip.cpp's `int` would overflow), saturated,
+                // and so refused by the preprocessing's checks.
+                let merged_patch = i64::from(self.patch_size * self.n_merge);
+                let pixels =
+                    |tokens: u32| i32::try_from(i64::from(tokens) * merged_patch * merged_patch).unwrap_or(i32::MAX);
                 let (min_tokens, max_tokens) = LFM2_IMAGE_TOKENS;
                 (
                     Preprocessor::Lfm2,
@@ -144,8 +148,8 @@ impl ClipHParams {
                         resize_algo: ResizeAlgo::Bilinear,
                         resize_algo_rf: ResizeAlgo::Bilinear,
                         resize_algo_ov: ResizeAlgo::Bilinear,
-                        min_pixels: min_tokens as i32 * patch_area,
-                        max_pixels: max_tokens as i32 * patch_area,
+                        min_pixels: pixels(min_tokens),
+                        max_pixels: pixels(max_tokens),
                         ..common
                     },
                 )
