@@ -1,11 +1,13 @@
 // The test kit's window on the pinned llama.cpp's vision encoder, for tests/vision_encoder.rs:
 // tools/mtmd/clip.cpp (with tools/mtmd/models/*.cpp, its graph builders) loads a projector
-// GGUF and encodes one preprocessed image with clip_image_encode, as mtmd does. Compiled by
+// GGUF and encodes one preprocessed image with clip_image_encode, as mtmd does, or tells
+// the preprocessing parameters its loader set. Compiled by
 // build.rs from the pinned package's sources, unmodified, over the test kit's ggml (the
 // vendored copy of the same ggml); never linked into the gem.
 
 #include "clip.h"
 #include "clip-impl.h"
+#include "clip-model.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -59,6 +61,62 @@ int64_t elelem_clip_encode(const char * path, int flash_attn, int n_threads, con
         }
         std::memcpy(out, embd.data(), sizeof(float) * (size_t) std::min<int64_t>(cap, (int64_t) embd.size()));
         return (int64_t) embd.size();
+    } catch (const std::exception &) {
+        return -1;
+    }
+}
+
+// The preprocessing share of clip_hparams (mtmd_image.cpp's elelem_mtmd_params, without the
+// grid pinpoints).
+struct elelem_clip_image_params {
+    int32_t image_size, patch_size, n_merge, longest_edge, min_pixels, max_pixels;
+    int32_t resize_algo, pad, resize_algo_rf, resize_algo_ov, pad_rf, pad_ov;
+    uint8_t pad_color[3], pad_color_rf[3], pad_color_ov[3];
+    float mean[3], std[3];
+    int32_t n_candidates;
+};
+
+// The preprocessing parameters clip.cpp's loader sets for the projector at `path` (mtmd's
+// defaults: no custom token limits); 0, or -1 when clip refuses the file.
+int elelem_clip_image_params(const char * path, elelem_clip_image_params * out) {
+    try {
+        clip_context_params params{};
+        params.use_gpu = false;
+        params.flash_attn_type = CLIP_FLASH_ATTN_TYPE_DISABLED;
+        params.image_min_tokens = -1;
+        params.image_max_tokens = -1;
+        params.warmup = false;
+        g_logger_state.log_callback = errors_only;
+        clip_init_result res = clip_init(path, params);
+        if (res.ctx_v == nullptr) {
+            return -1;
+        }
+        const clip_hparams & h = *clip_get_hparams(res.ctx_v);
+        out->image_size = h.image_size;
+        out->patch_size = h.patch_size;
+        out->n_merge = h.n_merge;
+        out->longest_edge = h.image_longest_edge;
+        out->min_pixels = h.image_min_pixels;
+        out->max_pixels = h.image_max_pixels;
+        out->resize_algo = h.image_resize_algo;
+        out->pad = h.image_resize_pad;
+        out->resize_algo_rf = h.image_resize_algo_rf;
+        out->resize_algo_ov = h.image_resize_algo_ov;
+        out->pad_rf = h.image_pad_rf;
+        out->pad_ov = h.image_pad_ov;
+        for (int i = 0; i < 3; i++) {
+            out->pad_color[i] = h.image_pad_color[i];
+            out->pad_color_rf[i] = h.image_pad_color_rf[i];
+            out->pad_color_ov[i] = h.image_pad_color_ov[i];
+            out->mean[i] = h.image_mean[i];
+            out->std[i] = h.image_std[i];
+        }
+        out->n_candidates = (int32_t) h.image_res_candidates.size();
+        clip_free(res.ctx_v);
+        if (res.ctx_a) {
+            clip_free(res.ctx_a);
+        }
+        return 0;
     } catch (const std::exception &) {
         return -1;
     }

@@ -18,7 +18,8 @@
 static void quiet_log(enum ggml_log_level, const char *, void *) {}
 struct clip_logger_state g_logger_state = {quiet_log, nullptr};
 
-static clip_hparams g_hparams;
+// Per thread: tests preprocessing at once must not see each other's parameters.
+static thread_local clip_hparams g_hparams;
 
 const clip_hparams * clip_get_hparams(const struct clip_ctx *) { return &g_hparams; }
 projector_type clip_get_projector_type(const struct clip_ctx *) { return PROJECTOR_TYPE_UNKNOWN; }
@@ -46,7 +47,7 @@ uint8_t * elelem_stbi_load(const uint8_t * buf, size_t len, int * nx, int * ny) 
 
 void elelem_stbi_free(uint8_t * data) { stbi_image_free(data); }
 
-// kind: 0 fixed size, 1 dyn size, 2 longest edge, 3 llava-uhd, 4 idefics3.
+// kind: 0 fixed size, 1 dyn size, 2 longest edge, 3 llava-uhd, 4 idefics3, 5 lfm2.
 elelem_mtmd_out * elelem_mtmd_preprocess(int kind, const elelem_mtmd_params * p, const uint8_t * rgb, int nx, int ny) {
     auto * res = new elelem_mtmd_out();
     clip_hparams h;
@@ -85,6 +86,7 @@ elelem_mtmd_out * elelem_mtmd_preprocess(int kind, const elelem_mtmd_params * p,
             case 2: res->out = mtmd_image_preprocessor_longest_edge(nullptr).preprocess(img); break;
             case 3: res->out = mtmd_image_preprocessor_llava_uhd(nullptr).preprocess(img); break;
             case 4: res->out = mtmd_image_preprocessor_idefics3(nullptr).preprocess(img); break;
+            case 5: res->out = mtmd_image_preprocessor_lfm2(nullptr).preprocess(img); break;
             default: res->error = "unknown preprocessor"; break;
         }
     } catch (const std::exception & e) {

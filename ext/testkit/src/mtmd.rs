@@ -1,5 +1,6 @@
 //! The pinned llama.cpp's image path, as a reference: its vision encoder (clip.cpp's
-//! `clip_image_encode`, [`clip_encode`]), `stbi_load_from_memory` as
+//! `clip_image_encode`, [`clip_encode`]) and the preprocessing parameters its loader sets
+//! ([`clip_image_params`]), `stbi_load_from_memory` as
 //! mtmd-helper calls it, and `tools/mtmd/mtmd-image.cpp`'s preprocessors, compiled by
 //! `build.rs` with `native/mtmd_image.cpp` standing in for clip's hyper-parameters.
 
@@ -131,6 +132,7 @@ pub fn preprocess(
         Preprocessor::LongestEdge => 2,
         Preprocessor::LlavaUhd => 3,
         Preprocessor::Idefics3 => 4,
+        Preprocessor::Lfm2 => 5,
     };
     // SAFETY: the parameters and pixels outlive the call; the result is read, then freed.
     unsafe {
@@ -206,4 +208,73 @@ pub fn clip_encode(
     }
     out.truncate(n as usize);
     Some(out)
+}
+
+/// `native/clip_encode.cpp`'s `elelem_clip_image_params`.
+#[repr(C)]
+#[derive(Default)]
+struct ClipImageParams {
+    image_size: i32,
+    patch_size: i32,
+    n_merge: i32,
+    longest_edge: i32,
+    min_pixels: i32,
+    max_pixels: i32,
+    resize_algo: i32,
+    pad: i32,
+    resize_algo_rf: i32,
+    resize_algo_ov: i32,
+    pad_rf: i32,
+    pad_ov: i32,
+    pad_color: [u8; 3],
+    pad_color_rf: [u8; 3],
+    pad_color_ov: [u8; 3],
+    mean: [f32; 3],
+    std: [f32; 3],
+    n_candidates: i32,
+}
+
+extern "C" {
+    fn elelem_clip_image_params(path: *const c_char, out: *mut ClipImageParams) -> c_int;
+}
+
+fn algo_of(a: i32) -> ResizeAlgo {
+    [ResizeAlgo::Bilinear, ResizeAlgo::Bicubic, ResizeAlgo::Lanczos][a as usize]
+}
+
+fn pad_of(p: i32) -> Pad {
+    [Pad::None, Pad::Ceil, Pad::Nearest][p as usize]
+}
+
+/// The preprocessing parameters clip.cpp's loader (`load_hparams`) sets for the projector
+/// at `path`, with mtmd's defaults (no custom token limits), or `None` where clip refuses
+/// the file. Grid pinpoints are not read back: it panics on a file that has some.
+pub fn clip_image_params(path: &std::path::Path) -> Option<ImageParams> {
+    let path = std::ffi::CString::new(path.to_str().expect("a UTF-8 path")).unwrap();
+    let mut p = ClipImageParams::default();
+    // SAFETY: clip reads the path; the shim writes one struct of this layout.
+    if unsafe { elelem_clip_image_params(path.as_ptr(), &mut p) } != 0 {
+        return None;
+    }
+    assert_eq!(p.n_candidates, 0, "grid pinpoints are not read back");
+    Some(ImageParams {
+        image_size: p.image_size,
+        patch_size: p.patch_size,
+        n_merge: p.n_merge,
+        longest_edge: p.longest_edge,
+        min_pixels: p.min_pixels,
+        max_pixels: p.max_pixels,
+        resize_algo: algo_of(p.resize_algo),
+        pad: pad_of(p.pad),
+        pad_color: p.pad_color,
+        res_candidates: Vec::new(),
+        resize_algo_rf: algo_of(p.resize_algo_rf),
+        resize_algo_ov: algo_of(p.resize_algo_ov),
+        pad_rf: pad_of(p.pad_rf),
+        pad_ov: pad_of(p.pad_ov),
+        pad_color_rf: p.pad_color_rf,
+        pad_color_ov: p.pad_color_ov,
+        mean: p.mean,
+        std: p.std,
+    })
 }

@@ -450,6 +450,7 @@ fn configs() -> Vec<(&'static str, Preprocessor, ImageParams)> {
                 ..half.clone()
             },
         ),
+        ("lfm2-vl", Preprocessor::Lfm2, lfm2_params()),
         (
             "idefics3 (token limits)",
             Preprocessor::Idefics3,
@@ -464,6 +465,24 @@ fn configs() -> Vec<(&'static str, Preprocessor, ImageParams)> {
             },
         ),
     ]
+}
+
+/// LFM2-VL's, as clip.cpp sets them: SigLIP2's patches of 16 merged 2 x 2, bilinear
+/// everywhere, 64 to 256 tokens of 32 x 32 pixels.
+fn lfm2_params() -> ImageParams {
+    ImageParams {
+        image_size: 512,
+        patch_size: 16,
+        n_merge: 2,
+        min_pixels: 64 * 1024,
+        max_pixels: 256 * 1024,
+        resize_algo: ResizeAlgo::Bilinear,
+        resize_algo_rf: ResizeAlgo::Bilinear,
+        resize_algo_ov: ResizeAlgo::Bilinear,
+        mean: [0.5; 3],
+        std: [0.5; 3],
+        ..ImageParams::default()
+    }
 }
 
 /// Compares two preprocessed images bit for bit; returns how many values.
@@ -627,4 +646,63 @@ fn vision_matches_llama_cpp_mtmd() {
         jpeg_differ * 100 <= jpeg_bytes * 3,
         "JPEG: {jpeg_differ} of {jpeg_bytes} bytes differ from stb_image's"
     );
+}
+
+/// LFM2-VL's preprocessing on sizes either side of its tiling threshold (twice 256 tokens
+/// after rounding, ties to even: 720 x 720 is one image, 736 x 736 tiles), grids of
+/// every shape, and grids equally close to the image's aspect ratio, which its area
+/// decides between (1.25: 2 x 2 or 3 x 2; 16:9, 2 x 1 or 4 x 2; 1: 2 x 2 or 3 x 3).
+#[test]
+fn lfm2_matches_llama_cpp_mtmd() {
+    const LFM2_SIZES: &[(u32, u32, (i32, i32))] = &[
+        (1, 300, (0, 0)),
+        (300, 1, (0, 0)),
+        (100, 60, (0, 0)),
+        (640, 480, (0, 0)),
+        (720, 720, (0, 0)),
+        (16, 3000, (0, 0)),
+        (736, 736, (2, 2)),
+        (800, 700, (2, 2)),
+        (960, 768, (2, 2)),
+        (1000, 800, (3, 2)),
+        (1024, 768, (3, 2)),
+        (1283, 961, (3, 2)),
+        (1500, 1500, (3, 3)),
+        (1920, 1080, (4, 2)),
+        (2000, 300, (7, 1)),
+        (300, 2000, (1, 7)),
+        (700, 1400, (1, 2)),
+        (8000, 100, (10, 1)),
+    ];
+    let params = lfm2_params();
+    let (mut values, mut tiled, mut single) = (0, 0, 0);
+    for (i, &(w, h, grid)) in LFM2_SIZES.iter().enumerate() {
+        let img = ImageU8::new(w as usize, h as usize, pixels(w, h, 100 + i as u64)).unwrap();
+        let what = format!("lfm2, {w}x{h}");
+        let theirs = mtmd::preprocess(Preprocessor::Lfm2, &params, img.width(), img.height(), img.pixels())
+            .unwrap_or_else(|e| panic!("{what}: mtmd: {e}"));
+        let mine = vision::preprocess(Preprocessor::Lfm2, &params, &img).unwrap();
+        assert_eq!((theirs.grid_x, theirs.grid_y), grid, "{what}: mtmd's grid");
+        assert_eq!((mine.grid_x, mine.grid_y), grid, "{what}: grid");
+        assert_eq!(mine.entries.len(), theirs.entries.len(), "{what}: entries");
+        assert_eq!(mine.overview.is_some(), theirs.overview.is_some(), "{what}: overview");
+        for (j, (a, b)) in mine.entries.iter().zip(&theirs.entries).enumerate() {
+            values += same_bits(&format!("{what}, entry {j}"), a, b);
+        }
+        if let (Some(a), Some(b)) = (&mine.overview, &theirs.overview) {
+            values += same_bits(&format!("{what}, thumbnail"), a, b);
+        }
+        if grid == (0, 0) {
+            assert_eq!(mine.entries.len(), 1, "{what}: one image");
+            single += 1;
+        } else {
+            assert_eq!(mine.entries.len() as i32, grid.0 * grid.1, "{what}: tiles");
+            assert!(
+                mine.entries.iter().all(|t| (t.width(), t.height()) == (512, 512)),
+                "{what}: tiles of 512"
+            );
+            tiled += 1;
+        }
+    }
+    eprintln!("lfm2: {single} images whole, {tiled} tiled: {values} f32 values identical to mtmd's");
 }

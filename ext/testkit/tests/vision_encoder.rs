@@ -22,19 +22,19 @@ fn write(name: &str, w: &GgufWriter) -> PathBuf {
 
 /// A seeded photograph-like RGB image of `width` x `height`, preprocessed as `mmproj`'s
 /// projector type is (Gemma 3's: mtmd's fixed-size family, bilinear; Idefics3's: tiles and
-/// an overview, Lanczos; the file's mean and std): every image the encoder then takes.
-/// LFM2's preprocessing is not implemented: [`Error::Unsupported`].
-fn preprocessed(mmproj: &Mmproj, width: usize, height: usize, seed: u64) -> Result<Vec<vision::ImageF32>, Error> {
+/// an overview, Lanczos; LFM2's: its smart resize, or tiles and a thumbnail; the file's
+/// mean and std): every image the encoder then takes.
+fn preprocessed(mmproj: &Mmproj, width: usize, height: usize, seed: u64) -> Vec<vision::ImageF32> {
     let mut rng = Rng(seed);
     let pixels: Vec<u8> = (0..width * height * 3).map(|_| (rng.next_u64() >> 56) as u8).collect();
     let img = ImageU8::new(width, height, pixels).unwrap();
-    let (kind, params) = mmproj.hparams.preprocessing()?;
+    let (kind, params) = mmproj.hparams.preprocessing();
     let out = vision::preprocess(kind, &params, &img).unwrap();
-    Ok(out.entries.into_iter().chain(out.overview).collect())
+    out.entries.into_iter().chain(out.overview).collect()
 }
 
 /// A seeded image of normalized floats in [-1, 1), as a preprocessing with a mean and
-/// std of 0.5 gives: the input of a projector whose preprocessing elelem lacks (LFM2).
+/// std of 0.5 gives, of any size: LFM2's encoder at grids its preprocessing may not give.
 fn normalized_image(width: usize, height: usize, seed: u64) -> vision::ImageF32 {
     let mut rng = Rng(seed);
     let data = (0..width * height * 3).map(|_| rng.next_f32()).collect();
@@ -46,7 +46,7 @@ fn normalized_image(width: usize, height: usize, seed: u64) -> vision::ImageF32 
 fn compare(name: &str, shape: &Shape, flash_attn: bool, n_threads: usize, (width, height): (usize, usize)) -> usize {
     let path = write(name, &writer(shape));
     let mmproj = Mmproj::open(&path).unwrap();
-    let images = preprocessed(&mmproj, width, height, shape.seed ^ 0xa5a5).unwrap();
+    let images = preprocessed(&mmproj, width, height, shape.seed ^ 0xa5a5);
     compare_images(name, &path, mmproj, flash_attn, n_threads, &images)
 }
 
@@ -179,6 +179,64 @@ fn lfm2_embeddings_are_clip_cpps_bit_for_bit() {
     eprintln!("{total} floats compared in all, all identical");
 }
 
+/// LFM2's own preprocessing feeds its encoder: an image smart-resized whole (150 x 90 to
+/// 352 x 224: 77 tokens), and one cut in two 512 tiles (256 tokens each, the most the
+/// encoder takes) and a thumbnail (672 x 352: 231 tokens), with SigLIP2's patches of 16.
+#[test]
+fn lfm2_preprocessed_images_encode_as_clip_cpps() {
+    let shape = Shape {
+        image_size: 256,
+        patch_size: 16,
+        n_layer: 1,
+        seed: 29,
+        ..Shape::LFM2
+    };
+    let n_out = shape.n_text_embd as usize;
+    for ((w, h), n_tokens) in [((150, 90), 77), ((1100, 600), 256 + 256 + 231)] {
+        let compared = compare(&format!("lfm2-preprocessed-{w}x{h}"), &shape, true, 2, (w, h));
+        assert_eq!(compared, n_tokens * n_out, "{w}x{h}");
+    }
+}
+
+/// Each projector type's preprocessing parameters are the ones clip.cpp's loader sets:
+/// Gemma 3's fixed size, Idefics3's longest edge or none, LFM2's token limits at two
+/// patch sizes and merges.
+#[test]
+fn preprocessing_parameters_are_clip_cpps() {
+    let lfm2_siglip2 = Shape {
+        patch_size: 16,
+        image_size: 256,
+        ..Shape::LFM2
+    };
+    let lfm2_merge4 = Shape {
+        n_merge: Some(4),
+        ..Shape::LFM2
+    };
+    let idefics3_no_longest_edge = Shape {
+        longest_edge: None,
+        ..Shape::IDEFICS3
+    };
+    let shapes = [
+        ("gemma3", Shape::GEMMA3),
+        ("idefics3", Shape::IDEFICS3),
+        ("idefics3-no-longest-edge", idefics3_no_longest_edge),
+        ("lfm2", Shape::LFM2),
+        ("lfm2-siglip2", lfm2_siglip2),
+        ("lfm2-merge4", lfm2_merge4),
+    ];
+    for (name, shape) in shapes {
+        let shape = Shape { n_layer: 1, ..shape };
+        let path = write(&format!("params-{name}"), &writer(&shape));
+        let theirs = mtmd::clip_image_params(&path).expect("clip.cpp loads the synthetic projector");
+        let (_, ours) = Mmproj::open(&path).unwrap().hparams.preprocessing();
+        assert_eq!(ours, theirs, "{name}");
+        if name.starts_with("lfm2") {
+            let merged_patch = theirs.patch_size * theirs.n_merge;
+            assert_eq!(theirs.max_pixels, 256 * merged_patch * merged_patch, "{name}");
+        }
+    }
+}
+
 #[test]
 fn lfm2_projectors_and_images_that_do_not_fit_are_refused() {
     let load = |alter: &dyn Fn(&mut GgufWriter)| {
@@ -193,8 +251,10 @@ fn lfm2_projectors_and_images_that_do_not_fit_are_refused() {
     assert_eq!(mmproj.n_mmproj_embd(), 96);
     assert_eq!(mmproj.n_image_tokens(160, 96), 10 * 6);
     assert_eq!(mmproj.n_image_tokens(72, 40), 5 * 3);
-    let e = mmproj.hparams.preprocessing().unwrap_err();
-    assert!(matches!(&e, Error::Unsupported(m) if m.contains("LFM2")), "{e:?}");
+    // clip.cpp's limits of 64 to 256 tokens, as pixels of merged 16 x 16 patches.
+    let (kind, params) = mmproj.hparams.preprocessing();
+    assert_eq!(kind, vision::Preprocessor::Lfm2);
+    assert_eq!((params.min_pixels, params.max_pixels), (64 * 256, 256 * 256));
 
     for name in ["mm.1.weight", "mm.1.bias", "mm.2.weight", "mm.2.bias"] {
         let e = load(&|w| {
@@ -399,9 +459,7 @@ fn projector_files_that_do_not_fit_are_refused_with_what_is_wrong() {
         flash_attn: true,
     };
     let mut encoder = Encoder::new(mmproj, params).unwrap();
-    let e = encoder
-        .encode(&preprocessed(&small, 10, 10, 1).unwrap()[0])
-        .unwrap_err();
+    let e = encoder.encode(&preprocessed(&small, 10, 10, 1)[0]).unwrap_err();
     assert!(
         matches!(&e, Error::Image(m) if m.contains("128x128") && m.contains("64x64")),
         "{e:?}"
@@ -415,7 +473,7 @@ fn load_and_encode(shape: &Shape, alter: impl FnOnce(&mut GgufWriter)) -> Result
     alter(&mut w);
     let mmproj = Arc::new(Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())?);
     let side = mmproj.hparams.image_size as usize;
-    let images = preprocessed(&mmproj, side, side, 3)?;
+    let images = preprocessed(&mmproj, side, side, 3);
     let params = EncoderParams {
         n_threads: 2,
         flash_attn: true,
@@ -535,11 +593,11 @@ fn mutated_projector_files_are_errors_or_encode() {
                     let mmproj = Arc::new(Mmproj::load(gguf)?);
                     let side = mmproj.hparams.image_size as usize;
                     let images = if mmproj.hparams.projector.dynamic_size() {
-                        // LFM2 (no preprocessing of ours): a grid other than the native one.
+                        // LFM2: a grid other than the native one.
                         let p = mmproj.hparams.patch_size as usize;
                         vec![normalized_image(side + 3 * p, side.max(2 * p) - p, 5)]
                     } else {
-                        preprocessed(&mmproj, side, side, 5)?
+                        preprocessed(&mmproj, side, side, 5)
                     };
                     let params = EncoderParams {
                         n_threads: 2,
@@ -566,10 +624,11 @@ fn the_embeddings_do_not_depend_on_the_thread_count() {
         let bytes = writer(&shape).to_bytes();
         let mmproj = Arc::new(Mmproj::load(elelem_gguf::Gguf::from_bytes(&bytes).unwrap()).unwrap());
         let side = mmproj.hparams.image_size as usize;
-        let image = match preprocessed(&mmproj, side + 7, side - 5, 9) {
-            Ok(mut images) => images.remove(0),
+        let image = if mmproj.hparams.projector.dynamic_size() {
             // LFM2: an image of another grid than the native one.
-            Err(_) => normalized_image(side + 24, side - 40, 9),
+            normalized_image(side + 24, side - 40, 9)
+        } else {
+            preprocessed(&mmproj, side + 7, side - 5, 9).remove(0)
         };
         for flash_attn in [true, false] {
             let encode = |n_threads| {

@@ -403,6 +403,13 @@ fn impossible_preprocessing_is_an_error() {
                 ..good.clone()
             },
         ),
+        (
+            Preprocessor::Lfm2,
+            ImageParams {
+                n_merge: 0,
+                ..good.clone()
+            },
+        ),
     ];
     for (kind, params) in bad {
         let result = vision::preprocess(kind, &params, &img);
@@ -434,6 +441,7 @@ fn impossible_preprocessing_is_an_error() {
         Preprocessor::LongestEdge,
         Preprocessor::LlavaUhd,
         Preprocessor::Idefics3,
+        Preprocessor::Lfm2,
     ];
     for kind in kinds {
         for (params, image) in [(&widest, &dot), (&widest, &img), (&unit_patches, &dot)] {
@@ -451,6 +459,7 @@ fn impossible_preprocessing_is_an_error() {
         Preprocessor::LongestEdge,
         Preprocessor::LlavaUhd,
         Preprocessor::Idefics3,
+        Preprocessor::Lfm2,
     ] {
         for (algo, pad) in [(ResizeAlgo::Bicubic, Pad::Ceil), (ResizeAlgo::Lanczos, Pad::Nearest)] {
             let params = ImageParams {
@@ -461,7 +470,7 @@ fn impossible_preprocessing_is_an_error() {
                 longest_edge: if kind == Preprocessor::Idefics3 { 1536 } else { 64 },
                 ..good.clone()
             };
-            let params = if kind == Preprocessor::DynSize {
+            let params = if matches!(kind, Preprocessor::DynSize | Preprocessor::Lfm2) {
                 good.clone()
             } else {
                 params

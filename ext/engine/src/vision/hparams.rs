@@ -15,6 +15,10 @@ pub const MAX_IMAGE_SIZE: u32 = 4096;
 /// The most encoder layers accepted (SigLIP has 27).
 pub const MAX_LAYERS: u32 = 256;
 
+/// The fewest and most tokens LFM2's preprocessing aims an image (or a thumbnail) at:
+/// clip.cpp's `set_limit_image_tokens(64, 256)` for it.
+const LFM2_IMAGE_TOKENS: (u32, u32) = (64, 256);
+
 /// The projector types elelem runs: clip.cpp's `projector_type` by its `clip.projector_type`
 /// name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,10 +105,7 @@ impl ClipHParams {
     /// (`mtmd_context`'s choice by projector type) and the preprocessing share of
     /// `clip_hparams` as clip.cpp's `load_hparams` sets it.
     ///
-    /// # Errors
-    /// [`Error::Unsupported`] for LFM2, whose preprocessing (mtmd's `lfm2` slicing:
-    /// smart resize, tiles and a thumbnail) is not implemented yet.
-    pub fn preprocessing(&self) -> Result<(Preprocessor, ImageParams)> {
+    pub fn preprocessing(&self) -> (Preprocessor, ImageParams) {
         let common = ImageParams {
             image_size: self.image_size as i32,
             patch_size: self.patch_size as i32,
@@ -115,27 +116,44 @@ impl ClipHParams {
         };
         match self.projector {
             // Fixed size, bilinear, clip_hparams' default padding (PAD_CEIL, black).
-            ProjectorType::Gemma3 => Ok((
+            ProjectorType::Gemma3 => (
                 Preprocessor::FixedSize,
                 ImageParams {
                     resize_algo: ResizeAlgo::Bilinear,
                     ..common
                 },
-            )),
+            ),
             // Tiles and an overview of `image_size`, Lanczos (mtmd's idefics3 preprocessor).
-            ProjectorType::Idefics3 => Ok((
+            ProjectorType::Idefics3 => (
                 Preprocessor::Idefics3,
                 ImageParams {
                     resize_algo: ResizeAlgo::Lanczos,
                     longest_edge: self.longest_edge as i32,
                     ..common
                 },
-            )),
-            ProjectorType::Lfm2 => Err(Error::Unsupported(
-                "LFM2-VL's image preprocessing (mtmd's lfm2 tiles and thumbnail) is not implemented yet: \
-                 its encoder takes images preprocessed elsewhere"
-                    .into(),
-            )),
+            ),
+            // Bilinear everywhere, and the token limits of `set_limit_image_tokens(64, 256)`
+            // as pixels (the refined image's padding and the thumbnail's stretch are
+            // clip_hparams' defaults).
+            ProjectorType::Lfm2 => {
+                // Beyond `i32` (no real file: clip.cpp's `int` would overflow), saturated,
+                // and so refused by the preprocessing's checks.
+                let merged_patch = i64::from(self.patch_size * self.n_merge);
+                let pixels =
+                    |tokens: u32| i32::try_from(i64::from(tokens) * merged_patch * merged_patch).unwrap_or(i32::MAX);
+                let (min_tokens, max_tokens) = LFM2_IMAGE_TOKENS;
+                (
+                    Preprocessor::Lfm2,
+                    ImageParams {
+                        resize_algo: ResizeAlgo::Bilinear,
+                        resize_algo_rf: ResizeAlgo::Bilinear,
+                        resize_algo_ov: ResizeAlgo::Bilinear,
+                        min_pixels: pixels(min_tokens),
+                        max_pixels: pixels(max_tokens),
+                        ..common
+                    },
+                )
+            }
         }
     }
 
@@ -155,16 +173,34 @@ impl ClipHParams {
     }
 
     /// The most tokens one image may give a dynamic-size projector: LFM2's 256 (clip.cpp's
-    /// `set_limit_image_tokens(64, 256)`, so mtmd's preprocessing never gives more), or the
-    /// native square's where that is more. It bounds the attention's size.
+    /// `set_limit_image_tokens(64, 256)`, which mtmd's preprocessing keeps to but for
+    /// extreme aspect ratios, whose short side it cannot shrink below one merged patch), or
+    /// the native square's where that is more. It bounds the attention's size.
     pub fn max_image_tokens(&self) -> u32 {
-        let native = self.n_patches_side() / self.n_merge;
-        256.max(native * native)
+        LFM2_IMAGE_TOKENS.1.max(self.n_output_tokens())
     }
 
     /// Patches per side of the (square, fixed-size) input.
     pub fn n_patches_side(&self) -> u32 {
         self.image_size / self.patch_size
+    }
+
+    /// The embeddings one image of the encoder's native size (`image_size` square)
+    /// becomes (clip.cpp's `clip_n_output_tokens`).
+    pub fn n_output_tokens(&self) -> u32 {
+        let side = self.n_patches_side() / self.n_merge;
+        side * side
+    }
+
+    /// The embeddings a `width` x `height` image becomes (clip.cpp's `clip_n_output_tokens`:
+    /// for a dynamic-size projector, its grid of merged patches, rounded up; otherwise the
+    /// native size's).
+    pub fn n_image_tokens(&self, width: usize, height: usize) -> usize {
+        if !self.projector.dynamic_size() {
+            return self.n_output_tokens() as usize;
+        }
+        let out = (self.patch_size * self.n_merge) as usize;
+        width.div_ceil(out) * height.div_ceil(out)
     }
 }
 

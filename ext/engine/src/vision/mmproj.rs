@@ -113,22 +113,14 @@ impl Mmproj {
     }
 
     /// The embeddings one image of the encoder's native size (`image_size` square)
-    /// becomes (clip.cpp's `clip_n_output_tokens`).
+    /// becomes ([`ClipHParams::n_output_tokens`]).
     pub fn n_output_tokens(&self) -> u32 {
-        let side = self.hparams.n_patches_side() / self.hparams.n_merge;
-        side * side
+        self.hparams.n_output_tokens()
     }
 
-    /// The embeddings a `width` x `height` image becomes (clip.cpp's `clip_n_output_tokens`:
-    /// for a dynamic-size projector, its grid of merged patches, rounded up; otherwise the
-    /// native size's).
+    /// The embeddings a `width` x `height` image becomes ([`ClipHParams::n_image_tokens`]).
     pub fn n_image_tokens(&self, width: usize, height: usize) -> usize {
-        let hp = &self.hparams;
-        if !hp.projector.dynamic_size() {
-            return self.n_output_tokens() as usize;
-        }
-        let out = (hp.patch_size * hp.n_merge) as usize;
-        width.div_ceil(out) * height.div_ceil(out)
+        self.hparams.n_image_tokens(width, height)
     }
 
     /// Refuses an image a dynamic-size encoder does not take: sides that are not positive

@@ -9,6 +9,8 @@
 //!   [`MAX_IMAGE_PIXELS`]).
 //! - [`preprocess()`]: one [`Preprocessor`] (mtmd's families) with its [`ImageParams`]
 //!   (mtmd's `clip_hparams`, the preprocessing share) to a [`Preprocessed`].
+//! - [`image_layout`] and [`tokenize_prompt`]: where a preprocessed image's embeddings go
+//!   in a prompt, the text and tokens around them, as mtmd's `mtmd_tokenize` lays them out.
 //! - [`Mmproj`]: a projector GGUF (`mmproj`), its `clip.*` hyper-parameters and weights, as
 //!   clip.cpp's loader reads them; [`Encoder`]: its ViT and projector as one graph
 //!   ([`encoder`], [`projector`]), giving the language model's input embeddings, bit for
@@ -26,6 +28,7 @@ mod decode;
 pub mod encoder;
 pub mod hparams;
 mod image;
+mod layout;
 pub mod mmproj;
 mod preprocess;
 pub mod projector;
@@ -35,5 +38,6 @@ pub use context::{MultimodalPrompt, VisionContext, IMAGE_CACHE_ENTRIES, MEDIA_MA
 pub use decode::decode;
 pub use encoder::{Encoder, EncoderParams};
 pub use hparams::{ClipHParams, FfnOp, ProjectorType};
+pub use layout::{image_layout, tokenize_prompt, Chunk, ImageChunk, ImagePart, ImageSource, MEDIA_MARKER};
 pub use mmproj::Mmproj;
 pub use preprocess::{preprocess, ImageParams, Pad, Preprocessed, Preprocessor, ResizeAlgo};

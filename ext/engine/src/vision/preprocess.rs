@@ -18,6 +18,8 @@
 //! - [`Preprocessor::LlavaUhd`]: an overview and slices, by grid pinpoints (LLaVA 1.6,
 //!   Llama 4) or by MiniCPM-V's grid search.
 //! - [`Preprocessor::Idefics3`]: an overview and tiles of `image_size` (SmolVLM, Idefics3).
+//! - [`Preprocessor::Lfm2`]: LFM2-VL's: the smart resize alone where it is small enough,
+//!   else tiles of 512 by the closest of its grids and a smart-resized thumbnail.
 
 use super::image::{ImageF32, ImageU8, MAX_IMAGE_PIXELS};
 use crate::{Error, Result};
@@ -103,6 +105,7 @@ pub enum Preprocessor {
     LongestEdge,
     LlavaUhd,
     Idefics3,
+    Lfm2,
 }
 
 /// mtmd's `mtmd_image_preproc_out`: the images the encoder reads, in order, and for the
@@ -163,6 +166,7 @@ pub fn preprocess(kind: Preprocessor, params: &ImageParams, img: &ImageU8) -> Re
             slice(params, img, &inst, &mut out)?;
         }
         Preprocessor::Idefics3 => idefics3(params, img, &mut out)?,
+        Preprocessor::Lfm2 => lfm2(params, img, &mut out)?,
     }
     Ok(out)
 }
@@ -199,7 +203,9 @@ fn check_params(kind: Preprocessor, p: &ImageParams) -> Result<()> {
         Preprocessor::DynSize if p.patch_size * p.n_merge <= 0 => bad("patch_size * n_merge must be positive"),
         Preprocessor::LongestEdge if p.longest_edge <= 0 => bad("longest_edge must be positive"),
         Preprocessor::LongestEdge if p.patch_size * p.n_merge.max(1) <= 0 => bad("patch_size must be positive"),
-        Preprocessor::LlavaUhd if p.patch_size * p.n_merge <= 0 => bad("patch_size * n_merge must be positive"),
+        Preprocessor::LlavaUhd | Preprocessor::Lfm2 if p.patch_size * p.n_merge <= 0 => {
+            bad("patch_size * n_merge must be positive")
+        }
         Preprocessor::LlavaUhd
             if p.res_candidates
                 .iter()
@@ -739,6 +745,124 @@ fn idefics3(p: &ImageParams, img: &ImageU8, out: &mut Preprocessed) -> Result<()
     slice(p, img, &inst, out)
 }
 
+// ---------------------------------------------------------------------------------------
+// LFM2-VL (mtmd_image_preprocessor_lfm2, after transformers' Lfm2VlImageProcessorFast)
+
+/// `mtmd_image_preprocessor_lfm2`'s constants (LFM2.5-VL's `processor_config.json`): the
+/// grids it tiles by have 2 to 10 tiles of 512 pixels a side, and an image is tiled when
+/// its smart resize would be over twice `max_pixels`.
+const LFM2_MIN_TILES: i32 = 2;
+const LFM2_MAX_TILES: i32 = 10;
+const LFM2_MAX_PIXELS_TOLERANCE: f32 = 2.0;
+const LFM2_TILE_SIZE: i32 = 512;
+
+/// `mtmd_image_preprocessor_lfm2::preprocess`.
+fn lfm2(p: &ImageParams, img: &ImageU8, out: &mut Preprocessed) -> Result<()> {
+    let inst = lfm2_slice_instructions(p, (img.width as i32, img.height as i32));
+    if !inst.slices.is_empty() {
+        // The tiles and the thumbnail as the overview (llava-uhd's `preprocess`).
+        return slice(p, img, &inst, out);
+    }
+    // One tile: the resized image is an entry, not an overview, so that mtmd frames it
+    // without LFM2's thumbnail token (its `slice_image` of no slices, then `append`).
+    let resized = resize(img, inst.overview, p.resize_algo_ov, p.pad_ov, p.pad_color_ov)?;
+    out.append(p, &resized);
+    Ok(())
+}
+
+/// `mtmd_image_preprocessor_lfm2::should_tile`: the smart resize's sides rounded to the
+/// merged patch (`nearbyint` in `double`, ties to even; the lower bound is the unmerged
+/// patch, as mtmd has it), against `max_pixels` with its tolerance.
+fn lfm2_should_tile(p: &ImageParams, (width, height): (i32, i32)) -> bool {
+    let align = p.patch_size * p.n_merge;
+    let round_by_factor = |x: f32| (f64::from(x) / f64::from(align)).round_ties_even() as i32 * align;
+    let h_bar = p.patch_size.max(round_by_factor(height as f32));
+    let w_bar = p.patch_size.max(round_by_factor(width as f32));
+    f64::from(h_bar) * f64::from(w_bar) > f64::from(p.max_pixels) * f64::from(LFM2_MAX_PIXELS_TOLERANCE)
+}
+
+/// `mtmd_image_preprocessor_lfm2::get_slice_instructions`: the thumbnail (or the one
+/// image) smart-resized within `min_pixels..=max_pixels`; tiles of 512 only where
+/// [`lfm2_should_tile`] says so.
+fn lfm2_slice_instructions(p: &ImageParams, original: (i32, i32)) -> SliceInstructions {
+    let overview = calc_size_preserved_ratio(
+        original,
+        SizeOpts {
+            align: p.patch_size * p.n_merge,
+            min_pixels: p.min_pixels,
+            max_pixels: p.max_pixels,
+            longest_edge: 0,
+        },
+    );
+    let mut inst = SliceInstructions {
+        overview,
+        refined: (0, 0),
+        grid: (0, 0),
+        slices: Vec::new(),
+    };
+    if !lfm2_should_tile(p, original) {
+        return inst;
+    }
+    let grid = lfm2_grid_layout(original, &lfm2_target_ratios());
+    inst.grid = grid;
+    inst.refined = (LFM2_TILE_SIZE * grid.0, LFM2_TILE_SIZE * grid.1);
+    for row in 0..grid.1 {
+        for col in 0..grid.0 {
+            inst.slices.push(Slice {
+                x: col * LFM2_TILE_SIZE,
+                y: row * LFM2_TILE_SIZE,
+                w: LFM2_TILE_SIZE,
+                h: LFM2_TILE_SIZE,
+            });
+        }
+    }
+    inst
+}
+
+/// `get_target_ratios`: the grids (columns, rows) of 2 to 10 tiles, by their number of
+/// tiles. mtmd sorts with `std::sort`, which does not keep the order of grids with as many
+/// tiles (libstdc++ puts 2x1 before 1x2); this stable sort does. The choice below cannot
+/// tell: grids of the same number of tiles differ in aspect ratio, and never by little
+/// enough to be equally close to an image's (`ties_are_not_between_grids_of_equal_area`).
+fn lfm2_target_ratios() -> Vec<(i32, i32)> {
+    let mut ratios = Vec::new();
+    for n in LFM2_MIN_TILES..=LFM2_MAX_TILES {
+        for w in 1..=n {
+            for h in 1..=n {
+                if (LFM2_MIN_TILES..=LFM2_MAX_TILES).contains(&(w * h)) && !ratios.contains(&(w, h)) {
+                    ratios.push((w, h));
+                }
+            }
+        }
+    }
+    ratios.sort_by_key(|&(w, h)| w * h);
+    ratios
+}
+
+/// `get_grid_layout` and `find_closest_aspect_ratio`: the grid whose aspect ratio is the
+/// closest to the image's (`float`); of grids as close, a later (larger) one where the
+/// image has over half its pixels.
+fn lfm2_grid_layout((width, height): (i32, i32), ratios: &[(i32, i32)]) -> (i32, i32) {
+    let aspect_ratio = width as f32 / height as f32;
+    let area = (width * height) as f32;
+    let mut best_ratio_diff = f32::MAX;
+    let mut best = (1, 1);
+    for &(w, h) in ratios {
+        let target_aspect_ratio = w as f32 / h as f32;
+        let ratio_diff = (aspect_ratio - target_aspect_ratio).abs();
+        if ratio_diff < best_ratio_diff {
+            best_ratio_diff = ratio_diff;
+            best = (w, h);
+        } else if ratio_diff == best_ratio_diff {
+            let target_area = (LFM2_TILE_SIZE * LFM2_TILE_SIZE * w * h) as f32;
+            if area > 0.5 * target_area {
+                best = (w, h);
+            }
+        }
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -829,5 +953,72 @@ mod tests {
         assert_eq!(select_best_resolution((111, 200), &candidates), (200, 200));
         assert_eq!(select_best_resolution((90, 180), &candidates), (100, 200));
         assert_eq!(select_best_resolution((400, 150), &candidates), (200, 100));
+    }
+
+    #[test]
+    fn ties_are_not_between_grids_of_equal_area() {
+        // mtmd's grids in the order libstdc++'s std::sort leaves them (printed by a C++
+        // program sorting get_target_ratios' list with mtmd's comparison).
+        const LIBSTDCXX: [(i32, i32); 26] = [
+            (2, 1),
+            (1, 2),
+            (1, 3),
+            (3, 1),
+            (2, 2),
+            (4, 1),
+            (1, 4),
+            (1, 5),
+            (5, 1),
+            (3, 2),
+            (2, 3),
+            (1, 6),
+            (6, 1),
+            (1, 7),
+            (7, 1),
+            (2, 4),
+            (4, 2),
+            (1, 8),
+            (8, 1),
+            (3, 3),
+            (1, 9),
+            (9, 1),
+            (10, 1),
+            (1, 10),
+            (5, 2),
+            (2, 5),
+        ];
+        let ours = lfm2_target_ratios();
+        let mut sorted = ours.clone();
+        let mut theirs = LIBSTDCXX.to_vec();
+        sorted.sort_unstable();
+        theirs.sort_unstable();
+        assert_eq!(sorted, theirs);
+        for w in (1..=3000).step_by(3) {
+            for h in (1..=3000).step_by(7) {
+                assert_eq!(
+                    lfm2_grid_layout((w, h), &ours),
+                    lfm2_grid_layout((w, h), &LIBSTDCXX),
+                    "{w}x{h}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn lfm2_tiles_past_twice_its_budget_rounding_ties_to_even() {
+        let params = ImageParams {
+            patch_size: 16,
+            n_merge: 2,
+            min_pixels: 64 * 1024,
+            max_pixels: 256 * 1024,
+            ..ImageParams::default()
+        };
+        // 720 / 32 = 22.5 rounds to 22: 704 x 704 is under 2 x 256 x 1024 pixels.
+        assert!(!lfm2_should_tile(&params, (720, 720)));
+        assert!(lfm2_should_tile(&params, (736, 736)));
+        assert!(lfm2_should_tile(&params, (752, 720)));
+        let inst = lfm2_slice_instructions(&params, (1000, 800));
+        assert_eq!((inst.grid, inst.refined, inst.slices.len()), ((3, 2), (1536, 1024), 6));
+        assert_eq!(inst.overview, (544, 448));
     }
 }
