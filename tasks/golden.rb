@@ -289,6 +289,7 @@ module Goldens
     EmbeddingGolden.ensure_recorded
     SpeculativeGolden.ensure_recorded
     RpcGolden.record_all(Reference.build, cache: Elelem::Golden::CACHE_DIR)
+    VisionGolden.ensure_recorded(Elelem::Golden::CACHE_DIR)
     missing = fixtures.map { |name| [name, cached_golden(name)] }.reject { |_, golden| golden.recorded? }
     profile = Elelem.build_profile
     if missing.empty?

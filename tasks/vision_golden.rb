@@ -25,7 +25,9 @@ require_relative "reference"
 #   the SHA-256 of each image chunk's embeddings (mtmd_get_output_embd, raw f32: n_tokens x
 #   n_embd), so that an encoder can be compared end to end.
 #
-# Nothing in elelem checks these yet: they are the reference half of image input.
+# ext/testkit/tests/vision_golden.rs and spec/vision_spec.rb check elelem against them. A
+# build profile the fixtures lack is recorded by `rake goldens` into the cache of recordings
+# ({ensure_recorded}).
 module VisionGolden
   FORMAT = "elelem-vision-golden/1"
   DIR = File.join(Reference::GOLDENS, "vision")
@@ -69,19 +71,43 @@ module VisionGolden
     CASES.each_key { |name| record(name) }
   end
 
-  # Records `name`'s cases under this build profile into its fixture. Other profiles'
-  # recordings stay while the model, the projector and the cases (their chunks included) are
-  # what they were recorded with; otherwise they go.
+  # `rake goldens`: each pair whose fixture has no recording for this build profile is
+  # recorded from the reference into `<cache>/<profile>/<name>.json` (the fixture with this
+  # profile's recording), as the other goldens are, unless the cache has it already.
+  def ensure_recorded(cache)
+    id = Elelem.build_profile[:id]
+    CASES.each_key do |name|
+      next if JSON.parse(File.read(fixture(name)))["recordings"].key?(id)
+
+      cached = File.join(cache, id, "#{name}.json")
+      next if File.exist?(cached) && JSON.parse(File.read(cached))["recordings"]&.key?(id)
+
+      Reference.build
+      FileUtils.mkdir_p(File.dirname(cached))
+      File.write(cached, "#{JSON.pretty_generate(document(name))}\n")
+      puts "recorded #{name} for build profile #{id} into #{cached}"
+    end
+  end
+
+  # Records `name`'s cases under this build profile into its fixture ({document}).
   # @return [Hash] the fixture
   def record(name)
+    write(name, document(name))
+  end
+
+  # `name`'s fixture with this build profile's recording. Other profiles' recordings stay
+  # while the model, the projector and the cases (their chunks included) are what they were
+  # recorded with; otherwise they go.
+  # @return [Hash]
+  def document(name)
     Reference.check_profile!
     files = { "model" => file_entry(model_path(name)), "mmproj" => file_entry(mmproj_path(name)) }
     runs = CASES.fetch(name).map { |case_name, (prompt, images)| run_case(name, case_name, prompt, images) }
     cases = runs.map(&:first)
     recordings = kept_recordings(name, files.merge("cases" => cases))
     recordings[Elelem.build_profile[:id]] = recording(cases.map { |c| c["name"] }.zip(runs.map(&:last)).to_h)
-    write(name, { "format" => FORMAT, **files, "n_ctx" => Reference::N_CTX, "n_threads" => Reference::N_THREADS,
-                  "cases" => cases, "recordings" => recordings })
+    { "format" => FORMAT, **files, "n_ctx" => Reference::N_CTX, "n_threads" => Reference::N_THREADS,
+      "cases" => cases, "recordings" => recordings }
   end
 
   def write(name, doc)

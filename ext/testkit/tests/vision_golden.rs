@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use elelem_engine::vision::{EncoderParams, MultimodalPrompt, VisionContext};
 use elelem_engine::{
-    text::sampler, Batcher, BuildProfile, Context, ContextParams, Event, GenerateParams, Model, Request,
-    TextParams,
+    text::sampler, Batcher, BuildProfile, Context, ContextParams, Event, GenerateParams, Model, Request, TextParams,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -42,7 +41,11 @@ fn recording(name: &str, doc: &Value) -> Value {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 /// The prompt as mtmd's chunks: `("text", ids)` or `("image", [n_tokens])`.
@@ -131,7 +134,9 @@ fn check_pair(name: &str) {
             .unwrap()
             .iter()
             .map(|i| {
-                let file = root().join("ext/testkit/tests/fixtures/vision").join(i["file"].as_str().unwrap());
+                let file = root()
+                    .join("ext/testkit/tests/fixtures/vision")
+                    .join(i["file"].as_str().unwrap());
                 std::fs::read(file).unwrap()
             })
             .collect();
@@ -148,7 +153,11 @@ fn check_pair(name: &str) {
                 _ => ("image", vec![c["n_tokens"].as_u64().unwrap() as u32]),
             })
             .collect();
-        assert_eq!(chunks(&prompt, n_embd), expected_chunks, "{name} {case_name}: mtmd's chunks");
+        assert_eq!(
+            chunks(&prompt, n_embd),
+            expected_chunks,
+            "{name} {case_name}: mtmd's chunks"
+        );
         assert_eq!(
             prompt.ids.len() as u64,
             case["n_past"].as_u64().unwrap(),
@@ -161,7 +170,10 @@ fn check_pair(name: &str) {
             .iter()
             .map(|h| h.as_str().unwrap().to_string())
             .collect();
-        assert_eq!(hashes, expected_hashes, "{name} {case_name}: the image chunks' embeddings");
+        assert_eq!(
+            hashes, expected_hashes,
+            "{name} {case_name}: the image chunks' embeddings"
+        );
         let max_tokens = case["max_tokens"].as_u64().unwrap() as u32;
         let got = generate(&mut ctx.lock().unwrap(), prompt, max_tokens);
         assert_eq!(got, ids(&out["ids"]), "{name} {case_name}: the greedy ids");
@@ -171,4 +183,9 @@ fn check_pair(name: &str) {
 #[test]
 fn gemma3_image_prompts_match_mtmd() {
     check_pair("tiny-gemma3-vision");
+}
+
+#[test]
+fn idefics3_image_prompts_match_mtmd() {
+    check_pair("tiny-idefics3-vision");
 }

@@ -18,13 +18,12 @@ use std::sync::{Arc, Mutex};
 
 use super::encoder::{Encoder, EncoderParams};
 use super::hparams::ProjectorType;
+use super::layout::{image_layout, tokenize_prompt, Chunk, ImagePart, ImageSource};
 use super::mmproj::Mmproj;
 use super::preprocess::{preprocess, ImageParams, Preprocessor};
 use crate::runtime::batcher::PromptEmbeddings;
 use crate::{Error, Model, Result};
 
-/// mtmd's default media marker (`mtmd_default_marker`): where a prompt's text places an image.
-pub const MEDIA_MARKER: &str = "<__media__>";
 /// How many images' embeddings a [`VisionContext`] keeps.
 pub const IMAGE_CACHE_ENTRIES: usize = 16;
 
@@ -34,18 +33,38 @@ pub struct VisionContext {
     /// One image is encoded at a time.
     encoder: Mutex<Encoder>,
     preprocessing: (Preprocessor, ImageParams),
-    /// The text around an image's embeddings (mtmd's `img_beg` / `img_end`).
-    frame: (&'static str, &'static str),
     /// Whether the language model decodes image tokens causally (mtmd's
-    /// `mtmd_decode_use_non_causal`).
+    /// `mtmd_decode_use_non_causal`: not Gemma 3's).
     causal: bool,
     n_vocab: u32,
-    /// The latest images' embeddings by the hash of their bytes, oldest first.
-    cache: Mutex<VecDeque<(u64, Arc<[f32]>)>>,
+    /// The latest images by the hash of their bytes, oldest first.
+    cache: Mutex<VecDeque<Arc<EncodedImage>>>,
+}
+
+/// An image encoded: where its embeddings go ([`image_layout`]) and the embeddings of each
+/// of the layout's image chunks, in order.
+pub struct EncodedImage {
+    pub hash: u64,
+    pub layout: Vec<ImagePart>,
+    pub embeddings: Vec<Arc<[f32]>>,
+}
+
+impl EncodedImage {
+    /// The embeddings of the layout's chunk from `source`.
+    fn chunk(&self, source: &ImageSource) -> &Arc<[f32]> {
+        let mut chunks = self.layout.iter().filter_map(|part| match part {
+            ImagePart::Image(chunk) => Some(&chunk.source),
+            _ => None,
+        });
+        let index = chunks
+            .position(|s| s == source)
+            .expect("a chunk of the image's own layout");
+        &self.embeddings[index]
+    }
 }
 
 /// A prompt with images, as [`crate::runtime::Request`] takes it: ids (the image rows'
-/// recorded in their place) and the images' embeddings.
+/// recorded in their place) and the images' embeddings, one run per image chunk.
 #[derive(Clone)]
 pub struct MultimodalPrompt {
     pub ids: Vec<u32>,
@@ -57,8 +76,7 @@ impl VisionContext {
     ///
     /// # Errors
     /// [`Error::Load`] for a projector that cannot be read or whose embeddings are not the
-    /// model's width; [`Error::Unsupported`] for a projector type elelem does not lay out
-    /// in a prompt, or a model that does not take embeddings.
+    /// model's width; [`Error::Unsupported`] for a model that does not take embeddings.
     pub fn open(path: &Path, model: &Model, params: EncoderParams) -> Result<VisionContext> {
         let mmproj = Arc::new(Mmproj::open(path)?);
         mmproj.check_text_model(model.hparams.n_embd)?;
@@ -69,23 +87,13 @@ impl VisionContext {
             )));
         }
         let hp = &mmproj.hparams;
-        // mtmd_context's choices by projector type (mtmd.cpp, `init_vision`).
-        let (frame, causal) = match hp.projector {
-            ProjectorType::Gemma3 => (("<start_of_image>", "<end_of_image>"), false),
-            other => {
-                return Err(Error::Unsupported(format!(
-                    "images through a {} projector are not laid out in prompts yet (elelem does: gemma3)",
-                    other.name()
-                )))
-            }
-        };
-        let preprocessing = hp.preprocessing()?;
+        let preprocessing = hp.preprocessing();
+        let causal = hp.projector != ProjectorType::Gemma3;
         let encoder = Encoder::new(Arc::clone(&mmproj), params)?;
         Ok(VisionContext {
             mmproj,
             encoder: Mutex::new(encoder),
             preprocessing,
-            frame,
             causal,
             n_vocab: model.hparams.n_vocab,
             cache: Mutex::new(VecDeque::new()),
@@ -101,44 +109,58 @@ impl VisionContext {
         self.encoder.lock().expect("encoder lock").compute_bytes()
     }
 
-    /// An image file's embeddings (PNG, JPEG, WebP or GIF bytes), from the cache when it
-    /// holds them, with the hash they are kept by.
+    /// An image file (PNG, JPEG, WebP or GIF bytes) decoded, preprocessed, laid out and
+    /// encoded, chunk by chunk; from the cache when it holds the same bytes.
     ///
     /// # Errors
     /// [`Error::Image`] for bytes that are not an image elelem decodes, or one too large.
-    pub fn encode(&self, image: &[u8]) -> Result<(u64, Arc<[f32]>)> {
+    pub fn encode(&self, image: &[u8]) -> Result<Arc<EncodedImage>> {
         let mut hasher = DefaultHasher::new();
         image.hash(&mut hasher);
         let hash = hasher.finish();
-        if let Some((_, embd)) = self.cache.lock().expect("cache lock").iter().find(|(h, _)| *h == hash) {
-            return Ok((hash, Arc::clone(embd)));
+        if let Some(cached) = self.cache.lock().expect("cache lock").iter().find(|e| e.hash == hash) {
+            return Ok(Arc::clone(cached));
         }
         let decoded = super::decode(image)?;
         let (kind, params) = &self.preprocessing;
         let pre = preprocess(*kind, params, &decoded)?;
+        let layout = image_layout(&self.mmproj.hparams, &pre)?;
         let mut encoder = self.encoder.lock().expect("encoder lock");
-        let mut embd = Vec::new();
-        for entry in &pre.entries {
-            embd.extend(encoder.encode(entry)?);
+        let mut embeddings = Vec::new();
+        for part in &layout {
+            let ImagePart::Image(chunk) = part else { continue };
+            let images = match &chunk.source {
+                ImageSource::Overview => std::slice::from_ref(pre.overview.as_ref().expect("laid out with one")),
+                ImageSource::Entries(range) => &pre.entries[range.clone()],
+            };
+            let mut embd = Vec::new();
+            for img in images {
+                embd.extend(encoder.encode(img)?);
+            }
+            embeddings.push(embd.into());
         }
         drop(encoder);
-        let embd: Arc<[f32]> = embd.into();
+        let encoded = Arc::new(EncodedImage {
+            hash,
+            layout,
+            embeddings,
+        });
         let mut cache = self.cache.lock().expect("cache lock");
         if cache.len() == IMAGE_CACHE_ENTRIES {
             cache.pop_front();
         }
-        cache.push_back((hash, Arc::clone(&embd)));
-        Ok((hash, embd))
+        cache.push_back(Arc::clone(&encoded));
+        Ok(encoded)
     }
 
-    /// `text` with [`MEDIA_MARKER`] once per image as `mtmd_tokenize` lays it out: each
-    /// piece of text tokenized alone (special tokens parsed, none added, but in the byte
-    /// ranges `plain` of `text`: a chat's message contents), each image between its
-    /// frame's texts, then the beginning-of-sequence token first when `add_special` and
-    /// the model adds one (and the end-of-sequence token last likewise).
+    /// `text` with [`MEDIA_MARKER`](super::MEDIA_MARKER) once per image, as `mtmd_tokenize` chunks it
+    /// ([`tokenize_prompt`]: special tokens parsed but in the byte ranges `plain`, a chat's
+    /// message contents; BOS and EOS where `add_special` and the model adds them), each
+    /// image chunk's rows given as its embeddings.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the markers are not one per image; the errors of
+    /// [`Error::InvalidArgument`] when the markers are not one per image; [`Error::Load`]
+    /// for a vocabulary without the tokens the projector frames images with; the errors of
     /// [`VisionContext::encode`].
     pub fn prompt(
         &self,
@@ -148,50 +170,29 @@ impl VisionContext {
         images: &[&[u8]],
         add_special: bool,
     ) -> Result<MultimodalPrompt> {
-        let n_markers = text.matches(MEDIA_MARKER).count();
-        if n_markers != images.len() {
-            return Err(Error::InvalidArgument(format!(
-                "the prompt places {n_markers} images ({MEDIA_MARKER}) but {} were given",
-                images.len()
-            )));
-        }
         let tokenizer = model.tokenizer()?;
+        let encoded = images
+            .iter()
+            .map(|image| self.encode(image))
+            .collect::<Result<Vec<_>>>()?;
+        let layouts: Vec<Vec<ImagePart>> = encoded.iter().map(|e| e.layout.clone()).collect();
+        let chunks = tokenize_prompt(tokenizer, &self.mmproj.hparams, text, &layouts, add_special, plain)?;
         let n_embd = model.hparams.n_embd as usize;
         let mut ids = Vec::new();
         let mut embeddings = Vec::new();
-        // Each piece with the plain ranges within it, from its own start.
-        let tokenize_piece = |start: usize, piece: &str| {
-            let end = start + piece.len();
-            let within: Vec<Range<usize>> = plain
-                .iter()
-                .filter(|r| r.start < end && r.end > start)
-                .map(|r| r.start.max(start) - start..r.end.min(end) - start)
-                .collect();
-            tokenizer.tokenize_with_plain(piece, false, &within)
-        };
-        let mut starts = text.match_indices(MEDIA_MARKER).map(|(at, _)| at + MEDIA_MARKER.len());
-        let mut pieces = text.split(MEDIA_MARKER);
-        ids.extend(tokenize_piece(0, pieces.next().unwrap_or("")));
-        for ((piece, start), image) in pieces.zip(&mut starts).zip(images) {
-            let (hash, embd) = self.encode(image)?;
-            ids.extend(tokenizer.tokenize(self.frame.0, false, true));
-            let rows = embd.len() / n_embd;
-            embeddings.push(PromptEmbeddings {
-                start: ids.len(),
-                embd,
-                causal: self.causal,
-            });
-            ids.extend(std::iter::repeat_n(self.image_id(hash), rows));
-            ids.extend(tokenizer.tokenize(self.frame.1, false, true));
-            ids.extend(tokenize_piece(start, piece));
-        }
-        if add_special {
-            if let (true, Some(bos)) = (tokenizer.add_bos(), tokenizer.bos()) {
-                ids.insert(0, bos);
-                embeddings.iter_mut().for_each(|e| e.start += 1);
-            }
-            if let (true, Some(eos)) = (tokenizer.add_eos(), tokenizer.eos()) {
-                ids.push(eos);
+        for chunk in chunks {
+            match chunk {
+                Chunk::Text(tokens) => ids.extend(tokens),
+                Chunk::Image { image, chunk } => {
+                    let embd = Arc::clone(encoded[image].chunk(&chunk.source));
+                    let rows = embd.len() / n_embd;
+                    embeddings.push(PromptEmbeddings {
+                        start: ids.len(),
+                        embd,
+                        causal: self.causal,
+                    });
+                    ids.extend(std::iter::repeat_n(self.image_id(encoded[image].hash), rows));
+                }
             }
         }
         Ok(MultimodalPrompt { ids, embeddings })

@@ -44,7 +44,9 @@ fn sniff(bytes: &[u8]) -> Result<ImageFormat> {
 fn decode_error(format: ImageFormat, e: image::ImageError) -> Error {
     let name = format!("{format:?}").to_uppercase();
     match e {
-        image::ImageError::Limits(l) => Error::Image(format!("{name} image beyond the limits: {l}")),
+        image::ImageError::Limits(l) => Error::Image(format!(
+            "{name} image beyond the limits ({MAX_IMAGE_SIDE} pixels a side, {MAX_IMAGE_PIXELS} in all): {l}"
+        )),
         e => Error::Image(format!("invalid {name} image: {e}")),
     }
 }

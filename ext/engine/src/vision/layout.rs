@@ -204,10 +204,10 @@ pub fn image_layout(hparams: &ClipHParams, image: &Preprocessed) -> Result<Vec<I
     Ok(parts)
 }
 
-/// A prompt's text between media markers, or a marker.
+/// A prompt's text between media markers (with its byte offset in the prompt), or a marker.
 #[derive(Debug, PartialEq, Eq)]
 enum Segment<'a> {
-    Text(&'a str),
+    Text(usize, &'a str),
     Marker,
 }
 
@@ -216,15 +216,17 @@ enum Segment<'a> {
 fn split_at_markers(text: &str) -> Vec<Segment<'_>> {
     let mut segments = Vec::new();
     let mut rest = text;
+    let mut offset = 0;
     while let Some(at) = rest.find(MEDIA_MARKER) {
         if at > 0 {
-            segments.push(Segment::Text(&rest[..at]));
+            segments.push(Segment::Text(offset, &rest[..at]));
         }
         segments.push(Segment::Marker);
         rest = &rest[at + MEDIA_MARKER.len()..];
+        offset += at + MEDIA_MARKER.len();
     }
     if !rest.is_empty() {
-        segments.push(Segment::Text(rest));
+        segments.push(Segment::Text(offset, rest));
     }
     segments
 }
@@ -254,9 +256,9 @@ fn push_image(
     tokenizer: &Tokenizer,
     hparams: &ClipHParams,
     index: usize,
-    image: &Preprocessed,
+    layout: &[ImagePart],
 ) -> Result<()> {
-    for part in image_layout(hparams, image)? {
+    for part in layout.iter().cloned() {
         match part {
             ImagePart::Text(text) => push_text(chunks, tokenizer.tokenize(&text, false, true)),
             ImagePart::Token(text) => {
@@ -275,11 +277,12 @@ fn push_image(
     Ok(())
 }
 
-/// mtmd's chunks of a prompt whose text holds one [`MEDIA_MARKER`] per image of `images`
-/// (`mtmd_tokenize`): the text between markers tokenized piece by piece without BOS or
-/// EOS (special tokens parsed if `parse_special`), each image laid out by
-/// [`image_layout`]; then, if `add_special`, BOS before everything and EOS after where
-/// the vocabulary adds them (mtmd.cpp 1280-1303).
+/// mtmd's chunks of a prompt whose text holds one [`MEDIA_MARKER`] per image, given by
+/// their [`image_layout`]s (`mtmd_tokenize`): the text between markers tokenized piece by
+/// piece without BOS or EOS (special tokens parsed but in the byte ranges `plain` of
+/// `text`: mtmd's `parse_special` false is the whole text), each image's layout in its
+/// place; then, if `add_special`, BOS before everything and EOS after where the vocabulary
+/// adds them (mtmd.cpp 1280-1303).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] where the markers are not as many as the images, or an
@@ -290,9 +293,9 @@ pub fn tokenize_prompt(
     tokenizer: &Tokenizer,
     hparams: &ClipHParams,
     text: &str,
-    images: &[Preprocessed],
+    images: &[Vec<ImagePart>],
     add_special: bool,
-    parse_special: bool,
+    plain: &[Range<usize>],
 ) -> Result<Vec<Chunk>> {
     let segments = split_at_markers(text);
     let n_markers = segments.iter().filter(|s| **s == Segment::Marker).count();
@@ -306,7 +309,16 @@ pub fn tokenize_prompt(
     let mut next_image = 0;
     for segment in segments {
         match segment {
-            Segment::Text(text) => push_text(&mut chunks, tokenizer.tokenize(text, false, parse_special)),
+            Segment::Text(offset, piece) => {
+                // The plain ranges within the piece, from its start.
+                let end = offset + piece.len();
+                let within: Vec<Range<usize>> = plain
+                    .iter()
+                    .filter(|r| r.start < end && r.end > offset)
+                    .map(|r| r.start.max(offset) - offset..r.end.min(end) - offset)
+                    .collect();
+                push_text(&mut chunks, tokenizer.tokenize_with_plain(piece, false, &within));
+            }
             Segment::Marker => {
                 push_image(&mut chunks, tokenizer, hparams, next_image, &images[next_image])?;
                 next_image += 1;
@@ -501,10 +513,10 @@ mod tests {
         assert_eq!(
             split_at_markers("a<__media__><__media__> b<__media_"),
             [
-                Segment::Text("a"),
+                Segment::Text(0, "a"),
                 Segment::Marker,
                 Segment::Marker,
-                Segment::Text(" b<__media_")
+                Segment::Text(23, " b<__media_")
             ]
         );
     }
@@ -555,7 +567,8 @@ mod tests {
         let (tok, tokens) = tokenizer();
         let id = |t: &str| tokens.iter().position(|x| x == t).unwrap() as u32;
         let image = sliced((2, 1), 512, (544, 448));
-        let chunks = tokenize_prompt(&tok, &lfm2(), "a<__media__>b", &[image], true, true).unwrap();
+        let layout = image_layout(&lfm2(), &image).unwrap();
+        let chunks = tokenize_prompt(&tok, &lfm2(), "a<__media__>b", &[layout], true, &[]).unwrap();
         let image_chunk = |source, n_tokens| Chunk::Image {
             image: 0,
             chunk: ImageChunk { source, n_tokens },
@@ -574,16 +587,11 @@ mod tests {
             ]
         );
         // Without add_special, no BOS; the prompt's own text with special tokens as text
-        // when parse_special is false (the layout's are parsed regardless).
-        let chunks = tokenize_prompt(
-            &tok,
-            &gemma3(),
-            "<__media__><end_of_image>",
-            &[whole(896, 896)],
-            false,
-            false,
-        )
-        .unwrap();
+        // in the plain ranges (the layout's are parsed regardless).
+        let text = "<__media__><end_of_image>";
+        let layout = image_layout(&gemma3(), &whole(896, 896)).unwrap();
+        let all = 0..text.len();
+        let chunks = tokenize_prompt(&tok, &gemma3(), text, &[layout], false, std::slice::from_ref(&all)).unwrap();
         assert_eq!(chunks.len(), 3);
         assert_eq!(chunks[0], Chunk::Text(vec![id("<start_of_image>")]));
         let Chunk::Text(last) = &chunks[2] else {
@@ -597,22 +605,15 @@ mod tests {
     fn markers_must_match_the_images_and_the_vocabulary_the_layout() {
         let (tok, _) = tokenizer();
         for (text, n_images) in [("<__media__><__media__>", 1), ("no marker", 1), ("<__media__>", 0)] {
-            let images = vec![whole(896, 896); n_images];
+            let images = vec![image_layout(&gemma3(), &whole(896, 896)).unwrap(); n_images];
             assert!(matches!(
-                tokenize_prompt(&tok, &gemma3(), text, &images, true, true),
+                tokenize_prompt(&tok, &gemma3(), text, &images, true, &[]),
                 Err(Error::InvalidArgument(_))
             ));
         }
         // Idefics3's tokens are not in this vocabulary.
-        let e = tokenize_prompt(
-            &tok,
-            &idefics3(),
-            "<__media__>",
-            &[sliced((1, 1), 512, (512, 512))],
-            true,
-            true,
-        )
-        .unwrap_err();
+        let layout = image_layout(&idefics3(), &sliced((1, 1), 512, (512, 512))).unwrap();
+        let e = tokenize_prompt(&tok, &idefics3(), "<__media__>", &[layout], true, &[]).unwrap_err();
         assert!(matches!(&e, Error::Load(m) if m.contains("idefics3")), "{e:?}");
     }
 }

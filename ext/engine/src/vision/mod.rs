@@ -34,7 +34,7 @@ mod preprocess;
 pub mod projector;
 
 pub use self::image::{ImageF32, ImageU8, MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE};
-pub use context::{MultimodalPrompt, VisionContext, IMAGE_CACHE_ENTRIES, MEDIA_MARKER};
+pub use context::{EncodedImage, MultimodalPrompt, VisionContext, IMAGE_CACHE_ENTRIES};
 pub use decode::decode;
 pub use encoder::{Encoder, EncoderParams};
 pub use hparams::{ClipHParams, FfnOp, ProjectorType};
