@@ -109,6 +109,16 @@ RSpec.describe "images in prompts" do
       expect(model.complete("describe <__media__>", images: [jpeg], max_tokens: 16).tokens).to eq(expected)
     end
 
+    it "takes images without speculative decoding only" do
+      drafting = self.class.open_pair(vision_dir, "tiny-gemma3-vision", n_ctx: 256, draft: :lookup)
+      expect { drafting.generate("describe <__media__>", images: [jpeg]) }
+        .to raise_error(ArgumentError, /draft: false/)
+      expect(drafting.complete("describe <__media__>", images: [jpeg], max_tokens: 16, draft: false).tokens)
+        .to eq(expected)
+    ensure
+      drafting&.close
+    end
+
     it "refuses images that do not fit the context" do
       small = self.class.open_pair(vision_dir, "tiny-gemma3-vision", n_ctx: 32)
       expect { small.generate("<__media__> <__media__>", images: [jpeg, jpeg]) }

@@ -241,7 +241,7 @@ impl Speculation {
             ));
         }
         if !embeddings.is_empty() {
-            return Err(Error::Unsupported(
+            return Err(Error::InvalidArgument(
                 "speculative decoding takes text only: a prompt with images needs draft: false".into(),
             ));
         }
