@@ -149,6 +149,47 @@ RSpec.describe "images in prompts" do
       .to raise_error(Elelem::LoadError, /missing.gguf/)
   end
 
+  it "serves images: OpenAI's image_url parts and Ollama's images, a bad image a 400, then serves on" do
+    require "rack"
+    template = "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}" \
+               "{% for p in m.content %}{{ p.text }}{% endfor %}{% endif %}{% endfor %}"
+    model = self.class.open_pair(vision_dir, "tiny-gemma3-vision", n_ctx: 512)
+    server = Elelem::Server.new(model, template:, max_tokens: 8)
+    post = lambda do |path, body|
+      app = Rack::Lint.new(server)
+      Rack::MockRequest.new(app).request("POST", path, input: JSON.generate(body), "CONTENT_TYPE" => "application/json")
+    end
+    bytes = File.binread(jpeg)
+    parts = [{ type: "text", text: "describe " },
+             { type: "image_url", image_url: { url: "data:image/jpeg;base64,#{Base64.strict_encode64(bytes)}" } }]
+    # The server answers a chat without tools from its rendered prompt, as complete does given it.
+    expected = model.complete(model.chat_input([{ role: "user", content: parts }], template:), max_tokens: 8)
+    chat = { messages: [{ role: "user", content: parts }], max_tokens: 8, temperature: 0 }
+    reply = JSON.parse(post.call("/v1/chat/completions", chat).body)
+    expect(reply["choices"][0]["message"]["content"]).to eq(expected.text)
+    expect(reply["usage"]["prompt_tokens"]).to eq(30)
+    ollama = { messages: [{ role: "user", content: "describe", images: [Base64.strict_encode64(bytes)] }],
+               stream: false, options: { temperature: 0, num_predict: 4 } }
+    # Ollama's images come before the message's text.
+    image_first = [{ role: "user", content: [{ type: "image", image: jpeg }, { type: "text", text: "describe" }] }]
+    image_first_tokens = model.complete(model.chat_input(image_first, template:), max_tokens: 1).prompt_tokens
+    expect(JSON.parse(post.call("/api/chat", ollama).body)["prompt_eval_count"]).to eq(image_first_tokens)
+    broken = [{ type: "image_url", image_url: { url: "data:image/png;base64,#{Base64.strict_encode64("nope")}" } }]
+    response = post.call("/v1/chat/completions", { messages: [{ role: "user", content: broken }] })
+    expect(response.status).to eq(400)
+    expect(JSON.parse(response.body)["error"]["message"]).to match(/not an image/)
+    expect(post.call("/api/chat", ollama).status).to eq(200)
+    generated = JSON.parse(post.call("/api/generate", { prompt: "describe", images: [Base64.strict_encode64(bytes)],
+                                                        stream: false, options: { num_predict: 2 } }).body)
+    expect(generated["prompt_eval_count"]).to eq(image_first_tokens)
+    expect(generated["context"].size).to eq(2)
+    expect { model.chat_tokens([{ role: "user", content: parts }], template:) }
+      .to raise_error(ArgumentError, /chat_input/)
+    expect(model.chat_input([{ role: "user", content: parts }], template:).text).to eq("describe <__media__>")
+  ensure
+    model&.close
+  end
+
   it "takes Ollama's images, base64 before the message's text, and refuses what is not base64" do
     b64 = Base64.strict_encode64(File.binread(jpeg))
     body = { "model" => "m", "messages" => [{ "role" => "user", "content" => "describe", "images" => [b64] }] }

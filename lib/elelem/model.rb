@@ -278,8 +278,12 @@ module Elelem
     # @raise [Elelem::TemplateError] when the template fails
     # @raise [ArgumentError] for a keyword the template does not read, as {#chat}
     def chat_tokens(messages, template: nil, system: nil, parse_special: false, **variables)
-      args = chat_arguments(messages, template, system, variables)
-      explaining_refusals(args[0]) { _chat_ids(args[0], args[1], parse_special ? true : false, *args[2..]) }
+      unless ChatOptions.images(messages).empty?
+        raise ArgumentError, "a conversation with images has no ids before they are encoded: chat_input gives " \
+                             "what chat evaluates"
+      end
+
+      chat_ids(messages, template, system, parse_special, variables)
     end
 
     # How many tokens a text or a conversation takes: `tokenize(text).size`, or for an

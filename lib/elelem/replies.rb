@@ -15,6 +15,17 @@ module Elelem
       # Finds the keyword a misspelt one meant.
       KEYWORD_CHECKER = DidYouMean::SpellChecker.new(dictionary: KEYWORDS)
 
+      # What {#chat} evaluates for `messages`: their ids ({#chat_tokens}), or for a conversation
+      # with image parts an {Images::Prompt} (the rendered text, its plain ranges and the images'
+      # bytes), which {#complete} and {#generate} take as a prompt. See {#chat} for the arguments.
+      # @param variables [Hash] template variables (`tools:`, `enable_thinking: false`, ...) and `now:`
+      # @return [Array<Integer>, Images::Prompt]
+      # @raise [Elelem::TemplateError] when the template fails
+      # @raise [Elelem::ImageError] for an image that cannot be read
+      def chat_input(messages, template: nil, system: nil, parse_special: false, **variables)
+        chat_renderer(messages, template, system, parse_special).call(variables)
+      end
+
       private
 
       # Whether `prompt` is a conversation (an Array of message Hashes) rather than ids.
@@ -43,7 +54,7 @@ module Elelem
       # or with images an {Images::Prompt} (whose images the projector lays out around the text).
       def chat_renderer(messages, template, system, parse_special)
         images = ChatOptions.images(messages).map { |image| Images.read(image) }
-        return ->(vars) { chat_tokens(messages, template:, system:, parse_special:, **vars) } if images.empty?
+        return ->(vars) { chat_ids(messages, template, system, parse_special, vars) } if images.empty?
 
         lambda do |vars|
           args = chat_arguments(messages, template, system, vars)
@@ -52,6 +63,12 @@ module Elelem
           end
           Images::Prompt.new(text:, plain:, images:)
         end
+      end
+
+      # The ids of a conversation without images.
+      def chat_ids(messages, template, system, parse_special, variables)
+        args = chat_arguments(messages, template, system, variables)
+        explaining_refusals(args[0]) { _chat_ids(args[0], args[1], parse_special ? true : false, *args[2..]) }
       end
 
       # OpenAI's newer name for `max_tokens`, as {Model#chat} takes it too.

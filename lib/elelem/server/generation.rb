@@ -39,16 +39,17 @@ module Elelem
       #   or a completion's prompt, as token ids or text
       attr_reader :prompt
 
-      # A conversation rendered by the chat template, as token ids.
+      # A conversation rendered by the chat template: its token ids, or with images an
+      # {Images::Prompt} ({Model#chat_input}).
       # @param model [Model] the model whose template renders it
       # @param messages [Array<Hash>] the checked messages
       # @param template [String, nil] the server's chat template, instead of the model's
       # @param tools [Array<Hash>, nil] the tools the template shows
-      # @return [Array<Integer>]
-      # @raise [HTTPError] 400 for a conversation the template cannot render, 500 for a model
-      #   without a template served without one
-      def self.chat_tokens(model, messages, template:, tools: nil)
-        model.chat_tokens(messages, template:, **{ tools: }.compact)
+      # @return [Array<Integer>, Images::Prompt]
+      # @raise [HTTPError] 400 for a conversation the template cannot render or an image that
+      #   cannot be read, 500 for a model without a template served without one
+      def self.chat_input(model, messages, template:, tools: nil)
+        model.chat_input(messages, template:, **{ tools: }.compact)
       rescue ArgumentError, TemplateError => e
         raise HTTPError.new(400, e.message, param: "messages")
       rescue ToolsNotSupportedError => e
@@ -89,8 +90,10 @@ module Elelem
 
       # @return [Boolean] whether the prompt opened the thinking (the reply then only closes it)
       def thinking_opened?
-        @opened = thinking? && @model.detokenize(@prompt.last(4)).rstrip.end_with?(ChatDeltas::THINK[0]) if @opened.nil?
-        @opened
+        return @opened unless @opened.nil?
+
+        tail = @prompt.is_a?(Images::Prompt) ? @prompt.text[-40..] || @prompt.text : @model.detokenize(@prompt.last(4))
+        @opened = thinking? && tail.rstrip.end_with?(ChatDeltas::THINK[0])
       end
 
       # @return [Symbol, nil] the chat template's tool-call format ({Model#tool_call_format}),
@@ -142,7 +145,7 @@ module Elelem
       def request_prompt
         return request.prompt unless chat?
 
-        Generation.chat_tokens(@model, request.messages, template: @template, tools: request.tools)
+        Generation.chat_input(@model, request.messages, template: @template, tools: request.tools)
       end
 
       def forced_call

@@ -65,8 +65,11 @@ module Elelem
                 elsif request.raw
                   retrieval_tokens(request.text, "prompt")
                 else
-                  Generation.chat_tokens(model, request.messages, template: @template)
+                  Generation.chat_input(model, request.messages, template: @template)
                 end
+          next ids if ids.is_a?(Images::Prompt) && request.context.empty?
+          raise HTTPError.new(400, "context cannot go with images", param: "context") if ids.is_a?(Images::Prompt)
+
           request.context + ids
         end
       end

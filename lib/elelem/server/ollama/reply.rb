@@ -26,11 +26,12 @@ module Elelem
 
         # @param request [Request]
         # @param model_name [String] the `model` field
-        # @param prompt [Array<Integer>] the prompt's ids (a generate reply's `context` starts with them)
+        # @param prompt [Array<Integer>, Images::Prompt] the prompt's ids (a generate reply's
+        #   `context` starts with them; a prompt with images has none for them: its context is the reply's)
         def initialize(request, model_name, prompt)
           @chat = request.kind == :chat
           @model_name = model_name
-          @prompt = prompt
+          @prompt = prompt.is_a?(Array) ? prompt : []
           @started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         end
 
