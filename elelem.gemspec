@@ -19,7 +19,8 @@ Gem::Specification.new do |spec|
   # installing a built gem needs no network for ggml: files are globbed, not git-listed.
   spec.files = Dir[
     "lib/**/*.rb", "exe/*", "ext/elelem/*.rb", "ext/*/Cargo.toml", "ext/*/build.rs", "ext/*/wrapper.h",
-    "ext/*/include/*.h", "ext/*/native/*", "ext/*/layouts.hpp", "ext/*/src/**/*.rs", "vendor/ggml/**/*", "Cargo.toml", "Cargo.lock",
+    "ext/*/include/*.h", "ext/*/native/*", "ext/*/layouts.hpp", "ext/*/src/**/*.rs", "vendor/ggml/**/*",
+    "Cargo.toml", "Cargo.lock",
     "README.md", "CHANGELOG.md", "LICENSE", "docs/*.md"
   ]
   spec.bindir = "exe"

@@ -38,8 +38,10 @@ RSpec.describe "chat" do
     typed = "{% for m in messages %}{% for p in m.content %}[{{ p.type }}: {{ p.text }}]{% endfor %}{% endfor %}"
     expect(model.chat_prompt(parts, template: typed)).to eq("[text: a][text: b][text: c]")
     expect { model.chat_prompt(chatml["messages"], system: "again") }.to raise_error(ArgumentError, /system/)
-    expect { model.chat_prompt([{ role: "user", content: [{ type: "image_url", image_url: "x" }] }]) }
+    expect { model.chat_prompt([{ role: "user", content: [{ type: "input_audio", input_audio: "x" }] }]) }
       .to raise_error(ArgumentError, /parts must be text/)
+    expect { model.chat_prompt([{ role: "user", content: [{ type: "image_url", image_url: "x" }] }]) }
+      .to raise_error(Elelem::ImageError, /data URI/)
   end
 
   it "passes tools, tool calls, tool results and other template variables through, with the model's BOS and EOS" do

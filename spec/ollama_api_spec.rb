@@ -73,7 +73,7 @@ RSpec.describe "Ollama's API" do
       { messages: [{ "role" => "robot", "content" => "x" }] } => "messages[0].role must be one of",
       { messages: [{ "role" => "tool", "content" => "x", "tool_name" => 1 }] } => "tool_name must be a string",
       { messages:, tools: [tool], format: "json" } => "format with tools is not supported",
-      { messages: [messages.first.merge("images" => ["aGk="])] } => "images are not supported",
+      { messages: [messages.first.merge("images" => ["aGk="])] } => "without a projector",
       { messages:, think: true } => "think is not supported",
       { messages:, options: { temperature: "hot" } } => "temperature must be a number",
       { messages:, options: { num_ctx: 4096 } } => "num_ctx 4096 is above the served model's context of 512",

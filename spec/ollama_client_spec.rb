@@ -93,7 +93,7 @@ RSpec.describe "elelem serve and Ollama's clients" do
     errors = result["errors"]
     expect(errors.transform_values { |e| e["status"] })
       .to eq("images" => 400, "num_ctx" => 400, "schema" => 400, "chat_on_embedder" => 501, "embed_on_decoder" => 400)
-    expect(errors["images"]["error"]).to include("images are not supported")
+    expect(errors["images"]["error"]).to include("without a projector")
     expect(errors["num_ctx"]["error"]).to include("num_ctx 1048576 is above", "1024")
     expect(errors["schema"]["error"]).to include("unsupported JSON schema")
     expect(errors["chat_on_embedder"]["error"]).to include("embedding model")

@@ -51,6 +51,8 @@ module Elelem
     # `<the model's file name without .gguf>.mmproj.gguf`.
     # @return [String, nil]
     def projector_beside(model_path)
+      return nil if model_path.include?("\0") # not a path: the loader says so
+
       dir = File.dirname(model_path)
       base = File.basename(model_path)
       [File.join(dir, "mmproj-#{base}"), File.join(dir, "#{base.delete_suffix(".gguf")}.mmproj.gguf")]

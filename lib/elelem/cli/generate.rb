@@ -24,21 +24,20 @@ module Elelem
 
     def generate(model, prompt, opts)
       gen = SAMPLING["generate"].slice(:max_tokens).merge(opts[:gen], seed: Options.seed(opts[:gen][:seed]))
+      images = opts[:images] || []
+      prompt = chat_input(model, prompt, images, opts) if opts[:chat] || opts[:system] || opts[:template]
       stream = opts[:json] ? nil : ->(piece) { @out.print(piece).then { @out.flush } }
-      completion = model.complete(*prompt_and_options(prompt, opts, gen), &stream)
+      completion = model.complete(prompt, images:, **gen, &stream)
       @out.puts(opts[:json] ? JSON.generate(summary(model, completion, gen)) : "")
       @out.flush
       CLI.stop_note(@err, completion.finish_reason, gen[:max_tokens])
     end
 
-    # What {Model#complete} takes for `generate`'s prompt: the text, or with --chat (or a
-    # system message, or a template) a user message, the images before it.
-    def prompt_and_options(prompt, opts, gen)
-      images = opts[:images] || []
-      return [prompt, gen.merge(images:)] unless opts[:chat] || opts[:system] || opts[:template]
-
-      content = [*images.map { |file| { type: "image", image: file } }, { type: "text", text: prompt }]
-      [[{ role: "user", content: }], gen.merge(opts.slice(:system, :template))]
+    # With --chat (or a system message, or a template): PROMPT as a user message through the
+    # template, its images before it ({Model#chat_input}).
+    def chat_input(model, prompt, images, opts)
+      content = images.empty? ? prompt : [*images.map { |file| { type: "image", image: file } }, prompt]
+      model.chat_input([{ role: "user", content: }], **opts.slice(:system, :template))
     end
 
     def summary(model, completion, gen)

@@ -152,7 +152,7 @@ module Elelem
           type = typed(part, part_path, Hash)["type"]
           unless types.include?(type)
             raise invalid("#{part_path}.type must be #{types.join(" or ")}, got #{type.inspect}" \
-                          "#{" (this server reads text only)" if type.to_s.match?(/image|file|audio/)}", "input")
+                          "#{" (images go by /v1/chat/completions)" if type.to_s.match?(/image|file|audio/)}", "input")
           end
 
           { "type" => "text", "text" => text(part, type == "refusal" ? "refusal" : "text", part_path) }
