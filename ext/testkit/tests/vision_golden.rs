@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use elelem_engine::vision::{EncoderParams, MultimodalPrompt, VisionContext};
+use elelem_engine::runtime::vision::{MultimodalPrompt, VisionContext};
+use elelem_engine::vision::EncoderParams;
 use elelem_engine::{
     text::sampler, Batcher, BuildProfile, Context, ContextParams, Event, GenerateParams, Model, Request, TextParams,
 };

@@ -286,7 +286,7 @@ fn scheduler<'r>(ruby: &Ruby, runtime: &'r engine::Runtime) -> Result<&'r engine
 
 /// The prompt's ids and, when `opts[:images]` holds images (binary Strings of their
 /// files), their embeddings: the text places them with `Elelem::Images::MARKER`, laid out
-/// as mtmd lays them out (see [`engine::vision::VisionContext::prompt`]), with special
+/// as mtmd lays them out (see [`engine::runtime::vision::VisionContext::prompt`]), with special
 /// tokens parsed but in the byte ranges `opts[:plain]` (`[[start, end], ...]`: a chat's
 /// contents). Encoding runs without the GVL; an interrupt is raised once the image in
 /// hand is encoded.

@@ -10,6 +10,7 @@ pub mod ngram_cache;
 pub mod open;
 pub mod scheduler;
 pub mod speculative;
+pub mod vision;
 
 pub use batcher::{Batcher, Chooser, DraftStats, Event, Logprob, PromptEmbeddings, Request, RequestId, Summary};
 pub use context::{BatchToken, Context, ContextParams, DecodeStats};

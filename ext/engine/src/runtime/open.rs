@@ -16,7 +16,8 @@ use crate::runtime::scheduler::Scheduler;
 use crate::runtime::speculative::{
     check_compatible, check_speculable, DraftLength, DraftSource, SpeculativeParams, MAX_DRAFT_TOKENS,
 };
-use crate::vision::{EncoderParams, VisionContext};
+use crate::runtime::vision::VisionContext;
+use crate::vision::EncoderParams;
 use crate::{Error, Result};
 
 /// How many requests may wait for a free sequence unless told otherwise.

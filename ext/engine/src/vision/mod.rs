@@ -16,14 +16,12 @@
 //!   ([`encoder`], [`projector`]), giving the language model's input embeddings, bit for
 //!   bit clip.cpp's (`ext/testkit/tests/vision_encoder.rs`).
 //!
-//! - [`VisionContext`]: a projector opened beside a language model, as mtmd's context:
-//!   prompts with images laid out as `mtmd_tokenize` lays them out, each image's
-//!   embeddings kept by its hash.
+//! The runtime puts them together: [`crate::runtime::vision::VisionContext`], a projector
+//! opened beside a language model, as mtmd's context.
 //!
 //! Decoding and preprocessing use nothing else of the engine; the encoder uses its ggml
 //! wrappers and weight loader.
 
-pub mod context;
 mod decode;
 pub mod encoder;
 pub mod hparams;
@@ -34,7 +32,6 @@ mod preprocess;
 pub mod projector;
 
 pub use self::image::{ImageF32, ImageU8, MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE};
-pub use context::{EncodedImage, MultimodalPrompt, VisionContext, IMAGE_CACHE_ENTRIES};
 pub use decode::decode;
 pub use encoder::{Encoder, EncoderParams};
 pub use hparams::{ClipHParams, FfnOp, ProjectorType};

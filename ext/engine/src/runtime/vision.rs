@@ -16,12 +16,11 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use super::encoder::{Encoder, EncoderParams};
-use super::hparams::ProjectorType;
-use super::layout::{image_layout, tokenize_prompt, Chunk, ImagePart, ImageSource};
-use super::mmproj::Mmproj;
-use super::preprocess::{preprocess, ImageParams, Preprocessor};
-use crate::runtime::batcher::PromptEmbeddings;
+use super::batcher::PromptEmbeddings;
+use crate::vision::{
+    decode, image_layout, preprocess, tokenize_prompt, Chunk, Encoder, EncoderParams, ImageParams, ImagePart,
+    ImageSource, Mmproj, Preprocessor, ProjectorType,
+};
 use crate::{Error, Model, Result};
 
 /// How many images' embeddings a [`VisionContext`] keeps.
@@ -121,7 +120,7 @@ impl VisionContext {
         if let Some(cached) = self.cache.lock().expect("cache lock").iter().find(|e| e.hash == hash) {
             return Ok(Arc::clone(cached));
         }
-        let decoded = super::decode(image)?;
+        let decoded = decode(image)?;
         let (kind, params) = &self.preprocessing;
         let pre = preprocess(*kind, params, &decoded)?;
         let layout = image_layout(&self.mmproj.hparams, &pre)?;
@@ -153,7 +152,7 @@ impl VisionContext {
         Ok(encoded)
     }
 
-    /// `text` with [`MEDIA_MARKER`](super::MEDIA_MARKER) once per image, as `mtmd_tokenize` chunks it
+    /// `text` with [`MEDIA_MARKER`](crate::vision::MEDIA_MARKER) once per image, as `mtmd_tokenize` chunks it
     /// ([`tokenize_prompt`]: special tokens parsed but in the byte ranges `plain`, a chat's
     /// message contents; BOS and EOS where `add_special` and the model adds them), each
     /// image chunk's rows given as its embeddings.
