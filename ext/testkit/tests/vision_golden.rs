@@ -8,10 +8,11 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use elelem_engine::runtime::vision::{MultimodalPrompt, VisionContext};
+use elelem_engine::runtime::vision::{MultimodalPrompt, VisionContext, IMAGE_CACHE_ENTRIES};
 use elelem_engine::vision::EncoderParams;
 use elelem_engine::{
-    text::sampler, Batcher, BuildProfile, Context, ContextParams, Event, GenerateParams, Model, Request, TextParams,
+    text::sampler, Batcher, BuildProfile, Context, ContextParams, Event, GenerateParams, Model, Request, Summary,
+    TextParams,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -76,6 +77,11 @@ fn sha256(embd: &[f32]) -> String {
 /// Greedy ids after `prompt`, as the reference decodes them: until end of generation or
 /// `max_tokens`.
 fn generate(ctx: &mut Context, prompt: MultimodalPrompt, max_tokens: u32) -> Vec<u32> {
+    run(ctx, prompt, max_tokens, false).tokens
+}
+
+/// The request's summary; `reuse_prefix` keeps what the sequence holds of the prompt.
+fn run(ctx: &mut Context, prompt: MultimodalPrompt, max_tokens: u32, reuse_prefix: bool) -> Summary {
     let mut batcher = Batcher::new(ctx, 1);
     let id = batcher
         .submit(Request {
@@ -84,6 +90,7 @@ fn generate(ctx: &mut Context, prompt: MultimodalPrompt, max_tokens: u32) -> Vec
             params: TextParams {
                 generate: GenerateParams {
                     max_tokens,
+                    reuse_prefix,
                     ..Default::default()
                 },
                 ..Default::default()
@@ -95,7 +102,7 @@ fn generate(ctx: &mut Context, prompt: MultimodalPrompt, max_tokens: u32) -> Vec
         .unwrap();
     loop {
         match batcher.next_event(id).unwrap() {
-            Some(Event::Done { summary, .. }) => return summary.tokens,
+            Some(Event::Done { summary, .. }) => return summary,
             Some(_) => {}
             None => {
                 batcher.step(ctx).unwrap();
@@ -104,13 +111,10 @@ fn generate(ctx: &mut Context, prompt: MultimodalPrompt, max_tokens: u32) -> Vec
     }
 }
 
-fn check_pair(name: &str) {
-    let fixture = root().join(format!("spec/fixtures/goldens/vision/{name}.json"));
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
-    let rec = recording(name, &doc);
+/// A synthetic pair of tmp/synthetic/vision: its model and projector.
+fn open_pair(name: &str, threads: usize) -> (Arc<Model>, VisionContext) {
     let dir = root().join("tmp/synthetic/vision");
     let model = Arc::new(Model::open(dir.join(format!("{name}.gguf")), &Default::default()).unwrap());
-    let threads = doc["n_threads"].as_u64().unwrap() as usize;
     let vision = VisionContext::open(
         &dir.join(format!("{name}.mmproj.gguf")),
         &model,
@@ -120,6 +124,19 @@ fn check_pair(name: &str) {
         },
     )
     .unwrap();
+    (model, vision)
+}
+
+fn image(file: &str) -> Vec<u8> {
+    std::fs::read(root().join("ext/testkit/tests/fixtures/vision").join(file)).unwrap()
+}
+
+fn check_pair(name: &str) {
+    let fixture = root().join(format!("spec/fixtures/goldens/vision/{name}.json"));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let rec = recording(name, &doc);
+    let threads = doc["n_threads"].as_u64().unwrap() as usize;
+    let (model, vision) = open_pair(name, threads);
     let params = ContextParams {
         n_ctx: doc["n_ctx"].as_u64().unwrap() as u32,
         n_threads: threads,
@@ -134,12 +151,7 @@ fn check_pair(name: &str) {
             .as_array()
             .unwrap()
             .iter()
-            .map(|i| {
-                let file = root()
-                    .join("ext/testkit/tests/fixtures/vision")
-                    .join(i["file"].as_str().unwrap());
-                std::fs::read(file).unwrap()
-            })
+            .map(|i| image(i["file"].as_str().unwrap()))
             .collect();
         let images: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
         let prompt = vision
@@ -189,4 +201,44 @@ fn gemma3_image_prompts_match_mtmd() {
 #[test]
 fn idefics3_image_prompts_match_mtmd() {
     check_pair("tiny-idefics3-vision");
+}
+
+/// An image sent again is not encoded again (the same embeddings, by the hash of its
+/// bytes), until [`IMAGE_CACHE_ENTRIES`] others have come since; and a sequence that holds
+/// a prompt with images gives them to the next prompt that starts with it (the next turn of
+/// a chat), which then evaluates only what follows.
+#[test]
+fn images_are_encoded_once_and_their_rows_reused() {
+    let (model, vision) = open_pair("tiny-idefics3-vision", 2);
+    let jpeg = image("160x120-420.jpg");
+    let first = vision.encode(&jpeg).unwrap();
+    assert!(Arc::ptr_eq(&first, &vision.encode(&jpeg).unwrap()));
+    for i in 0..IMAGE_CACHE_ENTRIES {
+        let mut other = image("47x31-rgba-16bit.png");
+        // A byte after the PNG's end: other bytes, the same picture.
+        other.push(i as u8);
+        vision.encode(&other).unwrap();
+    }
+    let again = vision.encode(&jpeg).unwrap();
+    assert!(
+        !Arc::ptr_eq(&first, &again),
+        "evicted after {IMAGE_CACHE_ENTRIES} others"
+    );
+    assert_eq!(first.embeddings, again.embeddings);
+
+    let params = ContextParams {
+        n_ctx: 4096,
+        n_threads: 2,
+        ..Default::default()
+    };
+    let mut ctx = Context::new(Arc::clone(&model), params).unwrap();
+    let turn = vision
+        .prompt(&model, "describe <__media__>", &[], &[&jpeg], true)
+        .unwrap();
+    let n_turn = turn.ids.len();
+    run(&mut ctx, turn, 4, true);
+    let next = vision
+        .prompt(&model, "describe <__media__> and then more", &[], &[&jpeg], true)
+        .unwrap();
+    assert_eq!(run(&mut ctx, next, 4, true).reused_tokens, n_turn);
 }
