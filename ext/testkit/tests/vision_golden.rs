@@ -6,6 +6,7 @@
 //! tmp/synthetic/vision.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use elelem_engine::runtime::vision::{MultimodalPrompt, VisionContext, IMAGE_CACHE_ENTRIES};
@@ -16,6 +17,9 @@ use elelem_engine::{
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+/// The abort flag of a prompt nobody interrupts.
+static NEVER: AtomicBool = AtomicBool::new(false);
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -155,7 +159,14 @@ fn check_pair(name: &str) {
             .collect();
         let images: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
         let prompt = vision
-            .prompt(&model, case["prompt_text"].as_str().unwrap(), &[], &images, true)
+            .prompt(
+                &model,
+                case["prompt_text"].as_str().unwrap(),
+                &[],
+                &images,
+                true,
+                &NEVER,
+            )
             .unwrap();
         let expected_chunks: Vec<(&str, Vec<u32>)> = case["chunks"]
             .as_array()
@@ -233,12 +244,34 @@ fn images_are_encoded_once_and_their_rows_reused() {
     };
     let mut ctx = Context::new(Arc::clone(&model), params).unwrap();
     let turn = vision
-        .prompt(&model, "describe <__media__>", &[], &[&jpeg], true)
+        .prompt(&model, "describe <__media__>", &[], &[&jpeg], true, &NEVER)
         .unwrap();
     let n_turn = turn.ids.len();
     run(&mut ctx, turn, 4, true);
     let next = vision
-        .prompt(&model, "describe <__media__> and then more", &[], &[&jpeg], true)
+        .prompt(
+            &model,
+            "describe <__media__> and then more",
+            &[],
+            &[&jpeg],
+            true,
+            &NEVER,
+        )
         .unwrap();
     assert_eq!(run(&mut ctx, next, 4, true).reused_tokens, n_turn);
+}
+
+/// An encode stops once its abort flag is set (an interrupt, from another thread), and
+/// keeps nothing: the next encode of the image runs whole.
+#[test]
+fn an_aborted_encode_keeps_nothing() {
+    let (_, vision) = open_pair("tiny-gemma3-vision", 2);
+    let jpeg = image("97x61-cmyk.jpg");
+    let aborted = vision.encode_until(&jpeg, &AtomicBool::new(true));
+    assert!(
+        matches!(aborted, Err(elelem_engine::Error::Aborted)),
+        "{:?}",
+        aborted.err()
+    );
+    assert_eq!(vision.encode(&jpeg).unwrap().embeddings.len(), 1);
 }

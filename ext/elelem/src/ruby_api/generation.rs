@@ -288,8 +288,7 @@ fn scheduler<'r>(ruby: &Ruby, runtime: &'r engine::Runtime) -> Result<&'r engine
 /// files), their embeddings: the text places them with `Elelem::Images::MARKER`, laid out
 /// as mtmd lays them out (see [`engine::runtime::vision::VisionContext::prompt`]), with special
 /// tokens parsed but in the byte ranges `opts[:plain]` (`[[start, end], ...]`: a chat's
-/// contents). Encoding runs without the GVL; an interrupt is raised once the image in
-/// hand is encoded.
+/// contents). Encoding runs without the GVL; an interrupt stops it.
 fn prompt_with_images(
     ruby: &Ruby,
     runtime: &engine::Runtime,
@@ -321,7 +320,7 @@ fn prompt_with_images(
     let interrupt = AtomicBool::new(false);
     let built = without_gvl(ruby, &interrupt, || {
         let images: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-        vision.prompt(model, &text, &plain, &images, true)
+        vision.prompt(model, &text, &plain, &images, true, &interrupt)
     })?
     .map_err(|e| engine_error(ruby, e))?;
     Ok((built.ids, built.embeddings))

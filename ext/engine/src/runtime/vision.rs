@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use super::batcher::PromptEmbeddings;
@@ -114,6 +115,12 @@ impl VisionContext {
     /// # Errors
     /// [`Error::Image`] for bytes that are not an image elelem decodes, or one too large.
     pub fn encode(&self, image: &[u8]) -> Result<Arc<EncodedImage>> {
+        self.encode_until(image, &AtomicBool::new(false))
+    }
+
+    /// [`VisionContext::encode`], stopped once `abort` is set (by another thread, between
+    /// graph nodes): then `Err(Aborted)`, and nothing is kept.
+    pub fn encode_until(&self, image: &[u8], abort: &AtomicBool) -> Result<Arc<EncodedImage>> {
         let mut hasher = DefaultHasher::new();
         image.hash(&mut hasher);
         let hash = hasher.finish();
@@ -134,7 +141,7 @@ impl VisionContext {
             };
             let mut embd = Vec::new();
             for img in images {
-                embd.extend(encoder.encode(img)?);
+                embd.extend(encoder.encode_until(img, abort)?);
             }
             embeddings.push(embd.into());
         }
@@ -155,7 +162,7 @@ impl VisionContext {
     /// `text` with [`MEDIA_MARKER`](crate::vision::MEDIA_MARKER) once per image, as `mtmd_tokenize` chunks it
     /// ([`tokenize_prompt`]: special tokens parsed but in the byte ranges `plain`, a chat's
     /// message contents; BOS and EOS where `add_special` and the model adds them), each
-    /// image chunk's rows given as its embeddings.
+    /// image chunk's rows given as its embeddings. Encoding stops once `abort` is set.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the markers are not one per image; [`Error::Load`]
@@ -168,11 +175,12 @@ impl VisionContext {
         plain: &[Range<usize>],
         images: &[&[u8]],
         add_special: bool,
+        abort: &AtomicBool,
     ) -> Result<MultimodalPrompt> {
         let tokenizer = model.tokenizer()?;
         let encoded = images
             .iter()
-            .map(|image| self.encode(image))
+            .map(|image| self.encode_until(image, abort))
             .collect::<Result<Vec<_>>>()?;
         let layouts: Vec<Vec<ImagePart>> = encoded.iter().map(|e| e.layout.clone()).collect();
         let chunks = tokenize_prompt(tokenizer, &self.mmproj.hparams, text, &layouts, add_special, plain)?;

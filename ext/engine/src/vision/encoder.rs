@@ -11,6 +11,7 @@
 //! attention (`soft_max_ext` over `K·Q`) when [`EncoderParams::flash_attn`] is off, as
 //! clip.cpp's `CLIP_FLASH_ATTN_TYPE_DISABLED`.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use ggml_sys as sys;
@@ -21,6 +22,9 @@ use super::mmproj::{Mmproj, VitLayer};
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
 use crate::model::Norm;
 use crate::{Error, Result};
+
+/// The abort flag of an encode that cannot be stopped.
+static NEVER: AtomicBool = AtomicBool::new(false);
 
 /// How an [`Encoder`] runs.
 #[derive(Debug, Clone, Copy)]
@@ -86,6 +90,16 @@ impl Encoder {
     /// Bytes of the compute buffer.
     pub fn compute_bytes(&self) -> usize {
         self.gallocr.buffer_size()
+    }
+
+    /// [`Encoder::encode`], stopped between graph nodes once `abort` is set (by another
+    /// thread): then `Err(Aborted)`.
+    pub fn encode_until(&mut self, img: &ImageF32, abort: &AtomicBool) -> Result<Vec<f32>> {
+        // SAFETY: the flag outlives this compute, and the backend forgets it before returning.
+        unsafe { self.backend.set_abort_flag(abort) };
+        let embd = self.encode(img);
+        unsafe { self.backend.set_abort_flag(&NEVER) };
+        embd
     }
 
     /// The embeddings of one preprocessed image: `n_output_tokens` rows of
