@@ -189,3 +189,8 @@ fn gemma3_image_prompts_match_mtmd() {
 fn idefics3_image_prompts_match_mtmd() {
     check_pair("tiny-idefics3-vision");
 }
+
+#[test]
+fn lfm2_image_prompts_match_mtmd() {
+    check_pair("tiny-lfm2-vision");
+}
