@@ -158,17 +158,23 @@ module VisionGolden
   # computed from the pixel's coordinates alone, each row filtered by Sub, compressed by Zlib.
   def test_image_png(width = 1100, height = 700)
     require "zlib"
-    rows = Array.new(height) do |y|
-      row = Array.new(width) do |x|
-        [(x * 255 / (width - 1)) ^ (((x / 64) + (y / 64)).odd? ? 0x40 : 0),
-         y * 255 / (height - 1), (((x / 8) + (y / 8)) * 5) % 256]
-      end
-      bytes = row.flatten
-      [1, *bytes.each_with_index.map { |b, i| i < 3 ? b : (b - bytes[i - 3]) & 0xff }].pack("C*")
-    end
+    rows = Array.new(height) { |row| sub_filtered(test_image_row(row, width, height)) }
     chunk = ->(type, data) { [data.bytesize, type, data, Zlib.crc32(type + data)].pack("Na4a*N") }
     "\x89PNG\r\n\x1a\n".b + chunk.call("IHDR", [width, height, 8, 2, 0, 0, 0].pack("NNCCCCC")) +
       chunk.call("IDAT", Zlib::Deflate.deflate(rows.join, Zlib::BEST_COMPRESSION)) + chunk.call("IEND", "")
+  end
+
+  # Row `row`'s RGB bytes.
+  def test_image_row(row, width, height)
+    Array.new(width) do |x|
+      [(x * 255 / (width - 1)) ^ (((x / 64) + (row / 64)).odd? ? 0x40 : 0),
+       row * 255 / (height - 1), (((x / 8) + (row / 8)) * 5) % 256]
+    end.flatten
+  end
+
+  # PNG's Sub filter (type 1) of an RGB row: each byte less the byte a pixel before.
+  def sub_filtered(bytes)
+    [1, *bytes.each_with_index.map { |b, i| i < 3 ? b : (b - bytes[i - 3]) & 0xff }].pack("C*")
   end
 
   def write_test_image = File.binwrite(image("1100x700-rgb.png"), test_image_png)
