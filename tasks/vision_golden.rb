@@ -50,9 +50,17 @@ module VisionGolden
   TWO_IMAGES = {
     "two-images" => ["compare #{MARKER} to #{MARKER} in it", ["97x61-grey.jpg", "160x120-progressive-420.jpg"]]
   }.freeze
+  # LFM2-VL's projector resizes an image within 64 to 256 tokens (a token per 32 x 32 pixels)
+  # and, past twice that, cuts it into tiles of 512 (here 3 x 2 of 256 tokens each, framed by
+  # their <|img_row_R_col_C|>) and a thumbnail (after <|img_thumbnail|>); the small images
+  # are one chunk each, between <|image_start|> and <|image_end|>.
+  TILED_IMAGE = {
+    "png-1100x700-tiled" => ["describe #{MARKER}", ["1100x700-rgb.png"]]
+  }.freeze
   CASES = {
     "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
-    "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES)
+    "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
+    "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)
   }.freeze
 
   module_function
@@ -144,6 +152,32 @@ module VisionGolden
   end
 
   def image(file) = File.join(IMAGES_DIR, file)
+
+  # The large test image, 1100 x 700 (ext/testkit/tests/fixtures/vision/1100x700-rgb.png, made
+  # by `write_test_image`): an 8-bit RGB PNG of gradients, stripes and a checkerboard,
+  # computed from the pixel's coordinates alone, each row filtered by Sub, compressed by Zlib.
+  def test_image_png(width = 1100, height = 700)
+    require "zlib"
+    rows = Array.new(height) { |row| sub_filtered(test_image_row(row, width, height)) }
+    chunk = ->(type, data) { [data.bytesize, type, data, Zlib.crc32(type + data)].pack("Na4a*N") }
+    "\x89PNG\r\n\x1a\n".b + chunk.call("IHDR", [width, height, 8, 2, 0, 0, 0].pack("NNCCCCC")) +
+      chunk.call("IDAT", Zlib::Deflate.deflate(rows.join, Zlib::BEST_COMPRESSION)) + chunk.call("IEND", "")
+  end
+
+  # Row `row`'s RGB bytes.
+  def test_image_row(row, width, height)
+    Array.new(width) do |x|
+      [(x * 255 / (width - 1)) ^ (((x / 64) + (row / 64)).odd? ? 0x40 : 0),
+       row * 255 / (height - 1), (((x / 8) + (row / 8)) * 5) % 256]
+    end.flatten
+  end
+
+  # PNG's Sub filter (type 1) of an RGB row: each byte less the byte a pixel before.
+  def sub_filtered(bytes)
+    [1, *bytes.each_with_index.map { |b, i| i < 3 ? b : (b - bytes[i - 3]) & 0xff }].pack("C*")
+  end
+
+  def write_test_image = File.binwrite(image("1100x700-rgb.png"), test_image_png)
 
   # The driver's lines, parsed: the chunks, n_embd, n_past, encode_ms, then generate's ids,
   # hex text and margins.

@@ -204,6 +204,14 @@ pub fn writer(shape: &Shape) -> GgufWriter {
 ///   framing (`<fake_token_around_image>`, `<global-img>`, `<row_R_col_C>` for the grids of
 ///   up to 2 x 2 tiles its projector cuts); its projector is [`Shape::IDEFICS3`] projecting
 ///   to 128 (64 tokens a tile, and the overview's).
+/// - `tiny-lfm2-vision`: the `tiny-lfm2` canary's shape (short convolutions on 4 of its 7
+///   layers, attention on the others), whose vocabulary ends with the control tokens of
+///   LFM2-VL's framing (`<|image_start|>`, `<|image_end|>`, `<|img_thumbnail|>`,
+///   `<|img_row_R_col_C|>` for grids of up to 2 rows of 3 tiles); its projector is
+///   [`Shape::LFM2`] with LFM2-VL's 16-pixel patches (a token per 32 x 32 pixels, so that
+///   clip.cpp's budget of 64 to 256 tokens an image is LFM2-VL's: images of over twice
+///   256 tokens are cut into tiles of 512 pixels, 256 tokens each, and a thumbnail),
+///   projecting to 128.
 pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
     let gemma3 = canary::Shape {
@@ -212,7 +220,19 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
         ..canary::LLAMA3
     };
     let idefics3 = canary::LLAMA3;
+    let lfm2 = canary::Shape {
+        family: canary::LFM2,
+        n_layer: 7,
+        ..canary::LLAMA3
+    };
     let rows_cols = ["<row_1_col_1>", "<row_1_col_2>", "<row_2_col_1>", "<row_2_col_2>"];
+    let lfm2_tiles: Vec<String> = (1..=2)
+        .flat_map(|row| (1..=3).map(move |col| format!("<|img_row_{row}_col_{col}|>")))
+        .collect();
+    let lfm2_controls: Vec<&str> = ["<|image_start|>", "<|image_end|>", "<|img_thumbnail|>"]
+        .into_iter()
+        .chain(lfm2_tiles.iter().map(String::as_str))
+        .collect();
     let pair = |name: &str, lm: &canary::Shape, pieces: &[&str], controls: &[&str], projector: Shape| {
         let mut model = canary::writer(lm);
         canary::set_vocab_with(&mut model, lm.n_vocab, pieces, controls);
@@ -236,6 +256,17 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
             &["\n\n"],
             &[&["<fake_token_around_image>", "<global-img>"][..], &rows_cols[..]].concat(),
             Shape::IDEFICS3,
+        ),
+        pair(
+            "tiny-lfm2-vision",
+            &lfm2,
+            &[],
+            &lfm2_controls,
+            Shape {
+                patch_size: 16,
+                image_size: 256,
+                ..Shape::LFM2
+            },
         ),
     ]
 }
