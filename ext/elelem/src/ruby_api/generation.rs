@@ -291,6 +291,9 @@ fn scheduler<'r>(ruby: &Ruby, runtime: &'r engine::Runtime) -> Result<&'r engine
     })
 }
 
+/// A prompt's ids, its images' embeddings, and the seconds their encoding took (none without images).
+type PromptParts = (Vec<u32>, Vec<engine::PromptEmbeddings>, Option<f64>);
+
 /// The prompt's ids and, when `opts[:images]` holds images (binary Strings of their
 /// files), their embeddings: the text places them with `Elelem::Images::MARKER`, laid out
 /// as mtmd lays them out (see [`engine::vision::VisionContext::prompt`]), with special
@@ -302,7 +305,7 @@ fn prompt_with_images(
     runtime: &engine::Runtime,
     prompt: Value,
     opts: RHash,
-) -> Result<(Vec<u32>, Vec<engine::PromptEmbeddings>, Option<f64>), Error> {
+) -> Result<PromptParts, Error> {
     let images: Option<RArray> = opts.lookup(ruby.to_symbol("images"))?;
     let Some(images) = images.filter(|i| !i.is_empty()) else {
         let model = runtime.model();
