@@ -67,6 +67,14 @@ RSpec.describe "images in prompts" do
       end
     end
 
+    it "times the encoder for images not yet in its cache" do
+      first = model.complete("describe <__media__>", images: [jpeg], max_tokens: 2).timings
+      again = model.complete("describe <__media__>", images: [jpeg], max_tokens: 2).timings
+      expect(first[:image_encode_seconds]).to be_positive
+      expect(again[:image_encode_seconds]).to eq(0.0)
+      expect(model.complete("describe", max_tokens: 2).timings).not_to have_key(:image_encode_seconds)
+    end
+
     it "places images first when the prompt has no marker, as llama-mtmd-cli does" do
       placed = model.complete("describe ", images: [jpeg], max_tokens: 4).prompt_tokens
       expect(placed).to eq(model.complete("<__media__>describe ", images: [jpeg], max_tokens: 4).prompt_tokens)

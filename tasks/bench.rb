@@ -10,6 +10,7 @@ require_relative "bench_server"
 require_relative "bench_amx"
 require_relative "bench_rpc"
 require_relative "bench_architectures"
+require_relative "bench_vision"
 
 # `rake bench`: elelem, through its public Ruby API (Elelem::Bench), side by
 # side with llama.cpp (the reference built from the same pinned source, its
@@ -66,7 +67,9 @@ module Bench
     "pp512 t/s AMX on vs off (both elelem)" => [:min, 1.0], "pp64 t/s AMX on vs off (both elelem)" => [:min, 1.0],
     # `elelem serve` beside llama-server under the same load (BenchServer).
     "streams over HTTP tg64 t/s (all)" => [:min, 1.0],
-    "streams over HTTP ttft p50 ms" => [:max, 1.0], "streams over HTTP ttft p99 ms" => [:max, 1.0]
+    "streams over HTTP ttft p50 ms" => [:max, 1.0], "streams over HTTP ttft p99 ms" => [:max, 1.0],
+    # A prompt with an image through a projector of SmolVLM-256M's sizes (BenchVision).
+    "image encode ms" => [:max, 1.0], "pp t/s with an image" => [:min, 0.95], "tg64 t/s after an image" => [:min, 1.0]
   }.freeze
   # A schema whose values run past 128 tokens, for decode speed under a constraint.
   LONG_SCHEMA = { type: "array", minItems: 40, maxItems: 40,
@@ -576,6 +579,7 @@ module Bench
               BenchEmbeddings::MODEL => BenchEmbeddings, "AMX on and off" => BenchAmx,
               "over RPC workers, #{BenchRpc::MODEL}" => BenchRpc,
               "a hybrid and a mixture of experts at realistic sizes" => BenchArchitectures,
+              "images through a projector of SmolVLM-256M's sizes" => BenchVision,
               "elelem serve beside llama-server, #{BenchServer::MODEL}" => BenchServer }
     tasks.each do |label, rows|
       next unless rows.enabled?
@@ -588,8 +592,18 @@ module Bench
 
   # `rake bench_server`: the server rows alone, at two threads, into tmp/bench_server.md and .json.
   def server_only
-    report = { "machine" => machine, "time" => Time.now.utc.to_s, "reps" => reps, "rows" => BenchServer.rows(2) }
-    write(report, "bench_server")
+    only(BenchServer, "bench_server")
+  end
+
+  # `rake bench_vision`: the image rows alone, at two threads, into tmp/bench_vision.md and .json.
+  def vision_only
+    Reference.build
+    only(BenchVision, "bench_vision")
+  end
+
+  def only(rows, name)
+    report = { "machine" => machine, "time" => Time.now.utc.to_s, "reps" => reps, "rows" => rows.rows(2) }
+    write(report, name)
     puts report["machine"], "", table(report["rows"])
   end
 

@@ -28,7 +28,9 @@ module Elelem
     # @return [Integer] tokens in the prompt
     attr_reader :prompt_tokens
     # Prompt and decode speed of this generation; with a constraint also `:constraint_us`, the
-    # microseconds each generated token's mask and commit took (an Array).
+    # microseconds each generated token's mask and commit took (an Array); with images also
+    # `:image_encode_seconds`, the seconds the projector's encoder passes took for the images
+    # not already in its cache (neither decoding nor preprocessing them; 0.0 when all were).
     # @return [Hash{Symbol => Numeric, Array<Float>}]
     attr_reader :timings
     # Each generated token's log-probability under the model (the log-softmax of its

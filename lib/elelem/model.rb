@@ -453,7 +453,8 @@ module Elelem
       rate = ->(n, seconds) { seconds.positive? ? n / seconds : 0.0 }
       timings = { prompt_tokens: prompt, prompt_seconds:, prompt_tokens_per_s: rate.call(prompt, prompt_seconds),
                   decode_tokens: decode, decode_seconds:, decode_tokens_per_s: rate.call(decode, decode_seconds) }
-      timings.merge(result.slice(:constraint_us, :decode_passes, :draft_proposed, :draft_accepted))
+      timings.merge(result.slice(:constraint_us, :decode_passes, :draft_proposed, :draft_accepted,
+                                 :image_encode_seconds))
     end
   end
 end

@@ -125,7 +125,10 @@
 //       each image chunk), then generate's three lines (the ids, the hex of their text,
 //       the margins). With `--embd-out FILE` (anywhere on the line), the image chunks'
 //       embeddings (mtmd_get_output_embd after each mtmd_encode_chunk) are written to
-//       FILE one after the other, raw little-endian f32, n_tokens x n_embd each.
+//       FILE one after the other, raw little-endian f32, n_tokens x n_embd each. On stderr,
+//       "prompt_s <s> prompt_tokens <n> decode_s <s> tokens <n>": the seconds the prompt's
+//       chunks took to evaluate but their encoding (text and image embeddings through the
+//       model: n_past positions), and the greedy decoding's passes and their seconds.
 //   elelem-reference serve MODEL N_THREADS N_CTX
 //       Prints "load_ms <ms>" (model load and context creation), then answers
 //       one line per line read, random token ids throughout:
@@ -923,6 +926,7 @@ static int cmd_mtmd(int argc, char ** argv) {
     const size_t n_chunks = mtmd_input_chunks_size(chunks);
     std::vector<double> encode_ms;
     llama_pos n_past = 0;
+    const auto prompt_t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < n_chunks; ++i) {
         const mtmd_input_chunk * chunk = mtmd_input_chunks_get(chunks, i);
         if (mtmd_input_chunk_get_type(chunk) == MTMD_INPUT_CHUNK_TYPE_TEXT) {
@@ -958,13 +962,17 @@ static int cmd_mtmd(int argc, char ** argv) {
             return 1;
         }
     }
+    double prompt_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - prompt_t0).count();
+    for (double ms : encode_ms) prompt_s -= ms / 1000.0;
     if (embd_file) fclose(embd_file);
     printf("n_embd %d\nn_past %d\nencode_ms", n_embd, (int) n_past);
     for (double ms : encode_ms) printf(" %.3f", ms);
     printf("\n");
 
-    // generate's greedy decoding from the prompt's logits, one token a batch.
+    // generate's greedy decoding from the prompt's logits, one token a batch (each pass timed).
     llama_sampler * smpl = llama_sampler_init_greedy();
+    double decode_s = 0;
+    int n_decoded = 0;
     std::vector<llama_token> out;
     std::vector<float> margins;
     std::string generated;
@@ -976,8 +984,13 @@ static int cmd_mtmd(int argc, char ** argv) {
         if (llama_vocab_is_eog(vocab, id)) break;
         generated += piece(vocab, id, false);
         if ((int) (n_past + out.size()) >= n_ctx) break;
+        const auto t0 = std::chrono::steady_clock::now();
         if (llama_decode(ctx, llama_batch_get_one(&id, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
+        decode_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++n_decoded;
     }
+    fprintf(stderr, "prompt_s %.6f prompt_tokens %d decode_s %.6f tokens %d\n", prompt_s, (int) n_past, decode_s,
+            n_decoded);
     for (size_t i = 0; i < out.size(); ++i) printf(i ? " %d" : "%d", out[i]);
     printf("\n%s\n", to_hex(generated).c_str());
     for (size_t i = 0; i < margins.size(); ++i) printf(i ? " %.9g" : "%.9g", margins[i]);

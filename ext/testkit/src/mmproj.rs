@@ -214,18 +214,17 @@ pub fn writer(shape: &Shape) -> GgufWriter {
 ///   projecting to 128.
 pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
+    let idefics3 = canary::LLAMA3;
     let gemma3 = canary::Shape {
         family: canary::GEMMA3_VISION,
         n_layer: 6,
-        ..canary::LLAMA3
+        ..idefics3
     };
-    let idefics3 = canary::LLAMA3;
     let lfm2 = canary::Shape {
         family: canary::LFM2,
         n_layer: 7,
-        ..canary::LLAMA3
+        ..idefics3
     };
-    let rows_cols = ["<row_1_col_1>", "<row_1_col_2>", "<row_2_col_1>", "<row_2_col_2>"];
     let lfm2_tiles: Vec<String> = (1..=2)
         .flat_map(|row| (1..=3).map(move |col| format!("<|img_row_{row}_col_{col}|>")))
         .collect();
@@ -233,15 +232,6 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
         .into_iter()
         .chain(lfm2_tiles.iter().map(String::as_str))
         .collect();
-    let pair = |name: &str, lm: &canary::Shape, pieces: &[&str], controls: &[&str], projector: Shape| {
-        let mut model = canary::writer(lm);
-        canary::set_vocab_with(&mut model, lm.n_vocab, pieces, controls);
-        let projector = writer(&Shape {
-            n_text_embd: lm.n_embd,
-            ..projector
-        });
-        (name.to_string(), model, projector)
-    };
     vec![
         pair(
             "tiny-gemma3-vision",
@@ -254,7 +244,7 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
             "tiny-idefics3-vision",
             &idefics3,
             &["\n\n"],
-            &[&["<fake_token_around_image>", "<global-img>"][..], &rows_cols[..]].concat(),
+            &idefics3_controls(2),
             Shape::IDEFICS3,
         ),
         pair(
@@ -269,4 +259,89 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
             },
         ),
     ]
+}
+
+/// `rake bench`'s image rows' pair (`tasks/bench_vision.rb`), of SmolVLM-256M's sizes, not
+/// a golden's: written by `write_bench_models` into its directory's `vision/` folder as
+/// `<name>.gguf` and `<name>.mmproj.gguf`.
+///
+/// - `bench-smolvlm-256m`: a Llama of SmolLM2-135M's shape (30 layers 576 wide, 9 heads,
+///   3 KV heads, a feed-forward 1536 wide, 49,152 tokens, the head tied to the embeddings),
+///   its matrices and embeddings in Q8_0, whose vocabulary ends with Idefics3's framing
+///   tokens for grids of up to 4 x 4 tiles; its projector is SigLIP-B/16 at 512 (12 layers
+///   768 wide, 12 heads, a feed-forward 3072 wide: 1024 patches a tile) unshuffled by 4
+///   into 64 tokens a tile, images resized to 2048 at most (SmolVLM's defaults), in F16
+///   as converted projectors are.
+pub fn bench_pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
+    use crate::canary;
+    let lm = canary::Shape {
+        family: canary::Family {
+            name: "elelem bench llama (SmolLM2-135M's shape)",
+            tied_head: true,
+            ..canary::LLAMA
+        },
+        n_vocab: 49_152,
+        n_embd: 576,
+        n_layer: 30,
+        n_head: 9,
+        n_head_kv: 3,
+        n_ff: 1536,
+        matrix_type: TensorType::Q8_0,
+        embd_type: TensorType::Q8_0,
+        n_expert: 0,
+        n_expert_used: 0,
+    };
+    let siglip = Shape {
+        kind: Kind::Idefics3,
+        n_embd: 768,
+        n_head: 12,
+        n_ff: 3072,
+        n_layer: 12,
+        image_size: 512,
+        patch_size: 16,
+        n_merge: Some(4),
+        longest_edge: Some(2048),
+        n_text_embd: 576,
+        matrix_type: TensorType::F16,
+        swapped_ffn: false,
+        input_norm: false,
+        seed: 0x5_3001_256d,
+    };
+    vec![pair(
+        "bench-smolvlm-256m",
+        &lm,
+        &["\n\n"],
+        &idefics3_controls(4),
+        siglip,
+    )]
+}
+
+/// Idefics3's framing tokens: `<fake_token_around_image>`, `<global-img>` and
+/// `<row_R_col_C>` for grids of up to `n` x `n` tiles.
+fn idefics3_controls(n: u32) -> Vec<String> {
+    let mut controls = vec!["<fake_token_around_image>".to_string(), "<global-img>".to_string()];
+    for r in 1..=n {
+        controls.extend((1..=n).map(|c| format!("<row_{r}_col_{c}>")));
+    }
+    controls
+}
+
+/// A language model whose vocabulary ends with `pieces` and `controls`, and a projector
+/// of `projector`'s shape to its width.
+fn pair<S: AsRef<str>>(
+    name: &str,
+    lm: &crate::canary::Shape,
+    pieces: &[&str],
+    controls: &[S],
+    projector: Shape,
+) -> (String, GgufWriter, GgufWriter) {
+    use crate::canary;
+    let mut model = canary::writer(lm);
+    let controls: Vec<&str> = controls.iter().map(AsRef::as_ref).collect();
+    canary::set_vocab_with(&mut model, lm.n_vocab, pieces, &controls);
+    let projector = writer(&Shape {
+        n_text_embd: lm.n_embd,
+        ..projector
+    });
+    (name.to_string(), model, projector)
 }

@@ -47,7 +47,8 @@ impl Model {
     /// tools do). With a block, yields each id (`yield_text` false) or each piece
     /// of text. `logprobs` asks for each token's log-probability and that many
     /// alternatives. `constraint` is nil or `[kind, payload]` (see
-    /// [`ConstraintArg`]). Returns a Hash describing the result.
+    /// [`ConstraintArg`]). Returns a Hash describing the result (with images,
+    /// `:image_encode_seconds` too).
     fn run(
         ruby: &Ruby,
         rb_self: &Self,
@@ -59,7 +60,7 @@ impl Model {
     ) -> Result<RHash, Error> {
         let runtime = rb_self.runtime(ruby)?;
         let scheduler = scheduler(ruby, &runtime)?;
-        let (prompt, embeddings) = prompt_with_images(ruby, &runtime, prompt, opts)?;
+        let (prompt, embeddings, encode_seconds) = prompt_with_images(ruby, &runtime, prompt, opts)?;
         let params = text_params(ruby, opts)?;
         let constraint = ConstraintArg::new(ruby, constraint)?;
         let speculation = speculation(ruby, &runtime, opts, !matches!(constraint, ConstraintArg::None))?;
@@ -72,11 +73,17 @@ impl Model {
             constraint: constraint.build(ruby, scheduler.model())?,
         };
         let mut deliver = Delivery::new(ruby, yield_text, logprobs.is_some());
+        let with_encode = |h: RHash| -> Result<RHash, Error> {
+            if let Some(seconds) = encode_seconds {
+                h.aset(ruby.to_symbol("image_encode_seconds"), seconds)?;
+            }
+            Ok(h)
+        };
         // Speculation runs a sequence's passes itself: it takes the context when nothing
         // else runs, else the request decodes among the others.
         if let Some(speculation) = speculation {
             if let Some(lease) = scheduler.try_lease().map_err(|e| engine_error(ruby, e))? {
-                return speculate(ruby, &runtime, lease, request, speculation, &mut deliver);
+                return with_encode(speculate(ruby, &runtime, lease, request, speculation, &mut deliver)?);
             }
         }
         let id = scheduler.submit(request).map_err(|e| engine_error(ruby, e))?;
@@ -90,7 +97,7 @@ impl Model {
             let event = resumable(ruby, &interrupt, || scheduler.next_event(id, &interrupt.flag))?
                 .map_err(|e| engine_error(ruby, e))?;
             if let Some(result) = deliver.event(event)? {
-                return Ok(result);
+                return with_encode(result);
             }
         }
     }
@@ -284,21 +291,25 @@ fn scheduler<'r>(ruby: &Ruby, runtime: &'r engine::Runtime) -> Result<&'r engine
     })
 }
 
+/// A prompt's ids, its images' embeddings, and the seconds their encoding took (none without images).
+type PromptParts = (Vec<u32>, Vec<engine::PromptEmbeddings>, Option<f64>);
+
 /// The prompt's ids and, when `opts[:images]` holds images (binary Strings of their
 /// files), their embeddings: the text places them with `Elelem::Images::MARKER`, laid out
 /// as mtmd lays them out (see [`engine::runtime::vision::VisionContext::prompt`]), with special
 /// tokens parsed but in the byte ranges `opts[:plain]` (`[[start, end], ...]`: a chat's
-/// contents). Encoding runs without the GVL; an interrupt stops it.
+/// contents), and the seconds the encoder's passes took for them (none without images).
+/// Encoding runs without the GVL; an interrupt stops it.
 fn prompt_with_images(
     ruby: &Ruby,
     runtime: &engine::Runtime,
     prompt: Value,
     opts: RHash,
-) -> Result<(Vec<u32>, Vec<engine::PromptEmbeddings>), Error> {
+) -> Result<PromptParts, Error> {
     let images: Option<RArray> = opts.lookup(ruby.to_symbol("images"))?;
     let Some(images) = images.filter(|i| !i.is_empty()) else {
         let model = runtime.model();
-        return Ok((prompt_ids(ruby, model, prompt)?, Vec::new()));
+        return Ok((prompt_ids(ruby, model, prompt)?, Vec::new(), None));
     };
     let arg_error = |message: &str| Error::new(ruby.exception_arg_error(), message.to_string());
     let vision = runtime.vision().ok_or_else(|| {
@@ -323,7 +334,7 @@ fn prompt_with_images(
         vision.prompt(model, &text, &plain, &images, true, &interrupt)
     })?
     .map_err(|e| engine_error(ruby, e))?;
-    Ok((built.ids, built.embeddings))
+    Ok((built.ids, built.embeddings, Some(built.encode_seconds)))
 }
 
 fn prompt_ids(ruby: &Ruby, model: &engine::Model, prompt: Value) -> Result<Vec<u32>, Error> {

@@ -69,6 +69,9 @@ impl EncodedImage {
 pub struct MultimodalPrompt {
     pub ids: Vec<u32>,
     pub embeddings: Vec<PromptEmbeddings>,
+    /// Seconds the encoder's passes took for the images this prompt encoded (those not
+    /// from the cache): what `mtmd_encode_chunk` does, not the decoding or preprocessing.
+    pub encode_seconds: f64,
 }
 
 impl VisionContext {
@@ -115,23 +118,25 @@ impl VisionContext {
     /// # Errors
     /// [`Error::Image`] for bytes that are not an image elelem decodes, or one too large.
     pub fn encode(&self, image: &[u8]) -> Result<Arc<EncodedImage>> {
-        self.encode_until(image, &AtomicBool::new(false))
+        Ok(self.encode_until(image, &AtomicBool::new(false))?.0)
     }
 
-    /// [`VisionContext::encode`], stopped once `abort` is set (by another thread, between
-    /// graph nodes): then `Err(Aborted)`, and nothing is kept.
-    pub fn encode_until(&self, image: &[u8], abort: &AtomicBool) -> Result<Arc<EncodedImage>> {
+    /// [`VisionContext::encode`], and the seconds its encoder's passes took (0 from the
+    /// cache); stopped once `abort` is set (by another thread, between graph nodes): then
+    /// `Err(Aborted)`, and nothing is kept.
+    pub fn encode_until(&self, image: &[u8], abort: &AtomicBool) -> Result<(Arc<EncodedImage>, f64)> {
         let mut hasher = DefaultHasher::new();
         image.hash(&mut hasher);
         let hash = hasher.finish();
         if let Some(cached) = self.cache.lock().expect("cache lock").iter().find(|e| e.hash == hash) {
-            return Ok(Arc::clone(cached));
+            return Ok((Arc::clone(cached), 0.0));
         }
         let decoded = decode(image)?;
         let (kind, params) = &self.preprocessing;
         let pre = preprocess(*kind, params, &decoded)?;
         let layout = image_layout(&self.mmproj.hparams, &pre)?;
         let mut encoder = self.encoder.lock().expect("encoder lock");
+        let start = std::time::Instant::now();
         let mut embeddings = Vec::new();
         for part in &layout {
             let ImagePart::Image(chunk) = part else { continue };
@@ -145,6 +150,7 @@ impl VisionContext {
             }
             embeddings.push(embd.into());
         }
+        let seconds = start.elapsed().as_secs_f64();
         drop(encoder);
         let encoded = Arc::new(EncodedImage {
             hash,
@@ -156,7 +162,7 @@ impl VisionContext {
             cache.pop_front();
         }
         cache.push_back(Arc::clone(&encoded));
-        Ok(encoded)
+        Ok((encoded, seconds))
     }
 
     /// `text` with [`MEDIA_MARKER`](crate::vision::MEDIA_MARKER) once per image, as `mtmd_tokenize` chunks it
@@ -178,10 +184,13 @@ impl VisionContext {
         abort: &AtomicBool,
     ) -> Result<MultimodalPrompt> {
         let tokenizer = model.tokenizer()?;
-        let encoded = images
-            .iter()
-            .map(|image| self.encode_until(image, abort))
-            .collect::<Result<Vec<_>>>()?;
+        let mut encode_seconds = 0.0;
+        let mut encoded = Vec::with_capacity(images.len());
+        for image in images {
+            let (image, seconds) = self.encode_until(image, abort)?;
+            encoded.push(image);
+            encode_seconds += seconds;
+        }
         let layouts: Vec<Vec<ImagePart>> = encoded.iter().map(|e| e.layout.clone()).collect();
         let chunks = tokenize_prompt(tokenizer, &self.mmproj.hparams, text, &layouts, add_special, plain)?;
         let n_embd = model.hparams.n_embd as usize;
@@ -202,7 +211,11 @@ impl VisionContext {
                 }
             }
         }
-        Ok(MultimodalPrompt { ids, embeddings })
+        Ok(MultimodalPrompt {
+            ids,
+            embeddings,
+            encode_seconds,
+        })
     }
 
     /// The id an image's rows are recorded under: beyond the vocabulary, from its hash.
