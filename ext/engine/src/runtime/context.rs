@@ -181,6 +181,8 @@ pub struct Context {
     memory: Memory,
     /// Declared before `galloc` and `arena`, whose memory its tensors point into.
     last_graph: Option<BuiltGraph>,
+    /// Whether the allocator's plan is a graph's from embeddings (else from token ids).
+    planned_embeddings: bool,
     galloc: Allocator,
     arena: GraphArena,
     /// Per sequence, the tokens the memory holds (their K and V, or the state after
@@ -375,6 +377,7 @@ impl Context {
             backend,
             memory: Memory { kv, recurrent },
             last_graph: None,
+            planned_embeddings: false,
             galloc,
             arena: GraphArena::new(max_nodes),
             seqs: vec![Vec::new(); params.n_seq_max as usize],
@@ -411,20 +414,23 @@ impl Context {
     ///
     /// A model with recurrent layers splits its passes into micro-batches of as many
     /// tokens from each sequence (see [`split_equal`]): its graphs are reserved for one
-    /// sequence's full micro-batch and for every sequence's equal share of one.
+    /// sequence's full micro-batch and for every sequence's equal share of one. A model
+    /// that takes embeddings gets its embeddings graph reserved first: the allocator keeps
+    /// the last graph's plan, which must be a token graph's (see [`Context::compute`]).
     fn reserve(&mut self) -> Result<()> {
         let n_kv: Vec<u32> = self.memory.kv.groups.iter().map(Cells::size).collect();
         let n_seqs = self.params.n_seq_max.min(self.max_batch());
-        let mut shapes = if self.memory.is_recurrent() {
-            vec![
-                (self.max_batch(), 1, false),
-                (self.max_batch() / n_seqs * n_seqs, n_seqs, false),
-            ]
-        } else {
-            vec![(self.max_batch(), n_seqs, false)]
-        };
+        let mut shapes = Vec::new();
         if self.model.takes_embeddings() {
             shapes.push((self.max_batch(), 1, true));
+        }
+        if self.memory.is_recurrent() {
+            shapes.extend([
+                (self.max_batch(), 1, false),
+                (self.max_batch() / n_seqs * n_seqs, n_seqs, false),
+            ]);
+        } else {
+            shapes.push((self.max_batch(), n_seqs, false));
         }
         for (n_tokens, n_seqs, embeddings) in shapes {
             let products = self.products();
@@ -952,7 +958,16 @@ impl Context {
                 n_kv: &n_kv,
             };
             let (inputs, output) = build(&graph, &self.model, &self.memory, &self.params, &shape);
-            self.galloc.alloc(&graph, &self.model, batch.tokens.len() as u32)?;
+            let n_tokens = batch.tokens.len() as u32;
+            // The allocator reuses the last graph's plan for a graph of as many nodes whose
+            // tensors fit it, which is right for the same graph of fewer tokens only: a graph
+            // from embeddings after one from tokens (or back) is planned afresh, within the
+            // buffers reserved for both.
+            if shape.embeddings != self.planned_embeddings {
+                self.galloc.reserve(&graph, &self.model, n_tokens)?;
+                self.planned_embeddings = shape.embeddings;
+            }
+            self.galloc.alloc(&graph, &self.model, n_tokens)?;
             self.last_graph = Some(BuiltGraph { graph, inputs, output });
         }
         let BuiltGraph { graph, inputs, output } = self.last_graph.as_ref().expect("built above");
