@@ -173,6 +173,20 @@ impl Model {
         self.hparams.arch.kind == Kind::Decoder && self.weights.per_layer_embd.is_none()
     }
 
+    /// [`Model::takes_embeddings`] as a check.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] naming the architecture where it does not.
+    pub fn check_takes_embeddings(&self) -> Result<()> {
+        if self.takes_embeddings() {
+            return Ok(());
+        }
+        Err(Error::Unsupported(format!(
+            "{} does not take embeddings as input (its per-layer inputs are looked up by token)",
+            self.hparams.arch.name
+        )))
+    }
+
     /// Bytes of weight data the graphs read (mapped plus repacked).
     pub fn weights_bytes(&self) -> usize {
         self.weights_bytes

@@ -308,12 +308,7 @@ fn check_embeddings(model: &Model, n_prompt: usize, embeddings: &[PromptEmbeddin
     if embeddings.is_empty() {
         return Ok(is_token);
     }
-    if !model.takes_embeddings() {
-        return Err(Error::Unsupported(format!(
-            "{} does not take embeddings as input (its per-layer inputs are looked up by token)",
-            model.hparams.arch.name
-        )));
-    }
+    model.check_takes_embeddings()?;
     let n_embd = model.hparams.n_embd as usize;
     let mut end = 0;
     for e in embeddings {

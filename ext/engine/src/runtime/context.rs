@@ -763,12 +763,7 @@ impl Context {
     /// image tokens, which llama.cpp then requires in one pass, as one batch is here).
     pub fn decode_embeddings(&mut self, batch: &[BatchToken], embd: &[f32], causal: bool) -> Result<()> {
         let n_embd = self.model.hparams.n_embd as usize;
-        if !self.model.takes_embeddings() {
-            return Err(Error::Unsupported(format!(
-                "{} does not take embeddings as input (its per-layer inputs are looked up by token)",
-                self.model.hparams.arch.name
-            )));
-        }
+        self.model.check_takes_embeddings()?;
         if embd.len() != batch.len() * n_embd {
             return Err(Error::InvalidArgument(format!(
                 "{} embedding values for {} tokens: each takes n_embd {n_embd}",

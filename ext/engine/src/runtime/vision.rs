@@ -22,7 +22,7 @@ use crate::vision::{
     decode, image_layout, preprocess, tokenize_prompt, Chunk, Encoder, EncoderParams, ImageParams, ImagePart,
     ImageSource, Mmproj, Preprocessor, ProjectorType,
 };
-use crate::{Error, Model, Result};
+use crate::{Model, Result};
 
 /// How many images' embeddings a [`VisionContext`] keeps.
 pub const IMAGE_CACHE_ENTRIES: usize = 16;
@@ -78,17 +78,13 @@ impl VisionContext {
     /// Opens the projector at `path` for `model`.
     ///
     /// # Errors
-    /// [`Error::Load`] for a projector that cannot be read or whose embeddings are not the
-    /// model's width; [`Error::Unsupported`] for a model that does not take embeddings.
+    /// [`Error::Load`](crate::Error::Load) for a projector that cannot be read or whose
+    /// embeddings are not the model's width; [`Error::Unsupported`](crate::Error::Unsupported)
+    /// for a model that does not take embeddings.
     pub fn open(path: &Path, model: &Model, params: EncoderParams) -> Result<VisionContext> {
         let mmproj = Arc::new(Mmproj::open(path)?);
         mmproj.check_text_model(model.hparams.n_embd)?;
-        if !model.takes_embeddings() {
-            return Err(Error::Unsupported(format!(
-                "{} does not take image embeddings (its per-layer inputs are looked up by token)",
-                model.hparams.arch.name
-            )));
-        }
+        model.check_takes_embeddings()?;
         let hp = &mmproj.hparams;
         let preprocessing = hp.preprocessing();
         let causal = hp.projector != ProjectorType::Gemma3;
@@ -116,7 +112,8 @@ impl VisionContext {
     /// encoded, chunk by chunk; from the cache when it holds the same bytes.
     ///
     /// # Errors
-    /// [`Error::Image`] for bytes that are not an image elelem decodes, or one too large.
+    /// [`Error::Image`](crate::Error::Image) for bytes that are not an image elelem decodes,
+    /// or one too large.
     pub fn encode(&self, image: &[u8]) -> Result<Arc<EncodedImage>> {
         Ok(self.encode_until(image, &AtomicBool::new(false))?.0)
     }
@@ -171,9 +168,9 @@ impl VisionContext {
     /// image chunk's rows given as its embeddings. Encoding stops once `abort` is set.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the markers are not one per image; [`Error::Load`]
-    /// for a vocabulary without the tokens the projector frames images with; the errors of
-    /// [`VisionContext::encode`].
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the markers are not one
+    /// per image; [`Error::Load`](crate::Error::Load) for a vocabulary without the tokens the
+    /// projector frames images with; the errors of [`VisionContext::encode`].
     pub fn prompt(
         &self,
         model: &Model,
