@@ -30,6 +30,19 @@ pub(super) fn check_size(width: u64, height: u64) -> Result<()> {
     Ok(())
 }
 
+/// Checks an RGB image's size and that it has `len` values (`unit`: bytes or floats), three
+/// a pixel.
+fn check_rgb(width: usize, height: usize, len: usize, unit: &str) -> Result<()> {
+    check_size(width as u64, height as u64)?;
+    if len != width * height * 3 {
+        return Err(Error::Image(format!(
+            "an RGB image of {width}x{height} holds {} {unit}, not {len}",
+            width * height * 3
+        )));
+    }
+    Ok(())
+}
+
 /// An RGB image, 8 bits a channel, rows top to bottom, `RGBRGB...` (mtmd's `clip_image_u8`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageU8 {
@@ -45,14 +58,7 @@ impl ImageU8 {
     /// [`Error::Image`] when a side is 0 or beyond the limits, or the bytes are not
     /// `width * height * 3`.
     pub fn new(width: usize, height: usize, pixels: Vec<u8>) -> Result<Self> {
-        check_size(width as u64, height as u64)?;
-        if pixels.len() != width * height * 3 {
-            return Err(Error::Image(format!(
-                "an RGB image of {width}x{height} holds {} bytes, not {}",
-                width * height * 3,
-                pixels.len()
-            )));
-        }
+        check_rgb(width, height, pixels.len(), "bytes")?;
         Ok(Self { width, height, pixels })
     }
 
@@ -93,14 +99,7 @@ impl ImageF32 {
     /// [`Error::Image`] when a side is 0 or beyond the limits, or the floats are not
     /// `width * height * 3`.
     pub fn new(width: usize, height: usize, data: Vec<f32>) -> Result<Self> {
-        check_size(width as u64, height as u64)?;
-        if data.len() != width * height * 3 {
-            return Err(Error::Image(format!(
-                "an RGB image of {width}x{height} holds {} floats, not {}",
-                width * height * 3,
-                data.len()
-            )));
-        }
+        check_rgb(width, height, data.len(), "floats")?;
         Ok(Self { width, height, data })
     }
 
