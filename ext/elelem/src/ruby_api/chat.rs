@@ -48,10 +48,9 @@ impl Model {
     ) -> Result<RArray, Error> {
         let chat = ChatRequest::new(ruby, messages, template, true, variables, now)?;
         let model = rb_self.model(ruby)?;
-        let rendered = render(ruby, &model, chat)?;
+        let (text, plain) = render_with_plain(ruby, &model, chat, parse_special)?;
         let tokenizer = model.tokenizer().map_err(|e| engine_error(ruby, e))?;
-        let plain = if parse_special { &[][..] } else { &rendered.contents[..] };
-        Ok(ruby.ary_from_vec(tokenizer.tokenize_with_plain(&rendered.text, true, plain)))
+        Ok(ruby.ary_from_vec(tokenizer.tokenize_with_plain(&text, true, &plain)))
     }
 
     /// The prompt `chat_ids` tokenizes, as its text and the byte ranges of it read as
@@ -67,12 +66,8 @@ impl Model {
         now: Option<(u64, u32)>,
     ) -> Result<(String, Vec<(usize, usize)>), Error> {
         let chat = ChatRequest::new(ruby, messages, template, true, variables, now)?;
-        let rendered = render(ruby, rb_self.model(ruby)?.as_ref(), chat)?;
-        let plain = match parse_special {
-            true => Vec::new(),
-            false => rendered.contents.iter().map(|r| (r.start, r.end)).collect(),
-        };
-        Ok((rendered.text, plain))
+        let (text, plain) = render_with_plain(ruby, rb_self.model(ruby)?.as_ref(), chat, parse_special)?;
+        Ok((text, plain.iter().map(|r| (r.start, r.end)).collect()))
     }
 
     /// Splits a finished reply, given as its generated ids, into `[content,
@@ -181,6 +176,19 @@ fn render(ruby: &Ruby, model: &engine::Model, chat: ChatRequest) -> Result<engin
     // Bounded by the template's fuel, not by the abort flag.
     let never = AtomicBool::new(false);
     without_gvl(ruby, &never, || engine::text::chat::render(&template, &input))?.map_err(|e| engine_error(ruby, e))
+}
+
+/// The rendered prompt and the byte ranges of it read as plain text: its contents, unless
+/// `parse_special` (then none).
+fn render_with_plain(
+    ruby: &Ruby,
+    model: &engine::Model,
+    chat: ChatRequest,
+    parse_special: bool,
+) -> Result<(String, Vec<std::ops::Range<usize>>), Error> {
+    let rendered = render(ruby, model, chat)?;
+    let plain = if parse_special { Vec::new() } else { rendered.contents };
+    Ok((rendered.text, plain))
 }
 
 pub(super) fn tool_call_format(template: Option<&str>) -> engine::text::tool_calls::ToolCallFormat {
