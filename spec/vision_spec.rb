@@ -75,6 +75,19 @@ RSpec.describe "images in prompts" do
       expect(model.complete("describe", max_tokens: 2).timings).not_to have_key(:image_encode_seconds)
     end
 
+    it "takes each prompt's images in generate_all, decoded together as each alone" do
+      # Batch-invariant: a sequence's bits are then those it gets alone on any CPU.
+      model = self.class.open_pair(vision_dir, "tiny-gemma3-vision", n_ctx: 512, parallel: 3, batch_invariant: true)
+      prompts = ["describe <__media__>", "compare <__media__> to <__media__>", "describe"]
+      images = [[jpeg], [image.call("97x61-422.jpg"), jpeg], nil]
+      alone = prompts.zip(images).map { |prompt, imgs| model.generate(prompt, images: imgs, max_tokens: 12) }
+      expect(model.generate_all(prompts, images:, max_tokens: 12)).to eq(alone)
+      expect { model.generate_all(prompts, images: [[jpeg]]) }.to raise_error(ArgumentError, /an entry per prompt/)
+      expect { model.generate_all([[1, 2]], images: [[jpeg]]) }.to raise_error(ArgumentError, /not token ids/)
+    ensure
+      model&.close
+    end
+
     it "places images first when the prompt has no marker, as llama-mtmd-cli does" do
       placed = model.complete("describe ", images: [jpeg], max_tokens: 4).prompt_tokens
       expect(placed).to eq(model.complete("<__media__>describe ", images: [jpeg], max_tokens: 4).prompt_tokens)

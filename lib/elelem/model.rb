@@ -168,20 +168,25 @@ module Elelem
     # Generates a continuation of each prompt, all in the same passes: the batch form of
     # {#generate} for scripts. Started together, the prompts are evaluated and decoded in
     # lockstep (up to `parallel` at a time, the rest as sequences free up).
+    # @example Two images described together
+    #   model.generate_all(["Describe <__media__>", "What is in <__media__>?"], images: [["a.png"], ["b.jpg"]])
+    #
     # @param prompts [Array<String, Array<Integer>>]
+    # @param images [Array<Array, nil>, nil] each prompt's images, as {#generate} takes them
+    #   (nil or [] for a prompt without)
     # @param options see {#generate} (a constraint applies to each prompt); the prompts are not
     #   decoded speculatively
     # @yieldparam index [Integer] which prompt a piece (or id) belongs to
     # @yieldparam piece [String, Integer]
     # @return [Array<String, Array<Integer>>] in the order of `prompts`
-    def generate_all(prompts, **options, &)
+    def generate_all(prompts, images: nil, **options, &block)
       raise ArgumentError, "prompts must be an Array, got #{prompts.class}" unless prompts.is_a?(Array)
 
       options, constraint = Options.constraint(options)
       opts = Options.generation(options)
       Speculation.refuse_batch(opts)
-      checked = prompts.map { |prompt| Options.prompt(prompt) }
-      results = _run_all(checked, opts, constraint, &)
+      checked, attachments = Images.attach_all(prompts, images)
+      results = _run_all(checked, attachments, opts, constraint, &block)
       results.zip(checked).map { |result, prompt| prompt.is_a?(String) ? result[:text] : result[:tokens] }
     end
 

@@ -5,6 +5,7 @@ require "openssl"
 require_relative "server/http_error"
 require_relative "server/fields"
 require_relative "server/request"
+require_relative "server/image_fetch"
 require_relative "server/generation"
 require_relative "server/reply"
 require_relative "server/event_stream"
@@ -76,14 +77,17 @@ module Elelem
     # @param reuse_prefix [Boolean] keep the cached prefix a request shares with an earlier
     #   one on the same sequence (llama-server's `cache_prompt`, on there too): multi-turn chats
     #   do not evaluate earlier turns again
+    # @param allow_fetch [Boolean] fetch the `http(s)` URLs of `image_url` parts ({ImageFetch});
+    #   off: only data URIs are taken, a URL is a 400
     def initialize(model, model_name: nil, api_key: nil, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-                   max_tokens: DEFAULT_MAX_TOKENS, template: nil, reuse_prefix: true)
+                   max_tokens: DEFAULT_MAX_TOKENS, template: nil, reuse_prefix: true, allow_fetch: false)
       @pool = pool_of(model, model_name)
       @api_key = api_key.nil? ? nil : Options.text(:api_key, api_key)
       @max_body_bytes = Options.integer(:max_body_bytes, max_body_bytes, 1..Options::MAX_U32)
       @max_tokens = Options.integer(:max_tokens, max_tokens, 0..Options::MAX_N_CTX)
       @template = template.nil? ? nil : Options.text(:template, template)
       @reuse_prefix = reuse_prefix ? true : false
+      @allow_fetch = allow_fetch ? true : false
       @created = Time.now.to_i
       @streams = {}
       @streams_lock = Mutex.new
@@ -188,7 +192,7 @@ module Elelem
     # What a request generates on `model`, counted in the metrics; `prompt`: one its route
     # built, instead of the request's own.
     def new_generation(model, request, prompt: nil)
-      Generation.new(model, request, @template, metrics: metrics_for(served_name), prompt:)
+      Generation.new(model, request, @template, metrics: metrics_for(served_name), prompt:, allow_fetch: @allow_fetch)
     end
 
     # The counters of the model named `name` (each model has its own, as each of

@@ -48,6 +48,9 @@ module Elelem
       parser.on("--template FILE", "a Jinja chat template instead of the model's") do |f|
         opts[:template] = File.read(f)
       end
+      parser.on("--allow-fetch", "fetch the http(s) URLs of image_url parts (default: data URIs only)") do
+        opts[:allow_fetch] = true
+      end
     end
 
     def pool_options(parser, opts)
@@ -106,7 +109,7 @@ module Elelem
     def serve(served, opts)
       name = { model_name: served_name(opts[:model] || Models::DEFAULT) } if served.is_a?(Model)
       server = Server.new(served, api_key: opts.fetch(:api_key, ENV.fetch("ELELEM_API_KEY", nil)), **name.to_h,
-                                  **opts.slice(:max_tokens, :template))
+                                  **opts.slice(:max_tokens, :template, :allow_fetch))
       Options.integer(:workers, opts[:workers], 0..256)
       runner = Server::Runner.new(server, **opts.slice(:host, :port, :workers), threads: puma_threads(served, opts),
                                                                                 out: @out, err: @err)

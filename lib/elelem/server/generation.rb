@@ -67,10 +67,12 @@ module Elelem
       # @param metrics [Metrics] the server's counters, which count each choice
       # @param prompt [String, Array<Integer>, nil] a completion's prompt as its route built it,
       #   instead of the request's own
+      # @param allow_fetch [Boolean] whether a chat's image URLs are fetched ({ImageFetch})
       # @raise [HTTPError] 400 for a chat the template cannot render, more choices than
       #   sequences, a call that cannot be forced
-      def initialize(model, request, template, metrics:, prompt: nil)
+      def initialize(model, request, template, metrics:, prompt: nil, allow_fetch: false)
         @model = model
+        @allow_fetch = allow_fetch
         @request = request
         @template = template
         @metrics = metrics
@@ -145,7 +147,8 @@ module Elelem
       def request_prompt
         return request.prompt unless chat?
 
-        Generation.chat_input(@model, request.messages, template: @template, tools: request.tools)
+        messages = ImageFetch.inline(request.messages, allowed: @allow_fetch)
+        Generation.chat_input(@model, messages, template: @template, tools: request.tools)
       end
 
       def forced_call

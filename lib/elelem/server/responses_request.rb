@@ -97,7 +97,7 @@ module Elelem
       end
 
       def input_message(item, role, path)
-        parts = content_parts(item, path, %w[input_text])
+        parts = content_parts(item, path, role == "user" ? %w[input_text input_image] : %w[input_text])
         @messages << { "role" => role == "developer" ? "system" : role, "content" => parts }
       end
 
@@ -149,14 +149,30 @@ module Elelem
 
         content.each_with_index.map do |part, index|
           part_path = "#{path}.content[#{index}]"
-          type = typed(part, part_path, Hash)["type"]
-          unless types.include?(type)
-            raise invalid("#{part_path}.type must be #{types.join(" or ")}, got #{type.inspect}" \
-                          "#{" (images go by /v1/chat/completions)" if type.to_s.match?(/image|file|audio/)}", "input")
-          end
+          type = part_type(part, part_path, types)
+          next image_part(part, part_path) if type == "input_image"
 
           { "type" => "text", "text" => text(part, type == "refusal" ? "refusal" : "text", part_path) }
         end
+      end
+
+      def part_type(part, path, types)
+        type = typed(part, path, Hash)["type"]
+        return type if types.include?(type)
+
+        raise invalid("#{path}.type must be #{types.join(" or ")}, got #{type.inspect}" \
+                      "#{" (images go in user messages)" if type == "input_image"}", "input")
+      end
+
+      # An `input_image` as the chat's `image_url` part (a data URI, or a URL the server fetches
+      # with `--allow-fetch`); a `file_id` names a stored file, which this server has none of.
+      def image_part(part, path)
+        if part.key?("file_id")
+          raise invalid("#{path}.file_id is not supported (no files are stored): send image_url, a data URI",
+                        "input")
+        end
+
+        { "type" => "image_url", "image_url" => { "url" => text(part, "image_url", path) } }
       end
 
       def text(item, key, path)

@@ -103,12 +103,15 @@ impl Model {
     }
 
     /// Generates from every prompt in the same passes: all are submitted before the
-    /// first pass, so they are evaluated in lockstep. With a block, yields `[index,
-    /// piece or id]`. Returns a result Hash per prompt.
+    /// first pass, so they are evaluated in lockstep. `attachments` holds a Hash per
+    /// prompt: its `:images` and `:plain` ranges, as `opts` holds them for [`Model::run`]
+    /// (each prompt's images are encoded before any is submitted). With a block, yields
+    /// `[index, piece or id]`. Returns a result Hash per prompt.
     fn run_all(
         ruby: &Ruby,
         rb_self: &Self,
         prompts: RArray,
+        attachments: RArray,
         opts: RHash,
         constraint: Option<RArray>,
     ) -> Result<RArray, Error> {
@@ -116,13 +119,18 @@ impl Model {
         let scheduler = scheduler(ruby, &runtime)?;
         let params = text_params(ruby, opts)?;
         let constraint = ConstraintArg::new(ruby, constraint)?;
-        let mut requests = Vec::with_capacity(prompts.len());
-        for i in 0..prompts.len() {
-            let prompt: Value = prompts.entry(i as isize)?;
-            let yield_text = RString::from_value(prompt).is_some();
+        let inputs = (0..prompts.len())
+            .map(|i| {
+                let prompt: Value = prompts.entry(i as isize)?;
+                let (ids, embeddings, _) = prompt_with_images(ruby, &runtime, prompt, attachments.entry(i as isize)?)?;
+                Ok((ids, embeddings, RString::from_value(prompt).is_some()))
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let mut requests = Vec::with_capacity(inputs.len());
+        for (prompt, embeddings, yield_text) in inputs {
             let request = engine::Request {
-                prompt: prompt_ids(ruby, scheduler.model(), prompt)?,
-                embeddings: Vec::new(),
+                prompt,
+                embeddings,
                 params: params.clone(),
                 logprobs: None,
                 choose: None,
@@ -374,5 +382,5 @@ fn text_params(ruby: &Ruby, opts: RHash) -> Result<engine::TextParams, Error> {
 
 pub fn init(class: &RClass) -> Result<(), Error> {
     class.define_private_method("_run", method!(Model::run, 5))?;
-    class.define_private_method("_run_all", method!(Model::run_all, 3))
+    class.define_private_method("_run_all", method!(Model::run_all, 4))
 }
