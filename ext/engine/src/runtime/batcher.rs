@@ -121,16 +121,6 @@ pub enum Event {
     Done { tail: String, summary: Summary },
 }
 
-impl Plan {
-    /// Evaluates the pass.
-    pub fn decode(&self, ctx: &mut Context) -> Result<()> {
-        match &self.embeddings {
-            None => ctx.decode_batch(&self.batch),
-            Some((embd, causal)) => ctx.decode_embeddings(&self.batch, embd, *causal),
-        }
-    }
-}
-
 /// One pass: the tokens, and whose they are.
 pub struct Plan {
     pub batch: Vec<BatchToken>,
@@ -140,6 +130,16 @@ pub struct Plan {
     /// Per request in the pass: how many of its prompt tokens it carries (0 for a
     /// decode step), and which of the pass's output rows is its, if any.
     members: Vec<(RequestId, usize, Option<usize>)>,
+}
+
+impl Plan {
+    /// Evaluates the pass.
+    pub fn decode(&self, ctx: &mut Context) -> Result<()> {
+        match &self.embeddings {
+            None => ctx.decode_batch(&self.batch),
+            Some((embd, causal)) => ctx.decode_embeddings(&self.batch, embd, *causal),
+        }
+    }
 }
 
 struct Slot {
