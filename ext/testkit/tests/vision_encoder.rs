@@ -200,7 +200,7 @@ fn lfm2_preprocessed_images_encode_as_clip_cpps() {
 
 /// Each projector type's preprocessing parameters are the ones clip.cpp's loader sets:
 /// Gemma 3's fixed size, Idefics3's longest edge or none, LFM2's token limits at two
-/// patch sizes and merges.
+/// patch sizes and merges, LLaVA's padding with and without grid pinpoints.
 #[test]
 fn preprocessing_parameters_are_clip_cpps() {
     let lfm2_siglip2 = Shape {
@@ -223,6 +223,14 @@ fn preprocessing_parameters_are_clip_cpps() {
         ("lfm2", Shape::LFM2),
         ("lfm2-siglip2", lfm2_siglip2),
         ("lfm2-merge4", lfm2_merge4),
+        ("llava", Shape::LLAVA),
+        (
+            "llava-pinpoints",
+            Shape {
+                grid_pinpoints: elelem_testkit::mmproj::LLAVA_PINPOINTS,
+                ..Shape::LLAVA
+            },
+        ),
     ];
     for (name, shape) in shapes {
         let shape = Shape { n_layer: 1, ..shape };
@@ -332,6 +340,128 @@ fn idefics3_embeddings_are_clip_cpps_bit_for_bit() {
         total += compare(&format!("idefics3-merge4-{fa}"), &merge4, flash_attn, 1, (90, 60));
     }
     eprintln!("{total} floats compared in all, all identical");
+}
+
+/// LLaVA's CLIP and MLP: 1.5's (one fixed-size image, the layer before the last), 1.6's
+/// (LLaVA-UHD slices at grid pinpoints and the overview, `v.image_newline` unused), Granite's
+/// feature layers stacked (the input, a middle layer, the last), Yi-VL's `mlp_norm`; F16 and
+/// F32, so that the position embeddings are looked up from both.
+#[test]
+fn llava_embeddings_are_clip_cpps_bit_for_bit() {
+    let f32_shape = Shape {
+        matrix_type: TensorType::F32,
+        seed: 31,
+        ..Shape::LLAVA
+    };
+    let pinpoints = Shape {
+        grid_pinpoints: elelem_testkit::mmproj::LLAVA_PINPOINTS,
+        seed: 37,
+        ..Shape::LLAVA
+    };
+    let feature_layers = Shape {
+        feature_layers: &[0, 2, 3],
+        seed: 41,
+        ..Shape::LLAVA
+    };
+    let mlp_norm = Shape {
+        mlp_norm: true,
+        seed: 43,
+        ..Shape::LLAVA
+    };
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        total += compare(&format!("llava-f16-{fa}"), &Shape::LLAVA, flash_attn, 2, (150, 97));
+        total += compare(&format!("llava-f32-{fa}"), &f32_shape, flash_attn, 1, (150, 97));
+        // 150 x 97 best fits 128 x 128 (the most of its pixels kept): four slices and the
+        // overview.
+        let n = compare(&format!("llava-pinpoints-{fa}"), &pinpoints, flash_attn, 2, (150, 97));
+        assert_eq!(n, 5 * 64 * 96);
+        total += n;
+        total += compare(
+            &format!("llava-feature-layers-{fa}"),
+            &feature_layers,
+            flash_attn,
+            2,
+            (97, 150),
+        );
+        total += compare(&format!("llava-mlp-norm-{fa}"), &mlp_norm, flash_attn, 2, (150, 97));
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
+#[test]
+fn llava_projectors_that_do_not_fit_are_refused() {
+    let load = |alter: &dyn Fn(&mut GgufWriter)| {
+        let mut w = writer(&Shape::LLAVA);
+        alter(&mut w);
+        Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+    };
+    let mmproj = load(&|_| {}).unwrap();
+    assert_eq!((mmproj.n_mmproj_embd(), mmproj.n_output_tokens()), (96, 64));
+    assert_eq!(mmproj.hparams.n_layer_run(), 2);
+    let (kind, params) = mmproj.hparams.preprocessing();
+    assert_eq!(
+        (kind, params.pad_color),
+        (vision::Preprocessor::FixedSize, [122, 116, 104])
+    );
+
+    for name in [
+        "mm.0.weight",
+        "mm.0.bias",
+        "mm.2.weight",
+        "mm.2.bias",
+        "v.blk.2.ffn_down.weight",
+    ] {
+        let e = load(&|w| {
+            w.remove_tensor(name);
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(&e, Error::Load(m) if m.contains(name)), "{name}: {e:?}");
+    }
+    // A position for each patch and the class token: 65, not 64.
+    let e = load(&|w| {
+        w.remove_tensor("v.position_embd.weight");
+        w.add_f32("v.position_embd.weight", &[64, 64], &[0.0; 64 * 64]);
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("v.position_embd.weight")),
+        "{e:?}"
+    );
+    let e = load(&|w| {
+        w.set("clip.vision.feature_layer", Value::Array(vec![Value::I32(4)]));
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("feature layer index 4")),
+        "{e:?}"
+    );
+    let e = load(&|w| {
+        w.set(
+            "clip.vision.image_grid_pinpoints",
+            Value::Array(vec![Value::I32(64), Value::I32(128), Value::I32(64)]),
+        );
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("image_grid_pinpoints")),
+        "{e:?}"
+    );
+    // Layer scales are InternVL's, not LLaVA's graph.
+    let e = load(&|w| {
+        w.add_f32("v.blk.0.ls1.weight", &[64], &[1.0; 64]);
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("v.blk.0.ls1.weight")),
+        "{e:?}"
+    );
 }
 
 /// What `Mmproj::load` says of a synthetic Gemma 3 projector altered by `alter`.

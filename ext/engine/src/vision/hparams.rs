@@ -5,7 +5,7 @@
 
 use elelem_gguf::{Gguf, Value};
 
-use super::preprocess::{ImageParams, Preprocessor, ResizeAlgo};
+use super::preprocess::{ImageParams, Pad, Preprocessor, ResizeAlgo};
 use crate::{Error, Result};
 
 /// The largest `clip.vision.image_size` accepted: beyond any model's (896 for Gemma 3),
@@ -18,6 +18,12 @@ pub const MAX_LAYERS: u32 = 256;
 /// The fewest and most tokens LFM2's preprocessing aims an image (or a thumbnail) at:
 /// clip.cpp's `set_limit_image_tokens(64, 256)` for it.
 const LFM2_IMAGE_TOKENS: (u32, u32) = (64, 256);
+
+/// clip.cpp's padding colour for LLaVA's images (its CLIP processor's mean, as bytes).
+const LLAVA_PAD_COLOR: [u8; 3] = [122, 116, 104];
+
+/// The most grid pinpoints accepted (LLaVA 1.6 has 5; real files have a few dozen at most).
+const MAX_GRID_PINPOINTS: usize = 64;
 
 /// The projector types elelem runs: clip.cpp's `projector_type` by its `clip.projector_type`
 /// name.
@@ -33,6 +39,10 @@ pub enum ProjectorType {
     /// image's grid), the pixel unshuffle, an optional LayerNorm and a two-layer GELU MLP
     /// ([`super::projector::lfm2`]).
     Lfm2,
+    /// `mlp` (LLaVA 1.5 and 1.6; `mlp_norm`, Yi-VL's, where the file has `mm.3`): CLIP with
+    /// its class embedding and pre-LayerNorm, the features of an earlier layer, a two-layer
+    /// GELU MLP ([`super::projector::llava`]).
+    Mlp,
 }
 
 impl ProjectorType {
@@ -42,7 +52,15 @@ impl ProjectorType {
             ProjectorType::Gemma3 => "gemma3",
             ProjectorType::Idefics3 => "idefics3",
             ProjectorType::Lfm2 => "lfm2",
+            ProjectorType::Mlp => "mlp",
         }
+    }
+
+    /// Whether the encoder is CLIP's ViT as LLaVA's graph runs it: an optional class
+    /// embedding appended to the patches, position embeddings looked up by row, an optional
+    /// pre-LayerNorm, and only the layers up to its feature layer.
+    pub fn clip_vit(self) -> bool {
+        self == ProjectorType::Mlp
     }
 
     /// Whether the encoder takes images of any size (LFM2's dynamic resolution: the
@@ -56,8 +74,9 @@ impl ProjectorType {
             "gemma3" => Ok(ProjectorType::Gemma3),
             "idefics3" => Ok(ProjectorType::Idefics3),
             "lfm2" => Ok(ProjectorType::Lfm2),
+            "mlp" => Ok(ProjectorType::Mlp),
             _ => Err(Error::Unsupported(format!(
-                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2)"
+                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, mlp)"
             ))),
         }
     }
@@ -98,6 +117,12 @@ pub struct ClipHParams {
     /// Idefics3's `clip.vision.preproc_image_size` (the longest edge it resizes to before
     /// slicing), 0 where absent.
     pub longest_edge: u32,
+    /// `clip.vision.feature_layer`: the hidden states LLaVA's projector takes (0 is the
+    /// encoder's input), stacked; empty: the last layer's of all but one.
+    pub feature_layers: Vec<i32>,
+    /// `clip.vision.image_grid_pinpoints` as (width, height): LLaVA 1.6's slicing
+    /// resolutions; empty: one fixed-size image.
+    pub grid_pinpoints: Vec<(i32, i32)>,
 }
 
 impl ClipHParams {
@@ -154,7 +179,58 @@ impl ClipHParams {
                     },
                 )
             }
+            // clip.cpp's `load_hparams` for `mlp`: the grey of LLaVA's padding, and with
+            // pinpoints LLaVA-UHD's slicing (bicubic, ceil padding); without, one bicubic
+            // fixed-size image (the refined image's padding it sets then goes unused).
+            ProjectorType::Mlp => {
+                let llava = ImageParams {
+                    pad_color: LLAVA_PAD_COLOR,
+                    ..common
+                };
+                if self.grid_pinpoints.is_empty() {
+                    (
+                        Preprocessor::FixedSize,
+                        ImageParams {
+                            pad_ov: Pad::None,
+                            pad_rf: Pad::Ceil,
+                            pad_color_rf: LLAVA_PAD_COLOR,
+                            ..llava
+                        },
+                    )
+                } else {
+                    (
+                        Preprocessor::LlavaUhd,
+                        ImageParams {
+                            res_candidates: self.grid_pinpoints.clone(),
+                            ..llava
+                        },
+                    )
+                }
+            }
         }
+    }
+
+    /// The encoder layers the graph runs: all of them, but for LLaVA's (clip.cpp's
+    /// `max_feature_layer`) up to the deepest feature layer, else all but the last.
+    pub fn n_layer_run(&self) -> u32 {
+        if !self.projector.clip_vit() {
+            return self.n_layer;
+        }
+        match self.feature_layers.iter().copied().max() {
+            Some(deepest) if deepest >= 0 => deepest as u32,
+            _ => self.n_layer - 1,
+        }
+    }
+
+    /// How many hidden states the projector takes side by side: for LLaVA's, one per
+    /// feature layer the graph reaches, or the last one's alone; one for the others.
+    pub fn n_feature_stack(&self) -> u32 {
+        if !self.projector.clip_vit() {
+            return 1;
+        }
+        let deepest = self.n_layer_run() as i32;
+        let stacked = (0..=deepest).filter(|il| self.feature_layers.contains(il)).count() as u32;
+        stacked.max(1)
     }
 
     /// Refuses a language model of another width than the embeddings this projector
@@ -265,7 +341,26 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
             };
             (n_merge, longest_edge)
         }
+        // clip_hparams' 1: LLaVA merges nothing.
+        ProjectorType::Mlp => (1, 0),
     };
+    let feature_layers = keys.opt_i32_array("clip.vision.feature_layer")?.unwrap_or_default();
+    if let Some(v) = feature_layers.iter().find(|&&v| i64::from(v) > i64::from(n_layer)) {
+        return Err(Error::Load(format!(
+            "invalid vision projector: feature layer index {v} is out of range (n_layer: {n_layer})"
+        )));
+    }
+    let pinpoints = keys
+        .opt_i32_array("clip.vision.image_grid_pinpoints")?
+        .unwrap_or_default();
+    if pinpoints.len() % 2 != 0 || pinpoints.len() > 2 * MAX_GRID_PINPOINTS {
+        return Err(Error::Load(format!(
+            "clip.vision.image_grid_pinpoints must have an even number of elements (at most {}), got {}",
+            2 * MAX_GRID_PINPOINTS,
+            pinpoints.len()
+        )));
+    }
+    let grid_pinpoints: Vec<(i32, i32)> = pinpoints.chunks_exact(2).map(|wh| (wh[0], wh[1])).collect();
 
     let invalid = |what: String| Err(Error::Load(format!("invalid vision projector: {what}")));
     if n_embd == 0 || n_head == 0 || n_ff == 0 || n_layer == 0 || patch_size == 0 || image_size == 0 || n_merge == 0 {
@@ -327,6 +422,17 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         ffn_op,
         n_merge,
         longest_edge,
+        // clip.cpp reads both for every type; only LLaVA's graph and preprocessing use them.
+        feature_layers: if projector.clip_vit() {
+            feature_layers
+        } else {
+            Vec::new()
+        },
+        grid_pinpoints: if projector.clip_vit() {
+            grid_pinpoints
+        } else {
+            Vec::new()
+        },
     })
 }
 
@@ -356,6 +462,22 @@ impl ClipKeys<'_> {
                 .as_f32()
                 .ok_or_else(|| Error::Load(format!("{key} must be a float, got {v:?}"))),
         }
+    }
+
+    /// An array of integers that each fit an `i32` (clip.cpp's `get_arr_int`).
+    fn opt_i32_array(&self, key: &str) -> Result<Option<Vec<i32>>> {
+        let Some(v) = self.0.get(key) else {
+            return Ok(None);
+        };
+        v.as_array()
+            .and_then(|items| {
+                items
+                    .iter()
+                    .map(|x| x.as_i64().and_then(|n| i32::try_from(n).ok()))
+                    .collect::<Option<Vec<i32>>>()
+            })
+            .map(Some)
+            .ok_or_else(|| Error::Load(format!("{key} must be an array of 32-bit integers, got {v:?}")))
     }
 
     fn opt_bool(&self, key: &str) -> Result<Option<bool>> {

@@ -120,6 +120,9 @@ impl Framing {
                 slice_start: Some(|row, col| format!("<|img_row_{row}_col_{col}|>")),
                 ..none
             },
+            // mtmd.cpp 634-646: nothing around the image; LLaVA 1.6's slices one chunk each,
+            // row by row, then the overview (LLaVA-UHD's layout without a template).
+            ProjectorType::Mlp => none,
         }
     }
 }
@@ -364,6 +367,8 @@ mod tests {
             ffn_op: FfnOp::Gelu,
             n_merge,
             longest_edge: 0,
+            feature_layers: Vec::new(),
+            grid_pinpoints: Vec::new(),
         }
     }
 

@@ -45,8 +45,13 @@ pub struct VitWeights {
     /// `v.patch_embd.weight`: `[patch, patch, 3, n_embd]`.
     pub patch_embd: Tensor,
     pub patch_bias: Option<Tensor>,
-    /// `v.position_embd.weight`: `[n_embd, n_patches]`, F32.
+    /// `v.class_embd`: `[n_embd]`, CLIP's (LLaVA's) class token, appended after the patches.
+    pub class_embd: Option<Tensor>,
+    /// `v.position_embd.weight`: `[n_embd, n_pos]` (a position per patch, and the class
+    /// token's); F32, or for CLIP any type, looked up by row.
     pub position_embd: Tensor,
+    /// `v.pre_ln`: CLIP's LayerNorm before the first layer.
+    pub pre_ln: Option<Norm>,
     pub layers: Vec<VitLayer>,
     pub post_ln: Option<Norm>,
 }
@@ -175,9 +180,12 @@ impl Mmproj {
     }
 }
 
-/// The tensors clip.cpp's `load_tensors` reads for the encoder, the ones SigLIP has: every
-/// other one (`v.pre_ln`, `v.class_embd`, a gate, fused QKV, Q/K norms, layer scales) is
-/// left undeclared, so that [`Loader::check_all_used`] refuses the file.
+/// The tensors clip.cpp's `load_tensors` reads for the encoder, the ones SigLIP has, and for
+/// CLIP ([`super::ProjectorType::clip_vit`]) its class embedding and pre-LayerNorm: every other one
+/// (a gate, fused QKV, Q/K norms, layer scales) is left undeclared, so that
+/// [`Loader::check_all_used`] refuses the file. All `n_layer` layers are loaded, as clip.cpp
+/// loads them, even where LLaVA's graph stops short of the last
+/// ([`ClipHParams::n_layer_run`]).
 fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     let (embd, ff, p) = (u64::from(hp.n_embd), u64::from(hp.n_ff), u64::from(hp.patch_size));
     let n_patches = u64::from(hp.n_patches_side()).pow(2);
@@ -194,8 +202,21 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     };
     let patch_embd = l.values("v.patch_embd.weight", &[p, p, 3, embd])?;
     let patch_bias = l.optional_vector("v.patch_embd.bias", embd)?;
-    // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
-    let position_embd = l.f32_weight("v.position_embd.weight", &[embd, n_patches])?;
+    let clip = hp.projector.clip_vit();
+    let class_embd = if clip {
+        l.optional_vector("v.class_embd", embd)?
+    } else {
+        None
+    };
+    let n_pos = n_patches + u64::from(class_embd.is_some());
+    let position_embd = if clip {
+        // Looked up by row (clip.cpp's `get_rows`), which reads any type as F32.
+        l.rows("v.position_embd.weight", &[embd, n_pos])?
+    } else {
+        // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
+        l.f32_weight("v.position_embd.weight", &[embd, n_patches])?
+    };
+    let pre_ln = if clip { norm(l, "v.pre_ln")? } else { None };
     let mut layers = Vec::with_capacity(hp.n_layer as usize);
     for il in 0..hp.n_layer {
         let n = |t: &str| format!("v.blk.{il}.{t}");
@@ -230,7 +251,9 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     Ok(VitWeights {
         patch_embd,
         patch_bias,
+        class_embd,
         position_embd,
+        pre_ln,
         layers,
         post_ln,
     })
