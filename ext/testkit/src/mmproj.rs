@@ -15,6 +15,10 @@ pub enum Kind {
     /// LLaVA's `mlp`: CLIP (a class embedding, the pre-LayerNorm, no post-LayerNorm,
     /// GELU-quick, position embeddings of the matrices' type) and a two-layer MLP.
     Llava,
+    /// InternVL: InternViT (a class embedding, layer scales, no post-LayerNorm), the pixel
+    /// shuffle, the `mm.model.mlp.0` LayerNorm and a two-layer MLP (`mm.model.mlp.1`,
+    /// `mm.model.mlp.3`).
+    Internvl,
 }
 
 /// A synthetic SigLIP projector's type and sizes.
@@ -109,6 +113,18 @@ impl Shape {
         ..Shape::GEMMA3
     };
 
+    /// InternVL, small: the same encoder with layer scales and a class token, 2 x 2 patches
+    /// shuffled into one (16 tokens a tile of 64), a LayerNorm and an MLP of 256 -> 128 ->
+    /// 96, tiles of up to 12 as clip.cpp's defaults.
+    pub const INTERNVL: Shape = Shape {
+        kind: Kind::Internvl,
+        n_layer: 2,
+        image_size: 64,
+        n_merge: Some(2),
+        seed: 0x1e7_e2f1,
+        ..Shape::GEMMA3
+    };
+
     /// The hidden states the MLP takes side by side (clip.cpp's feature stack).
     fn n_feature_stack(&self) -> u64 {
         let deepest = match self.feature_layers.iter().copied().max() {
@@ -140,6 +156,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                 Kind::Idefics3 => "idefics3",
                 Kind::Lfm2 => "lfm2",
                 Kind::Llava => "mlp",
+                Kind::Internvl => "internvl",
             }),
         )
         .set("clip.has_vision_encoder", Value::Bool(true))
@@ -182,11 +199,19 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     };
     add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
     w.add_f32("v.patch_embd.bias", &[embd], &rng.small(embd));
+    let internvl = shape.kind == Kind::Internvl;
     if clip {
         w.add_f32("v.class_embd", &[embd], &rng.small(embd));
         // A position for the class token too, looked up by row: of any type.
         add_weights(&mut w, &mut rng, "v.position_embd.weight", ty, &[embd, n_patches + 1]);
         norm(&mut w, &mut rng, "v.pre_ln", embd);
+    } else if internvl {
+        w.add_f32("v.class_embd", &[embd], &rng.small(embd));
+        w.add_f32(
+            "v.position_embd.weight",
+            &[embd, n_patches + 1],
+            &rng.small(embd * (n_patches + 1)),
+        );
     } else {
         w.add_f32(
             "v.position_embd.weight",
@@ -211,8 +236,12 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.add_f32(&n(&format!("{up}.bias")), &[ff], &rng.small(ff));
         add_weights(&mut w, &mut rng, &n(&format!("{down}.weight")), ty, &[ff, embd]);
         w.add_f32(&n(&format!("{down}.bias")), &[embd], &rng.small(embd));
+        if internvl {
+            w.add_f32(&n("ls1.weight"), &[embd], &rng.around_one(embd));
+            w.add_f32(&n("ls2.weight"), &[embd], &rng.around_one(embd));
+        }
     }
-    if !clip {
+    if !clip && !internvl {
         norm(&mut w, &mut rng, "v.post_ln", embd);
     }
     match shape.kind {
@@ -257,6 +286,15 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                 w.add_f32("v.image_newline", &[text], &rng.small(text));
             }
         }
+        Kind::Internvl => {
+            let merged = embd * u64::from(shape.n_merge.unwrap_or(1)).pow(2);
+            let text = shape.n_text_embd;
+            norm(&mut w, &mut rng, "mm.model.mlp.0", merged);
+            add_weights(&mut w, &mut rng, "mm.model.mlp.1.weight", ty, &[merged, ff]);
+            w.add_f32("mm.model.mlp.1.bias", &[ff], &rng.small(ff));
+            add_weights(&mut w, &mut rng, "mm.model.mlp.3.weight", ty, &[ff, text]);
+            w.add_f32("mm.model.mlp.3.bias", &[text], &rng.small(text));
+        }
     }
     w
 }
@@ -287,6 +325,11 @@ pub fn writer(shape: &Shape) -> GgufWriter {
 ///   image); its projector is [`Shape::LLAVA`] with LLaVA 1.6's grid pinpoints (64 x 128,
 ///   128 x 64, 128 x 128: up to four slices of 64 tokens and the overview's 64), projecting
 ///   to 128.
+/// - `tiny-internvl-vision`: a Qwen2 of the canary's kind (InternVL 2.5 and 3 answer with
+///   Qwen2.5), 4 layers 128 wide, whose vocabulary ends with the control tokens `<img>` and
+///   `</img>` that mtmd frames each image with; its projector is [`Shape::INTERNVL`] (grids
+///   of up to 12 tiles of 64 pixels, 16 tokens each, then the overview's 16), projecting to
+///   128.
 pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
     let idefics3 = canary::LLAMA3;
@@ -302,6 +345,10 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     };
     let llava = canary::Shape {
         family: canary::LLAMA,
+        ..idefics3
+    };
+    let internvl = canary::Shape {
+        family: canary::QWEN2,
         ..idefics3
     };
     let lfm2_tiles: Vec<String> = (1..=2)
@@ -346,6 +393,13 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
                 grid_pinpoints: LLAVA_PINPOINTS,
                 ..Shape::LLAVA
             },
+        ),
+        pair(
+            "tiny-internvl-vision",
+            &internvl,
+            &[],
+            &["<img>", "</img>"],
+            Shape::INTERNVL,
         ),
     ]
 }

@@ -224,6 +224,7 @@ fn preprocessing_parameters_are_clip_cpps() {
         ("lfm2-siglip2", lfm2_siglip2),
         ("lfm2-merge4", lfm2_merge4),
         ("llava", Shape::LLAVA),
+        ("internvl", Shape::INTERNVL),
         (
             "llava-pinpoints",
             Shape {
@@ -388,6 +389,107 @@ fn llava_embeddings_are_clip_cpps_bit_for_bit() {
         total += compare(&format!("llava-mlp-norm-{fa}"), &mlp_norm, flash_attn, 2, (150, 97));
     }
     eprintln!("{total} floats compared in all, all identical");
+}
+
+/// InternVL's InternViT and projector: an image cut into tiles at the grid closest to its
+/// aspect (clip.cpp's default 1 to 12 tiles) and the overview, each through the encoder;
+/// F16 and F32; a shuffle of 1 (no `scale_factor`) and one of 4.
+#[test]
+fn internvl_embeddings_are_clip_cpps_bit_for_bit() {
+    let f32_shape = Shape {
+        matrix_type: TensorType::F32,
+        seed: 47,
+        ..Shape::INTERNVL
+    };
+    let no_shuffle = Shape {
+        n_merge: None,
+        seed: 53,
+        ..Shape::INTERNVL
+    };
+    let shuffle4 = Shape {
+        n_merge: Some(4),
+        seed: 59,
+        ..Shape::INTERNVL
+    };
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        total += compare(
+            &format!("internvl-f16-{fa}"),
+            &Shape::INTERNVL,
+            flash_attn,
+            2,
+            (150, 97),
+        );
+        total += compare(&format!("internvl-f32-{fa}"), &f32_shape, flash_attn, 1, (97, 150));
+        total += compare(
+            &format!("internvl-no-shuffle-{fa}"),
+            &no_shuffle,
+            flash_attn,
+            2,
+            (60, 40),
+        );
+        total += compare(&format!("internvl-shuffle4-{fa}"), &shuffle4, flash_attn, 2, (150, 97));
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
+#[test]
+fn internvl_projectors_that_do_not_fit_are_refused() {
+    let load = |alter: &dyn Fn(&mut GgufWriter)| {
+        let mut w = writer(&Shape::INTERNVL);
+        alter(&mut w);
+        Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+    };
+    let mmproj = load(&|_| {}).unwrap();
+    assert_eq!((mmproj.n_mmproj_embd(), mmproj.n_output_tokens()), (96, 16));
+    // clip.cpp's grids of 1 to 12 tiles: 12 + 6 + 4 + 3 + 2 + 2 + 6 of them.
+    let (kind, params) = mmproj.hparams.preprocessing();
+    assert_eq!(
+        (kind, params.res_candidates.len()),
+        (vision::Preprocessor::LlavaUhd, 35)
+    );
+    assert_eq!(params.res_candidates[..2], [(64, 64), (64, 128)]);
+
+    // internvl.cpp asserts the class embedding.
+    for name in ["v.class_embd", "mm.model.mlp.0.weight", "mm.model.mlp.3.bias"] {
+        let e = load(&|w| {
+            w.remove_tensor(name);
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(&e, Error::Load(m) if m.contains(name)), "{name}: {e:?}");
+    }
+    for (min, max) in [(3, 2), (1, 1000)] {
+        let e = load(&|w| {
+            w.set("clip.vision.preproc_min_tiles", Value::U32(min));
+            w.set("clip.vision.preproc_max_tiles", Value::U32(max));
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(&e, Error::Load(m) if m.contains("preproc_max_tiles")), "{e:?}");
+    }
+    // InternViT-6B's RMS norms.
+    let e = load(&|w| {
+        w.set("clip.vision.embedding_length", Value::U32(3200));
+        w.set("clip.vision.block_count", Value::U32(45));
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("InternViT-6B")),
+        "{e:?}"
+    );
+    // Q/K norms are not part of the graph elelem runs.
+    let e = load(&|w| {
+        w.add_f32("v.blk.0.attn_q_norm.weight", &[64], &[1.0; 64]);
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("attn_q_norm")),
+        "{e:?}"
+    );
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The vision encoder: clip.cpp's `build_inp` (the patch embedding, a convolution) and
 //! `build_vit` (the ViT: LayerNorms, bidirectional attention, the feed-forward; for LLaVA's
 //! CLIP, `clip_graph_llava`'s: a class token, positions looked up by row, a pre-LayerNorm,
-//! the feature layers), then the
+//! the feature layers; InternViT's class token), then the
 //! projector of the file's type ([`super::projector`]), built like the text graphs: in a
 //! `no_alloc` context, allocated by a `ggml_gallocr` held for the encoder's life and
 //! reserved once for the largest input it takes ([`Mmproj::largest_images`]: a dynamic-size
@@ -176,7 +176,7 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
     if let Some(bias) = m.vit.patch_bias {
         inp = g.add(inp, bias);
     }
-    // LLaVA's graph: the class token after the patches.
+    // LLaVA's and InternVL's graphs: the class token after the patches.
     let mut n_pos = n_patches;
     if let Some(class_embd) = m.vit.class_embd {
         inp = g.concat(inp, class_embd, 1);
@@ -187,7 +187,7 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
     let mut positions = None;
     let pos_embd = if hp.projector.dynamic_size() {
         resize_position_embeddings(g, m, width, height)
-    } else if hp.projector.clip_vit() {
+    } else if hp.projector.llava_vit() {
         let rows = g.input("positions", sys::GGML_TYPE_I32, &[n_pos]);
         positions = Some(rows);
         g.get_rows(m.vit.position_embd, rows)
@@ -245,7 +245,8 @@ fn add_bias(g: &Graph, cur: Tensor, bias: Option<Tensor>) -> Tensor {
     }
 }
 
-/// clip.cpp's `build_vit` (one image, learned position embeddings), and LLaVA's variant
+/// clip.cpp's `build_vit` (one image, learned position embeddings; InternViT's layer scales
+/// where the file has them), and LLaVA's variant
 /// of it (`clip_graph_llava`: only the layers up to its feature layer, the hidden states of
 /// its feature layers side by side, [`ClipHParams::n_layer_run`]).
 fn build_vit(g: &Graph, m: &Mmproj, flash_attn: bool, inp: Tensor, pos_embd: Tensor, n_pos: i64) -> Tensor {
@@ -266,12 +267,18 @@ fn build_vit(g: &Graph, m: &Mmproj, flash_attn: bool, inp: Tensor, pos_embd: Ten
             features.push(inp_l);
         }
         let cur = norm(g, inp_l, layer.ln_1.as_ref(), hp.eps);
-        let cur = attention(g, hp, layer, flash_attn, cur, n_pos, batch);
+        let mut cur = attention(g, hp, layer, flash_attn, cur, n_pos, batch);
+        if let Some(ls_1) = layer.ls_1 {
+            cur = g.mul(cur, ls_1);
+        }
         let cur = g.add(cur, inp_l);
         inp_l = cur;
 
         let cur = norm(g, cur, layer.ln_2.as_ref(), hp.eps);
-        let cur = ffn(g, hp, layer, cur);
+        let mut cur = ffn(g, hp, layer, cur);
+        if let Some(ls_2) = layer.ls_2 {
+            cur = g.mul(cur, ls_2);
+        }
         inp_l = g.add(inp_l, cur);
     }
     if let Some(post) = &m.vit.post_ln {

@@ -22,6 +22,10 @@ const LFM2_IMAGE_TOKENS: (u32, u32) = (64, 256);
 /// clip.cpp's padding colour for LLaVA's images (its CLIP processor's mean, as bytes).
 const LLAVA_PAD_COLOR: [u8; 3] = [122, 116, 104];
 
+/// The most tiles InternVL's slicing may aim an image at (its models use 12; the
+/// resolutions it weighs grow with it, and the slices with them).
+const MAX_TILES: u32 = 64;
+
 /// The most grid pinpoints accepted (LLaVA 1.6 has 5; real files have a few dozen at most).
 const MAX_GRID_PINPOINTS: usize = 64;
 
@@ -43,6 +47,10 @@ pub enum ProjectorType {
     /// its class embedding and pre-LayerNorm, the features of an earlier layer, a two-layer
     /// GELU MLP ([`super::projector::llava`]).
     Mlp,
+    /// `internvl`: InternViT (a class embedding, layer scales), the pixel shuffle of
+    /// `n_merge` x `n_merge` patches into one, a LayerNorm and a two-layer GELU MLP
+    /// ([`super::projector::internvl`]).
+    Internvl,
 }
 
 impl ProjectorType {
@@ -53,14 +61,29 @@ impl ProjectorType {
             ProjectorType::Idefics3 => "idefics3",
             ProjectorType::Lfm2 => "lfm2",
             ProjectorType::Mlp => "mlp",
+            ProjectorType::Internvl => "internvl",
         }
     }
 
-    /// Whether the encoder is CLIP's ViT as LLaVA's graph runs it: an optional class
-    /// embedding appended to the patches, position embeddings looked up by row, an optional
-    /// pre-LayerNorm, and only the layers up to its feature layer.
-    pub fn clip_vit(self) -> bool {
+    /// Whether the encoder is CLIP's ViT as LLaVA's graph runs it: position embeddings
+    /// looked up by row, and only the layers up to its feature layer.
+    pub fn llava_vit(self) -> bool {
         self == ProjectorType::Mlp
+    }
+
+    /// Whether the encoder may have a class embedding (appended after the patches) and a
+    /// pre-LayerNorm: LLaVA's CLIP and InternViT.
+    pub fn class_token(self) -> bool {
+        matches!(self, ProjectorType::Mlp | ProjectorType::Internvl)
+    }
+
+    /// Whether clip.cpp swaps back the feed-forward's `ffn_up` and `ffn_down` of old
+    /// conversions for this type (its `is_ffn_swapped` list).
+    pub fn swapped_ffn_fixed(self) -> bool {
+        matches!(
+            self,
+            ProjectorType::Gemma3 | ProjectorType::Idefics3 | ProjectorType::Mlp
+        )
     }
 
     /// Whether the encoder takes images of any size (LFM2's dynamic resolution: the
@@ -75,8 +98,9 @@ impl ProjectorType {
             "idefics3" => Ok(ProjectorType::Idefics3),
             "lfm2" => Ok(ProjectorType::Lfm2),
             "mlp" => Ok(ProjectorType::Mlp),
+            "internvl" => Ok(ProjectorType::Internvl),
             _ => Err(Error::Unsupported(format!(
-                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, mlp)"
+                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, mlp, internvl)"
             ))),
         }
     }
@@ -179,6 +203,15 @@ impl ClipHParams {
                     },
                 )
             }
+            // InternVL's LLaVA-UHD slicing at the grids of its tile counts, clip_hparams'
+            // defaults otherwise (bicubic, ceil padding in black).
+            ProjectorType::Internvl => (
+                Preprocessor::LlavaUhd,
+                ImageParams {
+                    res_candidates: self.grid_pinpoints.clone(),
+                    ..common
+                },
+            ),
             // clip.cpp's `load_hparams` for `mlp`: the grey of LLaVA's padding, and with
             // pinpoints LLaVA-UHD's slicing (bicubic, ceil padding); without, one bicubic
             // fixed-size image (the refined image's padding it sets then goes unused).
@@ -213,7 +246,7 @@ impl ClipHParams {
     /// The encoder layers the graph runs: all of them, but for LLaVA's (clip.cpp's
     /// `max_feature_layer`) up to the deepest feature layer, else all but the last.
     pub fn n_layer_run(&self) -> u32 {
-        if !self.projector.clip_vit() {
+        if !self.projector.llava_vit() {
             return self.n_layer;
         }
         match self.feature_layers.iter().copied().max() {
@@ -225,7 +258,7 @@ impl ClipHParams {
     /// How many hidden states the projector takes side by side: for LLaVA's, one per
     /// feature layer the graph reaches, or the last one's alone; one for the others.
     pub fn n_feature_stack(&self) -> u32 {
-        if !self.projector.clip_vit() {
+        if !self.projector.llava_vit() {
             return 1;
         }
         let deepest = self.n_layer_run() as i32;
@@ -343,6 +376,8 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         }
         // clip_hparams' 1: LLaVA merges nothing.
         ProjectorType::Mlp => (1, 0),
+        // Optional: 1 shuffles nothing.
+        ProjectorType::Internvl => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1), 0),
     };
     let feature_layers = keys.opt_i32_array("clip.vision.feature_layer")?.unwrap_or_default();
     if let Some(v) = feature_layers.iter().find(|&&v| i64::from(v) > i64::from(n_layer)) {
@@ -360,7 +395,20 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
             pinpoints.len()
         )));
     }
-    let grid_pinpoints: Vec<(i32, i32)> = pinpoints.chunks_exact(2).map(|wh| (wh[0], wh[1])).collect();
+    // clip.cpp reads the pinpoints for every type; only LLaVA's preprocessing uses them, and
+    // InternVL's its own grids.
+    let grid_pinpoints = match projector {
+        ProjectorType::Mlp => pinpoints.chunks_exact(2).map(|wh| (wh[0], wh[1])).collect(),
+        ProjectorType::Internvl => internvl_grids(&keys, image_size)?,
+        _ => Vec::new(),
+    };
+    // clip.cpp's graph switches to RMS norms for InternViT-6B's width and depth (whose Q/K
+    // norms elelem would refuse anyway).
+    if projector == ProjectorType::Internvl && n_embd == 3200 && n_layer == 45 {
+        return Err(Error::Unsupported(
+            "InternViT-6B (RMS norms, 3200 wide, 45 layers) is not supported".into(),
+        ));
+    }
 
     let invalid = |what: String| Err(Error::Load(format!("invalid vision projector: {what}")));
     if n_embd == 0 || n_head == 0 || n_ff == 0 || n_layer == 0 || patch_size == 0 || image_size == 0 || n_merge == 0 {
@@ -422,18 +470,41 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         ffn_op,
         n_merge,
         longest_edge,
-        // clip.cpp reads both for every type; only LLaVA's graph and preprocessing use them.
-        feature_layers: if projector.clip_vit() {
+        // clip.cpp reads them for every type; only LLaVA's graph uses them.
+        feature_layers: if projector.llava_vit() {
             feature_layers
         } else {
             Vec::new()
         },
-        grid_pinpoints: if projector.clip_vit() {
-            grid_pinpoints
-        } else {
-            Vec::new()
-        },
+        grid_pinpoints,
     })
+}
+
+/// InternVL's slicing resolutions (clip.cpp's `set_internvl_dhr_res_candidates`): every
+/// grid of `a` x `b` tiles of `image_size` whose count is within
+/// `clip.vision.preproc_min_tiles` and `preproc_max_tiles` (1 and 12 where absent), by `a`
+/// then `b`.
+fn internvl_grids(keys: &ClipKeys, image_size: u32) -> Result<Vec<(i32, i32)>> {
+    let min = keys.opt_u32("clip.vision.preproc_min_tiles")?.unwrap_or(1);
+    let max = keys.opt_u32("clip.vision.preproc_max_tiles")?.unwrap_or(12);
+    if min > max || max > MAX_TILES {
+        return Err(Error::Load(format!(
+            "invalid vision projector: preproc_min_tiles {min} and preproc_max_tiles {max} \
+             (at most {MAX_TILES}, and the least no more than the most)"
+        )));
+    }
+    let mut grids = Vec::new();
+    // clip.cpp's guard against a division by 0: no grid, so one overview an image.
+    if min < 1 {
+        return Ok(grids);
+    }
+    let side = image_size as i32;
+    for a in min..=max {
+        let lo = min.div_ceil(a).max(min);
+        let hi = (max / a).min(max);
+        grids.extend((lo..=hi).map(|b| (a as i32 * side, b as i32 * side)));
+    }
+    Ok(grids)
 }
 
 /// The `clip.*` keys, with errors naming them.

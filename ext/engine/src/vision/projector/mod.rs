@@ -5,6 +5,7 @@
 
 pub mod gemma3;
 pub mod idefics3;
+pub mod internvl;
 pub mod lfm2;
 pub mod llava;
 
@@ -19,6 +20,7 @@ pub enum ProjectorWeights {
     Idefics3(idefics3::Idefics3Weights),
     Lfm2(lfm2::Lfm2Weights),
     Llava(llava::LlavaWeights),
+    Internvl(internvl::InternvlWeights),
 }
 
 impl ProjectorWeights {
@@ -29,6 +31,7 @@ impl ProjectorWeights {
             ProjectorWeights::Idefics3(w) => w.n_mmproj_embd(),
             ProjectorWeights::Lfm2(w) => w.n_mmproj_embd(),
             ProjectorWeights::Llava(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Internvl(w) => w.n_mmproj_embd(),
         }
     }
 
@@ -40,6 +43,7 @@ impl ProjectorWeights {
             ProjectorWeights::Idefics3(w) => idefics3::build(g, hp, w, cur),
             ProjectorWeights::Lfm2(w) => lfm2::build(g, hp, w, cur, grid),
             ProjectorWeights::Llava(w) => llava::build(g, hp, w, cur, grid),
+            ProjectorWeights::Internvl(w) => internvl::build(g, hp, w, cur, grid),
         }
     }
 }
@@ -51,5 +55,6 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
         ProjectorType::Idefics3 => idefics3::load(l, hp).map(ProjectorWeights::Idefics3),
         ProjectorType::Lfm2 => lfm2::load(l, hp).map(ProjectorWeights::Lfm2),
         ProjectorType::Mlp => llava::load(l, hp).map(ProjectorWeights::Llava),
+        ProjectorType::Internvl => internvl::load(l, hp).map(ProjectorWeights::Internvl),
     }
 }
