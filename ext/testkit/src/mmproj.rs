@@ -15,6 +15,10 @@ pub enum Kind {
     /// LLaVA's `mlp`: CLIP (a class embedding, the pre-LayerNorm, no post-LayerNorm,
     /// GELU-quick, position embeddings of the matrices' type) and a two-layer MLP.
     Llava,
+    /// MobileVLM's `ldp`: LLaVA's CLIP, an MLP and two blocks of depthwise convolutions.
+    Ldp,
+    /// MobileVLM V2's `ldpv2`: LLaVA's CLIP, an MLP, pooling and a depthwise convolution.
+    Ldpv2,
     /// InternVL: InternViT (a class embedding, layer scales, no post-LayerNorm), the pixel
     /// shuffle, the `mm.model.mlp.0` LayerNorm and a two-layer MLP (`mm.model.mlp.1`,
     /// `mm.model.mlp.3`).
@@ -113,6 +117,25 @@ impl Shape {
         ..Shape::GEMMA3
     };
 
+    /// MobileVLM, small: CLIP of three layers 64 wide on the 24 x 24 patches clip.cpp builds
+    /// its graph for (2 pixels each), an MLP of 64 -> 128 -> 96, then `ldp`'s blocks: 144
+    /// tokens an image.
+    pub const LDP: Shape = Shape {
+        kind: Kind::Ldp,
+        image_size: 48,
+        patch_size: 2,
+        seed: 0x1d_9001,
+        ..Shape::LLAVA
+    };
+
+    /// MobileVLM V2, small: as [`Shape::LDP`], with `ldpv2`'s pooling and positional
+    /// encoding generator.
+    pub const LDPV2: Shape = Shape {
+        kind: Kind::Ldpv2,
+        seed: 0x1d_9002,
+        ..Shape::LDP
+    };
+
     /// InternVL, small: the same encoder with layer scales and a class token, 2 x 2 patches
     /// shuffled into one (16 tokens a tile of 64), a LayerNorm and an MLP of 256 -> 128 ->
     /// 96, tiles of up to 12 as clip.cpp's defaults.
@@ -132,6 +155,13 @@ impl Shape {
             _ => self.n_layer as i32 - 1,
         };
         ((0..=deepest).filter(|il| self.feature_layers.contains(il)).count() as u64).max(1)
+    }
+}
+
+impl Kind {
+    /// LLaVA's CLIP (`models/llava.cpp`): LLaVA's and MobileVLM's.
+    fn llava_vit(self) -> bool {
+        matches!(self, Kind::Llava | Kind::Ldp | Kind::Ldpv2)
     }
 }
 
@@ -156,13 +186,15 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                 Kind::Idefics3 => "idefics3",
                 Kind::Lfm2 => "lfm2",
                 Kind::Llava => "mlp",
+                Kind::Ldp => "ldp",
+                Kind::Ldpv2 => "ldpv2",
                 Kind::Internvl => "internvl",
             }),
         )
         .set("clip.has_vision_encoder", Value::Bool(true))
         .set("clip.has_text_encoder", Value::Bool(false))
         // CLIP's feed-forward is GELU-quick (clip.cpp's default without the key's true).
-        .set("clip.use_gelu", Value::Bool(shape.kind != Kind::Llava))
+        .set("clip.use_gelu", Value::Bool(!shape.kind.llava_vit()))
         .set("clip.vision.embedding_length", Value::U32(embd as u32))
         .set("clip.vision.feed_forward_length", Value::U32(ff as u32))
         .set("clip.vision.block_count", Value::U32(shape.n_layer as u32))
@@ -192,7 +224,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     if !shape.grid_pinpoints.is_empty() {
         w.set("clip.vision.image_grid_pinpoints", ints(shape.grid_pinpoints));
     }
-    let clip = shape.kind == Kind::Llava;
+    let clip = shape.kind.llava_vit();
     let norm = |w: &mut GgufWriter, rng: &mut Rng, name: &str, n: u64| {
         w.add_f32(&format!("{name}.weight"), &[n], &rng.around_one(n));
         w.add_f32(&format!("{name}.bias"), &[n], &rng.small(n));
@@ -284,6 +316,35 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             }
             if !shape.grid_pinpoints.is_empty() {
                 w.add_f32("v.image_newline", &[text], &rng.small(text));
+            }
+        }
+        Kind::Ldp | Kind::Ldpv2 => {
+            let (features, text) = (embd * shape.n_feature_stack(), shape.n_text_embd);
+            let ldp = shape.kind == Kind::Ldp;
+            let (first, second) = if ldp { (1, 3) } else { (0, 2) };
+            let mlp = |i: u32, part: &str| format!("mm.model.mlp.{i}.{part}");
+            add_weights(&mut w, &mut rng, &mlp(first, "weight"), ty, &[features, ff]);
+            w.add_f32(&mlp(first, "bias"), &[ff], &rng.small(ff));
+            add_weights(&mut w, &mut rng, &mlp(second, "weight"), ty, &[ff, text]);
+            w.add_f32(&mlp(second, "bias"), &[text], &rng.small(text));
+            // Depthwise kernels in F16, the only type ggml's depthwise convolution takes.
+            let dw = TensorType::F16;
+            if ldp {
+                let r = text / 4;
+                for i in 1..=2 {
+                    let n = |t: &str| format!("mm.model.mb_block.{i}.block.{t}");
+                    add_weights(&mut w, &mut rng, &n("0.0.weight"), dw, &[3, 3, 1, text]);
+                    norm(&mut w, &mut rng, &n("0.1"), text);
+                    add_weights(&mut w, &mut rng, &n("1.fc1.weight"), ty, &[text, r]);
+                    w.add_f32(&n("1.fc1.bias"), &[r], &rng.small(r));
+                    add_weights(&mut w, &mut rng, &n("1.fc2.weight"), ty, &[r, text]);
+                    w.add_f32(&n("1.fc2.bias"), &[text], &rng.small(text));
+                    add_weights(&mut w, &mut rng, &n("2.0.weight"), ty, &[text, text]);
+                    norm(&mut w, &mut rng, &n("2.1"), text);
+                }
+            } else {
+                add_weights(&mut w, &mut rng, "mm.model.peg.0.weight", dw, &[3, 3, 1, text]);
+                w.add_f32("mm.model.peg.0.bias", &[text], &rng.small(text));
             }
         }
         Kind::Internvl => {

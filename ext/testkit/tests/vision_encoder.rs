@@ -225,6 +225,7 @@ fn preprocessing_parameters_are_clip_cpps() {
         ("lfm2-merge4", lfm2_merge4),
         ("llava", Shape::LLAVA),
         ("internvl", Shape::INTERNVL),
+        ("ldp", Shape::LDP),
         (
             "llava-pinpoints",
             Shape {
@@ -389,6 +390,80 @@ fn llava_embeddings_are_clip_cpps_bit_for_bit() {
         total += compare(&format!("llava-mlp-norm-{fa}"), &mlp_norm, flash_attn, 2, (150, 97));
     }
     eprintln!("{total} floats compared in all, all identical");
+}
+
+/// MobileVLM's projectors on LLaVA's CLIP at the 24 x 24 patches clip.cpp builds them for:
+/// `ldp`'s blocks (convolutions of stride 1 and 2, squeeze-and-excitation) and `ldpv2`'s
+/// pooling and positional encoding generator; F16 and F32 matrices.
+#[test]
+fn mobilevlm_embeddings_are_clip_cpps_bit_for_bit() {
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        for (name, shape) in [("ldp", Shape::LDP), ("ldpv2", Shape::LDPV2)] {
+            let f32_shape = Shape {
+                matrix_type: TensorType::F32,
+                seed: shape.seed ^ 1,
+                ..shape
+            };
+            let n = compare(&format!("{name}-f16-{fa}"), &shape, flash_attn, 2, (150, 97));
+            assert_eq!(n, 144 * 96, "{name}: a quarter of the 576 patches");
+            total += n;
+            total += compare(&format!("{name}-f32-{fa}"), &f32_shape, flash_attn, 1, (97, 150));
+        }
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
+#[test]
+fn mobilevlm_projectors_that_do_not_fit_are_refused() {
+    let load = |shape: Shape, alter: &dyn Fn(&mut GgufWriter)| {
+        let mut w = writer(&Shape { n_layer: 1, ..shape });
+        alter(&mut w);
+        Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+    };
+    for shape in [Shape::LDP, Shape::LDPV2] {
+        let mmproj = load(shape, &|_| {}).unwrap();
+        assert_eq!((mmproj.n_mmproj_embd(), mmproj.n_output_tokens()), (96, 144));
+        // clip.cpp's graph is built for 24 x 24 patches.
+        let e = load(
+            Shape {
+                image_size: 64,
+                ..shape
+            },
+            &|_| {},
+        )
+        .err()
+        .unwrap();
+        assert!(matches!(&e, Error::Unsupported(m) if m.contains("32 patches")), "{e:?}");
+    }
+    for (shape, kernel) in [
+        (Shape::LDP, "mm.model.mb_block.2.block.0.0.weight"),
+        (Shape::LDPV2, "mm.model.peg.0.weight"),
+    ] {
+        let e = load(shape, &|w| {
+            w.remove_tensor(kernel);
+            w.add_f32(kernel, &[3, 3, 1, 96], &[0.0; 9 * 96]);
+        })
+        .err()
+        .unwrap();
+        assert!(
+            matches!(&e, Error::Unsupported(m) if m.contains(kernel) && m.contains("F16")),
+            "{e:?}"
+        );
+        let e = load(shape, &|w| {
+            w.remove_tensor(kernel);
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(&e, Error::Load(m) if m.contains(kernel)), "{e:?}");
+    }
+    let e = load(Shape::LDP, &|w| {
+        w.remove_tensor("mm.model.mb_block.1.block.1.fc1.weight");
+    })
+    .err()
+    .unwrap();
+    assert!(matches!(&e, Error::Load(m) if m.contains("fc1.weight")), "{e:?}");
 }
 
 /// InternVL's InternViT and projector: an image cut into tiles at the grid closest to its

@@ -22,6 +22,9 @@ const LFM2_IMAGE_TOKENS: (u32, u32) = (64, 256);
 /// clip.cpp's padding colour for LLaVA's images (its CLIP processor's mean, as bytes).
 const LLAVA_PAD_COLOR: [u8; 3] = [122, 116, 104];
 
+/// The patches a side MobileVLM's projectors take (clip.cpp's `n_patch`: 336 / 14).
+pub const LDP_GRID: u32 = 24;
+
 /// The most tiles InternVL's slicing may aim an image at (its models use 12; the
 /// resolutions it weighs grow with it, and the slices with them).
 const MAX_TILES: u32 = 64;
@@ -47,6 +50,13 @@ pub enum ProjectorType {
     /// its class embedding and pre-LayerNorm, the features of an earlier layer, a two-layer
     /// GELU MLP ([`super::projector::llava`]).
     Mlp,
+    /// `ldp` (MobileVLM): LLaVA's CLIP, an MLP, then two blocks of depthwise convolutions
+    /// and squeeze-and-excitation, the second halving the grid
+    /// ([`super::projector::llava`]).
+    Ldp,
+    /// `ldpv2` (MobileVLM V2): LLaVA's CLIP, an MLP, 2 x 2 average pooling and a depthwise
+    /// convolution added as the positional encoding ([`super::projector::llava`]).
+    Ldpv2,
     /// `internvl`: InternViT (a class embedding, layer scales), the pixel shuffle of
     /// `n_merge` x `n_merge` patches into one, a LayerNorm and a two-layer GELU MLP
     /// ([`super::projector::internvl`]).
@@ -61,6 +71,8 @@ impl ProjectorType {
             ProjectorType::Idefics3 => "idefics3",
             ProjectorType::Lfm2 => "lfm2",
             ProjectorType::Mlp => "mlp",
+            ProjectorType::Ldp => "ldp",
+            ProjectorType::Ldpv2 => "ldpv2",
             ProjectorType::Internvl => "internvl",
         }
     }
@@ -68,22 +80,25 @@ impl ProjectorType {
     /// Whether the encoder is CLIP's ViT as LLaVA's graph runs it: position embeddings
     /// looked up by row, and only the layers up to its feature layer.
     pub fn llava_vit(self) -> bool {
-        self == ProjectorType::Mlp
+        matches!(self, ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2)
+    }
+
+    /// Whether the projector is MobileVLM's, whose graph clip.cpp builds for a grid of
+    /// [`LDP_GRID`] x [`LDP_GRID`] patches, pooled to a quarter of them.
+    pub fn mobilevlm(self) -> bool {
+        matches!(self, ProjectorType::Ldp | ProjectorType::Ldpv2)
     }
 
     /// Whether the encoder may have a class embedding (appended after the patches) and a
     /// pre-LayerNorm: LLaVA's CLIP and InternViT.
     pub fn class_token(self) -> bool {
-        matches!(self, ProjectorType::Mlp | ProjectorType::Internvl)
+        self.llava_vit() || self == ProjectorType::Internvl
     }
 
     /// Whether clip.cpp swaps back the feed-forward's `ffn_up` and `ffn_down` of old
     /// conversions for this type (its `is_ffn_swapped` list).
     pub fn swapped_ffn_fixed(self) -> bool {
-        matches!(
-            self,
-            ProjectorType::Gemma3 | ProjectorType::Idefics3 | ProjectorType::Mlp
-        )
+        self.llava_vit() || matches!(self, ProjectorType::Gemma3 | ProjectorType::Idefics3)
     }
 
     /// Whether the encoder takes images of any size (LFM2's dynamic resolution: the
@@ -98,9 +113,12 @@ impl ProjectorType {
             "idefics3" => Ok(ProjectorType::Idefics3),
             "lfm2" => Ok(ProjectorType::Lfm2),
             "mlp" => Ok(ProjectorType::Mlp),
+            "ldp" => Ok(ProjectorType::Ldp),
+            "ldpv2" => Ok(ProjectorType::Ldpv2),
             "internvl" => Ok(ProjectorType::Internvl),
             _ => Err(Error::Unsupported(format!(
-                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, mlp, internvl)"
+                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, mlp, ldp, ldpv2, \
+                 internvl)"
             ))),
         }
     }
@@ -215,7 +233,7 @@ impl ClipHParams {
             // clip.cpp's `load_hparams` for `mlp`: the grey of LLaVA's padding, and with
             // pinpoints LLaVA-UHD's slicing (bicubic, ceil padding); without, one bicubic
             // fixed-size image (the refined image's padding it sets then goes unused).
-            ProjectorType::Mlp => {
+            ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => {
                 let llava = ImageParams {
                     pad_color: LLAVA_PAD_COLOR,
                     ..common
@@ -297,6 +315,9 @@ impl ClipHParams {
     /// The embeddings one image of the encoder's native size (`image_size` square)
     /// becomes (clip.cpp's `clip_n_output_tokens`).
     pub fn n_output_tokens(&self) -> u32 {
+        if self.projector.mobilevlm() {
+            return self.n_patches_side().pow(2) / 4;
+        }
         let side = self.n_patches_side() / self.n_merge;
         side * side
     }
@@ -375,7 +396,7 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
             (n_merge, longest_edge)
         }
         // clip_hparams' 1: LLaVA merges nothing.
-        ProjectorType::Mlp => (1, 0),
+        ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => (1, 0),
         // Optional: 1 shuffles nothing.
         ProjectorType::Internvl => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1), 0),
     };
@@ -398,7 +419,9 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
     // clip.cpp reads the pinpoints for every type; only LLaVA's preprocessing uses them, and
     // InternVL's its own grids.
     let grid_pinpoints = match projector {
-        ProjectorType::Mlp => pinpoints.chunks_exact(2).map(|wh| (wh[0], wh[1])).collect(),
+        ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => {
+            pinpoints.chunks_exact(2).map(|wh| (wh[0], wh[1])).collect()
+        }
         ProjectorType::Internvl => internvl_grids(&keys, image_size)?,
         _ => Vec::new(),
     };
@@ -442,6 +465,14 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         return invalid(format!(
             "image_size {image_size} is not a multiple of patch_size {patch_size}"
         ));
+    }
+    if projector.mobilevlm() && image_size / patch_size != LDP_GRID {
+        // clip.cpp's graph would abort on any other.
+        return Err(Error::Unsupported(format!(
+            "{} projectors of {} patches a side are not supported: clip.cpp builds them for {LDP_GRID}",
+            projector.name(),
+            image_size / patch_size
+        )));
     }
     if (image_size / patch_size) % n_merge != 0 {
         // clip.cpp pads Idefics3's grid (and floors Gemma 3's pooling): no released model needs it.

@@ -122,7 +122,7 @@ impl Framing {
             },
             // mtmd.cpp 634-646: nothing around the image; LLaVA 1.6's slices one chunk each,
             // row by row, then the overview (LLaVA-UHD's layout without a template).
-            ProjectorType::Mlp => none,
+            ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => none,
             // mtmd.cpp 793-800: <img> (the slices, one chunk each, then the overview) </img>.
             ProjectorType::Internvl => Framing {
                 img_beg: "<img>",

@@ -54,7 +54,9 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
         ProjectorType::Gemma3 => gemma3::load(l, hp).map(ProjectorWeights::Gemma3),
         ProjectorType::Idefics3 => idefics3::load(l, hp).map(ProjectorWeights::Idefics3),
         ProjectorType::Lfm2 => lfm2::load(l, hp).map(ProjectorWeights::Lfm2),
-        ProjectorType::Mlp => llava::load(l, hp).map(ProjectorWeights::Llava),
+        ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => {
+            llava::load(l, hp).map(ProjectorWeights::Llava)
+        }
         ProjectorType::Internvl => internvl::load(l, hp).map(ProjectorWeights::Internvl),
     }
 }
