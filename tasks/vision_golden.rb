@@ -62,12 +62,14 @@ module VisionGolden
   # overview, a chunk of 64 tokens each, with no text around them: a prompt that ended with
   # its image would have no text to take the logits of (mtmd's helper asks none of an image
   # chunk), so its single-image prompts go on after the image.
+  # MobileVLM V2's (ldpv2) is one chunk of 144 tokens an image, with no text around it either.
   # InternVL's (the same slicing, at the grids of 1 to 12 tiles of 64) puts the overview after
   # the tiles, 16 tokens each, all between <img> and </img>.
   TEXT_AFTER = SINGLE_IMAGE.transform_values { |(prompt, images)| ["#{prompt} briefly", images] }.freeze
   CASES = {
     "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-llava-vision" => TEXT_AFTER.merge(TWO_IMAGES),
+    "tiny-mobilevlm-vision" => TEXT_AFTER.merge(TWO_IMAGES),
     "tiny-internvl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)

@@ -386,6 +386,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
 ///   image); its projector is [`Shape::LLAVA`] with LLaVA 1.6's grid pinpoints (64 x 128,
 ///   128 x 64, 128 x 128: up to four slices of 64 tokens and the overview's 64), projecting
 ///   to 128.
+/// - `tiny-mobilevlm-vision`: the same Llama (MobileVLM's language models are
+///   MobileLLaMA), whose vocabulary needs nothing of mtmd's; its projector is
+///   [`Shape::LDPV2`] (MobileVLM V2: 144 tokens an image), projecting to 128.
 /// - `tiny-internvl-vision`: a Qwen2 of the canary's kind (InternVL 2.5 and 3 answer with
 ///   Qwen2.5), 4 layers 128 wide, whose vocabulary ends with the control tokens `<img>` and
 ///   `</img>` that mtmd frames each image with; its projector is [`Shape::INTERNVL`] (grids
@@ -455,6 +458,7 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
                 ..Shape::LLAVA
             },
         ),
+        pair("tiny-mobilevlm-vision", &llava, &[], &[] as &[&str], Shape::LDPV2),
         pair(
             "tiny-internvl-vision",
             &internvl,

@@ -225,6 +225,11 @@ fn llava_image_prompts_match_mtmd() {
 }
 
 #[test]
+fn mobilevlm_image_prompts_match_mtmd() {
+    check_pair("tiny-mobilevlm-vision");
+}
+
+#[test]
 fn internvl_image_prompts_match_mtmd() {
     check_pair("tiny-internvl-vision");
 }
