@@ -57,8 +57,20 @@ module VisionGolden
   TILED_IMAGE = {
     "png-1100x700-tiled" => ["describe #{MARKER}", ["1100x700-rgb.png"]]
   }.freeze
+  # LLaVA 1.6's projector (mtmd's LLaVA-UHD slicing at its grid pinpoints, 64 x 128, 128 x 64
+  # and 128 x 128 here) cuts each image into the slices of the best fitting pinpoint and an
+  # overview, a chunk of 64 tokens each, with no text around them: a prompt that ended with
+  # its image would have no text to take the logits of (mtmd's helper asks none of an image
+  # chunk), so its single-image prompts go on after the image.
+  # MobileVLM V2's (ldpv2) is one chunk of 144 tokens an image, with no text around it either.
+  # InternVL's (the same slicing, at the grids of 1 to 12 tiles of 64) puts the overview after
+  # the tiles, 16 tokens each, all between <img> and </img>.
+  TEXT_AFTER = SINGLE_IMAGE.transform_values { |(prompt, images)| ["#{prompt} briefly", images] }.freeze
   CASES = {
     "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
+    "tiny-llava-vision" => TEXT_AFTER.merge(TWO_IMAGES),
+    "tiny-mobilevlm-vision" => TEXT_AFTER.merge(TWO_IMAGES),
+    "tiny-internvl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)
   }.freeze

@@ -74,6 +74,7 @@ struct elelem_clip_image_params {
     uint8_t pad_color[3], pad_color_rf[3], pad_color_ov[3];
     float mean[3], std[3];
     int32_t n_candidates;
+    int32_t candidates[2 * 64]; // (width, height) of the first 64
 };
 
 // The preprocessing parameters clip.cpp's loader sets for the projector at `path` (mtmd's
@@ -112,6 +113,10 @@ int elelem_clip_image_params(const char * path, elelem_clip_image_params * out) 
             out->std[i] = h.image_std[i];
         }
         out->n_candidates = (int32_t) h.image_res_candidates.size();
+        for (size_t i = 0; i < h.image_res_candidates.size() && i < 64; i++) {
+            out->candidates[2 * i] = h.image_res_candidates[i].width;
+            out->candidates[2 * i + 1] = h.image_res_candidates[i].height;
+        }
         clip_free(res.ctx_v);
         if (res.ctx_a) {
             clip_free(res.ctx_a);

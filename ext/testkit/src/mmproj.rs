@@ -12,6 +12,17 @@ pub enum Kind {
     Gemma3,
     Idefics3,
     Lfm2,
+    /// LLaVA's `mlp`: CLIP (a class embedding, the pre-LayerNorm, no post-LayerNorm,
+    /// GELU-quick, position embeddings of the matrices' type) and a two-layer MLP.
+    Llava,
+    /// MobileVLM's `ldp`: LLaVA's CLIP, an MLP and two blocks of depthwise convolutions.
+    Ldp,
+    /// MobileVLM V2's `ldpv2`: LLaVA's CLIP, an MLP, pooling and a depthwise convolution.
+    Ldpv2,
+    /// InternVL: InternViT (a class embedding, layer scales, no post-LayerNorm), the pixel
+    /// shuffle, the `mm.model.mlp.0` LayerNorm and a two-layer MLP (`mm.model.mlp.1`,
+    /// `mm.model.mlp.3`).
+    Internvl,
 }
 
 /// A synthetic SigLIP projector's type and sizes.
@@ -40,6 +51,14 @@ pub struct Shape {
     /// LFM2's optional input LayerNorm: `mm.input_norm.weight` and `.bias` (real LFM2-VL
     /// files have both).
     pub input_norm: bool,
+    /// LLaVA's `clip.vision.feature_layer` (Granite's several; none: the layer before
+    /// the last).
+    pub feature_layers: &'static [i32],
+    /// LLaVA 1.6's `clip.vision.image_grid_pinpoints` (width, height, ...), and with them
+    /// its `v.image_newline`.
+    pub grid_pinpoints: &'static [i32],
+    /// LLaVA's `mlp_norm` variant (Yi-VL's): `mm.0`, the norm `mm.1`, `mm.3`, the norm `mm.4`.
+    pub mlp_norm: bool,
     pub seed: u64,
 }
 
@@ -59,6 +78,9 @@ impl Shape {
         matrix_type: TensorType::F16,
         swapped_ffn: false,
         input_norm: false,
+        feature_layers: &[],
+        grid_pinpoints: &[],
+        mlp_norm: false,
         seed: 0x5167_11b5,
     };
 
@@ -83,6 +105,64 @@ impl Shape {
         seed: 0x1f_3217,
         ..Shape::GEMMA3
     };
+
+    /// LLaVA 1.5, small: CLIP of three layers 64 wide (the MLP takes the second's output)
+    /// on 8 x 8 patches of 8 pixels and its class token, an MLP of 64 -> 128 -> 96: 64
+    /// tokens an image.
+    pub const LLAVA: Shape = Shape {
+        kind: Kind::Llava,
+        n_layer: 3,
+        image_size: 64,
+        seed: 0x11a_7a15,
+        ..Shape::GEMMA3
+    };
+
+    /// MobileVLM, small: CLIP of three layers 64 wide on the 24 x 24 patches clip.cpp builds
+    /// its graph for (2 pixels each), an MLP of 64 -> 128 -> 96, then `ldp`'s blocks: 144
+    /// tokens an image.
+    pub const LDP: Shape = Shape {
+        kind: Kind::Ldp,
+        image_size: 48,
+        patch_size: 2,
+        seed: 0x1d_9001,
+        ..Shape::LLAVA
+    };
+
+    /// MobileVLM V2, small: as [`Shape::LDP`], with `ldpv2`'s pooling and positional
+    /// encoding generator.
+    pub const LDPV2: Shape = Shape {
+        kind: Kind::Ldpv2,
+        seed: 0x1d_9002,
+        ..Shape::LDP
+    };
+
+    /// InternVL, small: the same encoder with layer scales and a class token, 2 x 2 patches
+    /// shuffled into one (16 tokens a tile of 64), a LayerNorm and an MLP of 256 -> 128 ->
+    /// 96, tiles of up to 12 as clip.cpp's defaults.
+    pub const INTERNVL: Shape = Shape {
+        kind: Kind::Internvl,
+        n_layer: 2,
+        image_size: 64,
+        n_merge: Some(2),
+        seed: 0x1e7_e2f1,
+        ..Shape::GEMMA3
+    };
+
+    /// The hidden states the MLP takes side by side (clip.cpp's feature stack).
+    fn n_feature_stack(&self) -> u64 {
+        let deepest = match self.feature_layers.iter().copied().max() {
+            Some(d) if d >= 0 => d,
+            _ => self.n_layer as i32 - 1,
+        };
+        ((0..=deepest).filter(|il| self.feature_layers.contains(il)).count() as u64).max(1)
+    }
+}
+
+impl Kind {
+    /// LLaVA's CLIP (`models/llava.cpp`): LLaVA's and MobileVLM's.
+    fn llava_vit(self) -> bool {
+        matches!(self, Kind::Llava | Kind::Ldp | Kind::Ldpv2)
+    }
 }
 
 /// A seeded projector of `shape`, ready to write or to alter first: SigLIP's tensors
@@ -105,11 +185,16 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                 Kind::Gemma3 => "gemma3",
                 Kind::Idefics3 => "idefics3",
                 Kind::Lfm2 => "lfm2",
+                Kind::Llava => "mlp",
+                Kind::Ldp => "ldp",
+                Kind::Ldpv2 => "ldpv2",
+                Kind::Internvl => "internvl",
             }),
         )
         .set("clip.has_vision_encoder", Value::Bool(true))
         .set("clip.has_text_encoder", Value::Bool(false))
-        .set("clip.use_gelu", Value::Bool(true))
+        // CLIP's feed-forward is GELU-quick (clip.cpp's default without the key's true).
+        .set("clip.use_gelu", Value::Bool(!shape.kind.llava_vit()))
         .set("clip.vision.embedding_length", Value::U32(embd as u32))
         .set("clip.vision.feed_forward_length", Value::U32(ff as u32))
         .set("clip.vision.block_count", Value::U32(shape.n_layer as u32))
@@ -132,17 +217,40 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     if let Some(edge) = shape.longest_edge {
         w.set("clip.vision.preproc_image_size", Value::U32(edge));
     }
+    let ints = |values: &[i32]| Value::Array(values.iter().map(|&v| Value::I32(v)).collect());
+    if !shape.feature_layers.is_empty() {
+        w.set("clip.vision.feature_layer", ints(shape.feature_layers));
+    }
+    if !shape.grid_pinpoints.is_empty() {
+        w.set("clip.vision.image_grid_pinpoints", ints(shape.grid_pinpoints));
+    }
+    let clip = shape.kind.llava_vit();
     let norm = |w: &mut GgufWriter, rng: &mut Rng, name: &str, n: u64| {
         w.add_f32(&format!("{name}.weight"), &[n], &rng.around_one(n));
         w.add_f32(&format!("{name}.bias"), &[n], &rng.small(n));
     };
     add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
     w.add_f32("v.patch_embd.bias", &[embd], &rng.small(embd));
-    w.add_f32(
-        "v.position_embd.weight",
-        &[embd, n_patches],
-        &rng.small(embd * n_patches),
-    );
+    let internvl = shape.kind == Kind::Internvl;
+    if clip {
+        w.add_f32("v.class_embd", &[embd], &rng.small(embd));
+        // A position for the class token too, looked up by row: of any type.
+        add_weights(&mut w, &mut rng, "v.position_embd.weight", ty, &[embd, n_patches + 1]);
+        norm(&mut w, &mut rng, "v.pre_ln", embd);
+    } else if internvl {
+        w.add_f32("v.class_embd", &[embd], &rng.small(embd));
+        w.add_f32(
+            "v.position_embd.weight",
+            &[embd, n_patches + 1],
+            &rng.small(embd * (n_patches + 1)),
+        );
+    } else {
+        w.add_f32(
+            "v.position_embd.weight",
+            &[embd, n_patches],
+            &rng.small(embd * n_patches),
+        );
+    }
     for il in 0..shape.n_layer {
         let n = |t: &str| format!("v.blk.{il}.{t}");
         norm(&mut w, &mut rng, &n("ln1"), embd);
@@ -160,8 +268,14 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.add_f32(&n(&format!("{up}.bias")), &[ff], &rng.small(ff));
         add_weights(&mut w, &mut rng, &n(&format!("{down}.weight")), ty, &[ff, embd]);
         w.add_f32(&n(&format!("{down}.bias")), &[embd], &rng.small(embd));
+        if internvl {
+            w.add_f32(&n("ls1.weight"), &[embd], &rng.around_one(embd));
+            w.add_f32(&n("ls2.weight"), &[embd], &rng.around_one(embd));
+        }
     }
-    norm(&mut w, &mut rng, "v.post_ln", embd);
+    if !clip && !internvl {
+        norm(&mut w, &mut rng, "v.post_ln", embd);
+    }
     match shape.kind {
         Kind::Gemma3 => {
             w.add_f32("mm.soft_emb_norm.weight", &[embd], &rng.around_one(embd));
@@ -186,6 +300,61 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32("mm.1.bias", &[ff], &rng.small(ff));
             add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, shape.n_text_embd]);
             w.add_f32("mm.2.bias", &[shape.n_text_embd], &rng.small(shape.n_text_embd));
+        }
+        Kind::Llava => {
+            let (features, text) = (embd * shape.n_feature_stack(), shape.n_text_embd);
+            add_weights(&mut w, &mut rng, "mm.0.weight", ty, &[features, ff]);
+            w.add_f32("mm.0.bias", &[ff], &rng.small(ff));
+            if shape.mlp_norm {
+                norm(&mut w, &mut rng, "mm.1", ff);
+                add_weights(&mut w, &mut rng, "mm.3.weight", ty, &[ff, text]);
+                w.add_f32("mm.3.bias", &[text], &rng.small(text));
+                norm(&mut w, &mut rng, "mm.4", text);
+            } else {
+                add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, text]);
+                w.add_f32("mm.2.bias", &[text], &rng.small(text));
+            }
+            if !shape.grid_pinpoints.is_empty() {
+                w.add_f32("v.image_newline", &[text], &rng.small(text));
+            }
+        }
+        Kind::Ldp | Kind::Ldpv2 => {
+            let (features, text) = (embd * shape.n_feature_stack(), shape.n_text_embd);
+            let ldp = shape.kind == Kind::Ldp;
+            let (first, second) = if ldp { (1, 3) } else { (0, 2) };
+            let mlp = |i: u32, part: &str| format!("mm.model.mlp.{i}.{part}");
+            add_weights(&mut w, &mut rng, &mlp(first, "weight"), ty, &[features, ff]);
+            w.add_f32(&mlp(first, "bias"), &[ff], &rng.small(ff));
+            add_weights(&mut w, &mut rng, &mlp(second, "weight"), ty, &[ff, text]);
+            w.add_f32(&mlp(second, "bias"), &[text], &rng.small(text));
+            // Depthwise kernels in F16, the only type ggml's depthwise convolution takes.
+            let dw = TensorType::F16;
+            if ldp {
+                let r = text / 4;
+                for i in 1..=2 {
+                    let n = |t: &str| format!("mm.model.mb_block.{i}.block.{t}");
+                    add_weights(&mut w, &mut rng, &n("0.0.weight"), dw, &[3, 3, 1, text]);
+                    norm(&mut w, &mut rng, &n("0.1"), text);
+                    add_weights(&mut w, &mut rng, &n("1.fc1.weight"), ty, &[text, r]);
+                    w.add_f32(&n("1.fc1.bias"), &[r], &rng.small(r));
+                    add_weights(&mut w, &mut rng, &n("1.fc2.weight"), ty, &[r, text]);
+                    w.add_f32(&n("1.fc2.bias"), &[text], &rng.small(text));
+                    add_weights(&mut w, &mut rng, &n("2.0.weight"), ty, &[text, text]);
+                    norm(&mut w, &mut rng, &n("2.1"), text);
+                }
+            } else {
+                add_weights(&mut w, &mut rng, "mm.model.peg.0.weight", dw, &[3, 3, 1, text]);
+                w.add_f32("mm.model.peg.0.bias", &[text], &rng.small(text));
+            }
+        }
+        Kind::Internvl => {
+            let merged = embd * u64::from(shape.n_merge.unwrap_or(1)).pow(2);
+            let text = shape.n_text_embd;
+            norm(&mut w, &mut rng, "mm.model.mlp.0", merged);
+            add_weights(&mut w, &mut rng, "mm.model.mlp.1.weight", ty, &[merged, ff]);
+            w.add_f32("mm.model.mlp.1.bias", &[ff], &rng.small(ff));
+            add_weights(&mut w, &mut rng, "mm.model.mlp.3.weight", ty, &[ff, text]);
+            w.add_f32("mm.model.mlp.3.bias", &[text], &rng.small(text));
         }
     }
     w
@@ -212,6 +381,19 @@ pub fn writer(shape: &Shape) -> GgufWriter {
 ///   clip.cpp's budget of 64 to 256 tokens an image is LFM2-VL's: images of over twice
 ///   256 tokens are cut into tiles of 512 pixels, 256 tokens each, and a thumbnail),
 ///   projecting to 128.
+/// - `tiny-llava-vision`: a Llama of the canary's kind (LLaVA's language models are Llama 2
+///   and Vicuna), 4 layers 128 wide, whose vocabulary needs nothing of mtmd's (it frames no
+///   image); its projector is [`Shape::LLAVA`] with LLaVA 1.6's grid pinpoints (64 x 128,
+///   128 x 64, 128 x 128: up to four slices of 64 tokens and the overview's 64), projecting
+///   to 128.
+/// - `tiny-mobilevlm-vision`: the same Llama (MobileVLM's language models are
+///   MobileLLaMA), whose vocabulary needs nothing of mtmd's; its projector is
+///   [`Shape::LDPV2`] (MobileVLM V2: 144 tokens an image), projecting to 128.
+/// - `tiny-internvl-vision`: a Qwen2 of the canary's kind (InternVL 2.5 and 3 answer with
+///   Qwen2.5), 4 layers 128 wide, whose vocabulary ends with the control tokens `<img>` and
+///   `</img>` that mtmd frames each image with; its projector is [`Shape::INTERNVL`] (grids
+///   of up to 12 tiles of 64 pixels, 16 tokens each, then the overview's 16), projecting to
+///   128.
 pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
     let idefics3 = canary::LLAMA3;
@@ -223,6 +405,14 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     let lfm2 = canary::Shape {
         family: canary::LFM2,
         n_layer: 7,
+        ..idefics3
+    };
+    let llava = canary::Shape {
+        family: canary::LLAMA,
+        ..idefics3
+    };
+    let internvl = canary::Shape {
+        family: canary::QWEN2,
         ..idefics3
     };
     let lfm2_tiles: Vec<String> = (1..=2)
@@ -258,8 +448,30 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
                 ..Shape::LFM2
             },
         ),
+        pair(
+            "tiny-llava-vision",
+            &llava,
+            &[],
+            &[] as &[&str],
+            Shape {
+                grid_pinpoints: LLAVA_PINPOINTS,
+                ..Shape::LLAVA
+            },
+        ),
+        pair("tiny-mobilevlm-vision", &llava, &[], &[] as &[&str], Shape::LDPV2),
+        pair(
+            "tiny-internvl-vision",
+            &internvl,
+            &[],
+            &["<img>", "</img>"],
+            Shape::INTERNVL,
+        ),
     ]
 }
+
+/// The grid pinpoints of `tiny-llava-vision`'s projector: LLaVA 1.6's (336 x 672, 672 x
+/// 336, 672 x 672, ...) at [`Shape::LLAVA`]'s image size of 64.
+pub const LLAVA_PINPOINTS: &[i32] = &[64, 128, 128, 64, 128, 128];
 
 /// `rake bench`'s image rows' pair (`tasks/bench_vision.rb`), of SmolVLM-256M's sizes, not
 /// a golden's: written by `write_bench_models` into its directory's `vision/` folder as
@@ -305,6 +517,9 @@ pub fn bench_pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
         matrix_type: TensorType::F16,
         swapped_ffn: false,
         input_norm: false,
+        feature_layers: &[],
+        grid_pinpoints: &[],
+        mlp_norm: false,
         seed: 0x5_3001_256d,
     };
     vec![pair(

@@ -212,7 +212,6 @@ pub fn clip_encode(
 
 /// `native/clip_encode.cpp`'s `elelem_clip_image_params`.
 #[repr(C)]
-#[derive(Default)]
 struct ClipImageParams {
     image_size: i32,
     patch_size: i32,
@@ -232,6 +231,14 @@ struct ClipImageParams {
     mean: [f32; 3],
     std: [f32; 3],
     n_candidates: i32,
+    candidates: [i32; 2 * 64],
+}
+
+impl Default for ClipImageParams {
+    fn default() -> Self {
+        // SAFETY: integers, bytes and floats, for which zero is a value.
+        unsafe { std::mem::zeroed() }
+    }
 }
 
 extern "C" {
@@ -248,7 +255,7 @@ fn pad_of(p: i32) -> Pad {
 
 /// The preprocessing parameters clip.cpp's loader (`load_hparams`) sets for the projector
 /// at `path`, with mtmd's defaults (no custom token limits), or `None` where clip refuses
-/// the file. Grid pinpoints are not read back: it panics on a file that has some.
+/// the file.
 pub fn clip_image_params(path: &std::path::Path) -> Option<ImageParams> {
     let path = std::ffi::CString::new(path.to_str().expect("a UTF-8 path")).unwrap();
     let mut p = ClipImageParams::default();
@@ -256,7 +263,14 @@ pub fn clip_image_params(path: &std::path::Path) -> Option<ImageParams> {
     if unsafe { elelem_clip_image_params(path.as_ptr(), &mut p) } != 0 {
         return None;
     }
-    assert_eq!(p.n_candidates, 0, "grid pinpoints are not read back");
+    assert!(
+        (0..=64).contains(&p.n_candidates),
+        "at most 64 grid pinpoints are read back"
+    );
+    let res_candidates = p.candidates[..2 * p.n_candidates as usize]
+        .chunks_exact(2)
+        .map(|wh| (wh[0], wh[1]))
+        .collect();
     Some(ImageParams {
         image_size: p.image_size,
         patch_size: p.patch_size,
@@ -267,7 +281,7 @@ pub fn clip_image_params(path: &std::path::Path) -> Option<ImageParams> {
         resize_algo: algo_of(p.resize_algo),
         pad: pad_of(p.pad),
         pad_color: p.pad_color,
-        res_candidates: Vec::new(),
+        res_candidates,
         resize_algo_rf: algo_of(p.resize_algo_rf),
         resize_algo_ov: algo_of(p.resize_algo_ov),
         pad_rf: pad_of(p.pad_rf),

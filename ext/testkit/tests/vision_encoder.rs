@@ -200,7 +200,7 @@ fn lfm2_preprocessed_images_encode_as_clip_cpps() {
 
 /// Each projector type's preprocessing parameters are the ones clip.cpp's loader sets:
 /// Gemma 3's fixed size, Idefics3's longest edge or none, LFM2's token limits at two
-/// patch sizes and merges.
+/// patch sizes and merges, LLaVA's padding with and without grid pinpoints.
 #[test]
 fn preprocessing_parameters_are_clip_cpps() {
     let lfm2_siglip2 = Shape {
@@ -223,6 +223,16 @@ fn preprocessing_parameters_are_clip_cpps() {
         ("lfm2", Shape::LFM2),
         ("lfm2-siglip2", lfm2_siglip2),
         ("lfm2-merge4", lfm2_merge4),
+        ("llava", Shape::LLAVA),
+        ("internvl", Shape::INTERNVL),
+        ("ldp", Shape::LDP),
+        (
+            "llava-pinpoints",
+            Shape {
+                grid_pinpoints: elelem_testkit::mmproj::LLAVA_PINPOINTS,
+                ..Shape::LLAVA
+            },
+        ),
     ];
     for (name, shape) in shapes {
         let shape = Shape { n_layer: 1, ..shape };
@@ -332,6 +342,303 @@ fn idefics3_embeddings_are_clip_cpps_bit_for_bit() {
         total += compare(&format!("idefics3-merge4-{fa}"), &merge4, flash_attn, 1, (90, 60));
     }
     eprintln!("{total} floats compared in all, all identical");
+}
+
+/// LLaVA's CLIP and MLP: 1.5's (one fixed-size image, the layer before the last), 1.6's
+/// (LLaVA-UHD slices at grid pinpoints and the overview, `v.image_newline` unused), Granite's
+/// feature layers stacked (the input, a middle layer, the last), Yi-VL's `mlp_norm`; F16 and
+/// F32, so that the position embeddings are looked up from both.
+#[test]
+fn llava_embeddings_are_clip_cpps_bit_for_bit() {
+    let f32_shape = Shape {
+        matrix_type: TensorType::F32,
+        seed: 31,
+        ..Shape::LLAVA
+    };
+    let pinpoints = Shape {
+        grid_pinpoints: elelem_testkit::mmproj::LLAVA_PINPOINTS,
+        seed: 37,
+        ..Shape::LLAVA
+    };
+    let feature_layers = Shape {
+        feature_layers: &[0, 2, 3],
+        seed: 41,
+        ..Shape::LLAVA
+    };
+    let mlp_norm = Shape {
+        mlp_norm: true,
+        seed: 43,
+        ..Shape::LLAVA
+    };
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        total += compare(&format!("llava-f16-{fa}"), &Shape::LLAVA, flash_attn, 2, (150, 97));
+        total += compare(&format!("llava-f32-{fa}"), &f32_shape, flash_attn, 1, (150, 97));
+        // 150 x 97 best fits 128 x 128 (the most of its pixels kept): four slices and the
+        // overview.
+        let n = compare(&format!("llava-pinpoints-{fa}"), &pinpoints, flash_attn, 2, (150, 97));
+        assert_eq!(n, 5 * 64 * 96);
+        total += n;
+        total += compare(
+            &format!("llava-feature-layers-{fa}"),
+            &feature_layers,
+            flash_attn,
+            2,
+            (97, 150),
+        );
+        total += compare(&format!("llava-mlp-norm-{fa}"), &mlp_norm, flash_attn, 2, (150, 97));
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
+/// MobileVLM's projectors on LLaVA's CLIP at the 24 x 24 patches clip.cpp builds them for:
+/// `ldp`'s blocks (convolutions of stride 1 and 2, squeeze-and-excitation) and `ldpv2`'s
+/// pooling and positional encoding generator; F16 and F32 matrices.
+#[test]
+fn mobilevlm_embeddings_are_clip_cpps_bit_for_bit() {
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        for (name, shape) in [("ldp", Shape::LDP), ("ldpv2", Shape::LDPV2)] {
+            let f32_shape = Shape {
+                matrix_type: TensorType::F32,
+                seed: shape.seed ^ 1,
+                ..shape
+            };
+            let n = compare(&format!("{name}-f16-{fa}"), &shape, flash_attn, 2, (150, 97));
+            assert_eq!(n, 144 * 96, "{name}: a quarter of the 576 patches");
+            total += n;
+            total += compare(&format!("{name}-f32-{fa}"), &f32_shape, flash_attn, 1, (97, 150));
+        }
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
+#[test]
+fn mobilevlm_projectors_that_do_not_fit_are_refused() {
+    let load = |shape: Shape, alter: &dyn Fn(&mut GgufWriter)| {
+        let mut w = writer(&Shape { n_layer: 1, ..shape });
+        alter(&mut w);
+        Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+    };
+    for shape in [Shape::LDP, Shape::LDPV2] {
+        let mmproj = load(shape, &|_| {}).unwrap();
+        assert_eq!((mmproj.n_mmproj_embd(), mmproj.n_output_tokens()), (96, 144));
+        // clip.cpp's graph is built for 24 x 24 patches.
+        let e = load(
+            Shape {
+                image_size: 64,
+                ..shape
+            },
+            &|_| {},
+        )
+        .err()
+        .unwrap();
+        assert!(matches!(&e, Error::Unsupported(m) if m.contains("32 patches")), "{e:?}");
+    }
+    for (shape, kernel) in [
+        (Shape::LDP, "mm.model.mb_block.2.block.0.0.weight"),
+        (Shape::LDPV2, "mm.model.peg.0.weight"),
+    ] {
+        let e = load(shape, &|w| {
+            w.remove_tensor(kernel);
+            w.add_f32(kernel, &[3, 3, 1, 96], &[0.0; 9 * 96]);
+        })
+        .err()
+        .unwrap();
+        assert!(
+            matches!(&e, Error::Unsupported(m) if m.contains(kernel) && m.contains("F16")),
+            "{e:?}"
+        );
+        let e = load(shape, &|w| {
+            w.remove_tensor(kernel);
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(&e, Error::Load(m) if m.contains(kernel)), "{e:?}");
+    }
+    let e = load(Shape::LDP, &|w| {
+        w.remove_tensor("mm.model.mb_block.1.block.1.fc1.weight");
+    })
+    .err()
+    .unwrap();
+    assert!(matches!(&e, Error::Load(m) if m.contains("fc1.weight")), "{e:?}");
+}
+
+/// InternVL's InternViT and projector: an image cut into tiles at the grid closest to its
+/// aspect (clip.cpp's default 1 to 12 tiles) and the overview, each through the encoder;
+/// F16 and F32; a shuffle of 1 (no `scale_factor`) and one of 4.
+#[test]
+fn internvl_embeddings_are_clip_cpps_bit_for_bit() {
+    let f32_shape = Shape {
+        matrix_type: TensorType::F32,
+        seed: 47,
+        ..Shape::INTERNVL
+    };
+    let no_shuffle = Shape {
+        n_merge: None,
+        seed: 53,
+        ..Shape::INTERNVL
+    };
+    let shuffle4 = Shape {
+        n_merge: Some(4),
+        seed: 59,
+        ..Shape::INTERNVL
+    };
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        total += compare(
+            &format!("internvl-f16-{fa}"),
+            &Shape::INTERNVL,
+            flash_attn,
+            2,
+            (150, 97),
+        );
+        total += compare(&format!("internvl-f32-{fa}"), &f32_shape, flash_attn, 1, (97, 150));
+        total += compare(
+            &format!("internvl-no-shuffle-{fa}"),
+            &no_shuffle,
+            flash_attn,
+            2,
+            (60, 40),
+        );
+        total += compare(&format!("internvl-shuffle4-{fa}"), &shuffle4, flash_attn, 2, (150, 97));
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
+#[test]
+fn internvl_projectors_that_do_not_fit_are_refused() {
+    let load = |alter: &dyn Fn(&mut GgufWriter)| {
+        let mut w = writer(&Shape::INTERNVL);
+        alter(&mut w);
+        Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+    };
+    let mmproj = load(&|_| {}).unwrap();
+    assert_eq!((mmproj.n_mmproj_embd(), mmproj.n_output_tokens()), (96, 16));
+    // clip.cpp's grids of 1 to 12 tiles: 12 + 6 + 4 + 3 + 2 + 2 + 6 of them.
+    let (kind, params) = mmproj.hparams.preprocessing();
+    assert_eq!(
+        (kind, params.res_candidates.len()),
+        (vision::Preprocessor::LlavaUhd, 35)
+    );
+    assert_eq!(params.res_candidates[..2], [(64, 64), (64, 128)]);
+
+    // internvl.cpp asserts the class embedding.
+    for name in ["v.class_embd", "mm.model.mlp.0.weight", "mm.model.mlp.3.bias"] {
+        let e = load(&|w| {
+            w.remove_tensor(name);
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(&e, Error::Load(m) if m.contains(name)), "{name}: {e:?}");
+    }
+    for (min, max) in [(3, 2), (1, 1000)] {
+        let e = load(&|w| {
+            w.set("clip.vision.preproc_min_tiles", Value::U32(min));
+            w.set("clip.vision.preproc_max_tiles", Value::U32(max));
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(&e, Error::Load(m) if m.contains("preproc_max_tiles")), "{e:?}");
+    }
+    // InternViT-6B's RMS norms.
+    let e = load(&|w| {
+        w.set("clip.vision.embedding_length", Value::U32(3200));
+        w.set("clip.vision.block_count", Value::U32(45));
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("InternViT-6B")),
+        "{e:?}"
+    );
+    // Q/K norms are not part of the graph elelem runs.
+    let e = load(&|w| {
+        w.add_f32("v.blk.0.attn_q_norm.weight", &[64], &[1.0; 64]);
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("attn_q_norm")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn llava_projectors_that_do_not_fit_are_refused() {
+    let load = |alter: &dyn Fn(&mut GgufWriter)| {
+        let mut w = writer(&Shape::LLAVA);
+        alter(&mut w);
+        Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+    };
+    let mmproj = load(&|_| {}).unwrap();
+    assert_eq!((mmproj.n_mmproj_embd(), mmproj.n_output_tokens()), (96, 64));
+    assert_eq!(mmproj.hparams.n_layer_run(), 2);
+    let (kind, params) = mmproj.hparams.preprocessing();
+    assert_eq!(
+        (kind, params.pad_color),
+        (vision::Preprocessor::FixedSize, [122, 116, 104])
+    );
+
+    for name in [
+        "mm.0.weight",
+        "mm.0.bias",
+        "mm.2.weight",
+        "mm.2.bias",
+        "v.blk.2.ffn_down.weight",
+    ] {
+        let e = load(&|w| {
+            w.remove_tensor(name);
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(&e, Error::Load(m) if m.contains(name)), "{name}: {e:?}");
+    }
+    // A position for each patch and the class token: 65, not 64.
+    let e = load(&|w| {
+        w.remove_tensor("v.position_embd.weight");
+        w.add_f32("v.position_embd.weight", &[64, 64], &[0.0; 64 * 64]);
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("v.position_embd.weight")),
+        "{e:?}"
+    );
+    let e = load(&|w| {
+        w.set("clip.vision.feature_layer", Value::Array(vec![Value::I32(4)]));
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("feature layer index 4")),
+        "{e:?}"
+    );
+    let e = load(&|w| {
+        w.set(
+            "clip.vision.image_grid_pinpoints",
+            Value::Array(vec![Value::I32(64), Value::I32(128), Value::I32(64)]),
+        );
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Load(m) if m.contains("image_grid_pinpoints")),
+        "{e:?}"
+    );
+    // Layer scales are InternVL's, not LLaVA's graph.
+    let e = load(&|w| {
+        w.add_f32("v.blk.0.ls1.weight", &[64], &[1.0; 64]);
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("v.blk.0.ls1.weight")),
+        "{e:?}"
+    );
 }
 
 /// What `Mmproj::load` says of a synthetic Gemma 3 projector altered by `alter`.

@@ -436,6 +436,16 @@ impl Graph {
         op!(self, sys::ggml_relu(self.c(), a.as_ptr()))
     }
 
+    /// `a · min(max(a + 3, 0), 6) / 6`.
+    pub fn hardswish(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_hardswish(self.c(), a.as_ptr()))
+    }
+
+    /// `min(max(a + 3, 0), 6) / 6`.
+    pub fn hardsigmoid(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_hardsigmoid(self.c(), a.as_ptr()))
+    }
+
     /// `a * a`, element by element.
     pub fn sqr(&self, a: Tensor) -> Tensor {
         op!(self, sys::ggml_sqr(self.c(), a.as_ptr()))
@@ -697,6 +707,27 @@ impl Graph {
         op!(
             self,
             sys::ggml_conv_2d(self.c(), kernel.as_ptr(), input.as_ptr(), s0, s1, p0, p1, d0, d1)
+        )
+    }
+
+    /// A depthwise 2D convolution of `input` (`[W, H, C, N]`) by `kernel` (`[KW, KH, 1, C]`,
+    /// F16: ggml's im2col makes F16 columns for it), each channel by its own kernel
+    /// (`ggml_conv_2d_dw`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_2d_dw(
+        &self,
+        kernel: Tensor,
+        input: Tensor,
+        s0: i32,
+        s1: i32,
+        p0: i32,
+        p1: i32,
+        d0: i32,
+        d1: i32,
+    ) -> Tensor {
+        op!(
+            self,
+            sys::ggml_conv_2d_dw(self.c(), kernel.as_ptr(), input.as_ptr(), s0, s1, p0, p1, d0, d1)
         )
     }
 

@@ -1,5 +1,7 @@
 //! The vision encoder: clip.cpp's `build_inp` (the patch embedding, a convolution) and
-//! `build_vit` (the ViT: LayerNorms, bidirectional attention, the feed-forward), then the
+//! `build_vit` (the ViT: LayerNorms, bidirectional attention, the feed-forward; for LLaVA's
+//! CLIP, `clip_graph_llava`'s: a class token, positions looked up by row, a pre-LayerNorm,
+//! the feature layers; InternViT's class token), then the
 //! projector of the file's type ([`super::projector`]), built like the text graphs: in a
 //! `no_alloc` context, allocated by a `ggml_gallocr` held for the encoder's life and
 //! reserved once for the largest input it takes ([`Mmproj::largest_images`]: a dynamic-size
@@ -122,9 +124,13 @@ impl Encoder {
             )));
         }
         let graph = self.arena.graph()?;
-        let (inp_raw, out) = build(&graph, &self.mmproj, self.flash_attn, img.width(), img.height());
+        let (inputs, out) = build(&graph, &self.mmproj, self.flash_attn, img.width(), img.height());
         self.gallocr.alloc(&graph)?;
-        inp_raw.write(&planar(img));
+        inputs.raw.write(&planar(img));
+        if let Some(positions) = inputs.positions {
+            let n_pos = positions.ne()[0] as i32;
+            positions.write(&(0..n_pos).collect::<Vec<i32>>());
+        }
         self.backend.compute(&graph)?;
         let n = (out.ne()[0] * out.ne()[1]) as usize;
         let mut embd = vec![0.0; n];
@@ -146,8 +152,15 @@ fn planar(img: &ImageF32) -> Vec<f32> {
     out
 }
 
-/// The whole graph of one `nx` x `ny` image: its input and its output.
-fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Tensor, Tensor) {
+/// A graph's inputs: the image (clip.cpp's `inp_raw`) and, for CLIP, the positions whose
+/// embeddings it looks up (`positions`: 0, 1, ..., n_pos - 1).
+struct Inputs {
+    raw: Tensor,
+    positions: Option<Tensor>,
+}
+
+/// The whole graph of one `nx` x `ny` image: its inputs and its output.
+fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inputs, Tensor) {
     let hp = &m.hparams;
     let (nx, ny) = (nx as i64, ny as i64);
     let p = i64::from(hp.patch_size);
@@ -163,18 +176,35 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Tens
     if let Some(bias) = m.vit.patch_bias {
         inp = g.add(inp, bias);
     }
+    // LLaVA's and InternVL's graphs: the class token after the patches.
+    let mut n_pos = n_patches;
+    if let Some(class_embd) = m.vit.class_embd {
+        inp = g.concat(inp, class_embd, 1);
+        n_pos += 1;
+    }
 
     let (width, height) = (nx / p, ny / p);
+    let mut positions = None;
     let pos_embd = if hp.projector.dynamic_size() {
         resize_position_embeddings(g, m, width, height)
+    } else if hp.projector.llava_vit() {
+        let rows = g.input("positions", sys::GGML_TYPE_I32, &[n_pos]);
+        positions = Some(rows);
+        g.get_rows(m.vit.position_embd, rows)
     } else {
         m.vit.position_embd
     };
-    let cur = build_vit(g, m, flash_attn, inp, pos_embd, n_patches);
+    let cur = build_vit(g, m, flash_attn, inp, pos_embd, n_pos);
     let out = m.projector.build(g, hp, cur, (width, height));
     g.mark_output(out);
     g.expand(out);
-    (inp_raw, out)
+    (
+        Inputs {
+            raw: inp_raw,
+            positions,
+        },
+        out,
+    )
 }
 
 /// clip.cpp's `resize_position_embeddings` (LFM2's, with its default mode: bilinear with
@@ -215,27 +245,52 @@ fn add_bias(g: &Graph, cur: Tensor, bias: Option<Tensor>) -> Tensor {
     }
 }
 
-/// clip.cpp's `build_vit` (one image, learned position embeddings, no pre-LayerNorm).
+/// clip.cpp's `build_vit` (one image, learned position embeddings; InternViT's layer scales
+/// where the file has them), and LLaVA's variant
+/// of it (`clip_graph_llava`: only the layers up to its feature layer, the hidden states of
+/// its feature layers side by side, [`ClipHParams::n_layer_run`]).
 fn build_vit(g: &Graph, m: &Mmproj, flash_attn: bool, inp: Tensor, pos_embd: Tensor, n_pos: i64) -> Tensor {
     let hp = &m.hparams;
     let n_embd = i64::from(hp.n_embd);
     let batch = inp.ne()[2];
     let inp = g.add(inp, pos_embd);
     let mut inp_l = g.reshape_2d(inp, n_embd, n_pos * batch);
-    for layer in &m.vit.layers {
+    if let Some(pre) = &m.vit.pre_ln {
+        inp_l = norm(g, inp_l, Some(pre), hp.eps);
+    }
+    let n_layer_run = hp.n_layer_run() as usize;
+    let is_feature_layer = |il: usize| hp.feature_layers.contains(&(il as i32));
+    let mut features = Vec::new();
+    for (il, layer) in m.vit.layers[..n_layer_run].iter().enumerate() {
+        // Layer 0's "hidden state" is the encoder's input.
+        if is_feature_layer(il) {
+            features.push(inp_l);
+        }
         let cur = norm(g, inp_l, layer.ln_1.as_ref(), hp.eps);
-        let cur = attention(g, hp, layer, flash_attn, cur, n_pos, batch);
+        let mut cur = attention(g, hp, layer, flash_attn, cur, n_pos, batch);
+        if let Some(ls_1) = layer.ls_1 {
+            cur = g.mul(cur, ls_1);
+        }
         let cur = g.add(cur, inp_l);
         inp_l = cur;
 
         let cur = norm(g, cur, layer.ln_2.as_ref(), hp.eps);
-        let cur = ffn(g, hp, layer, cur);
+        let mut cur = ffn(g, hp, layer, cur);
+        if let Some(ls_2) = layer.ls_2 {
+            cur = g.mul(cur, ls_2);
+        }
         inp_l = g.add(inp_l, cur);
     }
     if let Some(post) = &m.vit.post_ln {
         inp_l = norm(g, inp_l, Some(post), hp.eps);
     }
-    g.reshape_3d(inp_l, n_embd, inp_l.ne()[1] / batch, batch)
+    if is_feature_layer(n_layer_run) {
+        features.push(inp_l);
+    }
+    if let Some((&first, rest)) = features.split_first() {
+        inp_l = rest.iter().fold(first, |stacked, &t| g.concat(stacked, t, 0));
+    }
+    g.reshape_3d(inp_l, inp_l.ne()[0], inp_l.ne()[1] / batch, batch)
 }
 
 /// The attention of `build_vit` (separate Q, K, V) and clip.cpp's `build_attn`.

@@ -5,7 +5,7 @@
 
 use elelem_gguf::{Gguf, Value};
 
-use super::preprocess::{ImageParams, Preprocessor, ResizeAlgo};
+use super::preprocess::{ImageParams, Pad, Preprocessor, ResizeAlgo};
 use crate::{Error, Result};
 
 /// The largest `clip.vision.image_size` accepted: beyond any model's (896 for Gemma 3),
@@ -18,6 +18,19 @@ pub const MAX_LAYERS: u32 = 256;
 /// The fewest and most tokens LFM2's preprocessing aims an image (or a thumbnail) at:
 /// clip.cpp's `set_limit_image_tokens(64, 256)` for it.
 const LFM2_IMAGE_TOKENS: (u32, u32) = (64, 256);
+
+/// clip.cpp's padding colour for LLaVA's images (its CLIP processor's mean, as bytes).
+const LLAVA_PAD_COLOR: [u8; 3] = [122, 116, 104];
+
+/// The patches a side MobileVLM's projectors take (clip.cpp's `n_patch`: 336 / 14).
+pub const LDP_GRID: u32 = 24;
+
+/// The most tiles InternVL's slicing may aim an image at (its models use 12; the
+/// resolutions it weighs grow with it, and the slices with them).
+const MAX_TILES: u32 = 64;
+
+/// The most grid pinpoints accepted (LLaVA 1.6 has 5; real files have a few dozen at most).
+const MAX_GRID_PINPOINTS: usize = 64;
 
 /// The projector types elelem runs: clip.cpp's `projector_type` by its `clip.projector_type`
 /// name.
@@ -33,6 +46,21 @@ pub enum ProjectorType {
     /// image's grid), the pixel unshuffle, an optional LayerNorm and a two-layer GELU MLP
     /// ([`super::projector::lfm2`]).
     Lfm2,
+    /// `mlp` (LLaVA 1.5 and 1.6; `mlp_norm`, Yi-VL's, where the file has `mm.3`): CLIP with
+    /// its class embedding and pre-LayerNorm, the features of an earlier layer, a two-layer
+    /// GELU MLP ([`super::projector::llava`]).
+    Mlp,
+    /// `ldp` (MobileVLM): LLaVA's CLIP, an MLP, then two blocks of depthwise convolutions
+    /// and squeeze-and-excitation, the second halving the grid
+    /// ([`super::projector::llava`]).
+    Ldp,
+    /// `ldpv2` (MobileVLM V2): LLaVA's CLIP, an MLP, 2 x 2 average pooling and a depthwise
+    /// convolution added as the positional encoding ([`super::projector::llava`]).
+    Ldpv2,
+    /// `internvl`: InternViT (a class embedding, layer scales), the pixel shuffle of
+    /// `n_merge` x `n_merge` patches into one, a LayerNorm and a two-layer GELU MLP
+    /// ([`super::projector::internvl`]).
+    Internvl,
 }
 
 impl ProjectorType {
@@ -42,7 +70,35 @@ impl ProjectorType {
             ProjectorType::Gemma3 => "gemma3",
             ProjectorType::Idefics3 => "idefics3",
             ProjectorType::Lfm2 => "lfm2",
+            ProjectorType::Mlp => "mlp",
+            ProjectorType::Ldp => "ldp",
+            ProjectorType::Ldpv2 => "ldpv2",
+            ProjectorType::Internvl => "internvl",
         }
+    }
+
+    /// Whether the encoder is CLIP's ViT as LLaVA's graph runs it: position embeddings
+    /// looked up by row, and only the layers up to its feature layer.
+    pub fn llava_vit(self) -> bool {
+        matches!(self, ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2)
+    }
+
+    /// Whether the projector is MobileVLM's, whose graph clip.cpp builds for a grid of
+    /// [`LDP_GRID`] x [`LDP_GRID`] patches, pooled to a quarter of them.
+    pub fn mobilevlm(self) -> bool {
+        matches!(self, ProjectorType::Ldp | ProjectorType::Ldpv2)
+    }
+
+    /// Whether the encoder may have a class embedding (appended after the patches) and a
+    /// pre-LayerNorm: LLaVA's CLIP and InternViT.
+    pub fn class_token(self) -> bool {
+        self.llava_vit() || self == ProjectorType::Internvl
+    }
+
+    /// Whether clip.cpp swaps back the feed-forward's `ffn_up` and `ffn_down` of old
+    /// conversions for this type (its `is_ffn_swapped` list).
+    pub fn swapped_ffn_fixed(self) -> bool {
+        self.llava_vit() || matches!(self, ProjectorType::Gemma3 | ProjectorType::Idefics3)
     }
 
     /// Whether the encoder takes images of any size (LFM2's dynamic resolution: the
@@ -56,8 +112,13 @@ impl ProjectorType {
             "gemma3" => Ok(ProjectorType::Gemma3),
             "idefics3" => Ok(ProjectorType::Idefics3),
             "lfm2" => Ok(ProjectorType::Lfm2),
+            "mlp" => Ok(ProjectorType::Mlp),
+            "ldp" => Ok(ProjectorType::Ldp),
+            "ldpv2" => Ok(ProjectorType::Ldpv2),
+            "internvl" => Ok(ProjectorType::Internvl),
             _ => Err(Error::Unsupported(format!(
-                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2)"
+                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, mlp, ldp, ldpv2, \
+                 internvl)"
             ))),
         }
     }
@@ -98,6 +159,12 @@ pub struct ClipHParams {
     /// Idefics3's `clip.vision.preproc_image_size` (the longest edge it resizes to before
     /// slicing), 0 where absent.
     pub longest_edge: u32,
+    /// `clip.vision.feature_layer`: the hidden states LLaVA's projector takes (0 is the
+    /// encoder's input), stacked; empty: the last layer's of all but one.
+    pub feature_layers: Vec<i32>,
+    /// `clip.vision.image_grid_pinpoints` as (width, height): LLaVA 1.6's slicing
+    /// resolutions; empty: one fixed-size image.
+    pub grid_pinpoints: Vec<(i32, i32)>,
 }
 
 impl ClipHParams {
@@ -154,7 +221,67 @@ impl ClipHParams {
                     },
                 )
             }
+            // InternVL's LLaVA-UHD slicing at the grids of its tile counts, clip_hparams'
+            // defaults otherwise (bicubic, ceil padding in black).
+            ProjectorType::Internvl => (
+                Preprocessor::LlavaUhd,
+                ImageParams {
+                    res_candidates: self.grid_pinpoints.clone(),
+                    ..common
+                },
+            ),
+            // clip.cpp's `load_hparams` for `mlp`: the grey of LLaVA's padding, and with
+            // pinpoints LLaVA-UHD's slicing (bicubic, ceil padding); without, one bicubic
+            // fixed-size image (the refined image's padding it sets then goes unused).
+            ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => {
+                let llava = ImageParams {
+                    pad_color: LLAVA_PAD_COLOR,
+                    ..common
+                };
+                if self.grid_pinpoints.is_empty() {
+                    (
+                        Preprocessor::FixedSize,
+                        ImageParams {
+                            pad_ov: Pad::None,
+                            pad_rf: Pad::Ceil,
+                            pad_color_rf: LLAVA_PAD_COLOR,
+                            ..llava
+                        },
+                    )
+                } else {
+                    (
+                        Preprocessor::LlavaUhd,
+                        ImageParams {
+                            res_candidates: self.grid_pinpoints.clone(),
+                            ..llava
+                        },
+                    )
+                }
+            }
         }
+    }
+
+    /// The encoder layers the graph runs: all of them, but for LLaVA's (clip.cpp's
+    /// `max_feature_layer`) up to the deepest feature layer, else all but the last.
+    pub fn n_layer_run(&self) -> u32 {
+        if !self.projector.llava_vit() {
+            return self.n_layer;
+        }
+        match self.feature_layers.iter().copied().max() {
+            Some(deepest) if deepest >= 0 => deepest as u32,
+            _ => self.n_layer - 1,
+        }
+    }
+
+    /// How many hidden states the projector takes side by side: for LLaVA's, one per
+    /// feature layer the graph reaches, or the last one's alone; one for the others.
+    pub fn n_feature_stack(&self) -> u32 {
+        if !self.projector.llava_vit() {
+            return 1;
+        }
+        let deepest = self.n_layer_run() as i32;
+        let stacked = (0..=deepest).filter(|il| self.feature_layers.contains(il)).count() as u32;
+        stacked.max(1)
     }
 
     /// Refuses a language model of another width than the embeddings this projector
@@ -188,6 +315,9 @@ impl ClipHParams {
     /// The embeddings one image of the encoder's native size (`image_size` square)
     /// becomes (clip.cpp's `clip_n_output_tokens`).
     pub fn n_output_tokens(&self) -> u32 {
+        if self.projector.mobilevlm() {
+            return self.n_patches_side().pow(2) / 4;
+        }
         let side = self.n_patches_side() / self.n_merge;
         side * side
     }
@@ -265,7 +395,43 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
             };
             (n_merge, longest_edge)
         }
+        // clip_hparams' 1: LLaVA merges nothing.
+        ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => (1, 0),
+        // Optional: 1 shuffles nothing.
+        ProjectorType::Internvl => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1), 0),
     };
+    let feature_layers = keys.opt_i32_array("clip.vision.feature_layer")?.unwrap_or_default();
+    if let Some(v) = feature_layers.iter().find(|&&v| i64::from(v) > i64::from(n_layer)) {
+        return Err(Error::Load(format!(
+            "invalid vision projector: feature layer index {v} is out of range (n_layer: {n_layer})"
+        )));
+    }
+    let pinpoints = keys
+        .opt_i32_array("clip.vision.image_grid_pinpoints")?
+        .unwrap_or_default();
+    if pinpoints.len() % 2 != 0 || pinpoints.len() > 2 * MAX_GRID_PINPOINTS {
+        return Err(Error::Load(format!(
+            "clip.vision.image_grid_pinpoints must have an even number of elements (at most {}), got {}",
+            2 * MAX_GRID_PINPOINTS,
+            pinpoints.len()
+        )));
+    }
+    // clip.cpp reads the pinpoints for every type; only LLaVA's preprocessing uses them, and
+    // InternVL's its own grids.
+    let grid_pinpoints = match projector {
+        ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => {
+            pinpoints.chunks_exact(2).map(|wh| (wh[0], wh[1])).collect()
+        }
+        ProjectorType::Internvl => internvl_grids(&keys, image_size)?,
+        _ => Vec::new(),
+    };
+    // clip.cpp's graph switches to RMS norms for InternViT-6B's width and depth (whose Q/K
+    // norms elelem would refuse anyway).
+    if projector == ProjectorType::Internvl && n_embd == 3200 && n_layer == 45 {
+        return Err(Error::Unsupported(
+            "InternViT-6B (RMS norms, 3200 wide, 45 layers) is not supported".into(),
+        ));
+    }
 
     let invalid = |what: String| Err(Error::Load(format!("invalid vision projector: {what}")));
     if n_embd == 0 || n_head == 0 || n_ff == 0 || n_layer == 0 || patch_size == 0 || image_size == 0 || n_merge == 0 {
@@ -300,6 +466,14 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
             "image_size {image_size} is not a multiple of patch_size {patch_size}"
         ));
     }
+    if projector.mobilevlm() && image_size / patch_size != LDP_GRID {
+        // clip.cpp's graph would abort on any other.
+        return Err(Error::Unsupported(format!(
+            "{} projectors of {} patches a side are not supported: clip.cpp builds them for {LDP_GRID}",
+            projector.name(),
+            image_size / patch_size
+        )));
+    }
     if (image_size / patch_size) % n_merge != 0 {
         // clip.cpp pads Idefics3's grid (and floors Gemma 3's pooling): no released model needs it.
         return Err(Error::Unsupported(format!(
@@ -327,7 +501,41 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         ffn_op,
         n_merge,
         longest_edge,
+        // clip.cpp reads them for every type; only LLaVA's graph uses them.
+        feature_layers: if projector.llava_vit() {
+            feature_layers
+        } else {
+            Vec::new()
+        },
+        grid_pinpoints,
     })
+}
+
+/// InternVL's slicing resolutions (clip.cpp's `set_internvl_dhr_res_candidates`): every
+/// grid of `a` x `b` tiles of `image_size` whose count is within
+/// `clip.vision.preproc_min_tiles` and `preproc_max_tiles` (1 and 12 where absent), by `a`
+/// then `b`.
+fn internvl_grids(keys: &ClipKeys, image_size: u32) -> Result<Vec<(i32, i32)>> {
+    let min = keys.opt_u32("clip.vision.preproc_min_tiles")?.unwrap_or(1);
+    let max = keys.opt_u32("clip.vision.preproc_max_tiles")?.unwrap_or(12);
+    if min > max || max > MAX_TILES {
+        return Err(Error::Load(format!(
+            "invalid vision projector: preproc_min_tiles {min} and preproc_max_tiles {max} \
+             (at most {MAX_TILES}, and the least no more than the most)"
+        )));
+    }
+    let mut grids = Vec::new();
+    // clip.cpp's guard against a division by 0: no grid, so one overview an image.
+    if min < 1 {
+        return Ok(grids);
+    }
+    let side = image_size as i32;
+    for a in min..=max {
+        let lo = min.div_ceil(a).max(min);
+        let hi = (max / a).min(max);
+        grids.extend((lo..=hi).map(|b| (a as i32 * side, b as i32 * side)));
+    }
+    Ok(grids)
 }
 
 /// The `clip.*` keys, with errors naming them.
@@ -356,6 +564,22 @@ impl ClipKeys<'_> {
                 .as_f32()
                 .ok_or_else(|| Error::Load(format!("{key} must be a float, got {v:?}"))),
         }
+    }
+
+    /// An array of integers that each fit an `i32` (clip.cpp's `get_arr_int`).
+    fn opt_i32_array(&self, key: &str) -> Result<Option<Vec<i32>>> {
+        let Some(v) = self.0.get(key) else {
+            return Ok(None);
+        };
+        v.as_array()
+            .and_then(|items| {
+                items
+                    .iter()
+                    .map(|x| x.as_i64().and_then(|n| i32::try_from(n).ok()))
+                    .collect::<Option<Vec<i32>>>()
+            })
+            .map(Some)
+            .ok_or_else(|| Error::Load(format!("{key} must be an array of 32-bit integers, got {v:?}")))
     }
 
     fn opt_bool(&self, key: &str) -> Result<Option<bool>> {

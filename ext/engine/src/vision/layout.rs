@@ -120,6 +120,15 @@ impl Framing {
                 slice_start: Some(|row, col| format!("<|img_row_{row}_col_{col}|>")),
                 ..none
             },
+            // mtmd.cpp 634-646: nothing around the image; LLaVA 1.6's slices one chunk each,
+            // row by row, then the overview (LLaVA-UHD's layout without a template).
+            ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => none,
+            // mtmd.cpp 793-800: <img> (the slices, one chunk each, then the overview) </img>.
+            ProjectorType::Internvl => Framing {
+                img_beg: "<img>",
+                img_end: "</img>",
+                ..none
+            },
         }
     }
 }
@@ -364,6 +373,8 @@ mod tests {
             ffn_op: FfnOp::Gelu,
             n_merge,
             longest_edge: 0,
+            feature_layers: Vec::new(),
+            grid_pinpoints: Vec::new(),
         }
     }
 

@@ -11,7 +11,7 @@
 
 use elelem_gguf::Gguf;
 
-use super::hparams::{read_hparams, ClipHParams};
+use super::hparams::{read_hparams, ClipHParams, ProjectorType};
 use super::projector::{self, ProjectorWeights};
 use crate::ggml::{Buffer, Context, CpuDevice, Tensor};
 use crate::model::loader::Loader;
@@ -38,6 +38,10 @@ pub struct VitLayer {
     pub ff_up_b: Option<Tensor>,
     pub ff_down_w: Tensor,
     pub ff_down_b: Option<Tensor>,
+    /// InternViT's layer scales (`ls1`, `ls2`): the attention's and the feed-forward's
+    /// output multiplied by them before each residual.
+    pub ls_1: Option<Tensor>,
+    pub ls_2: Option<Tensor>,
 }
 
 /// The encoder's weights.
@@ -45,8 +49,13 @@ pub struct VitWeights {
     /// `v.patch_embd.weight`: `[patch, patch, 3, n_embd]`.
     pub patch_embd: Tensor,
     pub patch_bias: Option<Tensor>,
-    /// `v.position_embd.weight`: `[n_embd, n_patches]`, F32.
+    /// `v.class_embd`: `[n_embd]`, CLIP's (LLaVA's) class token, appended after the patches.
+    pub class_embd: Option<Tensor>,
+    /// `v.position_embd.weight`: `[n_embd, n_pos]` (a position per patch, and the class
+    /// token's); F32, or for CLIP any type, looked up by row.
     pub position_embd: Tensor,
+    /// `v.pre_ln`: CLIP's LayerNorm before the first layer.
+    pub pre_ln: Option<Norm>,
     pub layers: Vec<VitLayer>,
     pub post_ln: Option<Norm>,
 }
@@ -175,9 +184,12 @@ impl Mmproj {
     }
 }
 
-/// The tensors clip.cpp's `load_tensors` reads for the encoder, the ones SigLIP has: every
-/// other one (`v.pre_ln`, `v.class_embd`, a gate, fused QKV, Q/K norms, layer scales) is
-/// left undeclared, so that [`Loader::check_all_used`] refuses the file.
+/// The tensors clip.cpp's `load_tensors` reads for the encoder, the ones SigLIP has, for
+/// LLaVA's CLIP and InternViT ([`super::ProjectorType::class_token`]) a class embedding and a
+/// pre-LayerNorm, for InternViT its layer scales: every other one (a gate, fused QKV, Q/K
+/// norms) is left undeclared, so that [`Loader::check_all_used`] refuses the file. All `n_layer` layers are loaded, as clip.cpp
+/// loads them, even where LLaVA's graph stops short of the last
+/// ([`ClipHParams::n_layer_run`]).
 fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     let (embd, ff, p) = (u64::from(hp.n_embd), u64::from(hp.n_ff), u64::from(hp.patch_size));
     let n_patches = u64::from(hp.n_patches_side()).pow(2);
@@ -194,15 +206,35 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     };
     let patch_embd = l.values("v.patch_embd.weight", &[p, p, 3, embd])?;
     let patch_bias = l.optional_vector("v.patch_embd.bias", embd)?;
-    // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
-    let position_embd = l.f32_weight("v.position_embd.weight", &[embd, n_patches])?;
+    let internvl = hp.projector == ProjectorType::Internvl;
+    let class_embd = match hp.projector {
+        // InternVL's graph asserts it.
+        ProjectorType::Internvl => Some(l.vector("v.class_embd", embd)?),
+        p if p.class_token() => l.optional_vector("v.class_embd", embd)?,
+        _ => None,
+    };
+    let n_pos = n_patches + u64::from(class_embd.is_some());
+    let position_embd = if hp.projector.llava_vit() {
+        // Looked up by row (clip.cpp's `get_rows`), which reads any type as F32.
+        l.rows("v.position_embd.weight", &[embd, n_pos])?
+    } else {
+        // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
+        l.f32_weight("v.position_embd.weight", &[embd, n_pos])?
+    };
+    let pre_ln = if hp.projector.class_token() {
+        norm(l, "v.pre_ln")?
+    } else {
+        None
+    };
     let mut layers = Vec::with_capacity(hp.n_layer as usize);
     for il in 0..hp.n_layer {
         let n = |t: &str| format!("v.blk.{il}.{t}");
         // As clip.cpp fixes old conversions (Gemma 3's and Idefics3's among them): a
         // `ffn_down` whose rows are `n_embd` wide is the up projection, and `ffn_up` the
-        // down one, biases too (even where `n_ff` is `n_embd`, as clip.cpp decides it).
-        let swapped = l.has(&n("ffn_up.weight"))
+        // down one, biases too (even where `n_ff` is `n_embd`, as clip.cpp decides it; not
+        // for the types whose conversions never swapped them, LFM2's and InternVL's).
+        let swapped = hp.projector.swapped_ffn_fixed()
+            && l.has(&n("ffn_up.weight"))
             && l.tensor_dims(&n("ffn_down.weight")).and_then(|d| d.first().copied()) == Some(embd);
         let (up, down) = if swapped {
             ("ffn_down", "ffn_up")
@@ -224,13 +256,25 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
             ff_up_b: l.optional_vector(&n(&format!("{up}.bias")), ff)?,
             ff_down_w: l.matrix(&n(&format!("{down}.weight")), &[ff, embd])?,
             ff_down_b: l.optional_vector(&n(&format!("{down}.bias")), embd)?,
+            ls_1: if internvl {
+                l.optional_vector(&n("ls1.weight"), embd)?
+            } else {
+                None
+            },
+            ls_2: if internvl {
+                l.optional_vector(&n("ls2.weight"), embd)?
+            } else {
+                None
+            },
         });
     }
     let post_ln = norm(l, "v.post_ln")?;
     Ok(VitWeights {
         patch_embd,
         patch_bias,
+        class_embd,
         position_embd,
+        pre_ln,
         layers,
         post_ln,
     })

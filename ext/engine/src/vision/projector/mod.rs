@@ -5,7 +5,9 @@
 
 pub mod gemma3;
 pub mod idefics3;
+pub mod internvl;
 pub mod lfm2;
+pub mod llava;
 
 use super::hparams::{ClipHParams, ProjectorType};
 use crate::ggml::{Graph, Tensor};
@@ -17,6 +19,8 @@ pub enum ProjectorWeights {
     Gemma3(gemma3::Gemma3Weights),
     Idefics3(idefics3::Idefics3Weights),
     Lfm2(lfm2::Lfm2Weights),
+    Llava(llava::LlavaWeights),
+    Internvl(internvl::InternvlWeights),
 }
 
 impl ProjectorWeights {
@@ -26,6 +30,8 @@ impl ProjectorWeights {
             ProjectorWeights::Gemma3(w) => w.n_mmproj_embd(),
             ProjectorWeights::Idefics3(w) => w.n_mmproj_embd(),
             ProjectorWeights::Lfm2(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Llava(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Internvl(w) => w.n_mmproj_embd(),
         }
     }
 
@@ -36,6 +42,8 @@ impl ProjectorWeights {
             ProjectorWeights::Gemma3(w) => gemma3::build(g, hp, w, cur),
             ProjectorWeights::Idefics3(w) => idefics3::build(g, hp, w, cur),
             ProjectorWeights::Lfm2(w) => lfm2::build(g, hp, w, cur, grid),
+            ProjectorWeights::Llava(w) => llava::build(g, hp, w, cur, grid),
+            ProjectorWeights::Internvl(w) => internvl::build(g, hp, w, cur, grid),
         }
     }
 }
@@ -46,5 +54,9 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
         ProjectorType::Gemma3 => gemma3::load(l, hp).map(ProjectorWeights::Gemma3),
         ProjectorType::Idefics3 => idefics3::load(l, hp).map(ProjectorWeights::Idefics3),
         ProjectorType::Lfm2 => lfm2::load(l, hp).map(ProjectorWeights::Lfm2),
+        ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => {
+            llava::load(l, hp).map(ProjectorWeights::Llava)
+        }
+        ProjectorType::Internvl => internvl::load(l, hp).map(ProjectorWeights::Internvl),
     }
 }
