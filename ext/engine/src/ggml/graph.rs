@@ -19,6 +19,10 @@ pub enum RopeMode {
     Norm = 0,
     /// Halves (i, i + n/2): qwen2, gemma3.
     Neox = 2,
+    /// Multi-dimensional rope in sections (ggml's `GGML_ROPE_TYPE_MROPE`: Qwen2-VL's and
+    /// Qwen2.5-VL's), in NEOX order: each position has [`MROPE_SECTIONS`] coordinates,
+    /// and [`Rope::sections`] says how many consecutive pairs each coordinate turns.
+    Mrope = 8,
     /// Interleaved multi-dimensional rope (ggml's `GGML_ROPE_TYPE_IMROPE`: Qwen3-VL's
     /// and Qwen 3.5's), in NEOX order: each position has [`MROPE_SECTIONS`] coordinates
     /// (a text token's `[p, p, p, 0]`), and [`Rope::sections`] says how many pairs
@@ -35,7 +39,7 @@ impl RopeMode {
     pub fn positions_per_token(self) -> usize {
         match self {
             RopeMode::Norm | RopeMode::Neox => 1,
-            RopeMode::Imrope => MROPE_SECTIONS,
+            RopeMode::Mrope | RopeMode::Imrope => MROPE_SECTIONS,
         }
     }
 }
@@ -655,7 +659,7 @@ impl Graph {
                     rope.beta_slow,
                 )
             ),
-            RopeMode::Imrope => {
+            RopeMode::Mrope | RopeMode::Imrope => {
                 let mut sections = rope.sections;
                 op!(
                     self,

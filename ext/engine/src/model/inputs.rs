@@ -79,7 +79,7 @@ impl GraphInput for TokenInput {
 }
 
 /// I32 [n_tokens × per_token]: each token's position (`llm_graph_input_pos`); under
-/// multi-dimensional rope ([`crate::ggml::RopeMode::Imrope`]) a coordinate per section,
+/// multi-dimensional rope ([`crate::ggml::RopeMode::Mrope`], [`crate::ggml::RopeMode::Imrope`]) a coordinate per section,
 /// section by section, a token's `[p, p, p, 0]` (as llama.cpp's batch expands a text
 /// token's position). A graph that rotates nothing (mamba2's, Granite 4's without rope)
 /// does not read it, and it gets no memory.
