@@ -12,6 +12,7 @@ pub enum Kind {
     Gemma3,
     Idefics3,
     Lfm2,
+    Qwen2vl,
 }
 
 /// A synthetic SigLIP projector's type and sizes.
@@ -83,6 +84,18 @@ impl Shape {
         seed: 0x1f_3217,
         ..Shape::GEMMA3
     };
+
+    /// Qwen2-VL, small: Qwen2-VL's 14-pixel patches (a token per 28 x 28 pixels), the
+    /// same layers without position embeddings (rotary instead) and with GELU-quick (no
+    /// `clip.use_gelu`, as converted Qwen2-VL files), two patch convolutions, 2 x 2 patches
+    /// merged by an MLP of 256 -> 128 -> 96.
+    pub const QWEN2VL: Shape = Shape {
+        kind: Kind::Qwen2vl,
+        image_size: 112,
+        patch_size: 14,
+        seed: 0x9e27_1001,
+        ..Shape::GEMMA3
+    };
 }
 
 /// A seeded projector of `shape`, ready to write or to alter first: SigLIP's tensors
@@ -105,11 +118,11 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                 Kind::Gemma3 => "gemma3",
                 Kind::Idefics3 => "idefics3",
                 Kind::Lfm2 => "lfm2",
+                Kind::Qwen2vl => "qwen2vl_merger",
             }),
         )
         .set("clip.has_vision_encoder", Value::Bool(true))
         .set("clip.has_text_encoder", Value::Bool(false))
-        .set("clip.use_gelu", Value::Bool(true))
         .set("clip.vision.embedding_length", Value::U32(embd as u32))
         .set("clip.vision.feed_forward_length", Value::U32(ff as u32))
         .set("clip.vision.block_count", Value::U32(shape.n_layer as u32))
@@ -126,6 +139,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             "clip.vision.image_std",
             Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
         );
+    if shape.kind != Kind::Qwen2vl {
+        w.set("clip.use_gelu", Value::Bool(true));
+    }
     if let Some(k) = shape.n_merge {
         w.set("clip.vision.projector.scale_factor", Value::U32(k));
     }
@@ -137,12 +153,16 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.add_f32(&format!("{name}.bias"), &[n], &rng.small(n));
     };
     add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
-    w.add_f32("v.patch_embd.bias", &[embd], &rng.small(embd));
-    w.add_f32(
-        "v.position_embd.weight",
-        &[embd, n_patches],
-        &rng.small(embd * n_patches),
-    );
+    if shape.kind == Kind::Qwen2vl {
+        add_weights(&mut w, &mut rng, "v.patch_embd.weight.1", ty, &[p, p, 3, embd]);
+    } else {
+        w.add_f32("v.patch_embd.bias", &[embd], &rng.small(embd));
+        w.add_f32(
+            "v.position_embd.weight",
+            &[embd, n_patches],
+            &rng.small(embd * n_patches),
+        );
+    }
     for il in 0..shape.n_layer {
         let n = |t: &str| format!("v.blk.{il}.{t}");
         norm(&mut w, &mut rng, &n("ln1"), embd);
@@ -187,6 +207,14 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, shape.n_text_embd]);
             w.add_f32("mm.2.bias", &[shape.n_text_embd], &rng.small(shape.n_text_embd));
         }
+        Kind::Qwen2vl => {
+            // clip.cpp merges 2 x 2 patches (`clip.vision.spatial_merge_size`, absent: 2).
+            let merged = embd * 4;
+            add_weights(&mut w, &mut rng, "mm.0.weight", ty, &[merged, ff]);
+            w.add_f32("mm.0.bias", &[ff], &rng.small(ff));
+            add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, shape.n_text_embd]);
+            w.add_f32("mm.2.bias", &[shape.n_text_embd], &rng.small(shape.n_text_embd));
+        }
     }
     w
 }
@@ -212,6 +240,10 @@ pub fn writer(shape: &Shape) -> GgufWriter {
 ///   clip.cpp's budget of 64 to 256 tokens an image is LFM2-VL's: images of over twice
 ///   256 tokens are cut into tiles of 512 pixels, 256 tokens each, and a thumbnail),
 ///   projecting to 128.
+/// - `tiny-qwen2vl-vision`: the `tiny-qwen2vl` canary's shape (Qwen2's block under M-RoPE),
+///   whose vocabulary ends with the control tokens `<|vision_start|>` and `<|vision_end|>`
+///   that mtmd frames each image with; its projector is [`Shape::QWEN2VL`] projecting to
+///   128 (a token per 28 x 28 pixels of the smart-resized image, 8 to 4096 of them).
 pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
     let idefics3 = canary::LLAMA3;
@@ -223,6 +255,10 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     let lfm2 = canary::Shape {
         family: canary::LFM2,
         n_layer: 7,
+        ..idefics3
+    };
+    let qwen2vl = canary::Shape {
+        family: canary::QWEN2VL,
         ..idefics3
     };
     let lfm2_tiles: Vec<String> = (1..=2)
@@ -257,6 +293,13 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
                 image_size: 256,
                 ..Shape::LFM2
             },
+        ),
+        pair(
+            "tiny-qwen2vl-vision",
+            &qwen2vl,
+            &[],
+            &["<|vision_start|>", "<|vision_end|>"],
+            Shape::QWEN2VL,
         ),
     ]
 }

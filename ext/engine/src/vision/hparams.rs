@@ -19,6 +19,10 @@ pub const MAX_LAYERS: u32 = 256;
 /// clip.cpp's `set_limit_image_tokens(64, 256)` for it.
 const LFM2_IMAGE_TOKENS: (u32, u32) = (64, 256);
 
+/// The fewest and most tokens Qwen2-VL's preprocessing aims an image at: clip.cpp's
+/// `set_limit_image_tokens(8, 4096)` for it.
+const QWEN2VL_IMAGE_TOKENS: (u32, u32) = (8, 4096);
+
 /// The projector types elelem runs: clip.cpp's `projector_type` by its `clip.projector_type`
 /// name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +37,10 @@ pub enum ProjectorType {
     /// image's grid), the pixel unshuffle, an optional LayerNorm and a two-layer GELU MLP
     /// ([`super::projector::lfm2`]).
     Lfm2,
+    /// `qwen2vl_merger` (Qwen2-VL): a ViT at any size with two patch convolutions added,
+    /// 2D rotary positions, each 2 x 2 patches merged by a two-layer GELU MLP
+    /// ([`super::projector::qwen2vl`]).
+    Qwen2vl,
 }
 
 impl ProjectorType {
@@ -42,13 +50,15 @@ impl ProjectorType {
             ProjectorType::Gemma3 => "gemma3",
             ProjectorType::Idefics3 => "idefics3",
             ProjectorType::Lfm2 => "lfm2",
+            ProjectorType::Qwen2vl => "qwen2vl_merger",
         }
     }
 
     /// Whether the encoder takes images of any size (LFM2's dynamic resolution: the
-    /// position embeddings resized to the grid) rather than `image_size` squares only.
+    /// position embeddings resized to the grid; Qwen2-VL's rotary positions) rather than
+    /// `image_size` squares only.
     pub fn dynamic_size(self) -> bool {
-        self == ProjectorType::Lfm2
+        matches!(self, ProjectorType::Lfm2 | ProjectorType::Qwen2vl)
     }
 
     fn from_name(name: &str) -> Result<ProjectorType> {
@@ -56,8 +66,14 @@ impl ProjectorType {
             "gemma3" => Ok(ProjectorType::Gemma3),
             "idefics3" => Ok(ProjectorType::Idefics3),
             "lfm2" => Ok(ProjectorType::Lfm2),
+            "qwen2vl_merger" => Ok(ProjectorType::Qwen2vl),
+            "qwen2.5vl_merger" => Err(Error::Unsupported(
+                "projector type \"qwen2.5vl_merger\" (Qwen2.5-VL: window attention, RMS norms) is not supported yet \
+                 (elelem runs: gemma3, idefics3, lfm2, qwen2vl_merger)"
+                    .into(),
+            )),
             _ => Err(Error::Unsupported(format!(
-                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2)"
+                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, qwen2vl_merger)"
             ))),
         }
     }
@@ -136,11 +152,6 @@ impl ClipHParams {
             // as pixels (the refined image's padding and the thumbnail's stretch are
             // clip_hparams' defaults).
             ProjectorType::Lfm2 => {
-                // Beyond `i32` (no real file: clip.cpp's `int` would overflow), saturated,
-                // and so refused by the preprocessing's checks.
-                let merged_patch = i64::from(self.patch_size * self.n_merge);
-                let pixels =
-                    |tokens: u32| i32::try_from(i64::from(tokens) * merged_patch * merged_patch).unwrap_or(i32::MAX);
                 let (min_tokens, max_tokens) = LFM2_IMAGE_TOKENS;
                 (
                     Preprocessor::Lfm2,
@@ -148,13 +159,35 @@ impl ClipHParams {
                         resize_algo: ResizeAlgo::Bilinear,
                         resize_algo_rf: ResizeAlgo::Bilinear,
                         resize_algo_ov: ResizeAlgo::Bilinear,
-                        min_pixels: pixels(min_tokens),
-                        max_pixels: pixels(max_tokens),
+                        min_pixels: self.tokens_as_pixels(min_tokens),
+                        max_pixels: self.tokens_as_pixels(max_tokens),
+                        ..common
+                    },
+                )
+            }
+            // mtmd's dyn_size preprocessor: the smart resize, bicubic, within the token
+            // limits of `set_limit_image_tokens(8, 4096)` as pixels.
+            ProjectorType::Qwen2vl => {
+                let (min_tokens, max_tokens) = QWEN2VL_IMAGE_TOKENS;
+                (
+                    Preprocessor::DynSize,
+                    ImageParams {
+                        resize_algo: ResizeAlgo::Bicubic,
+                        min_pixels: self.tokens_as_pixels(min_tokens),
+                        max_pixels: self.tokens_as_pixels(max_tokens),
                         ..common
                     },
                 )
             }
         }
+    }
+
+    /// `tokens` merged patches as pixels (clip.cpp's `set_limit_image_tokens`); beyond
+    /// `i32` (no real file: clip.cpp's `int` would overflow), saturated, and so refused by
+    /// the preprocessing's checks.
+    fn tokens_as_pixels(&self, tokens: u32) -> i32 {
+        let merged_patch = i64::from(self.patch_size * self.n_merge);
+        i32::try_from(i64::from(tokens) * merged_patch * merged_patch).unwrap_or(i32::MAX)
     }
 
     /// Refuses a language model of another width than the embeddings this projector
@@ -174,10 +207,25 @@ impl ClipHParams {
 
     /// The most tokens one image may give a dynamic-size projector: LFM2's 256 (clip.cpp's
     /// `set_limit_image_tokens(64, 256)`, which mtmd's preprocessing keeps to but for
-    /// extreme aspect ratios, whose short side it cannot shrink below one merged patch), or
-    /// the native square's where that is more. It bounds the attention's size.
+    /// extreme aspect ratios, whose short side it cannot shrink below one merged patch),
+    /// Qwen2-VL's 4096 (`set_limit_image_tokens(8, 4096)`), or the native square's where
+    /// that is more. It bounds the attention's size.
     pub fn max_image_tokens(&self) -> u32 {
-        LFM2_IMAGE_TOKENS.1.max(self.n_output_tokens())
+        let limit = match self.projector {
+            ProjectorType::Qwen2vl => QWEN2VL_IMAGE_TOKENS.1,
+            _ => LFM2_IMAGE_TOKENS.1,
+        };
+        limit.max(self.n_output_tokens())
+    }
+
+    /// What a dynamic-size encoder's image sides must be multiples of: the patch, or for
+    /// Qwen2-VL the merged patch (its graph reorders the patches in 2 x 2 blocks, and
+    /// clip.cpp asserts it).
+    pub fn side_multiple(&self) -> u32 {
+        match self.projector {
+            ProjectorType::Qwen2vl => self.patch_size * self.n_merge,
+            _ => self.patch_size,
+        }
     }
 
     /// Patches per side of the (square, fixed-size) input.
@@ -265,6 +313,24 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
             };
             (n_merge, longest_edge)
         }
+        ProjectorType::Qwen2vl => {
+            // clip.cpp's graph merges 2 x 2 patches whatever the key says (its positions
+            // and the merger's reshape are written for 2), and turns window attention on
+            // for any `n_wa_pattern` (Qwen2.5-VL's), which elelem does not run.
+            let n_merge = keys.opt_u32("clip.vision.spatial_merge_size")?.unwrap_or(2);
+            if n_merge != 2 {
+                return Err(Error::Unsupported(format!(
+                    "a qwen2vl_merger projector merging {n_merge} x {n_merge} patches is not supported (2 x 2 only)"
+                )));
+            }
+            if keys.opt_u32("clip.vision.n_wa_pattern")?.unwrap_or(0) > 0 {
+                return Err(Error::Unsupported(
+                    "a qwen2vl_merger projector with window attention (clip.vision.n_wa_pattern) is not supported"
+                        .into(),
+                ));
+            }
+            (n_merge, 0)
+        }
     };
 
     let invalid = |what: String| Err(Error::Load(format!("invalid vision projector: {what}")));
@@ -306,6 +372,10 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
             "{} patches a side that a merge of {n_merge} does not divide are not supported",
             image_size / patch_size
         )));
+    }
+    if projector == ProjectorType::Qwen2vl && d_head % 4 != 0 {
+        // The vision rotary embedding turns d_head / 4 pairs per coordinate.
+        return invalid(format!("qwen2vl_merger heads of width {d_head}: not a multiple of 4"));
     }
     if !eps.is_finite() || eps < 0.0 {
         return invalid(format!("layer_norm_epsilon {eps}"));

@@ -120,6 +120,12 @@ impl Framing {
                 slice_start: Some(|row, col| format!("<|img_row_{row}_col_{col}|>")),
                 ..none
             },
+            // mtmd.cpp 694-703: <|vision_start|> (embeddings) <|vision_end|>.
+            ProjectorType::Qwen2vl => Framing {
+                img_beg: "<|vision_start|>",
+                img_end: "<|vision_end|>",
+                ..none
+            },
         }
     }
 }

@@ -6,17 +6,19 @@
 pub mod gemma3;
 pub mod idefics3;
 pub mod lfm2;
+pub mod qwen2vl;
 
 use super::hparams::{ClipHParams, ProjectorType};
 use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
-use crate::Result;
+use crate::{Error, Result};
 
 /// A projector's weights, by type.
 pub enum ProjectorWeights {
     Gemma3(gemma3::Gemma3Weights),
     Idefics3(idefics3::Idefics3Weights),
     Lfm2(lfm2::Lfm2Weights),
+    Qwen2vl(qwen2vl::Qwen2vlWeights),
 }
 
 impl ProjectorWeights {
@@ -26,6 +28,7 @@ impl ProjectorWeights {
             ProjectorWeights::Gemma3(w) => w.n_mmproj_embd(),
             ProjectorWeights::Idefics3(w) => w.n_mmproj_embd(),
             ProjectorWeights::Lfm2(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Qwen2vl(w) => w.n_mmproj_embd(),
         }
     }
 
@@ -36,6 +39,7 @@ impl ProjectorWeights {
             ProjectorWeights::Gemma3(w) => gemma3::build(g, hp, w, cur),
             ProjectorWeights::Idefics3(w) => idefics3::build(g, hp, w, cur),
             ProjectorWeights::Lfm2(w) => lfm2::build(g, hp, w, cur, grid),
+            ProjectorWeights::Qwen2vl(w) => qwen2vl::build(g, hp, w, cur),
         }
     }
 }
@@ -46,5 +50,25 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
         ProjectorType::Gemma3 => gemma3::load(l, hp).map(ProjectorWeights::Gemma3),
         ProjectorType::Idefics3 => idefics3::load(l, hp).map(ProjectorWeights::Idefics3),
         ProjectorType::Lfm2 => lfm2::load(l, hp).map(ProjectorWeights::Lfm2),
+        ProjectorType::Qwen2vl => qwen2vl::load(l, hp).map(ProjectorWeights::Qwen2vl),
     }
+}
+
+/// A tensor's `i`th dimension, which gives a projector's width: an [`Error::Load`] saying
+/// the `expected` shape where the tensor is missing or that dimension is empty.
+fn required_dim(l: &Loader, name: &str, i: usize, expected: &str) -> Result<u64> {
+    match l.tensor_dims(name).and_then(|dims| dims.get(i).copied()) {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(Error::Load(format!(
+            "tensor {name} is missing or empty: {expected} expected"
+        ))),
+    }
+}
+
+/// clip.cpp's `build_ffn` of two layers with biases and `FFN_GELU` between (the MLP of
+/// LFM2's and Qwen2-VL's projectors).
+fn mlp_gelu(g: &Graph, cur: Tensor, (w1, b1): (Tensor, Tensor), (w2, b2): (Tensor, Tensor)) -> Tensor {
+    let cur = g.add(g.mul_mat(w1, cur), b1);
+    let cur = g.gelu(cur);
+    g.add(g.mul_mat(w2, cur), b2)
 }
