@@ -57,10 +57,15 @@ module VisionGolden
   TILED_IMAGE = {
     "png-1100x700-tiled" => ["describe #{MARKER}", ["1100x700-rgb.png"]]
   }.freeze
+  # Qwen2-VL's projector smart-resizes an image to multiples of 28 pixels within 8 to 4096
+  # tokens, one chunk between <|vision_start|> and <|vision_end|>; its language model places
+  # the chunk's tokens at [t, t + row, t + column] and the text after it at t + max(nx, ny)
+  # (the large image: 39 x 25 tokens, in several passes).
   CASES = {
     "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
-    "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)
+    "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
+    "tiny-qwen2vl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)
   }.freeze
 
   module_function

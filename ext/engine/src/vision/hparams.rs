@@ -240,6 +240,20 @@ impl ClipHParams {
         side * side
     }
 
+    /// The grid of an image chunk's `n_tokens` tokens, its first image `width` x `height`
+    /// (clip.cpp's `clip_n_output_tokens_x` and `_y`, which mtmd places the tokens by under
+    /// multi-dimensional rope): Qwen2-VL's merged patches across and down; otherwise the
+    /// tokens in one row.
+    pub fn output_grid(&self, width: usize, height: usize, n_tokens: usize) -> (usize, usize) {
+        match self.projector {
+            ProjectorType::Qwen2vl => {
+                let out = (self.patch_size * self.n_merge) as usize;
+                (width / out, height / out)
+            }
+            _ => (n_tokens, 1),
+        }
+    }
+
     /// The embeddings a `width` x `height` image becomes (clip.cpp's `clip_n_output_tokens`:
     /// for a dynamic-size projector, its grid of merged patches, rounded up; otherwise the
     /// native size's).
