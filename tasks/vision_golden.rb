@@ -60,7 +60,7 @@ module VisionGolden
   # Qwen2-VL's projector smart-resizes an image to multiples of 28 pixels within 8 to 4096
   # tokens, one chunk between <|vision_start|> and <|vision_end|>; its language model places
   # the chunk's tokens at [t, t + row, t + column] and the text after it at t + max(nx, ny)
-  # (the large image: 39 x 25 tokens, in several passes).
+  # (the large image: 39 x 25 tokens in 39 positions).
   CASES = {
     "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),

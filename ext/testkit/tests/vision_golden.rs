@@ -1,7 +1,7 @@
 //! Image and text prompts identical to llama.cpp's libmtmd end to end
 //! (spec/fixtures/goldens/vision, recorded by `rake vision_golden` from the reference's
 //! `mtmd` mode): the chunks mtmd cuts a prompt into (each text piece's ids, each image
-//! chunk's token count), each image chunk's embeddings (their SHA-256), and the greedy ids
+//! chunk's token count, grid and positions), each image chunk's embeddings (their SHA-256), and the greedy ids
 //! after the prompt, for each synthetic language model and projector pair of
 //! tmp/synthetic/vision.
 
