@@ -234,8 +234,8 @@ fn qwen2vl_image_prompts_match_mtmd() {
 
 /// Under M-RoPE an image's rows share one position: `decode_image` refuses what mtmd's
 /// helper never asks (rows past the grid, rows of two sequences, a model of one position a
-/// token), a sequence cannot be cut within an image, and cut at its start it takes the
-/// image again, to the same logits.
+/// token), a sequence cannot be cut within an image (nor is a prefix reused to within one),
+/// and cut at its start it takes the image again, to the same logits.
 #[test]
 fn image_rows_on_a_grid_are_refused_where_they_do_not_fit() {
     let (model, _) = open_pair("tiny-qwen2vl-vision", 2);
@@ -273,6 +273,8 @@ fn image_rows_on_a_grid_are_refused_where_they_do_not_fit() {
     ctx.decode_batch(&batch(1, 0)).unwrap();
     let after = ctx.logits().to_vec();
 
+    let held = ctx.seq_tokens(0).to_vec();
+    assert_eq!(ctx.reusable_prefix(0, &held[..6]), 3, "not within the image");
     ctx.seq_truncate(0, 3).unwrap();
     ctx.decode_image(&batch(6, 0), rows(0, 6), true, grid).unwrap();
     ctx.decode_batch(&batch(1, 0)).unwrap();

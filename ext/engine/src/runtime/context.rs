@@ -590,7 +590,8 @@ impl Context {
     }
 
     /// How long a prefix of `prompt` sequence `seq` already holds, leaving at least
-    /// one token to evaluate (for its logits). A model with sliding-window layers
+    /// one token to evaluate (for its logits), and not ending within an image under
+    /// multi-dimensional rope. A model with sliding-window layers
     /// shares none: its ring may no longer hold the window a shorter prefix needs. A
     /// model with recurrent layers shares all it holds or nothing: its state is that of
     /// the whole sequence, so only a prompt that continues it can reuse it (a
@@ -602,6 +603,12 @@ impl Context {
         let cached = &self.seqs[seq as usize];
         let common = cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
         let reusable = common.min(prompt.len().saturating_sub(1));
+        // Not within an image whose tokens share one position (which cannot be cut): back
+        // to its start.
+        let held = &self.positions[seq as usize].held;
+        let reusable = held
+            .get(reusable)
+            .map_or(reusable, |&p| held[..reusable].partition_point(|&q| q < p));
         if self.memory.is_recurrent() && reusable < cached.len() {
             return 0;
         }
