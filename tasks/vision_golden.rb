@@ -66,13 +66,18 @@ module VisionGolden
   # InternVL's (the same slicing, at the grids of 1 to 12 tiles of 64) puts the overview after
   # the tiles, 16 tokens each, all between <img> and </img>.
   TEXT_AFTER = SINGLE_IMAGE.transform_values { |(prompt, images)| ["#{prompt} briefly", images] }.freeze
+  # Qwen2-VL's projector smart-resizes an image to multiples of 28 pixels within 8 to 4096
+  # tokens, one chunk between <|vision_start|> and <|vision_end|>; its language model places
+  # the chunk's tokens at [t, t + row, t + column] and the text after it at t + max(nx, ny)
+  # (the large image: 39 x 25 tokens in 39 positions).
   CASES = {
     "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-llava-vision" => TEXT_AFTER.merge(TWO_IMAGES),
     "tiny-mobilevlm-vision" => TEXT_AFTER.merge(TWO_IMAGES),
     "tiny-internvl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
-    "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)
+    "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
+    "tiny-qwen2vl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)
   }.freeze
 
   module_function

@@ -42,8 +42,9 @@ pub use memory::{CacheType, SeqId, MAX_SEQUENCES};
 pub use model::{HParams, Model, ModelParams, Pooling, Split};
 pub use runtime::{
     generate, BatchToken, Batcher, Chooser, Context, ContextParams, ContextSnapshot, DecodeStats, Draft, DraftLength,
-    DraftSource, DraftStats, EmbedParams, Embedder, EmbedderGuard, Event, Lease, Logprob, NgramCache, Normalize,
-    OpenParams, PromptEmbeddings, Request, RequestId, Runtime, Scheduler, Speculation, SpeculativeParams, Summary,
+    DraftSource, DraftStats, EmbedParams, Embedder, EmbedderGuard, Event, ImageGrid, Lease, Logprob, NgramCache,
+    Normalize, OpenParams, PromptEmbeddings, Request, RequestId, Runtime, Scheduler, Speculation, SpeculativeParams,
+    Summary,
 };
 /// The JSON values constraints and tool calls are made of.
 pub use serde_json;

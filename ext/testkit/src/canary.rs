@@ -313,6 +313,14 @@ pub const QWEN2: Family = Family {
     qkv_bias: true,
     ..LLAMA
 };
+/// Qwen2-VL's language model: qwen2's, rotated by M-RoPE in sections of 2, 3 and 3
+/// pairs (Qwen2-VL's 16, 24 and 24 of 64, scaled to the small shape's heads of 16).
+pub const QWEN2VL: Family = Family {
+    arch: "qwen2vl",
+    name: "elelem tiny qwen2vl canary",
+    keys: &[("rope.dimension_sections", Key::U32s(&[2, 3, 3, 0]))],
+    ..QWEN2
+};
 pub const QWEN3: Family = Family {
     arch: "qwen3",
     name: "elelem tiny qwen3 canary",
@@ -995,6 +1003,7 @@ pub fn synthetic() -> Vec<(String, Shape)> {
                 ..small(QWEN3MOE)
             },
         ),
+        ("tiny-qwen2vl", small(QWEN2VL)),
         ("tiny-olmo2", small(OLMO2)),
         ("tiny-gemma2", small(GEMMA2)),
         (

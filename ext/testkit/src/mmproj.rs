@@ -23,6 +23,7 @@ pub enum Kind {
     /// shuffle, the `mm.model.mlp.0` LayerNorm and a two-layer MLP (`mm.model.mlp.1`,
     /// `mm.model.mlp.3`).
     Internvl,
+    Qwen2vl,
 }
 
 /// A synthetic SigLIP projector's type and sizes.
@@ -103,6 +104,18 @@ impl Shape {
         n_merge: Some(2),
         input_norm: true,
         seed: 0x1f_3217,
+        ..Shape::GEMMA3
+    };
+
+    /// Qwen2-VL, small: Qwen2-VL's 14-pixel patches (a token per 28 x 28 pixels), the
+    /// same layers without position embeddings (rotary instead) and with GELU-quick (no
+    /// `clip.use_gelu`, as converted Qwen2-VL files), two patch convolutions, 2 x 2 patches
+    /// merged by an MLP of 256 -> 128 -> 96.
+    pub const QWEN2VL: Shape = Shape {
+        kind: Kind::Qwen2vl,
+        image_size: 112,
+        patch_size: 14,
+        seed: 0x9e27_1001,
         ..Shape::GEMMA3
     };
 
@@ -189,12 +202,11 @@ pub fn writer(shape: &Shape) -> GgufWriter {
                 Kind::Ldp => "ldp",
                 Kind::Ldpv2 => "ldpv2",
                 Kind::Internvl => "internvl",
+                Kind::Qwen2vl => "qwen2vl_merger",
             }),
         )
         .set("clip.has_vision_encoder", Value::Bool(true))
         .set("clip.has_text_encoder", Value::Bool(false))
-        // CLIP's feed-forward is GELU-quick (clip.cpp's default without the key's true).
-        .set("clip.use_gelu", Value::Bool(!shape.kind.llava_vit()))
         .set("clip.vision.embedding_length", Value::U32(embd as u32))
         .set("clip.vision.feed_forward_length", Value::U32(ff as u32))
         .set("clip.vision.block_count", Value::U32(shape.n_layer as u32))
@@ -211,6 +223,11 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             "clip.vision.image_std",
             Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
         );
+    // GELU-quick where the key is absent (clip.cpp's default): CLIP's (LLaVA's), and
+    // Qwen2-VL's as converted.
+    if !shape.kind.llava_vit() && shape.kind != Kind::Qwen2vl {
+        w.set("clip.use_gelu", Value::Bool(true));
+    }
     if let Some(k) = shape.n_merge {
         w.set("clip.vision.projector.scale_factor", Value::U32(k));
     }
@@ -230,8 +247,12 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.add_f32(&format!("{name}.bias"), &[n], &rng.small(n));
     };
     add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
-    w.add_f32("v.patch_embd.bias", &[embd], &rng.small(embd));
     let internvl = shape.kind == Kind::Internvl;
+    if shape.kind == Kind::Qwen2vl {
+        add_weights(&mut w, &mut rng, "v.patch_embd.weight.1", ty, &[p, p, 3, embd]);
+    } else {
+        w.add_f32("v.patch_embd.bias", &[embd], &rng.small(embd));
+    }
     if clip {
         w.add_f32("v.class_embd", &[embd], &rng.small(embd));
         // A position for the class token too, looked up by row: of any type.
@@ -244,7 +265,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             &[embd, n_patches + 1],
             &rng.small(embd * (n_patches + 1)),
         );
-    } else {
+    } else if shape.kind != Kind::Qwen2vl {
         w.add_f32(
             "v.position_embd.weight",
             &[embd, n_patches],
@@ -356,6 +377,14 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             add_weights(&mut w, &mut rng, "mm.model.mlp.3.weight", ty, &[ff, text]);
             w.add_f32("mm.model.mlp.3.bias", &[text], &rng.small(text));
         }
+        Kind::Qwen2vl => {
+            // clip.cpp merges 2 x 2 patches (`clip.vision.spatial_merge_size`, absent: 2).
+            let merged = embd * 4;
+            add_weights(&mut w, &mut rng, "mm.0.weight", ty, &[merged, ff]);
+            w.add_f32("mm.0.bias", &[ff], &rng.small(ff));
+            add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, shape.n_text_embd]);
+            w.add_f32("mm.2.bias", &[shape.n_text_embd], &rng.small(shape.n_text_embd));
+        }
     }
     w
 }
@@ -394,6 +423,10 @@ pub fn writer(shape: &Shape) -> GgufWriter {
 ///   `</img>` that mtmd frames each image with; its projector is [`Shape::INTERNVL`] (grids
 ///   of up to 12 tiles of 64 pixels, 16 tokens each, then the overview's 16), projecting to
 ///   128.
+/// - `tiny-qwen2vl-vision`: the `tiny-qwen2vl` canary's shape (Qwen2's block under M-RoPE),
+///   whose vocabulary ends with the control tokens `<|vision_start|>` and `<|vision_end|>`
+///   that mtmd frames each image with; its projector is [`Shape::QWEN2VL`] projecting to
+///   128 (a token per 28 x 28 pixels of the smart-resized image, 8 to 4096 of them).
 pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
     let idefics3 = canary::LLAMA3;
@@ -413,6 +446,10 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     };
     let internvl = canary::Shape {
         family: canary::QWEN2,
+        ..idefics3
+    };
+    let qwen2vl = canary::Shape {
+        family: canary::QWEN2VL,
         ..idefics3
     };
     let lfm2_tiles: Vec<String> = (1..=2)
@@ -465,6 +502,13 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
             &[],
             &["<img>", "</img>"],
             Shape::INTERNVL,
+        ),
+        pair(
+            "tiny-qwen2vl-vision",
+            &qwen2vl,
+            &[],
+            &["<|vision_start|>", "<|vision_end|>"],
+            Shape::QWEN2VL,
         ),
     ]
 }

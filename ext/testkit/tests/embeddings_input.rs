@@ -194,6 +194,7 @@ fn a_request_with_embeddings_generates_what_its_tokens_would() {
         start: 2,
         embd: rows.into(),
         causal: true,
+        grid: None,
     }]);
     assert_eq!(from_tokens, from_rows);
     assert_eq!(from_tokens.len(), 8);

@@ -198,6 +198,38 @@ fn lfm2_preprocessed_images_encode_as_clip_cpps() {
     }
 }
 
+/// Qwen2-VL's encoder (two patch convolutions, the 2 x 2 reorder, 2D rotary positions,
+/// the merger) on images of mtmd's smart resize (bicubic, multiples of 28 pixels): small
+/// ones scaled up to its minimum of 8 tokens, wide and tall ones, and at grids the
+/// preprocessing may not give; F16 and F32 matrices, with and without flash attention.
+#[test]
+fn qwen2vl_embeddings_are_clip_cpps_bit_for_bit() {
+    let f32_shape = Shape {
+        matrix_type: TensorType::F32,
+        seed: 31,
+        ..Shape::QWEN2VL
+    };
+    let mut compared = 0;
+    for (i, (name, shape)) in [("qwen2vl-f16", Shape::QWEN2VL), ("qwen2vl-f32", f32_shape)]
+        .into_iter()
+        .enumerate()
+    {
+        for flash_attn in [true, false] {
+            for (w, h) in [(160, 120), (47, 31), (300, 90), (60, 250)] {
+                let name = format!("{name}-{w}x{h}-fa{flash_attn}");
+                compared += compare(&name, &shape, flash_attn, 2, (w, h));
+            }
+        }
+        let path = write(&format!("{name}-grids"), &writer(&shape));
+        let images: Vec<_> = [(28, 28), (56, 112), (140, 28), (224, 168)]
+            .into_iter()
+            .map(|(w, h)| normalized_image(w, h, 41 + i as u64))
+            .collect();
+        compared += compare_images(name, &path, Mmproj::open(&path).unwrap(), true, 2, &images);
+    }
+    assert!(compared > 0);
+}
+
 /// Each projector type's preprocessing parameters are the ones clip.cpp's loader sets:
 /// Gemma 3's fixed size, Idefics3's longest edge or none, LFM2's token limits at two
 /// patch sizes and merges, LLaVA's padding with and without grid pinpoints.
@@ -233,6 +265,7 @@ fn preprocessing_parameters_are_clip_cpps() {
                 ..Shape::LLAVA
             },
         ),
+        ("qwen2vl", Shape::QWEN2VL),
     ];
     for (name, shape) in shapes {
         let shape = Shape { n_layer: 1, ..shape };
@@ -881,7 +914,7 @@ fn extreme_hyper_parameters_encode_or_are_refused() {
 
 #[test]
 fn mutated_projector_files_are_errors_or_encode() {
-    for shape in [Shape::GEMMA3, Shape::IDEFICS3, Shape::LFM2] {
+    for shape in [Shape::GEMMA3, Shape::IDEFICS3, Shape::LFM2, Shape::QWEN2VL] {
         let shape = Shape { n_layer: 1, ..shape };
         let bytes = writer(&shape).to_bytes();
         let header = elelem_gguf::Gguf::from_bytes(&bytes).unwrap().data_offset() as usize;
@@ -900,9 +933,9 @@ fn mutated_projector_files_are_errors_or_encode() {
                     let mmproj = Arc::new(Mmproj::load(gguf)?);
                     let side = mmproj.hparams.image_size as usize;
                     let images = if mmproj.hparams.projector.dynamic_size() {
-                        // LFM2: a grid other than the native one.
-                        let p = mmproj.hparams.patch_size as usize;
-                        vec![normalized_image(side + 3 * p, side.max(2 * p) - p, 5)]
+                        // LFM2, Qwen2-VL: a grid other than the native one.
+                        let m = mmproj.hparams.side_multiple() as usize;
+                        vec![normalized_image(side + 3 * m, side.max(2 * m) - m, 5)]
                     } else {
                         preprocessed(&mmproj, side, side, 5)
                     };
@@ -927,13 +960,14 @@ fn mutated_projector_files_are_errors_or_encode() {
 
 #[test]
 fn the_embeddings_do_not_depend_on_the_thread_count() {
-    for shape in [Shape::GEMMA3, Shape::IDEFICS3, Shape::LFM2] {
+    for shape in [Shape::GEMMA3, Shape::IDEFICS3, Shape::LFM2, Shape::QWEN2VL] {
         let bytes = writer(&shape).to_bytes();
         let mmproj = Arc::new(Mmproj::load(elelem_gguf::Gguf::from_bytes(&bytes).unwrap()).unwrap());
         let side = mmproj.hparams.image_size as usize;
         let image = if mmproj.hparams.projector.dynamic_size() {
-            // LFM2: an image of another grid than the native one.
-            normalized_image(side + 24, side - 40, 9)
+            // LFM2, Qwen2-VL: an image of another grid than the native one (multiples of
+            // both's merged patch).
+            normalized_image(side + 56, side - 56, 9)
         } else {
             preprocessed(&mmproj, side + 7, side - 5, 9).remove(0)
         };
@@ -955,5 +989,113 @@ fn the_embeddings_do_not_depend_on_the_thread_count() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn qwen2vl_projectors_and_images_that_do_not_fit_are_refused() {
+    let load = |alter: &dyn Fn(&mut GgufWriter)| {
+        let mut w = writer(&Shape {
+            n_layer: 1,
+            ..Shape::QWEN2VL
+        });
+        alter(&mut w);
+        Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+    };
+    let mmproj = Arc::new(load(&|_| {}).unwrap());
+    assert_eq!(mmproj.n_mmproj_embd(), 96);
+    assert_eq!(mmproj.n_image_tokens(168, 112), 6 * 4);
+    // clip.cpp's limits of 8 to 4096 tokens, as pixels of merged 14 x 14 patches.
+    let (kind, params) = mmproj.hparams.preprocessing();
+    assert_eq!(kind, vision::Preprocessor::DynSize);
+    assert_eq!((params.min_pixels, params.max_pixels), (8 * 784, 4096 * 784));
+
+    let refused = |alter: &dyn Fn(&mut GgufWriter), expected: &str| {
+        let e = load(alter).err().unwrap_or_else(|| panic!("{expected}: loaded"));
+        assert!(
+            matches!(&e, Error::Load(m) | Error::Unsupported(m) if m.contains(expected)),
+            "{expected}: {e:?}"
+        );
+    };
+    refused(
+        &|w| {
+            w.remove_tensor("v.patch_embd.weight.1");
+        },
+        "missing tensor v.patch_embd.weight.1",
+    );
+    refused(
+        &|w| {
+            w.remove_tensor("v.blk.0.attn_k.bias");
+        },
+        "missing tensor v.blk.0.attn_k.bias",
+    );
+    refused(
+        &|w| {
+            w.add_f32("v.patch_embd.bias", &[64], &[0.0; 64]);
+        },
+        "v.patch_embd.bias",
+    );
+    refused(
+        &|w| {
+            w.add_f32("v.position_embd.weight", &[64, 64], &[0.0; 64 * 64]);
+        },
+        "v.position_embd.weight",
+    );
+    for name in ["mm.0.weight", "mm.0.bias", "mm.2.weight", "mm.2.bias"] {
+        refused(
+            &|w| {
+                w.remove_tensor(name);
+            },
+            name,
+        );
+    }
+    refused(
+        &|w| {
+            w.set("clip.vision.spatial_merge_size", Value::U32(4));
+        },
+        "merging 4 x 4 patches",
+    );
+    refused(
+        &|w| {
+            w.set("clip.vision.n_wa_pattern", Value::U32(8));
+        },
+        "window attention",
+    );
+    refused(
+        &|w| {
+            w.set("clip.projector_type", Value::String("qwen2.5vl_merger".into()));
+        },
+        "\"qwen2.5vl_merger\"",
+    );
+    refused(
+        &|w| {
+            // Heads of width 2.
+            w.set("clip.vision.attention.head_count", Value::U32(32));
+        },
+        "not a multiple of 4",
+    );
+
+    // Sides that are not multiples of the merged patch (28), and more tokens than the
+    // encoder takes: 4096 with flash attention, 1024 without.
+    for flash_attn in [true, false] {
+        let mut encoder = Encoder::new(
+            Arc::clone(&mmproj),
+            EncoderParams {
+                n_threads: 2,
+                flash_attn,
+            },
+        )
+        .unwrap();
+        let (max, side) = if flash_attn { (4096, 64) } else { (1024, 32) };
+        assert_eq!(encoder.max_image_tokens(), max);
+        assert!(encoder.encode(&normalized_image(28 * side, 28 * side, 3)).is_ok());
+        for (w, h) in [(42, 56), (56, 14), (28 * (side + 1), 28 * side)] {
+            let e = encoder.encode(&normalized_image(w, h, 3)).unwrap_err();
+            assert!(matches!(e, Error::Image(_)), "{w}x{h}: {e:?}");
+        }
+        eprintln!(
+            "qwen2vl, flash attention {flash_attn}: a compute buffer of {} MiB",
+            encoder.compute_bytes() >> 20
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Image and text prompts identical to llama.cpp's libmtmd end to end
 //! (spec/fixtures/goldens/vision, recorded by `rake vision_golden` from the reference's
 //! `mtmd` mode): the chunks mtmd cuts a prompt into (each text piece's ids, each image
-//! chunk's token count), each image chunk's embeddings (their SHA-256), and the greedy ids
+//! chunk's token count, grid and positions), each image chunk's embeddings (their SHA-256), and the greedy ids
 //! after the prompt, for each synthetic language model and projector pair of
 //! tmp/synthetic/vision.
 
@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use elelem_engine::runtime::vision::{MultimodalPrompt, VisionContext, IMAGE_CACHE_ENTRIES};
 use elelem_engine::vision::EncoderParams;
 use elelem_engine::{
-    text::sampler, Batcher, BuildProfile, Context, ContextParams, Event, GenerateParams, Model, Request, Summary,
-    TextParams,
+    text::sampler, BatchToken, Batcher, BuildProfile, Context, ContextParams, Error, Event, GenerateParams, ImageGrid,
+    Model, Request, Summary, TextParams,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -54,7 +54,8 @@ fn ids(v: &Value) -> Vec<u32> {
         .collect()
 }
 
-/// The prompt as mtmd's chunks: `("text", ids)` or `("image", [n_tokens])`.
+/// The prompt as mtmd's chunks: `("text", ids)` or `("image", [n_tokens, nx, ny, n_pos])`
+/// (the tokens in one row, as mtmd counts them, where the model places them by position).
 fn chunks(prompt: &MultimodalPrompt, n_embd: usize) -> Vec<(&'static str, Vec<u32>)> {
     let mut out = Vec::new();
     let mut at = 0;
@@ -66,7 +67,8 @@ fn chunks(prompt: &MultimodalPrompt, n_embd: usize) -> Vec<(&'static str, Vec<u3
     for e in &prompt.embeddings {
         text(at, e.start, &mut out);
         let rows = e.embd.len() / n_embd;
-        out.push(("image", vec![rows as u32]));
+        let (nx, ny) = e.grid.unwrap_or((rows as u32, 1));
+        out.push(("image", vec![rows as u32, nx, ny, e.n_pos(n_embd) as u32]));
         at = e.start + rows;
     }
     text(at, prompt.ids.len(), &mut out);
@@ -174,7 +176,13 @@ fn check_pair(name: &str) {
             .iter()
             .map(|c| match c["type"].as_str().unwrap() {
                 "text" => ("text", ids(&c["ids"])),
-                _ => ("image", vec![c["n_tokens"].as_u64().unwrap() as u32]),
+                _ => (
+                    "image",
+                    ["n_tokens", "nx", "ny", "n_pos"]
+                        .iter()
+                        .map(|k| c[*k].as_u64().unwrap() as u32)
+                        .collect(),
+                ),
             })
             .collect();
         assert_eq!(
@@ -183,7 +191,7 @@ fn check_pair(name: &str) {
             "{name} {case_name}: mtmd's chunks"
         );
         assert_eq!(
-            prompt.ids.len() as u64,
+            prompt.n_pos as u64,
             case["n_past"].as_u64().unwrap(),
             "{name} {case_name}: the positions the prompt takes"
         );
@@ -232,6 +240,64 @@ fn mobilevlm_image_prompts_match_mtmd() {
 #[test]
 fn internvl_image_prompts_match_mtmd() {
     check_pair("tiny-internvl-vision");
+}
+
+#[test]
+fn qwen2vl_image_prompts_match_mtmd() {
+    check_pair("tiny-qwen2vl-vision");
+}
+
+/// Under M-RoPE an image's rows share one position: `decode_image` refuses what mtmd's
+/// helper never asks (rows past the grid, rows of two sequences, a model of one position a
+/// token), a sequence cannot be cut within an image (nor is a prefix reused to within one),
+/// and cut at its start it takes the image again, to the same logits.
+#[test]
+fn image_rows_on_a_grid_are_refused_where_they_do_not_fit() {
+    let (model, _) = open_pair("tiny-qwen2vl-vision", 2);
+    let params = ContextParams {
+        n_ctx: 256,
+        n_threads: 2,
+        n_seq_max: 2,
+        ..Default::default()
+    };
+    let mut ctx = Context::new(Arc::clone(&model), params.clone()).unwrap();
+    let n_embd = model.hparams.n_embd as usize;
+    let image: Vec<f32> = (0..6 * n_embd).map(|i| ((i % 7) as f32 - 3.0) * 0.01).collect();
+    let rows = |from: usize, n: usize| &image[from * n_embd..(from + n) * n_embd];
+    let batch = |n: usize, seq: u32| -> Vec<BatchToken> {
+        (0..n)
+            .map(|i| BatchToken {
+                token: 1,
+                seq,
+                output: i + 1 == n,
+            })
+            .collect()
+    };
+    let invalid = |r: Result<(), Error>| assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    let grid = ImageGrid { nx: 3, ny: 2, first: 0 };
+
+    ctx.decode_batch(&batch(3, 0)).unwrap();
+    ctx.decode_image(&batch(4, 0), rows(0, 4), true, grid).unwrap();
+    invalid(ctx.decode_image(&batch(3, 0), rows(3, 3), true, ImageGrid { first: 4, ..grid }));
+    invalid(ctx.seq_truncate(0, 5));
+    let mut two = batch(2, 0);
+    two[1].seq = 1;
+    invalid(ctx.decode_image(&two, rows(4, 2), true, ImageGrid { first: 4, ..grid }));
+    ctx.decode_image(&batch(2, 0), rows(4, 2), true, ImageGrid { first: 4, ..grid })
+        .unwrap();
+    ctx.decode_batch(&batch(1, 0)).unwrap();
+    let after = ctx.logits().to_vec();
+
+    let held = ctx.seq_tokens(0).to_vec();
+    assert_eq!(ctx.reusable_prefix(0, &held[..6]), 3, "not within the image");
+    ctx.seq_truncate(0, 3).unwrap();
+    ctx.decode_image(&batch(6, 0), rows(0, 6), true, grid).unwrap();
+    ctx.decode_batch(&batch(1, 0)).unwrap();
+    assert_eq!(ctx.logits(), after.as_slice(), "the image again, in one pass");
+
+    let (gemma3, _) = open_pair("tiny-gemma3-vision", 2);
+    let mut ctx = Context::new(gemma3, params).unwrap();
+    invalid(ctx.decode_image(&batch(6, 0), rows(0, 6), true, grid));
 }
 
 /// An image sent again is not encoded again (the same embeddings, by the hash of its

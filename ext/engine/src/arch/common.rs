@@ -1,7 +1,7 @@
 //! What several architectures share: loading a llama-like model's weights, and the
 //! loops of decoder and encoder blocks.
 
-use crate::ggml::Tensor;
+use crate::ggml::{Tensor, MROPE_SECTIONS};
 use crate::model::hparams::ExpertGroups;
 use crate::model::{
     Classifier, ExpertGating, Glu, GraphBuilder, HParams, Keys, LayerWeights, Loader, OutputHead, RopeFactors, Weights,
@@ -10,6 +10,28 @@ use crate::{Error, Result};
 
 /// For architectures with no hyper-parameters beyond the common ones.
 pub fn no_extra_hparams(_: &Keys, _: &mut HParams) -> Result<()> {
+    Ok(())
+}
+
+/// Multi-dimensional rope's sections (`rope.dimension_sections`, required): how many
+/// pairs of each head each coordinate of a position turns.
+pub fn read_rope_sections(keys: &Keys, hp: &mut HParams) -> Result<()> {
+    let arch = hp.arch.name;
+    let sections = keys
+        .opt_u32s("rope.dimension_sections", MROPE_SECTIONS)?
+        .ok_or_else(|| Error::Load(format!("missing required metadata key {arch}.rope.dimension_sections")))?;
+    // ggml's kernel takes each pair's section modulo their sum, and asserts the sum is
+    // at most a head's dimensions.
+    let total = sections.iter().map(|&pairs| u64::from(pairs)).sum::<u64>();
+    if total == 0 || total > u64::from(hp.head_dim_k) {
+        return Err(Error::Load(format!(
+            "{arch}.rope.dimension_sections {sections:?} must sum to 1 to the head size ({})",
+            hp.head_dim_k
+        )));
+    }
+    for (section, &pairs) in hp.rope.sections.iter_mut().zip(&sections) {
+        *section = pairs as i32;
+    }
     Ok(())
 }
 

@@ -36,6 +36,7 @@ mod phi3;
 mod phimoe;
 mod qwen2;
 mod qwen2moe;
+mod qwen2vl;
 mod qwen3;
 mod qwen35;
 mod qwen35moe;
@@ -58,6 +59,7 @@ pub use llama_cpp::LLAMA_CPP_ARCHITECTURES;
 pub const REGISTRY: &[&ArchSpec] = &[
     &llama::ARCH,
     &qwen2::ARCH,
+    &qwen2vl::ARCH,
     &qwen3::ARCH,
     &qwen3moe::ARCH,
     &gemma2::ARCH,

@@ -22,7 +22,13 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
 };
 
 fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
-    let mut weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| l.llama_block(hp, il, true))?;
+    load_with(loader, hp, true)
+}
+
+/// qwen2's weights, its Q, K and V biases required when `qkv_bias` (else optional, as
+/// llama.cpp's qwen2vl declares them), and an optional bias on the head.
+pub(super) fn load_with(loader: &mut Loader, hp: &HParams, qkv_bias: bool) -> Result<Weights> {
+    let mut weights = load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| l.llama_block(hp, il, qkv_bias))?;
     if let Some(head) = &mut weights.head {
         head.bias = loader.optional_vector("output.bias", u64::from(hp.n_vocab))?;
     }

@@ -13,8 +13,8 @@
 //! (`nextn_predict_layers`) are loaded and left unused, as llama.cpp decodes. Refused: a
 //! fused `attn_qkv` on the attention layers.
 
-use super::common::{self, load_llama_like, read_nextn_layers, Head};
-use crate::ggml::{RopeMode, Tensor, MROPE_SECTIONS};
+use super::common::{self, load_llama_like, read_nextn_layers, read_rope_sections, Head};
+use crate::ggml::{RopeMode, Tensor};
 use crate::model::{
     read_ssm, ArchSpec, AttentionWeights, BetaAlpha, DeltaNetWeights, FfnWeights, Glu, GraphBuilder, HParams, Keys,
     Kind, LayerWeights, Loader, Mixer, NormType, QkvWeights, Qkvz, Weights,
@@ -40,22 +40,7 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
 /// What qwen35 and qwen35moe read alike: the rope sections, then what qwen3next reads
 /// too ([`read_delta_nets`]).
 pub(super) fn read_hybrid(keys: &Keys, hp: &mut HParams) -> Result<()> {
-    let arch = hp.arch.name;
-    let sections = keys
-        .opt_u32s("rope.dimension_sections", MROPE_SECTIONS)?
-        .ok_or_else(|| Error::Load(format!("missing required metadata key {arch}.rope.dimension_sections")))?;
-    // ggml's kernel takes each pair's section modulo their sum, and asserts the sum is
-    // at most a head's dimensions.
-    let total = sections.iter().map(|&pairs| u64::from(pairs)).sum::<u64>();
-    if total == 0 || total > u64::from(hp.head_dim_k) {
-        return Err(Error::Load(format!(
-            "{arch}.rope.dimension_sections {sections:?} must sum to 1 to the head size ({})",
-            hp.head_dim_k
-        )));
-    }
-    for (section, &pairs) in hp.rope.sections.iter_mut().zip(&sections) {
-        *section = pairs as i32;
-    }
+    read_rope_sections(keys, hp)?;
     read_delta_nets(keys, hp)
 }
 

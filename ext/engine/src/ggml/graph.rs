@@ -19,6 +19,14 @@ pub enum RopeMode {
     Norm = 0,
     /// Halves (i, i + n/2): qwen2, gemma3.
     Neox = 2,
+    /// Multi-dimensional rope in sections (ggml's `GGML_ROPE_TYPE_MROPE`: Qwen2-VL's and
+    /// Qwen2.5-VL's), in NEOX order: each position has [`MROPE_SECTIONS`] coordinates,
+    /// and [`Rope::sections`] says how many consecutive pairs each coordinate turns.
+    Mrope = 8,
+    /// Multi-dimensional rope over image patches (ggml's `GGML_ROPE_TYPE_VISION`:
+    /// Qwen2-VL's ViT): each position has [`MROPE_SECTIONS`] coordinates (a patch's row,
+    /// column, row and column), and [`Rope::sections`] says how many pairs each turns.
+    Vision = 24,
     /// Interleaved multi-dimensional rope (ggml's `GGML_ROPE_TYPE_IMROPE`: Qwen3-VL's
     /// and Qwen 3.5's), in NEOX order: each position has [`MROPE_SECTIONS`] coordinates
     /// (a text token's `[p, p, p, 0]`), and [`Rope::sections`] says how many pairs
@@ -35,7 +43,7 @@ impl RopeMode {
     pub fn positions_per_token(self) -> usize {
         match self {
             RopeMode::Norm | RopeMode::Neox => 1,
-            RopeMode::Imrope => MROPE_SECTIONS,
+            RopeMode::Mrope | RopeMode::Vision | RopeMode::Imrope => MROPE_SECTIONS,
         }
     }
 }
@@ -665,7 +673,7 @@ impl Graph {
                     rope.beta_slow,
                 )
             ),
-            RopeMode::Imrope => {
+            RopeMode::Mrope | RopeMode::Vision | RopeMode::Imrope => {
                 let mut sections = rope.sections;
                 op!(
                     self,

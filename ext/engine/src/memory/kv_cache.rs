@@ -139,6 +139,10 @@ pub type SeqId = u32;
 pub(crate) struct Cells {
     /// The position each cell holds, -1 when empty.
     pos: Vec<i32>,
+    /// Under multi-dimensional rope, each cell's token's place in an image (row, column:
+    /// llama.cpp's `llama_kv_cell_ext` `y`, `x`), a text token's both its position: which
+    /// of two cells at one position comes first ([`Cells::mask_row`]).
+    yx: Vec<(i32, i32)>,
     /// The sequences each cell belongs to, one bit each; 0 when empty.
     seqs: Vec<u64>,
     used: BTreeSet<u32>,
@@ -157,6 +161,7 @@ impl Cells {
     fn new(size: u32, window: Option<u32>, n_seq: u32) -> Cells {
         Cells {
             pos: vec![-1; size as usize],
+            yx: vec![(-1, -1); size as usize],
             seqs: vec![0; size as usize],
             used: BTreeSet::new(),
             seq_pos: vec![BTreeMap::new(); n_seq as usize],
@@ -330,6 +335,14 @@ impl Cells {
         self.head = idxs.last().map_or(self.head, |&i| i + 1);
     }
 
+    /// Records the (row, column) of each token put in `idxs` ([`Cells::yx`]), as
+    /// llama.cpp's `apply_ubatch` sets a cell's `ext` for a batch of 2D positions.
+    pub fn set_yx(&mut self, idxs: &[u32], yx: impl Iterator<Item = (i32, i32)>) {
+        for (&idx, yx) in idxs.iter().zip(yx) {
+            self.yx[idx as usize] = yx;
+        }
+    }
+
     /// llama.cpp's `seq_rm`: `seq` forgets its positions in `p0..p1`; cells left
     /// empty are freed, and the next search starts at the first of them if that is
     /// before the head.
@@ -397,14 +410,27 @@ impl Cells {
     /// One row of the mask [n_kv, n_tokens], for the token of `seq` at position
     /// `query` over the first `row.len()` cells: a cell is `visible` if it holds a
     /// position of `seq` at or before the token's (any of its positions, when not
-    /// `causal`), within the window, else `hidden` (0 and -inf, in F16 or F32). Row by
-    /// row, because the whole mask of a micro-batch deep in a large context would be a
-    /// second copy of up to a GiB.
-    pub fn mask_row<T: Copy>(&self, query: i32, seq: SeqId, causal: bool, row: &mut [T], visible: T, hidden: T) {
+    /// `causal`), within the window, else `hidden` (0 and -inf, in F16 or F32). Under
+    /// multi-dimensional rope (`query_yx`, the token's row and column), a cell at the
+    /// token's own position whose (row, column) is later is hidden too (llama.cpp's
+    /// `is_2d_gt`: an image's tokens share one position). Row by row, because the whole
+    /// mask of a micro-batch deep in a large context would be a second copy of up to a GiB.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mask_row<T: Copy>(
+        &self,
+        query: i32,
+        query_yx: Option<(i32, i32)>,
+        seq: SeqId,
+        causal: bool,
+        row: &mut [T],
+        visible: T,
+        hidden: T,
+    ) {
         row.fill(hidden);
         let bit = 1u64 << seq;
-        for ((m, &key), &seqs) in row.iter_mut().zip(&self.pos).zip(&self.seqs) {
-            if seqs & bit != 0 && (key <= query || !causal) && !self.outside_window(key, query) {
+        for (((m, &key), &seqs), &key_yx) in row.iter_mut().zip(&self.pos).zip(&self.seqs).zip(&self.yx) {
+            let later_in_image = causal && key == query && query_yx.is_some_and(|q| key_yx > q);
+            if seqs & bit != 0 && (key <= query || !causal) && !later_in_image && !self.outside_window(key, query) {
                 *m = visible;
             }
         }
@@ -712,7 +738,7 @@ mod tests {
         assert_eq!(taken[1], (512..700).collect::<Vec<_>>());
         assert_eq!(cells.n_kv(), 768);
         let mut mask = [0; 768];
-        cells.mask_row(699, 0, true, &mut mask, MASK_VISIBLE, MASK_HIDDEN);
+        cells.mask_row(699, None, 0, true, &mut mask, MASK_VISIBLE, MASK_HIDDEN);
         assert!(mask[..700].iter().all(|&m| m == MASK_VISIBLE));
         assert!(mask[700..].iter().all(|&m| m == MASK_HIDDEN));
     }
@@ -749,7 +775,7 @@ mod tests {
         assert_eq!(feed(&mut cells, 0, 1100, 1, 1)[0], [76]);
         let query = 1100;
         let mut mask = [0; 1024];
-        cells.mask_row(query, 0, true, &mut mask, MASK_VISIBLE, MASK_HIDDEN);
+        cells.mask_row(query, None, 0, true, &mut mask, MASK_VISIBLE, MASK_HIDDEN);
         for (idx, &m) in mask.iter().enumerate() {
             let key = cells.pos[idx];
             assert_eq!(m == MASK_VISIBLE, query - key < 512, "cell {idx} at {key}");
@@ -783,7 +809,7 @@ mod tests {
         assert_eq!((a[0].clone(), b[0].clone()), (vec![4, 5], vec![6, 7, 8]));
         let visible = |seq, query| {
             let mut row = [0u16; 9];
-            cells.mask_row(query, seq, true, &mut row, MASK_VISIBLE, MASK_HIDDEN);
+            cells.mask_row(query, None, seq, true, &mut row, MASK_VISIBLE, MASK_HIDDEN);
             row.iter().map(|&m| m == MASK_VISIBLE).collect::<Vec<_>>()
         };
         let t = true;
@@ -819,7 +845,7 @@ mod tests {
         assert_eq!(feed(&mut cells, 2, 3, 20, 7)[1], (210..217).collect::<Vec<_>>());
         // Past the window nothing is reused: only the mask hides old keys.
         let mut row = [0u16; 300];
-        cells.mask_row(22, 2, true, &mut row, MASK_VISIBLE, MASK_HIDDEN);
+        cells.mask_row(22, None, 2, true, &mut row, MASK_VISIBLE, MASK_HIDDEN);
         let visible: Vec<usize> = (0..300).filter(|&i| row[i] == MASK_VISIBLE).collect();
         assert_eq!(visible, (215..223).collect::<Vec<_>>());
         // A sequence's range is all it has; truncated, it refills the same cells.

@@ -25,6 +25,10 @@ pub(crate) struct Batch<'a> {
     /// tokens, as mtmd decodes them with `llama_set_causal_attn(false)`).
     pub causal: bool,
     pub pos: &'a [i32],
+    /// Under multi-dimensional rope, each token's row and column (an image token's place in
+    /// its grid, offset by its position; a text token's position twice): the second and
+    /// third sections of its position, and the order of a position's cells in the mask.
+    pub yx: Option<&'a [(i32, i32)]>,
     pub seqs: &'a [SeqId],
     pub out_rows: &'a [i32],
     /// Per cache group, the cell of each token.
@@ -79,9 +83,10 @@ impl GraphInput for TokenInput {
 }
 
 /// I32 [n_tokens × per_token]: each token's position (`llm_graph_input_pos`); under
-/// multi-dimensional rope ([`crate::ggml::RopeMode::Imrope`]) a coordinate per section,
-/// section by section, a token's `[p, p, p, 0]` (as llama.cpp's batch expands a text
-/// token's position). A graph that rotates nothing (mamba2's, Granite 4's without rope)
+/// multi-dimensional rope ([`crate::ggml::RopeMode::Mrope`], [`crate::ggml::RopeMode::Imrope`]) a coordinate per section,
+/// section by section: `[t, y, x, 0]` ([`Batch::yx`]; a text token's `[p, p, p, 0]`, as
+/// llama.cpp's batch expands a text token's position; an image token's as mtmd's
+/// `mtmd_image_tokens_get_decoder_pos` places it). A graph that rotates nothing (mamba2's, Granite 4's without rope)
 /// does not read it, and it gets no memory.
 pub struct Positions(pub Tensor, pub usize);
 
@@ -93,8 +98,18 @@ impl GraphInput for Positions {
         }
         let n = batch.n_tokens();
         let mut coords = vec![0i32; n * self.1];
-        for section in coords.chunks_mut(n).take(3) {
-            section.copy_from_slice(batch.pos);
+        coords[..n].copy_from_slice(batch.pos);
+        match batch.yx {
+            Some(yx) => {
+                for (i, &(y, x)) in yx.iter().enumerate() {
+                    coords[n + i] = y;
+                    coords[2 * n + i] = x;
+                }
+            }
+            None => {
+                coords[n..2 * n].copy_from_slice(batch.pos);
+                coords[2 * n..3 * n].copy_from_slice(batch.pos);
+            }
         }
         self.0.write(&coords);
     }
@@ -175,7 +190,8 @@ impl KvGroupInput {
         let row_bytes = std::mem::size_of_val(&row[..]);
         assert_eq!(self.mask.nbytes(), row_bytes * batch.n_tokens());
         for (i, (&query, &seq)) in batch.pos.iter().zip(batch.seqs).enumerate() {
-            cells.mask_row(query, seq, batch.causal, &mut row, visible, hidden);
+            let query_yx = batch.yx.map(|yx| yx[i]);
+            cells.mask_row(query, query_yx, seq, batch.causal, &mut row, visible, hidden);
             self.mask.write_at(i * row_bytes, &row);
         }
     }

@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::memory::kv_cache::SeqId;
-use crate::runtime::context::BatchToken;
+use crate::runtime::context::{BatchToken, ImageGrid};
 use crate::text::constraint::Constraint;
 use crate::text::sampler::{log_softmax_top, Sampler};
 use crate::text::stream::{FinishReason, TextParams, TextStream};
@@ -39,11 +39,24 @@ pub struct PromptEmbeddings {
     /// False when the rows see each other in both directions (Gemma 3's image tokens):
     /// they are then one pass.
     pub causal: bool,
+    /// For a model under multi-dimensional rope, the image's grid of (across, down)
+    /// tokens, by which the rows are placed ([`Context::decode_image`]); `None`: one
+    /// position per row.
+    pub grid: Option<(u32, u32)>,
 }
 
 impl PromptEmbeddings {
     fn rows(&self, n_embd: usize) -> std::ops::Range<usize> {
         self.start..self.start + self.embd.len() / n_embd
+    }
+
+    /// The positions the rows take in the sequence: one each, or for an image under
+    /// multi-dimensional rope the longer side of its grid (mtmd's `n_pos`).
+    pub fn n_pos(&self, n_embd: usize) -> usize {
+        match self.grid {
+            Some((nx, ny)) => nx.max(ny) as usize,
+            None => self.embd.len() / n_embd,
+        }
     }
 }
 
@@ -124,12 +137,19 @@ pub enum Event {
 /// One pass: the tokens, and whose they are.
 pub struct Plan {
     pub batch: Vec<BatchToken>,
-    /// The batch's embeddings, when it is a prompt's rows given as embeddings, and
-    /// whether they attend causally.
-    embeddings: Option<(Vec<f32>, bool)>,
+    /// The batch's embeddings, when it is a prompt's rows given as embeddings.
+    embeddings: Option<PlannedRows>,
     /// Per request in the pass: how many of its prompt tokens it carries (0 for a
     /// decode step), and which of the pass's output rows is its, if any.
     members: Vec<(RequestId, usize, Option<usize>)>,
+}
+
+/// A pass's rows given as embeddings: whether they attend causally, and where they lie in
+/// their image's grid for a model under multi-dimensional rope.
+struct PlannedRows {
+    embd: Vec<f32>,
+    causal: bool,
+    grid: Option<ImageGrid>,
 }
 
 impl Plan {
@@ -137,7 +157,16 @@ impl Plan {
     pub fn decode(&self, ctx: &mut Context) -> Result<()> {
         match &self.embeddings {
             None => ctx.decode_batch(&self.batch),
-            Some((embd, causal)) => ctx.decode_embeddings(&self.batch, embd, *causal),
+            Some(PlannedRows {
+                embd,
+                causal,
+                grid: None,
+            }) => ctx.decode_embeddings(&self.batch, embd, *causal),
+            Some(PlannedRows {
+                embd,
+                causal,
+                grid: Some(grid),
+            }) => ctx.decode_image(&self.batch, embd, *causal, *grid),
         }
     }
 }
@@ -571,10 +600,19 @@ impl<'a> Batcher<'a> {
                     output: last && i + 1 == active.fed + n,
                 })
                 .collect();
-            let from = (active.fed - rows.start) * n_embd;
+            let first = active.fed - rows.start;
+            let from = first * n_embd;
             Some(Plan {
                 batch,
-                embeddings: Some((e.embd[from..from + n * n_embd].to_vec(), e.causal)),
+                embeddings: Some(PlannedRows {
+                    embd: e.embd[from..from + n * n_embd].to_vec(),
+                    causal: e.causal,
+                    grid: e.grid.map(|(nx, ny)| ImageGrid {
+                        nx,
+                        ny,
+                        first: first as u32,
+                    }),
+                }),
                 members: vec![(id, n, last.then_some(0))],
             })
         })

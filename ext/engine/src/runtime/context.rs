@@ -136,6 +136,40 @@ pub struct BatchToken {
     pub output: bool,
 }
 
+/// Where one image's rows of a pass lie in its grid of `nx` x `ny` tokens (mtmd's
+/// `mtmd_image_tokens`), for a model under multi-dimensional rope: the pass holds the rows
+/// from `first` on, in row-major order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageGrid {
+    pub nx: u32,
+    pub ny: u32,
+    pub first: u32,
+}
+
+impl ImageGrid {
+    /// The positions the image takes in its sequence (mtmd's `n_pos`: `max(nx, ny)`).
+    fn n_pos(self) -> i32 {
+        self.nx.max(self.ny) as i32
+    }
+}
+
+/// Where a sequence's tokens sit: each held token's position, and the next one's. They
+/// are the tokens' indices but under multi-dimensional rope after an image, whose tokens
+/// all take the position the image starts at and whose next token takes `n_pos` more
+/// ([`ImageGrid`]).
+#[derive(Debug, Clone, Default)]
+struct SeqPositions {
+    held: Vec<i32>,
+    next: i32,
+}
+
+impl SeqPositions {
+    fn clear(&mut self) {
+        self.held.clear();
+        self.next = 0;
+    }
+}
+
 /// A pass's tokens as [`Context::decode_batch`] lays them out: positions, sequences,
 /// output rows, and the cells each cache group gave them.
 struct Pass<'a> {
@@ -143,6 +177,7 @@ struct Pass<'a> {
     embd: Option<&'a [f32]>,
     causal: bool,
     pos: &'a [i32],
+    yx: Option<&'a [(i32, i32)]>,
     seqs: &'a [SeqId],
     out_rows: &'a [i32],
     slots: &'a [Vec<u32>],
@@ -188,6 +223,8 @@ pub struct Context {
     /// Per sequence, the tokens the memory holds (their K and V, or the state after
     /// them), in order.
     seqs: Vec<Vec<u32>>,
+    /// Per sequence, where its tokens sit.
+    positions: Vec<SeqPositions>,
     /// The last pass's output: the logits of its output rows, one row of n_vocab
     /// each, or its embeddings (see [`Context::embeddings`]).
     logits: Vec<f32>,
@@ -381,6 +418,7 @@ impl Context {
             galloc,
             arena: GraphArena::new(max_nodes),
             seqs: vec![Vec::new(); params.n_seq_max as usize],
+            positions: vec![SeqPositions::default(); params.n_seq_max as usize],
             logits: vec![0.0; n_vocab],
             abort,
             stats: DecodeStats::default(),
@@ -470,20 +508,34 @@ impl Context {
     pub fn clear(&mut self) {
         self.memory.clear();
         self.seqs.iter_mut().for_each(Vec::clear);
+        self.positions.iter_mut().for_each(SeqPositions::clear);
         self.stats = DecodeStats::default();
     }
 
-    /// `seq` forgets its tokens from position `keep` on (llama.cpp's
-    /// `llama_memory_seq_rm(seq, keep, -1)`); their cells are the next ones filled.
+    /// `seq` forgets its tokens from the `keep`th on (llama.cpp's
+    /// `llama_memory_seq_rm(seq, p, -1)` from that token's position `p`); their cells are
+    /// the next ones filled.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a model with recurrent layers when `keep` is
     /// neither 0 nor all the sequence holds: a state cannot be cut back (see
-    /// [`crate::memory::recurrent`]). Nothing is forgotten then.
+    /// [`crate::memory::recurrent`]); or when `keep` is within an image under
+    /// multi-dimensional rope, whose tokens share one position. Nothing is forgotten then.
     pub fn seq_truncate(&mut self, seq: SeqId, keep: usize) -> Result<()> {
-        let held = self.seqs[seq as usize].len();
-        self.memory.seq_truncate(seq, keep, held)?;
+        let positions = &self.positions[seq as usize];
+        let Some(&from) = positions.held.get(keep) else {
+            return Ok(());
+        };
+        if keep > 0 && positions.held[keep - 1] == from {
+            return Err(Error::InvalidArgument(format!(
+                "cannot keep {keep} tokens: the {keep}th is within an image, whose tokens share one position"
+            )));
+        }
+        self.memory.seq_truncate(seq, from as usize, positions.next as usize)?;
         self.seqs[seq as usize].truncate(keep);
+        let positions = &mut self.positions[seq as usize];
+        positions.held.truncate(keep);
+        positions.next = from;
         Ok(())
     }
 
@@ -491,6 +543,7 @@ impl Context {
     pub fn seq_forget(&mut self, seq: SeqId) {
         self.memory.forget(seq);
         self.seqs[seq as usize].clear();
+        self.positions[seq as usize].clear();
     }
 
     /// `dst` becomes a copy of `src` (llama.cpp's `seq_rm(dst)` then `seq_cp(src, dst)`):
@@ -509,6 +562,7 @@ impl Context {
             self.seq_forget(dst);
             self.memory.seq_cp(src, dst);
             self.seqs[dst as usize] = self.seqs[src as usize].clone();
+            self.positions[dst as usize] = self.positions[src as usize].clone();
         }
         Ok(())
     }
@@ -522,9 +576,10 @@ impl Context {
     /// Every sequence but `seq` is forgotten (llama.cpp's `seq_keep`).
     pub fn seq_keep(&mut self, seq: SeqId) {
         self.memory.seq_keep(seq);
-        for (s, tokens) in self.seqs.iter_mut().enumerate() {
+        for (s, (tokens, positions)) in self.seqs.iter_mut().zip(&mut self.positions).enumerate() {
             if s as SeqId != seq {
                 tokens.clear();
+                positions.clear();
             }
         }
     }
@@ -535,7 +590,8 @@ impl Context {
     }
 
     /// How long a prefix of `prompt` sequence `seq` already holds, leaving at least
-    /// one token to evaluate (for its logits). A model with sliding-window layers
+    /// one token to evaluate (for its logits), and not ending within an image under
+    /// multi-dimensional rope. A model with sliding-window layers
     /// shares none: its ring may no longer hold the window a shorter prefix needs. A
     /// model with recurrent layers shares all it holds or nothing: its state is that of
     /// the whole sequence, so only a prompt that continues it can reuse it (a
@@ -547,6 +603,12 @@ impl Context {
         let cached = &self.seqs[seq as usize];
         let common = cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
         let reusable = common.min(prompt.len().saturating_sub(1));
+        // Not within an image whose tokens share one position (which cannot be cut): back
+        // to its start.
+        let held = &self.positions[seq as usize].held;
+        let reusable = held
+            .get(reusable)
+            .map_or(reusable, |&p| held[..reusable].partition_point(|&q| q < p));
         if self.memory.is_recurrent() && reusable < cached.len() {
             return 0;
         }
@@ -753,7 +815,7 @@ impl Context {
                 t.token
             )));
         }
-        self.decode_rows(batch, None, true)
+        self.decode_rows(batch, None, true, None)
     }
 
     /// [`Context::decode_batch`] from embeddings instead of token ids (an image's, from
@@ -762,6 +824,46 @@ impl Context {
     /// `causal` false lets the batch's tokens see each other in both directions (Gemma 3's
     /// image tokens, which llama.cpp then requires in one pass, as one batch is here).
     pub fn decode_embeddings(&mut self, batch: &[BatchToken], embd: &[f32], causal: bool) -> Result<()> {
+        self.decode_given_rows(batch, embd, causal, None)
+    }
+
+    /// [`Context::decode_embeddings`] of an image's rows `grid` says where in it, for a
+    /// model under multi-dimensional rope, as mtmd's helper decodes an image chunk: each
+    /// token at `[t, t + row, t + column, 0]`, `t` the position the image starts at, and
+    /// once its last row is in, the sequence goes on `max(nx, ny)` after `t`.
+    ///
+    /// # Errors
+    /// Those of [`Context::decode_embeddings`]; [`Error::InvalidArgument`] for a model
+    /// with one position per token, a batch of several sequences, rows beyond the grid,
+    /// or a batch-invariant context (whose cells are one per position).
+    pub fn decode_image(&mut self, batch: &[BatchToken], embd: &[f32], causal: bool, grid: ImageGrid) -> Result<()> {
+        let invalid = |what: String| Err(Error::InvalidArgument(what));
+        if self.model.hparams.rope.mode.positions_per_token() == 1 {
+            return invalid("image positions need a model under multi-dimensional rope".into());
+        }
+        if self.params.batch_invariant {
+            return invalid("a batch-invariant context takes no image of shared positions".into());
+        }
+        if batch.iter().any(|t| t.seq != batch[0].seq) {
+            return invalid("an image's rows are of one sequence".into());
+        }
+        let n_rows = u64::from(grid.nx) * u64::from(grid.ny);
+        let end = u64::from(grid.first) + batch.len() as u64;
+        if end > n_rows {
+            return invalid(format!("rows {} to {end} of an image of {n_rows}", grid.first));
+        }
+        self.decode_given_rows(batch, embd, causal, Some(grid))
+    }
+
+    /// [`Context::decode_rows`] over embeddings, checked: a model that takes them, and
+    /// n_embd values per token of `batch`.
+    fn decode_given_rows(
+        &mut self,
+        batch: &[BatchToken],
+        embd: &[f32],
+        causal: bool,
+        grid: Option<ImageGrid>,
+    ) -> Result<()> {
         let n_embd = self.model.hparams.n_embd as usize;
         self.model.check_takes_embeddings()?;
         if embd.len() != batch.len() * n_embd {
@@ -771,12 +873,19 @@ impl Context {
                 batch.len()
             )));
         }
-        self.decode_rows(batch, Some(embd), causal)
+        self.decode_rows(batch, Some(embd), causal, grid)
     }
 
     /// [`Context::decode_batch`] over checked tokens, or over embeddings `embd` (one
-    /// row per token of `batch`, whose ids the sequences record).
-    fn decode_rows(&mut self, batch: &[BatchToken], embd: Option<&[f32]>, causal: bool) -> Result<()> {
+    /// row per token of `batch`, whose ids the sequences record), an image's where `grid`
+    /// says where in it.
+    fn decode_rows(
+        &mut self,
+        batch: &[BatchToken],
+        embd: Option<&[f32]>,
+        causal: bool,
+        grid: Option<ImageGrid>,
+    ) -> Result<()> {
         if batch.is_empty() || batch.len() > self.max_batch() as usize {
             return Err(Error::InvalidArgument(format!(
                 "a batch holds 1 to {} tokens, got {}",
@@ -800,17 +909,38 @@ impl Context {
         if out_rows.is_empty() {
             out_rows.push(batch.len() as i32 - 1);
         }
-        let mut next: Vec<i32> = self.seqs.iter().map(|t| t.len() as i32).collect();
-        let pos: Vec<i32> = batch
-            .iter()
-            .map(|t| {
-                next[t.seq as usize] += 1;
-                next[t.seq as usize] - 1
-            })
-            .collect();
-        for (seq, &end) in next.iter().enumerate() {
-            self.check_fits(seq as SeqId, end as usize - self.seqs[seq].len())?;
+        let mut next: Vec<i32> = self.positions.iter().map(|p| p.next).collect();
+        let (pos, yx): (Vec<i32>, Vec<(i32, i32)>) = match grid {
+            // mtmd_image_tokens_get_decoder_pos: one position, the rows and columns beside it.
+            Some(grid) => batch
+                .iter()
+                .enumerate()
+                .map(|(j, t)| {
+                    let t = next[t.seq as usize];
+                    let i = grid.first as i32 + j as i32;
+                    (t, (t + i / grid.nx as i32, t + i % grid.nx as i32))
+                })
+                .unzip(),
+            None => batch
+                .iter()
+                .map(|t| {
+                    next[t.seq as usize] += 1;
+                    let p = next[t.seq as usize] - 1;
+                    (p, (p, p))
+                })
+                .unzip(),
+        };
+        if let Some(grid) =
+            grid.filter(|g| (g.first as usize + batch.len()) as u64 == u64::from(g.nx) * u64::from(g.ny))
+        {
+            next[batch[0].seq as usize] += grid.n_pos();
         }
+        let mut counts = vec![0usize; self.seqs.len()];
+        batch.iter().for_each(|t| counts[t.seq as usize] += 1);
+        for (seq, &n) in counts.iter().enumerate() {
+            self.check_fits(seq as SeqId, n)?;
+        }
+        let yx = (self.model.hparams.rope.mode.positions_per_token() > 1).then_some(yx);
         let mut is_output = vec![false; batch.len()];
         out_rows.iter().for_each(|&i| is_output[i as usize] = true);
         // A model with recurrent layers computes a batch in micro-batches of as many
@@ -825,11 +955,16 @@ impl Context {
         let in_order = micro_batches.len() == 1 && micro_batches[0].windows(2).all(|w| w[0] < w[1]);
         let mut outputs: Vec<(usize, Vec<f32>)> = Vec::new();
         for micro in &micro_batches {
-            match self.decode_micro_batch(batch, embd, causal, &pos, &is_output, micro, !in_order) {
+            match self.decode_micro_batch(batch, embd, causal, &pos, yx.as_deref(), &is_output, micro, !in_order) {
                 Ok(rows) => outputs.extend(rows),
                 Err(e) => {
-                    for (seq, tokens) in self.seqs.iter().enumerate() {
-                        self.memory.kv.seq_rm(seq as SeqId, tokens.len() as i32);
+                    for (seq, positions) in self.positions.iter_mut().enumerate() {
+                        self.memory.kv.seq_rm(seq as SeqId, positions.next);
+                        // An image's earlier rows share the position the failed ones took:
+                        // forgotten with them.
+                        let kept = positions.held.partition_point(|&p| p < positions.next);
+                        positions.held.truncate(kept);
+                        self.seqs[seq].truncate(kept);
                     }
                     self.memory.recurrent.discard();
                     return Err(e);
@@ -842,13 +977,18 @@ impl Context {
             outputs.sort_unstable_by_key(|&(i, _)| i);
             self.logits = outputs.into_iter().flat_map(|(_, row)| row).collect();
         }
-        for t in batch {
+        for (t, &p) in batch.iter().zip(&pos) {
             self.seqs[t.seq as usize].push(t.token);
+            self.positions[t.seq as usize].held.push(p);
+        }
+        for (positions, next) in self.positions.iter_mut().zip(next) {
+            positions.next = next;
         }
         Ok(())
     }
 
-    /// Finds cells for the tokens `micro` (indices into `batch`, at positions `pos`),
+    /// Finds cells for the tokens `micro` (indices into `batch`, at positions `pos`, and
+    /// under multi-dimensional rope the rows and columns `yx`),
     /// takes them, and computes their pass. With `collect`, returns the logits of the
     /// batch's output rows (`is_output`, by index into `batch`) that this micro-batch
     /// holds, by index. A micro-batch without one computes its last token's, which
@@ -860,6 +1000,7 @@ impl Context {
         embd: Option<&[f32]>,
         causal: bool,
         pos: &[i32],
+        yx: Option<&[(i32, i32)]>,
         is_output: &[bool],
         micro: &[usize],
         collect: bool,
@@ -875,6 +1016,7 @@ impl Context {
         });
         let seqs: Vec<SeqId> = micro.iter().map(|&i| batch[i].seq).collect();
         let pos: Vec<i32> = micro.iter().map(|&i| pos[i]).collect();
+        let yx: Option<Vec<(i32, i32)>> = yx.map(|yx| micro.iter().map(|&i| yx[i]).collect());
         let mut rows: Vec<i32> = (0..micro.len() as i32)
             .filter(|&j| is_output[micro[j as usize]])
             .collect();
@@ -900,6 +1042,9 @@ impl Context {
             })?;
         for (cells, slot) in self.memory.kv.groups.iter_mut().zip(&slots) {
             cells.apply(slot, placed.iter().copied());
+            if let Some(yx) = &yx {
+                cells.set_yx(slot, yx.iter().copied());
+            }
         }
         let state_rows = match self.memory.is_recurrent() {
             true => self.memory.recurrent.rows_for(&first_seen(&seqs)),
@@ -910,6 +1055,7 @@ impl Context {
             embd: embd.as_deref(),
             causal,
             pos: &pos,
+            yx: yx.as_deref(),
             seqs: &seqs,
             out_rows: &rows,
             slots: &slots,
@@ -933,6 +1079,7 @@ impl Context {
             embd: pass.embd,
             causal: pass.causal,
             pos: pass.pos,
+            yx: pass.yx,
             seqs: pass.seqs,
             out_rows: pass.out_rows,
             slots: pass.slots,

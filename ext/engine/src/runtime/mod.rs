@@ -13,7 +13,7 @@ pub mod speculative;
 pub mod vision;
 
 pub use batcher::{Batcher, Chooser, DraftStats, Event, Logprob, PromptEmbeddings, Request, RequestId, Summary};
-pub use context::{BatchToken, Context, ContextParams, DecodeStats};
+pub use context::{BatchToken, Context, ContextParams, DecodeStats, ImageGrid};
 pub use embed::{EmbedParams, Embedder, Normalize};
 pub use generate::generate;
 pub use ngram_cache::NgramCache;

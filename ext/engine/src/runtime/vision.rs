@@ -36,6 +36,9 @@ pub struct VisionContext {
     /// Whether the language model decodes image tokens causally (mtmd's
     /// `mtmd_decode_use_non_causal`: not Gemma 3's).
     causal: bool,
+    /// Whether the language model places image tokens on their grid (mtmd's
+    /// `mtmd_decode_use_mrope`: a model under multi-dimensional rope).
+    mrope: bool,
     n_vocab: u32,
     /// The latest images by the hash of their bytes, oldest first.
     cache: Mutex<VecDeque<Arc<EncodedImage>>>,
@@ -69,6 +72,9 @@ impl EncodedImage {
 pub struct MultimodalPrompt {
     pub ids: Vec<u32>,
     pub embeddings: Vec<PromptEmbeddings>,
+    /// The positions the prompt takes in its sequence: one per id, but an image's under
+    /// multi-dimensional rope, which take the longer side of its grid (mtmd's `n_past`).
+    pub n_pos: usize,
     /// Seconds the encoder's passes took for the images this prompt encoded (those not
     /// from the cache): what `mtmd_encode_chunk` does, not the decoding or preprocessing.
     pub encode_seconds: f64,
@@ -94,6 +100,7 @@ impl VisionContext {
             encoder: Mutex::new(encoder),
             preprocessing,
             causal,
+            mrope: model.hparams.rope.mode.positions_per_token() > 1,
             n_vocab: model.hparams.n_vocab,
             cache: Mutex::new(VecDeque::new()),
         })
@@ -199,16 +206,21 @@ impl VisionContext {
                 Chunk::Image { image, chunk } => {
                     let embd = Arc::clone(encoded[image].chunk(&chunk.source));
                     let rows = embd.len() / n_embd;
+                    let (nx, ny) = chunk.grid;
                     embeddings.push(PromptEmbeddings {
                         start: ids.len(),
                         embd,
                         causal: self.causal,
+                        grid: self.mrope.then_some((nx as u32, ny as u32)),
                     });
                     ids.extend(std::iter::repeat_n(self.image_id(encoded[image].hash), rows));
                 }
             }
         }
+        let image_rows: usize = embeddings.iter().map(|e| e.embd.len() / n_embd).sum();
+        let image_pos: usize = embeddings.iter().map(|e| e.n_pos(n_embd)).sum();
         Ok(MultimodalPrompt {
+            n_pos: ids.len() - image_rows + image_pos,
             ids,
             embeddings,
             encode_seconds,

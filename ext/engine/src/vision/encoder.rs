@@ -21,9 +21,16 @@ use ggml_sys as sys;
 use super::hparams::{ClipHParams, FfnOp};
 use super::image::ImageF32;
 use super::mmproj::{Mmproj, VitLayer};
-use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
+use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Rope, RopeMode, Tensor, MROPE_SECTIONS};
 use crate::model::Norm;
 use crate::{Error, Result};
+
+/// Without flash attention, the most tokens one image may give a dynamic-size encoder:
+/// `soft_max` over `K·Q` holds `n_head × n_patches²` floats, which at Qwen2-VL's limit of
+/// 4096 tokens (16,384 patches) and its 16 heads would be a compute buffer of 16 GiB; at
+/// 1024 tokens it is 1 GiB. Images within it are mtmd's; larger ones are refused, not
+/// preprocessed otherwise (flash attention, the default, takes them all).
+pub const MAX_IMAGE_TOKENS_WITHOUT_FLASH_ATTN: u32 = 1024;
 
 /// The abort flag of an encode that cannot be stopped.
 static NEVER: AtomicBool = AtomicBool::new(false);
@@ -77,7 +84,7 @@ impl Encoder {
             arena,
         };
         // Each reservation keeps the buffer at least as large as it was.
-        for (width, height) in encoder.mmproj.largest_images() {
+        for (width, height) in encoder.mmproj.largest_images(encoder.max_image_tokens()) {
             let graph = encoder.arena.graph()?;
             build(&graph, &encoder.mmproj, encoder.flash_attn, width, height);
             encoder.gallocr.reserve(&graph)?;
@@ -87,6 +94,18 @@ impl Encoder {
 
     pub fn mmproj(&self) -> &Mmproj {
         &self.mmproj
+    }
+
+    /// The most tokens one image may give this encoder: the projector's
+    /// ([`ClipHParams::max_image_tokens`]), or without flash attention at most
+    /// [`MAX_IMAGE_TOKENS_WITHOUT_FLASH_ATTN`].
+    pub fn max_image_tokens(&self) -> u32 {
+        let max = self.mmproj.hparams.max_image_tokens();
+        if self.flash_attn {
+            max
+        } else {
+            max.min(MAX_IMAGE_TOKENS_WITHOUT_FLASH_ATTN)
+        }
     }
 
     /// Bytes of the compute buffer.
@@ -109,12 +128,13 @@ impl Encoder {
     ///
     /// # Errors
     /// [`Error::Image`] for an image of another size than the encoder's input (a dynamic-size
-    /// projector's: one [`Mmproj::check_image_size`] refuses).
+    /// projector's: one [`Mmproj::check_image_size`] refuses at [`Encoder::max_image_tokens`]).
     pub fn encode(&mut self, img: &ImageF32) -> Result<Vec<f32>> {
         let hp = &self.mmproj.hparams;
         let side = hp.image_size as usize;
         if hp.projector.dynamic_size() {
-            self.mmproj.check_image_size(img.width(), img.height())?;
+            self.mmproj
+                .check_image_size(img.width(), img.height(), self.max_image_tokens())?;
         } else if img.width() != side || img.height() != side {
             return Err(Error::Image(format!(
                 "the {} encoder takes {side}x{side} images, not {}x{}",
@@ -127,9 +147,8 @@ impl Encoder {
         let (inputs, out) = build(&graph, &self.mmproj, self.flash_attn, img.width(), img.height());
         self.gallocr.alloc(&graph)?;
         inputs.raw.write(&planar(img));
-        if let Some(positions) = inputs.positions {
-            let n_pos = positions.ne()[0] as i32;
-            positions.write(&(0..n_pos).collect::<Vec<i32>>());
+        if let Some((positions, values)) = &inputs.positions {
+            positions.write(values);
         }
         self.backend.compute(&graph)?;
         let n = (out.ne()[0] * out.ne()[1]) as usize;
@@ -152,11 +171,12 @@ fn planar(img: &ImageF32) -> Vec<f32> {
     out
 }
 
-/// A graph's inputs: the image (clip.cpp's `inp_raw`) and, for CLIP, the positions whose
-/// embeddings it looks up (`positions`: 0, 1, ..., n_pos - 1).
+/// A graph's inputs: the image (clip.cpp's `inp_raw`) and its `positions` with the values
+/// they take: for CLIP, the rows of the position embeddings it looks up (0, 1, ...,
+/// n_pos - 1); where the ViT's positions are rotary (Qwen2-VL), each patch's.
 struct Inputs {
     raw: Tensor,
-    positions: Option<Tensor>,
+    positions: Option<(Tensor, Vec<i32>)>,
 }
 
 /// The whole graph of one `nx` x `ny` image: its inputs and its output.
@@ -164,18 +184,35 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
     let hp = &m.hparams;
     let (nx, ny) = (nx as i64, ny as i64);
     let p = i64::from(hp.patch_size);
-    let n_patches = (nx / p) * (ny / p);
+    let (width, height) = (nx / p, ny / p);
+    let n_patches = width * height;
     let n_embd = i64::from(hp.n_embd);
 
     // build_inp_raw, build_inp
-    let inp_raw = g.input("inp_raw", sys::GGML_TYPE_F32, &[nx, ny, 3, 1]);
+    let raw = g.input("inp_raw", sys::GGML_TYPE_F32, &[nx, ny, 3, 1]);
     let p32 = hp.patch_size as i32;
-    let inp = g.conv_2d(m.vit.patch_embd, inp_raw, p32, p32, 0, 0, 1, 1);
-    let inp = g.reshape_3d(inp, n_patches, n_embd, 1);
-    let mut inp = g.cont(g.transpose(inp));
-    if let Some(bias) = m.vit.patch_bias {
-        inp = g.add(inp, bias);
-    }
+    let conv = |kernel| g.conv_2d(kernel, raw, p32, p32, 0, 0, 1, 1);
+    let (mut inp, rotary) = match m.vit.patch_embd_1 {
+        // qwen2vl.cpp: the two convolutions added, the patches reordered in 2 x 2 blocks.
+        Some(patch_embd_1) => {
+            let inp = g.add(conv(m.vit.patch_embd), conv(patch_embd_1));
+            let inp = g.permute(inp, [1, 2, 0, 3]);
+            let inp = g.cont_4d(inp, [n_embd * 2, width / 2, height, 1]);
+            let inp = g.reshape_4d(inp, [n_embd * 2, width / 2, 2, height / 2]);
+            let inp = g.permute(inp, [0, 2, 1, 3]);
+            let inp = g.cont_3d(inp, n_embd, n_patches, 1);
+            (inp, Some(g.input("positions", sys::GGML_TYPE_I32, &[4 * n_patches])))
+        }
+        None => {
+            let inp = g.reshape_3d(conv(m.vit.patch_embd), n_patches, n_embd, 1);
+            let mut inp = g.cont(g.transpose(inp));
+            if let Some(bias) = m.vit.patch_bias {
+                inp = g.add(inp, bias);
+            }
+            (inp, None)
+        }
+    };
+    let mut positions = rotary.map(|t| (t, rotary_positions(width as usize, height as usize)));
     // LLaVA's and InternVL's graphs: the class token after the patches.
     let mut n_pos = n_patches;
     if let Some(class_embd) = m.vit.class_embd {
@@ -183,35 +220,50 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
         n_pos += 1;
     }
 
-    let (width, height) = (nx / p, ny / p);
-    let mut positions = None;
-    let pos_embd = if hp.projector.dynamic_size() {
-        resize_position_embeddings(g, m, width, height)
-    } else if hp.projector.llava_vit() {
-        let rows = g.input("positions", sys::GGML_TYPE_I32, &[n_pos]);
-        positions = Some(rows);
-        g.get_rows(m.vit.position_embd, rows)
-    } else {
-        m.vit.position_embd
+    let pos_embd = match m.vit.position_embd {
+        Some(pos) if hp.projector.dynamic_size() => Some(resize_position_embeddings(g, m, pos, width, height)),
+        Some(pos) if hp.projector.llava_vit() => {
+            let rows = g.input("positions", sys::GGML_TYPE_I32, &[n_pos]);
+            positions = Some((rows, (0..n_pos as i32).collect()));
+            Some(g.get_rows(pos, rows))
+        }
+        pos => pos,
     };
-    let cur = build_vit(g, m, flash_attn, inp, pos_embd, n_pos);
+    let cur = build_vit(g, m, flash_attn, inp, pos_embd, rotary, n_pos);
     let out = m.projector.build(g, hp, cur, (width, height));
     g.mark_output(out);
     g.expand(out);
-    (
-        Inputs {
-            raw: inp_raw,
-            positions,
-        },
-        out,
-    )
+    (Inputs { raw, positions }, out)
+}
+
+/// clip.cpp's `positions` for Qwen2-VL's rotary embedding of a `width` x `height` grid of
+/// patches, in the encoder's 2 x 2 block order: for each patch its row, column, row and
+/// column, section by section.
+fn rotary_positions(width: usize, height: usize) -> Vec<i32> {
+    let n = width * height;
+    let mut positions = vec![0; 4 * n];
+    let mut i = 0;
+    for y in (0..height).step_by(2) {
+        for x in (0..width).step_by(2) {
+            for dy in 0..2 {
+                for dx in 0..2 {
+                    let (row, col) = ((y + dy) as i32, (x + dx) as i32);
+                    positions[i] = row;
+                    positions[n + i] = col;
+                    positions[2 * n + i] = row;
+                    positions[3 * n + i] = col;
+                    i += 1;
+                }
+            }
+        }
+    }
+    positions
 }
 
 /// clip.cpp's `resize_position_embeddings` (LFM2's, with its default mode: bilinear with
 /// antialiasing): the learned `n × n` grid of position embeddings resized to the image's
 /// `width × height` patches, or as it is where the grid is that already.
-fn resize_position_embeddings(g: &Graph, m: &Mmproj, width: i64, height: i64) -> Tensor {
-    let pos = m.vit.position_embd;
+fn resize_position_embeddings(g: &Graph, m: &Mmproj, pos: Tensor, width: i64, height: i64) -> Tensor {
     let n_embd = pos.ne()[0];
     let n_per_side = i64::from(m.hparams.n_patches_side());
     if width == n_per_side && height == n_per_side {
@@ -246,18 +298,31 @@ fn add_bias(g: &Graph, cur: Tensor, bias: Option<Tensor>) -> Tensor {
 }
 
 /// clip.cpp's `build_vit` (one image, learned position embeddings; InternViT's layer scales
-/// where the file has them), and LLaVA's variant
-/// of it (`clip_graph_llava`: only the layers up to its feature layer, the hidden states of
-/// its feature layers side by side, [`ClipHParams::n_layer_run`]).
-fn build_vit(g: &Graph, m: &Mmproj, flash_attn: bool, inp: Tensor, pos_embd: Tensor, n_pos: i64) -> Tensor {
+/// where the file has them), LLaVA's variant of it (`clip_graph_llava`: only the layers up to
+/// its feature layer, the hidden states of its feature layers side by side,
+/// [`ClipHParams::n_layer_run`]), or qwen2vl.cpp's layers where `positions` are given: no
+/// position embeddings, Q and K rotated by them instead.
+fn build_vit(
+    g: &Graph,
+    m: &Mmproj,
+    flash_attn: bool,
+    inp: Tensor,
+    pos_embd: Option<Tensor>,
+    positions: Option<Tensor>,
+    n_pos: i64,
+) -> Tensor {
     let hp = &m.hparams;
     let n_embd = i64::from(hp.n_embd);
     let batch = inp.ne()[2];
-    let inp = g.add(inp, pos_embd);
+    let inp = match pos_embd {
+        Some(pos_embd) => g.add(inp, pos_embd),
+        None => inp,
+    };
     let mut inp_l = g.reshape_2d(inp, n_embd, n_pos * batch);
     if let Some(pre) = &m.vit.pre_ln {
         inp_l = norm(g, inp_l, Some(pre), hp.eps);
     }
+    let rope = positions.map(|positions| (positions, vision_rope(hp)));
     let n_layer_run = hp.n_layer_run() as usize;
     let is_feature_layer = |il: usize| hp.feature_layers.contains(&(il as i32));
     let mut features = Vec::new();
@@ -267,7 +332,7 @@ fn build_vit(g: &Graph, m: &Mmproj, flash_attn: bool, inp: Tensor, pos_embd: Ten
             features.push(inp_l);
         }
         let cur = norm(g, inp_l, layer.ln_1.as_ref(), hp.eps);
-        let mut cur = attention(g, hp, layer, flash_attn, cur, n_pos, batch);
+        let mut cur = attention(g, hp, layer, flash_attn, cur, rope.as_ref(), n_pos, batch);
         if let Some(ls_1) = layer.ls_1 {
             cur = g.mul(cur, ls_1);
         }
@@ -293,8 +358,37 @@ fn build_vit(g: &Graph, m: &Mmproj, flash_attn: bool, inp: Tensor, pos_embd: Ten
     g.reshape_3d(inp_l, inp_l.ne()[0], inp_l.ne()[1] / batch, batch)
 }
 
-/// The attention of `build_vit` (separate Q, K, V) and clip.cpp's `build_attn`.
-fn attention(g: &Graph, hp: &ClipHParams, l: &VitLayer, flash_attn: bool, cur: Tensor, n_pos: i64, b: i64) -> Tensor {
+/// qwen2vl.cpp's rotary embedding: `ggml_rope_multi` in vision mode over half of each
+/// head, a quarter of the head's width per section, with its fixed frequencies.
+fn vision_rope(hp: &ClipHParams) -> Rope {
+    let quarter = (hp.d_head / 4) as i32;
+    Rope {
+        mode: RopeMode::Vision,
+        n_dims: hp.d_head / 2,
+        n_ctx_orig: 32768,
+        freq_base: 10000.0,
+        freq_scale: 1.0,
+        ext_factor: 0.0,
+        attn_factor: 1.0,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        sections: [quarter; MROPE_SECTIONS],
+    }
+}
+
+/// The attention of `build_vit` (separate Q, K, V; Q and K rotated where `rope` gives the
+/// positions) and clip.cpp's `build_attn`.
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    g: &Graph,
+    hp: &ClipHParams,
+    l: &VitLayer,
+    flash_attn: bool,
+    cur: Tensor,
+    rope: Option<&(Tensor, Rope)>,
+    n_pos: i64,
+    b: i64,
+) -> Tensor {
     let (d_head, n_head, n_head_kv) = (i64::from(hp.d_head), i64::from(hp.n_head), i64::from(hp.n_head_kv));
     let kq_scale = 1.0f32 / (hp.d_head as f32).sqrt();
     let q = add_bias(g, g.mul_mat(l.q_w, cur), l.q_b);
@@ -303,6 +397,10 @@ fn attention(g: &Graph, hp: &ClipHParams, l: &VitLayer, flash_attn: bool, cur: T
     let q = g.reshape_4d(q, [d_head, n_head, n_pos, b]);
     let k = g.reshape_4d(k, [d_head, n_head_kv, n_pos, b]);
     let v = g.reshape_4d(v, [d_head, n_head_kv, n_pos, b]);
+    let (q, k) = match rope {
+        Some((positions, rope)) => (g.rope(q, *positions, rope, None), g.rope(k, *positions, rope, None)),
+        None => (q, k),
+    };
 
     // build_attn: Q, K and V enter the graph together, in that order.
     g.order(q);

@@ -31,6 +31,12 @@ const MAX_TILES: u32 = 64;
 
 /// The most grid pinpoints accepted (LLaVA 1.6 has 5; real files have a few dozen at most).
 const MAX_GRID_PINPOINTS: usize = 64;
+/// The fewest and most tokens Qwen2-VL's preprocessing aims an image at: clip.cpp's
+/// `set_limit_image_tokens(8, 4096)` for it.
+const QWEN2VL_IMAGE_TOKENS: (u32, u32) = (8, 4096);
+
+/// The `clip.projector_type` names elelem runs, as its refusals list them.
+const RUNS: &str = "gemma3, idefics3, lfm2, mlp (and mlp_norm), ldp, ldpv2, internvl, qwen2vl_merger";
 
 /// The projector types elelem runs: clip.cpp's `projector_type` by its `clip.projector_type`
 /// name.
@@ -61,6 +67,10 @@ pub enum ProjectorType {
     /// `n_merge` x `n_merge` patches into one, a LayerNorm and a two-layer GELU MLP
     /// ([`super::projector::internvl`]).
     Internvl,
+    /// `qwen2vl_merger` (Qwen2-VL): a ViT at any size with two patch convolutions added,
+    /// 2D rotary positions, each 2 x 2 patches merged by a two-layer GELU MLP
+    /// ([`super::projector::qwen2vl`]).
+    Qwen2vl,
 }
 
 impl ProjectorType {
@@ -74,6 +84,7 @@ impl ProjectorType {
             ProjectorType::Ldp => "ldp",
             ProjectorType::Ldpv2 => "ldpv2",
             ProjectorType::Internvl => "internvl",
+            ProjectorType::Qwen2vl => "qwen2vl_merger",
         }
     }
 
@@ -98,13 +109,18 @@ impl ProjectorType {
     /// Whether clip.cpp swaps back the feed-forward's `ffn_up` and `ffn_down` of old
     /// conversions for this type (its `is_ffn_swapped` list).
     pub fn swapped_ffn_fixed(self) -> bool {
-        self.llava_vit() || matches!(self, ProjectorType::Gemma3 | ProjectorType::Idefics3)
+        self.llava_vit()
+            || matches!(
+                self,
+                ProjectorType::Gemma3 | ProjectorType::Idefics3 | ProjectorType::Qwen2vl
+            )
     }
 
     /// Whether the encoder takes images of any size (LFM2's dynamic resolution: the
-    /// position embeddings resized to the grid) rather than `image_size` squares only.
+    /// position embeddings resized to the grid; Qwen2-VL's rotary positions) rather than
+    /// `image_size` squares only.
     pub fn dynamic_size(self) -> bool {
-        self == ProjectorType::Lfm2
+        matches!(self, ProjectorType::Lfm2 | ProjectorType::Qwen2vl)
     }
 
     fn from_name(name: &str) -> Result<ProjectorType> {
@@ -116,9 +132,13 @@ impl ProjectorType {
             "ldp" => Ok(ProjectorType::Ldp),
             "ldpv2" => Ok(ProjectorType::Ldpv2),
             "internvl" => Ok(ProjectorType::Internvl),
+            "qwen2vl_merger" => Ok(ProjectorType::Qwen2vl),
+            "qwen2.5vl_merger" => Err(Error::Unsupported(format!(
+                "projector type \"qwen2.5vl_merger\" (Qwen2.5-VL: window attention, RMS norms) is not supported yet \
+                 (elelem runs: {RUNS})"
+            ))),
             _ => Err(Error::Unsupported(format!(
-                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, mlp, ldp, ldpv2, \
-                 internvl)"
+                "projector type {name:?} is not supported (elelem runs: {RUNS})"
             ))),
         }
     }
@@ -203,11 +223,6 @@ impl ClipHParams {
             // as pixels (the refined image's padding and the thumbnail's stretch are
             // clip_hparams' defaults).
             ProjectorType::Lfm2 => {
-                // Beyond `i32` (no real file: clip.cpp's `int` would overflow), saturated,
-                // and so refused by the preprocessing's checks.
-                let merged_patch = i64::from(self.patch_size * self.n_merge);
-                let pixels =
-                    |tokens: u32| i32::try_from(i64::from(tokens) * merged_patch * merged_patch).unwrap_or(i32::MAX);
                 let (min_tokens, max_tokens) = LFM2_IMAGE_TOKENS;
                 (
                     Preprocessor::Lfm2,
@@ -215,8 +230,22 @@ impl ClipHParams {
                         resize_algo: ResizeAlgo::Bilinear,
                         resize_algo_rf: ResizeAlgo::Bilinear,
                         resize_algo_ov: ResizeAlgo::Bilinear,
-                        min_pixels: pixels(min_tokens),
-                        max_pixels: pixels(max_tokens),
+                        min_pixels: self.tokens_as_pixels(min_tokens),
+                        max_pixels: self.tokens_as_pixels(max_tokens),
+                        ..common
+                    },
+                )
+            }
+            // mtmd's dyn_size preprocessor: the smart resize, bicubic, within the token
+            // limits of `set_limit_image_tokens(8, 4096)` as pixels.
+            ProjectorType::Qwen2vl => {
+                let (min_tokens, max_tokens) = QWEN2VL_IMAGE_TOKENS;
+                (
+                    Preprocessor::DynSize,
+                    ImageParams {
+                        resize_algo: ResizeAlgo::Bicubic,
+                        min_pixels: self.tokens_as_pixels(min_tokens),
+                        max_pixels: self.tokens_as_pixels(max_tokens),
                         ..common
                     },
                 )
@@ -284,6 +313,14 @@ impl ClipHParams {
         stacked.max(1)
     }
 
+    /// `tokens` merged patches as pixels (clip.cpp's `set_limit_image_tokens`); beyond
+    /// `i32` (no real file: clip.cpp's `int` would overflow), saturated, and so refused by
+    /// the preprocessing's checks.
+    fn tokens_as_pixels(&self, tokens: u32) -> i32 {
+        let merged_patch = i64::from(self.patch_size * self.n_merge);
+        i32::try_from(i64::from(tokens) * merged_patch * merged_patch).unwrap_or(i32::MAX)
+    }
+
     /// Refuses a language model of another width than the embeddings this projector
     /// gives (mtmd's check at `mtmd_init_from_file`).
     ///
@@ -301,10 +338,25 @@ impl ClipHParams {
 
     /// The most tokens one image may give a dynamic-size projector: LFM2's 256 (clip.cpp's
     /// `set_limit_image_tokens(64, 256)`, which mtmd's preprocessing keeps to but for
-    /// extreme aspect ratios, whose short side it cannot shrink below one merged patch), or
-    /// the native square's where that is more. It bounds the attention's size.
+    /// extreme aspect ratios, whose short side it cannot shrink below one merged patch),
+    /// Qwen2-VL's 4096 (`set_limit_image_tokens(8, 4096)`), or the native square's where
+    /// that is more. It bounds the attention's size.
     pub fn max_image_tokens(&self) -> u32 {
-        LFM2_IMAGE_TOKENS.1.max(self.n_output_tokens())
+        let limit = match self.projector {
+            ProjectorType::Qwen2vl => QWEN2VL_IMAGE_TOKENS.1,
+            _ => LFM2_IMAGE_TOKENS.1,
+        };
+        limit.max(self.n_output_tokens())
+    }
+
+    /// What a dynamic-size encoder's image sides must be multiples of: the patch, or for
+    /// Qwen2-VL the merged patch (its graph reorders the patches in 2 x 2 blocks, and
+    /// clip.cpp asserts it).
+    pub fn side_multiple(&self) -> u32 {
+        match self.projector {
+            ProjectorType::Qwen2vl => self.patch_size * self.n_merge,
+            _ => self.patch_size,
+        }
     }
 
     /// Patches per side of the (square, fixed-size) input.
@@ -320,6 +372,20 @@ impl ClipHParams {
         }
         let side = self.n_patches_side() / self.n_merge;
         side * side
+    }
+
+    /// The grid of an image chunk's `n_tokens` tokens, its first image `width` x `height`
+    /// (clip.cpp's `clip_n_output_tokens_x` and `_y`, which mtmd places the tokens by under
+    /// multi-dimensional rope): Qwen2-VL's merged patches across and down; otherwise the
+    /// tokens in one row.
+    pub fn output_grid(&self, width: usize, height: usize, n_tokens: usize) -> (usize, usize) {
+        match self.projector {
+            ProjectorType::Qwen2vl => {
+                let out = (self.patch_size * self.n_merge) as usize;
+                (width / out, height / out)
+            }
+            _ => (n_tokens, 1),
+        }
     }
 
     /// The embeddings a `width` x `height` image becomes (clip.cpp's `clip_n_output_tokens`:
@@ -399,6 +465,24 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => (1, 0),
         // Optional: 1 shuffles nothing.
         ProjectorType::Internvl => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1), 0),
+        ProjectorType::Qwen2vl => {
+            // clip.cpp's graph merges 2 x 2 patches whatever the key says (its positions
+            // and the merger's reshape are written for 2), and turns window attention on
+            // for any `n_wa_pattern` (Qwen2.5-VL's), which elelem does not run.
+            let n_merge = keys.opt_u32("clip.vision.spatial_merge_size")?.unwrap_or(2);
+            if n_merge != 2 {
+                return Err(Error::Unsupported(format!(
+                    "a qwen2vl_merger projector merging {n_merge} x {n_merge} patches is not supported (2 x 2 only)"
+                )));
+            }
+            if keys.opt_u32("clip.vision.n_wa_pattern")?.unwrap_or(0) > 0 {
+                return Err(Error::Unsupported(
+                    "a qwen2vl_merger projector with window attention (clip.vision.n_wa_pattern) is not supported"
+                        .into(),
+                ));
+            }
+            (n_merge, 0)
+        }
     };
     let feature_layers = keys.opt_i32_array("clip.vision.feature_layer")?.unwrap_or_default();
     if let Some(v) = feature_layers.iter().find(|&&v| i64::from(v) > i64::from(n_layer)) {
@@ -480,6 +564,10 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
             "{} patches a side that a merge of {n_merge} does not divide are not supported",
             image_size / patch_size
         )));
+    }
+    if projector == ProjectorType::Qwen2vl && d_head % 4 != 0 {
+        // The vision rotary embedding turns d_head / 4 pairs per coordinate.
+        return invalid(format!("qwen2vl_merger heads of width {d_head}: not a multiple of 4"));
     }
     if !eps.is_finite() || eps < 0.0 {
         return invalid(format!("layer_norm_epsilon {eps}"));

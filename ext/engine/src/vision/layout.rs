@@ -34,11 +34,13 @@ pub enum ImageSource {
 }
 
 /// One of mtmd's image chunks: the embeddings of `source`, `n_tokens` of them
-/// (clip.cpp's `clip_n_output_tokens`).
+/// (clip.cpp's `clip_n_output_tokens`), on a `grid` of (across, down) tokens
+/// ([`ClipHParams::output_grid`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageChunk {
     pub source: ImageSource,
     pub n_tokens: usize,
+    pub grid: (usize, usize),
 }
 
 /// One part of an image's layout, in mtmd's order.
@@ -129,6 +131,12 @@ impl Framing {
                 img_end: "</img>",
                 ..none
             },
+            // mtmd.cpp 694-703: <|vision_start|> (embeddings) <|vision_end|>.
+            ProjectorType::Qwen2vl => Framing {
+                img_beg: "<|vision_start|>",
+                img_end: "<|vision_end|>",
+                ..none
+            },
         }
     }
 }
@@ -143,6 +151,12 @@ impl Framing {
 pub fn image_layout(hparams: &ClipHParams, image: &Preprocessed) -> Result<Vec<ImagePart>> {
     let framing = Framing::of(hparams.projector);
     let n_tokens = |img: &ImageF32| hparams.n_image_tokens(img.width(), img.height());
+    // mtmd places a chunk's tokens by its first image's grid.
+    let chunk = |source, first: &ImageF32, n_tokens| ImageChunk {
+        source,
+        n_tokens,
+        grid: hparams.output_grid(first.width(), first.height(), n_tokens),
+    };
     let tokens = |texts: &'static [&'static str]| texts.iter().map(|&t| ImagePart::Token(t));
     let invalid = |what: String| Err(Error::InvalidArgument(format!("image layout: {what}")));
     let mut parts = Vec::new();
@@ -156,10 +170,7 @@ pub fn image_layout(hparams: &ClipHParams, image: &Preprocessed) -> Result<Vec<I
         let Some(overview) = &image.overview else {
             return invalid("a grid of slices without an overview".into());
         };
-        let overview = ImagePart::Image(ImageChunk {
-            source: ImageSource::Overview,
-            n_tokens: n_tokens(overview),
-        });
+        let overview = ImagePart::Image(chunk(ImageSource::Overview, overview, n_tokens(overview)));
         let (n_col, n_row) = (image.grid_x.max(0) as usize, image.grid_y.max(0) as usize);
         if !image.entries.is_empty() && image.entries.len() != n_col * n_row {
             return invalid(format!(
@@ -181,10 +192,12 @@ pub fn image_layout(hparams: &ClipHParams, image: &Preprocessed) -> Result<Vec<I
                         parts.push(ImagePart::Text(slice_start(row + 1, col + 1)));
                     }
                     let i = row * n_col + col;
-                    parts.push(ImagePart::Image(ImageChunk {
-                        source: ImageSource::Entries(i..i + 1),
-                        n_tokens: n_tokens(&image.entries[i]),
-                    }));
+                    let entry = &image.entries[i];
+                    parts.push(ImagePart::Image(chunk(
+                        ImageSource::Entries(i..i + 1),
+                        entry,
+                        n_tokens(entry),
+                    )));
                 }
                 if row != n_row - 1 {
                     parts.extend(tokens(framing.row_end));
@@ -202,10 +215,12 @@ pub fn image_layout(hparams: &ClipHParams, image: &Preprocessed) -> Result<Vec<I
         if image.entries.is_empty() {
             return invalid("no image".into());
         }
-        parts.push(ImagePart::Image(ImageChunk {
-            source: ImageSource::Entries(0..image.entries.len()),
-            n_tokens: image.entries.iter().map(n_tokens).sum(),
-        }));
+        let n = image.entries.iter().map(n_tokens).sum();
+        parts.push(ImagePart::Image(chunk(
+            ImageSource::Entries(0..image.entries.len()),
+            &image.entries[0],
+            n,
+        )));
     }
     if !framing.img_end.is_empty() {
         parts.push(ImagePart::Text(framing.img_end.to_owned()));
@@ -423,6 +438,7 @@ mod tests {
         ImagePart::Image(ImageChunk {
             source: ImageSource::Entries(i..i + 1),
             n_tokens,
+            grid: (n_tokens, 1),
         })
     }
 
@@ -430,6 +446,7 @@ mod tests {
         ImagePart::Image(ImageChunk {
             source: ImageSource::Overview,
             n_tokens,
+            grid: (n_tokens, 1),
         })
     }
 
@@ -582,7 +599,11 @@ mod tests {
         let chunks = tokenize_prompt(&tok, &lfm2(), "a<__media__>b", &[layout], true, &[]).unwrap();
         let image_chunk = |source, n_tokens| Chunk::Image {
             image: 0,
-            chunk: ImageChunk { source, n_tokens },
+            chunk: ImageChunk {
+                source,
+                n_tokens,
+                grid: (n_tokens, 1),
+            },
         };
         // BOS first; each run of text one chunk, the layout's text merged with the prompt's.
         assert_eq!(

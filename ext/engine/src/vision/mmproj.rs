@@ -48,12 +48,16 @@ pub struct VitLayer {
 pub struct VitWeights {
     /// `v.patch_embd.weight`: `[patch, patch, 3, n_embd]`.
     pub patch_embd: Tensor,
+    /// Qwen2-VL's second patch convolution, `v.patch_embd.weight.1` (the same shape), whose
+    /// output is added to the first's.
+    pub patch_embd_1: Option<Tensor>,
     pub patch_bias: Option<Tensor>,
     /// `v.class_embd`: `[n_embd]`, CLIP's (LLaVA's) class token, appended after the patches.
     pub class_embd: Option<Tensor>,
     /// `v.position_embd.weight`: `[n_embd, n_pos]` (a position per patch, and the class
-    /// token's); F32, or for CLIP any type, looked up by row.
-    pub position_embd: Tensor,
+    /// token's); F32, or for CLIP any type, looked up by row; none where the positions are
+    /// rotary (Qwen2-VL).
+    pub position_embd: Option<Tensor>,
     /// `v.pre_ln`: CLIP's LayerNorm before the first layer.
     pub pre_ln: Option<Norm>,
     pub layers: Vec<VitLayer>,
@@ -133,21 +137,22 @@ impl Mmproj {
     }
 
     /// Refuses an image a dynamic-size encoder does not take: sides that are not positive
-    /// multiples of `patch_size` (mtmd's preprocessing always aligns them; clip.cpp would
-    /// drop the remainder), or more tokens than [`ClipHParams::max_image_tokens`].
+    /// multiples of [`ClipHParams::side_multiple`] (mtmd's preprocessing always aligns
+    /// them; clip.cpp would drop the remainder, or assert), or more than `max_tokens`
+    /// tokens (the encoder's limit, [`ClipHParams::max_image_tokens`] or less).
     ///
     /// # Errors
     /// [`Error::Image`] naming the size.
-    pub fn check_image_size(&self, width: usize, height: usize) -> Result<()> {
+    pub fn check_image_size(&self, width: usize, height: usize, max_tokens: u32) -> Result<()> {
         let hp = &self.hparams;
-        let p = hp.patch_size as usize;
-        if width == 0 || height == 0 || !width.is_multiple_of(p) || !height.is_multiple_of(p) {
+        let m = hp.side_multiple() as usize;
+        if width == 0 || height == 0 || !width.is_multiple_of(m) || !height.is_multiple_of(m) {
             return Err(Error::Image(format!(
-                "the {} encoder takes images whose sides are multiples of {p}, not {width}x{height}",
+                "the {} encoder takes images whose sides are multiples of {m}, not {width}x{height}",
                 hp.projector.name()
             )));
         }
-        let max = hp.max_image_tokens() as usize;
+        let max = max_tokens as usize;
         if width > MAX_ENCODED_SIDE || height > MAX_ENCODED_SIDE || self.n_image_tokens(width, height) > max {
             return Err(Error::Image(format!(
                 "a {width}x{height} image is too large for the {} encoder: at most {max} tokens",
@@ -159,16 +164,16 @@ impl Mmproj {
 
     /// The image sizes the encoder reserves its compute buffer for: a fixed-size
     /// projector's square; for a dynamic-size one, the most patches that
-    /// [`Mmproj::check_image_size`] lets through (its token limit in whole merges), as the
+    /// [`Mmproj::check_image_size`] lets through at `max_tokens` (in whole merges), as the
     /// squarest grid and as a row and a column, so that no image it takes grows the buffer.
-    pub fn largest_images(&self) -> Vec<(usize, usize)> {
+    pub fn largest_images(&self, max_tokens: u32) -> Vec<(usize, usize)> {
         let hp = &self.hparams;
         let side = hp.image_size as usize;
         if !hp.projector.dynamic_size() {
             return vec![(side, side)];
         }
         let out = (hp.patch_size * hp.n_merge) as usize;
-        let max = hp.max_image_tokens() as usize;
+        let max = max_tokens as usize;
         let longest = max.min(MAX_ENCODED_SIDE / out);
         let across = (1..=max).take_while(|a| a * a <= max).last().unwrap_or(1);
         vec![
@@ -184,13 +189,15 @@ impl Mmproj {
     }
 }
 
-/// The tensors clip.cpp's `load_tensors` reads for the encoder, the ones SigLIP has, for
-/// LLaVA's CLIP and InternViT ([`super::ProjectorType::class_token`]) a class embedding and a
-/// pre-LayerNorm, for InternViT its layer scales: every other one (a gate, fused QKV, Q/K
-/// norms) is left undeclared, so that [`Loader::check_all_used`] refuses the file. All `n_layer` layers are loaded, as clip.cpp
-/// loads them, even where LLaVA's graph stops short of the last
-/// ([`ClipHParams::n_layer_run`]).
+/// The tensors clip.cpp's `load_tensors` reads for the encoder, the ones SigLIP and
+/// Qwen2-VL's ViT have, for LLaVA's CLIP and InternViT ([`super::ProjectorType::class_token`])
+/// a class embedding and a pre-LayerNorm, for InternViT its layer scales: every other one (a
+/// gate, fused QKV, Q/K norms; Qwen2-VL's patch bias and position embeddings, which its graph
+/// does not read) is left undeclared, so that [`Loader::check_all_used`] refuses the file.
+/// All `n_layer` layers are loaded, as clip.cpp loads them, even where LLaVA's graph stops
+/// short of the last ([`ClipHParams::n_layer_run`]).
 fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
+    let qwen2vl = hp.projector == ProjectorType::Qwen2vl;
     let (embd, ff, p) = (u64::from(hp.n_embd), u64::from(hp.n_ff), u64::from(hp.patch_size));
     let n_patches = u64::from(hp.n_patches_side()).pow(2);
     let norm = |l: &mut Loader, prefix: &str| -> Result<Option<Norm>> {
@@ -205,7 +212,6 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
         }
     };
     let patch_embd = l.values("v.patch_embd.weight", &[p, p, 3, embd])?;
-    let patch_bias = l.optional_vector("v.patch_embd.bias", embd)?;
     let internvl = hp.projector == ProjectorType::Internvl;
     let class_embd = match hp.projector {
         // InternVL's graph asserts it.
@@ -214,17 +220,32 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
         _ => None,
     };
     let n_pos = n_patches + u64::from(class_embd.is_some());
-    let position_embd = if hp.projector.llava_vit() {
-        // Looked up by row (clip.cpp's `get_rows`), which reads any type as F32.
-        l.rows("v.position_embd.weight", &[embd, n_pos])?
+    let (patch_embd_1, patch_bias, position_embd) = if qwen2vl {
+        (Some(l.values("v.patch_embd.weight.1", &[p, p, 3, embd])?), None, None)
     } else {
-        // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
-        l.f32_weight("v.position_embd.weight", &[embd, n_pos])?
+        let patch_bias = l.optional_vector("v.patch_embd.bias", embd)?;
+        let position_embd = if hp.projector.llava_vit() {
+            // Looked up by row (clip.cpp's `get_rows`), which reads any type as F32.
+            l.rows("v.position_embd.weight", &[embd, n_pos])?
+        } else {
+            // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
+            l.f32_weight("v.position_embd.weight", &[embd, n_pos])?
+        };
+        (None, patch_bias, Some(position_embd))
     };
     let pre_ln = if hp.projector.class_token() {
         norm(l, "v.pre_ln")?
     } else {
         None
+    };
+    // Qwen2-VL's graph adds Q, K and V's biases unconditionally (clip.cpp would crash
+    // without them): required there.
+    let qkv_bias = |l: &mut Loader, name: &str| -> Result<Option<Tensor>> {
+        if qwen2vl {
+            l.vector(name, embd).map(Some)
+        } else {
+            l.optional_vector(name, embd)
+        }
     };
     let mut layers = Vec::with_capacity(hp.n_layer as usize);
     for il in 0..hp.n_layer {
@@ -244,11 +265,11 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
         layers.push(VitLayer {
             ln_1: norm(l, &n("ln1"))?,
             q_w: l.matrix(&n("attn_q.weight"), &[embd, embd])?,
-            q_b: l.optional_vector(&n("attn_q.bias"), embd)?,
+            q_b: qkv_bias(l, &n("attn_q.bias"))?,
             k_w: l.matrix(&n("attn_k.weight"), &[embd, embd])?,
-            k_b: l.optional_vector(&n("attn_k.bias"), embd)?,
+            k_b: qkv_bias(l, &n("attn_k.bias"))?,
             v_w: l.matrix(&n("attn_v.weight"), &[embd, embd])?,
-            v_b: l.optional_vector(&n("attn_v.bias"), embd)?,
+            v_b: qkv_bias(l, &n("attn_v.bias"))?,
             o_w: l.matrix(&n("attn_out.weight"), &[embd, embd])?,
             o_b: l.optional_vector(&n("attn_out.bias"), embd)?,
             ln_2: norm(l, &n("ln2"))?,
@@ -271,6 +292,7 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     let post_ln = norm(l, "v.post_ln")?;
     Ok(VitWeights {
         patch_embd,
+        patch_embd_1,
         patch_bias,
         class_embd,
         position_embd,

@@ -15,7 +15,9 @@
 use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
 use crate::vision::hparams::ClipHParams;
-use crate::{Error, Result};
+use crate::Result;
+
+use super::{mlp_gelu, required_dim};
 
 /// clip.cpp's fixed LayerNorm `eps` for LFM2's input norm (PyTorch's default).
 const INPUT_NORM_EPS: f32 = 1e-5;
@@ -39,19 +41,10 @@ impl Lfm2Weights {
     }
 }
 
-fn dim(l: &Loader, name: &str, i: usize, expected: &str) -> Result<u64> {
-    match l.tensor_dims(name).and_then(|dims| dims.get(i).copied()) {
-        Some(n) if n > 0 => Ok(n),
-        _ => Err(Error::Load(format!(
-            "tensor {name} is missing or empty: {expected} expected"
-        ))),
-    }
-}
-
 pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<Lfm2Weights> {
     let merged = u64::from(hp.n_embd) * u64::from(hp.n_merge).pow(2);
-    let hidden = dim(l, "mm.1.weight", 1, "[n_embd * scale_factor^2, n_hidden]")?;
-    let n_text_embd = dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
+    let hidden = required_dim(l, "mm.1.weight", 1, "[n_embd * scale_factor^2, n_hidden]")?;
+    let n_text_embd = required_dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
     Ok(Lfm2Weights {
         input_norm_w: l.optional_vector("mm.input_norm.weight", merged)?,
         input_norm_b: l.optional_vector("mm.input_norm.bias", merged)?,
@@ -94,8 +87,5 @@ pub fn build(g: &Graph, hp: &ClipHParams, w: &Lfm2Weights, cur: Tensor, (width, 
         cur = g.add(cur, bias);
     }
 
-    // build_ffn(mm.1, GELU, mm.2).
-    let cur = g.add(g.mul_mat(w.mm_1_w, cur), w.mm_1_b);
-    let cur = g.gelu(cur);
-    g.add(g.mul_mat(w.mm_2_w, cur), w.mm_2_b)
+    mlp_gelu(g, cur, (w.mm_1_w, w.mm_1_b), (w.mm_2_w, w.mm_2_b))
 }

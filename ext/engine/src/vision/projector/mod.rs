@@ -8,11 +8,12 @@ pub mod idefics3;
 pub mod internvl;
 pub mod lfm2;
 pub mod llava;
+pub mod qwen2vl;
 
 use super::hparams::{ClipHParams, ProjectorType};
 use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
-use crate::Result;
+use crate::{Error, Result};
 
 /// A projector's weights, by type.
 pub enum ProjectorWeights {
@@ -21,6 +22,7 @@ pub enum ProjectorWeights {
     Lfm2(lfm2::Lfm2Weights),
     Llava(llava::LlavaWeights),
     Internvl(internvl::InternvlWeights),
+    Qwen2vl(qwen2vl::Qwen2vlWeights),
 }
 
 impl ProjectorWeights {
@@ -32,6 +34,7 @@ impl ProjectorWeights {
             ProjectorWeights::Lfm2(w) => w.n_mmproj_embd(),
             ProjectorWeights::Llava(w) => w.n_mmproj_embd(),
             ProjectorWeights::Internvl(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Qwen2vl(w) => w.n_mmproj_embd(),
         }
     }
 
@@ -44,6 +47,7 @@ impl ProjectorWeights {
             ProjectorWeights::Lfm2(w) => lfm2::build(g, hp, w, cur, grid),
             ProjectorWeights::Llava(w) => llava::build(g, hp, w, cur, grid),
             ProjectorWeights::Internvl(w) => internvl::build(g, hp, w, cur, grid),
+            ProjectorWeights::Qwen2vl(w) => qwen2vl::build(g, hp, w, cur),
         }
     }
 }
@@ -58,5 +62,25 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
             llava::load(l, hp).map(ProjectorWeights::Llava)
         }
         ProjectorType::Internvl => internvl::load(l, hp).map(ProjectorWeights::Internvl),
+        ProjectorType::Qwen2vl => qwen2vl::load(l, hp).map(ProjectorWeights::Qwen2vl),
     }
+}
+
+/// A tensor's `i`th dimension, which gives a projector's width: an [`Error::Load`] saying
+/// the `expected` shape where the tensor is missing or that dimension is empty.
+fn required_dim(l: &Loader, name: &str, i: usize, expected: &str) -> Result<u64> {
+    match l.tensor_dims(name).and_then(|dims| dims.get(i).copied()) {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(Error::Load(format!(
+            "tensor {name} is missing or empty: {expected} expected"
+        ))),
+    }
+}
+
+/// clip.cpp's `build_ffn` of two layers with biases and `FFN_GELU` between (the MLP of
+/// LFM2's and Qwen2-VL's projectors).
+fn mlp_gelu(g: &Graph, cur: Tensor, (w1, b1): (Tensor, Tensor), (w2, b2): (Tensor, Tensor)) -> Tensor {
+    let cur = g.add(g.mul_mat(w1, cur), b1);
+    let cur = g.gelu(cur);
+    g.add(g.mul_mat(w2, cur), b2)
 }

@@ -1,0 +1,52 @@
+//! Qwen2-VL's projector (`PROJECTOR_TYPE_QWEN2VL`, `qwen2vl_merger`; the end of
+//! `tools/mtmd/models/qwen2vl.cpp`): the ViT's output, whose patches the encoder has
+//! already ordered in 2 x 2 blocks (the input reorder of [`crate::vision::encoder`]), is read
+//! as one row of `4 · n_embd` values per block, then a two-layer MLP with biases and GELU
+//! between (`mm.0`, `mm.2`).
+//!
+//! What is special: the merge is only a reshape, because the encoder ran on the reordered
+//! patches; the ViT's positions are rotary (`GGML_ROPE_TYPE_VISION`), so the file has no
+//! position embeddings. The language model's width is `mm.2.weight`'s second dimension.
+
+use crate::ggml::{Graph, Tensor};
+use crate::model::loader::Loader;
+use crate::vision::hparams::ClipHParams;
+use crate::Result;
+
+use super::{mlp_gelu, required_dim};
+
+/// `mm.0.*` and `mm.2.*`.
+pub struct Qwen2vlWeights {
+    /// `[n_embd · 4, n_hidden]`.
+    pub mm_0_w: Tensor,
+    pub mm_0_b: Tensor,
+    /// `[n_hidden, n_text_embd]`.
+    pub mm_2_w: Tensor,
+    pub mm_2_b: Tensor,
+}
+
+impl Qwen2vlWeights {
+    pub fn n_mmproj_embd(&self) -> u32 {
+        self.mm_2_w.ne()[1] as u32
+    }
+}
+
+pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<Qwen2vlWeights> {
+    let merged = u64::from(hp.n_embd) * u64::from(hp.n_merge).pow(2);
+    let hidden = required_dim(l, "mm.0.weight", 1, "[n_embd * 4, n_hidden]")?;
+    let n_text_embd = required_dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
+    Ok(Qwen2vlWeights {
+        mm_0_w: l.matrix("mm.0.weight", &[merged, hidden])?,
+        mm_0_b: l.vector("mm.0.bias", hidden)?,
+        mm_2_w: l.matrix("mm.2.weight", &[hidden, n_text_embd])?,
+        mm_2_b: l.vector("mm.2.bias", n_text_embd)?,
+    })
+}
+
+/// qwen2vl.cpp's multimodal projection over the encoder's `[n_embd, n_patches]` output.
+pub fn build(g: &Graph, hp: &ClipHParams, w: &Qwen2vlWeights, cur: Tensor) -> Tensor {
+    let merged = i64::from(hp.n_embd) * i64::from(hp.n_merge).pow(2);
+    let n_tokens = cur.ne()[1] / i64::from(hp.n_merge).pow(2);
+    let cur = g.reshape_3d(cur, merged, n_tokens, 1);
+    mlp_gelu(g, cur, (w.mm_0_w, w.mm_0_b), (w.mm_2_w, w.mm_2_b))
+}
