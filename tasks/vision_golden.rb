@@ -57,10 +57,14 @@ module VisionGolden
   TILED_IMAGE = {
     "png-1100x700-tiled" => ["describe #{MARKER}", ["1100x700-rgb.png"]]
   }.freeze
+  # Pixtral's resizes an image within 8 to 1024 tokens (a token per 32 x 32 pixels here) and
+  # encodes it whole, an [IMG_BREAK] embedding after each row of tokens but the last, then
+  # [IMG_END]: the large image is one chunk of 34 x 22 tokens and 21 breaks.
   CASES = {
     "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
-    "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)
+    "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
+    "tiny-pixtral-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)
   }.freeze
 
   module_function

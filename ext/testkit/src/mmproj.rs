@@ -12,6 +12,7 @@ pub enum Kind {
     Gemma3,
     Idefics3,
     Lfm2,
+    Pixtral,
 }
 
 /// A synthetic SigLIP projector's type and sizes.
@@ -25,7 +26,8 @@ pub struct Shape {
     pub image_size: u64,
     pub patch_size: u64,
     /// `clip.vision.projector.scale_factor`: Gemma 3's pooling kernel (real files leave it
-    /// out: 4), Idefics3's unshuffle (required).
+    /// out: 4), Idefics3's unshuffle (required); Pixtral's `clip.vision.spatial_merge_size`
+    /// (with the patch merger; none: Pixtral 12B's, no merger).
     pub n_merge: Option<u32>,
     /// Idefics3's `clip.vision.preproc_image_size`.
     pub longest_edge: Option<u32>,
@@ -83,6 +85,17 @@ impl Shape {
         seed: 0x1f_3217,
         ..Shape::GEMMA3
     };
+
+    /// Pixtral as Mistral Small 3.x has it, small: the same sizes at any size of image
+    /// (images of up to 128 on a side: 16 x 16 patches), 2D RoPE, RMS norms, a SiLU-gated
+    /// feed-forward, 2 x 2 patches merged into one, an MLP of 64 -> 128 -> 96 and
+    /// `[IMG_BREAK]` after each row.
+    pub const PIXTRAL: Shape = Shape {
+        kind: Kind::Pixtral,
+        n_merge: Some(2),
+        seed: 0x9_1274,
+        ..Shape::GEMMA3
+    };
 }
 
 /// A seeded projector of `shape`, ready to write or to alter first: SigLIP's tensors
@@ -90,42 +103,35 @@ impl Shape {
 /// the post-LayerNorm), the projector's (Gemma 3's soft-embedding norm and input
 /// projection; Idefics3's `mm.model.fc`; LFM2's input norm and `mm.1`, `mm.2` with biases,
 /// the MLP's hidden width `n_ff`), and the keys of a converted `mmproj` of that type.
+/// Pixtral's are its own ([`pixtral_writer`]).
 pub fn writer(shape: &Shape) -> GgufWriter {
+    if shape.kind == Kind::Pixtral {
+        return pixtral_writer(shape);
+    }
     let mut rng = Rng(shape.seed);
     let mut w = GgufWriter::new();
-    let s = |v: &str| Value::String(v.to_string());
     let (embd, ff, p, ty) = (shape.n_embd, shape.n_ff, shape.patch_size, shape.matrix_type);
     let n_patches = (shape.image_size / p).pow(2);
-    w.set("general.architecture", s("clip"))
-        .set("general.name", s("elelem synthetic mmproj"))
-        .set("general.file_type", Value::U32(1))
-        .set(
-            "clip.projector_type",
-            s(match shape.kind {
-                Kind::Gemma3 => "gemma3",
-                Kind::Idefics3 => "idefics3",
-                Kind::Lfm2 => "lfm2",
-            }),
-        )
-        .set("clip.has_vision_encoder", Value::Bool(true))
-        .set("clip.has_text_encoder", Value::Bool(false))
-        .set("clip.use_gelu", Value::Bool(true))
-        .set("clip.vision.embedding_length", Value::U32(embd as u32))
-        .set("clip.vision.feed_forward_length", Value::U32(ff as u32))
-        .set("clip.vision.block_count", Value::U32(shape.n_layer as u32))
-        .set("clip.vision.projection_dim", Value::U32(shape.n_text_embd as u32))
-        .set("clip.vision.attention.head_count", Value::U32(shape.n_head as u32))
-        .set("clip.vision.attention.layer_norm_epsilon", Value::F32(1e-6))
-        .set("clip.vision.image_size", Value::U32(shape.image_size as u32))
-        .set("clip.vision.patch_size", Value::U32(p as u32))
-        .set(
-            "clip.vision.image_mean",
-            Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
-        )
-        .set(
-            "clip.vision.image_std",
-            Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
-        );
+    common_keys(
+        &mut w,
+        shape,
+        match shape.kind {
+            Kind::Gemma3 => "gemma3",
+            Kind::Idefics3 => "idefics3",
+            Kind::Lfm2 => "lfm2",
+            Kind::Pixtral => unreachable!("written by pixtral_writer"),
+        },
+        "clip.use_gelu",
+        1e-6,
+    );
+    w.set(
+        "clip.vision.image_mean",
+        Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
+    )
+    .set(
+        "clip.vision.image_std",
+        Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
+    );
     if let Some(k) = shape.n_merge {
         w.set("clip.vision.projector.scale_factor", Value::U32(k));
     }
@@ -187,7 +193,80 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, shape.n_text_embd]);
             w.add_f32("mm.2.bias", &[shape.n_text_embd], &rng.small(shape.n_text_embd));
         }
+        Kind::Pixtral => unreachable!("written by pixtral_writer"),
     }
+    w
+}
+
+/// The keys common to every type, as a converter writes them, with the feed-forward's
+/// activation flag (`clip.use_gelu`, `clip.use_silu`) and the norms' epsilon.
+fn common_keys(w: &mut GgufWriter, shape: &Shape, projector_type: &str, activation: &str, eps: f32) {
+    let s = |v: &str| Value::String(v.to_string());
+    w.set("general.architecture", s("clip"))
+        .set("general.name", s("elelem synthetic mmproj"))
+        .set("general.file_type", Value::U32(1))
+        .set("clip.projector_type", s(projector_type))
+        .set("clip.has_vision_encoder", Value::Bool(true))
+        .set("clip.has_text_encoder", Value::Bool(false))
+        .set(activation, Value::Bool(true))
+        .set("clip.vision.embedding_length", Value::U32(shape.n_embd as u32))
+        .set("clip.vision.feed_forward_length", Value::U32(shape.n_ff as u32))
+        .set("clip.vision.block_count", Value::U32(shape.n_layer as u32))
+        .set("clip.vision.projection_dim", Value::U32(shape.n_text_embd as u32))
+        .set("clip.vision.attention.head_count", Value::U32(shape.n_head as u32))
+        .set("clip.vision.attention.layer_norm_epsilon", Value::F32(eps))
+        .set("clip.vision.image_size", Value::U32(shape.image_size as u32))
+        .set("clip.vision.patch_size", Value::U32(shape.patch_size as u32));
+}
+
+/// A seeded Pixtral projector (`convert_hf_to_gguf.py`'s `PixtralModel`): the ViT's RMS
+/// norms (weights only: `v.pre_ln`, `ln1`, `ln2`), Q/K/V and output without biases, the
+/// SiLU-gated feed-forward without biases, no position embeddings (2D RoPE) and no
+/// post-norm; where `n_merge` is given, Mistral Small's `spatial_merge_size`, input norm
+/// and patch merger; the MLP `mm.1`, `mm.2` with biases (hidden width `n_ff`); and the
+/// `[IMG_BREAK]` embedding.
+fn pixtral_writer(shape: &Shape) -> GgufWriter {
+    let mut rng = Rng(shape.seed);
+    let mut w = GgufWriter::new();
+    let (embd, ff, p, ty, n_text) = (
+        shape.n_embd,
+        shape.n_ff,
+        shape.patch_size,
+        shape.matrix_type,
+        shape.n_text_embd,
+    );
+    common_keys(&mut w, shape, "pixtral", "clip.use_silu", 1e-5);
+    // Pixtral's (CLIP's) mean and std.
+    let mean = [0.481_454_66, 0.457_827_5, 0.408_210_73];
+    let std = [0.268_629_54, 0.261_302_6, 0.275_777_1];
+    w.set("clip.vision.image_mean", Value::Array(mean.map(Value::F32).to_vec()))
+        .set("clip.vision.image_std", Value::Array(std.map(Value::F32).to_vec()));
+    if let Some(k) = shape.n_merge {
+        w.set("clip.vision.spatial_merge_size", Value::U32(k));
+    }
+    add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
+    w.add_f32("v.pre_ln.weight", &[embd], &rng.around_one(embd));
+    for il in 0..shape.n_layer {
+        let n = |t: &str| format!("v.blk.{il}.{t}");
+        w.add_f32(&n("ln1.weight"), &[embd], &rng.around_one(embd));
+        for t in ["attn_q", "attn_k", "attn_v", "attn_out"] {
+            add_weights(&mut w, &mut rng, &n(&format!("{t}.weight")), ty, &[embd, embd]);
+        }
+        w.add_f32(&n("ln2.weight"), &[embd], &rng.around_one(embd));
+        add_weights(&mut w, &mut rng, &n("ffn_gate.weight"), ty, &[embd, ff]);
+        add_weights(&mut w, &mut rng, &n("ffn_up.weight"), ty, &[embd, ff]);
+        add_weights(&mut w, &mut rng, &n("ffn_down.weight"), ty, &[ff, embd]);
+    }
+    if let Some(k) = shape.n_merge {
+        let merged = embd * u64::from(k).pow(2);
+        w.add_f32("mm.input_norm.weight", &[embd], &rng.around_one(embd));
+        add_weights(&mut w, &mut rng, "mm.patch_merger.weight", ty, &[merged, embd]);
+    }
+    add_weights(&mut w, &mut rng, "mm.1.weight", ty, &[embd, ff]);
+    w.add_f32("mm.1.bias", &[ff], &rng.small(ff));
+    add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, n_text]);
+    w.add_f32("mm.2.bias", &[n_text], &rng.small(n_text));
+    w.add_f32("v.token_embd.img_break", &[n_text], &rng.around_one(n_text));
     w
 }
 
@@ -212,6 +291,11 @@ pub fn writer(shape: &Shape) -> GgufWriter {
 ///   clip.cpp's budget of 64 to 256 tokens an image is LFM2-VL's: images of over twice
 ///   256 tokens are cut into tiles of 512 pixels, 256 tokens each, and a thumbnail),
 ///   projecting to 128.
+/// - `tiny-pixtral-vision`: a Mistral 3-shaped model (the Llama 3 canary's shape, with
+///   Ministral 3's YaRN and attention temperature), whose vocabulary ends with the control
+///   token `[IMG_END]` that mtmd closes each image with; its projector is
+///   [`Shape::PIXTRAL`] with 16-pixel patches (a token per 32 x 32 pixels, 8 to 1024 of
+///   them an image, and an `[IMG_BREAK]` embedding after each row), projecting to 128.
 pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
     let idefics3 = canary::LLAMA3;
@@ -223,6 +307,10 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     let lfm2 = canary::Shape {
         family: canary::LFM2,
         n_layer: 7,
+        ..idefics3
+    };
+    let mistral3 = canary::Shape {
+        family: canary::MISTRAL3,
         ..idefics3
     };
     let lfm2_tiles: Vec<String> = (1..=2)
@@ -256,6 +344,17 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
                 patch_size: 16,
                 image_size: 256,
                 ..Shape::LFM2
+            },
+        ),
+        pair(
+            "tiny-pixtral-vision",
+            &mistral3,
+            &[],
+            &["[IMG_END]"],
+            Shape {
+                patch_size: 16,
+                image_size: 256,
+                ..Shape::PIXTRAL
             },
         ),
     ]

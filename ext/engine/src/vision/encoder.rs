@@ -16,10 +16,10 @@ use std::sync::Arc;
 
 use ggml_sys as sys;
 
-use super::hparams::{ClipHParams, FfnOp};
+use super::hparams::{ClipHParams, FfnOp, VitNorm, VitPositions};
 use super::image::ImageF32;
 use super::mmproj::{Mmproj, VitLayer};
-use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Tensor};
+use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Rope, RopeMode, Tensor, MROPE_SECTIONS};
 use crate::model::Norm;
 use crate::{Error, Result};
 
@@ -122,9 +122,9 @@ impl Encoder {
             )));
         }
         let graph = self.arena.graph()?;
-        let (inp_raw, out) = build(&graph, &self.mmproj, self.flash_attn, img.width(), img.height());
+        let (inputs, out) = build(&graph, &self.mmproj, self.flash_attn, img.width(), img.height());
         self.gallocr.alloc(&graph)?;
-        inp_raw.write(&planar(img));
+        inputs.write(img, hp.patch_size as usize);
         self.backend.compute(&graph)?;
         let n = (out.ne()[0] * out.ne()[1]) as usize;
         let mut embd = vec![0.0; n];
@@ -146,13 +146,45 @@ fn planar(img: &ImageF32) -> Vec<f32> {
     out
 }
 
-/// The whole graph of one `nx` x `ny` image: its input and its output.
-fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Tensor, Tensor) {
+/// The inputs of an encoder's graph: the image's planes and, under 2D RoPE, each patch's
+/// row and column.
+struct Inputs {
+    raw: Tensor,
+    rows_cols: Option<(Tensor, Tensor)>,
+}
+
+impl Inputs {
+    /// Writes `img` and the patches' positions (clip.cpp's `pos_h`, `pos_w`: row-major over
+    /// a grid `img.width() / patch` wide).
+    fn write(&self, img: &ImageF32, patch: usize) {
+        self.raw.write(&planar(img));
+        if let Some((rows, cols)) = self.rows_cols {
+            let per_row = img.width() / patch;
+            let n = per_row * (img.height() / patch);
+            let row: Vec<i32> = (0..n).map(|i| (i / per_row) as i32).collect();
+            let col: Vec<i32> = (0..n).map(|i| (i % per_row) as i32).collect();
+            rows.write(&row);
+            cols.write(&col);
+        }
+    }
+}
+
+/// The whole graph of one `nx` x `ny` image: its inputs and its output.
+fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inputs, Tensor) {
     let hp = &m.hparams;
     let (nx, ny) = (nx as i64, ny as i64);
     let p = i64::from(hp.patch_size);
     let n_patches = (nx / p) * (ny / p);
     let n_embd = i64::from(hp.n_embd);
+
+    let rope = match hp.projector.vit_positions() {
+        VitPositions::Learned => None,
+        VitPositions::Rope2d { theta } => {
+            let rows = g.input("pos_h", sys::GGML_TYPE_I32, &[n_patches]);
+            let cols = g.input("pos_w", sys::GGML_TYPE_I32, &[n_patches]);
+            Some(Rope2d { rows, cols, theta })
+        }
+    };
 
     // build_inp_raw, build_inp
     let inp_raw = g.input("inp_raw", sys::GGML_TYPE_F32, &[nx, ny, 3, 1]);
@@ -165,23 +197,28 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Tens
     }
 
     let (width, height) = (nx / p, ny / p);
-    let pos_embd = if hp.projector.dynamic_size() {
-        resize_position_embeddings(g, m, width, height)
-    } else {
-        m.vit.position_embd
-    };
-    let cur = build_vit(g, m, flash_attn, inp, pos_embd, n_patches);
+    let pos_embd = m.vit.position_embd.map(|pos| {
+        if hp.projector.dynamic_size() {
+            resize_position_embeddings(g, m, pos, width, height)
+        } else {
+            pos
+        }
+    });
+    let cur = build_vit(g, m, flash_attn, inp, pos_embd, rope.as_ref(), n_patches);
     let out = m.projector.build(g, hp, cur, (width, height));
     g.mark_output(out);
     g.expand(out);
-    (inp_raw, out)
+    let inputs = Inputs {
+        raw: inp_raw,
+        rows_cols: rope.map(|r| (r.rows, r.cols)),
+    };
+    (inputs, out)
 }
 
 /// clip.cpp's `resize_position_embeddings` (LFM2's, with its default mode: bilinear with
-/// antialiasing): the learned `n × n` grid of position embeddings resized to the image's
-/// `width × height` patches, or as it is where the grid is that already.
-fn resize_position_embeddings(g: &Graph, m: &Mmproj, width: i64, height: i64) -> Tensor {
-    let pos = m.vit.position_embd;
+/// antialiasing): the learned `n × n` grid of position embeddings `pos` resized to the
+/// image's `width × height` patches, or as it is where the grid is that already.
+fn resize_position_embeddings(g: &Graph, m: &Mmproj, pos: Tensor, width: i64, height: i64) -> Tensor {
     let n_embd = pos.ne()[0];
     let n_per_side = i64::from(m.hparams.n_patches_side());
     if width == n_per_side && height == n_per_side {
@@ -195,10 +232,51 @@ fn resize_position_embeddings(g: &Graph, m: &Mmproj, width: i64, height: i64) ->
     g.cont_2d(pos, n_embd, width * height)
 }
 
-/// clip.cpp's `build_norm` of `NORM_TYPE_NORMAL`: LayerNorm, then the weight and bias
-/// where the file has them.
-fn norm(g: &Graph, cur: Tensor, norm: Option<&Norm>, eps: f32) -> Tensor {
-    let mut cur = g.layer_norm(cur, eps);
+/// A 2D RoPE's inputs: each patch's row and column, and the base frequency.
+struct Rope2d {
+    rows: Tensor,
+    cols: Tensor,
+    theta: f32,
+}
+
+impl Rope2d {
+    /// clip.cpp's `build_rope_2d` with `interleave_freq` (Pixtral's): the first half of
+    /// each head of `cur` (`[d_head, n_head, n_pos, 1]`) turned by the row, the second half
+    /// by the column at the odd frequencies (the even ones scaled by `theta^(-2/d_head)`),
+    /// each half as a rope of half the width, in consecutive pairs.
+    fn apply(&self, g: &Graph, cur: Tensor) -> Tensor {
+        let n_dim = cur.ne()[0];
+        // As clip.cpp computes it: `std::pow` of two floats.
+        let freq_scale_odd = self.theta.powf(-2.0 / n_dim as f32);
+        let half = Rope {
+            mode: RopeMode::Norm,
+            n_dims: (n_dim / 2) as u32,
+            n_ctx_orig: 0,
+            freq_base: self.theta,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 0.0,
+            beta_slow: 0.0,
+            sections: [0; MROPE_SECTIONS],
+        };
+        let cur = g.rope(cur, self.rows, &half, None);
+        let odd = Rope {
+            freq_scale: freq_scale_odd,
+            ..half
+        };
+        let cur = g.rope(cur, self.cols, &odd, None);
+        g.rope_set_offset(cur, (n_dim / 2) as i32)
+    }
+}
+
+/// clip.cpp's `build_norm`: LayerNorm or RMS norm as the projector type's ViT has it,
+/// then the weight and bias where the file has them.
+fn norm(g: &Graph, kind: VitNorm, cur: Tensor, norm: Option<&Norm>, eps: f32) -> Tensor {
+    let mut cur = match kind {
+        VitNorm::Layer => g.layer_norm(cur, eps),
+        VitNorm::Rms => g.rms_norm(cur, eps),
+    };
     if let Some(n) = norm {
         cur = g.mul(cur, n.weight);
         if let Some(b) = n.bias {
@@ -215,39 +293,70 @@ fn add_bias(g: &Graph, cur: Tensor, bias: Option<Tensor>) -> Tensor {
     }
 }
 
-/// clip.cpp's `build_vit` (one image, learned position embeddings, no pre-LayerNorm).
-fn build_vit(g: &Graph, m: &Mmproj, flash_attn: bool, inp: Tensor, pos_embd: Tensor, n_pos: i64) -> Tensor {
+/// clip.cpp's `build_vit` (one image): learned position embeddings or a 2D RoPE, the
+/// pre-norm where the file has one.
+fn build_vit(
+    g: &Graph,
+    m: &Mmproj,
+    flash_attn: bool,
+    inp: Tensor,
+    pos_embd: Option<Tensor>,
+    rope: Option<&Rope2d>,
+    n_pos: i64,
+) -> Tensor {
     let hp = &m.hparams;
+    let kind = hp.projector.vit_norm();
     let n_embd = i64::from(hp.n_embd);
     let batch = inp.ne()[2];
-    let inp = g.add(inp, pos_embd);
+    let inp = match pos_embd {
+        Some(pos) => g.add(inp, pos),
+        None => inp,
+    };
     let mut inp_l = g.reshape_2d(inp, n_embd, n_pos * batch);
+    if let Some(pre) = &m.vit.pre_ln {
+        inp_l = norm(g, kind, inp_l, Some(pre), hp.eps);
+    }
     for layer in &m.vit.layers {
-        let cur = norm(g, inp_l, layer.ln_1.as_ref(), hp.eps);
-        let cur = attention(g, hp, layer, flash_attn, cur, n_pos, batch);
+        let cur = norm(g, kind, inp_l, layer.ln_1.as_ref(), hp.eps);
+        let cur = attention(g, hp, layer, flash_attn, rope, cur, n_pos, batch);
         let cur = g.add(cur, inp_l);
         inp_l = cur;
 
-        let cur = norm(g, cur, layer.ln_2.as_ref(), hp.eps);
+        let cur = norm(g, kind, cur, layer.ln_2.as_ref(), hp.eps);
         let cur = ffn(g, hp, layer, cur);
         inp_l = g.add(inp_l, cur);
     }
     if let Some(post) = &m.vit.post_ln {
-        inp_l = norm(g, inp_l, Some(post), hp.eps);
+        inp_l = norm(g, kind, inp_l, Some(post), hp.eps);
     }
     g.reshape_3d(inp_l, n_embd, inp_l.ne()[1] / batch, batch)
 }
 
-/// The attention of `build_vit` (separate Q, K, V) and clip.cpp's `build_attn`.
-fn attention(g: &Graph, hp: &ClipHParams, l: &VitLayer, flash_attn: bool, cur: Tensor, n_pos: i64, b: i64) -> Tensor {
+/// The attention of `build_vit` (separate Q, K, V; the 2D RoPE on Q and K where given) and
+/// clip.cpp's `build_attn`.
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    g: &Graph,
+    hp: &ClipHParams,
+    l: &VitLayer,
+    flash_attn: bool,
+    rope: Option<&Rope2d>,
+    cur: Tensor,
+    n_pos: i64,
+    b: i64,
+) -> Tensor {
     let (d_head, n_head, n_head_kv) = (i64::from(hp.d_head), i64::from(hp.n_head), i64::from(hp.n_head_kv));
     let kq_scale = 1.0f32 / (hp.d_head as f32).sqrt();
     let q = add_bias(g, g.mul_mat(l.q_w, cur), l.q_b);
     let k = add_bias(g, g.mul_mat(l.k_w, cur), l.k_b);
     let v = add_bias(g, g.mul_mat(l.v_w, cur), l.v_b);
-    let q = g.reshape_4d(q, [d_head, n_head, n_pos, b]);
-    let k = g.reshape_4d(k, [d_head, n_head_kv, n_pos, b]);
+    let mut q = g.reshape_4d(q, [d_head, n_head, n_pos, b]);
+    let mut k = g.reshape_4d(k, [d_head, n_head_kv, n_pos, b]);
     let v = g.reshape_4d(v, [d_head, n_head_kv, n_pos, b]);
+    if let Some(rope) = rope {
+        q = rope.apply(g, q);
+        k = rope.apply(g, k);
+    }
 
     // build_attn: Q, K and V enter the graph together, in that order.
     g.order(q);
@@ -274,13 +383,24 @@ fn attention(g: &Graph, hp: &ClipHParams, l: &VitLayer, flash_attn: bool, cur: T
     add_bias(g, g.mul_mat(l.o_w, cur), l.o_b)
 }
 
-/// clip.cpp's `build_ffn` without a gate.
+/// clip.cpp's `build_ffn`: the activation alone, or gating the up projection where the
+/// layer has a gate (SwiGLU, GeGLU, GeGLU-quick).
 fn ffn(g: &Graph, hp: &ClipHParams, l: &VitLayer, cur: Tensor) -> Tensor {
-    let cur = add_bias(g, g.mul_mat(l.ff_up_w, cur), l.ff_up_b);
-    let cur = match hp.ffn_op {
-        FfnOp::Gelu => g.gelu(cur),
-        FfnOp::Silu => g.silu(cur),
-        FfnOp::GeluQuick => g.gelu_quick(cur),
+    let up = add_bias(g, g.mul_mat(l.ff_up_w, cur), l.ff_up_b);
+    let cur = match l.ff_gate_w {
+        Some(gate) => {
+            let gate = g.mul_mat(gate, cur);
+            match hp.ffn_op {
+                FfnOp::Gelu => g.geglu_split(gate, up),
+                FfnOp::Silu => g.swiglu_split(gate, up),
+                FfnOp::GeluQuick => g.geglu_quick_split(gate, up),
+            }
+        }
+        None => match hp.ffn_op {
+            FfnOp::Gelu => g.gelu(up),
+            FfnOp::Silu => g.silu(up),
+            FfnOp::GeluQuick => g.gelu_quick(up),
+        },
     };
     add_bias(g, g.mul_mat(l.ff_down_w, cur), l.ff_down_b)
 }

@@ -19,6 +19,13 @@ pub const MAX_LAYERS: u32 = 256;
 /// clip.cpp's `set_limit_image_tokens(64, 256)` for it.
 const LFM2_IMAGE_TOKENS: (u32, u32) = (64, 256);
 
+/// Pixtral's: clip.cpp's `set_limit_image_tokens(8, 1024)`, in merged patches (the
+/// `[IMG_BREAK]` rows not counted).
+const PIXTRAL_IMAGE_TOKENS: (u32, u32) = (8, 1024);
+
+/// The base frequency of Pixtral's 2D RoPE (clip.cpp sets it; the file has no key).
+const PIXTRAL_ROPE_THETA: f32 = 10000.0;
+
 /// The projector types elelem runs: clip.cpp's `projector_type` by its `clip.projector_type`
 /// name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +40,29 @@ pub enum ProjectorType {
     /// image's grid), the pixel unshuffle, an optional LayerNorm and a two-layer GELU MLP
     /// ([`super::projector::lfm2`]).
     Lfm2,
+    /// `pixtral` (Pixtral, Mistral Small 3.x): a ViT of RMS norms, a SiLU-gated
+    /// feed-forward and 2D RoPE over the patch rows and columns, at any size; the optional
+    /// patch merger, a GELU MLP, and `[IMG_BREAK]` after each row ([`super::projector::pixtral`]).
+    Pixtral,
+}
+
+/// The norm of a projector type's ViT (clip.cpp's `norm_type` argument of `build_vit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VitNorm {
+    /// LayerNorm (`NORM_TYPE_NORMAL`): SigLIP's.
+    Layer,
+    /// RMS norm (`NORM_TYPE_RMS`): Pixtral's.
+    Rms,
+}
+
+/// Where a projector type's ViT takes the patches' positions from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum VitPositions {
+    /// `v.position_embd.weight` added to the patch embeddings (SigLIP's).
+    Learned,
+    /// clip.cpp's `build_rope_2d` on Q and K: the first half of each head turned by the
+    /// patch's row, the second by its column, at this base frequency.
+    Rope2d { theta: f32 },
 }
 
 impl ProjectorType {
@@ -42,13 +72,39 @@ impl ProjectorType {
             ProjectorType::Gemma3 => "gemma3",
             ProjectorType::Idefics3 => "idefics3",
             ProjectorType::Lfm2 => "lfm2",
+            ProjectorType::Pixtral => "pixtral",
         }
     }
 
     /// Whether the encoder takes images of any size (LFM2's dynamic resolution: the
-    /// position embeddings resized to the grid) rather than `image_size` squares only.
+    /// position embeddings resized to the grid; Pixtral's RoPE) rather than `image_size`
+    /// squares only.
     pub fn dynamic_size(self) -> bool {
-        self == ProjectorType::Lfm2
+        matches!(self, ProjectorType::Lfm2 | ProjectorType::Pixtral)
+    }
+
+    /// The ViT's norm.
+    pub fn vit_norm(self) -> VitNorm {
+        match self {
+            ProjectorType::Pixtral => VitNorm::Rms,
+            ProjectorType::Gemma3 | ProjectorType::Idefics3 | ProjectorType::Lfm2 => VitNorm::Layer,
+        }
+    }
+
+    /// The ViT's positions.
+    pub fn vit_positions(self) -> VitPositions {
+        match self {
+            ProjectorType::Pixtral => VitPositions::Rope2d {
+                theta: PIXTRAL_ROPE_THETA,
+            },
+            ProjectorType::Gemma3 | ProjectorType::Idefics3 | ProjectorType::Lfm2 => VitPositions::Learned,
+        }
+    }
+
+    /// Whether the ViT's files have a gated feed-forward (`ffn_gate`) and a pre-norm
+    /// (`v.pre_ln`): Pixtral's; SigLIP's have neither, and elelem refuses them there.
+    pub fn gated_vit(self) -> bool {
+        self == ProjectorType::Pixtral
     }
 
     fn from_name(name: &str) -> Result<ProjectorType> {
@@ -56,8 +112,9 @@ impl ProjectorType {
             "gemma3" => Ok(ProjectorType::Gemma3),
             "idefics3" => Ok(ProjectorType::Idefics3),
             "lfm2" => Ok(ProjectorType::Lfm2),
+            "pixtral" => Ok(ProjectorType::Pixtral),
             _ => Err(Error::Unsupported(format!(
-                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2)"
+                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, pixtral)"
             ))),
         }
     }
@@ -93,7 +150,8 @@ pub struct ClipHParams {
     pub image_std: [f32; 3],
     pub ffn_op: FfnOp,
     /// Patches merged per side by the projector (Gemma 3's pooling kernel: 4 unless
-    /// `clip.vision.projector.scale_factor` says otherwise; Idefics3's unshuffle: that key).
+    /// `clip.vision.projector.scale_factor` says otherwise; Idefics3's and LFM2's
+    /// unshuffle: that key; Pixtral's merger: `clip.vision.spatial_merge_size`, else 1).
     pub n_merge: u32,
     /// Idefics3's `clip.vision.preproc_image_size` (the longest edge it resizes to before
     /// slicing), 0 where absent.
@@ -136,11 +194,6 @@ impl ClipHParams {
             // as pixels (the refined image's padding and the thumbnail's stretch are
             // clip_hparams' defaults).
             ProjectorType::Lfm2 => {
-                // Beyond `i32` (no real file: clip.cpp's `int` would overflow), saturated,
-                // and so refused by the preprocessing's checks.
-                let merged_patch = i64::from(self.patch_size * self.n_merge);
-                let pixels =
-                    |tokens: u32| i32::try_from(i64::from(tokens) * merged_patch * merged_patch).unwrap_or(i32::MAX);
                 let (min_tokens, max_tokens) = LFM2_IMAGE_TOKENS;
                 (
                     Preprocessor::Lfm2,
@@ -148,13 +201,34 @@ impl ClipHParams {
                         resize_algo: ResizeAlgo::Bilinear,
                         resize_algo_rf: ResizeAlgo::Bilinear,
                         resize_algo_ov: ResizeAlgo::Bilinear,
-                        min_pixels: pixels(min_tokens),
-                        max_pixels: pixels(max_tokens),
+                        min_pixels: self.token_pixels(min_tokens),
+                        max_pixels: self.token_pixels(max_tokens),
+                        ..common
+                    },
+                )
+            }
+            // The dynamic-size family, bicubic, within `set_limit_image_tokens(8, 1024)`.
+            ProjectorType::Pixtral => {
+                let (min_tokens, max_tokens) = PIXTRAL_IMAGE_TOKENS;
+                (
+                    Preprocessor::DynSize,
+                    ImageParams {
+                        resize_algo: ResizeAlgo::Bicubic,
+                        min_pixels: self.token_pixels(min_tokens),
+                        max_pixels: self.token_pixels(max_tokens),
                         ..common
                     },
                 )
             }
         }
+    }
+
+    /// The pixels of `tokens` merged patches (clip.cpp's `set_limit_image_tokens`); beyond
+    /// `i32` (no real file: clip.cpp's `int` would overflow) saturated, and so refused by
+    /// the preprocessing's checks.
+    fn token_pixels(&self, tokens: u32) -> i32 {
+        let merged_patch = i64::from(self.patch_size * self.n_merge);
+        i32::try_from(i64::from(tokens) * merged_patch * merged_patch).unwrap_or(i32::MAX)
     }
 
     /// Refuses a language model of another width than the embeddings this projector
@@ -172,12 +246,33 @@ impl ClipHParams {
         )))
     }
 
-    /// The most tokens one image may give a dynamic-size projector: LFM2's 256 (clip.cpp's
-    /// `set_limit_image_tokens(64, 256)`, which mtmd's preprocessing keeps to but for
-    /// extreme aspect ratios, whose short side it cannot shrink below one merged patch), or
-    /// the native square's where that is more. It bounds the attention's size.
+    /// The most merged patches one image may give a dynamic-size projector: LFM2's 256
+    /// (clip.cpp's `set_limit_image_tokens(64, 256)`, or the native square's where that is
+    /// more), Pixtral's 1024 (its `set_limit_image_tokens(8, 1024)`; its `image_size` is a
+    /// longest side, not a size it is trained at). mtmd's preprocessing keeps to them but
+    /// for extreme aspect ratios, whose short side it cannot shrink below one merged patch.
+    /// It bounds the attention's size.
     pub fn max_image_tokens(&self) -> u32 {
-        LFM2_IMAGE_TOKENS.1.max(self.n_output_tokens())
+        match self.projector {
+            ProjectorType::Pixtral => PIXTRAL_IMAGE_TOKENS.1,
+            _ => LFM2_IMAGE_TOKENS.1.max(self.n_output_tokens()),
+        }
+    }
+
+    /// What a dynamic-size encoder's image sides must be multiples of: the patch (LFM2
+    /// pads a grid its merge does not divide, as clip.cpp does), or the merged patch
+    /// (Pixtral's merger, whose grid mtmd's preprocessing always aligns).
+    pub fn image_side_multiple(&self) -> u32 {
+        match self.projector {
+            ProjectorType::Pixtral => self.patch_size * self.n_merge,
+            _ => self.patch_size,
+        }
+    }
+
+    /// The merged patches of a `width` x `height` image (rounded up: LFM2 pads the grid).
+    pub fn n_merged_patches(&self, width: usize, height: usize) -> usize {
+        let out = (self.patch_size * self.n_merge) as usize;
+        width.div_ceil(out) * height.div_ceil(out)
     }
 
     /// Patches per side of the (square, fixed-size) input.
@@ -193,14 +288,17 @@ impl ClipHParams {
     }
 
     /// The embeddings a `width` x `height` image becomes (clip.cpp's `clip_n_output_tokens`:
-    /// for a dynamic-size projector, its grid of merged patches, rounded up; otherwise the
-    /// native size's).
+    /// for a dynamic-size projector, its grid of merged patches, rounded up, and Pixtral's
+    /// `[IMG_BREAK]` after each row but the last; otherwise the native size's).
     pub fn n_image_tokens(&self, width: usize, height: usize) -> usize {
-        if !self.projector.dynamic_size() {
-            return self.n_output_tokens() as usize;
+        match self.projector {
+            ProjectorType::Gemma3 | ProjectorType::Idefics3 => self.n_output_tokens() as usize,
+            ProjectorType::Lfm2 => self.n_merged_patches(width, height),
+            ProjectorType::Pixtral => {
+                let rows = height / (self.patch_size * self.n_merge) as usize;
+                (self.n_merged_patches(width, height) + rows).saturating_sub(1)
+            }
         }
-        let out = (self.patch_size * self.n_merge) as usize;
-        width.div_ceil(out) * height.div_ceil(out)
     }
 }
 
@@ -247,8 +345,10 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
     let image_std = keys.three_f32("clip.vision.image_std")?;
 
     // clip.cpp's defaults by type: Gemma 3 pools by 4; Idefics3 and LFM2 have no default
-    // (clip_hparams' 1, on which build_patch_merge_permute asserts).
+    // (clip_hparams' 1, on which build_patch_merge_permute asserts); Pixtral merges none
+    // unless its spatial merge says so (Mistral Small's patch merger).
     let (n_merge, longest_edge) = match projector {
+        ProjectorType::Pixtral => (keys.opt_u32("clip.vision.spatial_merge_size")?.unwrap_or(1), 0),
         ProjectorType::Gemma3 => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(4), 0),
         ProjectorType::Idefics3 | ProjectorType::Lfm2 => {
             let n_merge = keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1);

@@ -120,6 +120,11 @@ impl Framing {
                 slice_start: Some(|row, col| format!("<|img_row_{row}_col_{col}|>")),
                 ..none
             },
+            // mtmd.cpp 756-761: (embeddings, their [IMG_BREAK] rows included) [IMG_END].
+            ProjectorType::Pixtral => Framing {
+                img_end: "[IMG_END]",
+                ..none
+            },
         }
     }
 }

@@ -11,7 +11,7 @@
 
 use elelem_gguf::Gguf;
 
-use super::hparams::{read_hparams, ClipHParams};
+use super::hparams::{read_hparams, ClipHParams, ProjectorType, VitPositions};
 use super::projector::{self, ProjectorWeights};
 use crate::ggml::{Buffer, Context, CpuDevice, Tensor};
 use crate::model::loader::Loader;
@@ -34,6 +34,8 @@ pub struct VitLayer {
     pub o_w: Tensor,
     pub o_b: Option<Tensor>,
     pub ln_2: Option<Norm>,
+    /// Pixtral's SiLU gate ([`super::ProjectorType::gated_vit`]).
+    pub ff_gate_w: Option<Tensor>,
     pub ff_up_w: Tensor,
     pub ff_up_b: Option<Tensor>,
     pub ff_down_w: Tensor,
@@ -45,8 +47,10 @@ pub struct VitWeights {
     /// `v.patch_embd.weight`: `[patch, patch, 3, n_embd]`.
     pub patch_embd: Tensor,
     pub patch_bias: Option<Tensor>,
-    /// `v.position_embd.weight`: `[n_embd, n_patches]`, F32.
-    pub position_embd: Tensor,
+    /// `v.position_embd.weight`: `[n_embd, n_patches]`, F32; none under 2D RoPE.
+    pub position_embd: Option<Tensor>,
+    /// Pixtral's `v.pre_ln` ([`super::ProjectorType::gated_vit`]).
+    pub pre_ln: Option<Norm>,
     pub layers: Vec<VitLayer>,
     pub post_ln: Option<Norm>,
 }
@@ -124,14 +128,15 @@ impl Mmproj {
     }
 
     /// Refuses an image a dynamic-size encoder does not take: sides that are not positive
-    /// multiples of `patch_size` (mtmd's preprocessing always aligns them; clip.cpp would
-    /// drop the remainder), or more tokens than [`ClipHParams::max_image_tokens`].
+    /// multiples of [`ClipHParams::image_side_multiple`] (mtmd's preprocessing always aligns
+    /// them; clip.cpp would drop the remainder), or more merged patches than
+    /// [`ClipHParams::max_image_tokens`].
     ///
     /// # Errors
     /// [`Error::Image`] naming the size.
     pub fn check_image_size(&self, width: usize, height: usize) -> Result<()> {
         let hp = &self.hparams;
-        let p = hp.patch_size as usize;
+        let p = hp.image_side_multiple() as usize;
         if width == 0 || height == 0 || !width.is_multiple_of(p) || !height.is_multiple_of(p) {
             return Err(Error::Image(format!(
                 "the {} encoder takes images whose sides are multiples of {p}, not {width}x{height}",
@@ -139,7 +144,7 @@ impl Mmproj {
             )));
         }
         let max = hp.max_image_tokens() as usize;
-        if width > MAX_ENCODED_SIDE || height > MAX_ENCODED_SIDE || self.n_image_tokens(width, height) > max {
+        if width > MAX_ENCODED_SIDE || height > MAX_ENCODED_SIDE || hp.n_merged_patches(width, height) > max {
             return Err(Error::Image(format!(
                 "a {width}x{height} image is too large for the {} encoder: at most {max} tokens",
                 hp.projector.name()
@@ -175,10 +180,12 @@ impl Mmproj {
     }
 }
 
-/// The tensors clip.cpp's `load_tensors` reads for the encoder, the ones SigLIP has: every
-/// other one (`v.pre_ln`, `v.class_embd`, a gate, fused QKV, Q/K norms, layer scales) is
+/// The tensors clip.cpp's `load_tensors` reads for the encoder, the ones SigLIP has (and
+/// Pixtral's gate and pre-norm, without position embeddings): every other one
+/// (`v.class_embd`, fused QKV, Q/K norms, layer scales; a gate or a pre-norm in SigLIP) is
 /// left undeclared, so that [`Loader::check_all_used`] refuses the file.
 fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
+    let gated = hp.projector.gated_vit();
     let (embd, ff, p) = (u64::from(hp.n_embd), u64::from(hp.n_ff), u64::from(hp.patch_size));
     let n_patches = u64::from(hp.n_patches_side()).pow(2);
     let norm = |l: &mut Loader, prefix: &str| -> Result<Option<Norm>> {
@@ -195,14 +202,21 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     let patch_embd = l.values("v.patch_embd.weight", &[p, p, 3, embd])?;
     let patch_bias = l.optional_vector("v.patch_embd.bias", embd)?;
     // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
-    let position_embd = l.f32_weight("v.position_embd.weight", &[embd, n_patches])?;
+    let position_embd = match hp.projector.vit_positions() {
+        VitPositions::Learned => Some(l.f32_weight("v.position_embd.weight", &[embd, n_patches])?),
+        VitPositions::Rope2d { .. } => None,
+    };
+    let pre_ln = if gated { norm(l, "v.pre_ln")? } else { None };
     let mut layers = Vec::with_capacity(hp.n_layer as usize);
     for il in 0..hp.n_layer {
         let n = |t: &str| format!("v.blk.{il}.{t}");
-        // As clip.cpp fixes old conversions (Gemma 3's and Idefics3's among them): a
-        // `ffn_down` whose rows are `n_embd` wide is the up projection, and `ffn_up` the
-        // down one, biases too (even where `n_ff` is `n_embd`, as clip.cpp decides it).
-        let swapped = l.has(&n("ffn_up.weight"))
+        // As clip.cpp fixes old conversions of Gemma 3 and Idefics3 (not of LFM2 or
+        // Pixtral): a `ffn_down` whose rows are `n_embd` wide is the up projection, and
+        // `ffn_up` the down one, biases too (even where `n_ff` is `n_embd`, as clip.cpp
+        // decides it).
+        let old_conversion = matches!(hp.projector, ProjectorType::Gemma3 | ProjectorType::Idefics3);
+        let swapped = old_conversion
+            && l.has(&n("ffn_up.weight"))
             && l.tensor_dims(&n("ffn_down.weight")).and_then(|d| d.first().copied()) == Some(embd);
         let (up, down) = if swapped {
             ("ffn_down", "ffn_up")
@@ -220,6 +234,11 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
             o_w: l.matrix(&n("attn_out.weight"), &[embd, embd])?,
             o_b: l.optional_vector(&n("attn_out.bias"), embd)?,
             ln_2: norm(l, &n("ln2"))?,
+            ff_gate_w: if gated {
+                Some(l.matrix(&n("ffn_gate.weight"), &[embd, ff])?)
+            } else {
+                None
+            },
             ff_up_w: l.matrix(&n(&format!("{up}.weight")), &[embd, ff])?,
             ff_up_b: l.optional_vector(&n(&format!("{up}.bias")), ff)?,
             ff_down_w: l.matrix(&n(&format!("{down}.weight")), &[ff, embd])?,
@@ -231,6 +250,7 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
         patch_embd,
         patch_bias,
         position_embd,
+        pre_ln,
         layers,
         post_ln,
     })

@@ -6,6 +6,7 @@
 pub mod gemma3;
 pub mod idefics3;
 pub mod lfm2;
+pub mod pixtral;
 
 use super::hparams::{ClipHParams, ProjectorType};
 use crate::ggml::{Graph, Tensor};
@@ -17,6 +18,7 @@ pub enum ProjectorWeights {
     Gemma3(gemma3::Gemma3Weights),
     Idefics3(idefics3::Idefics3Weights),
     Lfm2(lfm2::Lfm2Weights),
+    Pixtral(pixtral::PixtralWeights),
 }
 
 impl ProjectorWeights {
@@ -26,6 +28,7 @@ impl ProjectorWeights {
             ProjectorWeights::Gemma3(w) => w.n_mmproj_embd(),
             ProjectorWeights::Idefics3(w) => w.n_mmproj_embd(),
             ProjectorWeights::Lfm2(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Pixtral(w) => w.n_mmproj_embd(),
         }
     }
 
@@ -36,6 +39,7 @@ impl ProjectorWeights {
             ProjectorWeights::Gemma3(w) => gemma3::build(g, hp, w, cur),
             ProjectorWeights::Idefics3(w) => idefics3::build(g, hp, w, cur),
             ProjectorWeights::Lfm2(w) => lfm2::build(g, hp, w, cur, grid),
+            ProjectorWeights::Pixtral(w) => pixtral::build(g, hp, w, cur, grid),
         }
     }
 }
@@ -46,5 +50,6 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
         ProjectorType::Gemma3 => gemma3::load(l, hp).map(ProjectorWeights::Gemma3),
         ProjectorType::Idefics3 => idefics3::load(l, hp).map(ProjectorWeights::Idefics3),
         ProjectorType::Lfm2 => lfm2::load(l, hp).map(ProjectorWeights::Lfm2),
+        ProjectorType::Pixtral => pixtral::load(l, hp).map(ProjectorWeights::Pixtral),
     }
 }
