@@ -59,12 +59,15 @@ module VisionGolden
   }.freeze
   # Pixtral's resizes an image within 8 to 1024 tokens (a token per 32 x 32 pixels here) and
   # encodes it whole, an [IMG_BREAK] embedding after each row of tokens but the last, then
-  # [IMG_END]: the large image is one chunk of 34 x 22 tokens and 21 breaks.
+  # [IMG_END]: the large image is one chunk of 34 x 22 tokens and 21 breaks. Llama 4's cuts an
+  # image into LLaVA-UHD's tiles of 128 (up to 3 x 3) and an overview, 64 tokens each, between
+  # <|image_start|> and <|image_end|>.
   CASES = {
     "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
-    "tiny-pixtral-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)
+    "tiny-pixtral-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
+    "tiny-llama4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)
   }.freeze
 
   module_function

@@ -13,6 +13,7 @@ pub enum Kind {
     Idefics3,
     Lfm2,
     Pixtral,
+    Llama4,
 }
 
 /// A synthetic SigLIP projector's type and sizes.
@@ -96,6 +97,17 @@ impl Shape {
         seed: 0x9_1274,
         ..Shape::GEMMA3
     };
+
+    /// Llama 4, small: the same encoder with a class token, 2D RoPE and a pre-LayerNorm,
+    /// its patches unfolded through a linear map, 2 x 2 patches shuffled into one (64
+    /// tokens a tile of 128), an adapter of 256 -> 128 -> 64 and the projection to 96;
+    /// images cut into up to 3 x 3 tiles and an overview.
+    pub const LLAMA4: Shape = Shape {
+        kind: Kind::Llama4,
+        n_merge: Some(2),
+        seed: 0x11a_4a4,
+        ..Shape::GEMMA3
+    };
 }
 
 /// A seeded projector of `shape`, ready to write or to alter first: SigLIP's tensors
@@ -119,6 +131,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             Kind::Gemma3 => "gemma3",
             Kind::Idefics3 => "idefics3",
             Kind::Lfm2 => "lfm2",
+            Kind::Llama4 => "llama4",
             Kind::Pixtral => unreachable!("written by pixtral_writer"),
         },
         "clip.use_gelu",
@@ -142,13 +155,24 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.add_f32(&format!("{name}.weight"), &[n], &rng.around_one(n));
         w.add_f32(&format!("{name}.bias"), &[n], &rng.small(n));
     };
-    add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
-    w.add_f32("v.patch_embd.bias", &[embd], &rng.small(embd));
-    w.add_f32(
-        "v.position_embd.weight",
-        &[embd, n_patches],
-        &rng.small(embd * n_patches),
-    );
+    if shape.kind == Kind::Llama4 {
+        // The unfolded patch's linear map (F16 at most, as converted: it is reshaped to a
+        // kernel), the class token, positions for it too, the pre-LayerNorm.
+        let patch_type = if ty == TensorType::F32 { ty } else { TensorType::F16 };
+        add_weights(&mut w, &mut rng, "v.patch_embd.weight", patch_type, &[3 * p * p, embd]);
+        w.add_f32("v.class_embd", &[embd], &rng.small(embd));
+        let n_pos = n_patches + 1;
+        w.add_f32("v.position_embd.weight", &[embd, n_pos], &rng.small(embd * n_pos));
+        norm(&mut w, &mut rng, "v.pre_ln", embd);
+    } else {
+        add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
+        w.add_f32("v.patch_embd.bias", &[embd], &rng.small(embd));
+        w.add_f32(
+            "v.position_embd.weight",
+            &[embd, n_patches],
+            &rng.small(embd * n_patches),
+        );
+    }
     for il in 0..shape.n_layer {
         let n = |t: &str| format!("v.blk.{il}.{t}");
         norm(&mut w, &mut rng, &n("ln1"), embd);
@@ -192,6 +216,12 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             w.add_f32("mm.1.bias", &[ff], &rng.small(ff));
             add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, shape.n_text_embd]);
             w.add_f32("mm.2.bias", &[shape.n_text_embd], &rng.small(shape.n_text_embd));
+        }
+        Kind::Llama4 => {
+            let merged = embd * u64::from(shape.n_merge.unwrap_or(1)).pow(2);
+            add_weights(&mut w, &mut rng, "mm.model.mlp.1.weight", ty, &[merged, ff]);
+            add_weights(&mut w, &mut rng, "mm.model.mlp.2.weight", ty, &[ff, embd]);
+            add_weights(&mut w, &mut rng, "mm.model.fc.weight", ty, &[embd, shape.n_text_embd]);
         }
         Kind::Pixtral => unreachable!("written by pixtral_writer"),
     }
@@ -296,6 +326,11 @@ fn pixtral_writer(shape: &Shape) -> GgufWriter {
 ///   token `[IMG_END]` that mtmd closes each image with; its projector is
 ///   [`Shape::PIXTRAL`] with 16-pixel patches (a token per 32 x 32 pixels, 8 to 1024 of
 ///   them an image, and an `[IMG_BREAK]` embedding after each row), projecting to 128.
+/// - `tiny-llama4-vision`: the `tiny-llama4` canary's shape (experts on 2 of its 5
+///   layers, one without rope), whose vocabulary ends with the control tokens
+///   `<|image_start|>` and `<|image_end|>` that mtmd frames each image with; its
+///   projector is [`Shape::LLAMA4`] projecting to 128 (64 tokens a tile of 128, up to
+///   3 x 3 tiles and the overview).
 pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
     let idefics3 = canary::LLAMA3;
@@ -311,6 +346,14 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     };
     let mistral3 = canary::Shape {
         family: canary::MISTRAL3,
+        ..idefics3
+    };
+    let llama4 = canary::Shape {
+        family: canary::LLAMA4,
+        n_layer: 5,
+        n_ff: 64,
+        n_expert: 8,
+        n_expert_used: 1,
         ..idefics3
     };
     let lfm2_tiles: Vec<String> = (1..=2)
@@ -356,6 +399,13 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
                 image_size: 256,
                 ..Shape::PIXTRAL
             },
+        ),
+        pair(
+            "tiny-llama4-vision",
+            &llama4,
+            &[],
+            &["<|image_start|>", "<|image_end|>"],
+            Shape::LLAMA4,
         ),
     ]
 }

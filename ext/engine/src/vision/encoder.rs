@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use ggml_sys as sys;
 
-use super::hparams::{ClipHParams, FfnOp, VitNorm, VitPositions};
+use super::hparams::{ClipHParams, FfnOp, VitNorm, VitRope2d};
 use super::image::ImageF32;
 use super::mmproj::{Mmproj, VitLayer};
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Rope, RopeMode, Tensor, MROPE_SECTIONS};
@@ -151,6 +151,8 @@ fn planar(img: &ImageF32) -> Vec<f32> {
 struct Inputs {
     raw: Tensor,
     rows_cols: Option<(Tensor, Tensor)>,
+    /// Llama 4's class token: the patches' positions from 1, then the token's 0.
+    class_token: bool,
 }
 
 impl Inputs {
@@ -161,10 +163,13 @@ impl Inputs {
         if let Some((rows, cols)) = self.rows_cols {
             let per_row = img.width() / patch;
             let n = per_row * (img.height() / patch);
-            let row: Vec<i32> = (0..n).map(|i| (i / per_row) as i32).collect();
-            let col: Vec<i32> = (0..n).map(|i| (i % per_row) as i32).collect();
-            rows.write(&row);
-            cols.write(&col);
+            let from = i32::from(self.class_token);
+            let positions = |of: fn(usize, usize) -> usize| -> Vec<i32> {
+                let patches = (0..n).map(|i| of(i, per_row) as i32 + from);
+                patches.chain(self.class_token.then_some(0)).collect()
+            };
+            rows.write(&positions(|i, per_row| i / per_row));
+            cols.write(&positions(|i, per_row| i % per_row));
         }
     }
 }
@@ -176,24 +181,33 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
     let p = i64::from(hp.patch_size);
     let n_patches = (nx / p) * (ny / p);
     let n_embd = i64::from(hp.n_embd);
+    let n_pos = n_patches + i64::from(m.vit.class_embd.is_some());
 
-    let rope = match hp.projector.vit_positions() {
-        VitPositions::Learned => None,
-        VitPositions::Rope2d { theta } => {
-            let rows = g.input("pos_h", sys::GGML_TYPE_I32, &[n_patches]);
-            let cols = g.input("pos_w", sys::GGML_TYPE_I32, &[n_patches]);
-            Some(Rope2d { rows, cols, theta })
-        }
-    };
+    let rope = hp.projector.rope_2d().map(|params| {
+        let rows = g.input("pos_h", sys::GGML_TYPE_I32, &[n_pos]);
+        let cols = g.input("pos_w", sys::GGML_TYPE_I32, &[n_pos]);
+        Rope2d { rows, cols, params }
+    });
 
-    // build_inp_raw, build_inp
+    // build_inp_raw, then build_inp (a convolution) or Llama 4's unfolded patches through
+    // a linear map (its kernel's shape for the im2col).
     let inp_raw = g.input("inp_raw", sys::GGML_TYPE_F32, &[nx, ny, 3, 1]);
     let p32 = hp.patch_size as i32;
-    let inp = g.conv_2d(m.vit.patch_embd, inp_raw, p32, p32, 0, 0, 1, 1);
-    let inp = g.reshape_3d(inp, n_patches, n_embd, 1);
-    let mut inp = g.cont(g.transpose(inp));
+    let mut inp = if hp.projector.llama4_vit() {
+        let kernel = g.reshape_4d(m.vit.patch_embd, [p, p, 3, n_embd]);
+        let cols = g.im2col_2d(kernel, inp_raw, p32, p32, inp_raw.ggml_type());
+        let inp = g.mul_mat(m.vit.patch_embd, cols);
+        g.reshape_2d(inp, n_embd, n_patches)
+    } else {
+        let inp = g.conv_2d(m.vit.patch_embd, inp_raw, p32, p32, 0, 0, 1, 1);
+        let inp = g.reshape_3d(inp, n_patches, n_embd, 1);
+        g.cont(g.transpose(inp))
+    };
     if let Some(bias) = m.vit.patch_bias {
         inp = g.add(inp, bias);
+    }
+    if let Some(class) = m.vit.class_embd {
+        inp = g.concat(inp, class, 1);
     }
 
     let (width, height) = (nx / p, ny / p);
@@ -204,13 +218,18 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
             pos
         }
     });
-    let cur = build_vit(g, m, flash_attn, inp, pos_embd, rope.as_ref(), n_patches);
+    let mut cur = build_vit(g, m, flash_attn, inp, pos_embd, rope.as_ref(), n_pos);
+    if n_pos != n_patches {
+        // The class token (last) left out.
+        cur = g.view_2d(cur, n_embd, n_patches, cur.nb()[1], 0);
+    }
     let out = m.projector.build(g, hp, cur, (width, height));
     g.mark_output(out);
     g.expand(out);
     let inputs = Inputs {
         raw: inp_raw,
         rows_cols: rope.map(|r| (r.rows, r.cols)),
+        class_token: n_pos != n_patches,
     };
     (inputs, out)
 }
@@ -232,27 +251,41 @@ fn resize_position_embeddings(g: &Graph, m: &Mmproj, pos: Tensor, width: i64, he
     g.cont_2d(pos, n_embd, width * height)
 }
 
-/// A 2D RoPE's inputs: each patch's row and column, and the base frequency.
+/// A 2D RoPE's inputs: each patch's row and column, and the type's parameters.
 struct Rope2d {
     rows: Tensor,
     cols: Tensor,
-    theta: f32,
+    params: VitRope2d,
 }
 
 impl Rope2d {
-    /// clip.cpp's `build_rope_2d` with `interleave_freq` (Pixtral's): the first half of
-    /// each head of `cur` (`[d_head, n_head, n_pos, 1]`) turned by the row, the second half
-    /// by the column at the odd frequencies (the even ones scaled by `theta^(-2/d_head)`),
-    /// each half as a rope of half the width, in consecutive pairs.
+    /// clip.cpp's `build_rope_2d`: the first half of each head of `cur`
+    /// (`[d_head, n_head, n_pos, 1]`) turned by one coordinate, the second half by the
+    /// other (with `interleave_freq`, at the odd frequencies: the even ones scaled by
+    /// `theta^(-2/d_head)`), each half as a rope of half the width, in consecutive pairs.
     fn apply(&self, g: &Graph, cur: Tensor) -> Tensor {
+        let VitRope2d {
+            theta,
+            interleave_freq,
+            columns_first,
+        } = self.params;
+        let (first, second) = if columns_first {
+            (self.cols, self.rows)
+        } else {
+            (self.rows, self.cols)
+        };
         let n_dim = cur.ne()[0];
         // As clip.cpp computes it: `std::pow` of two floats.
-        let freq_scale_odd = self.theta.powf(-2.0 / n_dim as f32);
+        let freq_scale_odd = if interleave_freq {
+            theta.powf(-2.0 / n_dim as f32)
+        } else {
+            1.0
+        };
         let half = Rope {
             mode: RopeMode::Norm,
             n_dims: (n_dim / 2) as u32,
             n_ctx_orig: 0,
-            freq_base: self.theta,
+            freq_base: theta,
             freq_scale: 1.0,
             ext_factor: 0.0,
             attn_factor: 1.0,
@@ -260,12 +293,12 @@ impl Rope2d {
             beta_slow: 0.0,
             sections: [0; MROPE_SECTIONS],
         };
-        let cur = g.rope(cur, self.rows, &half, None);
+        let cur = g.rope(cur, first, &half, None);
         let odd = Rope {
             freq_scale: freq_scale_odd,
             ..half
         };
-        let cur = g.rope(cur, self.cols, &odd, None);
+        let cur = g.rope(cur, second, &odd, None);
         g.rope_set_offset(cur, (n_dim / 2) as i32)
     }
 }

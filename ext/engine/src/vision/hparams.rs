@@ -23,8 +23,12 @@ const LFM2_IMAGE_TOKENS: (u32, u32) = (64, 256);
 /// `[IMG_BREAK]` rows not counted).
 const PIXTRAL_IMAGE_TOKENS: (u32, u32) = (8, 1024);
 
-/// The base frequency of Pixtral's 2D RoPE (clip.cpp sets it; the file has no key).
-const PIXTRAL_ROPE_THETA: f32 = 10000.0;
+/// The base frequency of Pixtral's and Llama 4's 2D RoPE (clip.cpp sets it; the file has
+/// no key).
+const VIT_ROPE_THETA: f32 = 10000.0;
+
+/// Llama 4's tiles a side: clip.cpp's `set_llava_uhd_res_candidates(model, 3)`.
+const LLAMA4_MAX_TILES_SIDE: i32 = 3;
 
 /// The projector types elelem runs: clip.cpp's `projector_type` by its `clip.projector_type`
 /// name.
@@ -44,6 +48,11 @@ pub enum ProjectorType {
     /// feed-forward and 2D RoPE over the patch rows and columns, at any size; the optional
     /// patch merger, a GELU MLP, and `[IMG_BREAK]` after each row ([`super::projector::pixtral`]).
     Pixtral,
+    /// `llama4`: a ViT of LayerNorms with a class token, learned positions and 2D RoPE,
+    /// its patch embedding a linear map of unfolded patches; the pixel shuffle and a GELU
+    /// MLP adapter; images cut into up to 3 x 3 tiles and an overview
+    /// ([`super::projector::llama4`]).
+    Llama4,
 }
 
 /// The norm of a projector type's ViT (clip.cpp's `norm_type` argument of `build_vit`).
@@ -55,14 +64,15 @@ pub enum VitNorm {
     Rms,
 }
 
-/// Where a projector type's ViT takes the patches' positions from.
+/// A projector type's 2D RoPE: clip.cpp's `build_rope_2d` on Q and K, the first half of
+/// each head turned by one coordinate of the patch, the second half by the other.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum VitPositions {
-    /// `v.position_embd.weight` added to the patch embeddings (SigLIP's).
-    Learned,
-    /// clip.cpp's `build_rope_2d` on Q and K: the first half of each head turned by the
-    /// patch's row, the second by its column, at this base frequency.
-    Rope2d { theta: f32 },
+pub struct VitRope2d {
+    pub theta: f32,
+    /// Pixtral's `interleave_freq`: the second half at the odd frequencies.
+    pub interleave_freq: bool,
+    /// Llama 4's: the column first, then the row (Pixtral's: the row first).
+    pub columns_first: bool,
 }
 
 impl ProjectorType {
@@ -73,6 +83,7 @@ impl ProjectorType {
             ProjectorType::Idefics3 => "idefics3",
             ProjectorType::Lfm2 => "lfm2",
             ProjectorType::Pixtral => "pixtral",
+            ProjectorType::Llama4 => "llama4",
         }
     }
 
@@ -87,18 +98,39 @@ impl ProjectorType {
     pub fn vit_norm(self) -> VitNorm {
         match self {
             ProjectorType::Pixtral => VitNorm::Rms,
-            ProjectorType::Gemma3 | ProjectorType::Idefics3 | ProjectorType::Lfm2 => VitNorm::Layer,
+            _ => VitNorm::Layer,
         }
     }
 
-    /// The ViT's positions.
-    pub fn vit_positions(self) -> VitPositions {
+    /// Whether the ViT adds learned position embeddings (`v.position_embd.weight`) to the
+    /// patches: all but Pixtral.
+    pub fn learned_positions(self) -> bool {
+        self != ProjectorType::Pixtral
+    }
+
+    /// The ViT's 2D RoPE, where it has one.
+    pub fn rope_2d(self) -> Option<VitRope2d> {
         match self {
-            ProjectorType::Pixtral => VitPositions::Rope2d {
-                theta: PIXTRAL_ROPE_THETA,
-            },
-            ProjectorType::Gemma3 | ProjectorType::Idefics3 | ProjectorType::Lfm2 => VitPositions::Learned,
+            ProjectorType::Pixtral => Some(VitRope2d {
+                theta: VIT_ROPE_THETA,
+                interleave_freq: true,
+                columns_first: false,
+            }),
+            ProjectorType::Llama4 => Some(VitRope2d {
+                theta: VIT_ROPE_THETA,
+                interleave_freq: false,
+                columns_first: true,
+            }),
+            _ => None,
         }
+    }
+
+    /// Llama 4's ViT: a class token (`v.class_embd`, appended after the patches, its
+    /// position 0 and the patches' from 1), a pre- and a post-LayerNorm, and the patch
+    /// embedding a linear map of each unfolded patch (`v.patch_embd.weight` of
+    /// `[3 · patch², n_embd]`).
+    pub fn llama4_vit(self) -> bool {
+        self == ProjectorType::Llama4
     }
 
     /// Whether the ViT's files have a gated feed-forward (`ffn_gate`) and a pre-norm
@@ -113,8 +145,9 @@ impl ProjectorType {
             "idefics3" => Ok(ProjectorType::Idefics3),
             "lfm2" => Ok(ProjectorType::Lfm2),
             "pixtral" => Ok(ProjectorType::Pixtral),
+            "llama4" => Ok(ProjectorType::Llama4),
             _ => Err(Error::Unsupported(format!(
-                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, pixtral)"
+                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, pixtral, llama4)"
             ))),
         }
     }
@@ -220,6 +253,24 @@ impl ClipHParams {
                     },
                 )
             }
+            // LLaVA-UHD's slices, bilinear, over grids of up to 3 x 3 tiles (every one but
+            // the single tile, x outer, as clip.cpp lists them).
+            ProjectorType::Llama4 => {
+                let side = self.image_size as i32;
+                let res_candidates = (1..=LLAMA4_MAX_TILES_SIDE)
+                    .flat_map(|x| (1..=LLAMA4_MAX_TILES_SIDE).map(move |y| (x, y)))
+                    .filter(|&xy| xy != (1, 1))
+                    .map(|(x, y)| (x * side, y * side))
+                    .collect();
+                (
+                    Preprocessor::LlavaUhd,
+                    ImageParams {
+                        resize_algo: ResizeAlgo::Bilinear,
+                        res_candidates,
+                        ..common
+                    },
+                )
+            }
         }
     }
 
@@ -292,7 +343,7 @@ impl ClipHParams {
     /// `[IMG_BREAK]` after each row but the last; otherwise the native size's).
     pub fn n_image_tokens(&self, width: usize, height: usize) -> usize {
         match self.projector {
-            ProjectorType::Gemma3 | ProjectorType::Idefics3 => self.n_output_tokens() as usize,
+            ProjectorType::Gemma3 | ProjectorType::Idefics3 | ProjectorType::Llama4 => self.n_output_tokens() as usize,
             ProjectorType::Lfm2 => self.n_merged_patches(width, height),
             ProjectorType::Pixtral => {
                 let rows = height / (self.patch_size * self.n_merge) as usize;
@@ -350,7 +401,7 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
     let (n_merge, longest_edge) = match projector {
         ProjectorType::Pixtral => (keys.opt_u32("clip.vision.spatial_merge_size")?.unwrap_or(1), 0),
         ProjectorType::Gemma3 => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(4), 0),
-        ProjectorType::Idefics3 | ProjectorType::Lfm2 => {
+        ProjectorType::Idefics3 | ProjectorType::Lfm2 | ProjectorType::Llama4 => {
             let n_merge = keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1);
             if n_merge < 2 {
                 return Err(Error::Load(format!(

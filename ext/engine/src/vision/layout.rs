@@ -125,6 +125,13 @@ impl Framing {
                 img_end: "[IMG_END]",
                 ..none
             },
+            // mtmd.cpp 767-776: <|image_start|>, LLaVA-UHD's slices then the overview, each
+            // a chunk without tokens of its own, <|image_end|>.
+            ProjectorType::Llama4 => Framing {
+                img_beg: "<|image_start|>",
+                img_end: "<|image_end|>",
+                ..none
+            },
         }
     }
 }

@@ -11,7 +11,7 @@
 
 use elelem_gguf::Gguf;
 
-use super::hparams::{read_hparams, ClipHParams, ProjectorType, VitPositions};
+use super::hparams::{read_hparams, ClipHParams, ProjectorType};
 use super::projector::{self, ProjectorWeights};
 use crate::ggml::{Buffer, Context, CpuDevice, Tensor};
 use crate::model::loader::Loader;
@@ -44,12 +44,15 @@ pub struct VitLayer {
 
 /// The encoder's weights.
 pub struct VitWeights {
-    /// `v.patch_embd.weight`: `[patch, patch, 3, n_embd]`.
+    /// `v.patch_embd.weight`: `[patch, patch, 3, n_embd]`; Llama 4's `[3 · patch², n_embd]`.
     pub patch_embd: Tensor,
     pub patch_bias: Option<Tensor>,
-    /// `v.position_embd.weight`: `[n_embd, n_patches]`, F32; none under 2D RoPE.
+    /// Llama 4's class token `v.class_embd`: `[n_embd]`, F32.
+    pub class_embd: Option<Tensor>,
+    /// `v.position_embd.weight`: `[n_embd, n_patches]` (and the class token's), F32;
+    /// none for Pixtral.
     pub position_embd: Option<Tensor>,
-    /// Pixtral's `v.pre_ln` ([`super::ProjectorType::gated_vit`]).
+    /// Pixtral's and Llama 4's `v.pre_ln`.
     pub pre_ln: Option<Norm>,
     pub layers: Vec<VitLayer>,
     pub post_ln: Option<Norm>,
@@ -199,14 +202,28 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
             ))),
         }
     };
-    let patch_embd = l.values("v.patch_embd.weight", &[p, p, 3, embd])?;
+    let llama4 = hp.projector.llama4_vit();
+    // F32 or F16: Llama 4's is reshaped to a kernel of `patch` wide rows, which no
+    // quantized block divides.
+    let patch_embd = if llama4 {
+        l.values("v.patch_embd.weight", &[3 * p * p, embd])?
+    } else {
+        l.values("v.patch_embd.weight", &[p, p, 3, embd])?
+    };
     let patch_bias = l.optional_vector("v.patch_embd.bias", embd)?;
     // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
-    let position_embd = match hp.projector.vit_positions() {
-        VitPositions::Learned => Some(l.f32_weight("v.position_embd.weight", &[embd, n_patches])?),
-        VitPositions::Rope2d { .. } => None,
+    let class_embd = if llama4 {
+        Some(l.f32_weight("v.class_embd", &[embd])?)
+    } else {
+        None
     };
-    let pre_ln = if gated { norm(l, "v.pre_ln")? } else { None };
+    let position_embd = if hp.projector.learned_positions() {
+        let n_pos = n_patches + u64::from(class_embd.is_some());
+        Some(l.f32_weight("v.position_embd.weight", &[embd, n_pos])?)
+    } else {
+        None
+    };
+    let pre_ln = if gated || llama4 { norm(l, "v.pre_ln")? } else { None };
     let mut layers = Vec::with_capacity(hp.n_layer as usize);
     for il in 0..hp.n_layer {
         let n = |t: &str| format!("v.blk.{il}.{t}");
@@ -249,6 +266,7 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     Ok(VitWeights {
         patch_embd,
         patch_bias,
+        class_embd,
         position_embd,
         pre_ln,
         layers,

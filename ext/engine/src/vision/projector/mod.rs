@@ -6,6 +6,7 @@
 pub mod gemma3;
 pub mod idefics3;
 pub mod lfm2;
+pub mod llama4;
 pub mod pixtral;
 
 use super::hparams::{ClipHParams, ProjectorType};
@@ -19,6 +20,7 @@ pub enum ProjectorWeights {
     Idefics3(idefics3::Idefics3Weights),
     Lfm2(lfm2::Lfm2Weights),
     Pixtral(pixtral::PixtralWeights),
+    Llama4(llama4::Llama4Weights),
 }
 
 impl ProjectorWeights {
@@ -29,6 +31,7 @@ impl ProjectorWeights {
             ProjectorWeights::Idefics3(w) => w.n_mmproj_embd(),
             ProjectorWeights::Lfm2(w) => w.n_mmproj_embd(),
             ProjectorWeights::Pixtral(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Llama4(w) => w.n_mmproj_embd(),
         }
     }
 
@@ -40,6 +43,7 @@ impl ProjectorWeights {
             ProjectorWeights::Idefics3(w) => idefics3::build(g, hp, w, cur),
             ProjectorWeights::Lfm2(w) => lfm2::build(g, hp, w, cur, grid),
             ProjectorWeights::Pixtral(w) => pixtral::build(g, hp, w, cur, grid),
+            ProjectorWeights::Llama4(w) => llama4::build(g, hp, w, cur),
         }
     }
 }
@@ -51,5 +55,6 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
         ProjectorType::Idefics3 => idefics3::load(l, hp).map(ProjectorWeights::Idefics3),
         ProjectorType::Lfm2 => lfm2::load(l, hp).map(ProjectorWeights::Lfm2),
         ProjectorType::Pixtral => pixtral::load(l, hp).map(ProjectorWeights::Pixtral),
+        ProjectorType::Llama4 => llama4::load(l, hp).map(ProjectorWeights::Llama4),
     }
 }
