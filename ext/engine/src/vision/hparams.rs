@@ -126,17 +126,22 @@ impl ProjectorType {
     }
 
     /// Llama 4's ViT: a class token (`v.class_embd`, appended after the patches, its
-    /// position 0 and the patches' from 1), a pre- and a post-LayerNorm, and the patch
-    /// embedding a linear map of each unfolded patch (`v.patch_embd.weight` of
-    /// `[3 · patch², n_embd]`).
+    /// position 0 and the patches' from 1), and the patch embedding a linear map of each
+    /// unfolded patch (`v.patch_embd.weight` of `[3 · patch², n_embd]`).
     pub fn llama4_vit(self) -> bool {
         self == ProjectorType::Llama4
     }
 
-    /// Whether the ViT's files have a gated feed-forward (`ffn_gate`) and a pre-norm
-    /// (`v.pre_ln`): Pixtral's; SigLIP's have neither, and elelem refuses them there.
+    /// Whether the ViT's feed-forward is gated (`ffn_gate`): Pixtral's; SigLIP's is not,
+    /// and elelem refuses a gate there.
     pub fn gated_vit(self) -> bool {
         self == ProjectorType::Pixtral
+    }
+
+    /// Whether the ViT's files have a pre-norm (`v.pre_ln`): Pixtral's and Llama 4's;
+    /// SigLIP's have none, and elelem refuses one there.
+    pub fn vit_pre_norm(self) -> bool {
+        matches!(self, ProjectorType::Pixtral | ProjectorType::Llama4)
     }
 
     fn from_name(name: &str) -> Result<ProjectorType> {

@@ -34,7 +34,7 @@ pub struct VitLayer {
     pub o_w: Tensor,
     pub o_b: Option<Tensor>,
     pub ln_2: Option<Norm>,
-    /// Pixtral's SiLU gate ([`super::ProjectorType::gated_vit`]).
+    /// Pixtral's gate ([`super::ProjectorType::gated_vit`]).
     pub ff_gate_w: Option<Tensor>,
     pub ff_up_w: Tensor,
     pub ff_up_b: Option<Tensor>,
@@ -52,7 +52,7 @@ pub struct VitWeights {
     /// `v.position_embd.weight`: `[n_embd, n_patches]` (and the class token's), F32;
     /// none for Pixtral.
     pub position_embd: Option<Tensor>,
-    /// Pixtral's and Llama 4's `v.pre_ln`.
+    /// Pixtral's and Llama 4's `v.pre_ln` ([`super::ProjectorType::vit_pre_norm`]).
     pub pre_ln: Option<Norm>,
     pub layers: Vec<VitLayer>,
     pub post_ln: Option<Norm>,
@@ -184,9 +184,10 @@ impl Mmproj {
 }
 
 /// The tensors clip.cpp's `load_tensors` reads for the encoder, the ones SigLIP has (and
-/// Pixtral's gate and pre-norm, without position embeddings): every other one
-/// (`v.class_embd`, fused QKV, Q/K norms, layer scales; a gate or a pre-norm in SigLIP) is
-/// left undeclared, so that [`Loader::check_all_used`] refuses the file.
+/// Pixtral's gate and pre-norm, without position embeddings; Llama 4's class token,
+/// pre-norm and linear patch embedding): every other one (fused QKV, Q/K norms, layer
+/// scales; a gate, a pre-norm or a class token where the type has none) is left
+/// undeclared, so that [`Loader::check_all_used`] refuses the file.
 fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     let gated = hp.projector.gated_vit();
     let (embd, ff, p) = (u64::from(hp.n_embd), u64::from(hp.n_ff), u64::from(hp.patch_size));
@@ -223,7 +224,11 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     } else {
         None
     };
-    let pre_ln = if gated || llama4 { norm(l, "v.pre_ln")? } else { None };
+    let pre_ln = if hp.projector.vit_pre_norm() {
+        norm(l, "v.pre_ln")?
+    } else {
+        None
+    };
     let mut layers = Vec::with_capacity(hp.n_layer as usize);
     for il in 0..hp.n_layer {
         let n = |t: &str| format!("v.blk.{il}.{t}");
