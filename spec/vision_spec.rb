@@ -32,7 +32,8 @@ RSpec.describe "images in prompts" do
     Elelem.open(File.join(dir, "#{name}.gguf"), mmproj:, n_threads: 2, **options)
   end
 
-  %w[tiny-gemma3-vision tiny-idefics3-vision tiny-lfm2-vision tiny-pixtral-vision tiny-llama4-vision].each do |name|
+  %w[tiny-gemma3-vision tiny-idefics3-vision tiny-lfm2-vision tiny-pixtral-vision tiny-llama4-vision
+     tiny-gemma4-vision].each do |name|
     it "gives #{name}'s greedy ids, as libmtmd does, for every case" do
       fixture, recording = self.class.recording(name)
       model = self.class.open_pair(vision_dir, name, n_ctx: fixture["n_ctx"])

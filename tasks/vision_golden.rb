@@ -61,13 +61,15 @@ module VisionGolden
   # encodes it whole, an [IMG_BREAK] embedding after each row of tokens but the last, then
   # [IMG_END]: the large image is one chunk of 34 x 22 tokens and 21 breaks. Llama 4's cuts an
   # image into LLaVA-UHD's tiles of 128 (up to 3 x 3) and an overview, 64 tokens each, between
-  # <|image_start|> and <|image_end|>.
+  # <|image_start|> and <|image_end|>. Gemma 4's resizes an image within 70 to 1120 tokens (a
+  # token per 24 x 24 pixels) into one chunk between <|image> and <image|>, decoded non-causally.
   CASES = {
     "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-pixtral-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
-    "tiny-llama4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)
+    "tiny-llama4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
+    "tiny-gemma4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES)
   }.freeze
 
   module_function

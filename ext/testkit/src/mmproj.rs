@@ -14,6 +14,7 @@ pub enum Kind {
     Lfm2,
     Pixtral,
     Llama4,
+    Gemma4v,
 }
 
 /// A synthetic SigLIP projector's type and sizes.
@@ -98,6 +99,18 @@ impl Shape {
         ..Shape::GEMMA3
     };
 
+    /// Gemma 4, small: the same sizes at any size of image (position tables of 64 columns
+    /// and rows of 8-pixel patches), 2D RoPE, RMS norms, a GELU-gated feed-forward, 3 x 3
+    /// patches pooled into one token (its default), the standardization and the
+    /// projection to 96.
+    pub const GEMMA4V: Shape = Shape {
+        kind: Kind::Gemma4v,
+        n_merge: None,
+        image_size: 96,
+        seed: 0x0093_a40e,
+        ..Shape::GEMMA3
+    };
+
     /// Llama 4, small: the same encoder with a class token, 2D RoPE and a pre-LayerNorm,
     /// its patches unfolded through a linear map, 2 x 2 patches shuffled into one (64
     /// tokens a tile of 128), an adapter of 256 -> 128 -> 64 and the projection to 96;
@@ -115,10 +128,12 @@ impl Shape {
 /// the post-LayerNorm), the projector's (Gemma 3's soft-embedding norm and input
 /// projection; Idefics3's `mm.model.fc`; LFM2's input norm and `mm.1`, `mm.2` with biases,
 /// the MLP's hidden width `n_ff`), and the keys of a converted `mmproj` of that type.
-/// Pixtral's are its own ([`pixtral_writer`]).
+/// Pixtral's and Gemma 4's are their own ([`pixtral_writer`], [`gemma4v_writer`]).
 pub fn writer(shape: &Shape) -> GgufWriter {
-    if shape.kind == Kind::Pixtral {
-        return pixtral_writer(shape);
+    match shape.kind {
+        Kind::Pixtral => return pixtral_writer(shape),
+        Kind::Gemma4v => return gemma4v_writer(shape),
+        _ => {}
     }
     let mut rng = Rng(shape.seed);
     let mut w = GgufWriter::new();
@@ -132,7 +147,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             Kind::Idefics3 => "idefics3",
             Kind::Lfm2 => "lfm2",
             Kind::Llama4 => "llama4",
-            Kind::Pixtral => unreachable!("written by pixtral_writer"),
+            Kind::Pixtral | Kind::Gemma4v => unreachable!("written by their own writers"),
         },
         "clip.use_gelu",
         1e-6,
@@ -223,7 +238,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             add_weights(&mut w, &mut rng, "mm.model.mlp.2.weight", ty, &[ff, embd]);
             add_weights(&mut w, &mut rng, "mm.model.fc.weight", ty, &[embd, shape.n_text_embd]);
         }
-        Kind::Pixtral => unreachable!("written by pixtral_writer"),
+        Kind::Pixtral | Kind::Gemma4v => unreachable!("written by their own writers"),
     }
     w
 }
@@ -247,6 +262,57 @@ fn common_keys(w: &mut GgufWriter, shape: &Shape, projector_type: &str, activati
         .set("clip.vision.attention.layer_norm_epsilon", Value::F32(eps))
         .set("clip.vision.image_size", Value::U32(shape.image_size as u32))
         .set("clip.vision.patch_size", Value::U32(shape.patch_size as u32));
+}
+
+/// The rows of Gemma 4's position tables (columns and rows of patches at most).
+const GEMMA4V_POSITIONS: u64 = 64;
+
+/// A seeded Gemma 4 projector (`convert_hf_to_gguf.py`'s `Gemma4VisionModel`): the ViT's RMS
+/// norms (weights only: `ln1`, `ln2`, the per-head `attn_q_norm` and `attn_k_norm`,
+/// `attn_post_norm`, `ffn_post_norm`), Q/K/V and output without biases, the GELU-gated
+/// feed-forward without biases, no patch bias, position tables of
+/// [`GEMMA4V_POSITIONS`] columns and rows; the standardization (`v.std_bias`,
+/// `v.std_scale`) and `mm.input_projection.weight`. The pooling kernel is
+/// `clip.vision.projector.scale_factor` where `n_merge` is given (else clip.cpp's 3).
+fn gemma4v_writer(shape: &Shape) -> GgufWriter {
+    let mut rng = Rng(shape.seed);
+    let mut w = GgufWriter::new();
+    let (embd, ff, p, ty) = (shape.n_embd, shape.n_ff, shape.patch_size, shape.matrix_type);
+    let d_head = embd / shape.n_head;
+    common_keys(&mut w, shape, "gemma4v", "clip.use_gelu", 1e-6);
+    w.set("clip.vision.image_mean", Value::Array(vec![Value::F32(0.0); 3]))
+        .set("clip.vision.image_std", Value::Array(vec![Value::F32(1.0); 3]));
+    if let Some(k) = shape.n_merge {
+        w.set("clip.vision.projector.scale_factor", Value::U32(k));
+    }
+    add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
+    let n = GEMMA4V_POSITIONS;
+    w.add_f32("v.position_embd.weight", &[embd, n, 2], &rng.small(embd * n * 2));
+    for il in 0..shape.n_layer {
+        let name = |t: &str| format!("v.blk.{il}.{t}");
+        w.add_f32(&name("ln1.weight"), &[embd], &rng.around_one(embd));
+        for t in ["attn_q", "attn_k", "attn_v", "attn_out"] {
+            add_weights(&mut w, &mut rng, &name(&format!("{t}.weight")), ty, &[embd, embd]);
+        }
+        w.add_f32(&name("attn_q_norm.weight"), &[d_head], &rng.around_one(d_head));
+        w.add_f32(&name("attn_k_norm.weight"), &[d_head], &rng.around_one(d_head));
+        w.add_f32(&name("attn_post_norm.weight"), &[embd], &rng.around_one(embd));
+        w.add_f32(&name("ln2.weight"), &[embd], &rng.around_one(embd));
+        add_weights(&mut w, &mut rng, &name("ffn_gate.weight"), ty, &[embd, ff]);
+        add_weights(&mut w, &mut rng, &name("ffn_up.weight"), ty, &[embd, ff]);
+        add_weights(&mut w, &mut rng, &name("ffn_down.weight"), ty, &[ff, embd]);
+        w.add_f32(&name("ffn_post_norm.weight"), &[embd], &rng.around_one(embd));
+    }
+    w.add_f32("v.std_bias", &[embd], &rng.small(embd));
+    w.add_f32("v.std_scale", &[embd], &rng.around_one(embd));
+    add_weights(
+        &mut w,
+        &mut rng,
+        "mm.input_projection.weight",
+        ty,
+        &[embd, shape.n_text_embd],
+    );
+    w
 }
 
 /// A seeded Pixtral projector (`convert_hf_to_gguf.py`'s `PixtralModel`): the ViT's RMS
@@ -331,6 +397,11 @@ fn pixtral_writer(shape: &Shape) -> GgufWriter {
 ///   `<|image_start|>` and `<|image_end|>` that mtmd frames each image with; its
 ///   projector is [`Shape::LLAMA4`] projecting to 128 (64 tokens a tile of 128, up to
 ///   3 x 3 tiles and the overview).
+/// - `tiny-gemma4-vision`: the `tiny-gemma4` canary's shape (Gemma 4's dense layout, not an
+///   E model: those take no embeddings), whose vocabulary ends with the control tokens
+///   `<|image>` and `<image|>` that mtmd frames each image with; its projector is
+///   [`Shape::GEMMA4V`] projecting to 128 (a token per 24 x 24 pixels, 70 to 1120 of them
+///   an image, decoded non-causally as mtmd decodes them).
 pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
     let idefics3 = canary::LLAMA3;
@@ -346,6 +417,12 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     };
     let mistral3 = canary::Shape {
         family: canary::MISTRAL3,
+        ..idefics3
+    };
+    let gemma4 = canary::Shape {
+        family: canary::GEMMA4,
+        n_layer: 6,
+        n_head_kv: 4,
         ..idefics3
     };
     let llama4 = canary::Shape {
@@ -406,6 +483,13 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
             &[],
             &["<|image_start|>", "<|image_end|>"],
             Shape::LLAMA4,
+        ),
+        pair(
+            "tiny-gemma4-vision",
+            &gemma4,
+            &[],
+            &["<|image>", "<image|>"],
+            Shape::GEMMA4V,
         ),
     ]
 }

@@ -256,6 +256,49 @@ fn pixtral_embeddings_are_clip_cpps_bit_for_bit() {
     eprintln!("{total} floats compared in all, all identical");
 }
 
+/// Gemma 4's ViT (position tables, per-head Q/K norms, V's norm, post-norms, NEOX 2D
+/// RoPE, the GELU gate) and projector (3 x 3 pooling, the standardization), at grids square,
+/// wide, tall and of one token, and through its own preprocessing.
+#[test]
+fn gemma4v_embeddings_are_clip_cpps_bit_for_bit() {
+    let f32_merge2 = Shape {
+        n_merge: Some(2),
+        matrix_type: TensorType::F32,
+        seed: 41,
+        ..Shape::GEMMA4V
+    };
+    let mut total = 0;
+    for flash_attn in [true, false] {
+        let fa = if flash_attn { "fa" } else { "nofa" };
+        for (name, shape, sizes) in [
+            (
+                "gemma4v-f16",
+                Shape::GEMMA4V,
+                &[(96, 96), (48, 72), (144, 48), (24, 24)][..],
+            ),
+            ("gemma4v-f32-merge2", f32_merge2, &[(64, 64), (80, 32)][..]),
+        ] {
+            let name = format!("{name}-{fa}");
+            let path = write(&name, &writer(&shape));
+            let images: Vec<_> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &(w, h))| normalized_image(w, h, shape.seed ^ i as u64))
+                .collect();
+            let mmproj = Mmproj::open(&path).unwrap();
+            total += compare_images(&name, &path, mmproj, flash_attn, 2, &images);
+        }
+        total += compare(
+            &format!("gemma4v-preprocessed-{fa}"),
+            &Shape::GEMMA4V,
+            flash_attn,
+            2,
+            (150, 97),
+        );
+    }
+    eprintln!("{total} floats compared in all, all identical");
+}
+
 /// Llama 4's ViT (the class token, learned positions and 2D RoPE, the unfolded patches'
 /// linear map) and projector (the pixel shuffle, the adapter MLP), through its LLaVA-UHD
 /// slices: a large image in tiles and the overview, a small one.
@@ -340,6 +383,7 @@ fn preprocessing_parameters_are_clip_cpps() {
         ("pixtral", Shape::PIXTRAL),
         ("pixtral-no-merger", pixtral_no_merger),
         ("llama4", Shape::LLAMA4),
+        ("gemma4v", Shape::GEMMA4V),
     ];
     for (name, shape) in shapes {
         let shape = Shape { n_layer: 1, ..shape };

@@ -229,6 +229,11 @@ fn llama4_image_prompts_match_mtmd() {
     check_pair("tiny-llama4-vision");
 }
 
+#[test]
+fn gemma4v_image_prompts_match_mtmd() {
+    check_pair("tiny-gemma4-vision");
+}
+
 /// An image sent again is not encoded again (the same embeddings, by the hash of its
 /// bytes), until [`IMAGE_CACHE_ENTRIES`] others have come since; and a sequence that holds
 /// a prompt with images gives them to the next prompt that starts with it (the next turn of

@@ -149,6 +149,9 @@ pub(crate) struct Cells {
     /// `chunked`, a key before the query's chunk of this many positions.
     window: Option<u32>,
     chunked: bool,
+    /// Causal even in a non-causal pass: Gemma 4's full-attention layers (llama.cpp's
+    /// `LLAMA_NON_CAUSAL_TYPE_SWA_ONLY`: only its sliding layers see an image both ways).
+    always_causal: bool,
     /// Cells per sequence when each has a range of its own (see [`Cells::partitioned`]).
     partition: Option<u32>,
 }
@@ -163,6 +166,7 @@ impl Cells {
             head: 0,
             window,
             chunked: false,
+            always_causal: false,
             partition: None,
         }
     }
@@ -404,6 +408,7 @@ impl Cells {
         row.fill(hidden);
         let bit = 1u64 << seq;
         for ((m, &key), &seqs) in row.iter_mut().zip(&self.pos).zip(&self.seqs) {
+            let causal = causal || self.always_causal;
             if seqs & bit != 0 && (key <= query || !causal) && !self.outside_window(key, query) {
                 *m = visible;
             }
@@ -445,6 +450,9 @@ pub struct KvShape {
     pub windows: Vec<Option<u32>>,
     /// Whether the windows are chunks (see [`Cells`]).
     pub chunked: bool,
+    /// Whether the layers without a window stay causal in a non-causal pass (see
+    /// [`Cells`]).
+    pub dense_layers_stay_causal: bool,
     /// Per layer, K's and V's widths over all its KV heads.
     pub n_embd_k: Vec<u32>,
     pub n_embd_v: Vec<u32>,
@@ -495,6 +503,7 @@ impl KvCache {
                         };
                         groups.push(Cells {
                             chunked: shape.chunked && window.is_some(),
+                            always_causal: shape.dense_layers_stay_causal && window.is_none(),
                             ..cells
                         });
                         groups.len() - 1

@@ -193,13 +193,19 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
     // a linear map (its kernel's shape for the im2col).
     let inp_raw = g.input("inp_raw", sys::GGML_TYPE_F32, &[nx, ny, 3, 1]);
     let p32 = hp.patch_size as i32;
+    // Gemma 4's pixels to [-1, 1] (`2 · (x - 0.5)`, as `x · 2 - 1`).
+    let pixels = if hp.projector.gemma4_vit() {
+        g.scale_bias(inp_raw, 2.0, -1.0)
+    } else {
+        inp_raw
+    };
     let mut inp = if hp.projector.llama4_vit() {
         let kernel = g.reshape_4d(m.vit.patch_embd, [p, p, 3, n_embd]);
-        let cols = g.im2col_2d(kernel, inp_raw, p32, p32, inp_raw.ggml_type());
+        let cols = g.im2col_2d(kernel, pixels, p32, p32, pixels.ggml_type());
         let inp = g.mul_mat(m.vit.patch_embd, cols);
         g.reshape_2d(inp, n_embd, n_patches)
     } else {
-        let inp = g.conv_2d(m.vit.patch_embd, inp_raw, p32, p32, 0, 0, 1, 1);
+        let inp = g.conv_2d(m.vit.patch_embd, pixels, p32, p32, 0, 0, 1, 1);
         let inp = g.reshape_3d(inp, n_patches, n_embd, 1);
         g.cont(g.transpose(inp))
     };
@@ -208,6 +214,15 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
     }
     if let Some(class) = m.vit.class_embd {
         inp = g.concat(inp, class, 1);
+    }
+    if let (Some(tables), Some(rope)) = (m.vit.position_tables, &rope) {
+        // Gemma 4's: the column's row of the first table, the row's of the second.
+        let n = tables.ne()[1];
+        let nb1 = tables.nb()[1];
+        let by_column = g.view_2d(tables, n_embd, n, nb1, 0);
+        let by_row = g.view_2d(tables, n_embd, n, nb1, n as usize * nb1);
+        inp = g.add(inp, g.get_rows(by_column, rope.cols));
+        inp = g.add(inp, g.get_rows(by_row, rope.rows));
     }
 
     let (width, height) = (nx / p, ny / p);
@@ -268,6 +283,7 @@ impl Rope2d {
             theta,
             interleave_freq,
             columns_first,
+            neox,
         } = self.params;
         let (first, second) = if columns_first {
             (self.cols, self.rows)
@@ -282,7 +298,7 @@ impl Rope2d {
             1.0
         };
         let half = Rope {
-            mode: RopeMode::Norm,
+            mode: if neox { RopeMode::Neox } else { RopeMode::Norm },
             n_dims: (n_dim / 2) as u32,
             n_ctx_orig: 0,
             freq_base: theta,
@@ -351,12 +367,18 @@ fn build_vit(
     }
     for layer in &m.vit.layers {
         let cur = norm(g, kind, inp_l, layer.ln_1.as_ref(), hp.eps);
-        let cur = attention(g, hp, layer, flash_attn, rope, cur, n_pos, batch);
+        let mut cur = attention(g, hp, layer, flash_attn, rope, cur, n_pos, batch);
+        if let Some(weight) = layer.attn_post_norm {
+            cur = norm(g, kind, cur, Some(&Norm { weight, bias: None }), hp.eps);
+        }
         let cur = g.add(cur, inp_l);
         inp_l = cur;
 
         let cur = norm(g, kind, cur, layer.ln_2.as_ref(), hp.eps);
-        let cur = ffn(g, hp, layer, cur);
+        let mut cur = ffn(g, hp, layer, cur);
+        if let Some(weight) = layer.ffn_post_norm {
+            cur = norm(g, kind, cur, Some(&Norm { weight, bias: None }), hp.eps);
+        }
         inp_l = g.add(inp_l, cur);
     }
     if let Some(post) = &m.vit.post_ln {
@@ -379,16 +401,31 @@ fn attention(
     b: i64,
 ) -> Tensor {
     let (d_head, n_head, n_head_kv) = (i64::from(hp.d_head), i64::from(hp.n_head), i64::from(hp.n_head_kv));
-    let kq_scale = 1.0f32 / (hp.d_head as f32).sqrt();
+    // Gemma 4's attention is unscaled (its Q and K are normed).
+    let kq_scale = if hp.projector.gemma4_vit() {
+        1.0
+    } else {
+        1.0f32 / (hp.d_head as f32).sqrt()
+    };
     let q = add_bias(g, g.mul_mat(l.q_w, cur), l.q_b);
     let k = add_bias(g, g.mul_mat(l.k_w, cur), l.k_b);
     let v = add_bias(g, g.mul_mat(l.v_w, cur), l.v_b);
     let mut q = g.reshape_4d(q, [d_head, n_head, n_pos, b]);
     let mut k = g.reshape_4d(k, [d_head, n_head_kv, n_pos, b]);
-    let v = g.reshape_4d(v, [d_head, n_head_kv, n_pos, b]);
+    let mut v = g.reshape_4d(v, [d_head, n_head_kv, n_pos, b]);
+    // Gemma 4's per-head norms.
+    if let Some(q_norm) = l.q_norm {
+        q = g.mul(g.rms_norm(q, hp.eps), q_norm);
+    }
+    if let Some(k_norm) = l.k_norm {
+        k = g.mul(g.rms_norm(k, hp.eps), k_norm);
+    }
     if let Some(rope) = rope {
         q = rope.apply(g, q);
         k = rope.apply(g, k);
+    }
+    if hp.projector.gemma4_vit() {
+        v = g.rms_norm(v, hp.eps);
     }
 
     // build_attn: Q, K and V enter the graph together, in that order.

@@ -27,6 +27,12 @@ const PIXTRAL_IMAGE_TOKENS: (u32, u32) = (8, 1024);
 /// no key).
 const VIT_ROPE_THETA: f32 = 10000.0;
 
+/// Gemma 4's: clip.cpp's `set_limit_image_tokens(70, 1120)`, in pooled tokens.
+const GEMMA4V_IMAGE_TOKENS: (u32, u32) = (70, 1120);
+
+/// The base frequency of Gemma 4's 2D RoPE (clip.cpp sets it).
+const GEMMA4V_ROPE_THETA: f32 = 100.0;
+
 /// Llama 4's tiles a side: clip.cpp's `set_llava_uhd_res_candidates(model, 3)`.
 const LLAMA4_MAX_TILES_SIDE: i32 = 3;
 
@@ -53,6 +59,12 @@ pub enum ProjectorType {
     /// MLP adapter; images cut into up to 3 x 3 tiles and an overview
     /// ([`super::projector::llama4`]).
     Llama4,
+    /// `gemma4v` (Gemma 4, not its E models): a ViT of RMS norms (Q and K normed per head,
+    /// V without weight, norms after the attention and the feed-forward), a GELU-gated
+    /// feed-forward, 2D RoPE in NEOX order and position tables by column and row, at any
+    /// size; average pooling, an optional standardization and the input projection
+    /// ([`super::projector::gemma4v`]).
+    Gemma4v,
 }
 
 /// The norm of a projector type's ViT (clip.cpp's `norm_type` argument of `build_vit`).
@@ -71,8 +83,10 @@ pub struct VitRope2d {
     pub theta: f32,
     /// Pixtral's `interleave_freq`: the second half at the odd frequencies.
     pub interleave_freq: bool,
-    /// Llama 4's: the column first, then the row (Pixtral's: the row first).
+    /// Llama 4's and Gemma 4's: the column first, then the row (Pixtral's: the row first).
     pub columns_first: bool,
+    /// Gemma 4's: each half turned in NEOX order (halves), not in consecutive pairs.
+    pub neox: bool,
 }
 
 impl ProjectorType {
@@ -84,6 +98,7 @@ impl ProjectorType {
             ProjectorType::Lfm2 => "lfm2",
             ProjectorType::Pixtral => "pixtral",
             ProjectorType::Llama4 => "llama4",
+            ProjectorType::Gemma4v => "gemma4v",
         }
     }
 
@@ -91,21 +106,24 @@ impl ProjectorType {
     /// position embeddings resized to the grid; Pixtral's RoPE) rather than `image_size`
     /// squares only.
     pub fn dynamic_size(self) -> bool {
-        matches!(self, ProjectorType::Lfm2 | ProjectorType::Pixtral)
+        matches!(
+            self,
+            ProjectorType::Lfm2 | ProjectorType::Pixtral | ProjectorType::Gemma4v
+        )
     }
 
     /// The ViT's norm.
     pub fn vit_norm(self) -> VitNorm {
         match self {
-            ProjectorType::Pixtral => VitNorm::Rms,
+            ProjectorType::Pixtral | ProjectorType::Gemma4v => VitNorm::Rms,
             _ => VitNorm::Layer,
         }
     }
 
     /// Whether the ViT adds learned position embeddings (`v.position_embd.weight`) to the
-    /// patches: all but Pixtral.
+    /// patches: all but Pixtral and Gemma 4 (whose are tables looked up by column and row).
     pub fn learned_positions(self) -> bool {
-        self != ProjectorType::Pixtral
+        !matches!(self, ProjectorType::Pixtral | ProjectorType::Gemma4v)
     }
 
     /// The ViT's 2D RoPE, where it has one.
@@ -115,11 +133,19 @@ impl ProjectorType {
                 theta: VIT_ROPE_THETA,
                 interleave_freq: true,
                 columns_first: false,
+                neox: false,
             }),
             ProjectorType::Llama4 => Some(VitRope2d {
                 theta: VIT_ROPE_THETA,
                 interleave_freq: false,
                 columns_first: true,
+                neox: false,
+            }),
+            ProjectorType::Gemma4v => Some(VitRope2d {
+                theta: GEMMA4V_ROPE_THETA,
+                interleave_freq: false,
+                columns_first: true,
+                neox: true,
             }),
             _ => None,
         }
@@ -132,10 +158,19 @@ impl ProjectorType {
         self == ProjectorType::Llama4
     }
 
-    /// Whether the ViT's feed-forward is gated (`ffn_gate`): Pixtral's; SigLIP's is not,
-    /// and elelem refuses a gate there.
+    /// Whether the ViT's feed-forward is gated (`ffn_gate`): Pixtral's and Gemma 4's;
+    /// SigLIP's is not, and elelem refuses a gate there.
     pub fn gated_vit(self) -> bool {
-        self == ProjectorType::Pixtral
+        matches!(self, ProjectorType::Pixtral | ProjectorType::Gemma4v)
+    }
+
+    /// Gemma 4's ViT: its input scaled to [-1, 1] in the graph, no patch bias, position
+    /// tables (`v.position_embd.weight` of `[n_embd, n, 2]`: by column, then by row), Q and
+    /// K RMS-normed per head (`attn_q_norm`, `attn_k_norm`), V RMS-normed without weight,
+    /// the attention unscaled (`kq_scale` 1), RMS norms after the attention and after the
+    /// feed-forward (`attn_post_norm`, `ffn_post_norm`).
+    pub fn gemma4_vit(self) -> bool {
+        self == ProjectorType::Gemma4v
     }
 
     /// Whether the ViT's files have a pre-norm (`v.pre_ln`): Pixtral's and Llama 4's;
@@ -151,8 +186,9 @@ impl ProjectorType {
             "lfm2" => Ok(ProjectorType::Lfm2),
             "pixtral" => Ok(ProjectorType::Pixtral),
             "llama4" => Ok(ProjectorType::Llama4),
+            "gemma4v" => Ok(ProjectorType::Gemma4v),
             _ => Err(Error::Unsupported(format!(
-                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, pixtral, llama4)"
+                "projector type {name:?} is not supported (elelem runs: gemma3, idefics3, lfm2, pixtral, llama4, gemma4v)"
             ))),
         }
     }
@@ -258,6 +294,19 @@ impl ClipHParams {
                     },
                 )
             }
+            // The dynamic-size family, bicubic, within `set_limit_image_tokens(70, 1120)`.
+            ProjectorType::Gemma4v => {
+                let (min_tokens, max_tokens) = GEMMA4V_IMAGE_TOKENS;
+                (
+                    Preprocessor::DynSize,
+                    ImageParams {
+                        resize_algo: ResizeAlgo::Bicubic,
+                        min_pixels: self.token_pixels(min_tokens),
+                        max_pixels: self.token_pixels(max_tokens),
+                        ..common
+                    },
+                )
+            }
             // LLaVA-UHD's slices, bilinear, over grids of up to 3 x 3 tiles (every one but
             // the single tile, x outer, as clip.cpp lists them).
             ProjectorType::Llama4 => {
@@ -311,16 +360,17 @@ impl ClipHParams {
     pub fn max_image_tokens(&self) -> u32 {
         match self.projector {
             ProjectorType::Pixtral => PIXTRAL_IMAGE_TOKENS.1,
+            ProjectorType::Gemma4v => GEMMA4V_IMAGE_TOKENS.1,
             _ => LFM2_IMAGE_TOKENS.1.max(self.n_output_tokens()),
         }
     }
 
     /// What a dynamic-size encoder's image sides must be multiples of: the patch (LFM2
     /// pads a grid its merge does not divide, as clip.cpp does), or the merged patch
-    /// (Pixtral's merger, whose grid mtmd's preprocessing always aligns).
+    /// (Pixtral's merger, Gemma 4's pooling: grids mtmd's preprocessing always aligns).
     pub fn image_side_multiple(&self) -> u32 {
         match self.projector {
-            ProjectorType::Pixtral => self.patch_size * self.n_merge,
+            ProjectorType::Pixtral | ProjectorType::Gemma4v => self.patch_size * self.n_merge,
             _ => self.patch_size,
         }
     }
@@ -349,7 +399,7 @@ impl ClipHParams {
     pub fn n_image_tokens(&self, width: usize, height: usize) -> usize {
         match self.projector {
             ProjectorType::Gemma3 | ProjectorType::Idefics3 | ProjectorType::Llama4 => self.n_output_tokens() as usize,
-            ProjectorType::Lfm2 => self.n_merged_patches(width, height),
+            ProjectorType::Lfm2 | ProjectorType::Gemma4v => self.n_merged_patches(width, height),
             ProjectorType::Pixtral => {
                 let rows = height / (self.patch_size * self.n_merge) as usize;
                 (self.n_merged_patches(width, height) + rows).saturating_sub(1)
@@ -406,6 +456,8 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
     let (n_merge, longest_edge) = match projector {
         ProjectorType::Pixtral => (keys.opt_u32("clip.vision.spatial_merge_size")?.unwrap_or(1), 0),
         ProjectorType::Gemma3 => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(4), 0),
+        // Gemma 4's pooling kernel.
+        ProjectorType::Gemma4v => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(3), 0),
         ProjectorType::Idefics3 | ProjectorType::Lfm2 | ProjectorType::Llama4 => {
             let n_merge = keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1);
             if n_merge < 2 {

@@ -132,6 +132,12 @@ impl Framing {
                 img_end: "<|image_end|>",
                 ..none
             },
+            // mtmd.cpp 885-891: <|image> (embeddings) <image|>.
+            ProjectorType::Gemma4v => Framing {
+                img_beg: "<|image>",
+                img_end: "<image|>",
+                ..none
+            },
         }
     }
 }

@@ -34,8 +34,14 @@ pub struct VitLayer {
     pub o_w: Tensor,
     pub o_b: Option<Tensor>,
     pub ln_2: Option<Norm>,
-    /// Pixtral's gate ([`super::ProjectorType::gated_vit`]).
+    /// Pixtral's and Gemma 4's gate ([`super::ProjectorType::gated_vit`]).
     pub ff_gate_w: Option<Tensor>,
+    /// Gemma 4's per-head Q and K norms (`[d_head]`) and its norms after the attention and
+    /// after the feed-forward ([`super::ProjectorType::gemma4_vit`]).
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    pub attn_post_norm: Option<Tensor>,
+    pub ffn_post_norm: Option<Tensor>,
     pub ff_up_w: Tensor,
     pub ff_up_b: Option<Tensor>,
     pub ff_down_w: Tensor,
@@ -49,6 +55,9 @@ pub struct VitWeights {
     pub patch_bias: Option<Tensor>,
     /// Llama 4's class token `v.class_embd`: `[n_embd]`, F32.
     pub class_embd: Option<Tensor>,
+    /// Gemma 4's position tables `v.position_embd.weight`: `[n_embd, n, 2]`, F32 (by
+    /// column, then by row: `n` columns and rows at most).
+    pub position_tables: Option<Tensor>,
     /// `v.position_embd.weight`: `[n_embd, n_patches]` (and the class token's), F32;
     /// none for Pixtral.
     pub position_embd: Option<Tensor>,
@@ -146,6 +155,15 @@ impl Mmproj {
                 hp.projector.name()
             )));
         }
+        if let Some(tables) = self.vit.position_tables {
+            let n = tables.ne()[1] as usize;
+            if width / hp.patch_size as usize > n || height / hp.patch_size as usize > n {
+                return Err(Error::Image(format!(
+                    "a {width}x{height} image is too large for the {} encoder: at most {n} patches a side",
+                    hp.projector.name()
+                )));
+            }
+        }
         let max = hp.max_image_tokens() as usize;
         if width > MAX_ENCODED_SIDE || height > MAX_ENCODED_SIDE || hp.n_merged_patches(width, height) > max {
             return Err(Error::Image(format!(
@@ -190,6 +208,7 @@ impl Mmproj {
 /// undeclared, so that [`Loader::check_all_used`] refuses the file.
 fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     let gated = hp.projector.gated_vit();
+    let d_head = u64::from(hp.d_head);
     let (embd, ff, p) = (u64::from(hp.n_embd), u64::from(hp.n_ff), u64::from(hp.patch_size));
     let n_patches = u64::from(hp.n_patches_side()).pow(2);
     let norm = |l: &mut Loader, prefix: &str| -> Result<Option<Norm>> {
@@ -211,7 +230,13 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     } else {
         l.values("v.patch_embd.weight", &[p, p, 3, embd])?
     };
-    let patch_bias = l.optional_vector("v.patch_embd.bias", embd)?;
+    let gemma4 = hp.projector.gemma4_vit();
+    // Gemma 4's graph has no patch bias (clip.cpp ignores one).
+    let patch_bias = if gemma4 {
+        None
+    } else {
+        l.optional_vector("v.patch_embd.bias", embd)?
+    };
     // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
     let class_embd = if llama4 {
         Some(l.f32_weight("v.class_embd", &[embd])?)
@@ -221,6 +246,18 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     let position_embd = if hp.projector.learned_positions() {
         let n_pos = n_patches + u64::from(class_embd.is_some());
         Some(l.f32_weight("v.position_embd.weight", &[embd, n_pos])?)
+    } else {
+        None
+    };
+    let position_tables = if gemma4 {
+        let n = l
+            .tensor_dims("v.position_embd.weight")
+            .and_then(|dims| dims.get(1).copied())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                Error::Load("tensor v.position_embd.weight is missing or empty: [n_embd, n, 2] expected".into())
+            })?;
+        Some(l.f32_weight("v.position_embd.weight", &[embd, n, 2])?)
     } else {
         None
     };
@@ -261,6 +298,12 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
             } else {
                 None
             },
+            q_norm: gemma4.then(|| l.vector(&n("attn_q_norm.weight"), d_head)).transpose()?,
+            k_norm: gemma4.then(|| l.vector(&n("attn_k_norm.weight"), d_head)).transpose()?,
+            attn_post_norm: gemma4
+                .then(|| l.vector(&n("attn_post_norm.weight"), embd))
+                .transpose()?,
+            ffn_post_norm: gemma4.then(|| l.vector(&n("ffn_post_norm.weight"), embd)).transpose()?,
             ff_up_w: l.matrix(&n(&format!("{up}.weight")), &[embd, ff])?,
             ff_up_b: l.optional_vector(&n(&format!("{up}.bias")), ff)?,
             ff_down_w: l.matrix(&n(&format!("{down}.weight")), &[ff, embd])?,
@@ -272,6 +315,7 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
         patch_embd,
         patch_bias,
         class_embd,
+        position_tables,
         position_embd,
         pre_ln,
         layers,

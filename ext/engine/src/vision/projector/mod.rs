@@ -4,6 +4,7 @@
 //! its graph.
 
 pub mod gemma3;
+pub mod gemma4v;
 pub mod idefics3;
 pub mod lfm2;
 pub mod llama4;
@@ -21,6 +22,7 @@ pub enum ProjectorWeights {
     Lfm2(lfm2::Lfm2Weights),
     Pixtral(pixtral::PixtralWeights),
     Llama4(llama4::Llama4Weights),
+    Gemma4v(gemma4v::Gemma4vWeights),
 }
 
 impl ProjectorWeights {
@@ -32,6 +34,7 @@ impl ProjectorWeights {
             ProjectorWeights::Lfm2(w) => w.n_mmproj_embd(),
             ProjectorWeights::Pixtral(w) => w.n_mmproj_embd(),
             ProjectorWeights::Llama4(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Gemma4v(w) => w.n_mmproj_embd(),
         }
     }
 
@@ -44,6 +47,7 @@ impl ProjectorWeights {
             ProjectorWeights::Lfm2(w) => lfm2::build(g, hp, w, cur, grid),
             ProjectorWeights::Pixtral(w) => pixtral::build(g, hp, w, cur, grid),
             ProjectorWeights::Llama4(w) => llama4::build(g, hp, w, cur),
+            ProjectorWeights::Gemma4v(w) => gemma4v::build(g, hp, w, cur, grid),
         }
     }
 }
@@ -56,5 +60,6 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
         ProjectorType::Lfm2 => lfm2::load(l, hp).map(ProjectorWeights::Lfm2),
         ProjectorType::Pixtral => pixtral::load(l, hp).map(ProjectorWeights::Pixtral),
         ProjectorType::Llama4 => llama4::load(l, hp).map(ProjectorWeights::Llama4),
+        ProjectorType::Gemma4v => gemma4v::load(l, hp).map(ProjectorWeights::Gemma4v),
     }
 }
