@@ -70,6 +70,12 @@ module VisionGolden
   # tokens, one chunk between <|vision_start|> and <|vision_end|>; its language model places
   # the chunk's tokens at [t, t + row, t + column] and the text after it at t + max(nx, ny)
   # (the large image: 39 x 25 tokens in 39 positions).
+  # Pixtral's resizes an image within 8 to 1024 tokens (a token per 32 x 32 pixels here) and
+  # encodes it whole, an [IMG_BREAK] embedding after each row of tokens but the last, then
+  # [IMG_END]: the large image is one chunk of 34 x 22 tokens and 21 breaks. Llama 4's cuts an
+  # image into LLaVA-UHD's tiles of 128 (up to 3 x 3) and an overview, 64 tokens each, between
+  # <|image_start|> and <|image_end|>. Gemma 4's resizes an image within 70 to 1120 tokens (a
+  # token per 24 x 24 pixels) into one chunk between <|image> and <image|>, decoded non-causally.
   CASES = {
     "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-llava-vision" => TEXT_AFTER.merge(TWO_IMAGES),
@@ -77,7 +83,10 @@ module VisionGolden
     "tiny-internvl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
-    "tiny-qwen2vl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE)
+    "tiny-qwen2vl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
+    "tiny-pixtral-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
+    "tiny-llama4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
+    "tiny-gemma4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES)
   }.freeze
 
   module_function

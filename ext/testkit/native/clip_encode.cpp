@@ -66,15 +66,18 @@ int64_t elelem_clip_encode(const char * path, int flash_attn, int n_threads, con
     }
 }
 
-// The preprocessing share of clip_hparams (mtmd_image.cpp's elelem_mtmd_params, without the
-// grid pinpoints).
+// The most grid pinpoints read back.
+#define ELELEM_MAX_CANDIDATES 64
+
+// The preprocessing share of clip_hparams (mtmd_image.cpp's elelem_mtmd_params), with up to
+// ELELEM_MAX_CANDIDATES grid pinpoints (width, height).
 struct elelem_clip_image_params {
     int32_t image_size, patch_size, n_merge, longest_edge, min_pixels, max_pixels;
     int32_t resize_algo, pad, resize_algo_rf, resize_algo_ov, pad_rf, pad_ov;
     uint8_t pad_color[3], pad_color_rf[3], pad_color_ov[3];
     float mean[3], std[3];
     int32_t n_candidates;
-    int32_t candidates[2 * 64]; // (width, height) of the first 64
+    int32_t candidates[2 * ELELEM_MAX_CANDIDATES];
 };
 
 // The preprocessing parameters clip.cpp's loader sets for the projector at `path` (mtmd's
@@ -113,7 +116,7 @@ int elelem_clip_image_params(const char * path, elelem_clip_image_params * out) 
             out->std[i] = h.image_std[i];
         }
         out->n_candidates = (int32_t) h.image_res_candidates.size();
-        for (size_t i = 0; i < h.image_res_candidates.size() && i < 64; i++) {
+        for (size_t i = 0; i < h.image_res_candidates.size() && i < ELELEM_MAX_CANDIDATES; i++) {
             out->candidates[2 * i] = h.image_res_candidates[i].width;
             out->candidates[2 * i + 1] = h.image_res_candidates[i].height;
         }

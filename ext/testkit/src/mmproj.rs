@@ -24,6 +24,9 @@ pub enum Kind {
     /// `mm.model.mlp.3`).
     Internvl,
     Qwen2vl,
+    Pixtral,
+    Llama4,
+    Gemma4v,
 }
 
 /// A synthetic SigLIP projector's type and sizes.
@@ -37,7 +40,8 @@ pub struct Shape {
     pub image_size: u64,
     pub patch_size: u64,
     /// `clip.vision.projector.scale_factor`: Gemma 3's pooling kernel (real files leave it
-    /// out: 4), Idefics3's unshuffle (required).
+    /// out: 4), Idefics3's unshuffle (required); Pixtral's `clip.vision.spatial_merge_size`
+    /// (with the patch merger; none: Pixtral 12B's, no merger).
     pub n_merge: Option<u32>,
     /// Idefics3's `clip.vision.preproc_image_size`.
     pub longest_edge: Option<u32>,
@@ -104,6 +108,40 @@ impl Shape {
         n_merge: Some(2),
         input_norm: true,
         seed: 0x1f_3217,
+        ..Shape::GEMMA3
+    };
+
+    /// Pixtral as Mistral Small 3.x has it, small: the same sizes at any size of image
+    /// (images of up to 128 on a side: 16 x 16 patches), 2D RoPE, RMS norms, a SiLU-gated
+    /// feed-forward, 2 x 2 patches merged into one, an MLP of 64 -> 128 -> 96 and
+    /// `[IMG_BREAK]` after each row.
+    pub const PIXTRAL: Shape = Shape {
+        kind: Kind::Pixtral,
+        n_merge: Some(2),
+        seed: 0x9_1274,
+        ..Shape::GEMMA3
+    };
+
+    /// Gemma 4, small: the same sizes at any size of image (position tables of 64 columns
+    /// and rows of 8-pixel patches), 2D RoPE, RMS norms, a GELU-gated feed-forward, 3 x 3
+    /// patches pooled into one token (its default), the standardization and the
+    /// projection to 96.
+    pub const GEMMA4V: Shape = Shape {
+        kind: Kind::Gemma4v,
+        n_merge: None,
+        image_size: 96,
+        seed: 0x0093_a40e,
+        ..Shape::GEMMA3
+    };
+
+    /// Llama 4, small: the same encoder with a class token, 2D RoPE and a pre-LayerNorm,
+    /// its patches unfolded through a linear map, 2 x 2 patches shuffled into one (64
+    /// tokens a tile of 128), an adapter of 256 -> 128 -> 64 and the projection to 96;
+    /// images cut into up to 3 x 3 tiles and an overview.
+    pub const LLAMA4: Shape = Shape {
+        kind: Kind::Llama4,
+        n_merge: Some(2),
+        seed: 0x11a_4a4,
         ..Shape::GEMMA3
     };
 
@@ -183,51 +221,46 @@ impl Kind {
 /// the post-LayerNorm), the projector's (Gemma 3's soft-embedding norm and input
 /// projection; Idefics3's `mm.model.fc`; LFM2's input norm and `mm.1`, `mm.2` with biases,
 /// the MLP's hidden width `n_ff`), and the keys of a converted `mmproj` of that type.
+/// Pixtral's and Gemma 4's are their own ([`pixtral_writer`], [`gemma4v_writer`]).
 pub fn writer(shape: &Shape) -> GgufWriter {
+    match shape.kind {
+        Kind::Pixtral => return pixtral_writer(shape),
+        Kind::Gemma4v => return gemma4v_writer(shape),
+        _ => {}
+    }
     let mut rng = Rng(shape.seed);
     let mut w = GgufWriter::new();
-    let s = |v: &str| Value::String(v.to_string());
     let (embd, ff, p, ty) = (shape.n_embd, shape.n_ff, shape.patch_size, shape.matrix_type);
     let n_patches = (shape.image_size / p).pow(2);
-    w.set("general.architecture", s("clip"))
-        .set("general.name", s("elelem synthetic mmproj"))
-        .set("general.file_type", Value::U32(1))
-        .set(
-            "clip.projector_type",
-            s(match shape.kind {
-                Kind::Gemma3 => "gemma3",
-                Kind::Idefics3 => "idefics3",
-                Kind::Lfm2 => "lfm2",
-                Kind::Llava => "mlp",
-                Kind::Ldp => "ldp",
-                Kind::Ldpv2 => "ldpv2",
-                Kind::Internvl => "internvl",
-                Kind::Qwen2vl => "qwen2vl_merger",
-            }),
-        )
-        .set("clip.has_vision_encoder", Value::Bool(true))
-        .set("clip.has_text_encoder", Value::Bool(false))
-        .set("clip.vision.embedding_length", Value::U32(embd as u32))
-        .set("clip.vision.feed_forward_length", Value::U32(ff as u32))
-        .set("clip.vision.block_count", Value::U32(shape.n_layer as u32))
-        .set("clip.vision.projection_dim", Value::U32(shape.n_text_embd as u32))
-        .set("clip.vision.attention.head_count", Value::U32(shape.n_head as u32))
-        .set("clip.vision.attention.layer_norm_epsilon", Value::F32(1e-6))
-        .set("clip.vision.image_size", Value::U32(shape.image_size as u32))
-        .set("clip.vision.patch_size", Value::U32(p as u32))
-        .set(
-            "clip.vision.image_mean",
-            Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
-        )
-        .set(
-            "clip.vision.image_std",
-            Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
-        );
-    // GELU-quick where the key is absent (clip.cpp's default): CLIP's (LLaVA's), and
-    // Qwen2-VL's as converted.
-    if !shape.kind.llava_vit() && shape.kind != Kind::Qwen2vl {
-        w.set("clip.use_gelu", Value::Bool(true));
-    }
+    // GELU where the file says so; GELU-quick, clip.cpp's default, where LLaVA's says false
+    // and where Qwen2-VL's (as converted) has no key.
+    let gelu = (shape.kind != Kind::Qwen2vl).then_some(("clip.use_gelu", !shape.kind.llava_vit()));
+    common_keys(
+        &mut w,
+        shape,
+        match shape.kind {
+            Kind::Gemma3 => "gemma3",
+            Kind::Idefics3 => "idefics3",
+            Kind::Lfm2 => "lfm2",
+            Kind::Llama4 => "llama4",
+            Kind::Llava => "mlp",
+            Kind::Ldp => "ldp",
+            Kind::Ldpv2 => "ldpv2",
+            Kind::Internvl => "internvl",
+            Kind::Qwen2vl => "qwen2vl_merger",
+            Kind::Pixtral | Kind::Gemma4v => unreachable!("written by their own writers"),
+        },
+        gelu,
+        1e-6,
+    );
+    w.set(
+        "clip.vision.image_mean",
+        Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
+    )
+    .set(
+        "clip.vision.image_std",
+        Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
+    );
     if let Some(k) = shape.n_merge {
         w.set("clip.vision.projector.scale_factor", Value::U32(k));
     }
@@ -246,11 +279,19 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         w.add_f32(&format!("{name}.weight"), &[n], &rng.around_one(n));
         w.add_f32(&format!("{name}.bias"), &[n], &rng.small(n));
     };
-    add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
     let internvl = shape.kind == Kind::Internvl;
+    let llama4 = shape.kind == Kind::Llama4;
+    if llama4 {
+        // The unfolded patch's linear map (F16 at most, as converted: it is reshaped to a
+        // kernel).
+        let patch_type = if ty == TensorType::F32 { ty } else { TensorType::F16 };
+        add_weights(&mut w, &mut rng, "v.patch_embd.weight", patch_type, &[3 * p * p, embd]);
+    } else {
+        add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
+    }
     if shape.kind == Kind::Qwen2vl {
         add_weights(&mut w, &mut rng, "v.patch_embd.weight.1", ty, &[p, p, 3, embd]);
-    } else {
+    } else if !llama4 {
         w.add_f32("v.patch_embd.bias", &[embd], &rng.small(embd));
     }
     if clip {
@@ -258,13 +299,14 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         // A position for the class token too, looked up by row: of any type.
         add_weights(&mut w, &mut rng, "v.position_embd.weight", ty, &[embd, n_patches + 1]);
         norm(&mut w, &mut rng, "v.pre_ln", embd);
-    } else if internvl {
+    } else if internvl || llama4 {
+        // The class token, F32 positions for it too; Llama 4's pre-LayerNorm.
         w.add_f32("v.class_embd", &[embd], &rng.small(embd));
-        w.add_f32(
-            "v.position_embd.weight",
-            &[embd, n_patches + 1],
-            &rng.small(embd * (n_patches + 1)),
-        );
+        let n_pos = n_patches + 1;
+        w.add_f32("v.position_embd.weight", &[embd, n_pos], &rng.small(embd * n_pos));
+        if llama4 {
+            norm(&mut w, &mut rng, "v.pre_ln", embd);
+        }
     } else if shape.kind != Kind::Qwen2vl {
         w.add_f32(
             "v.position_embd.weight",
@@ -385,7 +427,139 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, shape.n_text_embd]);
             w.add_f32("mm.2.bias", &[shape.n_text_embd], &rng.small(shape.n_text_embd));
         }
+        Kind::Llama4 => {
+            let merged = embd * u64::from(shape.n_merge.unwrap_or(1)).pow(2);
+            add_weights(&mut w, &mut rng, "mm.model.mlp.1.weight", ty, &[merged, ff]);
+            add_weights(&mut w, &mut rng, "mm.model.mlp.2.weight", ty, &[ff, embd]);
+            add_weights(&mut w, &mut rng, "mm.model.fc.weight", ty, &[embd, shape.n_text_embd]);
+        }
+        Kind::Pixtral | Kind::Gemma4v => unreachable!("written by their own writers"),
     }
+    w
+}
+
+/// The keys common to every type, as a converter writes them, with the feed-forward's
+/// activation flag (`clip.use_gelu`, `clip.use_silu`) and the norms' epsilon.
+fn common_keys(w: &mut GgufWriter, shape: &Shape, projector_type: &str, activation: Option<(&str, bool)>, eps: f32) {
+    let s = |v: &str| Value::String(v.to_string());
+    w.set("general.architecture", s("clip"))
+        .set("general.name", s("elelem synthetic mmproj"))
+        .set("general.file_type", Value::U32(1))
+        .set("clip.projector_type", s(projector_type))
+        .set("clip.has_vision_encoder", Value::Bool(true))
+        .set("clip.has_text_encoder", Value::Bool(false));
+    if let Some((key, on)) = activation {
+        w.set(key, Value::Bool(on));
+    }
+    w.set("clip.vision.embedding_length", Value::U32(shape.n_embd as u32))
+        .set("clip.vision.feed_forward_length", Value::U32(shape.n_ff as u32))
+        .set("clip.vision.block_count", Value::U32(shape.n_layer as u32))
+        .set("clip.vision.projection_dim", Value::U32(shape.n_text_embd as u32))
+        .set("clip.vision.attention.head_count", Value::U32(shape.n_head as u32))
+        .set("clip.vision.attention.layer_norm_epsilon", Value::F32(eps))
+        .set("clip.vision.image_size", Value::U32(shape.image_size as u32))
+        .set("clip.vision.patch_size", Value::U32(shape.patch_size as u32));
+}
+
+/// The rows of Gemma 4's position tables (columns and rows of patches at most).
+const GEMMA4V_POSITIONS: u64 = 64;
+
+/// A seeded Gemma 4 projector (`convert_hf_to_gguf.py`'s `Gemma4VisionModel`): the ViT's RMS
+/// norms (weights only: `ln1`, `ln2`, the per-head `attn_q_norm` and `attn_k_norm`,
+/// `attn_post_norm`, `ffn_post_norm`), Q/K/V and output without biases, the GELU-gated
+/// feed-forward without biases, no patch bias, position tables of
+/// [`GEMMA4V_POSITIONS`] columns and rows; the standardization (`v.std_bias`,
+/// `v.std_scale`) and `mm.input_projection.weight`. The pooling kernel is
+/// `clip.vision.projector.scale_factor` where `n_merge` is given (else clip.cpp's 3).
+fn gemma4v_writer(shape: &Shape) -> GgufWriter {
+    let mut rng = Rng(shape.seed);
+    let mut w = GgufWriter::new();
+    let (embd, ff, p, ty) = (shape.n_embd, shape.n_ff, shape.patch_size, shape.matrix_type);
+    let d_head = embd / shape.n_head;
+    common_keys(&mut w, shape, "gemma4v", Some(("clip.use_gelu", true)), 1e-6);
+    w.set("clip.vision.image_mean", Value::Array(vec![Value::F32(0.0); 3]))
+        .set("clip.vision.image_std", Value::Array(vec![Value::F32(1.0); 3]));
+    if let Some(k) = shape.n_merge {
+        w.set("clip.vision.projector.scale_factor", Value::U32(k));
+    }
+    add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
+    let n = GEMMA4V_POSITIONS;
+    w.add_f32("v.position_embd.weight", &[embd, n, 2], &rng.small(embd * n * 2));
+    for il in 0..shape.n_layer {
+        let name = |t: &str| format!("v.blk.{il}.{t}");
+        w.add_f32(&name("ln1.weight"), &[embd], &rng.around_one(embd));
+        for t in ["attn_q", "attn_k", "attn_v", "attn_out"] {
+            add_weights(&mut w, &mut rng, &name(&format!("{t}.weight")), ty, &[embd, embd]);
+        }
+        w.add_f32(&name("attn_q_norm.weight"), &[d_head], &rng.around_one(d_head));
+        w.add_f32(&name("attn_k_norm.weight"), &[d_head], &rng.around_one(d_head));
+        w.add_f32(&name("attn_post_norm.weight"), &[embd], &rng.around_one(embd));
+        w.add_f32(&name("ln2.weight"), &[embd], &rng.around_one(embd));
+        add_weights(&mut w, &mut rng, &name("ffn_gate.weight"), ty, &[embd, ff]);
+        add_weights(&mut w, &mut rng, &name("ffn_up.weight"), ty, &[embd, ff]);
+        add_weights(&mut w, &mut rng, &name("ffn_down.weight"), ty, &[ff, embd]);
+        w.add_f32(&name("ffn_post_norm.weight"), &[embd], &rng.around_one(embd));
+    }
+    w.add_f32("v.std_bias", &[embd], &rng.small(embd));
+    w.add_f32("v.std_scale", &[embd], &rng.around_one(embd));
+    add_weights(
+        &mut w,
+        &mut rng,
+        "mm.input_projection.weight",
+        ty,
+        &[embd, shape.n_text_embd],
+    );
+    w
+}
+
+/// A seeded Pixtral projector (`convert_hf_to_gguf.py`'s `PixtralModel`): the ViT's RMS
+/// norms (weights only: `v.pre_ln`, `ln1`, `ln2`), Q/K/V and output without biases, the
+/// SiLU-gated feed-forward without biases, no position embeddings (2D RoPE) and no
+/// post-norm; where `n_merge` is given, Mistral Small's `spatial_merge_size`, input norm
+/// and patch merger; the MLP `mm.1`, `mm.2` with biases (hidden width `n_ff`); and the
+/// `[IMG_BREAK]` embedding.
+fn pixtral_writer(shape: &Shape) -> GgufWriter {
+    let mut rng = Rng(shape.seed);
+    let mut w = GgufWriter::new();
+    let (embd, ff, p, ty, n_text) = (
+        shape.n_embd,
+        shape.n_ff,
+        shape.patch_size,
+        shape.matrix_type,
+        shape.n_text_embd,
+    );
+    common_keys(&mut w, shape, "pixtral", Some(("clip.use_silu", true)), 1e-5);
+    // Pixtral's (CLIP's) mean and std.
+    let mean = [0.481_454_66, 0.457_827_5, 0.408_210_73];
+    let std = [0.268_629_54, 0.261_302_6, 0.275_777_1];
+    w.set("clip.vision.image_mean", Value::Array(mean.map(Value::F32).to_vec()))
+        .set("clip.vision.image_std", Value::Array(std.map(Value::F32).to_vec()));
+    if let Some(k) = shape.n_merge {
+        w.set("clip.vision.spatial_merge_size", Value::U32(k));
+    }
+    add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
+    w.add_f32("v.pre_ln.weight", &[embd], &rng.around_one(embd));
+    for il in 0..shape.n_layer {
+        let n = |t: &str| format!("v.blk.{il}.{t}");
+        w.add_f32(&n("ln1.weight"), &[embd], &rng.around_one(embd));
+        for t in ["attn_q", "attn_k", "attn_v", "attn_out"] {
+            add_weights(&mut w, &mut rng, &n(&format!("{t}.weight")), ty, &[embd, embd]);
+        }
+        w.add_f32(&n("ln2.weight"), &[embd], &rng.around_one(embd));
+        add_weights(&mut w, &mut rng, &n("ffn_gate.weight"), ty, &[embd, ff]);
+        add_weights(&mut w, &mut rng, &n("ffn_up.weight"), ty, &[embd, ff]);
+        add_weights(&mut w, &mut rng, &n("ffn_down.weight"), ty, &[ff, embd]);
+    }
+    if let Some(k) = shape.n_merge {
+        let merged = embd * u64::from(k).pow(2);
+        w.add_f32("mm.input_norm.weight", &[embd], &rng.around_one(embd));
+        add_weights(&mut w, &mut rng, "mm.patch_merger.weight", ty, &[merged, embd]);
+    }
+    add_weights(&mut w, &mut rng, "mm.1.weight", ty, &[embd, ff]);
+    w.add_f32("mm.1.bias", &[ff], &rng.small(ff));
+    add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, n_text]);
+    w.add_f32("mm.2.bias", &[n_text], &rng.small(n_text));
+    w.add_f32("v.token_embd.img_break", &[n_text], &rng.around_one(n_text));
     w
 }
 
@@ -427,6 +601,21 @@ pub fn writer(shape: &Shape) -> GgufWriter {
 ///   whose vocabulary ends with the control tokens `<|vision_start|>` and `<|vision_end|>`
 ///   that mtmd frames each image with; its projector is [`Shape::QWEN2VL`] projecting to
 ///   128 (a token per 28 x 28 pixels of the smart-resized image, 8 to 4096 of them).
+/// - `tiny-pixtral-vision`: a Mistral 3-shaped model (the Llama 3 canary's shape, with
+///   Ministral 3's YaRN and attention temperature), whose vocabulary ends with the control
+///   token `[IMG_END]` that mtmd closes each image with; its projector is
+///   [`Shape::PIXTRAL`] with 16-pixel patches (a token per 32 x 32 pixels, 8 to 1024 of
+///   them an image, and an `[IMG_BREAK]` embedding after each row), projecting to 128.
+/// - `tiny-llama4-vision`: the `tiny-llama4` canary's shape (experts on 2 of its 5
+///   layers, one without rope), whose vocabulary ends with the control tokens
+///   `<|image_start|>` and `<|image_end|>` that mtmd frames each image with; its
+///   projector is [`Shape::LLAMA4`] projecting to 128 (64 tokens a tile of 128, up to
+///   3 x 3 tiles and the overview).
+/// - `tiny-gemma4-vision`: the `tiny-gemma4` canary's shape (Gemma 4's dense layout, not an
+///   E model: those take no embeddings), whose vocabulary ends with the control tokens
+///   `<|image>` and `<image|>` that mtmd frames each image with; its projector is
+///   [`Shape::GEMMA4V`] projecting to 128 (a token per 24 x 24 pixels, 70 to 1120 of them
+///   an image, decoded non-causally as mtmd decodes them).
 pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
     let idefics3 = canary::LLAMA3;
@@ -450,6 +639,24 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     };
     let qwen2vl = canary::Shape {
         family: canary::QWEN2VL,
+        ..idefics3
+    };
+    let mistral3 = canary::Shape {
+        family: canary::MISTRAL3,
+        ..idefics3
+    };
+    let gemma4 = canary::Shape {
+        family: canary::GEMMA4,
+        n_layer: 6,
+        n_head_kv: 4,
+        ..idefics3
+    };
+    let llama4 = canary::Shape {
+        family: canary::LLAMA4,
+        n_layer: 5,
+        n_ff: 64,
+        n_expert: 8,
+        n_expert_used: 1,
         ..idefics3
     };
     let lfm2_tiles: Vec<String> = (1..=2)
@@ -509,6 +716,31 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
             &[],
             &["<|vision_start|>", "<|vision_end|>"],
             Shape::QWEN2VL,
+        ),
+        pair(
+            "tiny-pixtral-vision",
+            &mistral3,
+            &[],
+            &["[IMG_END]"],
+            Shape {
+                patch_size: 16,
+                image_size: 256,
+                ..Shape::PIXTRAL
+            },
+        ),
+        pair(
+            "tiny-llama4-vision",
+            &llama4,
+            &[],
+            &["<|image_start|>", "<|image_end|>"],
+            Shape::LLAMA4,
+        ),
+        pair(
+            "tiny-gemma4-vision",
+            &gemma4,
+            &[],
+            &["<|image>", "<image|>"],
+            Shape::GEMMA4V,
         ),
     ]
 }

@@ -231,15 +231,12 @@ struct ClipImageParams {
     mean: [f32; 3],
     std: [f32; 3],
     n_candidates: i32,
-    candidates: [i32; 2 * 64],
+    candidates: [i32; 2 * MAX_CANDIDATES],
 }
 
-impl Default for ClipImageParams {
-    fn default() -> Self {
-        // SAFETY: integers, bytes and floats, for which zero is a value.
-        unsafe { std::mem::zeroed() }
-    }
-}
+/// The most grid pinpoints `clip_image_params` reads back (the shim's
+/// `ELELEM_MAX_CANDIDATES`).
+const MAX_CANDIDATES: usize = 64;
 
 extern "C" {
     fn elelem_clip_image_params(path: *const c_char, out: *mut ClipImageParams) -> c_int;
@@ -255,22 +252,17 @@ fn pad_of(p: i32) -> Pad {
 
 /// The preprocessing parameters clip.cpp's loader (`load_hparams`) sets for the projector
 /// at `path`, with mtmd's defaults (no custom token limits), or `None` where clip refuses
-/// the file.
+/// the file. It panics on a file of more than 64 grid pinpoints.
 pub fn clip_image_params(path: &std::path::Path) -> Option<ImageParams> {
     let path = std::ffi::CString::new(path.to_str().expect("a UTF-8 path")).unwrap();
-    let mut p = ClipImageParams::default();
+    // SAFETY: integers, floats and bytes, for which zeros are valid values.
+    let mut p: ClipImageParams = unsafe { std::mem::zeroed() };
     // SAFETY: clip reads the path; the shim writes one struct of this layout.
     if unsafe { elelem_clip_image_params(path.as_ptr(), &mut p) } != 0 {
         return None;
     }
-    assert!(
-        (0..=64).contains(&p.n_candidates),
-        "at most 64 grid pinpoints are read back"
-    );
-    let res_candidates = p.candidates[..2 * p.n_candidates as usize]
-        .chunks_exact(2)
-        .map(|wh| (wh[0], wh[1]))
-        .collect();
+    let n_candidates = p.n_candidates as usize;
+    assert!(n_candidates <= MAX_CANDIDATES, "{n_candidates} grid pinpoints");
     Some(ImageParams {
         image_size: p.image_size,
         patch_size: p.patch_size,
@@ -281,7 +273,10 @@ pub fn clip_image_params(path: &std::path::Path) -> Option<ImageParams> {
         resize_algo: algo_of(p.resize_algo),
         pad: pad_of(p.pad),
         pad_color: p.pad_color,
-        res_candidates,
+        res_candidates: p.candidates[..2 * n_candidates]
+            .chunks_exact(2)
+            .map(|wh| (wh[0], wh[1]))
+            .collect(),
         resize_algo_rf: algo_of(p.resize_algo_rf),
         resize_algo_ov: algo_of(p.resize_algo_ov),
         pad_rf: pad_of(p.pad_rf),

@@ -247,6 +247,21 @@ fn qwen2vl_image_prompts_match_mtmd() {
     check_pair("tiny-qwen2vl-vision");
 }
 
+#[test]
+fn pixtral_image_prompts_match_mtmd() {
+    check_pair("tiny-pixtral-vision");
+}
+
+#[test]
+fn llama4_image_prompts_match_mtmd() {
+    check_pair("tiny-llama4-vision");
+}
+
+#[test]
+fn gemma4v_image_prompts_match_mtmd() {
+    check_pair("tiny-gemma4-vision");
+}
+
 /// Under M-RoPE an image's rows share one position: `decode_image` refuses what mtmd's
 /// helper never asks (rows past the grid, rows of two sequences, a model of one position a
 /// token), a sequence cannot be cut within an image (nor is a prefix reused to within one),

@@ -501,6 +501,10 @@ impl Graph {
         op!(self, sys::ggml_geglu_split(self.c(), gate.as_ptr(), up.as_ptr()))
     }
 
+    pub fn geglu_quick_split(&self, gate: Tensor, up: Tensor) -> Tensor {
+        op!(self, sys::ggml_geglu_quick_split(self.c(), gate.as_ptr(), up.as_ptr()))
+    }
+
     /// gpt-oss's SwiGLU: `gate` clamped above at `limit`, `up` to ±`limit`, then
     /// `gate * sigmoid(alpha * gate) * (up + 1)`.
     pub fn swiglu_oai(&self, gate: Tensor, up: Tensor, alpha: f32, limit: f32) -> Tensor {
@@ -696,6 +700,22 @@ impl Graph {
                 )
             }
         }
+    }
+
+    /// `rope` (a [`Graph::rope`] of mode `Norm` or `Neox`) turning the `n_dims` values from
+    /// `n_offs` on rather than from 0 (`ggml_rope_set_offset`: the vision encoders' 2D RoPE).
+    pub fn rope_set_offset(&self, rope: Tensor, n_offs: i32) -> Tensor {
+        op!(self, sys::ggml_rope_set_offset(rope.as_ptr(), n_offs))
+    }
+
+    /// `input` (`[W, H, C, N]`) unfolded into `kw` x `kh` windows moved by `s0`, `s1`: one
+    /// row of `C · kh · kw` values per window (`ggml_im2col`, 2D, no padding or dilation);
+    /// `kernel` gives only its shape `[kw, kh, C]`.
+    pub fn im2col_2d(&self, kernel: Tensor, input: Tensor, s0: i32, s1: i32, ty: sys::ggml_type) -> Tensor {
+        op!(
+            self,
+            sys::ggml_im2col(self.c(), kernel.as_ptr(), input.as_ptr(), s0, s1, 0, 0, 1, 1, true, ty)
+        )
     }
 
     /// A 2D convolution of `input` (`[W, H, C_in, N]`) by `kernel` (`[KW, KH, C_in, C_out]`),

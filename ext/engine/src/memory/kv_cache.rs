@@ -153,6 +153,9 @@ pub(crate) struct Cells {
     /// `chunked`, a key before the query's chunk of this many positions.
     window: Option<u32>,
     chunked: bool,
+    /// Causal even in a non-causal pass: Gemma 4's full-attention layers (llama.cpp's
+    /// `LLAMA_NON_CAUSAL_TYPE_SWA_ONLY`: only its sliding layers see an image both ways).
+    always_causal: bool,
     /// Cells per sequence when each has a range of its own (see [`Cells::partitioned`]).
     partition: Option<u32>,
 }
@@ -168,6 +171,7 @@ impl Cells {
             head: 0,
             window,
             chunked: false,
+            always_causal: false,
             partition: None,
         }
     }
@@ -429,6 +433,7 @@ impl Cells {
         row.fill(hidden);
         let bit = 1u64 << seq;
         for (((m, &key), &seqs), &key_yx) in row.iter_mut().zip(&self.pos).zip(&self.seqs).zip(&self.yx) {
+            let causal = causal || self.always_causal;
             let later_in_image = causal && key == query && query_yx.is_some_and(|q| key_yx > q);
             if seqs & bit != 0 && (key <= query || !causal) && !later_in_image && !self.outside_window(key, query) {
                 *m = visible;
@@ -471,6 +476,9 @@ pub struct KvShape {
     pub windows: Vec<Option<u32>>,
     /// Whether the windows are chunks (see [`Cells`]).
     pub chunked: bool,
+    /// Whether the layers without a window stay causal in a non-causal pass (see
+    /// [`Cells`]).
+    pub dense_layers_stay_causal: bool,
     /// Per layer, K's and V's widths over all its KV heads.
     pub n_embd_k: Vec<u32>,
     pub n_embd_v: Vec<u32>,
@@ -521,6 +529,7 @@ impl KvCache {
                         };
                         groups.push(Cells {
                             chunked: shape.chunked && window.is_some(),
+                            always_causal: shape.dense_layers_stay_causal && window.is_none(),
                             ..cells
                         });
                         groups.len() - 1

@@ -444,6 +444,8 @@ impl HParams {
                 .map(|il| self.swa.as_ref().filter(|_| self.is_swa(il)).map(|swa| swa.window))
                 .collect(),
             chunked: self.swa.as_ref().is_some_and(|swa| swa.chunked),
+            // llama.cpp's gemma4 sets LLAMA_NON_CAUSAL_TYPE_SWA_ONLY.
+            dense_layers_stay_causal: self.arch.name == "gemma4",
             n_embd_k: (0..self.n_layer as usize).map(|il| self.n_embd_k_gqa_of(il)).collect(),
             n_embd_v: (0..self.n_layer as usize).map(|il| self.n_embd_v_gqa_of(il)).collect(),
             head_dim_k: self.head_dim_k,

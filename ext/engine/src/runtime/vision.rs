@@ -34,7 +34,7 @@ pub struct VisionContext {
     encoder: Mutex<Encoder>,
     preprocessing: (Preprocessor, ImageParams),
     /// Whether the language model decodes image tokens causally (mtmd's
-    /// `mtmd_decode_use_non_causal`: not Gemma 3's).
+    /// `mtmd_decode_use_non_causal`: not Gemma 3's, nor Gemma 4's but its E2B's and E4B's).
     causal: bool,
     /// Whether the language model places image tokens on their grid (mtmd's
     /// `mtmd_decode_use_mrope`: a model under multi-dimensional rope).
@@ -93,7 +93,13 @@ impl VisionContext {
         model.check_takes_embeddings()?;
         let hp = &mmproj.hparams;
         let preprocessing = hp.preprocessing();
-        let causal = hp.projector != ProjectorType::Gemma3;
+        // mtmd_decode_use_non_causal: Gemma 3's images see each other both ways, and Gemma
+        // 4's but for its E2B and E4B (by the projector's width, as mtmd tells them).
+        let causal = match hp.projector {
+            ProjectorType::Gemma3 => false,
+            ProjectorType::Gemma4v => matches!(mmproj.n_mmproj_embd(), 1536 | 2560),
+            _ => true,
+        };
         let encoder = Encoder::new(Arc::clone(&mmproj), params)?;
         Ok(VisionContext {
             mmproj,

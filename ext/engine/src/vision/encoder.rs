@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use ggml_sys as sys;
 
-use super::hparams::{ClipHParams, FfnOp};
+use super::hparams::{ClipHParams, FfnOp, ProjectorType, VitNorm, VitRope2d};
 use super::image::ImageF32;
 use super::mmproj::{Mmproj, VitLayer};
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Rope, RopeMode, Tensor, MROPE_SECTIONS};
@@ -147,8 +147,8 @@ impl Encoder {
         let (inputs, out) = build(&graph, &self.mmproj, self.flash_attn, img.width(), img.height());
         self.gallocr.alloc(&graph)?;
         inputs.raw.write(&planar(img));
-        if let Some((positions, values)) = &inputs.positions {
-            positions.write(values);
+        for (input, values) in &inputs.positions {
+            input.write(values);
         }
         self.backend.compute(&graph)?;
         let n = (out.ne()[0] * out.ne()[1]) as usize;
@@ -171,12 +171,28 @@ fn planar(img: &ImageF32) -> Vec<f32> {
     out
 }
 
-/// A graph's inputs: the image (clip.cpp's `inp_raw`) and its `positions` with the values
-/// they take: for CLIP, the rows of the position embeddings it looks up (0, 1, ...,
-/// n_pos - 1); where the ViT's positions are rotary (Qwen2-VL), each patch's.
+/// A graph's inputs: the image (clip.cpp's `inp_raw`) and its integer inputs with the values
+/// they take: CLIP's rows of the position embeddings it looks up (0, 1, ..., n_pos - 1), a 2D
+/// RoPE's patch rows and columns, Qwen2-VL's rotary positions.
 struct Inputs {
     raw: Tensor,
-    positions: Option<(Tensor, Vec<i32>)>,
+    positions: Vec<(Tensor, Vec<i32>)>,
+}
+
+/// How a ViT turns Q and K by each patch's place: clip.cpp's `build_rope_2d` (Pixtral's,
+/// Llama 4's, Gemma 4's), or qwen2vl.cpp's `ggml_rope_multi` in vision mode.
+enum VitRope {
+    TwoD(Rope2d),
+    Multi { positions: Tensor, rope: Rope },
+}
+
+impl VitRope {
+    fn apply(&self, g: &Graph, cur: Tensor) -> Tensor {
+        match self {
+            VitRope::TwoD(rope) => rope.apply(g, cur),
+            VitRope::Multi { positions, rope } => g.rope(cur, *positions, rope, None),
+        }
+    }
 }
 
 /// The whole graph of one `nx` x `ny` image: its inputs and its output.
@@ -187,53 +203,101 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
     let (width, height) = (nx / p, ny / p);
     let n_patches = width * height;
     let n_embd = i64::from(hp.n_embd);
+    let n_pos = n_patches + i64::from(m.vit.class_embd.is_some());
 
-    // build_inp_raw, build_inp
+    let mut positions = Vec::new();
+    let rope = if let Some(params) = hp.projector.rope_2d() {
+        let (row_of, col_of) = rope_2d_positions(width as usize, height as usize, m.vit.class_embd.is_some());
+        let rows = g.input("pos_h", sys::GGML_TYPE_I32, &[n_pos]);
+        let cols = g.input("pos_w", sys::GGML_TYPE_I32, &[n_pos]);
+        positions.extend([(rows, row_of), (cols, col_of)]);
+        Some(VitRope::TwoD(Rope2d { rows, cols, params }))
+    } else if hp.projector == ProjectorType::Qwen2vl {
+        let rotary = g.input("positions", sys::GGML_TYPE_I32, &[4 * n_patches]);
+        positions.push((rotary, rotary_positions(width as usize, height as usize)));
+        Some(VitRope::Multi {
+            positions: rotary,
+            rope: vision_rope(hp),
+        })
+    } else {
+        None
+    };
+
+    // build_inp_raw, then build_inp: a convolution (Qwen2-VL's two, added, the patches
+    // reordered in 2 x 2 blocks), or Llama 4's unfolded patches through a linear map (its
+    // kernel's shape for the im2col).
     let raw = g.input("inp_raw", sys::GGML_TYPE_F32, &[nx, ny, 3, 1]);
     let p32 = hp.patch_size as i32;
-    let conv = |kernel| g.conv_2d(kernel, raw, p32, p32, 0, 0, 1, 1);
-    let (mut inp, rotary) = match m.vit.patch_embd_1 {
-        // qwen2vl.cpp: the two convolutions added, the patches reordered in 2 x 2 blocks.
-        Some(patch_embd_1) => {
-            let inp = g.add(conv(m.vit.patch_embd), conv(patch_embd_1));
-            let inp = g.permute(inp, [1, 2, 0, 3]);
-            let inp = g.cont_4d(inp, [n_embd * 2, width / 2, height, 1]);
-            let inp = g.reshape_4d(inp, [n_embd * 2, width / 2, 2, height / 2]);
-            let inp = g.permute(inp, [0, 2, 1, 3]);
-            let inp = g.cont_3d(inp, n_embd, n_patches, 1);
-            (inp, Some(g.input("positions", sys::GGML_TYPE_I32, &[4 * n_patches])))
-        }
-        None => {
-            let inp = g.reshape_3d(conv(m.vit.patch_embd), n_patches, n_embd, 1);
-            let mut inp = g.cont(g.transpose(inp));
-            if let Some(bias) = m.vit.patch_bias {
-                inp = g.add(inp, bias);
-            }
-            (inp, None)
-        }
+    // Gemma 4's pixels to [-1, 1] (`2 · (x - 0.5)`, as `x · 2 - 1`).
+    let pixels = if hp.projector.gemma4_vit() {
+        g.scale_bias(raw, 2.0, -1.0)
+    } else {
+        raw
     };
-    let mut positions = rotary.map(|t| (t, rotary_positions(width as usize, height as usize)));
-    // LLaVA's and InternVL's graphs: the class token after the patches.
-    let mut n_pos = n_patches;
-    if let Some(class_embd) = m.vit.class_embd {
-        inp = g.concat(inp, class_embd, 1);
-        n_pos += 1;
+    let conv = |kernel| g.conv_2d(kernel, pixels, p32, p32, 0, 0, 1, 1);
+    let mut inp = if hp.projector.llama4_vit() {
+        let kernel = g.reshape_4d(m.vit.patch_embd, [p, p, 3, n_embd]);
+        let cols = g.im2col_2d(kernel, pixels, p32, p32, pixels.ggml_type());
+        let inp = g.mul_mat(m.vit.patch_embd, cols);
+        g.reshape_2d(inp, n_embd, n_patches)
+    } else if let Some(patch_embd_1) = m.vit.patch_embd_1 {
+        let inp = g.add(conv(m.vit.patch_embd), conv(patch_embd_1));
+        let inp = g.permute(inp, [1, 2, 0, 3]);
+        let inp = g.cont_4d(inp, [n_embd * 2, width / 2, height, 1]);
+        let inp = g.reshape_4d(inp, [n_embd * 2, width / 2, 2, height / 2]);
+        let inp = g.permute(inp, [0, 2, 1, 3]);
+        g.cont_3d(inp, n_embd, n_patches, 1)
+    } else {
+        let inp = g.reshape_3d(conv(m.vit.patch_embd), n_patches, n_embd, 1);
+        g.cont(g.transpose(inp))
+    };
+    if let Some(bias) = m.vit.patch_bias {
+        inp = g.add(inp, bias);
+    }
+    if let Some(class) = m.vit.class_embd {
+        inp = g.concat(inp, class, 1);
+    }
+    if let (Some(tables), Some(VitRope::TwoD(rope))) = (m.vit.position_tables, &rope) {
+        // Gemma 4's: the column's row of the first table, the row's of the second.
+        let n = tables.ne()[1];
+        let nb1 = tables.nb()[1];
+        let by_column = g.view_2d(tables, n_embd, n, nb1, 0);
+        let by_row = g.view_2d(tables, n_embd, n, nb1, n as usize * nb1);
+        inp = g.add(inp, g.get_rows(by_column, rope.cols));
+        inp = g.add(inp, g.get_rows(by_row, rope.rows));
     }
 
     let pos_embd = match m.vit.position_embd {
         Some(pos) if hp.projector.dynamic_size() => Some(resize_position_embeddings(g, m, pos, width, height)),
         Some(pos) if hp.projector.llava_vit() => {
             let rows = g.input("positions", sys::GGML_TYPE_I32, &[n_pos]);
-            positions = Some((rows, (0..n_pos as i32).collect()));
+            positions.push((rows, (0..n_pos as i32).collect()));
             Some(g.get_rows(pos, rows))
         }
         pos => pos,
     };
-    let cur = build_vit(g, m, flash_attn, inp, pos_embd, rotary, n_pos);
+    let mut cur = build_vit(g, m, flash_attn, inp, pos_embd, rope.as_ref(), n_pos);
+    if hp.projector.llama4_vit() {
+        // Llama 4's class token (last) left out; LLaVA's and InternVL's projectors take
+        // theirs as clip.cpp's do.
+        cur = g.view_2d(cur, n_embd, n_patches, cur.nb()[1], 0);
+    }
     let out = m.projector.build(g, hp, cur, (width, height));
     g.mark_output(out);
     g.expand(out);
     (Inputs { raw, positions }, out)
+}
+
+/// clip.cpp's `pos_h` and `pos_w` for a 2D RoPE over a `width` x `height` grid of patches,
+/// row-major; with a class token (Llama 4's, after the patches) the patches' from 1, then
+/// the token's 0.
+fn rope_2d_positions(width: usize, height: usize, class_token: bool) -> (Vec<i32>, Vec<i32>) {
+    let from = i32::from(class_token);
+    let coordinates = |of: fn(usize, usize) -> usize| -> Vec<i32> {
+        let patches = (0..width * height).map(|i| of(i, width) as i32 + from);
+        patches.chain(class_token.then_some(0)).collect()
+    };
+    (coordinates(|i, width| i / width), coordinates(|i, width| i % width))
 }
 
 /// clip.cpp's `positions` for Qwen2-VL's rotary embedding of a `width` x `height` grid of
@@ -261,8 +325,8 @@ fn rotary_positions(width: usize, height: usize) -> Vec<i32> {
 }
 
 /// clip.cpp's `resize_position_embeddings` (LFM2's, with its default mode: bilinear with
-/// antialiasing): the learned `n × n` grid of position embeddings resized to the image's
-/// `width × height` patches, or as it is where the grid is that already.
+/// antialiasing): the learned `n × n` grid of position embeddings `pos` resized to the
+/// image's `width × height` patches, or as it is where the grid is that already.
 fn resize_position_embeddings(g: &Graph, m: &Mmproj, pos: Tensor, width: i64, height: i64) -> Tensor {
     let n_embd = pos.ne()[0];
     let n_per_side = i64::from(m.hparams.n_patches_side());
@@ -277,10 +341,66 @@ fn resize_position_embeddings(g: &Graph, m: &Mmproj, pos: Tensor, width: i64, he
     g.cont_2d(pos, n_embd, width * height)
 }
 
-/// clip.cpp's `build_norm` of `NORM_TYPE_NORMAL`: LayerNorm, then the weight and bias
-/// where the file has them.
-fn norm(g: &Graph, cur: Tensor, norm: Option<&Norm>, eps: f32) -> Tensor {
-    let mut cur = g.layer_norm(cur, eps);
+/// A 2D RoPE's inputs: each patch's row and column, and the type's parameters.
+struct Rope2d {
+    rows: Tensor,
+    cols: Tensor,
+    params: VitRope2d,
+}
+
+impl Rope2d {
+    /// clip.cpp's `build_rope_2d`: the first half of each head of `cur`
+    /// (`[d_head, n_head, n_pos, 1]`) turned by one coordinate, the second half by the
+    /// other (with `interleave_freq`, at the odd frequencies: the even ones scaled by
+    /// `theta^(-2/d_head)`), each half as a rope of half the width, in consecutive pairs.
+    fn apply(&self, g: &Graph, cur: Tensor) -> Tensor {
+        let VitRope2d {
+            theta,
+            interleave_freq,
+            columns_first,
+            neox,
+        } = self.params;
+        let (first, second) = if columns_first {
+            (self.cols, self.rows)
+        } else {
+            (self.rows, self.cols)
+        };
+        let n_dim = cur.ne()[0];
+        // As clip.cpp computes it: `std::pow` of two floats.
+        let freq_scale_odd = if interleave_freq {
+            theta.powf(-2.0 / n_dim as f32)
+        } else {
+            1.0
+        };
+        let half = Rope {
+            mode: if neox { RopeMode::Neox } else { RopeMode::Norm },
+            n_dims: (n_dim / 2) as u32,
+            n_ctx_orig: 0,
+            freq_base: theta,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 0.0,
+            beta_slow: 0.0,
+            sections: [0; MROPE_SECTIONS],
+        };
+        let cur = g.rope(cur, first, &half, None);
+        let odd = Rope {
+            freq_scale: freq_scale_odd,
+            ..half
+        };
+        let cur = g.rope(cur, second, &odd, None);
+        g.rope_set_offset(cur, (n_dim / 2) as i32)
+    }
+}
+
+/// clip.cpp's `build_norm`: LayerNorm or RMS norm as the projector type's ViT has it,
+/// then the weight and bias where the file has them.
+fn norm(g: &Graph, kind: VitNorm, cur: Tensor, norm: Option<&Norm>, eps: f32) -> Tensor {
+    let mut cur = match kind {
+        VitNorm::Layer => g.layer_norm(cur, eps),
+        VitNorm::Rms => g.rms_norm(cur, eps),
+    };
     if let Some(n) = norm {
         cur = g.mul(cur, n.weight);
         if let Some(b) = n.bias {
@@ -297,32 +417,32 @@ fn add_bias(g: &Graph, cur: Tensor, bias: Option<Tensor>) -> Tensor {
     }
 }
 
-/// clip.cpp's `build_vit` (one image, learned position embeddings; InternViT's layer scales
-/// where the file has them), LLaVA's variant of it (`clip_graph_llava`: only the layers up to
-/// its feature layer, the hidden states of its feature layers side by side,
-/// [`ClipHParams::n_layer_run`]), or qwen2vl.cpp's layers where `positions` are given: no
-/// position embeddings, Q and K rotated by them instead.
+/// clip.cpp's `build_vit` (one image): learned position embeddings, a 2D RoPE or Qwen2-VL's
+/// rotary positions; the pre-norm where the file has one; InternViT's layer scales and
+/// Gemma 4's post-norms where the file has them; and LLaVA's variant of it
+/// (`clip_graph_llava`: only the layers up to its feature layer, the hidden states of its
+/// feature layers side by side, [`ClipHParams::n_layer_run`]).
 fn build_vit(
     g: &Graph,
     m: &Mmproj,
     flash_attn: bool,
     inp: Tensor,
     pos_embd: Option<Tensor>,
-    positions: Option<Tensor>,
+    rope: Option<&VitRope>,
     n_pos: i64,
 ) -> Tensor {
     let hp = &m.hparams;
+    let kind = hp.projector.vit_norm();
     let n_embd = i64::from(hp.n_embd);
     let batch = inp.ne()[2];
     let inp = match pos_embd {
-        Some(pos_embd) => g.add(inp, pos_embd),
+        Some(pos) => g.add(inp, pos),
         None => inp,
     };
     let mut inp_l = g.reshape_2d(inp, n_embd, n_pos * batch);
     if let Some(pre) = &m.vit.pre_ln {
-        inp_l = norm(g, inp_l, Some(pre), hp.eps);
+        inp_l = norm(g, kind, inp_l, Some(pre), hp.eps);
     }
-    let rope = positions.map(|positions| (positions, vision_rope(hp)));
     let n_layer_run = hp.n_layer_run() as usize;
     let is_feature_layer = |il: usize| hp.feature_layers.contains(&(il as i32));
     let mut features = Vec::new();
@@ -331,23 +451,29 @@ fn build_vit(
         if is_feature_layer(il) {
             features.push(inp_l);
         }
-        let cur = norm(g, inp_l, layer.ln_1.as_ref(), hp.eps);
-        let mut cur = attention(g, hp, layer, flash_attn, cur, rope.as_ref(), n_pos, batch);
+        let cur = norm(g, kind, inp_l, layer.ln_1.as_ref(), hp.eps);
+        let mut cur = attention(g, hp, layer, flash_attn, rope, cur, n_pos, batch);
+        if let Some(weight) = layer.attn_post_norm {
+            cur = norm(g, kind, cur, Some(&Norm { weight, bias: None }), hp.eps);
+        }
         if let Some(ls_1) = layer.ls_1 {
             cur = g.mul(cur, ls_1);
         }
         let cur = g.add(cur, inp_l);
         inp_l = cur;
 
-        let cur = norm(g, cur, layer.ln_2.as_ref(), hp.eps);
+        let cur = norm(g, kind, cur, layer.ln_2.as_ref(), hp.eps);
         let mut cur = ffn(g, hp, layer, cur);
+        if let Some(weight) = layer.ffn_post_norm {
+            cur = norm(g, kind, cur, Some(&Norm { weight, bias: None }), hp.eps);
+        }
         if let Some(ls_2) = layer.ls_2 {
             cur = g.mul(cur, ls_2);
         }
         inp_l = g.add(inp_l, cur);
     }
     if let Some(post) = &m.vit.post_ln {
-        inp_l = norm(g, inp_l, Some(post), hp.eps);
+        inp_l = norm(g, kind, inp_l, Some(post), hp.eps);
     }
     if is_feature_layer(n_layer_run) {
         features.push(inp_l);
@@ -376,31 +502,46 @@ fn vision_rope(hp: &ClipHParams) -> Rope {
     }
 }
 
-/// The attention of `build_vit` (separate Q, K, V; Q and K rotated where `rope` gives the
-/// positions) and clip.cpp's `build_attn`.
+/// The attention of `build_vit` (separate Q, K, V; Q and K rotated where `rope` is given)
+/// and clip.cpp's `build_attn`.
 #[allow(clippy::too_many_arguments)]
 fn attention(
     g: &Graph,
     hp: &ClipHParams,
     l: &VitLayer,
     flash_attn: bool,
+    rope: Option<&VitRope>,
     cur: Tensor,
-    rope: Option<&(Tensor, Rope)>,
     n_pos: i64,
     b: i64,
 ) -> Tensor {
     let (d_head, n_head, n_head_kv) = (i64::from(hp.d_head), i64::from(hp.n_head), i64::from(hp.n_head_kv));
-    let kq_scale = 1.0f32 / (hp.d_head as f32).sqrt();
+    // Gemma 4's attention is unscaled (its Q and K are normed).
+    let kq_scale = if hp.projector.gemma4_vit() {
+        1.0
+    } else {
+        1.0f32 / (hp.d_head as f32).sqrt()
+    };
     let q = add_bias(g, g.mul_mat(l.q_w, cur), l.q_b);
     let k = add_bias(g, g.mul_mat(l.k_w, cur), l.k_b);
     let v = add_bias(g, g.mul_mat(l.v_w, cur), l.v_b);
-    let q = g.reshape_4d(q, [d_head, n_head, n_pos, b]);
-    let k = g.reshape_4d(k, [d_head, n_head_kv, n_pos, b]);
-    let v = g.reshape_4d(v, [d_head, n_head_kv, n_pos, b]);
-    let (q, k) = match rope {
-        Some((positions, rope)) => (g.rope(q, *positions, rope, None), g.rope(k, *positions, rope, None)),
-        None => (q, k),
-    };
+    let mut q = g.reshape_4d(q, [d_head, n_head, n_pos, b]);
+    let mut k = g.reshape_4d(k, [d_head, n_head_kv, n_pos, b]);
+    let mut v = g.reshape_4d(v, [d_head, n_head_kv, n_pos, b]);
+    // Gemma 4's per-head norms.
+    if let Some(q_norm) = l.q_norm {
+        q = g.mul(g.rms_norm(q, hp.eps), q_norm);
+    }
+    if let Some(k_norm) = l.k_norm {
+        k = g.mul(g.rms_norm(k, hp.eps), k_norm);
+    }
+    if let Some(rope) = rope {
+        q = rope.apply(g, q);
+        k = rope.apply(g, k);
+    }
+    if hp.projector.gemma4_vit() {
+        v = g.rms_norm(v, hp.eps);
+    }
 
     // build_attn: Q, K and V enter the graph together, in that order.
     g.order(q);
@@ -427,13 +568,24 @@ fn attention(
     add_bias(g, g.mul_mat(l.o_w, cur), l.o_b)
 }
 
-/// clip.cpp's `build_ffn` without a gate.
+/// clip.cpp's `build_ffn`: the activation alone, or gating the up projection where the
+/// layer has a gate (SwiGLU, GeGLU, GeGLU-quick).
 fn ffn(g: &Graph, hp: &ClipHParams, l: &VitLayer, cur: Tensor) -> Tensor {
-    let cur = add_bias(g, g.mul_mat(l.ff_up_w, cur), l.ff_up_b);
-    let cur = match hp.ffn_op {
-        FfnOp::Gelu => g.gelu(cur),
-        FfnOp::Silu => g.silu(cur),
-        FfnOp::GeluQuick => g.gelu_quick(cur),
+    let up = add_bias(g, g.mul_mat(l.ff_up_w, cur), l.ff_up_b);
+    let cur = match l.ff_gate_w {
+        Some(gate) => {
+            let gate = g.mul_mat(gate, cur);
+            match hp.ffn_op {
+                FfnOp::Gelu => g.geglu_split(gate, up),
+                FfnOp::Silu => g.swiglu_split(gate, up),
+                FfnOp::GeluQuick => g.geglu_quick_split(gate, up),
+            }
+        }
+        None => match hp.ffn_op {
+            FfnOp::Gelu => g.gelu(up),
+            FfnOp::Silu => g.silu(up),
+            FfnOp::GeluQuick => g.gelu_quick(up),
+        },
     };
     add_bias(g, g.mul_mat(l.ff_down_w, cur), l.ff_down_b)
 }

@@ -36,7 +36,25 @@ const MAX_GRID_PINPOINTS: usize = 64;
 const QWEN2VL_IMAGE_TOKENS: (u32, u32) = (8, 4096);
 
 /// The `clip.projector_type` names elelem runs, as its refusals list them.
-const RUNS: &str = "gemma3, idefics3, lfm2, mlp (and mlp_norm), ldp, ldpv2, internvl, qwen2vl_merger";
+const RUNS: &str =
+    "gemma3, idefics3, lfm2, mlp (and mlp_norm), ldp, ldpv2, internvl, qwen2vl_merger, pixtral, llama4, gemma4v";
+
+/// Pixtral's: clip.cpp's `set_limit_image_tokens(8, 1024)`, in merged patches (the
+/// `[IMG_BREAK]` rows not counted).
+const PIXTRAL_IMAGE_TOKENS: (u32, u32) = (8, 1024);
+
+/// The base frequency of Pixtral's and Llama 4's 2D RoPE (clip.cpp sets it; the file has
+/// no key).
+const VIT_ROPE_THETA: f32 = 10000.0;
+
+/// Gemma 4's: clip.cpp's `set_limit_image_tokens(70, 1120)`, in pooled tokens.
+const GEMMA4V_IMAGE_TOKENS: (u32, u32) = (70, 1120);
+
+/// The base frequency of Gemma 4's 2D RoPE (clip.cpp sets it).
+const GEMMA4V_ROPE_THETA: f32 = 100.0;
+
+/// Llama 4's tiles a side: clip.cpp's `set_llava_uhd_res_candidates(model, 3)`.
+const LLAMA4_MAX_TILES_SIDE: i32 = 3;
 
 /// The projector types elelem runs: clip.cpp's `projector_type` by its `clip.projector_type`
 /// name.
@@ -71,6 +89,43 @@ pub enum ProjectorType {
     /// 2D rotary positions, each 2 x 2 patches merged by a two-layer GELU MLP
     /// ([`super::projector::qwen2vl`]).
     Qwen2vl,
+    /// `pixtral` (Pixtral, Mistral Small 3.x): a ViT of RMS norms, a SiLU-gated
+    /// feed-forward and 2D RoPE over the patch rows and columns, at any size; the optional
+    /// patch merger, a GELU MLP, and `[IMG_BREAK]` after each row ([`super::projector::pixtral`]).
+    Pixtral,
+    /// `llama4`: a ViT of LayerNorms with a class token, learned positions and 2D RoPE,
+    /// its patch embedding a linear map of unfolded patches; the pixel shuffle and a GELU
+    /// MLP adapter; images cut into up to 3 x 3 tiles and an overview
+    /// ([`super::projector::llama4`]).
+    Llama4,
+    /// `gemma4v` (Gemma 4, not its E models): a ViT of RMS norms (Q and K normed per head,
+    /// V without weight, norms after the attention and the feed-forward), a GELU-gated
+    /// feed-forward, 2D RoPE in NEOX order and position tables by column and row, at any
+    /// size; average pooling, an optional standardization and the input projection
+    /// ([`super::projector::gemma4v`]).
+    Gemma4v,
+}
+
+/// The norm of a projector type's ViT (clip.cpp's `norm_type` argument of `build_vit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VitNorm {
+    /// LayerNorm (`NORM_TYPE_NORMAL`): SigLIP's.
+    Layer,
+    /// RMS norm (`NORM_TYPE_RMS`): Pixtral's.
+    Rms,
+}
+
+/// A projector type's 2D RoPE: clip.cpp's `build_rope_2d` on Q and K, the first half of
+/// each head turned by one coordinate of the patch, the second half by the other.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VitRope2d {
+    pub theta: f32,
+    /// Pixtral's `interleave_freq`: the second half at the odd frequencies.
+    pub interleave_freq: bool,
+    /// Llama 4's and Gemma 4's: the column first, then the row (Pixtral's: the row first).
+    pub columns_first: bool,
+    /// Gemma 4's: each half turned in NEOX order (halves), not in consecutive pairs.
+    pub neox: bool,
 }
 
 impl ProjectorType {
@@ -85,6 +140,9 @@ impl ProjectorType {
             ProjectorType::Ldpv2 => "ldpv2",
             ProjectorType::Internvl => "internvl",
             ProjectorType::Qwen2vl => "qwen2vl_merger",
+            ProjectorType::Pixtral => "pixtral",
+            ProjectorType::Llama4 => "llama4",
+            ProjectorType::Gemma4v => "gemma4v",
         }
     }
 
@@ -101,9 +159,9 @@ impl ProjectorType {
     }
 
     /// Whether the encoder may have a class embedding (appended after the patches) and a
-    /// pre-LayerNorm: LLaVA's CLIP and InternViT.
+    /// pre-LayerNorm: LLaVA's CLIP, InternViT and Llama 4's ViT.
     pub fn class_token(self) -> bool {
-        self.llava_vit() || self == ProjectorType::Internvl
+        self.llava_vit() || matches!(self, ProjectorType::Internvl | ProjectorType::Llama4)
     }
 
     /// Whether clip.cpp swaps back the feed-forward's `ffn_up` and `ffn_down` of old
@@ -117,10 +175,84 @@ impl ProjectorType {
     }
 
     /// Whether the encoder takes images of any size (LFM2's dynamic resolution: the
-    /// position embeddings resized to the grid; Qwen2-VL's rotary positions) rather than
-    /// `image_size` squares only.
+    /// position embeddings resized to the grid; Qwen2-VL's rotary positions; Pixtral's and
+    /// Gemma 4's RoPE) rather than `image_size` squares only.
     pub fn dynamic_size(self) -> bool {
-        matches!(self, ProjectorType::Lfm2 | ProjectorType::Qwen2vl)
+        matches!(
+            self,
+            ProjectorType::Lfm2 | ProjectorType::Qwen2vl | ProjectorType::Pixtral | ProjectorType::Gemma4v
+        )
+    }
+
+    /// The ViT's norm.
+    pub fn vit_norm(self) -> VitNorm {
+        match self {
+            ProjectorType::Pixtral | ProjectorType::Gemma4v => VitNorm::Rms,
+            _ => VitNorm::Layer,
+        }
+    }
+
+    /// Whether the ViT adds learned position embeddings (`v.position_embd.weight`) to the
+    /// patches: all but Qwen2-VL (rotary), Pixtral and Gemma 4 (whose are tables looked up by
+    /// column and row).
+    pub fn learned_positions(self) -> bool {
+        !matches!(
+            self,
+            ProjectorType::Qwen2vl | ProjectorType::Pixtral | ProjectorType::Gemma4v
+        )
+    }
+
+    /// The ViT's 2D RoPE, where it has one.
+    pub fn rope_2d(self) -> Option<VitRope2d> {
+        match self {
+            ProjectorType::Pixtral => Some(VitRope2d {
+                theta: VIT_ROPE_THETA,
+                interleave_freq: true,
+                columns_first: false,
+                neox: false,
+            }),
+            ProjectorType::Llama4 => Some(VitRope2d {
+                theta: VIT_ROPE_THETA,
+                interleave_freq: false,
+                columns_first: true,
+                neox: false,
+            }),
+            ProjectorType::Gemma4v => Some(VitRope2d {
+                theta: GEMMA4V_ROPE_THETA,
+                interleave_freq: false,
+                columns_first: true,
+                neox: true,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Llama 4's ViT: a class token (`v.class_embd`, appended after the patches, its
+    /// position 0 and the patches' from 1), and the patch embedding a linear map of each
+    /// unfolded patch (`v.patch_embd.weight` of `[3 · patch², n_embd]`).
+    pub fn llama4_vit(self) -> bool {
+        self == ProjectorType::Llama4
+    }
+
+    /// Whether the ViT's feed-forward is gated (`ffn_gate`): Pixtral's and Gemma 4's;
+    /// SigLIP's is not, and elelem refuses a gate there.
+    pub fn gated_vit(self) -> bool {
+        matches!(self, ProjectorType::Pixtral | ProjectorType::Gemma4v)
+    }
+
+    /// Gemma 4's ViT: its input scaled to [-1, 1] in the graph, no patch bias, position
+    /// tables (`v.position_embd.weight` of `[n_embd, n, 2]`: by column, then by row), Q and
+    /// K RMS-normed per head (`attn_q_norm`, `attn_k_norm`), V RMS-normed without weight,
+    /// the attention unscaled (`kq_scale` 1), RMS norms after the attention and after the
+    /// feed-forward (`attn_post_norm`, `ffn_post_norm`).
+    pub fn gemma4_vit(self) -> bool {
+        self == ProjectorType::Gemma4v
+    }
+
+    /// Whether the ViT's files may have a pre-norm (`v.pre_ln`): Pixtral's, Llama 4's and
+    /// those with a class token; SigLIP's have none, and elelem refuses one there.
+    pub fn vit_pre_norm(self) -> bool {
+        matches!(self, ProjectorType::Pixtral | ProjectorType::Llama4) || self.class_token()
     }
 
     fn from_name(name: &str) -> Result<ProjectorType> {
@@ -133,6 +265,9 @@ impl ProjectorType {
             "ldpv2" => Ok(ProjectorType::Ldpv2),
             "internvl" => Ok(ProjectorType::Internvl),
             "qwen2vl_merger" => Ok(ProjectorType::Qwen2vl),
+            "pixtral" => Ok(ProjectorType::Pixtral),
+            "llama4" => Ok(ProjectorType::Llama4),
+            "gemma4v" => Ok(ProjectorType::Gemma4v),
             "qwen2.5vl_merger" => Err(Error::Unsupported(format!(
                 "projector type \"qwen2.5vl_merger\" (Qwen2.5-VL: window attention, RMS norms) is not supported yet \
                  (elelem runs: {RUNS})"
@@ -174,7 +309,8 @@ pub struct ClipHParams {
     pub image_std: [f32; 3],
     pub ffn_op: FfnOp,
     /// Patches merged per side by the projector (Gemma 3's pooling kernel: 4 unless
-    /// `clip.vision.projector.scale_factor` says otherwise; Idefics3's unshuffle: that key).
+    /// `clip.vision.projector.scale_factor` says otherwise; Idefics3's and LFM2's
+    /// unshuffle: that key; Pixtral's merger: `clip.vision.spatial_merge_size`, else 1).
     pub n_merge: u32,
     /// Idefics3's `clip.vision.preproc_image_size` (the longest edge it resizes to before
     /// slicing), 0 where absent.
@@ -230,8 +366,52 @@ impl ClipHParams {
                         resize_algo: ResizeAlgo::Bilinear,
                         resize_algo_rf: ResizeAlgo::Bilinear,
                         resize_algo_ov: ResizeAlgo::Bilinear,
-                        min_pixels: self.tokens_as_pixels(min_tokens),
-                        max_pixels: self.tokens_as_pixels(max_tokens),
+                        min_pixels: self.token_pixels(min_tokens),
+                        max_pixels: self.token_pixels(max_tokens),
+                        ..common
+                    },
+                )
+            }
+            // The dynamic-size family, bicubic, within `set_limit_image_tokens(8, 1024)`.
+            ProjectorType::Pixtral => {
+                let (min_tokens, max_tokens) = PIXTRAL_IMAGE_TOKENS;
+                (
+                    Preprocessor::DynSize,
+                    ImageParams {
+                        resize_algo: ResizeAlgo::Bicubic,
+                        min_pixels: self.token_pixels(min_tokens),
+                        max_pixels: self.token_pixels(max_tokens),
+                        ..common
+                    },
+                )
+            }
+            // The dynamic-size family, bicubic, within `set_limit_image_tokens(70, 1120)`.
+            ProjectorType::Gemma4v => {
+                let (min_tokens, max_tokens) = GEMMA4V_IMAGE_TOKENS;
+                (
+                    Preprocessor::DynSize,
+                    ImageParams {
+                        resize_algo: ResizeAlgo::Bicubic,
+                        min_pixels: self.token_pixels(min_tokens),
+                        max_pixels: self.token_pixels(max_tokens),
+                        ..common
+                    },
+                )
+            }
+            // LLaVA-UHD's slices, bilinear, over grids of up to 3 x 3 tiles (every one but
+            // the single tile, x outer, as clip.cpp lists them).
+            ProjectorType::Llama4 => {
+                let side = self.image_size as i32;
+                let res_candidates = (1..=LLAMA4_MAX_TILES_SIDE)
+                    .flat_map(|x| (1..=LLAMA4_MAX_TILES_SIDE).map(move |y| (x, y)))
+                    .filter(|&xy| xy != (1, 1))
+                    .map(|(x, y)| (x * side, y * side))
+                    .collect();
+                (
+                    Preprocessor::LlavaUhd,
+                    ImageParams {
+                        resize_algo: ResizeAlgo::Bilinear,
+                        res_candidates,
                         ..common
                     },
                 )
@@ -244,8 +424,8 @@ impl ClipHParams {
                     Preprocessor::DynSize,
                     ImageParams {
                         resize_algo: ResizeAlgo::Bicubic,
-                        min_pixels: self.tokens_as_pixels(min_tokens),
-                        max_pixels: self.tokens_as_pixels(max_tokens),
+                        min_pixels: self.token_pixels(min_tokens),
+                        max_pixels: self.token_pixels(max_tokens),
                         ..common
                     },
                 )
@@ -313,10 +493,10 @@ impl ClipHParams {
         stacked.max(1)
     }
 
-    /// `tokens` merged patches as pixels (clip.cpp's `set_limit_image_tokens`); beyond
-    /// `i32` (no real file: clip.cpp's `int` would overflow), saturated, and so refused by
+    /// The pixels of `tokens` merged patches (clip.cpp's `set_limit_image_tokens`); beyond
+    /// `i32` (no real file: clip.cpp's `int` would overflow) saturated, and so refused by
     /// the preprocessing's checks.
-    fn tokens_as_pixels(&self, tokens: u32) -> i32 {
+    fn token_pixels(&self, tokens: u32) -> i32 {
         let merged_patch = i64::from(self.patch_size * self.n_merge);
         i32::try_from(i64::from(tokens) * merged_patch * merged_patch).unwrap_or(i32::MAX)
     }
@@ -336,27 +516,37 @@ impl ClipHParams {
         )))
     }
 
-    /// The most tokens one image may give a dynamic-size projector: LFM2's 256 (clip.cpp's
-    /// `set_limit_image_tokens(64, 256)`, which mtmd's preprocessing keeps to but for
-    /// extreme aspect ratios, whose short side it cannot shrink below one merged patch),
-    /// Qwen2-VL's 4096 (`set_limit_image_tokens(8, 4096)`), or the native square's where
-    /// that is more. It bounds the attention's size.
+    /// The most merged patches one image may give a dynamic-size projector: LFM2's 256
+    /// (clip.cpp's `set_limit_image_tokens(64, 256)`, or the native square's where that is
+    /// more), Qwen2-VL's 4096 (`set_limit_image_tokens(8, 4096)`), Pixtral's 1024 (its
+    /// `set_limit_image_tokens(8, 1024)`; its `image_size` is a longest side, not a size it is
+    /// trained at), Gemma 4's 1120. mtmd's preprocessing keeps to them but for extreme aspect
+    /// ratios, whose short side it cannot shrink below one merged patch. It bounds the
+    /// attention's size.
     pub fn max_image_tokens(&self) -> u32 {
-        let limit = match self.projector {
-            ProjectorType::Qwen2vl => QWEN2VL_IMAGE_TOKENS.1,
-            _ => LFM2_IMAGE_TOKENS.1,
-        };
-        limit.max(self.n_output_tokens())
+        match self.projector {
+            ProjectorType::Qwen2vl => QWEN2VL_IMAGE_TOKENS.1.max(self.n_output_tokens()),
+            ProjectorType::Pixtral => PIXTRAL_IMAGE_TOKENS.1,
+            ProjectorType::Gemma4v => GEMMA4V_IMAGE_TOKENS.1,
+            _ => LFM2_IMAGE_TOKENS.1.max(self.n_output_tokens()),
+        }
     }
 
-    /// What a dynamic-size encoder's image sides must be multiples of: the patch, or for
-    /// Qwen2-VL the merged patch (its graph reorders the patches in 2 x 2 blocks, and
-    /// clip.cpp asserts it).
-    pub fn side_multiple(&self) -> u32 {
+    /// What a dynamic-size encoder's image sides must be multiples of: the patch (LFM2
+    /// pads a grid its merge does not divide, as clip.cpp does), or the merged patch
+    /// (Qwen2-VL's graph reorders the patches in 2 x 2 blocks, and clip.cpp asserts it;
+    /// Pixtral's merger, Gemma 4's pooling: grids mtmd's preprocessing always aligns).
+    pub fn image_side_multiple(&self) -> u32 {
         match self.projector {
-            ProjectorType::Qwen2vl => self.patch_size * self.n_merge,
+            ProjectorType::Qwen2vl | ProjectorType::Pixtral | ProjectorType::Gemma4v => self.patch_size * self.n_merge,
             _ => self.patch_size,
         }
+    }
+
+    /// The merged patches of a `width` x `height` image (rounded up: LFM2 pads the grid).
+    pub fn n_merged_patches(&self, width: usize, height: usize) -> usize {
+        let out = (self.patch_size * self.n_merge) as usize;
+        width.div_ceil(out) * height.div_ceil(out)
     }
 
     /// Patches per side of the (square, fixed-size) input.
@@ -389,14 +579,17 @@ impl ClipHParams {
     }
 
     /// The embeddings a `width` x `height` image becomes (clip.cpp's `clip_n_output_tokens`:
-    /// for a dynamic-size projector, its grid of merged patches, rounded up; otherwise the
-    /// native size's).
+    /// for a dynamic-size projector, its grid of merged patches, rounded up, and Pixtral's
+    /// `[IMG_BREAK]` after each row but the last; otherwise the native size's).
     pub fn n_image_tokens(&self, width: usize, height: usize) -> usize {
-        if !self.projector.dynamic_size() {
-            return self.n_output_tokens() as usize;
+        match self.projector {
+            ProjectorType::Pixtral => {
+                let rows = height / (self.patch_size * self.n_merge) as usize;
+                (self.n_merged_patches(width, height) + rows).saturating_sub(1)
+            }
+            p if p.dynamic_size() => self.n_merged_patches(width, height),
+            _ => self.n_output_tokens() as usize,
         }
-        let out = (self.patch_size * self.n_merge) as usize;
-        width.div_ceil(out) * height.div_ceil(out)
     }
 }
 
@@ -443,10 +636,14 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
     let image_std = keys.three_f32("clip.vision.image_std")?;
 
     // clip.cpp's defaults by type: Gemma 3 pools by 4; Idefics3 and LFM2 have no default
-    // (clip_hparams' 1, on which build_patch_merge_permute asserts).
+    // (clip_hparams' 1, on which build_patch_merge_permute asserts); Pixtral merges none
+    // unless its spatial merge says so (Mistral Small's patch merger).
     let (n_merge, longest_edge) = match projector {
+        ProjectorType::Pixtral => (keys.opt_u32("clip.vision.spatial_merge_size")?.unwrap_or(1), 0),
         ProjectorType::Gemma3 => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(4), 0),
-        ProjectorType::Idefics3 | ProjectorType::Lfm2 => {
+        // Gemma 4's pooling kernel.
+        ProjectorType::Gemma4v => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(3), 0),
+        ProjectorType::Idefics3 | ProjectorType::Lfm2 | ProjectorType::Llama4 => {
             let n_merge = keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1);
             if n_merge < 2 {
                 return Err(Error::Load(format!(

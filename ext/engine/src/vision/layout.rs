@@ -137,6 +137,24 @@ impl Framing {
                 img_end: "<|vision_end|>",
                 ..none
             },
+            // mtmd.cpp 756-761: (embeddings, their [IMG_BREAK] rows included) [IMG_END].
+            ProjectorType::Pixtral => Framing {
+                img_end: "[IMG_END]",
+                ..none
+            },
+            // mtmd.cpp 767-776: <|image_start|>, LLaVA-UHD's slices then the overview, each
+            // a chunk without tokens of its own, <|image_end|>.
+            ProjectorType::Llama4 => Framing {
+                img_beg: "<|image_start|>",
+                img_end: "<|image_end|>",
+                ..none
+            },
+            // mtmd.cpp 885-891: <|image> (embeddings) <image|>.
+            ProjectorType::Gemma4v => Framing {
+                img_beg: "<|image>",
+                img_end: "<image|>",
+                ..none
+            },
         }
     }
 }

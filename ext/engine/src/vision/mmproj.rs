@@ -34,6 +34,14 @@ pub struct VitLayer {
     pub o_w: Tensor,
     pub o_b: Option<Tensor>,
     pub ln_2: Option<Norm>,
+    /// Pixtral's and Gemma 4's gate ([`super::ProjectorType::gated_vit`]).
+    pub ff_gate_w: Option<Tensor>,
+    /// Gemma 4's per-head Q and K norms (`[d_head]`) and its norms after the attention and
+    /// after the feed-forward ([`super::ProjectorType::gemma4_vit`]).
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    pub attn_post_norm: Option<Tensor>,
+    pub ffn_post_norm: Option<Tensor>,
     pub ff_up_w: Tensor,
     pub ff_up_b: Option<Tensor>,
     pub ff_down_w: Tensor,
@@ -46,19 +54,23 @@ pub struct VitLayer {
 
 /// The encoder's weights.
 pub struct VitWeights {
-    /// `v.patch_embd.weight`: `[patch, patch, 3, n_embd]`.
+    /// `v.patch_embd.weight`: `[patch, patch, 3, n_embd]`; Llama 4's `[3 · patch², n_embd]`.
     pub patch_embd: Tensor,
     /// Qwen2-VL's second patch convolution, `v.patch_embd.weight.1` (the same shape), whose
     /// output is added to the first's.
     pub patch_embd_1: Option<Tensor>,
     pub patch_bias: Option<Tensor>,
-    /// `v.class_embd`: `[n_embd]`, CLIP's (LLaVA's) class token, appended after the patches.
+    /// `v.class_embd`: `[n_embd]`, the class token of CLIP (LLaVA's), InternViT and Llama 4's
+    /// ViT, appended after the patches.
     pub class_embd: Option<Tensor>,
+    /// Gemma 4's position tables `v.position_embd.weight`: `[n_embd, n, 2]`, F32 (by
+    /// column, then by row: `n` columns and rows at most).
+    pub position_tables: Option<Tensor>,
     /// `v.position_embd.weight`: `[n_embd, n_pos]` (a position per patch, and the class
     /// token's); F32, or for CLIP any type, looked up by row; none where the positions are
-    /// rotary (Qwen2-VL).
+    /// rotary (Qwen2-VL, Pixtral) or tables (Gemma 4).
     pub position_embd: Option<Tensor>,
-    /// `v.pre_ln`: CLIP's LayerNorm before the first layer.
+    /// `v.pre_ln`: the norm before the first layer ([`super::ProjectorType::vit_pre_norm`]).
     pub pre_ln: Option<Norm>,
     pub layers: Vec<VitLayer>,
     pub post_ln: Option<Norm>,
@@ -137,23 +149,32 @@ impl Mmproj {
     }
 
     /// Refuses an image a dynamic-size encoder does not take: sides that are not positive
-    /// multiples of [`ClipHParams::side_multiple`] (mtmd's preprocessing always aligns
-    /// them; clip.cpp would drop the remainder, or assert), or more than `max_tokens`
-    /// tokens (the encoder's limit, [`ClipHParams::max_image_tokens`] or less).
+    /// multiples of [`ClipHParams::image_side_multiple`] (mtmd's preprocessing always aligns
+    /// them; clip.cpp would drop the remainder, or assert), or more merged patches than
+    /// `max_tokens` (the encoder's limit, [`ClipHParams::max_image_tokens`] or less).
     ///
     /// # Errors
     /// [`Error::Image`] naming the size.
     pub fn check_image_size(&self, width: usize, height: usize, max_tokens: u32) -> Result<()> {
         let hp = &self.hparams;
-        let m = hp.side_multiple() as usize;
-        if width == 0 || height == 0 || !width.is_multiple_of(m) || !height.is_multiple_of(m) {
+        let p = hp.image_side_multiple() as usize;
+        if width == 0 || height == 0 || !width.is_multiple_of(p) || !height.is_multiple_of(p) {
             return Err(Error::Image(format!(
-                "the {} encoder takes images whose sides are multiples of {m}, not {width}x{height}",
+                "the {} encoder takes images whose sides are multiples of {p}, not {width}x{height}",
                 hp.projector.name()
             )));
         }
+        if let Some(tables) = self.vit.position_tables {
+            let n = tables.ne()[1] as usize;
+            if width / hp.patch_size as usize > n || height / hp.patch_size as usize > n {
+                return Err(Error::Image(format!(
+                    "a {width}x{height} image is too large for the {} encoder: at most {n} patches a side",
+                    hp.projector.name()
+                )));
+            }
+        }
         let max = max_tokens as usize;
-        if width > MAX_ENCODED_SIDE || height > MAX_ENCODED_SIDE || self.n_image_tokens(width, height) > max {
+        if width > MAX_ENCODED_SIDE || height > MAX_ENCODED_SIDE || hp.n_merged_patches(width, height) > max {
             return Err(Error::Image(format!(
                 "a {width}x{height} image is too large for the {} encoder: at most {max} tokens",
                 hp.projector.name()
@@ -190,14 +211,18 @@ impl Mmproj {
 }
 
 /// The tensors clip.cpp's `load_tensors` reads for the encoder, the ones SigLIP and
-/// Qwen2-VL's ViT have, for LLaVA's CLIP and InternViT ([`super::ProjectorType::class_token`])
-/// a class embedding and a pre-LayerNorm, for InternViT its layer scales: every other one (a
-/// gate, fused QKV, Q/K norms; Qwen2-VL's patch bias and position embeddings, which its graph
-/// does not read) is left undeclared, so that [`Loader::check_all_used`] refuses the file.
-/// All `n_layer` layers are loaded, as clip.cpp loads them, even where LLaVA's graph stops
-/// short of the last ([`ClipHParams::n_layer_run`]).
+/// Qwen2-VL's ViT have, for LLaVA's CLIP, InternViT and Llama 4's ViT
+/// ([`super::ProjectorType::class_token`]) a class embedding and a pre-norm, for InternViT
+/// its layer scales, Pixtral's and Gemma 4's gate, Gemma 4's Q/K norms and post-norms, Llama
+/// 4's linear patch embedding: every other one (fused QKV; Q/K norms, a gate, a pre-norm or a
+/// class token where the type has none; Qwen2-VL's patch bias and position embeddings, which
+/// its graph does not read) is left undeclared, so that [`Loader::check_all_used`] refuses
+/// the file. All `n_layer` layers are loaded, as clip.cpp loads them, even where LLaVA's
+/// graph stops short of the last ([`ClipHParams::n_layer_run`]).
 fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     let qwen2vl = hp.projector == ProjectorType::Qwen2vl;
+    let gated = hp.projector.gated_vit();
+    let d_head = u64::from(hp.d_head);
     let (embd, ff, p) = (u64::from(hp.n_embd), u64::from(hp.n_ff), u64::from(hp.patch_size));
     let n_patches = u64::from(hp.n_patches_side()).pow(2);
     let norm = |l: &mut Loader, prefix: &str| -> Result<Option<Norm>> {
@@ -211,29 +236,57 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
             ))),
         }
     };
-    let patch_embd = l.values("v.patch_embd.weight", &[p, p, 3, embd])?;
+    let llama4 = hp.projector.llama4_vit();
+    // F32 or F16: Llama 4's is reshaped to a kernel of `patch` wide rows, which no
+    // quantized block divides.
+    let patch_embd = if llama4 {
+        l.values("v.patch_embd.weight", &[3 * p * p, embd])?
+    } else {
+        l.values("v.patch_embd.weight", &[p, p, 3, embd])?
+    };
+    let gemma4 = hp.projector.gemma4_vit();
     let internvl = hp.projector == ProjectorType::Internvl;
     let class_embd = match hp.projector {
         // InternVL's graph asserts it.
         ProjectorType::Internvl => Some(l.vector("v.class_embd", embd)?),
+        // F32 only: ggml's CPU backend concatenates no F16 to F32.
+        ProjectorType::Llama4 => Some(l.f32_weight("v.class_embd", &[embd])?),
         p if p.class_token() => l.optional_vector("v.class_embd", embd)?,
         _ => None,
     };
     let n_pos = n_patches + u64::from(class_embd.is_some());
-    let (patch_embd_1, patch_bias, position_embd) = if qwen2vl {
-        (Some(l.values("v.patch_embd.weight.1", &[p, p, 3, embd])?), None, None)
+    // Qwen2-VL's second convolution; its graph and Gemma 4's have no patch bias (clip.cpp
+    // ignores one).
+    let patch_embd_1 = qwen2vl
+        .then(|| l.values("v.patch_embd.weight.1", &[p, p, 3, embd]))
+        .transpose()?;
+    let patch_bias = if qwen2vl || gemma4 {
+        None
     } else {
-        let patch_bias = l.optional_vector("v.patch_embd.bias", embd)?;
-        let position_embd = if hp.projector.llava_vit() {
-            // Looked up by row (clip.cpp's `get_rows`), which reads any type as F32.
-            l.rows("v.position_embd.weight", &[embd, n_pos])?
-        } else {
-            // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
-            l.f32_weight("v.position_embd.weight", &[embd, n_pos])?
-        };
-        (None, patch_bias, Some(position_embd))
+        l.optional_vector("v.patch_embd.bias", embd)?
     };
-    let pre_ln = if hp.projector.class_token() {
+    let position_embd = if hp.projector.llava_vit() {
+        // Looked up by row (clip.cpp's `get_rows`), which reads any type as F32.
+        Some(l.rows("v.position_embd.weight", &[embd, n_pos])?)
+    } else if hp.projector.learned_positions() {
+        // F32 only: ggml's CPU backend adds no F16 to F32 (clip.cpp would abort on it).
+        Some(l.f32_weight("v.position_embd.weight", &[embd, n_pos])?)
+    } else {
+        None
+    };
+    let position_tables = if gemma4 {
+        let n = l
+            .tensor_dims("v.position_embd.weight")
+            .and_then(|dims| dims.get(1).copied())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                Error::Load("tensor v.position_embd.weight is missing or empty: [n_embd, n, 2] expected".into())
+            })?;
+        Some(l.f32_weight("v.position_embd.weight", &[embd, n, 2])?)
+    } else {
+        None
+    };
+    let pre_ln = if hp.projector.vit_pre_norm() {
         norm(l, "v.pre_ln")?
     } else {
         None
@@ -273,6 +326,17 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
             o_w: l.matrix(&n("attn_out.weight"), &[embd, embd])?,
             o_b: l.optional_vector(&n("attn_out.bias"), embd)?,
             ln_2: norm(l, &n("ln2"))?,
+            ff_gate_w: if gated {
+                Some(l.matrix(&n("ffn_gate.weight"), &[embd, ff])?)
+            } else {
+                None
+            },
+            q_norm: gemma4.then(|| l.vector(&n("attn_q_norm.weight"), d_head)).transpose()?,
+            k_norm: gemma4.then(|| l.vector(&n("attn_k_norm.weight"), d_head)).transpose()?,
+            attn_post_norm: gemma4
+                .then(|| l.vector(&n("attn_post_norm.weight"), embd))
+                .transpose()?,
+            ffn_post_norm: gemma4.then(|| l.vector(&n("ffn_post_norm.weight"), embd)).transpose()?,
             ff_up_w: l.matrix(&n(&format!("{up}.weight")), &[embd, ff])?,
             ff_up_b: l.optional_vector(&n(&format!("{up}.bias")), ff)?,
             ff_down_w: l.matrix(&n(&format!("{down}.weight")), &[ff, embd])?,
@@ -295,6 +359,7 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
         patch_embd_1,
         patch_bias,
         class_embd,
+        position_tables,
         position_embd,
         pre_ln,
         layers,

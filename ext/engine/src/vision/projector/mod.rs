@@ -4,10 +4,13 @@
 //! its graph.
 
 pub mod gemma3;
+pub mod gemma4v;
 pub mod idefics3;
 pub mod internvl;
 pub mod lfm2;
+pub mod llama4;
 pub mod llava;
+pub mod pixtral;
 pub mod qwen2vl;
 
 use super::hparams::{ClipHParams, ProjectorType};
@@ -23,6 +26,9 @@ pub enum ProjectorWeights {
     Llava(llava::LlavaWeights),
     Internvl(internvl::InternvlWeights),
     Qwen2vl(qwen2vl::Qwen2vlWeights),
+    Pixtral(pixtral::PixtralWeights),
+    Llama4(llama4::Llama4Weights),
+    Gemma4v(gemma4v::Gemma4vWeights),
 }
 
 impl ProjectorWeights {
@@ -35,6 +41,9 @@ impl ProjectorWeights {
             ProjectorWeights::Llava(w) => w.n_mmproj_embd(),
             ProjectorWeights::Internvl(w) => w.n_mmproj_embd(),
             ProjectorWeights::Qwen2vl(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Pixtral(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Llama4(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Gemma4v(w) => w.n_mmproj_embd(),
         }
     }
 
@@ -48,6 +57,9 @@ impl ProjectorWeights {
             ProjectorWeights::Llava(w) => llava::build(g, hp, w, cur, grid),
             ProjectorWeights::Internvl(w) => internvl::build(g, hp, w, cur, grid),
             ProjectorWeights::Qwen2vl(w) => qwen2vl::build(g, hp, w, cur),
+            ProjectorWeights::Pixtral(w) => pixtral::build(g, hp, w, cur, grid),
+            ProjectorWeights::Llama4(w) => llama4::build(g, hp, w, cur),
+            ProjectorWeights::Gemma4v(w) => gemma4v::build(g, hp, w, cur, grid),
         }
     }
 }
@@ -63,6 +75,9 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
         }
         ProjectorType::Internvl => internvl::load(l, hp).map(ProjectorWeights::Internvl),
         ProjectorType::Qwen2vl => qwen2vl::load(l, hp).map(ProjectorWeights::Qwen2vl),
+        ProjectorType::Pixtral => pixtral::load(l, hp).map(ProjectorWeights::Pixtral),
+        ProjectorType::Llama4 => llama4::load(l, hp).map(ProjectorWeights::Llama4),
+        ProjectorType::Gemma4v => gemma4v::load(l, hp).map(ProjectorWeights::Gemma4v),
     }
 }
 

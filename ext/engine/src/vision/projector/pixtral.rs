@@ -1,0 +1,128 @@
+//! Pixtral's projector (`PROJECTOR_TYPE_PIXTRAL`, `tools/mtmd/models/pixtral.cpp`, after
+//! the ViT of RMS norms, SiLU-gated feed-forward and 2D RoPE in [`crate::vision::encoder`]):
+//! Mistral Small 3.x's patch merger where the file has one (the RMS-normed patches, each
+//! `s × s` block unfolded by an `im2col` into one row of `s² · n_embd` values, then
+//! `mm.patch_merger.weight`), the LLaVA MLP (`mm.1`, GELU, `mm.2`, biases optional), and
+//! the `[IMG_BREAK]` embedding (`v.token_embd.img_break`) after each row of tokens but the
+//! last.
+//!
+//! What is special: the image is any size (multiples of the merged patch, as mtmd's
+//! dynamic-size preprocessing makes it), and the `[IMG_BREAK]` rows are the projector's
+//! output, not tokens of the prompt: an image of `w × h` merged patches gives
+//! `w · h + h - 1` embeddings. clip.cpp builds the break rows by scaling an unset tensor
+//! by 0 and adding the embedding; elelem repeats the embedding, the same values without
+//! reading unset memory.
+
+use crate::ggml::{Graph, Tensor};
+use crate::model::loader::Loader;
+use crate::vision::hparams::ClipHParams;
+use crate::{Error, Result};
+
+/// Mistral Small's patch merger: `mm.input_norm.weight` and `mm.patch_merger.weight`.
+pub struct PatchMerger {
+    /// `[n_embd]`.
+    pub input_norm: Tensor,
+    /// `[n_embd · n_merge², n_embd]`.
+    pub merge: Tensor,
+}
+
+/// The merger (optional), `mm.1.*`, `mm.2.*` and `v.token_embd.img_break`.
+pub struct PixtralWeights {
+    pub merger: Option<PatchMerger>,
+    /// `[n_embd, n_hidden]`.
+    pub mm_1_w: Tensor,
+    pub mm_1_b: Option<Tensor>,
+    /// `[n_hidden, n_text_embd]`.
+    pub mm_2_w: Tensor,
+    pub mm_2_b: Option<Tensor>,
+    /// `[n_text_embd]`.
+    pub img_break: Tensor,
+}
+
+impl PixtralWeights {
+    pub fn n_mmproj_embd(&self) -> u32 {
+        self.mm_2_w.ne()[1] as u32
+    }
+}
+
+fn dim(l: &Loader, name: &str, i: usize, expected: &str) -> Result<u64> {
+    match l.tensor_dims(name).and_then(|dims| dims.get(i).copied()) {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(Error::Load(format!(
+            "tensor {name} is missing or empty: {expected} expected"
+        ))),
+    }
+}
+
+pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<PixtralWeights> {
+    let embd = u64::from(hp.n_embd);
+    let merged = embd * u64::from(hp.n_merge).pow(2);
+    // clip.cpp merges only where the file has the merger, but counts the tokens by
+    // `spatial_merge_size` (and multiplies by the input norm unchecked): the three go
+    // together.
+    let merger = if l.has("mm.patch_merger.weight") || hp.n_merge > 1 {
+        if !l.has("mm.patch_merger.weight") {
+            return Err(Error::Load(format!(
+                "tensor mm.patch_merger.weight is missing: clip.vision.spatial_merge_size is {}",
+                hp.n_merge
+            )));
+        }
+        Some(PatchMerger {
+            input_norm: l.vector("mm.input_norm.weight", embd)?,
+            merge: l.matrix("mm.patch_merger.weight", &[merged, embd])?,
+        })
+    } else {
+        None
+    };
+    let hidden = dim(l, "mm.1.weight", 1, "[n_embd, n_hidden]")?;
+    let n_text_embd = dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
+    Ok(PixtralWeights {
+        merger,
+        mm_1_w: l.matrix("mm.1.weight", &[embd, hidden])?,
+        mm_1_b: l.optional_vector("mm.1.bias", hidden)?,
+        mm_2_w: l.matrix("mm.2.weight", &[hidden, n_text_embd])?,
+        mm_2_b: l.optional_vector("mm.2.bias", n_text_embd)?,
+        img_break: l.vector("v.token_embd.img_break", n_text_embd)?,
+    })
+}
+
+fn add_bias(g: &Graph, cur: Tensor, bias: Option<Tensor>) -> Tensor {
+    match bias {
+        Some(b) => g.add(cur, b),
+        None => cur,
+    }
+}
+
+/// pixtral.cpp after `build_vit`, over the encoder's `[n_embd, width · height]` output.
+pub fn build(g: &Graph, hp: &ClipHParams, w: &PixtralWeights, cur: Tensor, (width, height): (i64, i64)) -> Tensor {
+    let s = i64::from(hp.n_merge);
+    let n_embd = cur.ne()[0];
+    let mut cur = cur;
+    if let Some(merger) = &w.merger {
+        cur = g.mul(g.rms_norm(cur, hp.eps), merger.input_norm);
+        // The patches as a [width, height, n_embd] image, unfolded in s x s windows (as
+        // torch's `unfold`): an im2col whose kernel gives only its shape.
+        let grid = g.reshape_3d(cur, n_embd, width, height);
+        let grid = g.cont(g.permute(grid, [2, 0, 1, 3]));
+        let kernel = g.view_3d(grid, [s, s, n_embd], 0, 0, 0);
+        let cols = g.im2col_2d(kernel, grid, s as i32, s as i32, grid.ggml_type());
+        let ne = cols.ne();
+        let cols = g.reshape_2d(cols, ne[0], ne[1] * ne[2]);
+        cur = g.mul_mat(merger.merge, cols);
+    }
+
+    // LlavaMultiModalProjector (GELU always).
+    let cur = add_bias(g, g.mul_mat(w.mm_1_w, cur), w.mm_1_b);
+    let cur = g.gelu(cur);
+    let cur = add_bias(g, g.mul_mat(w.mm_2_w, cur), w.mm_2_b);
+
+    // [IMG_BREAK] after each row: the rows as [n_text_embd, columns, rows], a column of
+    // breaks appended, the last row's break left out.
+    let (columns, rows) = (width / s, height / s);
+    let n_text_embd = cur.ne()[0];
+    let tokens = g.reshape_3d(cur, n_text_embd, columns, rows);
+    let breaks = g.repeat_4d(w.img_break, [n_text_embd, 1, rows, 1]);
+    let tokens = g.concat(tokens, breaks, 1);
+    let n_out = columns * rows + rows - 1;
+    g.view_2d(tokens, n_text_embd, n_out, tokens.nb()[1], 0)
+}
