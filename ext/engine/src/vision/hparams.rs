@@ -372,32 +372,6 @@ impl ClipHParams {
                     },
                 )
             }
-            // The dynamic-size family, bicubic, within `set_limit_image_tokens(8, 1024)`.
-            ProjectorType::Pixtral => {
-                let (min_tokens, max_tokens) = PIXTRAL_IMAGE_TOKENS;
-                (
-                    Preprocessor::DynSize,
-                    ImageParams {
-                        resize_algo: ResizeAlgo::Bicubic,
-                        min_pixels: self.token_pixels(min_tokens),
-                        max_pixels: self.token_pixels(max_tokens),
-                        ..common
-                    },
-                )
-            }
-            // The dynamic-size family, bicubic, within `set_limit_image_tokens(70, 1120)`.
-            ProjectorType::Gemma4v => {
-                let (min_tokens, max_tokens) = GEMMA4V_IMAGE_TOKENS;
-                (
-                    Preprocessor::DynSize,
-                    ImageParams {
-                        resize_algo: ResizeAlgo::Bicubic,
-                        min_pixels: self.token_pixels(min_tokens),
-                        max_pixels: self.token_pixels(max_tokens),
-                        ..common
-                    },
-                )
-            }
             // LLaVA-UHD's slices, bilinear, over grids of up to 3 x 3 tiles (every one but
             // the single tile, x outer, as clip.cpp lists them).
             ProjectorType::Llama4 => {
@@ -416,10 +390,10 @@ impl ClipHParams {
                     },
                 )
             }
-            // mtmd's dyn_size preprocessor: the smart resize, bicubic, within the token
-            // limits of `set_limit_image_tokens(8, 4096)` as pixels.
-            ProjectorType::Qwen2vl => {
-                let (min_tokens, max_tokens) = QWEN2VL_IMAGE_TOKENS;
+            // mtmd's dyn_size preprocessor: the smart resize, bicubic, within the type's
+            // `set_limit_image_tokens` as pixels.
+            ProjectorType::Qwen2vl | ProjectorType::Pixtral | ProjectorType::Gemma4v => {
+                let (min_tokens, max_tokens) = self.dyn_size_tokens();
                 (
                     Preprocessor::DynSize,
                     ImageParams {
@@ -526,9 +500,19 @@ impl ClipHParams {
     pub fn max_image_tokens(&self) -> u32 {
         match self.projector {
             ProjectorType::Qwen2vl => QWEN2VL_IMAGE_TOKENS.1.max(self.n_output_tokens()),
-            ProjectorType::Pixtral => PIXTRAL_IMAGE_TOKENS.1,
-            ProjectorType::Gemma4v => GEMMA4V_IMAGE_TOKENS.1,
+            ProjectorType::Pixtral | ProjectorType::Gemma4v => self.dyn_size_tokens().1,
             _ => LFM2_IMAGE_TOKENS.1.max(self.n_output_tokens()),
+        }
+    }
+
+    /// The fewest and most tokens mtmd's dyn_size preprocessor aims an image of this type
+    /// at (clip.cpp's `set_limit_image_tokens` for it; LFM2's where the type has none).
+    fn dyn_size_tokens(&self) -> (u32, u32) {
+        match self.projector {
+            ProjectorType::Qwen2vl => QWEN2VL_IMAGE_TOKENS,
+            ProjectorType::Pixtral => PIXTRAL_IMAGE_TOKENS,
+            ProjectorType::Gemma4v => GEMMA4V_IMAGE_TOKENS,
+            _ => LFM2_IMAGE_TOKENS,
         }
     }
 
