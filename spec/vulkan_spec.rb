@@ -6,10 +6,14 @@ require "open3"
 
 # Tiny models offloaded through ggml's Vulkan backend to Mesa's lavapipe (a Vulkan device
 # that runs on the CPU): greedy ids identical to llama.cpp built with GGML_VULKAN and run on
-# the same device (tasks/vulkan_golden.rb records them). Only in a build with ELELEM_VULKAN=1,
-# on a machine with lavapipe (ELELEM_VULKAN=1 script/setup installs both).
+# the same device (tasks/vulkan_golden.rb records them), one sequence or several in one pass;
+# and llama.cpp's ids under a grammar, its embeddings' bits, and its speculative decoding's ids
+# and rounds there (files with a "mode", tasks/vulkan_modes.rb). Only in a build with
+# ELELEM_VULKAN=1, on a machine with lavapipe (ELELEM_VULKAN=1 script/setup installs both).
 RSpec.describe "models on a Vulkan device (lavapipe)" do
   files = Dir[File.join(ROOT, "spec", "fixtures", "goldens", "vulkan", "*.json")]
+  setup = /\Alavapipe(-half|-kv-host|-lockstep)?-/
+  modes, goldens = files.partition { |f| JSON.parse(File.read(f)).key?("mode") }
   vulkan = Elelem.system_info[/VULKAN=\S+/]
 
   it "names in system_info whether the Vulkan backend is built, and why not" do
@@ -30,7 +34,8 @@ RSpec.describe "models on a Vulkan device (lavapipe)" do
   end
 
   before(:context) do
-    files.each { |f| SpecModels.synthetic(File.basename(f, ".json").sub(/\Alavapipe(-half|-kv-host)?-/, "")) }
+    goldens.each { |f| SpecModels.synthetic(File.basename(f, ".json").sub(setup, "")) }
+    modes.each { |f| JSON.parse(File.read(f)).values_at("model", "draft").compact.each { SpecModels.synthetic(_1) } }
     out, err, status = Open3.capture3({ "GGML_VK_VISIBLE_DEVICES" => "0" }, RbConfig.ruby, "-I",
                                       File.join(ROOT, "lib"), File.join(ROOT, "spec", "support", "vulkan_check.rb"),
                                       *files)
@@ -39,15 +44,39 @@ RSpec.describe "models on a Vulkan device (lavapipe)" do
     @results = out.lines.map { |line| JSON.parse(line) }
   end
 
-  files.each do |file|
+  checked = lambda do |file, name, n_gpu_layers|
+    result = @results.find { |r| r["file"] == File.basename(file) && r["case"] == name }
+    expect(result).not_to be_nil
+    expect(result["mismatch"]).to be_nil, result["mismatch"]
+    expect(result["gpu"]).to include("llvmpipe")
+    expect(result["n_gpu_layers"]).to eq(n_gpu_layers)
+  end
+
+  goldens.each do |file|
     golden = Elelem::Golden.new(file)
     golden.cases.each do |c|
       it "#{File.basename(file, ".json")}: the #{c["name"]} case gives llama.cpp's ids on lavapipe" do
-        result = @results.find { |r| r["file"] == File.basename(file) && r["case"] == c["name"] }
-        expect(result).not_to be_nil
-        expect(result["mismatch"]).to be_nil, result["mismatch"]
-        expect(result["gpu"]).to include("llvmpipe")
-        expect(result["n_gpu_layers"]).to eq(golden.n_gpu_layers)
+        instance_exec(file, c["name"], golden.n_gpu_layers, &checked)
+      end
+    end
+  end
+
+  # Cases where elelem is known to differ from llama.cpp on lavapipe (docs/CORRECTNESS.md): pending,
+  # so that the day they hold the spec says so.
+  known = {
+    %w[lavapipe-embed-tiny-bert single] => "a 3-token batch's embedding differs from llama.cpp's by 1 ulp",
+    %w[lavapipe-embed-tiny-bert pooling-none] => "a 12-token batch's token rows differ from llama.cpp's by 1 ulp",
+    %w[lavapipe-grammar-tiny-glm4moe tiny] => "llama.cpp's GBNF sampler spells \"n\" \"a\" \"m\" \"e\" where " \
+                                              "elelem's picks \"name\", on the CPU too"
+  }
+
+  modes.each do |file|
+    doc = JSON.parse(File.read(file))
+    doc["cases"].each do |c|
+      it "#{File.basename(file, ".json")}: the #{c["name"]} case gives llama.cpp's #{doc["mode"]} output on lavapipe" do
+        reason = known[[File.basename(file, ".json"), c["name"]]]
+        pending(reason) if reason
+        instance_exec(file, c["name"], doc["n_gpu_layers"], &checked)
       end
     end
   end

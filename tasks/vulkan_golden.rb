@@ -2,6 +2,7 @@
 
 require_relative "reference"
 require_relative "vulkan"
+require_relative "vulkan_modes"
 
 # Goldens of tiny synthetic models offloaded to a Vulkan device, Mesa's lavapipe (a Vulkan
 # device that runs on the CPU, so they are recorded and checked on machines without a GPU):
@@ -10,7 +11,8 @@ require_relative "vulkan"
 # must give them. ggml-vulkan uses lavapipe only when GGML_VK_VISIBLE_DEVICES names it, for
 # both. Each setup has its files in spec/fixtures/goldens/vulkan/, `<setup>-<fixture>.json`,
 # with the cases of the CPU fixture they mirror; each file names the device (its `gpu`), and
-# holds only there.
+# holds only there. The other modes' files (lockstep, grammar, embeddings, speculative) are
+# VulkanModes' (tasks/vulkan_modes.rb).
 module VulkanGolden
   DIR = File.join(Reference::GOLDENS, "vulkan")
 
@@ -57,6 +59,7 @@ module VulkanGolden
         record(golden, name, spec, binary) unless golden.recorded?
       end
     end
+    VulkanModes.record_all(binary)
   end
 
   def record(golden, name, setup, binary)
