@@ -11,10 +11,11 @@
 //! `mm.model.mlp.3.weight`'s
 //! second dimension.
 
+use super::common::{mlp_gelu, required_dim};
 use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
 use crate::vision::hparams::ClipHParams;
-use crate::{Error, Result};
+use crate::Result;
 
 /// clip.cpp's fixed LayerNorm `eps` for InternVL's projector norm (PyTorch's default).
 const NORM_EPS: f32 = 1e-5;
@@ -38,19 +39,10 @@ impl InternvlWeights {
     }
 }
 
-fn dim(l: &Loader, name: &str, i: usize, expected: &str) -> Result<u64> {
-    match l.tensor_dims(name).and_then(|dims| dims.get(i).copied()) {
-        Some(n) if n > 0 => Ok(n),
-        _ => Err(Error::Load(format!(
-            "tensor {name} is missing or empty: {expected} expected"
-        ))),
-    }
-}
-
 pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<InternvlWeights> {
     let merged = u64::from(hp.n_embd) * u64::from(hp.n_merge).pow(2);
-    let hidden = dim(l, "mm.model.mlp.1.weight", 1, "[n_embd * scale_factor^2, n_hidden]")?;
-    let n_text_embd = dim(l, "mm.model.mlp.3.weight", 1, "[n_hidden, n_text_embd]")?;
+    let hidden = required_dim(l, "mm.model.mlp.1.weight", 1, "[n_embd * scale_factor^2, n_hidden]")?;
+    let n_text_embd = required_dim(l, "mm.model.mlp.3.weight", 1, "[n_hidden, n_text_embd]")?;
     Ok(InternvlWeights {
         mm_0_w: l.vector("mm.model.mlp.0.weight", merged)?,
         mm_0_b: l.vector("mm.model.mlp.0.bias", merged)?,
@@ -83,7 +75,5 @@ pub fn build(g: &Graph, hp: &ClipHParams, w: &InternvlWeights, cur: Tensor, (wid
 
     // The norm, then build_ffn(mlp.1, GELU, mlp.3).
     let cur = g.add(g.mul(g.layer_norm(cur, NORM_EPS), w.mm_0_w), w.mm_0_b);
-    let cur = g.add(g.mul_mat(w.mm_1_w, cur), w.mm_1_b);
-    let cur = g.gelu(cur);
-    g.add(g.mul_mat(w.mm_3_w, cur), w.mm_3_b)
+    mlp_gelu(g, cur, (w.mm_1_w, w.mm_1_b), (w.mm_3_w, w.mm_3_b))
 }

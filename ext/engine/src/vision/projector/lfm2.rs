@@ -17,7 +17,7 @@ use crate::model::loader::Loader;
 use crate::vision::hparams::ClipHParams;
 use crate::Result;
 
-use super::{mlp_gelu, required_dim};
+use super::common::{mlp_gelu, required_dim};
 
 /// clip.cpp's fixed LayerNorm `eps` for LFM2's input norm (PyTorch's default).
 const INPUT_NORM_EPS: f32 = 1e-5;

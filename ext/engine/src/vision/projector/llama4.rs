@@ -9,10 +9,11 @@
 //! Idefics3's unshuffle (its second permute is left out, as in transformers), so the
 //! tokens' order within a block differs from it.
 
+use super::common::required_dim;
 use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
 use crate::vision::hparams::ClipHParams;
-use crate::{Error, Result};
+use crate::Result;
 
 /// `mm.model.mlp.1.weight`, `mm.model.mlp.2.weight` and `mm.model.fc.weight`.
 pub struct Llama4Weights {
@@ -30,20 +31,11 @@ impl Llama4Weights {
     }
 }
 
-fn dim(l: &Loader, name: &str, i: usize, expected: &str) -> Result<u64> {
-    match l.tensor_dims(name).and_then(|dims| dims.get(i).copied()) {
-        Some(n) if n > 0 => Ok(n),
-        _ => Err(Error::Load(format!(
-            "tensor {name} is missing or empty: {expected} expected"
-        ))),
-    }
-}
-
 pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<Llama4Weights> {
     let merged = u64::from(hp.n_embd) * u64::from(hp.n_merge).pow(2);
-    let hidden = dim(l, "mm.model.mlp.1.weight", 1, "[n_embd * scale_factor^2, n_hidden]")?;
-    let adapter = dim(l, "mm.model.mlp.2.weight", 1, "[n_hidden, n_adapter]")?;
-    let n_text_embd = dim(l, "mm.model.fc.weight", 1, "[n_adapter, n_text_embd]")?;
+    let hidden = required_dim(l, "mm.model.mlp.1.weight", 1, "[n_embd * scale_factor^2, n_hidden]")?;
+    let adapter = required_dim(l, "mm.model.mlp.2.weight", 1, "[n_hidden, n_adapter]")?;
+    let n_text_embd = required_dim(l, "mm.model.fc.weight", 1, "[n_adapter, n_text_embd]")?;
     Ok(Llama4Weights {
         mlp_1: l.matrix("mm.model.mlp.1.weight", &[merged, hidden])?,
         mlp_2: l.matrix("mm.model.mlp.2.weight", &[hidden, adapter])?,

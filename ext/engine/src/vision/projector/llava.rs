@@ -19,6 +19,7 @@
 
 use ggml_sys as sys;
 
+use super::common::{mlp_gelu, required_dim};
 use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
 use crate::vision::hparams::{ClipHParams, ProjectorType, LDP_GRID};
@@ -94,15 +95,6 @@ impl LlavaWeights {
     }
 }
 
-fn dim(l: &Loader, name: &str, i: usize, expected: &str) -> Result<u64> {
-    match l.tensor_dims(name).and_then(|dims| dims.get(i).copied()) {
-        Some(n) if n > 0 => Ok(n),
-        _ => Err(Error::Load(format!(
-            "tensor {name} is missing or empty: {expected} expected"
-        ))),
-    }
-}
-
 /// A depthwise kernel of `c` channels: 3 x 3, F16 only (ggml's CPU backend would abort on
 /// another type, and clip.cpp with it).
 fn depthwise_kernel(l: &mut Loader, name: &str, c: u64) -> Result<Tensor> {
@@ -117,7 +109,7 @@ fn depthwise_kernel(l: &mut Loader, name: &str, c: u64) -> Result<Tensor> {
 
 fn load_ldp_block(l: &mut Loader, i: u32, c: u64) -> Result<LdpBlock> {
     let n = |t: &str| format!("mm.model.mb_block.{i}.block.{t}");
-    let r = dim(l, &n("1.fc1.weight"), 1, "[C, n_squeezed]")?;
+    let r = required_dim(l, &n("1.fc1.weight"), 1, "[C, n_squeezed]")?;
     Ok(LdpBlock {
         dw_w: depthwise_kernel(l, &n("0.0.weight"), c)?,
         dw_norm_w: l.vector(&n("0.1.weight"), c)?,
@@ -142,8 +134,8 @@ fn load_mobilevlm(l: &mut Loader, hp: &ClipHParams) -> Result<LlavaWeights> {
     } else {
         (0, 2)
     };
-    let hidden = dim(l, &mlp(first, "weight"), 1, "[n_embd, n_hidden]")?;
-    let c = dim(l, &mlp(second, "weight"), 1, "[n_hidden, n_text_embd]")?;
+    let hidden = required_dim(l, &mlp(first, "weight"), 1, "[n_embd, n_hidden]")?;
+    let c = required_dim(l, &mlp(second, "weight"), 1, "[n_hidden, n_text_embd]")?;
     let w_1 = l.matrix(&mlp(first, "weight"), &[features, hidden])?;
     let b_1 = l.vector(&mlp(first, "bias"), hidden)?;
     let w_2 = l.matrix(&mlp(second, "weight"), &[hidden, c])?;
@@ -172,11 +164,11 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<LlavaWeights> {
         return load_mobilevlm(l, hp);
     }
     let features = u64::from(hp.n_embd) * u64::from(hp.n_feature_stack());
-    let hidden = dim(l, "mm.0.weight", 1, "[n_embd * feature layers, n_hidden]")?;
+    let hidden = required_dim(l, "mm.0.weight", 1, "[n_embd * feature layers, n_hidden]")?;
     let mm_0_w = l.matrix("mm.0.weight", &[features, hidden])?;
     let mm_0_b = l.vector("mm.0.bias", hidden)?;
     let weights = if l.has("mm.3.weight") {
-        let n_text_embd = dim(l, "mm.3.weight", 1, "[n_hidden, n_text_embd]")?;
+        let n_text_embd = required_dim(l, "mm.3.weight", 1, "[n_hidden, n_text_embd]")?;
         LlavaWeights::MlpNorm {
             mm_0_w,
             mm_0_b,
@@ -188,7 +180,7 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<LlavaWeights> {
             mm_4_b: l.vector("mm.4.bias", n_text_embd)?,
         }
     } else {
-        let n_text_embd = dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
+        let n_text_embd = required_dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
         LlavaWeights::Mlp {
             mm_0_w,
             mm_0_b,
@@ -217,11 +209,7 @@ pub fn build(g: &Graph, hp: &ClipHParams, w: &LlavaWeights, cur: Tensor, (width,
             mm_0_b,
             mm_2_w,
             mm_2_b,
-        } => {
-            let cur = g.add(g.mul_mat(*mm_0_w, cur), *mm_0_b);
-            let cur = g.gelu(cur);
-            g.add(g.mul_mat(*mm_2_w, cur), *mm_2_b)
-        }
+        } => mlp_gelu(g, cur, (*mm_0_w, *mm_0_b), (*mm_2_w, *mm_2_b)),
         LlavaWeights::MlpNorm {
             mm_0_w,
             mm_0_b,
@@ -246,9 +234,7 @@ pub fn build(g: &Graph, hp: &ClipHParams, w: &LlavaWeights, cur: Tensor, (width,
             mlp_3_b,
             blocks,
         } => {
-            let cur = g.add(g.mul_mat(*mlp_1_w, cur), *mlp_1_b);
-            let cur = g.gelu(cur);
-            let cur = g.add(g.mul_mat(*mlp_3_w, cur), *mlp_3_b);
+            let cur = mlp_gelu(g, cur, (*mlp_1_w, *mlp_1_b), (*mlp_3_w, *mlp_3_b));
             ldp_blocks(g, hp, blocks, cur)
         }
         LlavaWeights::Ldpv2 {
@@ -259,9 +245,7 @@ pub fn build(g: &Graph, hp: &ClipHParams, w: &LlavaWeights, cur: Tensor, (width,
             peg_w,
             peg_b,
         } => {
-            let cur = g.add(g.mul_mat(*mlp_0_w, cur), *mlp_0_b);
-            let cur = g.gelu(cur);
-            let cur = g.add(g.mul_mat(*mlp_2_w, cur), *mlp_2_b);
+            let cur = mlp_gelu(g, cur, (*mlp_0_w, *mlp_0_b), (*mlp_2_w, *mlp_2_b));
             // [C, 24 · 24] to the grid [24, 24, C], pooled 2 x 2.
             let cur = g.permute(cur, [1, 0, 2, 3]);
             let grid = i64::from(LDP_GRID);

@@ -3,6 +3,7 @@
 //! `tools/mtmd/models/*.cpp` after `build_vit`), each with its weights, their loading and
 //! its graph.
 
+mod common;
 pub mod gemma3;
 pub mod gemma4v;
 pub mod idefics3;
@@ -16,7 +17,7 @@ pub mod qwen2vl;
 use super::hparams::{ClipHParams, ProjectorType};
 use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
-use crate::{Error, Result};
+use crate::Result;
 
 /// A projector's weights, by type.
 pub enum ProjectorWeights {
@@ -79,23 +80,4 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
         ProjectorType::Llama4 => llama4::load(l, hp).map(ProjectorWeights::Llama4),
         ProjectorType::Gemma4v => gemma4v::load(l, hp).map(ProjectorWeights::Gemma4v),
     }
-}
-
-/// A tensor's `i`th dimension, which gives a projector's width: an [`Error::Load`] saying
-/// the `expected` shape where the tensor is missing or that dimension is empty.
-fn required_dim(l: &Loader, name: &str, i: usize, expected: &str) -> Result<u64> {
-    match l.tensor_dims(name).and_then(|dims| dims.get(i).copied()) {
-        Some(n) if n > 0 => Ok(n),
-        _ => Err(Error::Load(format!(
-            "tensor {name} is missing or empty: {expected} expected"
-        ))),
-    }
-}
-
-/// clip.cpp's `build_ffn` of two layers with biases and `FFN_GELU` between (the MLP of
-/// LFM2's and Qwen2-VL's projectors).
-fn mlp_gelu(g: &Graph, cur: Tensor, (w1, b1): (Tensor, Tensor), (w2, b2): (Tensor, Tensor)) -> Tensor {
-    let cur = g.add(g.mul_mat(w1, cur), b1);
-    let cur = g.gelu(cur);
-    g.add(g.mul_mat(w2, cur), b2)
 }

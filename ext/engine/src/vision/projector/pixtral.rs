@@ -13,6 +13,7 @@
 //! by 0 and adding the embedding; elelem repeats the embedding, the same values without
 //! reading unset memory.
 
+use super::common::required_dim;
 use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
 use crate::vision::hparams::ClipHParams;
@@ -45,15 +46,6 @@ impl PixtralWeights {
     }
 }
 
-fn dim(l: &Loader, name: &str, i: usize, expected: &str) -> Result<u64> {
-    match l.tensor_dims(name).and_then(|dims| dims.get(i).copied()) {
-        Some(n) if n > 0 => Ok(n),
-        _ => Err(Error::Load(format!(
-            "tensor {name} is missing or empty: {expected} expected"
-        ))),
-    }
-}
-
 pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<PixtralWeights> {
     let embd = u64::from(hp.n_embd);
     let merged = embd * u64::from(hp.n_merge).pow(2);
@@ -74,8 +66,8 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<PixtralWeights> {
     } else {
         None
     };
-    let hidden = dim(l, "mm.1.weight", 1, "[n_embd, n_hidden]")?;
-    let n_text_embd = dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
+    let hidden = required_dim(l, "mm.1.weight", 1, "[n_embd, n_hidden]")?;
+    let n_text_embd = required_dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
     Ok(PixtralWeights {
         merger,
         mm_1_w: l.matrix("mm.1.weight", &[embd, hidden])?,

@@ -13,7 +13,7 @@ use crate::model::loader::Loader;
 use crate::vision::hparams::ClipHParams;
 use crate::Result;
 
-use super::{mlp_gelu, required_dim};
+use super::common::{mlp_gelu, required_dim};
 
 /// `mm.0.*` and `mm.2.*`.
 pub struct Qwen2vlWeights {
