@@ -121,6 +121,8 @@ module Elelem
         HTTPError.new(400, "cannot fetch the image #{url.to_s[0, 200]}: #{why}", param: "messages",
                                                                                  code: "image_fetch_failed")
       end
+
+      private_class_method :url_of, :fetched_part, :parse, :get, :request, :read, :now, :not_allowed, :failed
     end
   end
 end
