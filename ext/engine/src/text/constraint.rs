@@ -379,16 +379,6 @@ impl Constraint {
             State::Waiting { .. } => true,
         }
     }
-
-    /// Tokens the grammar forces from here, whatever the model would prefer
-    /// (llguidance's fast-forward tokens); committing them skips their decode
-    /// passes' sampling. Empty while waiting.
-    pub fn forced_tokens(&mut self) -> Vec<u32> {
-        match &mut self.state {
-            State::Active(matcher) => matcher.compute_ff_tokens(),
-            State::Waiting { .. } => Vec::new(),
-        }
-    }
 }
 
 /// The trigger the text now contains, and the bytes after it; trims what
