@@ -116,8 +116,13 @@ impl TokenizerEnv for TokenizerBridge {
             .tokenize_with_greedy_fallback(bytes, |text| self.tokenizer.tokenize(text, false, true))
     }
 
+    // Not canonical: a model may spell what a grammar forces with any tokens (`n` `a` `m`
+    // `e` as well as `name`), as llama.cpp's GBNF sampler lets it. Declared canonical,
+    // llguidance allowed only the tokenizer's own spelling, and greedy ids under a grammar
+    // parted from llama.cpp's wherever a model preferred another (random-weight models
+    // did; a forced `{` after SentencePiece's leading space was even refused).
     fn tokenize_is_canonical(&self) -> bool {
-        true
+        false
     }
 }
 
