@@ -35,9 +35,8 @@ module VulkanModes
   LOCKSTEP_MAX_TOKENS = 16
 
   # Greedy under the GBNF llama.cpp's json_schema_to_grammar writes for {name, age}
-  # (spec/fixtures/grammar/person.gbnf), on a model with a real vocabulary (llama-bpe's): with
-  # the made-up SentencePiece one of tiny-qwen3 and others, elelem refuses the grammar's forced
-  # "{" (tokenized with the dummy prefix, <0xE2> first), on the CPU too.
+  # (spec/fixtures/grammar/person.gbnf; the CPU's recordings of the same models are
+  # GrammarGolden's).
   GBNF = File.join(Reference::ROOT, "spec", "fixtures", "grammar", "person.gbnf")
   GRAMMAR = { "tiny-glm4moe" => { "short" => SHORT, "tiny" => TINY } }.freeze
   GRAMMAR_MAX_TOKENS = 32
