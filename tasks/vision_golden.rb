@@ -87,6 +87,7 @@ module VisionGolden
     "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-qwen2vl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-qwen3vl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
+    "tiny-qwen3vlmoe-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-pixtral-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-llama4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-gemma4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES)

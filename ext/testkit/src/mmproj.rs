@@ -678,6 +678,8 @@ fn pixtral_writer(shape: &Shape) -> GgufWriter {
 ///   interleaved M-RoPE, 2 deepstack layers), framed as Qwen2-VL's; its projector is
 ///   [`Shape::QWEN3VL`] projecting to 128 and its deepstack mergers to 2 x 128 more (a token
 ///   per 32 x 32 pixels, 8 to 4096 of them).
+/// - `tiny-qwen3vlmoe-vision`: the `tiny-qwen3vlmoe` canary's shape (8 experts, 2 per
+///   token), framed the same; its projector is [`Shape::QWEN3VL`] with F32 matrices.
 /// - `tiny-pixtral-vision`: a Mistral 3-shaped model (the Llama 3 canary's shape, with
 ///   Ministral 3's YaRN and attention temperature), whose vocabulary ends with the control
 ///   token `[IMG_END]` that mtmd closes each image with; its projector is
@@ -720,6 +722,13 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     };
     let qwen3vl = canary::Shape {
         family: canary::QWEN3VL,
+        ..idefics3
+    };
+    let qwen3vlmoe = canary::Shape {
+        family: canary::QWEN3VLMOE,
+        n_ff: 64,
+        n_expert: 8,
+        n_expert_used: 2,
         ..idefics3
     };
     let mistral3 = canary::Shape {
@@ -804,6 +813,17 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
             &[],
             &["<|vision_start|>", "<|vision_end|>"],
             Shape::QWEN3VL,
+        ),
+        pair(
+            "tiny-qwen3vlmoe-vision",
+            &qwen3vlmoe,
+            &[],
+            &["<|vision_start|>", "<|vision_end|>"],
+            Shape {
+                matrix_type: TensorType::F32,
+                seed: 0x9e3_0f12,
+                ..Shape::QWEN3VL
+            },
         ),
         pair(
             "tiny-pixtral-vision",

@@ -252,6 +252,11 @@ fn qwen3vl_image_prompts_match_mtmd() {
     check_pair("tiny-qwen3vl-vision");
 }
 
+#[test]
+fn qwen3vlmoe_image_prompts_match_mtmd() {
+    check_pair("tiny-qwen3vlmoe-vision");
+}
+
 /// A Qwen3-VL projector gives each token its main path's embedding and its deepstack
 /// layers': a language model whose input rows are not `n_embd · (1 + n_deepstack_layers)`
 /// wide (Qwen2-VL's 128, for the projector's 3 x 128) is refused at open, naming both widths.

@@ -864,11 +864,20 @@ impl Context {
         causal: bool,
         grid: Option<ImageGrid>,
     ) -> Result<()> {
-        let n_embd = self.model.hparams.n_embd_inp() as usize;
+        let hp = &self.model.hparams;
+        let n_embd = hp.n_embd_inp() as usize;
         self.model.check_takes_embeddings()?;
         if embd.len() != batch.len() * n_embd {
+            let width = if hp.n_deepstack_layers > 0 {
+                format!(
+                    "n_embd_inp {n_embd} (n_embd and its {} deepstack slices)",
+                    hp.n_deepstack_layers
+                )
+            } else {
+                format!("n_embd {n_embd}")
+            };
             return Err(Error::InvalidArgument(format!(
-                "{} embedding values for {} tokens: each takes n_embd {n_embd} (with deepstack slices, n_embd_inp)",
+                "{} embedding values for {} tokens: each takes {width}",
                 embd.len(),
                 batch.len()
             )));

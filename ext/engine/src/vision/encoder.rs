@@ -570,19 +570,13 @@ fn attention(
                 g.reshape_4d(v, [d_head, n_head_kv, n_pos, b]),
             )
         }
-        // qwen3vl.cpp's: one image, Q, K and V each `n_embd` values of a row of the product.
+        // qwen3vl.cpp's (one image): Q, K and V the first, second and third `n_embd` F32
+        // values of each row of the product, its heads `d_head` apart.
         VitQkv::Fused { w, b } => {
             let cur = g.add(g.mul_mat(w, cur), b);
-            let row = 4 * d_head as usize;
-            let view = |i: usize| {
-                g.view_3d(
-                    cur,
-                    [d_head, n_head, n_pos],
-                    row,
-                    cur.nb()[1],
-                    i * 4 * hp.n_embd as usize,
-                )
-            };
+            let f32_size = std::mem::size_of::<f32>();
+            let (head, part) = (d_head as usize * f32_size, hp.n_embd as usize * f32_size);
+            let view = |i: usize| g.view_3d(cur, [d_head, n_head, n_pos], head, cur.nb()[1], i * part);
             (view(0), view(1), view(2))
         }
     };
