@@ -419,6 +419,7 @@ fn qwen3vl_embeddings_are_clip_cpps_bit_for_bit() {
         compared += compare_images(name, &path, mmproj, true, 2, &images);
     }
     assert!(compared > 0);
+    eprintln!("qwen3vl: {compared} floats (main path and deepstack) identical to clip.cpp's");
 }
 
 /// Each projector type's preprocessing parameters are the ones clip.cpp's loader sets:
@@ -1294,6 +1295,81 @@ fn the_embeddings_do_not_depend_on_the_thread_count() {
             }
         }
     }
+}
+
+/// Qwen3-VL's projector: its width is the main path's and each deepstack layer's (none:
+/// the main path's alone); what its graph needs is required (the patch bias, the position
+/// embeddings, the fused QKV's bias, a deepstack merger's every part once it has `fc1`, its
+/// output as wide as the main path's), and what it would not read is refused (separate Q,
+/// K, V beside the fused ones; a deepstack merger's parts without its `fc1`).
+#[test]
+fn qwen3vl_projectors_that_do_not_fit_are_refused() {
+    let load = |alter: &dyn Fn(&mut GgufWriter)| {
+        let mut w = writer(&Shape::QWEN3VL);
+        alter(&mut w);
+        Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+    };
+    assert_eq!(load(&|_| {}).unwrap().n_mmproj_embd(), 3 * 96);
+    let deepstack_parts = [
+        "norm.weight",
+        "norm.bias",
+        "fc1.weight",
+        "fc1.bias",
+        "fc2.weight",
+        "fc2.bias",
+    ];
+    let without_deepstack = load(&|w| {
+        for il in [1, 2] {
+            for part in deepstack_parts {
+                w.remove_tensor(&format!("v.deepstack.{il}.{part}"));
+            }
+        }
+    });
+    assert_eq!(without_deepstack.unwrap().n_mmproj_embd(), 96);
+
+    let refused = |alter: &dyn Fn(&mut GgufWriter), expected: &str| {
+        let e = load(alter).err().unwrap_or_else(|| panic!("{expected}: loaded"));
+        assert!(
+            matches!(&e, Error::Load(m) | Error::Unsupported(m) if m.contains(expected)),
+            "{expected}: {e:?}"
+        );
+    };
+    for name in [
+        "v.patch_embd.bias",
+        "v.position_embd.weight",
+        "v.blk.0.attn_qkv.bias",
+        "v.deepstack.1.norm.bias",
+        "v.deepstack.2.fc2.weight",
+    ] {
+        refused(
+            &|w| {
+                w.remove_tensor(name);
+            },
+            name,
+        );
+    }
+    refused(
+        &|w| {
+            w.add_f32("v.blk.0.attn_q.weight", &[64, 64], &[0.0; 64 * 64]);
+        },
+        "v.blk.0.attn_q.weight",
+    );
+    refused(
+        &|w| {
+            w.remove_tensor("v.deepstack.2.fc1.weight");
+        },
+        "v.deepstack.2.",
+    );
+    // A deepstack merger to another width than the main path's.
+    refused(
+        &|w| {
+            w.remove_tensor("v.deepstack.1.fc2.weight")
+                .remove_tensor("v.deepstack.1.fc2.bias")
+                .add_f32("v.deepstack.1.fc2.weight", &[128, 64], &[0.0; 128 * 64])
+                .add_f32("v.deepstack.1.fc2.bias", &[64], &[0.0; 64]);
+        },
+        "v.deepstack.1.fc2.weight",
+    );
 }
 
 #[test]
