@@ -327,6 +327,24 @@ pub const QWEN3: Family = Family {
     qk_norm: QkNorm::PerHead,
     ..LLAMA
 };
+/// Qwen3-VL's language model: qwen3's, rotated by interleaved M-RoPE in sections of 3, 3
+/// and 2 pairs (Qwen3-VL's 24, 20 and 20 of 64, scaled to the small shape's heads of 16),
+/// with 2 deepstack layers (given embeddings 3 times `n_embd` wide).
+pub const QWEN3VL: Family = Family {
+    arch: "qwen3vl",
+    name: "elelem tiny qwen3vl canary",
+    keys: &[
+        ("rope.dimension_sections", Key::U32s(&[3, 3, 2, 0])),
+        ("n_deepstack_layers", Key::U32(2)),
+    ],
+    ..QWEN3
+};
+/// Qwen3-VL's mixture-of-experts language model: qwen3vl's keys, qwen3moe's experts.
+pub const QWEN3VLMOE: Family = Family {
+    arch: "qwen3vlmoe",
+    name: "elelem tiny qwen3vlmoe canary",
+    ..QWEN3VL
+};
 /// Qwen3 as its long-context files declare it: YaRN, 4 times its original context.
 pub const QWEN3_YARN: Family = Family {
     keys: &[
@@ -1004,6 +1022,17 @@ pub fn synthetic() -> Vec<(String, Shape)> {
             },
         ),
         ("tiny-qwen2vl", small(QWEN2VL)),
+        ("tiny-qwen3vl", small(QWEN3VL)),
+        // tiny-qwen3moe's experts.
+        (
+            "tiny-qwen3vlmoe",
+            Shape {
+                n_ff: 64,
+                n_expert: 8,
+                n_expert_used: 2,
+                ..small(QWEN3VLMOE)
+            },
+        ),
         ("tiny-olmo2", small(OLMO2)),
         ("tiny-gemma2", small(GEMMA2)),
         (

@@ -24,6 +24,10 @@ pub enum Kind {
     /// `mm.model.mlp.3`).
     Internvl,
     Qwen2vl,
+    /// Qwen3-VL: Qwen2-VL's ViT with a fused QKV, a patch bias, learned position
+    /// embeddings and GELU; the merger and the deepstack mergers of
+    /// [`QWEN3VL_DEEPSTACK_LAYERS`].
+    Qwen3vl,
     Pixtral,
     Llama4,
     Gemma4v,
@@ -157,6 +161,19 @@ impl Shape {
         ..Shape::GEMMA3
     };
 
+    /// Qwen3-VL, small: 16-pixel patches (a token per 32 x 32 pixels), three layers 64 wide
+    /// with a fused QKV, 8 x 8 position embeddings resized to the image, two patch
+    /// convolutions and a patch bias, 2 x 2 patches merged by an MLP of 256 -> 128 -> 96,
+    /// and the deepstack mergers of layers 1 and 2 beside it (each token 3 x 96 values).
+    pub const QWEN3VL: Shape = Shape {
+        kind: Kind::Qwen3vl,
+        n_layer: 3,
+        image_size: 128,
+        patch_size: 16,
+        seed: 0x9e3_0f11,
+        ..Shape::GEMMA3
+    };
+
     /// LLaVA 1.5, small: CLIP of three layers 64 wide (the MLP takes the second's output)
     /// on 8 x 8 patches of 8 pixels and its class token, an MLP of 64 -> 128 -> 96: 64
     /// tokens an image.
@@ -226,6 +243,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     match shape.kind {
         Kind::Pixtral => return pixtral_writer(shape),
         Kind::Gemma4v => return gemma4v_writer(shape),
+        Kind::Qwen3vl => return qwen3vl_writer(shape),
         _ => {}
     }
     let mut rng = Rng(shape.seed);
@@ -248,7 +266,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             Kind::Ldpv2 => "ldpv2",
             Kind::Internvl => "internvl",
             Kind::Qwen2vl => "qwen2vl_merger",
-            Kind::Pixtral | Kind::Gemma4v => unreachable!("written by their own writers"),
+            Kind::Pixtral | Kind::Gemma4v | Kind::Qwen3vl => unreachable!("written by their own writers"),
         },
         gelu,
         1e-6,
@@ -433,8 +451,63 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             add_weights(&mut w, &mut rng, "mm.model.mlp.2.weight", ty, &[ff, embd]);
             add_weights(&mut w, &mut rng, "mm.model.fc.weight", ty, &[embd, shape.n_text_embd]);
         }
-        Kind::Pixtral | Kind::Gemma4v => unreachable!("written by their own writers"),
+        Kind::Pixtral | Kind::Gemma4v | Kind::Qwen3vl => unreachable!("written by their own writers"),
     }
+    w
+}
+
+/// The layers of [`Shape::QWEN3VL`]'s projectors with deepstack mergers (of 3: the last
+/// one's output taken before the post-LayerNorm).
+pub const QWEN3VL_DEEPSTACK_LAYERS: [u64; 2] = [1, 2];
+
+/// A seeded Qwen3-VL projector (`convert_hf_to_gguf.py`'s `Qwen3VLVisionModel`): two patch
+/// convolutions and the patch bias, F32 position embeddings, each layer's LayerNorms with
+/// biases, the fused `attn_qkv` and `attn_out` with biases, a GELU feed-forward with
+/// biases; the deepstack mergers (`v.deepstack.<il>.norm`, `fc1`, `fc2`, with biases) of
+/// [`QWEN3VL_DEEPSTACK_LAYERS`] (those the shape's layers reach), the post-LayerNorm and the merger `mm.0`, `mm.2`.
+fn qwen3vl_writer(shape: &Shape) -> GgufWriter {
+    let mut rng = Rng(shape.seed);
+    let mut w = GgufWriter::new();
+    let (embd, ff, p, ty) = (shape.n_embd, shape.n_ff, shape.patch_size, shape.matrix_type);
+    let (merged, text) = (embd * 4, shape.n_text_embd);
+    let n_patches = (shape.image_size / p).pow(2);
+    common_keys(&mut w, shape, "qwen3vl_merger", Some(("clip.use_gelu", true)), 1e-6);
+    w.set("clip.vision.image_mean", Value::Array(vec![Value::F32(0.5); 3]))
+        .set("clip.vision.image_std", Value::Array(vec![Value::F32(0.5); 3]));
+    let norm = |w: &mut GgufWriter, rng: &mut Rng, name: &str, n: u64| {
+        w.add_f32(&format!("{name}.weight"), &[n], &rng.around_one(n));
+        w.add_f32(&format!("{name}.bias"), &[n], &rng.small(n));
+    };
+    let linear = |w: &mut GgufWriter, rng: &mut Rng, name: &str, n_in: u64, n_out: u64| {
+        add_weights(w, rng, &format!("{name}.weight"), ty, &[n_in, n_out]);
+        w.add_f32(&format!("{name}.bias"), &[n_out], &rng.small(n_out));
+    };
+    add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
+    add_weights(&mut w, &mut rng, "v.patch_embd.weight.1", ty, &[p, p, 3, embd]);
+    w.add_f32("v.patch_embd.bias", &[embd], &rng.small(embd));
+    w.add_f32(
+        "v.position_embd.weight",
+        &[embd, n_patches],
+        &rng.small(embd * n_patches),
+    );
+    for il in 0..shape.n_layer {
+        let n = |t: &str| format!("v.blk.{il}.{t}");
+        norm(&mut w, &mut rng, &n("ln1"), embd);
+        linear(&mut w, &mut rng, &n("attn_qkv"), embd, 3 * embd);
+        linear(&mut w, &mut rng, &n("attn_out"), embd, embd);
+        norm(&mut w, &mut rng, &n("ln2"), embd);
+        linear(&mut w, &mut rng, &n("ffn_up"), embd, ff);
+        linear(&mut w, &mut rng, &n("ffn_down"), ff, embd);
+    }
+    for il in QWEN3VL_DEEPSTACK_LAYERS.into_iter().filter(|&il| il < shape.n_layer) {
+        let n = |t: &str| format!("v.deepstack.{il}.{t}");
+        norm(&mut w, &mut rng, &n("norm"), merged);
+        linear(&mut w, &mut rng, &n("fc1"), merged, ff);
+        linear(&mut w, &mut rng, &n("fc2"), ff, text);
+    }
+    norm(&mut w, &mut rng, "v.post_ln", embd);
+    linear(&mut w, &mut rng, "mm.0", merged, ff);
+    linear(&mut w, &mut rng, "mm.2", ff, text);
     w
 }
 
@@ -601,6 +674,12 @@ fn pixtral_writer(shape: &Shape) -> GgufWriter {
 ///   whose vocabulary ends with the control tokens `<|vision_start|>` and `<|vision_end|>`
 ///   that mtmd frames each image with; its projector is [`Shape::QWEN2VL`] projecting to
 ///   128 (a token per 28 x 28 pixels of the smart-resized image, 8 to 4096 of them).
+/// - `tiny-qwen3vl-vision`: the `tiny-qwen3vl` canary's shape (qwen3's block under
+///   interleaved M-RoPE, 2 deepstack layers), framed as Qwen2-VL's; its projector is
+///   [`Shape::QWEN3VL`] projecting to 128 and its deepstack mergers to 2 x 128 more (a token
+///   per 32 x 32 pixels, 8 to 4096 of them).
+/// - `tiny-qwen3vlmoe-vision`: the `tiny-qwen3vlmoe` canary's shape (8 experts, 2 per
+///   token), framed the same; its projector is [`Shape::QWEN3VL`] with F32 matrices.
 /// - `tiny-pixtral-vision`: a Mistral 3-shaped model (the Llama 3 canary's shape, with
 ///   Ministral 3's YaRN and attention temperature), whose vocabulary ends with the control
 ///   token `[IMG_END]` that mtmd closes each image with; its projector is
@@ -639,6 +718,17 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     };
     let qwen2vl = canary::Shape {
         family: canary::QWEN2VL,
+        ..idefics3
+    };
+    let qwen3vl = canary::Shape {
+        family: canary::QWEN3VL,
+        ..idefics3
+    };
+    let qwen3vlmoe = canary::Shape {
+        family: canary::QWEN3VLMOE,
+        n_ff: 64,
+        n_expert: 8,
+        n_expert_used: 2,
         ..idefics3
     };
     let mistral3 = canary::Shape {
@@ -716,6 +806,24 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
             &[],
             &["<|vision_start|>", "<|vision_end|>"],
             Shape::QWEN2VL,
+        ),
+        pair(
+            "tiny-qwen3vl-vision",
+            &qwen3vl,
+            &[],
+            &["<|vision_start|>", "<|vision_end|>"],
+            Shape::QWEN3VL,
+        ),
+        pair(
+            "tiny-qwen3vlmoe-vision",
+            &qwen3vlmoe,
+            &[],
+            &["<|vision_start|>", "<|vision_end|>"],
+            Shape {
+                matrix_type: TensorType::F32,
+                seed: 0x9e3_0f12,
+                ..Shape::QWEN3VL
+            },
         ),
         pair(
             "tiny-pixtral-vision",

@@ -383,6 +383,45 @@ fn qwen2vl_embeddings_are_clip_cpps_bit_for_bit() {
     assert!(compared > 0);
 }
 
+/// Qwen3-VL's encoder (Qwen2-VL's input and rotary positions, a patch bias, position
+/// embeddings resized bilinear with aligned corners and reordered in 2 x 2 blocks, the fused
+/// QKV, the merger) and its deepstack embeddings (layers 1 and 2 of 3, the last one's output
+/// before the post-LayerNorm), every float of each token's main path and deepstack slices: on
+/// images of mtmd's smart resize (multiples of 32 pixels; 128 x 128 is the position grid's
+/// own size, not resized), and at grids the preprocessing may not give; F16 and F32
+/// matrices, with and without flash attention.
+#[test]
+fn qwen3vl_embeddings_are_clip_cpps_bit_for_bit() {
+    let f32_shape = Shape {
+        matrix_type: TensorType::F32,
+        seed: 37,
+        ..Shape::QWEN3VL
+    };
+    let mut compared = 0;
+    for (i, (name, shape)) in [("qwen3vl-f16", Shape::QWEN3VL), ("qwen3vl-f32", f32_shape)]
+        .into_iter()
+        .enumerate()
+    {
+        for flash_attn in [true, false] {
+            for (w, h) in [(160, 120), (47, 31), (300, 90), (60, 250), (128, 128)] {
+                let name = format!("{name}-{w}x{h}-fa{flash_attn}");
+                compared += compare(&name, &shape, flash_attn, 2, (w, h));
+            }
+        }
+        let path = write(&format!("{name}-grids"), &writer(&shape));
+        let mmproj = Mmproj::open(&path).unwrap();
+        // The main path's 96 values a token and each deepstack layer's 96.
+        assert_eq!(mmproj.n_mmproj_embd(), 3 * 96, "{name}");
+        let images: Vec<_> = [(32, 32), (64, 128), (160, 32), (256, 192)]
+            .into_iter()
+            .map(|(w, h)| normalized_image(w, h, 43 + i as u64))
+            .collect();
+        compared += compare_images(name, &path, mmproj, true, 2, &images);
+    }
+    assert!(compared > 0);
+    eprintln!("qwen3vl: {compared} floats (main path and deepstack) identical to clip.cpp's");
+}
+
 /// Each projector type's preprocessing parameters are the ones clip.cpp's loader sets:
 /// Gemma 3's fixed size, Idefics3's longest edge or none, LFM2's token limits at two
 /// patch sizes and merges, LLaVA's padding with and without grid pinpoints.
@@ -423,6 +462,7 @@ fn preprocessing_parameters_are_clip_cpps() {
             },
         ),
         ("qwen2vl", Shape::QWEN2VL),
+        ("qwen3vl", Shape::QWEN3VL),
         ("pixtral", Shape::PIXTRAL),
         ("pixtral-no-merger", pixtral_no_merger),
         ("llama4", Shape::LLAMA4),
@@ -1255,6 +1295,81 @@ fn the_embeddings_do_not_depend_on_the_thread_count() {
             }
         }
     }
+}
+
+/// Qwen3-VL's projector: its width is the main path's and each deepstack layer's (none:
+/// the main path's alone); what its graph needs is required (the patch bias, the position
+/// embeddings, the fused QKV's bias, a deepstack merger's every part once it has `fc1`, its
+/// output as wide as the main path's), and what it would not read is refused (separate Q,
+/// K, V beside the fused ones; a deepstack merger's parts without its `fc1`).
+#[test]
+fn qwen3vl_projectors_that_do_not_fit_are_refused() {
+    let load = |alter: &dyn Fn(&mut GgufWriter)| {
+        let mut w = writer(&Shape::QWEN3VL);
+        alter(&mut w);
+        Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+    };
+    assert_eq!(load(&|_| {}).unwrap().n_mmproj_embd(), 3 * 96);
+    let deepstack_parts = [
+        "norm.weight",
+        "norm.bias",
+        "fc1.weight",
+        "fc1.bias",
+        "fc2.weight",
+        "fc2.bias",
+    ];
+    let without_deepstack = load(&|w| {
+        for il in [1, 2] {
+            for part in deepstack_parts {
+                w.remove_tensor(&format!("v.deepstack.{il}.{part}"));
+            }
+        }
+    });
+    assert_eq!(without_deepstack.unwrap().n_mmproj_embd(), 96);
+
+    let refused = |alter: &dyn Fn(&mut GgufWriter), expected: &str| {
+        let e = load(alter).err().unwrap_or_else(|| panic!("{expected}: loaded"));
+        assert!(
+            matches!(&e, Error::Load(m) | Error::Unsupported(m) if m.contains(expected)),
+            "{expected}: {e:?}"
+        );
+    };
+    for name in [
+        "v.patch_embd.bias",
+        "v.position_embd.weight",
+        "v.blk.0.attn_qkv.bias",
+        "v.deepstack.1.norm.bias",
+        "v.deepstack.2.fc2.weight",
+    ] {
+        refused(
+            &|w| {
+                w.remove_tensor(name);
+            },
+            name,
+        );
+    }
+    refused(
+        &|w| {
+            w.add_f32("v.blk.0.attn_q.weight", &[64, 64], &[0.0; 64 * 64]);
+        },
+        "v.blk.0.attn_q.weight",
+    );
+    refused(
+        &|w| {
+            w.remove_tensor("v.deepstack.2.fc1.weight");
+        },
+        "v.deepstack.2.",
+    );
+    // A deepstack merger to another width than the main path's.
+    refused(
+        &|w| {
+            w.remove_tensor("v.deepstack.1.fc2.weight")
+                .remove_tensor("v.deepstack.1.fc2.bias")
+                .add_f32("v.deepstack.1.fc2.weight", &[128, 64], &[0.0; 128 * 64])
+                .add_f32("v.deepstack.1.fc2.bias", &[64], &[0.0; 64]);
+        },
+        "v.deepstack.1.fc2.weight",
+    );
 }
 
 #[test]

@@ -149,7 +149,7 @@ fn check_pair(name: &str) {
         ..Default::default()
     };
     let ctx = Mutex::new(Context::new(Arc::clone(&model), params).unwrap());
-    let n_embd = model.hparams.n_embd as usize;
+    let n_embd = model.hparams.n_embd_inp() as usize;
     for case in doc["cases"].as_array().unwrap() {
         let case_name = case["name"].as_str().unwrap();
         let out = &rec["outputs"][case_name];
@@ -245,6 +245,34 @@ fn internvl_image_prompts_match_mtmd() {
 #[test]
 fn qwen2vl_image_prompts_match_mtmd() {
     check_pair("tiny-qwen2vl-vision");
+}
+
+#[test]
+fn qwen3vl_image_prompts_match_mtmd() {
+    check_pair("tiny-qwen3vl-vision");
+}
+
+#[test]
+fn qwen3vlmoe_image_prompts_match_mtmd() {
+    check_pair("tiny-qwen3vlmoe-vision");
+}
+
+/// A Qwen3-VL projector gives each token its main path's embedding and its deepstack
+/// layers': a language model whose input rows are not `n_embd · (1 + n_deepstack_layers)`
+/// wide (Qwen2-VL's 128, for the projector's 3 x 128) is refused at open, naming both widths.
+#[test]
+fn a_qwen3vl_projector_needs_its_deepstack_model() {
+    let dir = root().join("tmp/synthetic/vision");
+    let model = Model::open(dir.join("tiny-qwen2vl-vision.gguf"), &Default::default()).unwrap();
+    let refused = VisionContext::open(
+        &dir.join("tiny-qwen3vl-vision.mmproj.gguf"),
+        &model,
+        EncoderParams::default(),
+    );
+    let Err(Error::Load(msg)) = refused else {
+        panic!("the mismatched pair opened");
+    };
+    assert!(msg.contains("384") && msg.contains("128"), "{msg}");
 }
 
 #[test]

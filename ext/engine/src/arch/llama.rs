@@ -57,7 +57,7 @@ pub(crate) fn build(b: &GraphBuilder) -> Tensor {
 /// The block llama and its kin share: norm → attention (Q and K normed per head first
 /// where the layer has the norms, as qwen3's do; Q multiplied by the `temperature`
 /// input after rope where the model has one) → residual → norm → SwiGLU → residual.
-fn llama_block(
+pub(crate) fn llama_block(
     b: &GraphBuilder,
     layer: &LayerWeights,
     il: usize,

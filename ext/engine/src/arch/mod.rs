@@ -42,6 +42,8 @@ mod qwen35;
 mod qwen35moe;
 mod qwen3moe;
 mod qwen3next;
+mod qwen3vl;
+mod qwen3vlmoe;
 mod seed_oss;
 mod smollm3;
 mod starcoder2;
@@ -97,6 +99,8 @@ pub const REGISTRY: &[&ArchSpec] = &[
     &falcon_h1::ARCH,
     &qwen3next::ARCH,
     &llama4::ARCH,
+    &qwen3vl::ARCH,
+    &qwen3vlmoe::ARCH,
 ];
 
 /// The architecture named `name` (a file's `general.architecture`); one elelem does

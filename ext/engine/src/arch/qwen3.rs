@@ -20,7 +20,7 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     norm: NormType::Rms,
 };
 
-fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+pub(super) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let layer = l.llama_block(hp, il, false)?;
         Ok(LayerWeights {

@@ -22,12 +22,12 @@ pub(crate) const ARCH: ArchSpec = ArchSpec {
     norm: NormType::Rms,
 };
 
-fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
+pub(super) fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
     read_expert_counts(keys, hp)?;
     read_expert_width(keys, hp)
 }
 
-fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
+pub(super) fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let embd = u64::from(hp.n_embd);
     load_llama_like(loader, hp, Head::TiedIfAbsent, |l, il| {
         let n = |s: &str| format!("blk.{il}.{s}");

@@ -327,6 +327,10 @@ pub struct HParams {
     /// Layers at the end of the file that llama.cpp loads and its decoding graph skips
     /// (multi-token prediction's, `nextn_predict_layers`); not in `n_layer`.
     pub n_layer_nextn: u32,
+    /// Qwen3-VL's deepstack layers (`n_deepstack_layers`): given embeddings are
+    /// `n_embd · (1 + n)` wide ([`HParams::n_embd_inp`]), the main `n_embd` the input, slice
+    /// `k` added to the output of layer `k - 1`; a token's slices are zeros.
+    pub n_deepstack_layers: u32,
     /// Each layer's xIELU parameters `[alpha_n, alpha_p, beta, eps]` (apertus's
     /// feed-forward activation; empty elsewhere).
     pub xielu: Vec<[f32; 4]>,
@@ -477,6 +481,12 @@ impl HParams {
     /// model has no KV cache.
     pub fn attention_free(&self) -> bool {
         !self.attention_beside_state && !self.recurrent.contains(&false)
+    }
+
+    /// The width of a row of given embeddings (llama.cpp's `n_embd_inp`): `n_embd`, and
+    /// `n_embd` more per deepstack layer.
+    pub fn n_embd_inp(&self) -> u32 {
+        self.n_embd * (1 + self.n_deepstack_layers)
     }
 
     /// The usual attention scale, 1/sqrt(head size).
@@ -706,6 +716,7 @@ impl HParams {
             expert_weights_scale: 0.0,
             expert_groups: None,
             n_layer_nextn: 0,
+            n_deepstack_layers: 0,
             xielu: Vec::new(),
             ffn_only: vec![false; recurrent.len()],
             attention_beside_state: false,

@@ -84,6 +84,27 @@ impl GraphBuilder<'_> {
         .set_name("inp_embd")
     }
 
+    /// A deepstack model's input rows (llama.cpp's `build_inp_embd` where `n_embd_inp` is
+    /// wider than `n_embd`): the given rows as they are, a token's embedding padded with
+    /// zeros to their width; and the first `n_embd` values of each, the first layer's input.
+    pub fn embed_deepstack(&self) -> (Tensor, Tensor) {
+        let g = self.graph;
+        let hp = self.hparams();
+        if hp.n_embd_inp() == hp.n_embd {
+            let x = self.embed();
+            return (x, x);
+        }
+        let rows = match self.inputs.tokens {
+            TokenInput::Ids(ids) => {
+                let pad = (hp.n_embd_inp() - hp.n_embd) as i32;
+                g.pad(g.get_rows(self.weights.tok_embd, ids), [pad, 0, 0, 0])
+            }
+            TokenInput::Embeddings(embd) => embd,
+        };
+        let x = g.view_2d(rows, hp.n_embd.into(), self.n_tokens, rows.nb()[1], 0);
+        (rows, x.set_name("inp_embd"))
+    }
+
     /// The embeddings times `scale`, multiplied by a [1, n_tokens] input filled with
     /// it, as llama.cpp scales token rows. Given embeddings are not scaled (llama.cpp's
     /// rows are 1 for them, and x × 1 is x).

@@ -34,7 +34,7 @@ pub struct PromptEmbeddings {
     /// The first row's index in the prompt, whose ids there the sequence records in their
     /// place (the same ids for the same image let a later prompt reuse its cells).
     pub start: usize,
-    /// n_embd values per row.
+    /// n_embd values per row (a model with deepstack layers: its `n_embd_inp`).
     pub embd: Arc<[f32]>,
     /// False when the rows see each other in both directions (Gemma 3's image tokens):
     /// they are then one pass.
@@ -226,7 +226,7 @@ impl Active<'_> {
     /// that it would end within: they are decoded whole.
     fn reusable_prefix(&self, ctx: &Context, seq: SeqId) -> usize {
         let kept = ctx.reusable_prefix(seq, &self.prompt);
-        let n_embd = ctx.model().hparams.n_embd as usize;
+        let n_embd = ctx.model().hparams.n_embd_inp() as usize;
         self.embeddings_at(kept, n_embd).map_or(kept, |e| e.start)
     }
 
@@ -338,7 +338,7 @@ fn check_embeddings(model: &Model, n_prompt: usize, embeddings: &[PromptEmbeddin
         return Ok(is_token);
     }
     model.check_takes_embeddings()?;
-    let n_embd = model.hparams.n_embd as usize;
+    let n_embd = model.hparams.n_embd_inp() as usize;
     let mut end = 0;
     for e in embeddings {
         let rows = e.rows(n_embd);
@@ -523,7 +523,7 @@ impl<'a> Batcher<'a> {
         if let Some(plan) = self.plan_embeddings(ctx) {
             return Some(plan);
         }
-        let n_embd = self.model.hparams.n_embd as usize;
+        let n_embd = self.model.hparams.n_embd_inp() as usize;
         let mut budget = ctx.max_batch() as usize;
         let mut batch = Vec::new();
         let mut members = Vec::new();
@@ -582,7 +582,7 @@ impl<'a> Batcher<'a> {
     /// ways: more than a pass takes then fails the request), alone (a pass starts from
     /// token ids or from embeddings).
     fn plan_embeddings(&self, ctx: &Context) -> Option<Plan> {
-        let n_embd = self.model.hparams.n_embd as usize;
+        let n_embd = self.model.hparams.n_embd_inp() as usize;
         self.slots.iter().enumerate().find_map(|(seq, slot)| {
             let id = slot.request?;
             let active = &self.requests[&id];

@@ -864,11 +864,20 @@ impl Context {
         causal: bool,
         grid: Option<ImageGrid>,
     ) -> Result<()> {
-        let n_embd = self.model.hparams.n_embd as usize;
+        let hp = &self.model.hparams;
+        let n_embd = hp.n_embd_inp() as usize;
         self.model.check_takes_embeddings()?;
         if embd.len() != batch.len() * n_embd {
+            let width = if hp.n_deepstack_layers > 0 {
+                format!(
+                    "n_embd_inp {n_embd} (n_embd and its {} deepstack slices)",
+                    hp.n_deepstack_layers
+                )
+            } else {
+                format!("n_embd {n_embd}")
+            };
             return Err(Error::InvalidArgument(format!(
-                "{} embedding values for {} tokens: each takes n_embd {n_embd}",
+                "{} embedding values for {} tokens: each takes {width}",
                 embd.len(),
                 batch.len()
             )));
@@ -1006,7 +1015,7 @@ impl Context {
         collect: bool,
     ) -> Result<Vec<(usize, Vec<f32>)>> {
         let tokens: Vec<u32> = micro.iter().map(|&i| batch[i].token).collect();
-        let n_embd = self.model.hparams.n_embd as usize;
+        let n_embd = self.model.hparams.n_embd_inp() as usize;
         let embd: Option<Vec<f32>> = embd.map(|rows| {
             micro
                 .iter()
@@ -1267,7 +1276,7 @@ fn build(graph: &Graph, model: &Model, memory: &Memory, params: &ContextParams, 
     let inputs = Inputs::new(
         graph,
         shape.n_tokens.into(),
-        shape.embeddings.then_some(model.hparams.n_embd.into()),
+        shape.embeddings.then_some(model.hparams.n_embd_inp().into()),
         shape.n_outputs.into(),
         shape.n_kv,
         attention,

@@ -89,7 +89,7 @@ impl VisionContext {
     /// for a model that does not take embeddings.
     pub fn open(path: &Path, model: &Model, params: EncoderParams) -> Result<VisionContext> {
         let mmproj = Arc::new(Mmproj::open(path)?);
-        mmproj.check_text_model(model.hparams.n_embd)?;
+        mmproj.check_text_model(model.hparams.n_embd_inp())?;
         model.check_takes_embeddings()?;
         let hp = &mmproj.hparams;
         let preprocessing = hp.preprocessing();
@@ -203,7 +203,7 @@ impl VisionContext {
         }
         let layouts: Vec<Vec<ImagePart>> = encoded.iter().map(|e| e.layout.clone()).collect();
         let chunks = tokenize_prompt(tokenizer, &self.mmproj.hparams, text, &layouts, add_special, plain)?;
-        let n_embd = model.hparams.n_embd as usize;
+        let n_embd = model.hparams.n_embd_inp() as usize;
         let mut ids = Vec::new();
         let mut embeddings = Vec::new();
         for chunk in chunks {

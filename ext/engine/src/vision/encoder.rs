@@ -20,7 +20,7 @@ use ggml_sys as sys;
 
 use super::hparams::{ClipHParams, FfnOp, ProjectorType, VitNorm, VitRope2d};
 use super::image::ImageF32;
-use super::mmproj::{Mmproj, VitLayer};
+use super::mmproj::{Mmproj, VitLayer, VitQkv};
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Rope, RopeMode, Tensor, MROPE_SECTIONS};
 use crate::model::Norm;
 use crate::{Error, Result};
@@ -185,7 +185,7 @@ struct Inputs {
 }
 
 /// How a ViT turns Q and K by each patch's place: clip.cpp's `build_rope_2d` (Pixtral's,
-/// Llama 4's, Gemma 4's), or qwen2vl.cpp's `ggml_rope_multi` in vision mode.
+/// Llama 4's, Gemma 4's), or qwen2vl.cpp's (and qwen3vl.cpp's) `ggml_rope_multi` in vision mode.
 enum VitRope {
     TwoD(Rope2d),
     Multi { positions: Tensor, rope: Rope },
@@ -217,7 +217,7 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
         let cols = g.input("pos_w", sys::GGML_TYPE_I32, &[n_pos]);
         positions.extend([(rows, row_of), (cols, col_of)]);
         Some(VitRope::TwoD(Rope2d { rows, cols, params }))
-    } else if hp.projector == ProjectorType::Qwen2vl {
+    } else if hp.projector.qwen_vit() {
         let rotary = g.input("positions", sys::GGML_TYPE_I32, &[4 * n_patches]);
         positions.push((rotary, rotary_positions(width as usize, height as usize)));
         Some(VitRope::Multi {
@@ -228,8 +228,8 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
         None
     };
 
-    // build_inp_raw, then build_inp: a convolution (Qwen2-VL's two, added, the patches
-    // reordered in 2 x 2 blocks), or Llama 4's unfolded patches through a linear map (its
+    // build_inp_raw, then build_inp: a convolution (Qwen2-VL's and Qwen3-VL's two, added, the
+    // patches reordered in 2 x 2 blocks), or Llama 4's unfolded patches through a linear map (its
     // kernel's shape for the im2col).
     let raw = g.input("inp_raw", sys::GGML_TYPE_F32, &[nx, ny, 3, 1]);
     let p32 = hp.patch_size as i32;
@@ -247,11 +247,7 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
         g.reshape_2d(inp, n_embd, n_patches)
     } else if let Some(patch_embd_1) = m.vit.patch_embd_1 {
         let inp = g.add(conv(m.vit.patch_embd), conv(patch_embd_1));
-        let inp = g.permute(inp, [1, 2, 0, 3]);
-        let inp = g.cont_4d(inp, [n_embd * 2, width / 2, height, 1]);
-        let inp = g.reshape_4d(inp, [n_embd * 2, width / 2, 2, height / 2]);
-        let inp = g.permute(inp, [0, 2, 1, 3]);
-        g.cont_3d(inp, n_embd, n_patches, 1)
+        in_2x2_blocks(g, g.permute(inp, [1, 2, 0, 3]), width, height)
     } else {
         let inp = g.reshape_3d(conv(m.vit.patch_embd), n_patches, n_embd, 1);
         g.cont(g.transpose(inp))
@@ -273,7 +269,16 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
     }
 
     let pos_embd = match m.vit.position_embd {
-        Some(pos) if hp.projector.dynamic_size() => Some(resize_position_embeddings(g, m, pos, width, height)),
+        // Qwen3-VL's: bilinear with aligned corners, then in the patches' 2 x 2 blocks.
+        Some(pos) if hp.projector == ProjectorType::Qwen3vl => {
+            let mode = sys::GGML_SCALE_MODE_BILINEAR | sys::GGML_SCALE_FLAG_ALIGN_CORNERS;
+            let pos = resize_position_embeddings(g, m, pos, width, height, mode);
+            Some(in_2x2_blocks(g, pos, width, height))
+        }
+        Some(pos) if hp.projector.dynamic_size() => {
+            let mode = sys::GGML_SCALE_MODE_BILINEAR | sys::GGML_SCALE_FLAG_ANTIALIAS;
+            Some(resize_position_embeddings(g, m, pos, width, height, mode))
+        }
         Some(pos) if hp.projector.llava_vit() => {
             let rows = g.input("positions", sys::GGML_TYPE_I32, &[n_pos]);
             positions.push((rows, (0..n_pos as i32).collect()));
@@ -281,13 +286,14 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
         }
         pos => pos,
     };
-    let mut cur = build_vit(g, m, flash_attn, inp, pos_embd, rope.as_ref(), n_pos);
+    let taken = m.projector.layer_outputs_taken();
+    let (mut cur, layer_outputs) = build_vit(g, m, flash_attn, inp, pos_embd, rope.as_ref(), n_pos, &taken);
     if hp.projector.llama4_vit() {
         // Llama 4's class token (last) left out; LLaVA's and InternVL's projectors take
         // theirs as clip.cpp's do.
         cur = g.view_2d(cur, n_embd, n_patches, cur.nb()[1], 0);
     }
-    let out = m.projector.build(g, hp, cur, (width, height));
+    let out = m.projector.build(g, hp, cur, (width, height), &layer_outputs);
     g.mark_output(out);
     g.expand(out);
     (Inputs { raw, positions }, out)
@@ -329,16 +335,27 @@ fn rotary_positions(width: usize, height: usize) -> Vec<i32> {
     positions
 }
 
-/// clip.cpp's `resize_position_embeddings` (LFM2's, with its default mode: bilinear with
-/// antialiasing): the learned `n × n` grid of position embeddings `pos` resized to the
-/// image's `width × height` patches, or as it is where the grid is that already.
-fn resize_position_embeddings(g: &Graph, m: &Mmproj, pos: Tensor, width: i64, height: i64) -> Tensor {
+/// Qwen2-VL's and Qwen3-VL's reorder of `[n_embd, width, height]` values (the patches, or
+/// their position embeddings) into 2 x 2 blocks: `[n_embd, width · height]`, each block's
+/// four patches consecutive, the blocks row by row.
+fn in_2x2_blocks(g: &Graph, t: Tensor, width: i64, height: i64) -> Tensor {
+    let n_embd = t.ne()[0];
+    let t = g.cont_4d(t, [n_embd * 2, width / 2, height, 1]);
+    let t = g.reshape_4d(t, [n_embd * 2, width / 2, 2, height / 2]);
+    let t = g.permute(t, [0, 2, 1, 3]);
+    g.cont_3d(t, n_embd, width * height, 1)
+}
+
+/// clip.cpp's `resize_position_embeddings` with the type's `mode` (LFM2's default: bilinear
+/// with antialiasing; Qwen3-VL's: bilinear with aligned corners): the learned `n × n` grid
+/// of position embeddings `pos` resized to the image's `width × height` patches, or as it
+/// is where the grid is that already.
+fn resize_position_embeddings(g: &Graph, m: &Mmproj, pos: Tensor, width: i64, height: i64, mode: u32) -> Tensor {
     let n_embd = pos.ne()[0];
     let n_per_side = i64::from(m.hparams.n_patches_side());
     if width == n_per_side && height == n_per_side {
         return pos;
     }
-    let mode = sys::GGML_SCALE_MODE_BILINEAR | sys::GGML_SCALE_FLAG_ANTIALIAS;
     let pos = g.reshape_3d(pos, n_embd, n_per_side, n_per_side);
     let pos = g.permute(pos, [2, 0, 1, 3]);
     let pos = g.interpolate(pos, [width, height, n_embd, 1], mode);
@@ -426,7 +443,9 @@ fn add_bias(g: &Graph, cur: Tensor, bias: Option<Tensor>) -> Tensor {
 /// rotary positions; the pre-norm where the file has one; InternViT's layer scales and
 /// Gemma 4's post-norms where the file has them; and LLaVA's variant of it
 /// (`clip_graph_llava`: only the layers up to its feature layer, the hidden states of its
-/// feature layers side by side, [`ClipHParams::n_layer_run`]).
+/// feature layers side by side, [`ClipHParams::n_layer_run`]). Besides its output, the
+/// outputs of the layers `taken` (Qwen3-VL's deepstack layers), in their order.
+#[allow(clippy::too_many_arguments)]
 fn build_vit(
     g: &Graph,
     m: &Mmproj,
@@ -435,7 +454,8 @@ fn build_vit(
     pos_embd: Option<Tensor>,
     rope: Option<&VitRope>,
     n_pos: i64,
-) -> Tensor {
+    taken: &[usize],
+) -> (Tensor, Vec<Tensor>) {
     let hp = &m.hparams;
     let kind = hp.projector.vit_norm();
     let n_embd = i64::from(hp.n_embd);
@@ -451,6 +471,7 @@ fn build_vit(
     let n_layer_run = hp.n_layer_run() as usize;
     let is_feature_layer = |il: usize| hp.feature_layers.contains(&(il as i32));
     let mut features = Vec::new();
+    let mut layer_outputs = Vec::new();
     for (il, layer) in m.vit.layers[..n_layer_run].iter().enumerate() {
         // Layer 0's "hidden state" is the encoder's input.
         if is_feature_layer(il) {
@@ -476,6 +497,9 @@ fn build_vit(
             cur = g.mul(cur, ls_2);
         }
         inp_l = g.add(inp_l, cur);
+        if taken.contains(&il) {
+            layer_outputs.push(inp_l);
+        }
     }
     if let Some(post) = &m.vit.post_ln {
         inp_l = norm(g, kind, inp_l, Some(post), hp.eps);
@@ -486,7 +510,8 @@ fn build_vit(
     if let Some((&first, rest)) = features.split_first() {
         inp_l = rest.iter().fold(first, |stacked, &t| g.concat(stacked, t, 0));
     }
-    g.reshape_3d(inp_l, inp_l.ne()[0], inp_l.ne()[1] / batch, batch)
+    let out = g.reshape_3d(inp_l, inp_l.ne()[0], inp_l.ne()[1] / batch, batch);
+    (out, layer_outputs)
 }
 
 /// qwen2vl.cpp's rotary embedding: `ggml_rope_multi` in vision mode over half of each
@@ -507,8 +532,8 @@ fn vision_rope(hp: &ClipHParams) -> Rope {
     }
 }
 
-/// The attention of `build_vit` (separate Q, K, V; Q and K rotated where `rope` is given)
-/// and clip.cpp's `build_attn`.
+/// The attention of `build_vit` (separate Q, K, V, or views of Qwen3-VL's fused product; Q
+/// and K rotated where `rope` is given) and clip.cpp's `build_attn`.
 #[allow(clippy::too_many_arguments)]
 fn attention(
     g: &Graph,
@@ -527,12 +552,34 @@ fn attention(
     } else {
         1.0f32 / (hp.d_head as f32).sqrt()
     };
-    let q = add_bias(g, g.mul_mat(l.q_w, cur), l.q_b);
-    let k = add_bias(g, g.mul_mat(l.k_w, cur), l.k_b);
-    let v = add_bias(g, g.mul_mat(l.v_w, cur), l.v_b);
-    let mut q = g.reshape_4d(q, [d_head, n_head, n_pos, b]);
-    let mut k = g.reshape_4d(k, [d_head, n_head_kv, n_pos, b]);
-    let mut v = g.reshape_4d(v, [d_head, n_head_kv, n_pos, b]);
+    let (mut q, mut k, mut v) = match l.qkv {
+        VitQkv::Separate {
+            q_w,
+            q_b,
+            k_w,
+            k_b,
+            v_w,
+            v_b,
+        } => {
+            let q = add_bias(g, g.mul_mat(q_w, cur), q_b);
+            let k = add_bias(g, g.mul_mat(k_w, cur), k_b);
+            let v = add_bias(g, g.mul_mat(v_w, cur), v_b);
+            (
+                g.reshape_4d(q, [d_head, n_head, n_pos, b]),
+                g.reshape_4d(k, [d_head, n_head_kv, n_pos, b]),
+                g.reshape_4d(v, [d_head, n_head_kv, n_pos, b]),
+            )
+        }
+        // qwen3vl.cpp's (one image): Q, K and V the first, second and third `n_embd` F32
+        // values of each row of the product, its heads `d_head` apart.
+        VitQkv::Fused { w, b } => {
+            let cur = g.add(g.mul_mat(w, cur), b);
+            let f32_size = std::mem::size_of::<f32>();
+            let (head, part) = (d_head as usize * f32_size, hp.n_embd as usize * f32_size);
+            let view = |i: usize| g.view_3d(cur, [d_head, n_head, n_pos], head, cur.nb()[1], i * part);
+            (view(0), view(1), view(2))
+        }
+    };
     // Gemma 4's per-head norms.
     if let Some(q_norm) = l.q_norm {
         q = g.mul(g.rms_norm(q, hp.eps), q_norm);

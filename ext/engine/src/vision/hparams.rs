@@ -37,7 +37,7 @@ const QWEN2VL_IMAGE_TOKENS: (u32, u32) = (8, 4096);
 
 /// The `clip.projector_type` names elelem runs, as its refusals list them.
 const RUNS: &str =
-    "gemma3, idefics3, lfm2, mlp (and mlp_norm), ldp, ldpv2, internvl, qwen2vl_merger, pixtral, llama4, gemma4v";
+    "gemma3, idefics3, lfm2, mlp (and mlp_norm), ldp, ldpv2, internvl, qwen2vl_merger, qwen3vl_merger, pixtral, llama4, gemma4v";
 
 /// Pixtral's: clip.cpp's `set_limit_image_tokens(8, 1024)`, in merged patches (the
 /// `[IMG_BREAK]` rows not counted).
@@ -89,6 +89,10 @@ pub enum ProjectorType {
     /// 2D rotary positions, each 2 x 2 patches merged by a two-layer GELU MLP
     /// ([`super::projector::qwen2vl`]).
     Qwen2vl,
+    /// `qwen3vl_merger` (Qwen3-VL): Qwen2-VL's ViT with a fused QKV, LayerNorms, a patch
+    /// bias and learned position embeddings resized to the image; the 2 x 2 merger, and
+    /// the deepstack layers' merged outputs beside it ([`super::projector::qwen3vl`]).
+    Qwen3vl,
     /// `pixtral` (Pixtral, Mistral Small 3.x): a ViT of RMS norms, a SiLU-gated
     /// feed-forward and 2D RoPE over the patch rows and columns, at any size; the optional
     /// patch merger, a GELU MLP, and `[IMG_BREAK]` after each row ([`super::projector::pixtral`]).
@@ -140,6 +144,7 @@ impl ProjectorType {
             ProjectorType::Ldpv2 => "ldpv2",
             ProjectorType::Internvl => "internvl",
             ProjectorType::Qwen2vl => "qwen2vl_merger",
+            ProjectorType::Qwen3vl => "qwen3vl_merger",
             ProjectorType::Pixtral => "pixtral",
             ProjectorType::Llama4 => "llama4",
             ProjectorType::Gemma4v => "gemma4v",
@@ -164,6 +169,13 @@ impl ProjectorType {
         self.llava_vit() || matches!(self, ProjectorType::Internvl | ProjectorType::Llama4)
     }
 
+    /// Qwen2-VL's ViT and Qwen3-VL's: two patch convolutions added (the temporal merge of
+    /// one image), the patches reordered in 2 x 2 blocks, `ggml_rope_multi` in vision mode
+    /// over their rows and columns, 2 x 2 merges only.
+    pub fn qwen_vit(self) -> bool {
+        matches!(self, ProjectorType::Qwen2vl | ProjectorType::Qwen3vl)
+    }
+
     /// Whether clip.cpp swaps back the feed-forward's `ffn_up` and `ffn_down` of old
     /// conversions for this type (its `is_ffn_swapped` list).
     pub fn swapped_ffn_fixed(self) -> bool {
@@ -180,7 +192,11 @@ impl ProjectorType {
     pub fn dynamic_size(self) -> bool {
         matches!(
             self,
-            ProjectorType::Lfm2 | ProjectorType::Qwen2vl | ProjectorType::Pixtral | ProjectorType::Gemma4v
+            ProjectorType::Lfm2
+                | ProjectorType::Qwen2vl
+                | ProjectorType::Qwen3vl
+                | ProjectorType::Pixtral
+                | ProjectorType::Gemma4v
         )
     }
 
@@ -265,6 +281,7 @@ impl ProjectorType {
             "ldpv2" => Ok(ProjectorType::Ldpv2),
             "internvl" => Ok(ProjectorType::Internvl),
             "qwen2vl_merger" => Ok(ProjectorType::Qwen2vl),
+            "qwen3vl_merger" => Ok(ProjectorType::Qwen3vl),
             "pixtral" => Ok(ProjectorType::Pixtral),
             "llama4" => Ok(ProjectorType::Llama4),
             "gemma4v" => Ok(ProjectorType::Gemma4v),
@@ -392,7 +409,7 @@ impl ClipHParams {
             }
             // mtmd's dyn_size preprocessor: the smart resize, bicubic, within the type's
             // `set_limit_image_tokens` as pixels.
-            ProjectorType::Qwen2vl | ProjectorType::Pixtral | ProjectorType::Gemma4v => {
+            ProjectorType::Qwen2vl | ProjectorType::Qwen3vl | ProjectorType::Pixtral | ProjectorType::Gemma4v => {
                 let (min_tokens, max_tokens) = self.dyn_size_tokens();
                 (
                     Preprocessor::DynSize,
@@ -499,7 +516,7 @@ impl ClipHParams {
     /// attention's size.
     pub fn max_image_tokens(&self) -> u32 {
         match self.projector {
-            ProjectorType::Qwen2vl => QWEN2VL_IMAGE_TOKENS.1.max(self.n_output_tokens()),
+            ProjectorType::Qwen2vl | ProjectorType::Qwen3vl => QWEN2VL_IMAGE_TOKENS.1.max(self.n_output_tokens()),
             ProjectorType::Pixtral | ProjectorType::Gemma4v => self.dyn_size_tokens().1,
             _ => LFM2_IMAGE_TOKENS.1.max(self.n_output_tokens()),
         }
@@ -509,7 +526,7 @@ impl ClipHParams {
     /// at (clip.cpp's `set_limit_image_tokens` for it; LFM2's where the type has none).
     fn dyn_size_tokens(&self) -> (u32, u32) {
         match self.projector {
-            ProjectorType::Qwen2vl => QWEN2VL_IMAGE_TOKENS,
+            ProjectorType::Qwen2vl | ProjectorType::Qwen3vl => QWEN2VL_IMAGE_TOKENS,
             ProjectorType::Pixtral => PIXTRAL_IMAGE_TOKENS,
             ProjectorType::Gemma4v => GEMMA4V_IMAGE_TOKENS,
             _ => LFM2_IMAGE_TOKENS,
@@ -522,7 +539,9 @@ impl ClipHParams {
     /// Pixtral's merger, Gemma 4's pooling: grids mtmd's preprocessing always aligns).
     pub fn image_side_multiple(&self) -> u32 {
         match self.projector {
-            ProjectorType::Qwen2vl | ProjectorType::Pixtral | ProjectorType::Gemma4v => self.patch_size * self.n_merge,
+            ProjectorType::Qwen2vl | ProjectorType::Qwen3vl | ProjectorType::Pixtral | ProjectorType::Gemma4v => {
+                self.patch_size * self.n_merge
+            }
             _ => self.patch_size,
         }
     }
@@ -554,7 +573,7 @@ impl ClipHParams {
     /// tokens in one row.
     pub fn output_grid(&self, width: usize, height: usize, n_tokens: usize) -> (usize, usize) {
         match self.projector {
-            ProjectorType::Qwen2vl => {
+            ProjectorType::Qwen2vl | ProjectorType::Qwen3vl => {
                 let out = (self.patch_size * self.n_merge) as usize;
                 (width / out, height / out)
             }
@@ -646,21 +665,22 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => (1, 0),
         // Optional: 1 shuffles nothing.
         ProjectorType::Internvl => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1), 0),
-        ProjectorType::Qwen2vl => {
+        ProjectorType::Qwen2vl | ProjectorType::Qwen3vl => {
             // clip.cpp's graph merges 2 x 2 patches whatever the key says (its positions
             // and the merger's reshape are written for 2), and turns window attention on
             // for any `n_wa_pattern` (Qwen2.5-VL's), which elelem does not run.
             let n_merge = keys.opt_u32("clip.vision.spatial_merge_size")?.unwrap_or(2);
             if n_merge != 2 {
                 return Err(Error::Unsupported(format!(
-                    "a qwen2vl_merger projector merging {n_merge} x {n_merge} patches is not supported (2 x 2 only)"
+                    "a {} projector merging {n_merge} x {n_merge} patches is not supported (2 x 2 only)",
+                    projector.name()
                 )));
             }
             if keys.opt_u32("clip.vision.n_wa_pattern")?.unwrap_or(0) > 0 {
-                return Err(Error::Unsupported(
-                    "a qwen2vl_merger projector with window attention (clip.vision.n_wa_pattern) is not supported"
-                        .into(),
-                ));
+                return Err(Error::Unsupported(format!(
+                    "a {} projector with window attention (clip.vision.n_wa_pattern) is not supported",
+                    projector.name()
+                )));
             }
             (n_merge, 0)
         }
@@ -746,9 +766,12 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
             image_size / patch_size
         )));
     }
-    if projector == ProjectorType::Qwen2vl && d_head % 4 != 0 {
+    if projector.qwen_vit() && d_head % 4 != 0 {
         // The vision rotary embedding turns d_head / 4 pairs per coordinate.
-        return invalid(format!("qwen2vl_merger heads of width {d_head}: not a multiple of 4"));
+        return invalid(format!(
+            "{} heads of width {d_head}: not a multiple of 4",
+            projector.name()
+        ));
     }
     if !eps.is_finite() || eps < 0.0 {
         return invalid(format!("layer_norm_epsilon {eps}"));

@@ -132,7 +132,7 @@ impl Framing {
                 ..none
             },
             // mtmd.cpp 694-703: <|vision_start|> (embeddings) <|vision_end|>.
-            ProjectorType::Qwen2vl => Framing {
+            ProjectorType::Qwen2vl | ProjectorType::Qwen3vl => Framing {
                 img_beg: "<|vision_start|>",
                 img_end: "<|vision_end|>",
                 ..none

@@ -22,15 +22,26 @@ use crate::{Error, Result};
 /// The longest side a dynamic-size encoder takes (beyond any preprocessing's output).
 const MAX_ENCODED_SIDE: usize = 16384;
 
+/// A layer's Q, K and V projections.
+pub enum VitQkv {
+    /// `attn_q`, `attn_k`, `attn_v`, each `[n_embd, n_embd]`, biases where the file has them.
+    Separate {
+        q_w: Tensor,
+        q_b: Option<Tensor>,
+        k_w: Tensor,
+        k_b: Option<Tensor>,
+        v_w: Tensor,
+        v_b: Option<Tensor>,
+    },
+    /// Qwen3-VL's fused `attn_qkv` (`[n_embd, 3 · n_embd]`) and its bias: Q, K and V are
+    /// views of one product.
+    Fused { w: Tensor, b: Tensor },
+}
+
 /// One encoder layer's weights (clip.cpp's `clip_layer`, the parts SigLIP has).
 pub struct VitLayer {
     pub ln_1: Option<Norm>,
-    pub q_w: Tensor,
-    pub q_b: Option<Tensor>,
-    pub k_w: Tensor,
-    pub k_b: Option<Tensor>,
-    pub v_w: Tensor,
-    pub v_b: Option<Tensor>,
+    pub qkv: VitQkv,
     pub o_w: Tensor,
     pub o_b: Option<Tensor>,
     pub ln_2: Option<Norm>,
@@ -214,13 +225,15 @@ impl Mmproj {
 /// Qwen2-VL's ViT have, for LLaVA's CLIP, InternViT and Llama 4's ViT
 /// ([`super::ProjectorType::class_token`]) a class embedding and a pre-norm, for InternViT
 /// its layer scales, Pixtral's and Gemma 4's gate, Gemma 4's Q/K norms and post-norms, Llama
-/// 4's linear patch embedding: every other one (fused QKV; Q/K norms, a gate, a pre-norm or a
-/// class token where the type has none; Qwen2-VL's patch bias and position embeddings, which
-/// its graph does not read) is left undeclared, so that [`Loader::check_all_used`] refuses
+/// 4's linear patch embedding, Qwen3-VL's fused QKV, patch bias and position embeddings:
+/// every other one (a fused QKV, Q/K norms, a gate, a pre-norm or a class token where the
+/// type has none; Qwen2-VL's patch bias and position embeddings, which its graph does not
+/// read) is left undeclared, so that [`Loader::check_all_used`] refuses
 /// the file. All `n_layer` layers are loaded, as clip.cpp loads them, even where LLaVA's
 /// graph stops short of the last ([`ClipHParams::n_layer_run`]).
 fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     let qwen2vl = hp.projector == ProjectorType::Qwen2vl;
+    let qwen3vl = hp.projector == ProjectorType::Qwen3vl;
     let gated = hp.projector.gated_vit();
     let d_head = u64::from(hp.d_head);
     let (embd, ff, p) = (u64::from(hp.n_embd), u64::from(hp.n_ff), u64::from(hp.patch_size));
@@ -255,12 +268,16 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
         _ => None,
     };
     let n_pos = n_patches + u64::from(class_embd.is_some());
-    // Qwen2-VL's second convolution; its graph and Gemma 4's have no patch bias (clip.cpp
-    // ignores one).
-    let patch_embd_1 = qwen2vl
+    // Qwen2-VL's and Qwen3-VL's second convolution; Qwen2-VL's graph and Gemma 4's have no
+    // patch bias (clip.cpp ignores one), Qwen3-VL's asserts one.
+    let patch_embd_1 = hp
+        .projector
+        .qwen_vit()
         .then(|| l.values("v.patch_embd.weight.1", &[p, p, 3, embd]))
         .transpose()?;
-    let patch_bias = if qwen2vl || gemma4 {
+    let patch_bias = if qwen3vl {
+        Some(l.vector("v.patch_embd.bias", embd)?)
+    } else if qwen2vl || gemma4 {
         None
     } else {
         l.optional_vector("v.patch_embd.bias", embd)?
@@ -317,12 +334,22 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
         };
         layers.push(VitLayer {
             ln_1: norm(l, &n("ln1"))?,
-            q_w: l.matrix(&n("attn_q.weight"), &[embd, embd])?,
-            q_b: qkv_bias(l, &n("attn_q.bias"))?,
-            k_w: l.matrix(&n("attn_k.weight"), &[embd, embd])?,
-            k_b: qkv_bias(l, &n("attn_k.bias"))?,
-            v_w: l.matrix(&n("attn_v.weight"), &[embd, embd])?,
-            v_b: qkv_bias(l, &n("attn_v.bias"))?,
+            // Qwen3-VL's graph adds the fused bias unconditionally.
+            qkv: if qwen3vl {
+                VitQkv::Fused {
+                    w: l.matrix(&n("attn_qkv.weight"), &[embd, 3 * embd])?,
+                    b: l.vector(&n("attn_qkv.bias"), 3 * embd)?,
+                }
+            } else {
+                VitQkv::Separate {
+                    q_w: l.matrix(&n("attn_q.weight"), &[embd, embd])?,
+                    q_b: qkv_bias(l, &n("attn_q.bias"))?,
+                    k_w: l.matrix(&n("attn_k.weight"), &[embd, embd])?,
+                    k_b: qkv_bias(l, &n("attn_k.bias"))?,
+                    v_w: l.matrix(&n("attn_v.weight"), &[embd, embd])?,
+                    v_b: qkv_bias(l, &n("attn_v.bias"))?,
+                }
+            },
             o_w: l.matrix(&n("attn_out.weight"), &[embd, embd])?,
             o_b: l.optional_vector(&n("attn_out.bias"), embd)?,
             ln_2: norm(l, &n("ln2"))?,

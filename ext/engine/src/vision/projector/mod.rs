@@ -13,6 +13,7 @@ pub mod llama4;
 pub mod llava;
 pub mod pixtral;
 pub mod qwen2vl;
+pub mod qwen3vl;
 
 use super::hparams::{ClipHParams, ProjectorType};
 use crate::ggml::{Graph, Tensor};
@@ -27,6 +28,7 @@ pub enum ProjectorWeights {
     Llava(llava::LlavaWeights),
     Internvl(internvl::InternvlWeights),
     Qwen2vl(qwen2vl::Qwen2vlWeights),
+    Qwen3vl(qwen3vl::Qwen3vlWeights),
     Pixtral(pixtral::PixtralWeights),
     Llama4(llama4::Llama4Weights),
     Gemma4v(gemma4v::Gemma4vWeights),
@@ -42,15 +44,33 @@ impl ProjectorWeights {
             ProjectorWeights::Llava(w) => w.n_mmproj_embd(),
             ProjectorWeights::Internvl(w) => w.n_mmproj_embd(),
             ProjectorWeights::Qwen2vl(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Qwen3vl(w) => w.n_mmproj_embd(),
             ProjectorWeights::Pixtral(w) => w.n_mmproj_embd(),
             ProjectorWeights::Llama4(w) => w.n_mmproj_embd(),
             ProjectorWeights::Gemma4v(w) => w.n_mmproj_embd(),
         }
     }
 
+    /// The ViT layers whose outputs the projector takes besides the last (Qwen3-VL's
+    /// deepstack layers), in order.
+    pub fn layer_outputs_taken(&self) -> Vec<usize> {
+        match self {
+            ProjectorWeights::Qwen3vl(w) => w.deepstack_layers(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The projector's graph over the encoder's output `cur` (`[n_embd, n_patches]`) of a
-    /// `grid` of patches (width, height; the fixed-size types' is always `image_size`'s).
-    pub fn build(&self, g: &Graph, hp: &ClipHParams, cur: Tensor, grid: (i64, i64)) -> Tensor {
+    /// `grid` of patches (width, height; the fixed-size types' is always `image_size`'s),
+    /// and the outputs of the layers of [`ProjectorWeights::layer_outputs_taken`].
+    pub fn build(
+        &self,
+        g: &Graph,
+        hp: &ClipHParams,
+        cur: Tensor,
+        grid: (i64, i64),
+        layer_outputs: &[Tensor],
+    ) -> Tensor {
         match self {
             ProjectorWeights::Gemma3(w) => gemma3::build(g, hp, w, cur),
             ProjectorWeights::Idefics3(w) => idefics3::build(g, hp, w, cur),
@@ -58,6 +78,7 @@ impl ProjectorWeights {
             ProjectorWeights::Llava(w) => llava::build(g, hp, w, cur, grid),
             ProjectorWeights::Internvl(w) => internvl::build(g, hp, w, cur, grid),
             ProjectorWeights::Qwen2vl(w) => qwen2vl::build(g, hp, w, cur),
+            ProjectorWeights::Qwen3vl(w) => qwen3vl::build(g, hp, w, cur, layer_outputs),
             ProjectorWeights::Pixtral(w) => pixtral::build(g, hp, w, cur, grid),
             ProjectorWeights::Llama4(w) => llama4::build(g, hp, w, cur),
             ProjectorWeights::Gemma4v(w) => gemma4v::build(g, hp, w, cur, grid),
@@ -76,6 +97,7 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
         }
         ProjectorType::Internvl => internvl::load(l, hp).map(ProjectorWeights::Internvl),
         ProjectorType::Qwen2vl => qwen2vl::load(l, hp).map(ProjectorWeights::Qwen2vl),
+        ProjectorType::Qwen3vl => qwen3vl::load(l, hp).map(ProjectorWeights::Qwen3vl),
         ProjectorType::Pixtral => pixtral::load(l, hp).map(ProjectorWeights::Pixtral),
         ProjectorType::Llama4 => llama4::load(l, hp).map(ProjectorWeights::Llama4),
         ProjectorType::Gemma4v => gemma4v::load(l, hp).map(ProjectorWeights::Gemma4v),
