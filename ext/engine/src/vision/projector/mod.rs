@@ -75,7 +75,7 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
             llava::load(l, hp).map(ProjectorWeights::Llava)
         }
         ProjectorType::Internvl => internvl::load(l, hp).map(ProjectorWeights::Internvl),
-        ProjectorType::Qwen2vl => qwen2vl::load(l, hp).map(ProjectorWeights::Qwen2vl),
+        ProjectorType::Qwen2vl | ProjectorType::Qwen25vl => qwen2vl::load(l, hp).map(ProjectorWeights::Qwen2vl),
         ProjectorType::Pixtral => pixtral::load(l, hp).map(ProjectorWeights::Pixtral),
         ProjectorType::Llama4 => llama4::load(l, hp).map(ProjectorWeights::Llama4),
         ProjectorType::Gemma4v => gemma4v::load(l, hp).map(ProjectorWeights::Gemma4v),
