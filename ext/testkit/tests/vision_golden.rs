@@ -248,6 +248,11 @@ fn qwen2vl_image_prompts_match_mtmd() {
 }
 
 #[test]
+fn qwen25vl_image_prompts_match_mtmd() {
+    check_pair("tiny-qwen25vl-vision");
+}
+
+#[test]
 fn pixtral_image_prompts_match_mtmd() {
     check_pair("tiny-pixtral-vision");
 }
