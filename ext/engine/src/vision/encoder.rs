@@ -8,6 +8,11 @@
 //! projector's, LFM2's, most patches). The ops are clip.cpp's, in its order, so that on the
 //! same ggml the embeddings are its embeddings, bit for bit (`ext/testkit/tests/vision_encoder.rs`).
 //!
+//! Qwen2.5-VL's window attention is shared here too: the merged patches grouped by window
+//! (`Windows`, clip.cpp's `window_idx` and `inv_window_idx`) before the first layer, its
+//! mask in the layers that do not attend over the whole image, and the order put back after
+//! the projector.
+//!
 //! Attention runs as mtmd runs it on the CPU by default (`flash_attn_type` "auto" resolves
 //! to flash attention there: K and V cast to F16, F32 accumulation), or without flash
 //! attention (`soft_max_ext` over `K·Q`) when [`EncoderParams::flash_attn`] is off, as
