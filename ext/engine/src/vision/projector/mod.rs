@@ -3,7 +3,7 @@
 //! `tools/mtmd/models/*.cpp` after `build_vit`), each with its weights, their loading and
 //! its graph.
 
-mod common;
+pub mod common;
 pub mod gemma3;
 pub mod gemma4v;
 pub mod idefics3;
