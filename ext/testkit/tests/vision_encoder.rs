@@ -1298,6 +1298,7 @@ fn mutated_projector_files_are_errors_or_encode() {
         Shape::IDEFICS3,
         Shape::LFM2,
         Shape::QWEN2VL,
+        Shape::QWEN25VL,
         Shape::PIXTRAL,
         Shape::LLAMA4,
     ] {
@@ -1319,7 +1320,7 @@ fn mutated_projector_files_are_errors_or_encode() {
                     let mmproj = Arc::new(Mmproj::load(gguf)?);
                     let side = mmproj.hparams.image_size as usize;
                     let images = if mmproj.hparams.projector.dynamic_size() {
-                        // LFM2, Qwen2-VL, Pixtral: a grid other than the native one.
+                        // LFM2, Qwen2-VL, Qwen2.5-VL, Pixtral: a grid other than the native one.
                         let m = mmproj.hparams.image_side_multiple() as usize;
                         vec![normalized_image(side + 3 * m, side.max(2 * m) - m, 5)]
                     } else {
