@@ -33,8 +33,8 @@ RSpec.describe "images in prompts" do
   end
 
   %w[tiny-gemma3-vision tiny-idefics3-vision tiny-lfm2-vision tiny-llava-vision tiny-mobilevlm-vision
-     tiny-internvl-vision tiny-qwen2vl-vision tiny-qwen3vl-vision tiny-qwen3vlmoe-vision tiny-pixtral-vision
-     tiny-llama4-vision tiny-gemma4-vision].each do |name|
+     tiny-internvl-vision tiny-qwen2vl-vision tiny-qwen25vl-vision tiny-qwen3vl-vision tiny-qwen3vlmoe-vision
+     tiny-pixtral-vision tiny-llama4-vision tiny-gemma4-vision].each do |name|
     it "gives #{name}'s greedy ids, as libmtmd does, for every case" do
       fixture, recording = self.class.recording(name)
       model = self.class.open_pair(vision_dir, name, n_ctx: fixture["n_ctx"])

@@ -69,7 +69,10 @@ module VisionGolden
   # Qwen2-VL's projector smart-resizes an image to multiples of 28 pixels within 8 to 4096
   # tokens, one chunk between <|vision_start|> and <|vision_end|>; its language model places
   # the chunk's tokens at [t, t + row, t + column] and the text after it at t + max(nx, ny)
-  # (the large image: 39 x 25 tokens in 39 positions). Qwen3-VL's does the same at a token
+  # (the large image: 39 x 25 tokens in 39 positions). Qwen2.5-VL's does the same, its encoder
+  # attending within windows of 4 x 4 tokens in all layers but every second (the large image:
+  # 10 x 7 windows, the last column's and row's partial; the small ones a window or less).
+  # Qwen3-VL's does the same at a token
   # per 32 x 32 pixels, each token's embedding its main path's and its 2 deepstack layers'
   # (n_embd x 3 values), which its language model adds to its first 2 layers' outputs.
   # Pixtral's resizes an image within 8 to 1024 tokens (a token per 32 x 32 pixels here) and
@@ -86,6 +89,7 @@ module VisionGolden
     "tiny-idefics3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-lfm2-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-qwen2vl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
+    "tiny-qwen25vl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-qwen3vl-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-qwen3vlmoe-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-pixtral-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),

@@ -24,6 +24,9 @@ pub enum Kind {
     /// `mm.model.mlp.3`).
     Internvl,
     Qwen2vl,
+    /// Qwen2.5-VL: Qwen2-VL's ViT with RMS norms, a SiLU-gated feed-forward with biases
+    /// and window attention (`clip.vision.n_wa_pattern`), and its merger.
+    Qwen25vl,
     /// Qwen3-VL: Qwen2-VL's ViT with a fused QKV, a patch bias, learned position
     /// embeddings and GELU; the merger and the deepstack mergers of
     /// [`QWEN3VL_DEEPSTACK_LAYERS`].
@@ -161,6 +164,18 @@ impl Shape {
         ..Shape::GEMMA3
     };
 
+    /// Qwen2.5-VL, small: Qwen2-VL's 14-pixel patches, so that its windows are Qwen2.5-VL's
+    /// (112 pixels: 4 x 4 merged patches), three layers with RMS norms and a SiLU-gated
+    /// feed-forward, every second attending over the whole image
+    /// ([`QWEN25VL_WA_PATTERN`]) and the others within their windows, the merger's MLP of
+    /// 256 -> 128 -> 96.
+    pub const QWEN25VL: Shape = Shape {
+        kind: Kind::Qwen25vl,
+        n_layer: 3,
+        seed: 0x9e25_1001,
+        ..Shape::QWEN2VL
+    };
+
     /// Qwen3-VL, small: 16-pixel patches (a token per 32 x 32 pixels), three layers 64 wide
     /// with a fused QKV, 8 x 8 position embeddings resized to the image, two patch
     /// convolutions and a patch bias, 2 x 2 patches merged by an MLP of 256 -> 128 -> 96,
@@ -243,6 +258,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     match shape.kind {
         Kind::Pixtral => return pixtral_writer(shape),
         Kind::Gemma4v => return gemma4v_writer(shape),
+        Kind::Qwen25vl => return qwen25vl_writer(shape),
         Kind::Qwen3vl => return qwen3vl_writer(shape),
         _ => {}
     }
@@ -266,7 +282,9 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             Kind::Ldpv2 => "ldpv2",
             Kind::Internvl => "internvl",
             Kind::Qwen2vl => "qwen2vl_merger",
-            Kind::Pixtral | Kind::Gemma4v | Kind::Qwen3vl => unreachable!("written by their own writers"),
+            Kind::Pixtral | Kind::Gemma4v | Kind::Qwen25vl | Kind::Qwen3vl => {
+                unreachable!("written by their own writers")
+            }
         },
         gelu,
         1e-6,
@@ -451,7 +469,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
             add_weights(&mut w, &mut rng, "mm.model.mlp.2.weight", ty, &[ff, embd]);
             add_weights(&mut w, &mut rng, "mm.model.fc.weight", ty, &[embd, shape.n_text_embd]);
         }
-        Kind::Pixtral | Kind::Gemma4v | Kind::Qwen3vl => unreachable!("written by their own writers"),
+        Kind::Pixtral | Kind::Gemma4v | Kind::Qwen25vl | Kind::Qwen3vl => unreachable!("written by their own writers"),
     }
     w
 }
@@ -636,6 +654,58 @@ fn pixtral_writer(shape: &Shape) -> GgufWriter {
     w
 }
 
+/// The synthetic Qwen2.5-VL projectors' `clip.vision.n_wa_pattern`: every second layer
+/// attends over the whole image (Qwen2.5-VL's every eighth of 32).
+pub const QWEN25VL_WA_PATTERN: u32 = 2;
+
+/// A seeded Qwen2.5-VL projector (`convert_hf_to_gguf.py`'s `Qwen2VLVisionModel` for it):
+/// CLIP's mean and std, `clip.use_silu`, `clip.vision.n_wa_pattern`
+/// ([`QWEN25VL_WA_PATTERN`]); the two patch convolutions without bias, the ViT's RMS norms
+/// (weights only: `ln1`, `ln2`, and the merger's `ln_q` as `v.post_ln`), Q/K/V and output
+/// with biases, the SiLU-gated feed-forward with biases; the merger's `mm.0`, `mm.2` with
+/// biases (hidden width `n_ff`).
+fn qwen25vl_writer(shape: &Shape) -> GgufWriter {
+    let mut rng = Rng(shape.seed);
+    let mut w = GgufWriter::new();
+    let (embd, ff, p, ty, n_text) = (
+        shape.n_embd,
+        shape.n_ff,
+        shape.patch_size,
+        shape.matrix_type,
+        shape.n_text_embd,
+    );
+    common_keys(&mut w, shape, "qwen2.5vl_merger", Some(("clip.use_silu", true)), 1e-6);
+    let mean = [0.481_454_66, 0.457_827_5, 0.408_210_73];
+    let std = [0.268_629_54, 0.261_302_6, 0.275_777_1];
+    w.set("clip.vision.image_mean", Value::Array(mean.map(Value::F32).to_vec()))
+        .set("clip.vision.image_std", Value::Array(std.map(Value::F32).to_vec()))
+        .set("clip.vision.n_wa_pattern", Value::U32(QWEN25VL_WA_PATTERN));
+    add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
+    add_weights(&mut w, &mut rng, "v.patch_embd.weight.1", ty, &[p, p, 3, embd]);
+    for il in 0..shape.n_layer {
+        let n = |t: &str| format!("v.blk.{il}.{t}");
+        w.add_f32(&n("ln1.weight"), &[embd], &rng.around_one(embd));
+        for t in ["attn_q", "attn_k", "attn_v", "attn_out"] {
+            add_weights(&mut w, &mut rng, &n(&format!("{t}.weight")), ty, &[embd, embd]);
+            w.add_f32(&n(&format!("{t}.bias")), &[embd], &rng.small(embd));
+        }
+        w.add_f32(&n("ln2.weight"), &[embd], &rng.around_one(embd));
+        for t in ["ffn_gate", "ffn_up"] {
+            add_weights(&mut w, &mut rng, &n(&format!("{t}.weight")), ty, &[embd, ff]);
+            w.add_f32(&n(&format!("{t}.bias")), &[ff], &rng.small(ff));
+        }
+        add_weights(&mut w, &mut rng, &n("ffn_down.weight"), ty, &[ff, embd]);
+        w.add_f32(&n("ffn_down.bias"), &[embd], &rng.small(embd));
+    }
+    w.add_f32("v.post_ln.weight", &[embd], &rng.around_one(embd));
+    let merged = embd * 4;
+    add_weights(&mut w, &mut rng, "mm.0.weight", ty, &[merged, ff]);
+    w.add_f32("mm.0.bias", &[ff], &rng.small(ff));
+    add_weights(&mut w, &mut rng, "mm.2.weight", ty, &[ff, n_text]);
+    w.add_f32("mm.2.bias", &[n_text], &rng.small(n_text));
+    w
+}
+
 /// A language model and its projector, for image and text prompts: `(name, model,
 /// projector)`, written by `write_synthetic` as `vision/<name>.gguf` and
 /// `vision/<name>.mmproj.gguf`, whose goldens come from mtmd (`tasks/vision_golden.rb`).
@@ -674,6 +744,9 @@ fn pixtral_writer(shape: &Shape) -> GgufWriter {
 ///   whose vocabulary ends with the control tokens `<|vision_start|>` and `<|vision_end|>`
 ///   that mtmd frames each image with; its projector is [`Shape::QWEN2VL`] projecting to
 ///   128 (a token per 28 x 28 pixels of the smart-resized image, 8 to 4096 of them).
+/// - `tiny-qwen25vl-vision`: the same language model (Qwen2.5-VL's is the `qwen2vl` arch
+///   too), the same framing tokens; its projector is [`Shape::QWEN25VL`] projecting to 128
+///   (the same tokens an image, attending within windows of 4 x 4 of them).
 /// - `tiny-qwen3vl-vision`: the `tiny-qwen3vl` canary's shape (qwen3's block under
 ///   interleaved M-RoPE, 2 deepstack layers), framed as Qwen2-VL's; its projector is
 ///   [`Shape::QWEN3VL`] projecting to 128 and its deepstack mergers to 2 x 128 more (a token
@@ -806,6 +879,13 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
             &[],
             &["<|vision_start|>", "<|vision_end|>"],
             Shape::QWEN2VL,
+        ),
+        pair(
+            "tiny-qwen25vl-vision",
+            &qwen2vl,
+            &[],
+            &["<|vision_start|>", "<|vision_end|>"],
+            Shape::QWEN25VL,
         ),
         pair(
             "tiny-qwen3vl-vision",

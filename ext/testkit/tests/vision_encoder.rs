@@ -422,6 +422,134 @@ fn qwen3vl_embeddings_are_clip_cpps_bit_for_bit() {
     eprintln!("qwen3vl: {compared} floats (main path and deepstack) identical to clip.cpp's");
 }
 
+/// Qwen2.5-VL's encoder (Qwen2-VL's with RMS norms, the gated feed-forward with biases, and
+/// window attention: the merged patches grouped by 4 x 4 windows, masked attention in the
+/// layers that are not every `n_wa_pattern`th, the order put back after the merger) on
+/// images of mtmd's smart resize, and at grids of one whole window, one partial window,
+/// whole windows, whole and partial ones on both axes, a single column; with the file's
+/// pattern, with the last layer only attending over the whole image (3), with none (4), and
+/// without windows (0); F16 and F32 matrices, with and without flash attention.
+#[test]
+fn qwen25vl_embeddings_are_clip_cpps_bit_for_bit() {
+    let f32_shape = Shape {
+        matrix_type: TensorType::F32,
+        seed: 37,
+        ..Shape::QWEN25VL
+    };
+    let grids = [(112, 112), (56, 84), (224, 224), (280, 168), (28, 448)];
+    let mut compared = 0;
+    for (i, (name, shape)) in [("qwen25vl-f16", Shape::QWEN25VL), ("qwen25vl-f32", f32_shape)]
+        .into_iter()
+        .enumerate()
+    {
+        for flash_attn in [true, false] {
+            for (w, h) in [(160, 120), (47, 31), (300, 90), (60, 250)] {
+                let name = format!("{name}-{w}x{h}-fa{flash_attn}");
+                compared += compare(&name, &shape, flash_attn, 2, (w, h));
+            }
+            let images: Vec<_> = grids
+                .into_iter()
+                .map(|(w, h)| normalized_image(w, h, 43 + i as u64))
+                .collect();
+            for n_wa_pattern in [elelem_testkit::mmproj::QWEN25VL_WA_PATTERN, 3, 4, 0] {
+                let mut w = writer(&shape);
+                w.set("clip.vision.n_wa_pattern", Value::U32(n_wa_pattern));
+                let name = format!("{name}-grids-wa{n_wa_pattern}-fa{flash_attn}");
+                let path = write(&name, &w);
+                let mmproj = Mmproj::open(&path).unwrap();
+                compared += compare_images(&name, &path, mmproj, flash_attn, 2, &images);
+            }
+        }
+    }
+    assert!(compared > 0);
+}
+
+/// A Qwen2.5-VL projector loads with Qwen2-VL's preprocessing and its window pattern, with
+/// or without the gate's biases; one without the pattern, with windows no merged patch fits
+/// in, a `projection_dim` that is not the merger's width (clip.cpp reorders its output by
+/// it), a missing gate, or a tensor its graph does not read is refused.
+#[test]
+fn qwen25vl_projectors_that_do_not_fit_are_refused() {
+    let load = |alter: &dyn Fn(&mut GgufWriter)| {
+        let mut w = writer(&Shape {
+            n_layer: 1,
+            ..Shape::QWEN25VL
+        });
+        alter(&mut w);
+        Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+    };
+    let mmproj = load(&|_| {}).unwrap();
+    assert_eq!(mmproj.n_mmproj_embd(), 96);
+    assert_eq!(mmproj.n_image_tokens(168, 112), 6 * 4);
+    let wa = mmproj.hparams.window_attention().unwrap();
+    assert_eq!((wa.grid_window, wa.n_wa_pattern), (4, 2));
+    let (kind, params) = mmproj.hparams.preprocessing();
+    assert_eq!(kind, vision::Preprocessor::DynSize);
+    assert_eq!((params.min_pixels, params.max_pixels), (8 * 784, 4096 * 784));
+    assert!(load(&|w| {
+        w.remove_tensor("v.blk.0.ffn_gate.bias");
+    })
+    .is_ok());
+
+    let refused = |alter: &dyn Fn(&mut GgufWriter), expected: &str| {
+        let e = load(alter).err().unwrap_or_else(|| panic!("{expected}: loaded"));
+        assert!(
+            matches!(&e, Error::Load(m) | Error::Unsupported(m) if m.contains(expected)),
+            "{expected}: {e:?}"
+        );
+    };
+    refused(
+        &|w| {
+            w.remove("clip.vision.n_wa_pattern");
+        },
+        "missing required metadata key clip.vision.n_wa_pattern",
+    );
+    refused(
+        &|w| {
+            w.set("clip.vision.n_wa_pattern", Value::U32(1));
+        },
+        "n_wa_pattern 1",
+    );
+    refused(
+        &|w| {
+            w.set("clip.vision.patch_size", Value::U32(112));
+            w.set("clip.vision.image_size", Value::U32(448));
+        },
+        "wider than a window of 112",
+    );
+    refused(
+        &|w| {
+            w.set("clip.vision.projection_dim", Value::U32(64));
+        },
+        "clip.vision.projection_dim 64 is not mm.2.weight's width 96",
+    );
+    refused(
+        &|w| {
+            w.remove_tensor("v.blk.0.ffn_gate.weight");
+        },
+        "missing tensor v.blk.0.ffn_gate.weight",
+    );
+    refused(
+        &|w| {
+            w.remove_tensor("v.blk.0.attn_v.bias");
+        },
+        "missing tensor v.blk.0.attn_v.bias",
+    );
+    refused(
+        &|w| {
+            w.add_f32("v.pre_ln.weight", &[64], &[1.0; 64]);
+        },
+        "v.pre_ln.weight",
+    );
+    refused(
+        &|w| {
+            w.remove_tensor("v.blk.0.ffn_gate.bias");
+            w.add_f32("v.blk.0.ffn_gate.bias", &[64], &[0.0; 64]);
+        },
+        "v.blk.0.ffn_gate.bias",
+    );
+}
+
 /// Each projector type's preprocessing parameters are the ones clip.cpp's loader sets:
 /// Gemma 3's fixed size, Idefics3's longest edge or none, LFM2's token limits at two
 /// patch sizes and merges, LLaVA's padding with and without grid pinpoints.
@@ -462,6 +590,7 @@ fn preprocessing_parameters_are_clip_cpps() {
             },
         ),
         ("qwen2vl", Shape::QWEN2VL),
+        ("qwen25vl", Shape::QWEN25VL),
         ("qwen3vl", Shape::QWEN3VL),
         ("pixtral", Shape::PIXTRAL),
         ("pixtral-no-merger", pixtral_no_merger),
@@ -1019,12 +1148,9 @@ fn projector_files_that_do_not_fit_are_refused_with_what_is_wrong() {
     );
 
     let e = load_error(|w| {
-        w.set("clip.projector_type", Value::String("qwen2.5vl_merger".into()));
+        w.set("clip.projector_type", Value::String("kimivl".into()));
     });
-    assert!(
-        matches!(&e, Error::Unsupported(m) if m.contains("qwen2.5vl_merger")),
-        "{e:?}"
-    );
+    assert!(matches!(&e, Error::Unsupported(m) if m.contains("kimivl")), "{e:?}");
 
     let e = load_error(|w| {
         w.remove("clip.vision.patch_size");
@@ -1209,6 +1335,7 @@ fn mutated_projector_files_are_errors_or_encode() {
         Shape::IDEFICS3,
         Shape::LFM2,
         Shape::QWEN2VL,
+        Shape::QWEN25VL,
         Shape::PIXTRAL,
         Shape::LLAMA4,
     ] {
@@ -1230,7 +1357,7 @@ fn mutated_projector_files_are_errors_or_encode() {
                     let mmproj = Arc::new(Mmproj::load(gguf)?);
                     let side = mmproj.hparams.image_size as usize;
                     let images = if mmproj.hparams.projector.dynamic_size() {
-                        // LFM2, Qwen2-VL, Pixtral: a grid other than the native one.
+                        // LFM2, Qwen2-VL, Qwen2.5-VL, Pixtral: a grid other than the native one.
                         let m = mmproj.hparams.image_side_multiple() as usize;
                         vec![normalized_image(side + 3 * m, side.max(2 * m) - m, 5)]
                     } else {
@@ -1441,11 +1568,12 @@ fn qwen2vl_projectors_and_images_that_do_not_fit_are_refused() {
         },
         "window attention",
     );
+    // Qwen2.5-VL's type requires its window pattern.
     refused(
         &|w| {
             w.set("clip.projector_type", Value::String("qwen2.5vl_merger".into()));
         },
-        "\"qwen2.5vl_merger\"",
+        "missing required metadata key clip.vision.n_wa_pattern",
     );
     refused(
         &|w| {

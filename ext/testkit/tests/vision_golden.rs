@@ -276,6 +276,11 @@ fn a_qwen3vl_projector_needs_its_deepstack_model() {
 }
 
 #[test]
+fn qwen25vl_image_prompts_match_mtmd() {
+    check_pair("tiny-qwen25vl-vision");
+}
+
+#[test]
 fn pixtral_image_prompts_match_mtmd() {
     check_pair("tiny-pixtral-vision");
 }

@@ -8,6 +8,11 @@
 //! projector's, LFM2's, most patches). The ops are clip.cpp's, in its order, so that on the
 //! same ggml the embeddings are its embeddings, bit for bit (`ext/testkit/tests/vision_encoder.rs`).
 //!
+//! Qwen2.5-VL's window attention is shared here too: the merged patches grouped by window
+//! (`Windows`, clip.cpp's `window_idx` and `inv_window_idx`) before the first layer, its
+//! mask in the layers that do not attend over the whole image, and the order put back after
+//! the projector.
+//!
 //! Attention runs as mtmd runs it on the CPU by default (`flash_attn_type` "auto" resolves
 //! to flash attention there: K and V cast to F16, F32 accumulation), or without flash
 //! attention (`soft_max_ext` over `K·Q`) when [`EncoderParams::flash_attn`] is off, as
@@ -18,7 +23,7 @@ use std::sync::Arc;
 
 use ggml_sys as sys;
 
-use super::hparams::{ClipHParams, FfnOp, ProjectorType, VitNorm, VitRope2d};
+use super::hparams::{ClipHParams, FfnOp, ProjectorType, VitNorm, VitRope2d, WindowAttention};
 use super::image::ImageF32;
 use super::mmproj::{Mmproj, VitLayer, VitQkv};
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Rope, RopeMode, Tensor, MROPE_SECTIONS};
@@ -150,6 +155,9 @@ impl Encoder {
         for (input, values) in &inputs.positions {
             input.write(values);
         }
+        if let Some((mask, windows)) = &inputs.window_mask {
+            mask.write(&windows.mask());
+        }
         let computed = self.backend.compute(&graph);
         // The pool sleeps now rather than poll for a next graph: the prompt's passes that
         // follow run on the context's own pool, and this one polling beside them took
@@ -178,10 +186,71 @@ fn planar(img: &ImageF32) -> Vec<f32> {
 
 /// A graph's inputs: the image (clip.cpp's `inp_raw`) and its integer inputs with the values
 /// they take: CLIP's rows of the position embeddings it looks up (0, 1, ..., n_pos - 1), a 2D
-/// RoPE's patch rows and columns, Qwen2-VL's rotary positions.
+/// RoPE's patch rows and columns, Qwen2-VL's rotary positions, Qwen2.5-VL's window order;
+/// and Qwen2.5-VL's window mask with the windows it is made of (its `n_pos²` floats made
+/// only when an image is encoded, not for the reservations).
 struct Inputs {
     raw: Tensor,
     positions: Vec<(Tensor, Vec<i32>)>,
+    window_mask: Option<(Tensor, Windows)>,
+}
+
+/// Qwen2.5-VL's grouping of a grid of merged patches by window, as clip.cpp's
+/// `clip_image_batch_encode` makes it: windows of `grid_window` x `grid_window` merged
+/// patches from the top left (partial at the right and bottom edges), row by row, each
+/// window's merged patches together in row-major order.
+struct Windows {
+    /// clip.cpp's `window_idx`: the place in the grouped order of each merged patch
+    /// (row-major).
+    place_of: Vec<i32>,
+    /// clip.cpp's `inv_window_idx`: the merged patch at each place.
+    patch_at: Vec<i32>,
+    /// Each window's merged patches, in order.
+    sizes: Vec<usize>,
+}
+
+impl Windows {
+    fn new(width: usize, height: usize, grid_window: usize) -> Windows {
+        let mut place_of = vec![0; width * height];
+        let mut patch_at = vec![0; width * height];
+        let mut sizes = Vec::new();
+        let mut place = 0;
+        for y in (0..height).step_by(grid_window) {
+            for x in (0..width).step_by(grid_window) {
+                let (win_h, win_w) = (grid_window.min(height - y), grid_window.min(width - x));
+                for dy in 0..win_h {
+                    for dx in 0..win_w {
+                        let patch = (y + dy) * width + x + dx;
+                        place_of[patch] = place as i32;
+                        patch_at[place] = patch as i32;
+                        place += 1;
+                    }
+                }
+                sizes.push(win_h * win_w);
+            }
+        }
+        Windows {
+            place_of,
+            patch_at,
+            sizes,
+        }
+    }
+
+    /// clip.cpp's `window_mask` over the grouped patches (four a merged patch): 0 where a
+    /// query's patch and a key's are in the same window, the lowest float elsewhere.
+    fn mask(&self) -> Vec<f32> {
+        let n_pos = 4 * self.patch_at.len();
+        let mut mask = vec![f32::MIN; n_pos * n_pos];
+        let mut start = 0;
+        for &size in &self.sizes {
+            let window = 4 * start..4 * (start + size);
+            for query in window.clone() {
+                mask[query * n_pos + window.start..query * n_pos + window.end].fill(0.0);
+            }
+            start += size;
+        }
+        mask
+    }
 }
 
 /// How a ViT turns Q and K by each patch's place: clip.cpp's `build_rope_2d` (Pixtral's,
@@ -210,6 +279,14 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
     let n_embd = i64::from(hp.n_embd);
     let n_pos = n_patches + i64::from(m.vit.class_embd.is_some());
 
+    // Qwen2.5-VL's windows over the merged patches (2 x 2 patches each).
+    let windows = hp.window_attention().map(|wa| {
+        (
+            wa,
+            Windows::new((width / 2) as usize, (height / 2) as usize, wa.grid_window as usize),
+        )
+    });
+
     let mut positions = Vec::new();
     let rope = if let Some(params) = hp.projector.rope_2d() {
         let (row_of, col_of) = rope_2d_positions(width as usize, height as usize, m.vit.class_embd.is_some());
@@ -219,7 +296,8 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
         Some(VitRope::TwoD(Rope2d { rows, cols, params }))
     } else if hp.projector.qwen_vit() {
         let rotary = g.input("positions", sys::GGML_TYPE_I32, &[4 * n_patches]);
-        positions.push((rotary, rotary_positions(width as usize, height as usize)));
+        let place_of = windows.as_ref().map(|(_, w)| &w.place_of[..]);
+        positions.push((rotary, rotary_positions(width as usize, height as usize, place_of)));
         Some(VitRope::Multi {
             positions: rotary,
             rope: vision_rope(hp),
@@ -286,17 +364,55 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
         }
         pos => pos,
     };
+    // Qwen2.5-VL's merged patches grouped by window (`inv_window_idx`), and the mask that
+    // keeps each patch's attention within its window (F16 for flash attention).
+    let mut window_mask = None;
+    let mut window = None;
+    if let Some((wa, windows)) = windows {
+        let n_merged = n_patches / 4;
+        let patch_at = g.input("inv_window_idx", sys::GGML_TYPE_I32, &[n_merged]);
+        let mask = g.input("window_mask", sys::GGML_TYPE_F32, &[n_patches, n_patches]);
+        let attn_mask = if flash_attn {
+            g.cast(mask, sys::GGML_TYPE_F16)
+        } else {
+            mask
+        };
+        inp = g.reshape_2d(inp, n_embd * 4, n_merged);
+        inp = g.get_rows(inp, patch_at);
+        inp = g.reshape_3d(inp, n_embd, n_patches, 1);
+        positions.push((patch_at, windows.patch_at.clone()));
+        window = Some((attn_mask, wa));
+        window_mask = Some((mask, windows));
+    }
+
     let taken = m.projector.layer_outputs_taken();
-    let (mut cur, layer_outputs) = build_vit(g, m, flash_attn, inp, pos_embd, rope.as_ref(), n_pos, &taken);
+    let (mut cur, layer_outputs) = build_vit(g, m, flash_attn, inp, pos_embd, rope.as_ref(), window, n_pos, &taken);
     if hp.projector.llama4_vit() {
         // Llama 4's class token (last) left out; LLaVA's and InternVL's projectors take
         // theirs as clip.cpp's do.
         cur = g.view_2d(cur, n_embd, n_patches, cur.nb()[1], 0);
     }
-    let out = m.projector.build(g, hp, cur, (width, height), &layer_outputs);
+    let mut out = m.projector.build(g, hp, cur, (width, height), &layer_outputs);
+    // Qwen2.5-VL's merged patches back in row-major order (`window_idx`), after the merger
+    // as clip.cpp orders them, as rows of `projection_dim` (the loader checked it is the
+    // merger's width).
+    if let Some((_, windows)) = &window_mask {
+        let n_merged = n_patches / 4;
+        let place_of = g.input("window_idx", sys::GGML_TYPE_I32, &[n_merged]);
+        out = g.reshape_2d(out, i64::from(hp.projection_dim), n_merged);
+        out = g.get_rows(out, place_of);
+        positions.push((place_of, windows.place_of.clone()));
+    }
     g.mark_output(out);
     g.expand(out);
-    (Inputs { raw, positions }, out)
+    (
+        Inputs {
+            raw,
+            positions,
+            window_mask,
+        },
+        out,
+    )
 }
 
 /// clip.cpp's `pos_h` and `pos_w` for a 2D RoPE over a `width` x `height` grid of patches,
@@ -312,24 +428,25 @@ fn rope_2d_positions(width: usize, height: usize, class_token: bool) -> (Vec<i32
 }
 
 /// clip.cpp's `positions` for Qwen2-VL's rotary embedding of a `width` x `height` grid of
-/// patches, in the encoder's 2 x 2 block order: for each patch its row, column, row and
-/// column, section by section.
-fn rotary_positions(width: usize, height: usize) -> Vec<i32> {
+/// patches, in the encoder's 2 x 2 block order (under Qwen2.5-VL's window attention, each
+/// block at its place in the window order, `place_of`): for each patch its row, column, row
+/// and column, section by section.
+fn rotary_positions(width: usize, height: usize, place_of: Option<&[i32]>) -> Vec<i32> {
     let n = width * height;
     let mut positions = vec![0; 4 * n];
-    let mut i = 0;
+    let mut block = 0;
     for y in (0..height).step_by(2) {
         for x in (0..width).step_by(2) {
-            for dy in 0..2 {
-                for dx in 0..2 {
-                    let (row, col) = ((y + dy) as i32, (x + dx) as i32);
-                    positions[i] = row;
-                    positions[n + i] = col;
-                    positions[2 * n + i] = row;
-                    positions[3 * n + i] = col;
-                    i += 1;
-                }
+            let place = place_of.map_or(block, |place_of| place_of[block] as usize);
+            for (k, (dy, dx)) in [(0, 0), (0, 1), (1, 0), (1, 1)].into_iter().enumerate() {
+                let i = 4 * place + k;
+                let (row, col) = ((y + dy) as i32, (x + dx) as i32);
+                positions[i] = row;
+                positions[n + i] = col;
+                positions[2 * n + i] = row;
+                positions[3 * n + i] = col;
             }
+            block += 1;
         }
     }
     positions
@@ -443,8 +560,9 @@ fn add_bias(g: &Graph, cur: Tensor, bias: Option<Tensor>) -> Tensor {
 /// rotary positions; the pre-norm where the file has one; InternViT's layer scales and
 /// Gemma 4's post-norms where the file has them; and LLaVA's variant of it
 /// (`clip_graph_llava`: only the layers up to its feature layer, the hidden states of its
-/// feature layers side by side, [`ClipHParams::n_layer_run`]). Besides its output, the
-/// outputs of the layers `taken` (Qwen3-VL's deepstack layers), in their order.
+/// feature layers side by side, [`ClipHParams::n_layer_run`]); Qwen2.5-VL's `window` mask
+/// in the layers that do not attend over the whole image. Besides its output, the outputs
+/// of the layers `taken` (Qwen3-VL's deepstack layers), in their order.
 #[allow(clippy::too_many_arguments)]
 fn build_vit(
     g: &Graph,
@@ -453,6 +571,7 @@ fn build_vit(
     inp: Tensor,
     pos_embd: Option<Tensor>,
     rope: Option<&VitRope>,
+    window: Option<(Tensor, WindowAttention)>,
     n_pos: i64,
     taken: &[usize],
 ) -> (Tensor, Vec<Tensor>) {
@@ -478,7 +597,8 @@ fn build_vit(
             features.push(inp_l);
         }
         let cur = norm(g, kind, inp_l, layer.ln_1.as_ref(), hp.eps);
-        let mut cur = attention(g, hp, layer, flash_attn, rope, cur, n_pos, batch);
+        let mask = window.filter(|(_, wa)| !wa.full_attention(il)).map(|(mask, _)| mask);
+        let mut cur = attention(g, hp, layer, flash_attn, rope, mask, cur, n_pos, batch);
         if let Some(weight) = layer.attn_post_norm {
             cur = norm(g, kind, cur, Some(&Norm { weight, bias: None }), hp.eps);
         }
@@ -533,7 +653,8 @@ fn vision_rope(hp: &ClipHParams) -> Rope {
 }
 
 /// The attention of `build_vit` (separate Q, K, V, or views of Qwen3-VL's fused product; Q
-/// and K rotated where `rope` is given) and clip.cpp's `build_attn`.
+/// and K rotated where `rope` is given) and clip.cpp's `build_attn` (through `mask` where
+/// given: F16 for flash attention).
 #[allow(clippy::too_many_arguments)]
 fn attention(
     g: &Graph,
@@ -541,6 +662,7 @@ fn attention(
     l: &VitLayer,
     flash_attn: bool,
     rope: Option<&VitRope>,
+    mask: Option<Tensor>,
     cur: Tensor,
     n_pos: i64,
     b: i64,
@@ -605,13 +727,19 @@ fn attention(
         let v = g.permute(v, [0, 2, 1, 3]);
         let k = g.cast(k, sys::GGML_TYPE_F16);
         let v = g.cast(v, sys::GGML_TYPE_F16);
-        let cur = g.flash_attn_unmasked(q, k, v, kq_scale);
+        let cur = match mask {
+            Some(mask) => g.flash_attn(q, k, v, mask, kq_scale, 0.0, None),
+            None => g.flash_attn_unmasked(q, k, v, kq_scale),
+        };
         let ne = cur.ne();
         g.reshape_2d(cur, ne[0] * ne[1], ne[2] * ne[3])
     } else {
         let v = g.cont(g.permute(v, [1, 2, 0, 3]));
         let kq = g.mul_mat(k, q);
-        let kq = g.soft_max_scaled(kq, kq_scale);
+        let kq = match mask {
+            Some(mask) => g.soft_max_ext(kq, mask, kq_scale, None),
+            None => g.soft_max_scaled(kq, kq_scale),
+        };
         let kqv = g.mul_mat(v, kq);
         let cur = g.permute(kqv, [0, 2, 1, 3]);
         let ne = cur.ne();
@@ -621,12 +749,12 @@ fn attention(
 }
 
 /// clip.cpp's `build_ffn`: the activation alone, or gating the up projection where the
-/// layer has a gate (SwiGLU, GeGLU, GeGLU-quick).
+/// layer has a gate (SwiGLU, GeGLU, GeGLU-quick; the gate's bias where it has one).
 fn ffn(g: &Graph, hp: &ClipHParams, l: &VitLayer, cur: Tensor) -> Tensor {
     let up = add_bias(g, g.mul_mat(l.ff_up_w, cur), l.ff_up_b);
     let cur = match l.ff_gate_w {
         Some(gate) => {
-            let gate = g.mul_mat(gate, cur);
+            let gate = add_bias(g, g.mul_mat(gate, cur), l.ff_gate_b);
             match hp.ffn_op {
                 FfnOp::Gelu => g.geglu_split(gate, up),
                 FfnOp::Silu => g.swiglu_split(gate, up),

@@ -35,9 +35,14 @@ const MAX_GRID_PINPOINTS: usize = 64;
 /// `set_limit_image_tokens(8, 4096)` for it.
 const QWEN2VL_IMAGE_TOKENS: (u32, u32) = (8, 4096);
 
+/// The side of Qwen2.5-VL's attention windows in pixels: clip.cpp's default
+/// `attn_window_size` (HF's `window_size`), which it reads from no key for this type.
+const QWEN25VL_WINDOW_PIXELS: u32 = 112;
+
 /// The `clip.projector_type` names elelem runs, as its refusals list them.
 const RUNS: &str =
-    "gemma3, idefics3, lfm2, mlp (and mlp_norm), ldp, ldpv2, internvl, qwen2vl_merger, qwen3vl_merger, pixtral, llama4, gemma4v";
+    "gemma3, idefics3, lfm2, mlp (and mlp_norm), ldp, ldpv2, internvl, qwen2vl_merger, qwen2.5vl_merger, qwen3vl_merger, \
+     pixtral, llama4, gemma4v";
 
 /// Pixtral's: clip.cpp's `set_limit_image_tokens(8, 1024)`, in merged patches (the
 /// `[IMG_BREAK]` rows not counted).
@@ -89,6 +94,11 @@ pub enum ProjectorType {
     /// 2D rotary positions, each 2 x 2 patches merged by a two-layer GELU MLP
     /// ([`super::projector::qwen2vl`]).
     Qwen2vl,
+    /// `qwen2.5vl_merger` (Qwen2.5-VL): Qwen2-VL's ViT and merger with RMS norms, a
+    /// SiLU-gated feed-forward, and attention within windows of 112 x 112 pixels in all
+    /// layers but every `n_wa_pattern`th ([`ClipHParams::n_wa_pattern`]), the patches
+    /// grouped by window for them ([`super::projector::qwen2vl`]).
+    Qwen25vl,
     /// `qwen3vl_merger` (Qwen3-VL): Qwen2-VL's ViT with a fused QKV, LayerNorms, a patch
     /// bias and learned position embeddings resized to the image; the 2 x 2 merger, and
     /// the deepstack layers' merged outputs beside it ([`super::projector::qwen3vl`]).
@@ -144,6 +154,7 @@ impl ProjectorType {
             ProjectorType::Ldpv2 => "ldpv2",
             ProjectorType::Internvl => "internvl",
             ProjectorType::Qwen2vl => "qwen2vl_merger",
+            ProjectorType::Qwen25vl => "qwen2.5vl_merger",
             ProjectorType::Qwen3vl => "qwen3vl_merger",
             ProjectorType::Pixtral => "pixtral",
             ProjectorType::Llama4 => "llama4",
@@ -169,11 +180,14 @@ impl ProjectorType {
         self.llava_vit() || matches!(self, ProjectorType::Internvl | ProjectorType::Llama4)
     }
 
-    /// Qwen2-VL's ViT and Qwen3-VL's: two patch convolutions added (the temporal merge of
-    /// one image), the patches reordered in 2 x 2 blocks, `ggml_rope_multi` in vision mode
-    /// over their rows and columns, 2 x 2 merges only.
+    /// Qwen2-VL's ViT, Qwen2.5-VL's and Qwen3-VL's: two patch convolutions added (the temporal
+    /// merge of one image), the patches reordered in 2 x 2 blocks, `ggml_rope_multi` in vision
+    /// mode over their rows and columns, 2 x 2 merges only.
     pub fn qwen_vit(self) -> bool {
-        matches!(self, ProjectorType::Qwen2vl | ProjectorType::Qwen3vl)
+        matches!(
+            self,
+            ProjectorType::Qwen2vl | ProjectorType::Qwen25vl | ProjectorType::Qwen3vl
+        )
     }
 
     /// Whether clip.cpp swaps back the feed-forward's `ffn_up` and `ffn_down` of old
@@ -182,39 +196,36 @@ impl ProjectorType {
         self.llava_vit()
             || matches!(
                 self,
-                ProjectorType::Gemma3 | ProjectorType::Idefics3 | ProjectorType::Qwen2vl
+                ProjectorType::Gemma3 | ProjectorType::Idefics3 | ProjectorType::Qwen2vl | ProjectorType::Qwen25vl
             )
     }
 
     /// Whether the encoder takes images of any size (LFM2's dynamic resolution: the
-    /// position embeddings resized to the grid; Qwen2-VL's rotary positions; Pixtral's and
-    /// Gemma 4's RoPE) rather than `image_size` squares only.
+    /// position embeddings resized to the grid; Qwen2-VL's and Qwen2.5-VL's rotary
+    /// positions; Pixtral's and Gemma 4's RoPE) rather than `image_size` squares only.
     pub fn dynamic_size(self) -> bool {
-        matches!(
-            self,
-            ProjectorType::Lfm2
-                | ProjectorType::Qwen2vl
-                | ProjectorType::Qwen3vl
-                | ProjectorType::Pixtral
-                | ProjectorType::Gemma4v
-        )
+        self.qwen_vit()
+            || matches!(
+                self,
+                ProjectorType::Lfm2 | ProjectorType::Pixtral | ProjectorType::Gemma4v
+            )
     }
 
     /// The ViT's norm.
     pub fn vit_norm(self) -> VitNorm {
         match self {
-            ProjectorType::Pixtral | ProjectorType::Gemma4v => VitNorm::Rms,
+            ProjectorType::Pixtral | ProjectorType::Gemma4v | ProjectorType::Qwen25vl => VitNorm::Rms,
             _ => VitNorm::Layer,
         }
     }
 
     /// Whether the ViT adds learned position embeddings (`v.position_embd.weight`) to the
-    /// patches: all but Qwen2-VL (rotary), Pixtral and Gemma 4 (whose are tables looked up by
-    /// column and row).
+    /// patches: all but Qwen2-VL's and Qwen2.5-VL's (rotary only; Qwen3-VL's has both),
+    /// Pixtral and Gemma 4 (whose are tables looked up by column and row).
     pub fn learned_positions(self) -> bool {
         !matches!(
             self,
-            ProjectorType::Qwen2vl | ProjectorType::Pixtral | ProjectorType::Gemma4v
+            ProjectorType::Qwen2vl | ProjectorType::Qwen25vl | ProjectorType::Pixtral | ProjectorType::Gemma4v
         )
     }
 
@@ -250,10 +261,13 @@ impl ProjectorType {
         self == ProjectorType::Llama4
     }
 
-    /// Whether the ViT's feed-forward is gated (`ffn_gate`): Pixtral's and Gemma 4's;
-    /// SigLIP's is not, and elelem refuses a gate there.
+    /// Whether the ViT's feed-forward is gated (`ffn_gate`): Pixtral's, Gemma 4's and
+    /// Qwen2.5-VL's; SigLIP's is not, and elelem refuses a gate there.
     pub fn gated_vit(self) -> bool {
-        matches!(self, ProjectorType::Pixtral | ProjectorType::Gemma4v)
+        matches!(
+            self,
+            ProjectorType::Pixtral | ProjectorType::Gemma4v | ProjectorType::Qwen25vl
+        )
     }
 
     /// Gemma 4's ViT: its input scaled to [-1, 1] in the graph, no patch bias, position
@@ -281,14 +295,11 @@ impl ProjectorType {
             "ldpv2" => Ok(ProjectorType::Ldpv2),
             "internvl" => Ok(ProjectorType::Internvl),
             "qwen2vl_merger" => Ok(ProjectorType::Qwen2vl),
+            "qwen2.5vl_merger" => Ok(ProjectorType::Qwen25vl),
             "qwen3vl_merger" => Ok(ProjectorType::Qwen3vl),
             "pixtral" => Ok(ProjectorType::Pixtral),
             "llama4" => Ok(ProjectorType::Llama4),
             "gemma4v" => Ok(ProjectorType::Gemma4v),
-            "qwen2.5vl_merger" => Err(Error::Unsupported(format!(
-                "projector type \"qwen2.5vl_merger\" (Qwen2.5-VL: window attention, RMS norms) is not supported yet \
-                 (elelem runs: {RUNS})"
-            ))),
             _ => Err(Error::Unsupported(format!(
                 "projector type {name:?} is not supported (elelem runs: {RUNS})"
             ))),
@@ -338,6 +349,10 @@ pub struct ClipHParams {
     /// `clip.vision.image_grid_pinpoints` as (width, height): LLaVA 1.6's slicing
     /// resolutions; empty: one fixed-size image.
     pub grid_pinpoints: Vec<(i32, i32)>,
+    /// Qwen2.5-VL's `clip.vision.n_wa_pattern`: every `n_wa_pattern`th layer attends over
+    /// the whole image, the others within windows ([`ClipHParams::window_attention`]); 0:
+    /// no windows (and for every other type).
+    pub n_wa_pattern: u32,
 }
 
 impl ClipHParams {
@@ -409,7 +424,11 @@ impl ClipHParams {
             }
             // mtmd's dyn_size preprocessor: the smart resize, bicubic, within the type's
             // `set_limit_image_tokens` as pixels.
-            ProjectorType::Qwen2vl | ProjectorType::Qwen3vl | ProjectorType::Pixtral | ProjectorType::Gemma4v => {
+            ProjectorType::Qwen2vl
+            | ProjectorType::Qwen25vl
+            | ProjectorType::Qwen3vl
+            | ProjectorType::Pixtral
+            | ProjectorType::Gemma4v => {
                 let (min_tokens, max_tokens) = self.dyn_size_tokens();
                 (
                     Preprocessor::DynSize,
@@ -484,6 +503,16 @@ impl ClipHParams {
         stacked.max(1)
     }
 
+    /// Qwen2.5-VL's window attention, where the file turns it on: the side of a window in
+    /// merged patches (clip.cpp's `grid_window`: 112 pixels over the merged patch, rounded
+    /// down), and the pattern of full-attention layers.
+    pub fn window_attention(&self) -> Option<WindowAttention> {
+        (self.n_wa_pattern > 0).then(|| WindowAttention {
+            grid_window: QWEN25VL_WINDOW_PIXELS / self.patch_size / self.n_merge,
+            n_wa_pattern: self.n_wa_pattern,
+        })
+    }
+
     /// The pixels of `tokens` merged patches (clip.cpp's `set_limit_image_tokens`); beyond
     /// `i32` (no real file: clip.cpp's `int` would overflow) saturated, and so refused by
     /// the preprocessing's checks.
@@ -516,7 +545,9 @@ impl ClipHParams {
     /// attention's size.
     pub fn max_image_tokens(&self) -> u32 {
         match self.projector {
-            ProjectorType::Qwen2vl | ProjectorType::Qwen3vl => QWEN2VL_IMAGE_TOKENS.1.max(self.n_output_tokens()),
+            ProjectorType::Qwen2vl | ProjectorType::Qwen25vl | ProjectorType::Qwen3vl => {
+                QWEN2VL_IMAGE_TOKENS.1.max(self.n_output_tokens())
+            }
             ProjectorType::Pixtral | ProjectorType::Gemma4v => self.dyn_size_tokens().1,
             _ => LFM2_IMAGE_TOKENS.1.max(self.n_output_tokens()),
         }
@@ -526,7 +557,7 @@ impl ClipHParams {
     /// at (clip.cpp's `set_limit_image_tokens` for it; LFM2's where the type has none).
     fn dyn_size_tokens(&self) -> (u32, u32) {
         match self.projector {
-            ProjectorType::Qwen2vl | ProjectorType::Qwen3vl => QWEN2VL_IMAGE_TOKENS,
+            ProjectorType::Qwen2vl | ProjectorType::Qwen25vl | ProjectorType::Qwen3vl => QWEN2VL_IMAGE_TOKENS,
             ProjectorType::Pixtral => PIXTRAL_IMAGE_TOKENS,
             ProjectorType::Gemma4v => GEMMA4V_IMAGE_TOKENS,
             _ => LFM2_IMAGE_TOKENS,
@@ -539,9 +570,11 @@ impl ClipHParams {
     /// Pixtral's merger, Gemma 4's pooling: grids mtmd's preprocessing always aligns).
     pub fn image_side_multiple(&self) -> u32 {
         match self.projector {
-            ProjectorType::Qwen2vl | ProjectorType::Qwen3vl | ProjectorType::Pixtral | ProjectorType::Gemma4v => {
-                self.patch_size * self.n_merge
-            }
+            ProjectorType::Qwen2vl
+            | ProjectorType::Qwen25vl
+            | ProjectorType::Qwen3vl
+            | ProjectorType::Pixtral
+            | ProjectorType::Gemma4v => self.patch_size * self.n_merge,
             _ => self.patch_size,
         }
     }
@@ -569,11 +602,11 @@ impl ClipHParams {
 
     /// The grid of an image chunk's `n_tokens` tokens, its first image `width` x `height`
     /// (clip.cpp's `clip_n_output_tokens_x` and `_y`, which mtmd places the tokens by under
-    /// multi-dimensional rope): Qwen2-VL's merged patches across and down; otherwise the
-    /// tokens in one row.
+    /// multi-dimensional rope): Qwen2-VL's and Qwen2.5-VL's merged patches across and down;
+    /// otherwise the tokens in one row.
     pub fn output_grid(&self, width: usize, height: usize, n_tokens: usize) -> (usize, usize) {
         match self.projector {
-            ProjectorType::Qwen2vl | ProjectorType::Qwen3vl => {
+            ProjectorType::Qwen2vl | ProjectorType::Qwen25vl | ProjectorType::Qwen3vl => {
                 let out = (self.patch_size * self.n_merge) as usize;
                 (width / out, height / out)
             }
@@ -593,6 +626,23 @@ impl ClipHParams {
             p if p.dynamic_size() => self.n_merged_patches(width, height),
             _ => self.n_output_tokens() as usize,
         }
+    }
+}
+
+/// Qwen2.5-VL's window attention (clip.cpp's `clip_image_batch_encode` for it): the merged
+/// patches are grouped by windows of `grid_window` x `grid_window` (partial at the right
+/// and bottom edges), row by row, each window's patches together, and the layers that are
+/// not every `n_wa_pattern`th attend within their window only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowAttention {
+    pub grid_window: u32,
+    pub n_wa_pattern: u32,
+}
+
+impl WindowAttention {
+    /// Whether layer `il` attends over the whole image (qwen2vl.cpp's `full_attn`).
+    pub fn full_attention(&self, il: usize) -> bool {
+        (il + 1).is_multiple_of(self.n_wa_pattern as usize)
     }
 }
 
@@ -641,6 +691,7 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
     // clip.cpp's defaults by type: Gemma 3 pools by 4; Idefics3 and LFM2 have no default
     // (clip_hparams' 1, on which build_patch_merge_permute asserts); Pixtral merges none
     // unless its spatial merge says so (Mistral Small's patch merger).
+    let mut n_wa_pattern = 0;
     let (n_merge, longest_edge) = match projector {
         ProjectorType::Pixtral => (keys.opt_u32("clip.vision.spatial_merge_size")?.unwrap_or(1), 0),
         ProjectorType::Gemma3 => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(4), 0),
@@ -665,10 +716,11 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => (1, 0),
         // Optional: 1 shuffles nothing.
         ProjectorType::Internvl => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(1), 0),
-        ProjectorType::Qwen2vl | ProjectorType::Qwen3vl => {
+        ProjectorType::Qwen2vl | ProjectorType::Qwen25vl | ProjectorType::Qwen3vl => {
             // clip.cpp's graph merges 2 x 2 patches whatever the key says (its positions
-            // and the merger's reshape are written for 2), and turns window attention on
-            // for any `n_wa_pattern` (Qwen2.5-VL's), which elelem does not run.
+            // and the merger's reshape are written for 2). It requires `n_wa_pattern` of
+            // Qwen2.5-VL; Qwen2-VL's graph would turn window attention on for one too, but
+            // its inputs would be left unset (clip.cpp fills them for Qwen2.5-VL only).
             let n_merge = keys.opt_u32("clip.vision.spatial_merge_size")?.unwrap_or(2);
             if n_merge != 2 {
                 return Err(Error::Unsupported(format!(
@@ -676,7 +728,18 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
                     projector.name()
                 )));
             }
-            if keys.opt_u32("clip.vision.n_wa_pattern")?.unwrap_or(0) > 0 {
+            if projector == ProjectorType::Qwen25vl {
+                n_wa_pattern = keys.u32("clip.vision.n_wa_pattern")?;
+                if n_wa_pattern == 1 {
+                    // Every layer attends over the whole image: clip.cpp's graph then leaves
+                    // out the window mask it sets, and aborts.
+                    return Err(Error::Unsupported(
+                        "a qwen2.5vl_merger projector with clip.vision.n_wa_pattern 1 (window attention in no \
+                         layer) is not supported"
+                            .into(),
+                    ));
+                }
+            } else if keys.opt_u32("clip.vision.n_wa_pattern")?.unwrap_or(0) > 0 {
                 return Err(Error::Unsupported(format!(
                     "a {} projector with window attention (clip.vision.n_wa_pattern) is not supported",
                     projector.name()
@@ -773,6 +836,13 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
             projector.name()
         ));
     }
+    if n_wa_pattern > 0 && QWEN25VL_WINDOW_PIXELS / patch_size / n_merge == 0 {
+        // clip.cpp's windows would be empty (and its loop over them endless).
+        return invalid(format!(
+            "window attention over merged patches of {} pixels, wider than a window of {QWEN25VL_WINDOW_PIXELS}",
+            patch_size * n_merge
+        ));
+    }
     if !eps.is_finite() || eps < 0.0 {
         return invalid(format!("layer_norm_epsilon {eps}"));
     }
@@ -800,6 +870,7 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
             Vec::new()
         },
         grid_pinpoints,
+        n_wa_pattern,
     })
 }
 

@@ -132,7 +132,7 @@ impl Framing {
                 ..none
             },
             // mtmd.cpp 694-703: <|vision_start|> (embeddings) <|vision_end|>.
-            ProjectorType::Qwen2vl | ProjectorType::Qwen3vl => Framing {
+            ProjectorType::Qwen2vl | ProjectorType::Qwen25vl | ProjectorType::Qwen3vl => Framing {
                 img_beg: "<|vision_start|>",
                 img_end: "<|vision_end|>",
                 ..none
@@ -408,6 +408,7 @@ mod tests {
             longest_edge: 0,
             feature_layers: Vec::new(),
             grid_pinpoints: Vec::new(),
+            n_wa_pattern: 0,
         }
     }
 

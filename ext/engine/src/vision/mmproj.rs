@@ -45,8 +45,10 @@ pub struct VitLayer {
     pub o_w: Tensor,
     pub o_b: Option<Tensor>,
     pub ln_2: Option<Norm>,
-    /// Pixtral's and Gemma 4's gate ([`super::ProjectorType::gated_vit`]).
+    /// Pixtral's, Gemma 4's and Qwen2.5-VL's gate ([`super::ProjectorType::gated_vit`]),
+    /// and its bias where the file has one (Qwen2.5-VL's).
     pub ff_gate_w: Option<Tensor>,
+    pub ff_gate_b: Option<Tensor>,
     /// Gemma 4's per-head Q and K norms (`[d_head]`) and its norms after the attention and
     /// after the feed-forward ([`super::ProjectorType::gemma4_vit`]).
     pub q_norm: Option<Tensor>,
@@ -224,15 +226,15 @@ impl Mmproj {
 /// The tensors clip.cpp's `load_tensors` reads for the encoder, the ones SigLIP and
 /// Qwen2-VL's ViT have, for LLaVA's CLIP, InternViT and Llama 4's ViT
 /// ([`super::ProjectorType::class_token`]) a class embedding and a pre-norm, for InternViT
-/// its layer scales, Pixtral's and Gemma 4's gate, Gemma 4's Q/K norms and post-norms, Llama
-/// 4's linear patch embedding, Qwen3-VL's fused QKV, patch bias and position embeddings:
-/// every other one (a fused QKV, Q/K norms, a gate, a pre-norm or a class token where the
-/// type has none; Qwen2-VL's patch bias and position embeddings, which its graph does not
-/// read) is left undeclared, so that [`Loader::check_all_used`] refuses
-/// the file. All `n_layer` layers are loaded, as clip.cpp loads them, even where LLaVA's
-/// graph stops short of the last ([`ClipHParams::n_layer_run`]).
+/// its layer scales, Pixtral's, Gemma 4's and Qwen2.5-VL's gate (and its bias), Gemma 4's Q/K
+/// norms and post-norms, Llama 4's linear patch embedding, Qwen3-VL's fused QKV, patch bias
+/// and position embeddings: every other one (a fused QKV, Q/K norms, a gate, a pre-norm or a
+/// class token where the type has none; Qwen2-VL's and Qwen2.5-VL's patch bias and position
+/// embeddings, which their graph does not read) is left undeclared, so that
+/// [`Loader::check_all_used`] refuses the file. All `n_layer` layers are loaded, as clip.cpp
+/// loads them, even where LLaVA's graph stops short of the last ([`ClipHParams::n_layer_run`]).
 fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
-    let qwen2vl = hp.projector == ProjectorType::Qwen2vl;
+    let qwen = hp.projector.qwen_vit();
     let qwen3vl = hp.projector == ProjectorType::Qwen3vl;
     let gated = hp.projector.gated_vit();
     let d_head = u64::from(hp.d_head);
@@ -268,16 +270,14 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
         _ => None,
     };
     let n_pos = n_patches + u64::from(class_embd.is_some());
-    // Qwen2-VL's and Qwen3-VL's second convolution; Qwen2-VL's graph and Gemma 4's have no
-    // patch bias (clip.cpp ignores one), Qwen3-VL's asserts one.
-    let patch_embd_1 = hp
-        .projector
-        .qwen_vit()
+    // The Qwen ViTs' second convolution; Qwen2-VL's graph (Qwen2.5-VL's too) and Gemma 4's
+    // have no patch bias (clip.cpp ignores one), Qwen3-VL's asserts one.
+    let patch_embd_1 = qwen
         .then(|| l.values("v.patch_embd.weight.1", &[p, p, 3, embd]))
         .transpose()?;
     let patch_bias = if qwen3vl {
         Some(l.vector("v.patch_embd.bias", embd)?)
-    } else if qwen2vl || gemma4 {
+    } else if qwen || gemma4 {
         None
     } else {
         l.optional_vector("v.patch_embd.bias", embd)?
@@ -308,10 +308,10 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     } else {
         None
     };
-    // Qwen2-VL's graph adds Q, K and V's biases unconditionally (clip.cpp would crash
-    // without them): required there.
+    // Qwen2-VL's graph (Qwen2.5-VL's too) adds Q, K and V's biases unconditionally
+    // (clip.cpp would crash without them): required there.
     let qkv_bias = |l: &mut Loader, name: &str| -> Result<Option<Tensor>> {
-        if qwen2vl {
+        if qwen {
             l.vector(name, embd).map(Some)
         } else {
             l.optional_vector(name, embd)
@@ -355,6 +355,11 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
             ln_2: norm(l, &n("ln2"))?,
             ff_gate_w: if gated {
                 Some(l.matrix(&n("ffn_gate.weight"), &[embd, ff])?)
+            } else {
+                None
+            },
+            ff_gate_b: if gated {
+                l.optional_vector(&n("ffn_gate.bias"), ff)?
             } else {
                 None
             },

@@ -11,7 +11,7 @@
 //! `mm.model.mlp.3.weight`'s
 //! second dimension.
 
-use super::common::{mlp_gelu, required_dim};
+use super::common::GeluMlp;
 use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
 use crate::vision::hparams::ClipHParams;
@@ -25,31 +25,22 @@ pub struct InternvlWeights {
     /// `[n_embd · n_merge²]`.
     pub mm_0_w: Tensor,
     pub mm_0_b: Tensor,
-    /// `[n_embd · n_merge², n_hidden]`.
-    pub mm_1_w: Tensor,
-    pub mm_1_b: Tensor,
-    /// `[n_hidden, n_text_embd]`.
-    pub mm_3_w: Tensor,
-    pub mm_3_b: Tensor,
+    /// `mlp.1` (`[n_embd · n_merge², n_hidden]`) and `mlp.3` (`[n_hidden, n_text_embd]`).
+    pub mlp: GeluMlp,
 }
 
 impl InternvlWeights {
     pub fn n_mmproj_embd(&self) -> u32 {
-        self.mm_3_w.ne()[1] as u32
+        self.mlp.n_out()
     }
 }
 
 pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<InternvlWeights> {
     let merged = u64::from(hp.n_embd) * u64::from(hp.n_merge).pow(2);
-    let hidden = required_dim(l, "mm.model.mlp.1.weight", 1, "[n_embd * scale_factor^2, n_hidden]")?;
-    let n_text_embd = required_dim(l, "mm.model.mlp.3.weight", 1, "[n_hidden, n_text_embd]")?;
     Ok(InternvlWeights {
         mm_0_w: l.vector("mm.model.mlp.0.weight", merged)?,
         mm_0_b: l.vector("mm.model.mlp.0.bias", merged)?,
-        mm_1_w: l.matrix("mm.model.mlp.1.weight", &[merged, hidden])?,
-        mm_1_b: l.vector("mm.model.mlp.1.bias", hidden)?,
-        mm_3_w: l.matrix("mm.model.mlp.3.weight", &[hidden, n_text_embd])?,
-        mm_3_b: l.vector("mm.model.mlp.3.bias", n_text_embd)?,
+        mlp: GeluMlp::load(l, "mm.model.mlp.1", "mm.model.mlp.3", merged)?,
     })
 }
 
@@ -75,5 +66,5 @@ pub fn build(g: &Graph, hp: &ClipHParams, w: &InternvlWeights, cur: Tensor, (wid
 
     // The norm, then build_ffn(mlp.1, GELU, mlp.3).
     let cur = g.add(g.mul(g.layer_norm(cur, NORM_EPS), w.mm_0_w), w.mm_0_b);
-    mlp_gelu(g, cur, (w.mm_1_w, w.mm_1_b), (w.mm_3_w, w.mm_3_b))
+    w.mlp.build(g, cur)
 }

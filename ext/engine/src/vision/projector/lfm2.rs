@@ -17,7 +17,7 @@ use crate::model::loader::Loader;
 use crate::vision::hparams::ClipHParams;
 use crate::Result;
 
-use super::common::{mlp_gelu, required_dim};
+use super::common::GeluMlp;
 
 /// clip.cpp's fixed LayerNorm `eps` for LFM2's input norm (PyTorch's default).
 const INPUT_NORM_EPS: f32 = 1e-5;
@@ -27,31 +27,22 @@ pub struct Lfm2Weights {
     /// `[n_embd · n_merge²]`.
     pub input_norm_w: Option<Tensor>,
     pub input_norm_b: Option<Tensor>,
-    /// `[n_embd · n_merge², n_hidden]`.
-    pub mm_1_w: Tensor,
-    pub mm_1_b: Tensor,
-    /// `[n_hidden, n_text_embd]`.
-    pub mm_2_w: Tensor,
-    pub mm_2_b: Tensor,
+    /// `mm.1` (`[n_embd · n_merge², n_hidden]`) and `mm.2` (`[n_hidden, n_text_embd]`).
+    pub mlp: GeluMlp,
 }
 
 impl Lfm2Weights {
     pub fn n_mmproj_embd(&self) -> u32 {
-        self.mm_2_w.ne()[1] as u32
+        self.mlp.n_out()
     }
 }
 
 pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<Lfm2Weights> {
     let merged = u64::from(hp.n_embd) * u64::from(hp.n_merge).pow(2);
-    let hidden = required_dim(l, "mm.1.weight", 1, "[n_embd * scale_factor^2, n_hidden]")?;
-    let n_text_embd = required_dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
     Ok(Lfm2Weights {
         input_norm_w: l.optional_vector("mm.input_norm.weight", merged)?,
         input_norm_b: l.optional_vector("mm.input_norm.bias", merged)?,
-        mm_1_w: l.matrix("mm.1.weight", &[merged, hidden])?,
-        mm_1_b: l.vector("mm.1.bias", hidden)?,
-        mm_2_w: l.matrix("mm.2.weight", &[hidden, n_text_embd])?,
-        mm_2_b: l.vector("mm.2.bias", n_text_embd)?,
+        mlp: GeluMlp::load(l, "mm.1", "mm.2", merged)?,
     })
 }
 
@@ -87,5 +78,5 @@ pub fn build(g: &Graph, hp: &ClipHParams, w: &Lfm2Weights, cur: Tensor, (width, 
         cur = g.add(cur, bias);
     }
 
-    mlp_gelu(g, cur, (w.mm_1_w, w.mm_1_b), (w.mm_2_w, w.mm_2_b))
+    w.mlp.build(g, cur)
 }

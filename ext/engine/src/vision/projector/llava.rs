@@ -19,7 +19,7 @@
 
 use ggml_sys as sys;
 
-use super::common::{mlp_gelu, required_dim};
+use super::common::{required_dim, GeluMlp};
 use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
 use crate::vision::hparams::{ClipHParams, ProjectorType, LDP_GRID};
@@ -29,12 +29,7 @@ use crate::{Error, Result};
 pub enum LlavaWeights {
     /// `mm.0.*` (`[n_embd · n_feature_stack, n_hidden]`) and `mm.2.*`
     /// (`[n_hidden, n_text_embd]`).
-    Mlp {
-        mm_0_w: Tensor,
-        mm_0_b: Tensor,
-        mm_2_w: Tensor,
-        mm_2_b: Tensor,
-    },
+    Mlp(GeluMlp),
     /// `mm.0.*`, the LayerNorm `mm.1.*`, `mm.3.*` and the LayerNorm `mm.4.*`.
     MlpNorm {
         mm_0_w: Tensor,
@@ -48,23 +43,10 @@ pub enum LlavaWeights {
     },
     /// `mm.model.mlp.1.*`, `mm.model.mlp.3.*` (to `C`, the language model's width) and the
     /// two blocks `mm.model.mb_block.{1,2}.*`.
-    Ldp {
-        mlp_1_w: Tensor,
-        mlp_1_b: Tensor,
-        mlp_3_w: Tensor,
-        mlp_3_b: Tensor,
-        blocks: Box<[LdpBlock; 2]>,
-    },
+    Ldp { mlp: GeluMlp, blocks: Box<[LdpBlock; 2]> },
     /// `mm.model.mlp.0.*`, `mm.model.mlp.2.*` and the depthwise kernel `mm.model.peg.0.weight`
     /// (`[3, 3, 1, C]`, F16) with its bias.
-    Ldpv2 {
-        mlp_0_w: Tensor,
-        mlp_0_b: Tensor,
-        mlp_2_w: Tensor,
-        mlp_2_b: Tensor,
-        peg_w: Tensor,
-        peg_b: Tensor,
-    },
+    Ldpv2 { mlp: GeluMlp, peg_w: Tensor, peg_b: Tensor },
 }
 
 /// One of `ldp`'s blocks, `mm.model.mb_block.N.block.*`: `0.0` the depthwise kernel
@@ -87,9 +69,8 @@ pub struct LdpBlock {
 impl LlavaWeights {
     pub fn n_mmproj_embd(&self) -> u32 {
         match self {
-            LlavaWeights::Mlp { mm_2_w, .. } => (*mm_2_w).ne()[1] as u32,
+            LlavaWeights::Mlp(mlp) | LlavaWeights::Ldp { mlp, .. } => mlp.n_out(),
             LlavaWeights::MlpNorm { mm_3_w, .. } => (*mm_3_w).ne()[1] as u32,
-            LlavaWeights::Ldp { mlp_3_w, .. } => (*mlp_3_w).ne()[1] as u32,
             LlavaWeights::Ldpv2 { peg_b, .. } => (*peg_b).ne()[0] as u32,
         }
     }
@@ -127,33 +108,24 @@ fn load_ldp_block(l: &mut Loader, i: u32, c: u64) -> Result<LdpBlock> {
 /// MobileVLM's projectors' tensors.
 fn load_mobilevlm(l: &mut Loader, hp: &ClipHParams) -> Result<LlavaWeights> {
     let features = u64::from(hp.n_embd) * u64::from(hp.n_feature_stack());
-    let mlp = |i: u32, part: &str| format!("mm.model.mlp.{i}.{part}");
     // ldp's MLP is mlp.1 and mlp.3, ldpv2's mlp.0 and mlp.2.
-    let (first, second) = if hp.projector == ProjectorType::Ldp {
-        (1, 3)
-    } else {
-        (0, 2)
-    };
-    let hidden = required_dim(l, &mlp(first, "weight"), 1, "[n_embd, n_hidden]")?;
-    let c = required_dim(l, &mlp(second, "weight"), 1, "[n_hidden, n_text_embd]")?;
-    let w_1 = l.matrix(&mlp(first, "weight"), &[features, hidden])?;
-    let b_1 = l.vector(&mlp(first, "bias"), hidden)?;
-    let w_2 = l.matrix(&mlp(second, "weight"), &[hidden, c])?;
-    let b_2 = l.vector(&mlp(second, "bias"), c)?;
-    if hp.projector == ProjectorType::Ldp {
+    let ldp = hp.projector == ProjectorType::Ldp;
+    let (first, second) = if ldp { (1, 3) } else { (0, 2) };
+    let mlp = GeluMlp::load(
+        l,
+        &format!("mm.model.mlp.{first}"),
+        &format!("mm.model.mlp.{second}"),
+        features,
+    )?;
+    let c = u64::from(mlp.n_out());
+    if ldp {
         return Ok(LlavaWeights::Ldp {
-            mlp_1_w: w_1,
-            mlp_1_b: b_1,
-            mlp_3_w: w_2,
-            mlp_3_b: b_2,
+            mlp,
             blocks: Box::new([load_ldp_block(l, 1, c)?, load_ldp_block(l, 2, c)?]),
         });
     }
     Ok(LlavaWeights::Ldpv2 {
-        mlp_0_w: w_1,
-        mlp_0_b: b_1,
-        mlp_2_w: w_2,
-        mlp_2_b: b_2,
+        mlp,
         peg_w: depthwise_kernel(l, "mm.model.peg.0.weight", c)?,
         peg_b: l.vector("mm.model.peg.0.bias", c)?,
     })
@@ -164,10 +136,10 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<LlavaWeights> {
         return load_mobilevlm(l, hp);
     }
     let features = u64::from(hp.n_embd) * u64::from(hp.n_feature_stack());
-    let hidden = required_dim(l, "mm.0.weight", 1, "[n_embd * feature layers, n_hidden]")?;
-    let mm_0_w = l.matrix("mm.0.weight", &[features, hidden])?;
-    let mm_0_b = l.vector("mm.0.bias", hidden)?;
     let weights = if l.has("mm.3.weight") {
+        let hidden = required_dim(l, "mm.0.weight", 1, "[n_embd * feature layers, n_hidden]")?;
+        let mm_0_w = l.matrix("mm.0.weight", &[features, hidden])?;
+        let mm_0_b = l.vector("mm.0.bias", hidden)?;
         let n_text_embd = required_dim(l, "mm.3.weight", 1, "[n_hidden, n_text_embd]")?;
         LlavaWeights::MlpNorm {
             mm_0_w,
@@ -180,13 +152,7 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<LlavaWeights> {
             mm_4_b: l.vector("mm.4.bias", n_text_embd)?,
         }
     } else {
-        let n_text_embd = required_dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
-        LlavaWeights::Mlp {
-            mm_0_w,
-            mm_0_b,
-            mm_2_w: l.matrix("mm.2.weight", &[hidden, n_text_embd])?,
-            mm_2_b: l.vector("mm.2.bias", n_text_embd)?,
-        }
+        LlavaWeights::Mlp(GeluMlp::load(l, "mm.0", "mm.2", features)?)
     };
     let n_text_embd = u64::from(weights.n_mmproj_embd());
     l.unused("v.image_newline", &[n_text_embd], false)?;
@@ -204,12 +170,7 @@ pub fn build(g: &Graph, hp: &ClipHParams, w: &LlavaWeights, cur: Tensor, (width,
     let nb1 = cur.nb()[1];
     let cur = g.view_2d(cur, cur.ne()[0], n_patches, nb1, first as usize * nb1);
     match w {
-        LlavaWeights::Mlp {
-            mm_0_w,
-            mm_0_b,
-            mm_2_w,
-            mm_2_b,
-        } => mlp_gelu(g, cur, (*mm_0_w, *mm_0_b), (*mm_2_w, *mm_2_b)),
+        LlavaWeights::Mlp(mlp) => mlp.build(g, cur),
         LlavaWeights::MlpNorm {
             mm_0_w,
             mm_0_b,
@@ -227,25 +188,9 @@ pub fn build(g: &Graph, hp: &ClipHParams, w: &LlavaWeights, cur: Tensor, (width,
             let cur = g.add(g.mul_mat(*mm_3_w, cur), *mm_3_b);
             g.add(g.mul(g.layer_norm(cur, hp.eps), *mm_4_w), *mm_4_b)
         }
-        LlavaWeights::Ldp {
-            mlp_1_w,
-            mlp_1_b,
-            mlp_3_w,
-            mlp_3_b,
-            blocks,
-        } => {
-            let cur = mlp_gelu(g, cur, (*mlp_1_w, *mlp_1_b), (*mlp_3_w, *mlp_3_b));
-            ldp_blocks(g, hp, blocks, cur)
-        }
-        LlavaWeights::Ldpv2 {
-            mlp_0_w,
-            mlp_0_b,
-            mlp_2_w,
-            mlp_2_b,
-            peg_w,
-            peg_b,
-        } => {
-            let cur = mlp_gelu(g, cur, (*mlp_0_w, *mlp_0_b), (*mlp_2_w, *mlp_2_b));
+        LlavaWeights::Ldp { mlp, blocks } => ldp_blocks(g, hp, blocks, mlp.build(g, cur)),
+        LlavaWeights::Ldpv2 { mlp, peg_w, peg_b } => {
+            let cur = mlp.build(g, cur);
             // [C, 24 · 24] to the grid [24, 24, C], pooled 2 x 2.
             let cur = g.permute(cur, [1, 0, 2, 3]);
             let grid = i64::from(LDP_GRID);

@@ -3,7 +3,7 @@
 //! `tools/mtmd/models/*.cpp` after `build_vit`), each with its weights, their loading and
 //! its graph.
 
-mod common;
+pub mod common;
 pub mod gemma3;
 pub mod gemma4v;
 pub mod idefics3;
@@ -96,7 +96,7 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
             llava::load(l, hp).map(ProjectorWeights::Llava)
         }
         ProjectorType::Internvl => internvl::load(l, hp).map(ProjectorWeights::Internvl),
-        ProjectorType::Qwen2vl => qwen2vl::load(l, hp).map(ProjectorWeights::Qwen2vl),
+        ProjectorType::Qwen2vl | ProjectorType::Qwen25vl => qwen2vl::load(l, hp).map(ProjectorWeights::Qwen2vl),
         ProjectorType::Qwen3vl => qwen3vl::load(l, hp).map(ProjectorWeights::Qwen3vl),
         ProjectorType::Pixtral => pixtral::load(l, hp).map(ProjectorWeights::Pixtral),
         ProjectorType::Llama4 => llama4::load(l, hp).map(ProjectorWeights::Llama4),

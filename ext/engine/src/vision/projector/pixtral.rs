@@ -13,7 +13,7 @@
 //! by 0 and adding the embedding; elelem repeats the embedding, the same values without
 //! reading unset memory.
 
-use super::common::required_dim;
+use super::common::GeluMlp;
 use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
 use crate::vision::hparams::ClipHParams;
@@ -30,19 +30,16 @@ pub struct PatchMerger {
 /// The merger (optional), `mm.1.*`, `mm.2.*` and `v.token_embd.img_break`.
 pub struct PixtralWeights {
     pub merger: Option<PatchMerger>,
-    /// `[n_embd, n_hidden]`.
-    pub mm_1_w: Tensor,
-    pub mm_1_b: Option<Tensor>,
-    /// `[n_hidden, n_text_embd]`.
-    pub mm_2_w: Tensor,
-    pub mm_2_b: Option<Tensor>,
+    /// `mm.1` (`[n_embd, n_hidden]`) and `mm.2` (`[n_hidden, n_text_embd]`), their biases
+    /// optional.
+    pub mlp: GeluMlp,
     /// `[n_text_embd]`.
     pub img_break: Tensor,
 }
 
 impl PixtralWeights {
     pub fn n_mmproj_embd(&self) -> u32 {
-        self.mm_2_w.ne()[1] as u32
+        self.mlp.n_out()
     }
 }
 
@@ -66,23 +63,9 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<PixtralWeights> {
     } else {
         None
     };
-    let hidden = required_dim(l, "mm.1.weight", 1, "[n_embd, n_hidden]")?;
-    let n_text_embd = required_dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
-    Ok(PixtralWeights {
-        merger,
-        mm_1_w: l.matrix("mm.1.weight", &[embd, hidden])?,
-        mm_1_b: l.optional_vector("mm.1.bias", hidden)?,
-        mm_2_w: l.matrix("mm.2.weight", &[hidden, n_text_embd])?,
-        mm_2_b: l.optional_vector("mm.2.bias", n_text_embd)?,
-        img_break: l.vector("v.token_embd.img_break", n_text_embd)?,
-    })
-}
-
-fn add_bias(g: &Graph, cur: Tensor, bias: Option<Tensor>) -> Tensor {
-    match bias {
-        Some(b) => g.add(cur, b),
-        None => cur,
-    }
+    let mlp = GeluMlp::load_optional_biases(l, "mm.1", "mm.2", embd)?;
+    let img_break = l.vector("v.token_embd.img_break", u64::from(mlp.n_out()))?;
+    Ok(PixtralWeights { merger, mlp, img_break })
 }
 
 /// pixtral.cpp after `build_vit`, over the encoder's `[n_embd, width · height]` output.
@@ -104,9 +87,7 @@ pub fn build(g: &Graph, hp: &ClipHParams, w: &PixtralWeights, cur: Tensor, (widt
     }
 
     // LlavaMultiModalProjector (GELU always).
-    let cur = add_bias(g, g.mul_mat(w.mm_1_w, cur), w.mm_1_b);
-    let cur = g.gelu(cur);
-    let cur = add_bias(g, g.mul_mat(w.mm_2_w, cur), w.mm_2_b);
+    let cur = w.mlp.build(g, cur);
 
     // [IMG_BREAK] after each row: the rows as [n_text_embd, columns, rows], a column of
     // breaks appended, the last row's break left out.

@@ -4,43 +4,47 @@
 //! as one row of `4 · n_embd` values per block, then a two-layer MLP with biases and GELU
 //! between (`mm.0`, `mm.2`).
 //!
+//! Qwen2.5-VL's (`PROJECTOR_TYPE_QWEN25VL`, `qwen2.5vl_merger`) is the same merger: clip.cpp
+//! builds both in one graph, and what differs is the ViT's (RMS norms, the gated
+//! feed-forward, window attention: [`crate::vision::encoder`]).
+//!
 //! What is special: the merge is only a reshape, because the encoder ran on the reordered
 //! patches; the ViT's positions are rotary (`GGML_ROPE_TYPE_VISION`), so the file has no
 //! position embeddings. The language model's width is `mm.2.weight`'s second dimension.
+//! Under window attention the merged patches come out grouped by window, and the encoder
+//! puts them back in order after this MLP, as rows `clip.vision.projection_dim` wide
+//! (clip.cpp's reshape): that width must be the MLP's.
 
 use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
 use crate::vision::hparams::ClipHParams;
-use crate::Result;
+use crate::{Error, Result};
 
-use super::common::{mlp_gelu, required_dim};
+use super::common::GeluMlp;
 
-/// `mm.0.*` and `mm.2.*`.
+/// `mm.0.*` (`[n_embd · 4, n_hidden]`) and `mm.2.*` (`[n_hidden, n_text_embd]`).
 pub struct Qwen2vlWeights {
-    /// `[n_embd · 4, n_hidden]`.
-    pub mm_0_w: Tensor,
-    pub mm_0_b: Tensor,
-    /// `[n_hidden, n_text_embd]`.
-    pub mm_2_w: Tensor,
-    pub mm_2_b: Tensor,
+    pub mlp: GeluMlp,
 }
 
 impl Qwen2vlWeights {
     pub fn n_mmproj_embd(&self) -> u32 {
-        self.mm_2_w.ne()[1] as u32
+        self.mlp.n_out()
     }
 }
 
 pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<Qwen2vlWeights> {
     let merged = u64::from(hp.n_embd) * u64::from(hp.n_merge).pow(2);
-    let hidden = required_dim(l, "mm.0.weight", 1, "[n_embd * 4, n_hidden]")?;
-    let n_text_embd = required_dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
-    Ok(Qwen2vlWeights {
-        mm_0_w: l.matrix("mm.0.weight", &[merged, hidden])?,
-        mm_0_b: l.vector("mm.0.bias", hidden)?,
-        mm_2_w: l.matrix("mm.2.weight", &[hidden, n_text_embd])?,
-        mm_2_b: l.vector("mm.2.bias", n_text_embd)?,
-    })
+    let mlp = GeluMlp::load(l, "mm.0", "mm.2", merged)?;
+    let n_text_embd = mlp.n_out();
+    if hp.window_attention().is_some() && n_text_embd != hp.projection_dim {
+        return Err(Error::Load(format!(
+            "invalid vision projector: clip.vision.projection_dim {} is not mm.2.weight's width {n_text_embd}, \
+             which the window attention's reorder of the merged patches takes",
+            hp.projection_dim
+        )));
+    }
+    Ok(Qwen2vlWeights { mlp })
 }
 
 /// qwen2vl.cpp's multimodal projection over the encoder's `[n_embd, n_patches]` output.
@@ -48,5 +52,5 @@ pub fn build(g: &Graph, hp: &ClipHParams, w: &Qwen2vlWeights, cur: Tensor) -> Te
     let merged = i64::from(hp.n_embd) * i64::from(hp.n_merge).pow(2);
     let n_tokens = cur.ne()[1] / i64::from(hp.n_merge).pow(2);
     let cur = g.reshape_3d(cur, merged, n_tokens, 1);
-    mlp_gelu(g, cur, (w.mm_0_w, w.mm_0_b), (w.mm_2_w, w.mm_2_b))
+    w.mlp.build(g, cur)
 }

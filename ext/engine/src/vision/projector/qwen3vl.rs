@@ -15,9 +15,9 @@ use crate::ggml::{Graph, Tensor};
 use crate::model::loader::Loader;
 use crate::model::Norm;
 use crate::vision::hparams::ClipHParams;
-use crate::Result;
+use crate::{Error, Result};
 
-use super::common::{mlp_gelu, required_dim};
+use super::common::GeluMlp;
 
 /// One deepstack layer's merger: `v.deepstack.<il>.{norm,fc1,fc2}.*`.
 pub struct DeepstackMerger {
@@ -25,29 +25,21 @@ pub struct DeepstackMerger {
     pub layer: usize,
     /// `[n_embd · 4]`, with its bias.
     pub norm: Norm,
-    /// `[n_embd · 4, n_hidden]`.
-    pub fc1_w: Tensor,
-    pub fc1_b: Tensor,
-    /// `[n_hidden, n_text_embd]`.
-    pub fc2_w: Tensor,
-    pub fc2_b: Tensor,
+    /// `fc1`, `fc2`: `n_embd · 4` values to the main path's width.
+    pub mlp: GeluMlp,
 }
 
 /// `mm.0.*`, `mm.2.*` and the deepstack mergers, by layer.
 pub struct Qwen3vlWeights {
-    /// `[n_embd · 4, n_hidden]`.
-    pub mm_0_w: Tensor,
-    pub mm_0_b: Tensor,
-    /// `[n_hidden, n_text_embd]`.
-    pub mm_2_w: Tensor,
-    pub mm_2_b: Tensor,
+    /// `mm.0`, `mm.2`: `n_embd · 4` values to the language model's width.
+    pub mlp: GeluMlp,
     pub deepstack: Vec<DeepstackMerger>,
 }
 
 impl Qwen3vlWeights {
     /// The main path's width and each deepstack layer's.
     pub fn n_mmproj_embd(&self) -> u32 {
-        self.mm_2_w.ne()[1] as u32 * (1 + self.deepstack.len() as u32)
+        self.mlp.n_out() * (1 + self.deepstack.len() as u32)
     }
 
     /// The ViT layers whose outputs the deepstack mergers take, in order.
@@ -58,8 +50,7 @@ impl Qwen3vlWeights {
 
 pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<Qwen3vlWeights> {
     let merged = u64::from(hp.n_embd) * u64::from(hp.n_merge).pow(2);
-    let hidden = required_dim(l, "mm.0.weight", 1, "[n_embd * 4, n_hidden]")?;
-    let n_text_embd = required_dim(l, "mm.2.weight", 1, "[n_hidden, n_text_embd]")?;
+    let mlp = GeluMlp::load(l, "mm.0", "mm.2", merged)?;
     let mut deepstack = Vec::new();
     // clip.cpp counts a layer as deepstack where it has `fc1.weight`; the rest of its
     // merger is then required here (its concatenation needs the main path's width), and
@@ -69,26 +60,26 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<Qwen3vlWeights> {
         if !l.has(&n("fc1.weight")) {
             continue;
         }
-        let ds_hidden = required_dim(l, &n("fc1.weight"), 1, "[n_embd * 4, n_hidden]")?;
+        let norm = Norm {
+            weight: l.vector(&n("norm.weight"), merged)?,
+            bias: Some(l.vector(&n("norm.bias"), merged)?),
+        };
+        let merger = GeluMlp::load(l, &n("fc1"), &n("fc2"), merged)?;
+        if merger.n_out() != mlp.n_out() {
+            return Err(Error::Load(format!(
+                "tensor {} gives {} values, not the main path's {}",
+                n("fc2.weight"),
+                merger.n_out(),
+                mlp.n_out()
+            )));
+        }
         deepstack.push(DeepstackMerger {
             layer: il,
-            norm: Norm {
-                weight: l.vector(&n("norm.weight"), merged)?,
-                bias: Some(l.vector(&n("norm.bias"), merged)?),
-            },
-            fc1_w: l.matrix(&n("fc1.weight"), &[merged, ds_hidden])?,
-            fc1_b: l.vector(&n("fc1.bias"), ds_hidden)?,
-            fc2_w: l.matrix(&n("fc2.weight"), &[ds_hidden, n_text_embd])?,
-            fc2_b: l.vector(&n("fc2.bias"), n_text_embd)?,
+            norm,
+            mlp: merger,
         });
     }
-    Ok(Qwen3vlWeights {
-        mm_0_w: l.matrix("mm.0.weight", &[merged, hidden])?,
-        mm_0_b: l.vector("mm.0.bias", hidden)?,
-        mm_2_w: l.matrix("mm.2.weight", &[hidden, n_text_embd])?,
-        mm_2_b: l.vector("mm.2.bias", n_text_embd)?,
-        deepstack,
-    })
+    Ok(Qwen3vlWeights { mlp, deepstack })
 }
 
 /// qwen3vl.cpp's multimodal projection over the encoder's `[n_embd, n_patches]` output and
@@ -102,13 +93,13 @@ pub fn build(g: &Graph, hp: &ClipHParams, w: &Qwen3vlWeights, cur: Tensor, deeps
         let feat = g.layer_norm(feat, hp.eps);
         let feat = g.mul(feat, d.norm.weight);
         let feat = d.norm.bias.map_or(feat, |b| g.add(feat, b));
-        mlp_gelu(g, feat, (d.fc1_w, d.fc1_b), (d.fc2_w, d.fc2_b))
+        d.mlp.build(g, feat)
     });
     // Stacked along the features, layer after layer.
     let deepstack = features.reduce(|stacked, feat| g.concat(stacked, feat, 0));
 
     let cur = g.reshape_3d(cur, merged, n_tokens, 1);
-    let embeddings = mlp_gelu(g, cur, (w.mm_0_w, w.mm_0_b), (w.mm_2_w, w.mm_2_b));
+    let embeddings = w.mlp.build(g, cur);
     match deepstack {
         Some(deepstack) => g.concat(embeddings, deepstack, 0),
         None => embeddings,
