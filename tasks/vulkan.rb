@@ -3,7 +3,7 @@
 require "fileutils"
 require "tmpdir"
 
-# What ggml's Vulkan backend needs to build on Debian 12 (`ELELEM_VULKAN=1`): the packages,
+# What ggml's Vulkan backend needs to build on Debian 12 (script/setup's, unless ELELEM_VULKAN=0): the packages,
 # and Vulkan C++ headers recent enough for the pinned ggml-vulkan. Debian 12's (1.3.239) lack
 # VK_EXT_layer_settings (`vk::LayerSettingEXT`), which ggml-vulkan.cpp uses; Debian 13's
 # `libvulkan-dev` (1.4.309) has it. Its package is fetched with apt from Debian 13's
