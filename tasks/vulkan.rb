@@ -53,7 +53,10 @@ module VulkanBuild
     version = File.basename(deb)[/_([\d.]+)-/, 1]
     dest = File.join(CACHE, "vulkan-headers-#{version}")
     system("dpkg", "-x", deb, dest, exception: true)
-    headers or raise "#{deb} unpacked into #{dest}, but its headers lack VK_EXT_layer_settings"
+    found = headers or raise "#{deb} unpacked into #{dest}, but its headers lack VK_EXT_layer_settings"
+    # A build made without them runs its build script again (which watches this file), and finds them.
+    FileUtils.touch(File.join(__dir__, "..", "ext", "ggml-sys", "build_vulkan.rs"))
+    found
   end
 
   # The Vulkan device lavapipe is when ggml-vulkan is told to use it (it leaves out devices of

@@ -88,7 +88,8 @@ pub fn build(ggml: &Path, out: &Path, compiler: impl Fn() -> cc::Build) -> Vulka
         Ok(pieces) => pieces,
         Err(missing) if asked.is_none() => {
             // Built again once Debian's packages change (script/setup installing the missing
-            // ones), not on every build as a path that is not there would make it.
+            // ones; `rake vulkan_headers` touches this file when it unpacks headers), not on
+            // every build as a watched path that is not there would make it.
             let packages = Path::new("/var/lib/dpkg/status");
             if packages.exists() {
                 println!("cargo:rerun-if-changed={}", packages.display());
