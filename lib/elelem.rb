@@ -125,7 +125,7 @@ module Elelem
     #   result would change with the thread count, so the tokens are the same either way. See
     #   README, "Sharing the cores"
     # @option options [Integer, nil] :n_gpu_layers how many layers go to the devices (the
-    #   RPC workers' of `rpc:`, then, in a build with `ELELEM_VULKAN=1`, this machine's Vulkan
+    #   RPC workers' of `rpc:`, then, in a build with Vulkan, this machine's Vulkan
     #   GPUs: README, "GPUs through Vulkan"), the last ones, the output layer counted, as llama.cpp's `-ngl`;
     #   nil, the default, is all of them. Without a device every layer runs on the CPU
     # @option options [Array<String>, String] :rpc RPC workers (`"host:port"`, each running

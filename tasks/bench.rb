@@ -9,6 +9,7 @@ require_relative "bench_speculative"
 require_relative "bench_server"
 require_relative "bench_amx"
 require_relative "bench_rpc"
+require_relative "bench_vulkan"
 require_relative "bench_architectures"
 require_relative "bench_vision"
 
@@ -578,6 +579,7 @@ module Bench
     tasks = { "speculative decoding, #{BenchSpeculative::TARGET}" => BenchSpeculative,
               BenchEmbeddings::MODEL => BenchEmbeddings, "AMX on and off" => BenchAmx,
               "over RPC workers, #{BenchRpc::MODEL}" => BenchRpc,
+              "on lavapipe, #{BenchVulkan::MODEL}" => BenchVulkan,
               "a hybrid and a mixture of experts at realistic sizes" => BenchArchitectures,
               "images through a projector of SmolVLM-256M's sizes" => BenchVision,
               "elelem serve beside llama-server, #{BenchServer::MODEL}" => BenchServer }

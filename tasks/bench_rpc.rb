@@ -32,10 +32,9 @@ module BenchRpc
     end
   end
 
-  def setup_rows(label, turns, (ours_mib, theirs_mib))
-    speed = %w[pp tg].map do |key|
-      tokens = key == "pp" ? PP : TG
-      { "metric" => "#{label}: #{key}#{tokens} t/s", "elelem" => Bench.median(turns.map { |o, _| o[key] }),
+  def setup_rows(label, turns, (ours_mib, theirs_mib), tokens: { "pp" => PP, "tg" => TG })
+    speed = tokens.map do |key, count|
+      { "metric" => "#{label}: #{key}#{count} t/s", "elelem" => Bench.median(turns.map { |o, _| o[key] }),
         "llama.cpp" => Bench.median(turns.map { |_, t| t[key] }) }
     end
     speed + %w[host devices].map do |side|

@@ -72,7 +72,9 @@ module NativeGem
   # The extension for one Ruby, into lib/elelem/<major>.<minor>/.
   def build_extension(ruby)
     ruby.ensure_root!
-    env = ruby.cargo_env.merge("ELELEM_CPU_VARIANTS" => variants, "CARGO_TARGET_DIR" => TARGET_DIR)
+    # No Vulkan: a build that links libvulkan.so.1 does not load on a machine without a loader.
+    env = ruby.cargo_env.merge("ELELEM_CPU_VARIANTS" => variants, "ELELEM_VULKAN" => "0",
+                               "CARGO_TARGET_DIR" => TARGET_DIR)
     system(env, "cargo", "build", "--release", "--locked", "-p", "elelem", "--target", ruby.arch[:rust],
            chdir: ROOT, exception: true)
     install_library(ruby.platform, "libelelem.so",

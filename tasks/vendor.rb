@@ -4,7 +4,7 @@ require "fileutils"
 require "json"
 
 # Copies the share of ggml that elelem builds (ggml-base, the CPU backend, the RPC backend,
-# and the Vulkan backend that `ELELEM_VULKAN=1` builds), and llama.cpp's stb_image (its JPEG
+# and the Vulkan backend, built where its pieces are there), and llama.cpp's stb_image (its JPEG
 # decoder decodes elelem's JPEG images: ext/ggml-sys/native/stb_jpeg.c)
 # out of the pinned llama-cpp-sys-2 package
 # (downloaded and checksum-verified by cargo through vendor/fetch/Cargo.lock)

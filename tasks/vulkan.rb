@@ -3,7 +3,7 @@
 require "fileutils"
 require "tmpdir"
 
-# What ggml's Vulkan backend needs to build on Debian 12 (`ELELEM_VULKAN=1`): the packages,
+# What ggml's Vulkan backend needs to build on Debian 12 (script/setup's, unless ELELEM_VULKAN=0): the packages,
 # and Vulkan C++ headers recent enough for the pinned ggml-vulkan. Debian 12's (1.3.239) lack
 # VK_EXT_layer_settings (`vk::LayerSettingEXT`), which ggml-vulkan.cpp uses; Debian 13's
 # `libvulkan-dev` (1.4.309) has it. Its package is fetched with apt from Debian 13's
@@ -53,7 +53,10 @@ module VulkanBuild
     version = File.basename(deb)[/_([\d.]+)-/, 1]
     dest = File.join(CACHE, "vulkan-headers-#{version}")
     system("dpkg", "-x", deb, dest, exception: true)
-    headers or raise "#{deb} unpacked into #{dest}, but its headers lack VK_EXT_layer_settings"
+    found = headers or raise "#{deb} unpacked into #{dest}, but its headers lack VK_EXT_layer_settings"
+    # A build made without them runs its build script again (which watches this file), and finds them.
+    FileUtils.touch(File.join(__dir__, "..", "ext", "ggml-sys", "build_vulkan.rs"))
+    found
   end
 
   # The Vulkan device lavapipe is when ggml-vulkan is told to use it (it leaves out devices of

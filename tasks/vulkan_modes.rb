@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "digest"
+require "fileutils"
 require "json"
 require "open3"
 require "tempfile"
@@ -71,19 +72,35 @@ module VulkanModes
 
   def path(mode, name) = File.join(VulkanGolden::DIR, "lavapipe-#{mode}-#{name}.json")
 
-  # Records every file missing, or lacking this build profile's recording.
-  def record_all(binary)
-    LOCKSTEP.each { |name, spec| record_lockstep(binary, name, spec) }
-    GRAMMAR.each { |name, prompts| write_once(path("grammar", name)) { grammar(binary, name, prompts) } }
-    EMBED.each { |name, cases| write_once(path("embed", name)) { embed(binary, name, cases) } }
-    SPECULATIVE.each { |name, spec| write_once(path("speculative", name)) { speculative(binary, name, spec) } }
+  # Records every file missing, or lacking this build profile's recording (a mode's file into
+  # `cache`, Golden::CACHE_DIR, `<profile>/<file>`, where given, as a golden file's recording is).
+  def record_all(binary, cache: nil)
+    LOCKSTEP.each { |name, spec| record_lockstep(binary, name, spec, cache) }
+    GRAMMAR.each { |name, prompts| write_once(path("grammar", name), cache) { grammar(binary, name, prompts) } }
+    EMBED.each { |name, cases| write_once(path("embed", name), cache) { embed(binary, name, cases) } }
+    SPECULATIVE.each do |name, spec|
+      write_once(path("speculative", name), cache) { speculative(binary, name, spec) }
+    end
   end
 
-  def record_lockstep(binary, name, spec)
-    prompts = spec[:prompts]
-    golden = Elelem::Golden.new(path("lockstep", name))
-    golden.add_lockstep_case("lockstep", prompts, max_tokens: LOCKSTEP_MAX_TOKENS, ignore_eos: true) \
+  # Whether a file lacks this build profile's recording (in it, or in `cache`).
+  def missing?(cache = nil)
+    LOCKSTEP.any? { |name, spec| !lockstep_golden(name, spec, cache).recorded? } ||
+      [GRAMMAR, EMBED, SPECULATIVE].zip(%w[grammar embed speculative]).any? do |models, mode|
+        models.keys.any? { |name| !recorded?(path(mode, name), cache) }
+      end
+  end
+
+  def lockstep_golden(name, spec, cache)
+    golden = Elelem::Golden.new(path("lockstep", name), cache:)
+    golden.add_lockstep_case("lockstep", spec[:prompts], max_tokens: LOCKSTEP_MAX_TOKENS, ignore_eos: true) \
       unless golden.find("lockstep")
+    golden
+  end
+
+  def record_lockstep(binary, name, spec, cache)
+    prompts = spec[:prompts]
+    golden = lockstep_golden(name, spec, cache)
     return if golden.recorded?
 
     info = Elelem.open(synthetic(name), n_ctx: Reference::N_CTX, n_threads: Reference::N_THREADS,
@@ -94,12 +111,25 @@ module VulkanModes
     puts "recorded #{File.basename(golden.path)} for build profile #{Elelem.build_profile[:id]}"
   end
 
-  # A file of one of the other modes, when this profile has none.
-  def write_once(file)
-    return if File.exist?(file) && JSON.parse(File.read(file))["profile"] == Elelem.build_profile[:id]
+  # The file of one of the other modes recorded for this build profile, in the repository or
+  # in `cache` (`<cache>/<profile>/<file>`); nil when neither has one.
+  def recording(file, cache = nil)
+    profile = Elelem.build_profile[:id]
+    [file, (File.join(cache, profile, File.basename(file)) if cache)].compact.find do |f|
+      File.exist?(f) && JSON.parse(File.read(f))["profile"] == profile
+    end
+  end
+
+  def recorded?(file, cache) = !recording(file, cache).nil?
+
+  # A file of one of the other modes, when this profile has none (written into `cache` where given).
+  def write_once(file, cache = nil)
+    return if recorded?(file, cache)
 
     doc = yield
-    File.write(file, "#{EmbeddingGolden.compact(JSON.pretty_generate(doc))}\n")
+    target = cache ? File.join(cache, Elelem.build_profile[:id], File.basename(file)) : file
+    FileUtils.mkdir_p(File.dirname(target))
+    File.write(target, "#{EmbeddingGolden.compact(JSON.pretty_generate(doc))}\n")
     puts "recorded #{File.basename(file)} for build profile #{Elelem.build_profile[:id]}"
   end
 

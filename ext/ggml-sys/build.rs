@@ -17,8 +17,9 @@
 //! Two builds with the same profile, compiler and ggml compile the same kernels, so
 //! they give the same bits on any CPU; the goldens are recorded per profile.
 //! - `ELELEM_OPENMP=1`: thread with OpenMP instead of ggml's own pool (not fork-safe).
-//! - `ELELEM_VULKAN=1`: ggml's Vulkan backend too (`build_vulkan.rs`; not in a build with
-//!   CPU variants).
+//! - `ELELEM_VULKAN`: ggml's Vulkan backend too (`build_vulkan.rs`) when its pieces are there
+//!   (unset), or always (`1`, failing without them), or never (`0`); never in a build with CPU
+//!   variants.
 
 use std::env;
 use std::fs;

@@ -4,8 +4,10 @@
 //! Vulkan headers and linked to the loader (`libvulkan`).
 //!
 //! Environment:
-//! - `ELELEM_VULKAN=1`: build it, and fail the build, saying what is missing, when a piece is
-//!   not there; unset or `0`: not built (the reason is what `Elelem.system_info` shows).
+//! - `ELELEM_VULKAN` unset: built when every piece below is found (Debian's `libvulkan-dev`
+//!   and `glslc`, headers recent enough), else not, and what is missing is the reason
+//!   `Elelem.system_info` shows; `1`: built, and the build fails, saying what is missing, when a
+//!   piece is not there; `0`: not built.
 //! - `ELELEM_VULKAN_INCLUDE`: a folder holding `vulkan/vulkan.hpp` recent enough for ggml
 //!   (`VK_EXT_layer_settings`, Vulkan-Headers 1.3.261 or later); else the first such of
 //!   `~/.cache/elelem/vulkan-headers-*/usr/include` (where `script/setup` unpacks Debian 13's
@@ -65,30 +67,41 @@ const EXTENSIONS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Builds the backend when `ELELEM_VULKAN` asks for it; `compiler` makes a C++ compiler
-/// configured as for ggml's other sources.
+/// Builds the backend when its pieces are found, or `ELELEM_VULKAN=1` insists (`0` refuses);
+/// `compiler` makes a C++ compiler configured as for ggml's other sources.
 pub fn build(ggml: &Path, out: &Path, compiler: impl Fn() -> cc::Build) -> Vulkan {
     println!("cargo:rerun-if-env-changed=ELELEM_VULKAN");
-    let wanted = env::var("ELELEM_VULKAN").is_ok_and(|v| !v.is_empty() && v != "0");
-    if !wanted {
-        return Vulkan::Off("not built; ELELEM_VULKAN=1 builds it".to_string());
+    let asked = env::var("ELELEM_VULKAN").ok().filter(|v| !v.is_empty());
+    if asked.as_deref() == Some("0") {
+        return Vulkan::Off("not built; ELELEM_VULKAN=0".to_string());
     }
     for var in [
         "ELELEM_VULKAN_INCLUDE",
         "ELELEM_GLSLC",
         "ELELEM_VULKAN_SHADER_CACHE",
         "HOME",
+        "PATH",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let pieces = match Pieces::find(ggml) {
         Ok(pieces) => pieces,
+        Err(missing) if asked.is_none() => {
+            // Built again once Debian's packages change (script/setup installing the missing
+            // ones; `rake vulkan_headers` touches this file when it unpacks headers), not on
+            // every build as a watched path that is not there would make it.
+            let packages = Path::new("/var/lib/dpkg/status");
+            if packages.exists() {
+                println!("cargo:rerun-if-changed={}", packages.display());
+            }
+            return Vulkan::Off(format!("not built; {missing}: script/setup installs it"));
+        }
         Err(missing) => panic!(
             "\n\nggml-sys: ELELEM_VULKAN=1, but {missing}.\n\
-             On Debian 12, `ELELEM_VULKAN=1 script/setup` installs what ggml's Vulkan backend needs: \
-             the packages libvulkan-dev glslc spirv-headers mesa-vulkan-drivers vulkan-tools, and Debian \
-             13's Vulkan headers (1.4) unpacked under ~/.cache/elelem (Debian 12's are too old for it; \
-             `rake vulkan_headers` alone fetches those). Or build without ELELEM_VULKAN.\n\n"
+             On Debian 12, `script/setup` installs what ggml's Vulkan backend needs: the packages \
+             libvulkan-dev glslc spirv-headers mesa-vulkan-drivers vulkan-tools, and Debian 13's \
+             Vulkan headers (1.4) unpacked under ~/.cache/elelem (Debian 12's are too old for it; \
+             `rake vulkan_headers` alone fetches those). Or build with ELELEM_VULKAN=0.\n\n"
         ),
     };
     let shaders = pieces.shaders(out);
