@@ -146,7 +146,6 @@
 // KV cache, n_batch 2048, n_ubatch 512, swa_full false, the prompt fed with
 // llama_batch_get_one (only the last token is an output), greedy sampling.
 #include "llama.h"
-#include "ggml-rpc.h"
 #include "mtmd.h"
 #include "mtmd-helper.h"
 #include "ngram-cache.h"  // header-only structures (the lookup mode)
@@ -272,11 +271,21 @@ static bool kv_offload = true;
 static llama_split_mode split_mode = LLAMA_SPLIT_MODE_LAYER;
 static int main_gpu = 0;
 
+// Through the RPC backend's registry entry, as llama.cpp's common/arg.cpp does, so that a
+// variants build (GGML_BACKEND_DL, where RPC is a module the driver does not load) links.
 static bool add_rpc_servers(const char * list) {
+    ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
+    if (!rpc) {
+        fprintf(stderr, "--rpc: this build has no RPC backend\n");
+        return false;
+    }
+    using add_server_t = ggml_backend_reg_t (*)(const char * endpoint);
+    auto add_server = (add_server_t) ggml_backend_reg_get_proc_address(rpc, "ggml_backend_rpc_add_server");
+    if (!add_server) return false;
     std::stringstream ss(list);
     std::string endpoint;
     while (std::getline(ss, endpoint, ',')) {
-        ggml_backend_reg_t reg = ggml_backend_rpc_add_server(endpoint.c_str());
+        ggml_backend_reg_t reg = add_server(endpoint.c_str());
         if (!reg) return false;
         for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
             rpc_devices.push_back(ggml_backend_reg_dev_get(reg, i));
