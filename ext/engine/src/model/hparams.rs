@@ -742,7 +742,9 @@ impl HParams {
         if norm_eps.is_none() && hp.norm_eps.is_nan() {
             return Err(missing(arch.name, eps_key));
         }
-        if !positive(hp.norm_eps) {
+        // The file's epsilon must be positive; an architecture may still run with 0 (qwen2vl,
+        // as llama.cpp does).
+        if !norm_eps.is_none_or(positive) || !(hp.norm_eps.is_finite() && hp.norm_eps >= 0.0) {
             return Err(Error::Load(format!(
                 "{}: rope.freq_base ({freq_base}) and {eps_key} ({}) must be positive and finite",
                 arch.name, hp.norm_eps
