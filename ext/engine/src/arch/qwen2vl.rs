@@ -32,10 +32,13 @@ fn read_hparams(keys: &Keys, hp: &mut HParams) -> Result<()> {
     // llama.cpp's qwen2vl reads only `rope.dimension_sections` (llama_model_qwen2vl::
     // load_arch_hparams; qwen2's, which reads `attention.layer_norm_rms_epsilon`, is not
     // called), so its RMS norms run with f_norm_rms_eps at its zero default, whatever the
-    // file says. Mirrored: with the file's epsilon the norms differ from the reference's
-    // in the last bits, which flips near ties (the tiny-qwen2vl golden under aarch64's SVE
-    // variants). The file's value is still read and checked.
-    hp.norm_eps = 0.0;
+    // file says. Mirrored: with the file's epsilon every normed row is scaled a little
+    // differently from the reference's, which flips near ties (the tiny-qwen2vl golden
+    // under aarch64's SVE variants). The file's value is still required and checked
+    // (HParams::read).
+    if hp.norm_eps.is_finite() {
+        hp.norm_eps = 0.0;
+    }
     read_rope_sections(keys, hp)
 }
 

@@ -742,12 +742,14 @@ impl HParams {
         if norm_eps.is_none() && hp.norm_eps.is_nan() {
             return Err(missing(arch.name, eps_key));
         }
-        // The file's epsilon must be positive; an architecture may still run with 0 (qwen2vl,
-        // as llama.cpp does).
-        if !norm_eps.is_none_or(positive) || !(hp.norm_eps.is_finite() && hp.norm_eps >= 0.0) {
+        // Positive, or 0 where the architecture runs with 0 whatever the file's positive value
+        // (qwen2vl, as llama.cpp does).
+        let zeroed = hp.norm_eps == 0.0 && norm_eps.is_some_and(positive);
+        if !positive(hp.norm_eps) && !zeroed {
             return Err(Error::Load(format!(
                 "{}: rope.freq_base ({freq_base}) and {eps_key} ({}) must be positive and finite",
-                arch.name, hp.norm_eps
+                arch.name,
+                norm_eps.unwrap_or(hp.norm_eps)
             )));
         }
         keys.check_all_read()?;
