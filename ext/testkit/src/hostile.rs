@@ -107,6 +107,18 @@ const DEEPSEEK2_NEXTN: Shape = Shape {
     },
     ..DEEPSEEK2
 };
+/// A family's `n_deepstack_layers` key (0 where it has none).
+fn deepstack_layers(family: &Family) -> u32 {
+    family
+        .keys
+        .iter()
+        .find_map(|&(key, ref value)| match (key, value) {
+            ("n_deepstack_layers", canary::Key::U32(n)) => Some(*n),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
 /// Every architecture of the synthetic models (`canary::synthetic()`, but the weight
 /// types') in a micro shape: 2 layers of two 8-wide heads (one KV head, or two where
 /// the model has as many as heads), 4 experts (2 per token) where it has experts.
@@ -121,8 +133,14 @@ fn micro_synthetic() -> impl Iterator<Item = (String, GgufWriter)> {
                 n_head_kv: if shape.n_head_kv == shape.n_head { 2 } else { 1 },
                 n_expert: shape.n_expert.min(4),
                 n_expert_used: shape.n_expert_used.min(2),
-                // A layer pattern (nemotron_h's) whole, so that every kind of layer is there.
-                n_layer: shape.family.layer_pattern.map_or(MICRO.n_layer, |p| p.len() as u32),
+                // A layer pattern (nemotron_h's) whole, so that every kind of layer is there;
+                // a layer after the deepstack ones (Qwen3-VL's), whose slices llama.cpp adds to
+                // whole layer outputs, which its last layer does not keep.
+                n_layer: shape
+                    .family
+                    .layer_pattern
+                    .map_or(MICRO.n_layer, |p| p.len() as u32)
+                    .max(deepstack_layers(&shape.family) + 1),
                 // Rows of 16 fill no block of a quantized type (gpt-oss's MXFP4 experts);
                 // the made-up vocabulary keeps a real one's tokens out of every mutant.
                 ..micro(Family {
