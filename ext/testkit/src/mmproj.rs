@@ -289,14 +289,7 @@ pub fn writer(shape: &Shape) -> GgufWriter {
         gelu,
         1e-6,
     );
-    w.set(
-        "clip.vision.image_mean",
-        Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
-    )
-    .set(
-        "clip.vision.image_std",
-        Value::Array(vec![Value::F32(0.5), Value::F32(0.5), Value::F32(0.5)]),
-    );
+    set_normalization(&mut w, [0.5; 3], [0.5; 3]);
     if let Some(k) = shape.n_merge {
         w.set("clip.vision.projector.scale_factor", Value::U32(k));
     }
@@ -490,8 +483,7 @@ fn qwen3vl_writer(shape: &Shape) -> GgufWriter {
     let (merged, text) = (embd * 4, shape.n_text_embd);
     let n_patches = (shape.image_size / p).pow(2);
     common_keys(&mut w, shape, "qwen3vl_merger", Some(("clip.use_gelu", true)), 1e-6);
-    w.set("clip.vision.image_mean", Value::Array(vec![Value::F32(0.5); 3]))
-        .set("clip.vision.image_std", Value::Array(vec![Value::F32(0.5); 3]));
+    set_normalization(&mut w, [0.5; 3], [0.5; 3]);
     let norm = |w: &mut GgufWriter, rng: &mut Rng, name: &str, n: u64| {
         w.add_f32(&format!("{name}.weight"), &[n], &rng.around_one(n));
         w.add_f32(&format!("{name}.bias"), &[n], &rng.small(n));
@@ -568,8 +560,7 @@ fn gemma4v_writer(shape: &Shape) -> GgufWriter {
     let (embd, ff, p, ty) = (shape.n_embd, shape.n_ff, shape.patch_size, shape.matrix_type);
     let d_head = embd / shape.n_head;
     common_keys(&mut w, shape, "gemma4v", Some(("clip.use_gelu", true)), 1e-6);
-    w.set("clip.vision.image_mean", Value::Array(vec![Value::F32(0.0); 3]))
-        .set("clip.vision.image_std", Value::Array(vec![Value::F32(1.0); 3]));
+    set_normalization(&mut w, [0.0; 3], [1.0; 3]);
     if let Some(k) = shape.n_merge {
         w.set("clip.vision.projector.scale_factor", Value::U32(k));
     }
@@ -603,6 +594,16 @@ fn gemma4v_writer(shape: &Shape) -> GgufWriter {
     w
 }
 
+/// CLIP's per-channel mean and standard deviation (Pixtral's and Qwen2.5-VL's preprocessing).
+const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
+const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
+
+/// `clip.vision.image_mean` and `image_std`, the preprocessing's per-channel normalization.
+fn set_normalization(w: &mut GgufWriter, mean: [f32; 3], std: [f32; 3]) {
+    w.set("clip.vision.image_mean", Value::Array(mean.map(Value::F32).to_vec()))
+        .set("clip.vision.image_std", Value::Array(std.map(Value::F32).to_vec()));
+}
+
 /// A seeded Pixtral projector (`convert_hf_to_gguf.py`'s `PixtralModel`): the ViT's RMS
 /// norms (weights only: `v.pre_ln`, `ln1`, `ln2`), Q/K/V and output without biases, the
 /// SiLU-gated feed-forward without biases, no position embeddings (2D RoPE) and no
@@ -620,11 +621,7 @@ fn pixtral_writer(shape: &Shape) -> GgufWriter {
         shape.n_text_embd,
     );
     common_keys(&mut w, shape, "pixtral", Some(("clip.use_silu", true)), 1e-5);
-    // Pixtral's (CLIP's) mean and std.
-    let mean = [0.481_454_66, 0.457_827_5, 0.408_210_73];
-    let std = [0.268_629_54, 0.261_302_6, 0.275_777_1];
-    w.set("clip.vision.image_mean", Value::Array(mean.map(Value::F32).to_vec()))
-        .set("clip.vision.image_std", Value::Array(std.map(Value::F32).to_vec()));
+    set_normalization(&mut w, CLIP_MEAN, CLIP_STD);
     if let Some(k) = shape.n_merge {
         w.set("clip.vision.spatial_merge_size", Value::U32(k));
     }
@@ -675,11 +672,8 @@ fn qwen25vl_writer(shape: &Shape) -> GgufWriter {
         shape.n_text_embd,
     );
     common_keys(&mut w, shape, "qwen2.5vl_merger", Some(("clip.use_silu", true)), 1e-6);
-    let mean = [0.481_454_66, 0.457_827_5, 0.408_210_73];
-    let std = [0.268_629_54, 0.261_302_6, 0.275_777_1];
-    w.set("clip.vision.image_mean", Value::Array(mean.map(Value::F32).to_vec()))
-        .set("clip.vision.image_std", Value::Array(std.map(Value::F32).to_vec()))
-        .set("clip.vision.n_wa_pattern", Value::U32(QWEN25VL_WA_PATTERN));
+    set_normalization(&mut w, CLIP_MEAN, CLIP_STD);
+    w.set("clip.vision.n_wa_pattern", Value::U32(QWEN25VL_WA_PATTERN));
     add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
     add_weights(&mut w, &mut rng, "v.patch_embd.weight.1", ty, &[p, p, 3, embd]);
     for il in 0..shape.n_layer {
