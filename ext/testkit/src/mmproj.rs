@@ -71,6 +71,9 @@ pub struct Shape {
     pub grid_pinpoints: &'static [i32],
     /// LLaVA's `mlp_norm` variant (Yi-VL's): `mm.0`, the norm `mm.1`, `mm.3`, the norm `mm.4`.
     pub mlp_norm: bool,
+    /// Qwen2.5-VL's `clip.vision.n_wa_pattern`: every this many layers, one attends over the
+    /// whole image (the others within their windows).
+    pub n_wa_pattern: u32,
     pub seed: u64,
 }
 
@@ -93,6 +96,7 @@ impl Shape {
         feature_layers: &[],
         grid_pinpoints: &[],
         mlp_norm: false,
+        n_wa_pattern: QWEN25VL_WA_PATTERN,
         seed: 0x5167_11b5,
     };
 
@@ -673,7 +677,7 @@ fn qwen25vl_writer(shape: &Shape) -> GgufWriter {
     );
     common_keys(&mut w, shape, "qwen2.5vl_merger", Some(("clip.use_silu", true)), 1e-6);
     set_normalization(&mut w, CLIP_MEAN, CLIP_STD);
-    w.set("clip.vision.n_wa_pattern", Value::U32(QWEN25VL_WA_PATTERN));
+    w.set("clip.vision.n_wa_pattern", Value::U32(shape.n_wa_pattern));
     add_weights(&mut w, &mut rng, "v.patch_embd.weight", ty, &[p, p, 3, embd]);
     add_weights(&mut w, &mut rng, "v.patch_embd.weight.1", ty, &[p, p, 3, embd]);
     for il in 0..shape.n_layer {
@@ -942,6 +946,14 @@ pub const LLAVA_PINPOINTS: &[i32] = &[64, 128, 128, 64, 128, 128];
 ///   768 wide, 12 heads, a feed-forward 3072 wide: 1024 patches a tile) unshuffled by 4
 ///   into 64 tokens a tile, images resized to 2048 at most (SmolVLM's defaults), in F16
 ///   as converted projectors are.
+/// - `bench-qwen25vl-3b`: Qwen2.5-VL-3B's projector (32 layers 1280 wide, 16 heads, a
+///   SiLU-gated feed-forward 3420 wide, 14-pixel patches, every eighth layer attending over
+///   the whole image and the others within windows of 112 pixels; its merger's hidden width
+///   is the feed-forward's, where Qwen2.5-VL's is 5120) in F16, before a Qwen2.5-VL
+///   language model of Qwen2.5-0.5B's shape (24 layers 896 wide, 14 heads, 2 KV heads, a
+///   feed-forward 4864 wide, 151,936 tokens, the head tied to the embeddings, M-RoPE in
+///   Qwen2-VL's sections scaled to its heads of 64) in Q8_0, whose vocabulary ends with
+///   the control tokens `<|vision_start|>` and `<|vision_end|>`.
 pub fn bench_pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
     let lm = canary::Shape {
@@ -978,15 +990,48 @@ pub fn bench_pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
         feature_layers: &[],
         grid_pinpoints: &[],
         mlp_norm: false,
+        n_wa_pattern: QWEN25VL_WA_PATTERN,
         seed: 0x5_3001_256d,
     };
-    vec![pair(
-        "bench-smolvlm-256m",
-        &lm,
-        &["\n\n"],
-        &idefics3_controls(4),
-        siglip,
-    )]
+    let qwen2vl = canary::Shape {
+        family: canary::Family {
+            name: "elelem bench qwen2vl (Qwen2.5-0.5B's shape)",
+            keys: &[("rope.dimension_sections", canary::Key::U32s(&[8, 12, 12, 0]))],
+            tied_head: true,
+            ..canary::QWEN2VL
+        },
+        n_vocab: 151_936,
+        n_embd: 896,
+        n_layer: 24,
+        n_head: 14,
+        n_head_kv: 2,
+        n_ff: 4864,
+        ..lm
+    };
+    let qwen25vl = Shape {
+        kind: Kind::Qwen25vl,
+        n_embd: 1280,
+        n_head: 16,
+        n_ff: 3420,
+        n_layer: 32,
+        image_size: 560,
+        patch_size: 14,
+        n_merge: None,
+        longest_edge: None,
+        n_wa_pattern: 8,
+        seed: 0x9e25_3b00,
+        ..siglip
+    };
+    vec![
+        pair("bench-smolvlm-256m", &lm, &["\n\n"], &idefics3_controls(4), siglip),
+        pair(
+            "bench-qwen25vl-3b",
+            &qwen2vl,
+            &[],
+            &["<|vision_start|>", "<|vision_end|>"],
+            qwen25vl,
+        ),
+    ]
 }
 
 /// Idefics3's framing tokens: `<fake_token_around_image>`, `<global-img>` and
