@@ -69,7 +69,8 @@ module Bench
     # `elelem serve` beside llama-server under the same load (BenchServer).
     "streams over HTTP tg64 t/s (all)" => [:min, 1.0],
     "streams over HTTP ttft p50 ms" => [:max, 1.0], "streams over HTTP ttft p99 ms" => [:max, 1.0],
-    # A prompt with an image through projectors of SmolVLM-256M's and Qwen2.5-VL-3B's sizes (BenchVision).
+    # A prompt with an image through projectors of SmolVLM-256M's, Qwen2.5-VL-3B's and Qwen3-VL-2B's sizes
+    # (BenchVision).
     "image encode ms" => [:max, 1.0], "pp t/s with an image" => [:min, 0.95], "tg64 t/s after an image" => [:min, 1.0]
   }.freeze
   # A schema whose values run past 128 tokens, for decode speed under a constraint.
@@ -581,7 +582,7 @@ module Bench
               "over RPC workers, #{BenchRpc::MODEL}" => BenchRpc,
               "on lavapipe, #{BenchVulkan::MODEL}" => BenchVulkan,
               "a hybrid and a mixture of experts at realistic sizes" => BenchArchitectures,
-              "images through projectors of SmolVLM-256M's and Qwen2.5-VL-3B's sizes" => BenchVision,
+              "images through projectors of SmolVLM-256M's, Qwen2.5-VL-3B's and Qwen3-VL-2B's sizes" => BenchVision,
               "elelem serve beside llama-server, #{BenchServer::MODEL}" => BenchServer }
     tasks.each do |label, rows|
       next unless rows.enabled?

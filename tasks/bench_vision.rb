@@ -14,7 +14,9 @@ require_relative "reference"
 #   before a Llama of SmolLM2-135M's shape in Q8_0), which tiles an image;
 # - `bench-qwen25vl-3b`: Qwen2.5-VL-3B's projector (32 layers 1280 wide, window attention) in
 #   F16 before a Qwen2.5-VL language model of Qwen2.5-0.5B's shape in Q8_0, which takes an
-#   image at its own resolution (smart-resized).
+#   image at its own resolution (smart-resized);
+# - `bench-qwen3vl-2b`: Qwen3-VL-2B's projector (24 layers 1024 wide, 3 deepstack mergers) in
+#   F16 before a Qwen3-VL language model of Qwen3-0.6B's width and depth in Q8_0.
 # Each repetition opens the model afresh on both sides (the driver is a process a run), so each
 # encode is the image's first, uncached one. Per image: the encoder's time for the whole
 # image, every tile and the overview (elelem: Completion#timings' `:image_encode_seconds`;
@@ -31,10 +33,11 @@ module BenchVision
   # Each pair's images: the fixture, and one made here of a size (width, height) that it
   # lays out otherwise: for SmolVLM 2:1, tiled otherwise than the fixture's 4:3; for
   # Qwen2.5-VL 391 tokens (23 x 17) in 6 x 5 windows, partial at the right and bottom edges
-  # (the fixture's 6 x 4 are two windows).
+  # (the fixture's 6 x 4 are two windows); for Qwen3-VL 300 tokens (20 x 15).
   PAIRS = {
     "bench-smolvlm-256m" => [2048, 1024],
-    "bench-qwen25vl-3b" => [640, 480]
+    "bench-qwen25vl-3b" => [640, 480],
+    "bench-qwen3vl-2b" => [640, 480]
   }.freeze
 
   module_function

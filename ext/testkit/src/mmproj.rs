@@ -74,6 +74,9 @@ pub struct Shape {
     /// Qwen2.5-VL's `clip.vision.n_wa_pattern`: every this many layers, one attends over the
     /// whole image (the others within their windows).
     pub n_wa_pattern: u32,
+    /// Qwen3-VL's layers whose outputs go through deepstack mergers of their own (those
+    /// below `n_layer`).
+    pub deepstack_layers: &'static [u64],
     pub seed: u64,
 }
 
@@ -97,6 +100,7 @@ impl Shape {
         grid_pinpoints: &[],
         mlp_norm: false,
         n_wa_pattern: QWEN25VL_WA_PATTERN,
+        deepstack_layers: &QWEN3VL_DEEPSTACK_LAYERS,
         seed: 0x5167_11b5,
     };
 
@@ -479,7 +483,7 @@ pub const QWEN3VL_DEEPSTACK_LAYERS: [u64; 2] = [1, 2];
 /// convolutions and the patch bias, F32 position embeddings, each layer's LayerNorms with
 /// biases, the fused `attn_qkv` and `attn_out` with biases, a GELU feed-forward with
 /// biases; the deepstack mergers (`v.deepstack.<il>.norm`, `fc1`, `fc2`, with biases) of
-/// [`QWEN3VL_DEEPSTACK_LAYERS`] (those the shape's layers reach), the post-LayerNorm and the merger `mm.0`, `mm.2`.
+/// the shape's `deepstack_layers` (those its layers reach), the post-LayerNorm and the merger `mm.0`, `mm.2`.
 fn qwen3vl_writer(shape: &Shape) -> GgufWriter {
     let mut rng = Rng(shape.seed);
     let mut w = GgufWriter::new();
@@ -513,7 +517,7 @@ fn qwen3vl_writer(shape: &Shape) -> GgufWriter {
         linear(&mut w, &mut rng, &n("ffn_up"), embd, ff);
         linear(&mut w, &mut rng, &n("ffn_down"), ff, embd);
     }
-    for il in QWEN3VL_DEEPSTACK_LAYERS.into_iter().filter(|&il| il < shape.n_layer) {
+    for &il in shape.deepstack_layers.iter().filter(|&&il| il < shape.n_layer) {
         let n = |t: &str| format!("v.deepstack.{il}.{t}");
         norm(&mut w, &mut rng, &n("norm"), merged);
         linear(&mut w, &mut rng, &n("fc1"), merged, ff);
@@ -954,6 +958,12 @@ pub const LLAVA_PINPOINTS: &[i32] = &[64, 128, 128, 64, 128, 128];
 ///   feed-forward 4864 wide, 151,936 tokens, the head tied to the embeddings, M-RoPE in
 ///   Qwen2-VL's sections scaled to its heads of 64) in Q8_0, whose vocabulary ends with
 ///   the control tokens `<|vision_start|>` and `<|vision_end|>`.
+/// - `bench-qwen3vl-2b`: Qwen3-VL-2B's projector (24 layers 1024 wide, 16 heads, a GELU
+///   feed-forward 4096 wide, 16-pixel patches, 48 x 48 position embeddings, the deepstack
+///   mergers of layers 5, 11 and 17) in F16, before a Qwen3-VL language model of
+///   Qwen3-0.6B's width and depth (28 layers 1024 wide, 8 heads of 128, 8 KV heads, a
+///   feed-forward 3072 wide, 151,936 tokens, the head tied to the embeddings, interleaved
+///   M-RoPE in Qwen3-VL's sections, 3 deepstack layers) in Q8_0, framed as Qwen2.5-VL's.
 pub fn bench_pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
     let lm = canary::Shape {
@@ -991,6 +1001,7 @@ pub fn bench_pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
         grid_pinpoints: &[],
         mlp_norm: false,
         n_wa_pattern: QWEN25VL_WA_PATTERN,
+        deepstack_layers: &QWEN3VL_DEEPSTACK_LAYERS,
         seed: 0x5_3001_256d,
     };
     let qwen2vl = canary::Shape {
@@ -1022,6 +1033,37 @@ pub fn bench_pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
         seed: 0x9e25_3b00,
         ..siglip
     };
+    let qwen3vl = canary::Shape {
+        family: canary::Family {
+            name: "elelem bench qwen3vl (Qwen3-0.6B's width and depth)",
+            keys: &[
+                ("rope.dimension_sections", canary::Key::U32s(&[24, 20, 20, 0])),
+                ("n_deepstack_layers", canary::Key::U32(3)),
+            ],
+            tied_head: true,
+            ..canary::QWEN3VL
+        },
+        n_embd: 1024,
+        n_layer: 28,
+        n_head: 8,
+        n_head_kv: 8,
+        n_ff: 3072,
+        ..qwen2vl
+    };
+    let qwen3vl_projector = Shape {
+        kind: Kind::Qwen3vl,
+        n_embd: 1024,
+        n_head: 16,
+        n_ff: 4096,
+        n_layer: 24,
+        image_size: 768,
+        patch_size: 16,
+        n_merge: None,
+        longest_edge: None,
+        deepstack_layers: &[5, 11, 17],
+        seed: 0x9e3_2b00,
+        ..siglip
+    };
     vec![
         pair("bench-smolvlm-256m", &lm, &["\n\n"], &idefics3_controls(4), siglip),
         pair(
@@ -1030,6 +1072,13 @@ pub fn bench_pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
             &[],
             &["<|vision_start|>", "<|vision_end|>"],
             qwen25vl,
+        ),
+        pair(
+            "bench-qwen3vl-2b",
+            &qwen3vl,
+            &[],
+            &["<|vision_start|>", "<|vision_end|>"],
+            qwen3vl_projector,
         ),
     ]
 }
