@@ -7,6 +7,8 @@ module Elelem
   module ChatOptions
     # The roles a message may have.
     ROLES = %w[system user assistant tool].freeze
+    # Audio content parts, as OpenAI's and others' clients send them: refused by name.
+    AUDIO_PARTS = %w[input_audio audio audio_url].freeze
 
     module_function
 
@@ -142,9 +144,17 @@ module Elelem
       type = part.is_a?(Hash) && (part[:type] || part["type"]).to_s
       return part[:text] || part["text"] if type == "text"
 
-      raise ArgumentError, "message content parts must be text (a String or { type: \"text\", text: ... }) or " \
-                           "images ({ type: \"image\", image: ... } or { type: \"image_url\", ... }), " \
-                           "got #{part.inspect[0, 60]}"
+      raise unsupported_part(type, part)
+    end
+
+    def unsupported_part(type, part)
+      if AUDIO_PARTS.include?(type)
+        return ArgumentError.new("audio content parts (#{type}) are not supported: elelem reads text and images")
+      end
+
+      ArgumentError.new("message content parts must be text (a String or { type: \"text\", text: ... }) or " \
+                        "images ({ type: \"image\", image: ... } or { type: \"image_url\", ... }), " \
+                        "got #{part.inspect[0, 60]}")
     end
   end
 end
