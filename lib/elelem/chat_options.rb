@@ -137,6 +137,10 @@ module Elelem
                         "got #{url.inspect[0, 60]}"
     end
 
+    # A content part's text: its own, or the image marker where it is an image.
+    # @param part [String, Hash] a content part
+    # @return [String]
+    # @raise [ArgumentError] for a part that is neither text nor an image
     def part_text(part)
       return part if part.is_a?(String)
       return Images::MARKER if image(part)
@@ -147,6 +151,10 @@ module Elelem
       raise unsupported_part(type, part)
     end
 
+    # The error for a content part elelem does not read: audio by name, others by what it reads.
+    # @param type [String] the part's type
+    # @param part [Object] the part
+    # @return [ArgumentError]
     def unsupported_part(type, part)
       if AUDIO_PARTS.include?(type)
         return ArgumentError.new("audio content parts (#{type}) are not supported: elelem reads text and images")
