@@ -312,7 +312,9 @@ module NativeGem
     names.each do |name|
       golden = Elelem::Golden.new(Goldens.fixture(name), cache: Elelem::Golden::CACHE_DIR)
       Elelem.open(Goldens.model_path(name), n_ctx: golden.n_ctx, n_threads: golden.n_threads,
-                                            parallel: golden.parallel, flash_attn: golden.flash_attn) do |model|
+                                            parallel: golden.parallel, flash_attn: golden.flash_attn,
+                                            cache_type_k: golden.cache_type_k,
+                                            cache_type_v: golden.cache_type_v) do |model|
         golden.cases.each do |c|
           mismatch = golden.check(model, c["name"])
           mismatch ? failed << "#{name}: #{mismatch.message}" : passed += 1
