@@ -1,0 +1,237 @@
+//! The engine's audio input (`elelem_engine::audio`) against the pinned llama.cpp's
+//! (`elelem_testkit::mtmd`: miniaudio's decoder as mtmd-helper calls it, and
+//! `tools/mtmd/mtmd-audio.cpp`'s whisper preprocessor): WAV files must decode to the same
+//! samples, and audio of many lengths and kinds (speech-like tones, silence, full-scale
+//! noise) to the same log-mel pieces, `f32` for `f32`, for 80 and 128 mel bands.
+
+use std::io::Cursor;
+
+use elelem_engine::audio::{self, WhisperMel, FRAMES_PER_CHUNK};
+use elelem_engine::Error;
+use elelem_testkit::mtmd;
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// The kinds of audio compared.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// Three tones gliding, an envelope, a little noise: what speech's spectrum looks like.
+    Tones,
+    /// All zeros (the spectrogram is the floor everywhere).
+    Silence,
+    /// Independent samples over the whole 16-bit range.
+    Noise,
+}
+
+/// `n` samples of `kind`, as 16-bit PCM.
+fn pcm16(kind: Kind, n: usize, seed: u64) -> Vec<i16> {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    (0..n)
+        .map(|i| match kind {
+            Kind::Silence => 0,
+            Kind::Noise => (rng.next() >> 48) as u16 as i16,
+            Kind::Tones => {
+                let t = i as f64 / 16_000.0;
+                let glide = |f0: f64, f1: f64| (2.0 * std::f64::consts::PI * (f0 * t + (f1 - f0) * t * t / 8.0)).sin();
+                let envelope = 0.5 + 0.5 * (2.0 * std::f64::consts::PI * 3.0 * t).sin();
+                let noise = (rng.next() >> 40) as f64 / f64::from(1u32 << 24) - 0.5;
+                let x = envelope
+                    * (0.4 * glide(220.0, 330.0) + 0.2 * glide(1400.0, 900.0) + 0.1 * glide(3100.0, 5200.0))
+                    + 0.02 * noise;
+                (x * 32767.0).round() as i16
+            }
+        })
+        .collect()
+}
+
+/// A WAV file of `samples` at `rate` with `channels` interleaved.
+fn wav16(samples: &[i16], rate: u32, channels: u16) -> Vec<u8> {
+    let spec = hound::WavSpec {
+        channels,
+        sample_rate: rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut bytes = Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut bytes, spec).unwrap();
+    for &s in samples {
+        w.write_sample(s).unwrap();
+    }
+    w.finalize().unwrap();
+    bytes.into_inner()
+}
+
+/// The lengths compared, in samples: shorter than mtmd's window (zero-padded), one
+/// window, 0.1 s, 1 s, just under and at 30 s (one piece, then two), 45 s, and around a
+/// piece's edge.
+const LENGTHS: &[usize] = &[2, 150, 201, 1_600, 16_000, 478_400, 479_999, 480_000, 720_000];
+
+#[test]
+fn wav_files_decode_to_mtmd_helpers_samples() {
+    let mut floats = 0;
+    for (i, &n) in [1usize, 2, 1_600, 16_000, 160_001].iter().enumerate() {
+        for kind in [Kind::Tones, Kind::Silence, Kind::Noise] {
+            let bytes = wav16(&pcm16(kind, n, i as u64), 16_000, 1);
+            let ours = audio::decode_wav(&bytes).unwrap();
+            let theirs = mtmd::miniaudio_decode(&bytes, 16_000, n + 16).expect("miniaudio decodes it");
+            assert_eq!(ours.len(), theirs.len(), "{kind:?} {n}");
+            let same = ours
+                .iter()
+                .zip(&theirs)
+                .filter(|(a, b)| a.to_bits() == b.to_bits())
+                .count();
+            assert_eq!(
+                same,
+                ours.len(),
+                "{kind:?} {n}: {} of {} samples differ",
+                ours.len() - same,
+                ours.len()
+            );
+            floats += same;
+        }
+    }
+    // 32-bit float WAV, passed through.
+    let samples: Vec<f32> = pcm16(Kind::Tones, 4_000, 9)
+        .iter()
+        .map(|&s| f32::from(s) / 30_000.0)
+        .collect();
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 32,
+        sample_format: hound::SampleFormat::Float,
+    };
+    let mut bytes = Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut bytes, spec).unwrap();
+    for &s in &samples {
+        w.write_sample(s).unwrap();
+    }
+    w.finalize().unwrap();
+    let bytes = bytes.into_inner();
+    let ours = audio::decode_wav(&bytes).unwrap();
+    let theirs = mtmd::miniaudio_decode(&bytes, 16_000, 5_000).unwrap();
+    assert!(ours.iter().map(|x| x.to_bits()).eq(theirs.iter().map(|x| x.to_bits())));
+    floats += ours.len();
+    eprintln!("WAV decoding: {floats} samples, all identical to miniaudio's");
+}
+
+#[test]
+fn other_wav_files_are_refused_by_name() {
+    let tone = pcm16(Kind::Tones, 3_200, 1);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (wav16(&tone, 44_100, 1), "44100 Hz, 1 channel, 16-bit integer PCM"),
+        (wav16(&tone, 8_000, 1), "8000 Hz"),
+        (wav16(&tone, 16_000, 2), "16000 Hz, 2 channels"),
+        (
+            {
+                let spec = hound::WavSpec {
+                    channels: 1,
+                    sample_rate: 16_000,
+                    bits_per_sample: 24,
+                    sample_format: hound::SampleFormat::Int,
+                };
+                let mut bytes = Cursor::new(Vec::new());
+                let mut w = hound::WavWriter::new(&mut bytes, spec).unwrap();
+                for &s in &tone {
+                    w.write_sample(i32::from(s) << 8).unwrap();
+                }
+                w.finalize().unwrap();
+                bytes.into_inner()
+            },
+            "24-bit integer PCM",
+        ),
+        (b"OggS\0\0\0\0\0\0\0\0\0\0".to_vec(), "not a WAV file"),
+        (Vec::new(), "not a WAV file"),
+        (wav16(&tone, 16_000, 1)[..60].to_vec(), "invalid WAV file"),
+    ];
+    for (bytes, what) in cases {
+        match audio::decode_wav(&bytes) {
+            Err(Error::Audio(m)) => assert!(m.contains(what), "{what:?}: {m}"),
+            other => panic!("{what:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn log_mel_pieces_are_mtmds() {
+    let mut floats = 0usize;
+    let mut pieces = 0usize;
+    let mut cases = 0usize;
+    for n_mel in [80, 128] {
+        let mel = WhisperMel::new(n_mel).unwrap();
+        for (i, &n) in LENGTHS.iter().enumerate() {
+            // The longest ones once, as tones: they are slow at mtmd's FFT.
+            let kinds: &[Kind] = if n > 100_000 {
+                &[Kind::Tones]
+            } else {
+                &[Kind::Tones, Kind::Silence, Kind::Noise]
+            };
+            for &kind in kinds {
+                let samples: Vec<f32> = pcm16(kind, n, (i * 7 + n_mel) as u64)
+                    .iter()
+                    .map(|&s| f32::from(s) / 32768.0)
+                    .collect();
+                let ours = mel.preprocess(&samples).unwrap();
+                let theirs = mtmd::whisper_mel(n_mel, &samples).expect("mtmd preprocesses it");
+                assert_eq!(
+                    ours.len() * n_mel * FRAMES_PER_CHUNK,
+                    theirs.len(),
+                    "{kind:?} {n}: pieces"
+                );
+                let ours: Vec<f32> = ours.into_iter().flat_map(|m| m.data).collect();
+                let same = ours
+                    .iter()
+                    .zip(&theirs)
+                    .filter(|(a, b)| a.to_bits() == b.to_bits())
+                    .count();
+                let worst = ours
+                    .iter()
+                    .zip(&theirs)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                assert_eq!(
+                    same,
+                    ours.len(),
+                    "{n_mel} bands, {kind:?} {n}: {} of {} floats differ (by {worst} at most)",
+                    ours.len() - same,
+                    ours.len()
+                );
+                if matches!(kind, Kind::Tones) {
+                    // Not a vacuous comparison: the spectrogram varies.
+                    let mut bits: Vec<u32> = theirs.iter().map(|x| x.to_bits()).collect();
+                    bits.sort_unstable();
+                    bits.dedup();
+                    assert!(
+                        bits.len() > n.min(16_000) / 4,
+                        "{n_mel} bands, {n}: {} distinct values",
+                        bits.len()
+                    );
+                }
+                floats += same;
+                pieces += theirs.len() / (n_mel * FRAMES_PER_CHUNK);
+                cases += 1;
+            }
+        }
+    }
+    eprintln!("log-mel: {cases} cases, {pieces} pieces, {floats} floats, all identical to mtmd's");
+}
+
+#[test]
+fn audio_too_short_for_mtmd_is_refused() {
+    let mel = WhisperMel::new(80).unwrap();
+    for n in [0, 1] {
+        let e = mel.preprocess(&vec![0.25; n]).unwrap_err();
+        assert!(matches!(&e, Error::Audio(m) if m.contains("too short")), "{n}: {e:?}");
+    }
+    assert!(matches!(WhisperMel::new(0), Err(Error::Audio(_))));
+}
