@@ -212,6 +212,53 @@ pub fn clip_encode(
     Some(out)
 }
 
+extern "C" {
+    fn elelem_clip_encode_audio(
+        path: *const c_char,
+        flash_attn: c_int,
+        n_threads: c_int,
+        mel: *const f32,
+        n_mel: c_int,
+        n_len: c_int,
+        out: *mut f32,
+        cap: i64,
+    ) -> i64;
+}
+
+/// clip.cpp's encoding of one log-mel piece (`n_mel` rows of `mel.len() / n_mel` frames)
+/// by the audio projector at `path`, as mtmd encodes an audio chunk, with flash attention
+/// or without: the embeddings (at most `max_floats`; more is a failure), or `None` where
+/// clip refuses the file or fails.
+pub fn clip_encode_audio(
+    path: &std::path::Path,
+    flash_attn: bool,
+    n_threads: usize,
+    (n_mel, mel): (usize, &[f32]),
+    max_floats: usize,
+) -> Option<Vec<f32>> {
+    assert_eq!(mel.len() % n_mel, 0);
+    let path = std::ffi::CString::new(path.to_str().expect("a UTF-8 path")).unwrap();
+    let mut out = vec![0.0; max_floats];
+    // SAFETY: clip reads the path and the piece, writes at most `max_floats` floats to `out`.
+    let n = unsafe {
+        elelem_clip_encode_audio(
+            path.as_ptr(),
+            c_int::from(flash_attn),
+            n_threads as c_int,
+            mel.as_ptr(),
+            n_mel as c_int,
+            (mel.len() / n_mel) as c_int,
+            out.as_mut_ptr(),
+            max_floats as i64,
+        )
+    };
+    if n < 0 || n as usize > max_floats {
+        return None;
+    }
+    out.truncate(n as usize);
+    Some(out)
+}
+
 /// `native/clip_encode.cpp`'s `elelem_clip_image_params`.
 #[repr(C)]
 struct ClipImageParams {

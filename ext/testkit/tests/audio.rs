@@ -2,12 +2,17 @@
 //! (`elelem_testkit::mtmd`: miniaudio's decoder as mtmd-helper calls it, and
 //! `tools/mtmd/mtmd-audio.cpp`'s whisper preprocessor): WAV files must decode to the same
 //! samples, and audio of many lengths and kinds (speech-like tones, silence, full-scale
-//! noise) to the same log-mel pieces, `f32` for `f32`, for 80 and 128 mel bands.
+//! noise) to the same log-mel pieces, `f32` for `f32`, for 80 and 128 mel bands. And the
+//! synthetic audio projectors (`elelem_testkit::audio`) as clip.cpp runs them.
 
 use std::io::Cursor;
+use std::path::PathBuf;
 
 use elelem_engine::audio::{self, WhisperMel, FRAMES_PER_CHUNK};
+use elelem_engine::vision::Mmproj;
 use elelem_engine::Error;
+use elelem_gguf::TensorType;
+use elelem_testkit::audio as audio_mmproj;
 use elelem_testkit::mtmd;
 
 /// A small deterministic generator (xorshift64*).
@@ -234,4 +239,54 @@ fn audio_too_short_for_mtmd_is_refused() {
         assert!(matches!(&e, Error::Audio(m) if m.contains("too short")), "{n}: {e:?}");
     }
     assert!(matches!(WhisperMel::new(0), Err(Error::Audio(_))));
+}
+
+/// Writes a synthetic audio projector to the test's scratch folder.
+fn write(name: &str, shape: &audio_mmproj::Shape) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.gguf"));
+    audio_mmproj::writer(shape).write(&path).unwrap();
+    path
+}
+
+/// The reference side of the encoder's comparison (stage 2 of docs/AUDIO-PLAN.md): clip.cpp
+/// loads the synthetic Qwen2-Audio projector, F16 and F32, and encodes a piece of speech-like
+/// audio to the 750 tokens of 96 values mtmd lays out for 30 s, with flash attention and
+/// without. (Ultravox's and Voxtral's are not run: the pinned clip.cpp aborts on every piece
+/// of theirs, its graph giving 188 tokens where it expects 187.)
+#[test]
+fn clip_encodes_the_synthetic_qwen2a_projector() {
+    let samples: Vec<f32> = pcm16(Kind::Tones, 16_000, 3)
+        .iter()
+        .map(|&s| f32::from(s) / 32768.0)
+        .collect();
+    for ty in [TensorType::F16, TensorType::F32] {
+        let shape = audio_mmproj::Shape {
+            matrix_type: ty,
+            ..audio_mmproj::Shape::QWEN2A
+        };
+        let path = write(&format!("qwen2a-{ty}"), &shape);
+        let n_mel = shape.n_mel as usize;
+        let mel = WhisperMel::new(n_mel).unwrap().preprocess(&samples).unwrap();
+        for flash_attn in [true, false] {
+            let embd = mtmd::clip_encode_audio(&path, flash_attn, 2, (n_mel, &mel[0].data), 1 << 20)
+                .unwrap_or_else(|| panic!("clip encodes {ty} (flash attention {flash_attn})"));
+            assert_eq!(embd.len(), 750 * shape.n_text_embd as usize, "{ty} {flash_attn}");
+            assert!(embd.iter().all(|x| x.is_finite()), "{ty} {flash_attn}");
+        }
+    }
+}
+
+#[test]
+fn elelem_refuses_audio_projectors_as_vision_ones() {
+    for (name, shape) in [
+        ("refused-qwen2a", audio_mmproj::Shape::QWEN2A),
+        ("refused-ultravox", audio_mmproj::Shape::ULTRAVOX),
+        ("refused-voxtral", audio_mmproj::Shape::VOXTRAL),
+    ] {
+        match Mmproj::open(write(name, &shape)) {
+            Err(Error::Load(m)) => assert!(m.contains("no vision encoder"), "{name}: {m}"),
+            Err(e) => panic!("{name}: {e:?}"),
+            Ok(_) => panic!("{name}: opened"),
+        }
+    }
 }
