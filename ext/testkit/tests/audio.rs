@@ -277,14 +277,17 @@ fn clip_encodes_the_synthetic_qwen2a_projector() {
 }
 
 #[test]
-fn elelem_refuses_audio_projectors_as_vision_ones() {
-    for (name, shape) in [
-        ("refused-qwen2a", audio_mmproj::Shape::QWEN2A),
-        ("refused-ultravox", audio_mmproj::Shape::ULTRAVOX),
-        ("refused-voxtral", audio_mmproj::Shape::VOXTRAL),
+fn elelem_refuses_audio_projectors_by_name() {
+    for (name, shape, aborts) in [
+        ("qwen2a", audio_mmproj::Shape::QWEN2A, false),
+        ("ultravox", audio_mmproj::Shape::ULTRAVOX, true),
+        ("voxtral", audio_mmproj::Shape::VOXTRAL, true),
     ] {
-        match Mmproj::open(write(name, &shape)) {
-            Err(Error::Load(m)) => assert!(m.contains("no vision encoder"), "{name}: {m}"),
+        match Mmproj::open(write(&format!("refused-{name}"), &shape)) {
+            Err(Error::Unsupported(m)) => {
+                assert!(m.contains(&format!("audio projector (\"{name}\")")), "{name}: {m}");
+                assert_eq!(m.contains("aborts"), aborts, "{name}: {m}");
+            }
             Err(e) => panic!("{name}: {e:?}"),
             Ok(_) => panic!("{name}: opened"),
         }

@@ -650,6 +650,9 @@ impl WindowAttention {
 pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
     let keys = ClipKeys(gguf);
     if !keys.opt_bool("clip.has_vision_encoder")?.unwrap_or(false) {
+        if keys.opt_bool("clip.has_audio_encoder")?.unwrap_or(false) {
+            return Err(audio_refusal(&keys)?);
+        }
         return Err(Error::Load(
             "this GGUF has no vision encoder (clip.has_vision_encoder is not true): not a vision projector".into(),
         ));
@@ -872,6 +875,29 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         grid_pinpoints,
         n_wa_pattern,
     })
+}
+
+/// Why an audio projector is refused: elelem runs no audio encoder yet (its log-mel
+/// preprocessing is [`crate::audio`]; docs/AUDIO-PLAN.md), and the pinned clip.cpp cannot
+/// encode Ultravox's or Voxtral's audio at all (its graph stacks the 30 s piece's positions
+/// into 188 tokens where `clip_n_output_tokens` counts 187, and it aborts).
+fn audio_refusal(keys: &ClipKeys) -> Result<Error> {
+    let name = match keys.opt_str("clip.projector_type")? {
+        Some(name) => Some(name),
+        None => keys.opt_str("clip.audio.projector_type")?,
+    }
+    .unwrap_or("unnamed");
+    let why = match name {
+        "ultravox" | "voxtral" => {
+            " (nor does the pinned llama.cpp: its clip.cpp aborts on every 30 s piece of this type, expecting \
+             187 tokens where its graph gives 188)"
+        }
+        _ => "",
+    };
+    Ok(Error::Unsupported(format!(
+        "this GGUF is an audio projector ({name:?}) with no vision encoder: elelem does not run audio encoders \
+         yet{why}"
+    )))
 }
 
 /// InternVL's slicing resolutions (clip.cpp's `set_internvl_dhr_res_candidates`): every
