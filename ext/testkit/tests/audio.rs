@@ -157,7 +157,7 @@ fn other_wav_files_are_refused_by_name() {
         ),
         (b"OggS\0\0\0\0\0\0\0\0\0\0".to_vec(), "not a WAV file"),
         (Vec::new(), "not a WAV file"),
-        (wav16(&tone, 16_000, 1)[..60].to_vec(), "invalid WAV file"),
+        (wav16(&tone, 16_000, 1)[..60].to_vec(), "truncated WAV file"),
     ];
     for (bytes, what) in cases {
         match audio::decode_wav(&bytes) {
@@ -165,6 +165,40 @@ fn other_wav_files_are_refused_by_name() {
             other => panic!("{what:?}: {other:?}"),
         }
     }
+}
+
+/// Hostile bytes: WAV files with bytes flipped, cut short, or a header that claims 2^31
+/// samples are refused or read, never a panic or an allocation of what a header claims.
+#[test]
+fn damaged_wav_files_are_refused_not_panicked_on() {
+    let good = wav16(&pcm16(Kind::Noise, 4_000, 5), 16_000, 1);
+    let mut rng = Rng(0x5eed);
+    let (mut read, mut refused) = (0, 0);
+    for i in 0..4_000 {
+        let mut bytes = good.clone();
+        for _ in 0..1 + i % 4 {
+            // Mostly the header, where the damage matters.
+            let at = (rng.next() % if i % 2 == 0 { 64 } else { bytes.len() as u64 }) as usize;
+            bytes[at] = (rng.next() >> 56) as u8;
+        }
+        if i % 3 == 0 {
+            bytes.truncate((rng.next() % bytes.len() as u64) as usize);
+        }
+        match audio::decode_wav(&bytes) {
+            Ok(samples) => {
+                assert!(samples.len() <= bytes.len() / 2);
+                read += 1;
+            }
+            Err(Error::Audio(_)) => refused += 1,
+            Err(e) => panic!("{i}: {e:?}"),
+        }
+    }
+    // The data chunk's size set to 2^32 - 2 bytes.
+    let mut huge = good.clone();
+    assert_eq!(&huge[36..40], b"data");
+    huge[40..44].copy_from_slice(&0xFFFF_FFFEu32.to_le_bytes());
+    assert!(matches!(audio::decode_wav(&huge), Err(Error::Audio(m)) if m.contains("truncated")));
+    assert!(read > 0 && refused > 0, "{read} read, {refused} refused");
 }
 
 #[test]

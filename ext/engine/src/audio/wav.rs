@@ -22,8 +22,9 @@ const S16_SCALE: f32 = 1.0 / 32768.0;
 /// The samples of a WAV file: mono, 16 kHz, full scale ±1.
 ///
 /// # Errors
-/// [`Error::Audio`] for bytes that are not a WAV file, a corrupt or truncated one, or one
-/// of another sample rate, channel count or sample format than those taken.
+/// [`Error::Audio`] for bytes that are not a WAV file, a corrupt or truncated one (its
+/// header's sample count beyond its bytes), or one of another sample rate, channel count or
+/// sample format than those taken.
 pub fn decode_wav(bytes: &[u8]) -> Result<Vec<f32>> {
     if bytes.len() < 12 || &bytes[..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
         return Err(Error::Audio(
@@ -47,6 +48,20 @@ pub fn decode_wav(bytes: &[u8]) -> Result<Vec<f32>> {
         return Err(Error::Audio(format!(
             "a WAV file of {what}: elelem takes 16 kHz mono only for now (mtmd would resample or \
              mix it down; convert it first, e.g. `ffmpeg -i in.wav -ar 16000 -ac 1 out.wav`)"
+        )));
+    }
+    let taken = matches!(
+        (spec.sample_format, spec.bits_per_sample),
+        (SampleFormat::Int, 16) | (SampleFormat::Float, 32)
+    );
+    // The header's count, checked against the bytes there are before anything of its size
+    // is read (mtmd-helper would keep the missing samples as zeros).
+    let declared = u64::from(reader.len()) * u64::from(spec.bits_per_sample / 8);
+    if taken && declared > bytes.len() as u64 {
+        return Err(Error::Audio(format!(
+            "a truncated WAV file ({what}): {} samples declared in {} bytes",
+            reader.len(),
+            bytes.len()
         )));
     }
     let truncated = |e: hound::Error| Error::Audio(format!("invalid WAV file ({what}): {e}"));
