@@ -283,7 +283,9 @@ fn audio_too_short_for_mtmd_is_refused() {
         let e = mel.preprocess(&vec![0.25; n]).unwrap_err();
         assert!(matches!(&e, Error::Audio(m) if m.contains("too short")), "{n}: {e:?}");
     }
-    assert!(matches!(WhisperMel::new(0), Err(Error::Audio(_))));
+    for n_mel in [0, 257] {
+        assert!(matches!(WhisperMel::new(n_mel), Err(Error::Audio(_))), "{n_mel}");
+    }
 }
 
 /// Writes a synthetic audio projector to the test's scratch folder.

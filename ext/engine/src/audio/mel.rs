@@ -19,6 +19,9 @@ use crate::{Error, Result};
 /// length of clip.cpp's encoder graph.
 pub const FRAMES_PER_CHUNK: usize = 3000;
 
+/// The most mel bands clip.cpp's loader takes (`n_mel_bins` in [1, 256]).
+pub const MAX_MEL_BANDS: usize = 256;
+
 /// The sample rate the whisper-style projectors take (clip.cpp's `audio_sample_rate`).
 pub const SAMPLE_RATE: u32 = 16_000;
 
@@ -60,10 +63,12 @@ impl WhisperMel {
     /// The tables for `n_mel` bands (mtmd's `initialize`).
     ///
     /// # Errors
-    /// [`Error::Audio`] for no band at all.
+    /// [`Error::Audio`] for no band, or more than clip.cpp takes ([`MAX_MEL_BANDS`]).
     pub fn new(n_mel: usize) -> Result<Self> {
-        if n_mel == 0 {
-            return Err(Error::Audio("an audio projector of 0 mel bands".into()));
+        if n_mel == 0 || n_mel > MAX_MEL_BANDS {
+            return Err(Error::Audio(format!(
+                "an audio projector of {n_mel} mel bands (clip.cpp takes 1 to {MAX_MEL_BANDS})"
+            )));
         }
         let (sin, cos) = sin_cos_table(N_FFT);
         Ok(Self {
@@ -81,8 +86,8 @@ impl WhisperMel {
     }
 
     /// The pieces of `samples` (16 kHz mono, full scale ±1), as mtmd's `preprocess`
-    /// gives them to the encoder: `samples.len() / 160 / 3000 + 1` pieces, rounded as
-    /// mtmd rounds.
+    /// gives them to the encoder: `(samples.len() / 160 + 3001) / 3000` of them (the 30 s of
+    /// silence mtmd appends counted, its last incomplete piece dropped).
     ///
     /// # Errors
     /// [`Error::Audio`] for fewer than 2 samples (mtmd refuses none, and aborts on one).

@@ -9,5 +9,5 @@
 mod mel;
 mod wav;
 
-pub use mel::{Mel, WhisperMel, FRAMES_PER_CHUNK, SAMPLE_RATE};
+pub use mel::{Mel, WhisperMel, FRAMES_PER_CHUNK, MAX_MEL_BANDS, SAMPLE_RATE};
 pub use wav::decode_wav;
