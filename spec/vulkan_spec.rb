@@ -62,19 +62,10 @@ RSpec.describe "models on a Vulkan device (lavapipe)" do
     end
   end
 
-  # Cases where elelem is known to differ from llama.cpp on lavapipe (docs/CORRECTNESS.md): pending,
-  # so that the day they hold the spec says so.
-  known = {
-    %w[lavapipe-embed-tiny-bert single] => "a 3-token batch's embedding differs from llama.cpp's by 1 ulp",
-    %w[lavapipe-embed-tiny-bert pooling-none] => "a 12-token batch's token rows differ from llama.cpp's by 1 ulp"
-  }
-
   modes.each do |file|
     doc = JSON.parse(File.read(file))
     doc["cases"].each do |c|
       it "#{File.basename(file, ".json")}: the #{c["name"]} case gives llama.cpp's #{doc["mode"]} output on lavapipe" do
-        reason = known[[File.basename(file, ".json"), c["name"]]]
-        pending(reason) if reason
         instance_exec(file, c["name"], doc["n_gpu_layers"], &checked)
       end
     end

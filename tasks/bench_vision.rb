@@ -5,6 +5,7 @@ require "open3"
 require "tempfile"
 require "zlib"
 require_relative "reference"
+require_relative "vision_golden"
 
 # `rake bench`'s image rows (BENCH_VISION=0 skips them): a prompt with one image through each
 # pair of `mmproj::bench_pairs` (random weights at real models' sizes, written by the testkit
@@ -92,27 +93,25 @@ module BenchVision
                                         TOKENS.to_s, N_CTX.to_s, threads.to_s, image)
       raise "reference mtmd failed: #{err[-500..]}" unless status.success?
 
-      prompt_s, decode_s, tokens = err.match(/prompt_s (\S+) prompt_tokens \d+ decode_s (\S+) tokens (\d+)/)
-                                      .captures.map(&:to_f)
-      encode = out[/^encode_ms (.*)$/, 1].split.map(&:to_f)
-      prompt_tokens = prompt_size(out)
-      { encode_ms: encode.sum, pp: prompt_tokens / prompt_s, tg: tokens / decode_s, prompt_tokens:,
-        chunks: encode.size }
+      peer_run(out, err)
     end
   end
 
-  # The prompt's tokens, from the driver's chunk lines: each text chunk's ids and each image's
-  # tokens. Not its `n_past`, which counts positions: an M-RoPE model's image takes fewer
-  # positions than tokens (mtmd gives it max(nx, ny)), where elelem's timings count tokens.
-  def prompt_size(out)
-    out.each_line.sum do |line|
-      kind, *fields = line.split.drop(1) if line.start_with?("chunk ")
-      case kind
-      when "text" then fields.size
-      when "image" then Integer(fields.first)
-      else 0
-      end
-    end
+  # The driver's run, from its output (VisionGolden.parse) and the timings on its stderr.
+  def peer_run(out, err)
+    prompt_s, decode_s, tokens = err.match(/prompt_s (\S+) prompt_tokens \d+ decode_s (\S+) tokens (\d+)/)
+                                    .captures.map(&:to_f)
+    parsed = VisionGolden.parse(out.lines.map(&:chomp))
+    prompt_tokens = prompt_size(parsed["chunks"])
+    { encode_ms: parsed["encode_ms"].sum, pp: prompt_tokens / prompt_s, tg: tokens / decode_s, prompt_tokens:,
+      chunks: parsed["encode_ms"].size }
+  end
+
+  # The prompt's tokens: each text chunk's ids and each image chunk's tokens. Not the
+  # driver's `n_past`, which counts positions: an M-RoPE model's image takes fewer positions
+  # than tokens (mtmd gives it max(nx, ny)), where elelem's timings count tokens.
+  def prompt_size(chunks)
+    chunks.sum { |c| c["type"] == "text" ? c["ids"].size : c["n_tokens"] }
   end
 
   # Both engines laid the prompt out in as many tokens, or the rows compare different work.

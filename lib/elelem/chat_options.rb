@@ -7,6 +7,8 @@ module Elelem
   module ChatOptions
     # The roles a message may have.
     ROLES = %w[system user assistant tool].freeze
+    # Audio content parts, as OpenAI's and others' clients send them: refused by name.
+    AUDIO_PARTS = %w[input_audio audio audio_url].freeze
 
     module_function
 
@@ -135,6 +137,10 @@ module Elelem
                         "got #{url.inspect[0, 60]}"
     end
 
+    # A content part's text: its own, or the image marker where it is an image.
+    # @param part [String, Hash] a content part
+    # @return [String]
+    # @raise [ArgumentError] for a part that is neither text nor an image
     def part_text(part)
       return part if part.is_a?(String)
       return Images::MARKER if image(part)
@@ -142,9 +148,21 @@ module Elelem
       type = part.is_a?(Hash) && (part[:type] || part["type"]).to_s
       return part[:text] || part["text"] if type == "text"
 
-      raise ArgumentError, "message content parts must be text (a String or { type: \"text\", text: ... }) or " \
-                           "images ({ type: \"image\", image: ... } or { type: \"image_url\", ... }), " \
-                           "got #{part.inspect[0, 60]}"
+      raise unsupported_part(type, part)
+    end
+
+    # The error for a content part elelem does not read: audio by name, others by what it reads.
+    # @param type [String] the part's type
+    # @param part [Object] the part
+    # @return [ArgumentError]
+    def unsupported_part(type, part)
+      if AUDIO_PARTS.include?(type)
+        return ArgumentError.new("audio content parts (#{type}) are not supported: elelem reads text and images")
+      end
+
+      ArgumentError.new("message content parts must be text (a String or { type: \"text\", text: ... }) or " \
+                        "images ({ type: \"image\", image: ... } or { type: \"image_url\", ... }), " \
+                        "got #{part.inspect[0, 60]}")
     end
   end
 end

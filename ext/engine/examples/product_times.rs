@@ -33,13 +33,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     reference.use_reference_kernels()?;
     // Eight of the 1.5B's feed-forward down projections (Q4_K, 62 MB: more than the
     // cache holds, as a model's layers are) and its output head (Q6_K); sixteen of the
-    // 0.5B's gate projections (Q5_0, 48 MB) and its output head (Q8_0).
+    // 0.5B's gate projections (Q5_0, 48 MB) and its output head (Q8_0); sixteen of a
+    // 1024-wide Q8_0 model's gate and down projections (Qwen3-0.6B's: 53 MB each), whose
+    // crossover with tinyBLAS is not the head's.
     for (ty, buft, k, n, on_reference) in [
         (sys::GGML_TYPE_Q4_K, "CPU_REPACK", 8960, 8 * 1536, false),
         (sys::GGML_TYPE_Q4_K, "CPU", 8960, 8 * 1536, true),
         (sys::GGML_TYPE_Q6_K, "CPU", 1536, 151936, false),
         (sys::GGML_TYPE_Q5_0, "CPU", 896, 16 * 4864, false),
         (sys::GGML_TYPE_Q8_0, "CPU", 896, 151936, false),
+        (sys::GGML_TYPE_Q8_0, "CPU", 1024, 16 * 3072, false),
+        (sys::GGML_TYPE_Q8_0, "CPU", 3072, 16 * 1024, false),
     ] {
         let backend = if on_reference { &mut reference } else { &mut backend };
         let name = unsafe { std::ffi::CStr::from_ptr(sys::ggml_type_name(ty)) }.to_string_lossy();

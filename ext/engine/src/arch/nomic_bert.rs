@@ -30,7 +30,7 @@ fn load(loader: &mut Loader, hp: &HParams) -> Result<Weights> {
     let input = EncoderInput {
         token_type: loader.optional_rows("token_types.weight", &[embd, u64::from(hp.n_token_types)])?,
         positions: None,
-        norm: loader.layer_norm("token_embd_norm", embd)?,
+        norm: loader.input_layer_norm("token_embd_norm", embd)?,
     };
     let layers = (0..hp.n_layer)
         .map(|il| {

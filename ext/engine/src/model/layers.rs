@@ -223,9 +223,9 @@ impl GraphBuilder<'_> {
             NormType::Rms => g.rms_norm(x, hp.norm_eps),
             NormType::Layer => g.layer_norm(x, hp.norm_eps),
         };
-        // llama.cpp's build_norm names a weighted norm "norm" in a layer (the input and
-        // output norms are of no layer, its il -1).
-        if norm.is_some() && !matches!(name, "inp_norm" | "result_norm") {
+        // llama.cpp's build_norm names a weighted norm "norm" in a layer: the output norm is
+        // of no layer (its il -1), an encoder's input norm layer 0's (its bert graph passes 0).
+        if norm.is_some() && name != "result_norm" {
             g.mark_layer_norm(y, il);
         }
         if let Some(norm) = norm {

@@ -102,6 +102,12 @@ impl<'a> Loader<'a> {
     }
 
     fn declare(&mut self, name: &str, shape: &[u64], usage: Usage) -> Result<Option<Tensor>> {
+        self.declare_on(name, shape, usage, self.device_of(name, usage))
+    }
+
+    /// [`Loader::declare`] on `device` of the placement (`None`: the CPU), where the name
+    /// alone does not say which layer the tensor belongs to.
+    fn declare_on(&mut self, name: &str, shape: &[u64], usage: Usage, device: Option<usize>) -> Result<Option<Tensor>> {
         let Some(info) = self.gguf.tensor(name) else {
             return Ok(None);
         };
@@ -120,7 +126,7 @@ impl<'a> Loader<'a> {
             )));
         }
         let ne: Vec<i64> = info.ne().iter().map(|&d| d as i64).collect();
-        let buft = match (self.device_of(name, usage), usage) {
+        let buft = match (device, usage) {
             // A product this machine's GPU cannot run with that weight stays on the CPU, as
             // llama.cpp's `select_weight_buft` falls back to the CPU's buffer types.
             (Some(d), Usage::Matrix) if !self.device_takes(d, ggml_type, &ne, None)? => {
@@ -160,8 +166,10 @@ impl<'a> Loader<'a> {
             };
         }
         // The embeddings are read by row on the CPU; a tied head multiplies them where
-        // the output layer is.
-        let embeddings = ["token_embd", "token_types", "position_embd"]
+        // the output layer is. `token_embd_norm` is none of them: lfm2's output norm
+        // (llama.cpp's `LLM_TENSOR_OUTPUT_NORM_LFM2`), or an encoder's input norm, which
+        // [`Loader::input_layer_norm`] places.
+        let embeddings = ["token_embd.", "token_types.", "position_embd."]
             .iter()
             .any(|p| name.starts_with(p));
         if usage == Usage::Rows || (embeddings && usage != Usage::Matrix) {
@@ -271,6 +279,19 @@ impl<'a> Loader<'a> {
         Ok(Norm {
             weight: self.vector(&format!("{prefix}.weight"), len)?,
             bias: Some(self.vector(&format!("{prefix}.bias"), len)?),
+        })
+    }
+
+    /// An encoder's LayerNorm of its input embeddings (`<prefix>.weight` and `.bias`), on the
+    /// first layer's device: llama.cpp's `LLM_TENSOR_TOKEN_EMBD_NORM` is a repeating layer's
+    /// tensor, loaded as block 0's ("do the norms on the first layer"), so a small batch's
+    /// norm is weighted there, not on the CPU beside the embeddings.
+    pub fn input_layer_norm(&mut self, prefix: &str, len: u64) -> Result<Norm> {
+        let device = self.placement.layers.first().copied().flatten();
+        let mut vector = |name: String| required(&name, self.declare_on(&name, &[len], Usage::Vector, device)?);
+        Ok(Norm {
+            weight: vector(format!("{prefix}.weight"))?,
+            bias: Some(vector(format!("{prefix}.bias"))?),
         })
     }
 
