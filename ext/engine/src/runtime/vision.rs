@@ -89,6 +89,13 @@ impl VisionContext {
     /// for a model that does not take embeddings.
     pub fn open(path: &Path, model: &Model, params: EncoderParams) -> Result<VisionContext> {
         let mmproj = Arc::new(Mmproj::open(path)?);
+        if mmproj.hparams.projector.audio() {
+            return Err(crate::Error::Unsupported(format!(
+                "this GGUF is an audio projector ({:?}) with no vision encoder: elelem does not take audio input \
+                 yet",
+                mmproj.hparams.projector.name()
+            )));
+        }
         mmproj.check_text_model(model.hparams.n_embd_inp())?;
         model.check_takes_embeddings()?;
         let hp = &mmproj.hparams;

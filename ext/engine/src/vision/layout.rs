@@ -155,6 +155,8 @@ impl Framing {
                 img_end: "<image|>",
                 ..none
             },
+            // An audio encoder lays out no images (the runtime opens none for them).
+            ProjectorType::Qwen2a => none,
         }
     }
 }
@@ -409,6 +411,7 @@ mod tests {
             feature_layers: Vec::new(),
             grid_pinpoints: Vec::new(),
             n_wa_pattern: 0,
+            n_mel_bins: 0,
         }
     }
 
