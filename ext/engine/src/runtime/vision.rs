@@ -228,6 +228,10 @@ impl VisionContext {
                     });
                     ids.extend(std::iter::repeat_n(self.image_id(encoded[image].hash), rows));
                 }
+                // Only an audio layout has audio chunks, and `open` refuses audio projectors.
+                Chunk::Audio { .. } => {
+                    return Err(crate::Error::Unsupported("audio input is not supported yet".into()))
+                }
             }
         }
         let image_rows: usize = embeddings.iter().map(|e| e.embd.len() / n_embd).sum();
