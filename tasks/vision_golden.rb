@@ -18,8 +18,9 @@ require_relative "reference"
 # - each case's prompt text, images (files of ext/testkit/tests/fixtures/vision, with their
 #   SHA-256), `max_tokens`, and the chunks mtmd made of them, which hold for any build: a text
 #   chunk's ids (`"type": "text"`), an image chunk's token and position counts and its grid
-#   (`"type": "image"`, `n_tokens`, `n_pos`, `nx`, `ny`); and `n_past`, the positions the
-#   prompt took;
+#   (`"type": "image"`, `n_tokens`, `n_pos`, `nx`, `ny`), an audio chunk's (one log-mel piece:
+#   `"type": "audio"`, `n_tokens`, `n_pos`; no case records one yet); and `n_past`, the
+#   positions the prompt took;
 # - per build profile (Elelem.build_profile, as the other goldens: greedy ids hold only within
 #   one), the greedy ids, their text where it is UTF-8, each step's top-two logit margin, and
 #   the SHA-256 of each image chunk's embeddings (mtmd_get_output_embd, raw f32: n_tokens x
@@ -248,13 +249,15 @@ module VisionGolden
 
   def chunk((type, *values))
     return { "type" => "text", "ids" => values.map(&:to_i) } if type == "text"
+    # One log-mel piece of an audio file: its tokens take a position each.
+    return %w[n_tokens n_pos].zip(values.map(&:to_i)).to_h.merge("type" => "audio") if type == "audio"
 
     %w[n_tokens n_pos nx ny].zip(values.map(&:to_i)).to_h.merge("type" => "image")
                             .slice("type", "n_tokens", "n_pos", "nx", "ny")
   end
 
-  # The build's part: the ids, their text, the margins, and each image chunk's embeddings'
-  # SHA-256 (the driver wrote them one after the other).
+  # The build's part: the ids, their text, the margins, and each image (and audio) chunk's
+  # embeddings' SHA-256 (the driver wrote them one after the other).
   def output(out)
     text = [out["hex"]].pack("H*").force_encoding(Encoding::UTF_8)
     { "ids" => out["ids"], "text" => (text if text.valid_encoding?), "margins" => out["margins"],
@@ -262,7 +265,8 @@ module VisionGolden
   end
 
   def embd_digests(out)
-    sizes = out["chunks"].select { |c| c["type"] == "image" }.map { |c| c["n_tokens"] * out["n_embd"] * 4 }
+    media = out["chunks"].select { |c| %w[image audio].include?(c["type"]) }
+    sizes = media.map { |c| c["n_tokens"] * out["n_embd"] * 4 }
     embd = out["embd"]
     raise "the embeddings are #{embd.bytesize} bytes, not #{sizes.sum}" unless embd.bytesize == sizes.sum
 
