@@ -615,3 +615,61 @@ fn elelem_refuses_ultravox_and_voxtral_by_name() {
         }
     }
 }
+
+/// Hostile projectors: every tensor of a Qwen2-Audio file in turn replaced by three I32
+/// values is refused naming it; files with bytes of their keys and tensor descriptors
+/// changed are refused or encode a piece, never a panic or an abort.
+#[test]
+fn mutated_qwen2a_files_are_errors_or_encode() {
+    let shape = audio_mmproj::Shape {
+        n_layer: 1,
+        ..audio_mmproj::Shape::QWEN2A
+    };
+    let bytes = audio_mmproj::writer(&shape).to_bytes();
+    let gguf = elelem_gguf::Gguf::from_bytes(&bytes).unwrap();
+    let header = gguf.data_offset() as usize;
+    for name in gguf.tensors().iter().map(|t| t.name.clone()) {
+        let e = load_qwen2a(|w| {
+            w.remove_tensor(&name);
+            w.add_tensor(&name, &[3], TensorType::from_id(26).unwrap(), vec![0; 12]);
+        })
+        .err()
+        .unwrap_or_else(|| panic!("{name}: loaded"));
+        assert!(
+            matches!(&e, Error::Load(m) if m.contains(name.as_str())),
+            "{name}: {e:?}"
+        );
+    }
+    let mut rng = Rng(0xa0d1);
+    let (mut encoded, mut refused) = (0, 0);
+    for _ in 0..1000 {
+        let mut mutated = bytes.clone();
+        for _ in 0..1 + rng.next() % 4 {
+            let at = (rng.next() % header as u64) as usize;
+            mutated[at] = (rng.next() >> 56) as u8;
+        }
+        let outcome = elelem_gguf::Gguf::from_bytes(&mutated)
+            .map_err(Error::from)
+            .and_then(|gguf| {
+                let mmproj = Arc::new(Mmproj::load(gguf)?);
+                let n_mel = mmproj.hparams.n_mel_bins as usize;
+                let params = EncoderParams {
+                    n_threads: 2,
+                    flash_attn: true,
+                };
+                let piece = Mel {
+                    n_mel,
+                    n_len: FRAMES_PER_CHUNK,
+                    data: vec![0.25; n_mel * FRAMES_PER_CHUNK],
+                };
+                Encoder::new(mmproj, params)?.encode_audio(&piece)
+            });
+        match outcome {
+            Ok(_) => encoded += 1,
+            Err(Error::Load(_) | Error::Unsupported(_) | Error::Audio(_)) => refused += 1,
+            Err(e) => panic!("a mutated projector failed otherwise than refused: {e:?}"),
+        }
+    }
+    assert!(encoded > 0 && refused > 0, "{encoded} encoded, {refused} refused");
+    eprintln!("qwen2a: 1000 mutated files, {encoded} encoded, {refused} refused");
+}
