@@ -673,3 +673,26 @@ fn mutated_qwen2a_files_are_errors_or_encode() {
     assert!(encoded > 0 && refused > 0, "{encoded} encoded, {refused} refused");
     eprintln!("qwen2a: 1000 mutated files, {encoded} encoded, {refused} refused");
 }
+
+/// The embeddings of a piece are the same bits whatever the encoder's thread count (as
+/// clip.cpp's are compared at 2 above), flash attention on and off.
+#[test]
+fn qwen2a_embeddings_do_not_depend_on_the_thread_count() {
+    let path = write("qwen2a-threads", &audio_mmproj::Shape::QWEN2A);
+    let mmproj = Arc::new(Mmproj::open(&path).unwrap());
+    let mel = &mel_pieces(80, Kind::Tones, 16_000, 7)[0];
+    for flash_attn in [true, false] {
+        let encode = |n_threads| {
+            let params = EncoderParams { n_threads, flash_attn };
+            Encoder::new(Arc::clone(&mmproj), params)
+                .unwrap()
+                .encode_audio(mel)
+                .unwrap()
+        };
+        let two: Vec<u32> = encode(2).iter().map(|x| x.to_bits()).collect();
+        for n_threads in [1, 3, 4] {
+            let other: Vec<u32> = encode(n_threads).iter().map(|x| x.to_bits()).collect();
+            assert!(two == other, "{n_threads} threads (flash attention {flash_attn})");
+        }
+    }
+}
