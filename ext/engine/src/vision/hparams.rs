@@ -1,7 +1,8 @@
 //! A projector GGUF's `clip.*` hyper-parameters, read as `tools/mtmd/clip.cpp`'s
-//! `clip_model_loader::load_hparams` reads them for a vision encoder (or an audio one, `clip.audio.*`): a missing required
-//! key or a value of the wrong type is an [`Error::Load`] naming the key; a projector type
-//! elelem does not run is [`Error::Unsupported`].
+//! `clip_model_loader::load_hparams` reads them for a vision encoder (or an audio one's,
+//! `clip.audio.*`): a missing required key or a value of the wrong type is an
+//! [`Error::Load`] naming the key; a projector type elelem does not run is
+//! [`Error::Unsupported`].
 
 use elelem_gguf::{Gguf, Value};
 
@@ -622,7 +623,7 @@ impl ClipHParams {
     }
 
     /// The embeddings one image of the encoder's native size (`image_size` square)
-    /// becomes (clip.cpp's `clip_n_output_tokens`).
+    /// becomes (clip.cpp's `clip_n_output_tokens`); for an audio encoder, one log-mel piece.
     pub fn n_output_tokens(&self) -> u32 {
         if self.projector.audio() {
             // A piece's frames halved by the stride-2 convolution, then by the pooling.

@@ -342,9 +342,7 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     // (clip.cpp would crash without them): required there. Whisper's graph asserts Q's and
     // V's, and that K has none: its K bias is left undeclared, and refused.
     let qkv_bias = |l: &mut Loader, name: &str| -> Result<Option<Tensor>> {
-        if audio && name.ends_with("attn_k.bias") {
-            Ok(None)
-        } else if qwen || audio {
+        if qwen || audio {
             l.vector(name, embd).map(Some)
         } else {
             l.optional_vector(name, embd)
@@ -386,7 +384,7 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
                     q_w: l.matrix(&n("attn_q.weight"), &[embd, embd])?,
                     q_b: qkv_bias(l, &n("attn_q.bias"))?,
                     k_w: l.matrix(&n("attn_k.weight"), &[embd, embd])?,
-                    k_b: qkv_bias(l, &n("attn_k.bias"))?,
+                    k_b: if audio { None } else { qkv_bias(l, &n("attn_k.bias"))? },
                     v_w: l.matrix(&n("attn_v.weight"), &[embd, embd])?,
                     v_b: qkv_bias(l, &n("attn_v.bias"))?,
                 }
