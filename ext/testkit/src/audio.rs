@@ -167,3 +167,38 @@ pub fn writer(shape: &Shape) -> GgufWriter {
     }
     w
 }
+
+/// The language models with an audio projector whose goldens come from the reference
+/// (`rake vision_golden`), written by `write_synthetic` beside [`crate::mmproj::pairs`]
+/// into its `vision/` folder as `<name>.gguf` and `<name>.mmproj.gguf`:
+///
+/// - `tiny-qwen2a-audio`: a Qwen2 language model of the `tiny-internvl-vision` shape (128
+///   wide), whose vocabulary ends with the control tokens `<|audio_bos|>` and
+///   `<|audio_eos|>` that mtmd frames each audio file with; its projector is
+///   [`Shape::QWEN2A`] projecting to 128 (750 tokens a 30 s piece, a position each).
+/// - `tiny-qwen2a-mrope-audio`: the same with a Qwen2-VL language model, under M-RoPE:
+///   mtmd's helper gives an audio chunk's tokens a position each on every axis
+///   (`set_position_mrope_1d`), not a grid.
+pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
+    use crate::canary;
+    let qwen2 = canary::Shape {
+        family: canary::QWEN2,
+        ..canary::LLAMA3
+    };
+    let qwen2vl = canary::Shape {
+        family: canary::QWEN2VL,
+        ..canary::LLAMA3
+    };
+    [("tiny-qwen2a-audio", qwen2), ("tiny-qwen2a-mrope-audio", qwen2vl)]
+        .into_iter()
+        .map(|(name, lm)| {
+            let mut model = canary::writer(&lm);
+            canary::set_vocab_with(&mut model, lm.n_vocab, &[], &["<|audio_bos|>", "<|audio_eos|>"]);
+            let projector = writer(&Shape {
+                n_text_embd: lm.n_embd,
+                ..Shape::QWEN2A
+            });
+            (name.to_string(), model, projector)
+        })
+        .collect()
+}

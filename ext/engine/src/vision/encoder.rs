@@ -172,6 +172,16 @@ impl Encoder {
         self.run(&graph, &inputs, &planar(img), out)
     }
 
+    /// [`Encoder::encode_audio`], stopped between graph nodes once `abort` is set (by
+    /// another thread): then `Err(Aborted)`.
+    pub fn encode_audio_until(&mut self, mel: &Mel, abort: &AtomicBool) -> Result<Vec<f32>> {
+        // SAFETY: the flag outlives this compute, and the backend forgets it before returning.
+        unsafe { self.backend.set_abort_flag(abort) };
+        let embd = self.encode_audio(mel);
+        unsafe { self.backend.set_abort_flag(&NEVER) };
+        embd
+    }
+
     /// The embeddings of one log-mel piece by an audio encoder: `n_output_tokens` (750)
     /// rows of `n_mmproj_embd` floats (clip.cpp's `clip_image_batch_encode` of a batch
     /// marked as audio, as mtmd encodes an audio chunk).
