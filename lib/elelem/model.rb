@@ -113,6 +113,8 @@ module Elelem
     # @raise [Elelem::ContextFullError] when the prompt does not fit `n_ctx`
     # @raise [Elelem::ClosedError] after {#close}
     # @raise [Elelem::ImageError] for an image that cannot be read, decoded or encoded
+    # @raise [Elelem::AudioError] for audio that cannot be read or decoded (a WAV of another
+    #   rate than 16 kHz names it), or `audio:` on a model without an audio projector
     #
     # With `images:` (a model opened with a projector, see {#vision?}), the text places each
     # image with {Images::MARKER} (or they all come first), and each is decoded, preprocessed
@@ -122,6 +124,14 @@ module Elelem
     #   model = Elelem.open("gemma-3-4b-it-Q4_K_M.gguf", mmproj: "mmproj-gemma-3-4b-it-f16.gguf")
     #   model.generate("<start_of_turn>user\n#{Elelem::Images::MARKER}What is in this picture?" \
     #                  "<end_of_turn>\n<start_of_turn>model\n", images: ["cat.jpg"])
+    #
+    # With `audio:` (a model opened with an audio projector, see {#audio?}), the same for WAV
+    # files ({Audio.read}): each is cut into 30 s pieces and encoded as mtmd does, in place of
+    # its marker.
+    # @example Listen to a recording
+    #   model = Elelem.open("Qwen2-Audio-7B-Instruct-Q4_K_M.gguf", mmproj: "mmproj-Qwen2-Audio-7B-Instruct-f16.gguf")
+    #   model.generate("<|im_start|>user\nAudio 1: #{Elelem::Images::MARKER}\nWhat is said?<|im_end|>\n" \
+    #                  "<|im_start|>assistant\n", audio: ["speech.wav"])
     def generate(prompt, **options, &)
       options, constraint = Options.constraint(options)
       result = run(prompt, options, text: prompt.is_a?(String), constraint:, &)
@@ -283,8 +293,8 @@ module Elelem
     # @raise [Elelem::TemplateError] when the template fails
     # @raise [ArgumentError] for a keyword the template does not read, as {#chat}
     def chat_tokens(messages, template: nil, system: nil, parse_special: false, **variables)
-      unless ChatOptions.images(messages).empty?
-        raise ArgumentError, "a conversation with images has no ids before they are encoded: chat_input gives " \
+      unless ChatOptions.media(messages).empty?
+        raise ArgumentError, "a conversation with images or audio has no ids before they are encoded: chat_input gives " \
                              "what chat evaluates"
       end
 
@@ -379,11 +389,18 @@ module Elelem
       _info
     end
 
-    # Whether prompts may hold images: the model was opened with a projector (`mmproj:`, or
-    # one found beside its file; {#info}'s `:mmproj` names its type).
+    # Whether prompts may hold images: the model was opened with a vision projector (`mmproj:`,
+    # or one found beside its file; {#info}'s `:mmproj` names its type).
     # @return [Boolean]
     def vision?
-      !info[:mmproj].nil?
+      !info[:mmproj].nil? && !audio?
+    end
+
+    # Whether prompts may hold audio (`audio:`, audio content parts): the model was opened
+    # with an audio projector (Qwen2-Audio's `qwen2a`; {#info}'s `:audio`).
+    # @return [Boolean]
+    def audio?
+      info[:audio] == true
     end
 
     # Memory use (the KV cache's cells in use, `kv_cells_used` of `kv_cells`, and the tokens
@@ -425,13 +442,30 @@ module Elelem
     end
 
     def run(prompt, options, text:, logprobs: nil, constraint: nil, &block)
-      opts = Options.generation(options.except(:images))
-      prompt = Images.attach(prompt, options[:images], opts)
+      opts = Options.generation(options.except(:images, :audio))
+      prompt = Images.attach(prompt, media(options), opts)
       @last_stop_reason = :interrupted
       result = generate_now(prompt, opts, text, logprobs, constraint, &block)
       @last_result = result
       @last_stop_reason = result[:finish_reason]
       result
+    end
+
+    # `images:` or `audio:`, as this model's projector takes them: audio read here, so that
+    # its errors are {AudioError}s.
+    def media(options)
+      images, audio = options.values_at(:images, :audio)
+      if audio.nil?
+        raise ImageError, "this model's projector takes audio (audio:), not images" if images && images != [] && audio?
+
+        return images
+      end
+      raise ArgumentError, "images: and audio: together: a projector takes one or the other" unless images.nil?
+      unless audio?
+        raise AudioError, "audio: needs a model opened with an audio projector (Elelem.open's mmproj:, Qwen2-Audio's)"
+      end
+
+      (audio.is_a?(Array) ? audio : [audio]).map { |a| Audio.read(a) }
     end
 
     # Runs the native generation; a refusal raised by elelem itself (not by the block)
