@@ -74,7 +74,8 @@ RSpec.describe "audio in prompts" do
     it "reads audio parts of chat messages (input_audio's base64 WAV, or an audio file) where they are" do
       template = "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}"
       data = Base64.strict_encode64(File.binread(wav_path))
-      [{ type: "input_audio", input_audio: { data:, format: "wav" } }, { type: "audio", audio: wav_path }].each do |part|
+      parts = [{ type: "input_audio", input_audio: { data:, format: "wav" } }, { type: "audio", audio: wav_path }]
+      parts.each do |part|
         messages = [{ role: "user", content: [{ type: "text", text: "listen to " }, part, " and say"] }]
         expect(model.complete(messages, template:, max_tokens: 16).tokens).to eq(expected), part[:type]
       end

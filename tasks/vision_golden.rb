@@ -228,16 +228,22 @@ module VisionGolden
   # 16 kHz mono 16-bit PCM WAVs, a second of two gliding tones under an envelope, and a
   # quarter of a second of noise from a linear congruential generator.
   def write_test_audio
-    tones = Array.new(16_000) do |i|
+    File.binwrite(image("tones-1s.wav"), wav(test_tones))
+    File.binwrite(image("noise-0.25s.wav"), wav(test_noise))
+  end
+
+  def test_tones
+    Array.new(16_000) do |i|
       t = i / 16_000.0
       glide = ->(f0, f1) { Math.sin(2 * Math::PI * ((f0 * t) + ((f1 - f0) * t * t / 2))) }
       envelope = 0.5 + (0.5 * Math.sin(2 * Math::PI * 3 * t))
       (envelope * ((0.4 * glide.call(220, 330)) + (0.2 * glide.call(1400, 900))) * 32_767).round
     end
+  end
+
+  def test_noise
     state = 1
-    noise = Array.new(4_000) { ((state = ((state * 1_103_515_245) + 12_345) % (2**31)) >> 15) - 16_384 }
-    File.binwrite(image("tones-1s.wav"), wav(tones))
-    File.binwrite(image("noise-0.25s.wav"), wav(noise))
+    Array.new(4_000) { ((state = ((state * 1_103_515_245) + 12_345) % (2**31)) >> 15) - 16_384 }
   end
 
   # A 16 kHz mono 16-bit PCM WAV of `samples`.

@@ -9,7 +9,20 @@ module Elelem
   # llama.cpp's mtmd does (Qwen2-Audio's `qwen2a`). Another rate, or a file that is no such
   # WAV, is an {Elelem::AudioError} naming what it is.
   module Audio
+    # The content parts of audio elelem reads: OpenAI's `{ type: "input_audio", input_audio:
+    # { data: <base64>, format: "wav" } }` and `{ type: "audio", audio: path, bytes or IO }`.
+    PARTS = %w[input_audio audio].freeze
+
     module_function
+
+    # An audio part's audio, as {.read} takes it.
+    # @raise [Elelem::AudioError] for an `input_audio` that is not base64 WAV
+    def part(part)
+      type = (part[:type] || part["type"]).to_s
+      return input_audio(part[:input_audio] || part["input_audio"]) if type == "input_audio"
+
+      part[:audio] || part["audio"]
+    end
 
     # An audio file's bytes.
     # @param audio [String, Pathname, IO] a path; a binary String (`Encoding::BINARY`) of
@@ -35,11 +48,15 @@ module Elelem
       unless data.is_a?(String)
         raise AudioError, "input_audio must be { data: <base64>, format: \"wav\" }, got #{value.inspect[0, 60]}"
       end
-      raise AudioError, "input_audio's format must be \"wav\" (elelem reads WAV), got #{format.inspect}" if format.to_s != "wav"
+      unless format.to_s == "wav"
+        raise AudioError, "input_audio's format must be \"wav\" (elelem reads WAV), got #{format.inspect}"
+      end
 
       base64(data)
     end
 
+    # The bytes of base64 `data`.
+    # @raise [Elelem::AudioError] for invalid base64
     def base64(data)
       Base64.strict_decode64(data)
     rescue ArgumentError

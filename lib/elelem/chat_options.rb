@@ -7,9 +7,9 @@ module Elelem
   module ChatOptions
     # The roles a message may have.
     ROLES = %w[system user assistant tool].freeze
-    # Audio content parts, as OpenAI's and others' clients send them: `input_audio` and
-    # `audio` read for a model with an audio projector ({.audio}), `audio_url` refused by name.
-    AUDIO_PARTS = %w[input_audio audio audio_url].freeze
+    # Audio content parts elelem does not read (it fetches no URL): refused by name. Those it
+    # reads are {Audio::PARTS}.
+    AUDIO_PARTS = %w[audio_url].freeze
 
     module_function
 
@@ -110,35 +110,12 @@ module Elelem
     # The images of the messages' content parts, in order, as {Images.read} takes them.
     # @return [Array]
     def images(list)
-      media(list).filter_map { |type, part| image(part) unless audio_part?(type) }
-    end
-
-    # The image and audio content parts of the messages, in order, as `[type, part]`.
-    # @return [Array<Array(String, Hash)>]
-    def media(list)
       return [] unless list.is_a?(Array)
 
       list.flat_map do |message|
         parts = message.is_a?(Hash) && (message[:content] || message["content"])
-        next [] unless parts.is_a?(Array)
-
-        parts.filter_map { |part| [part_type(part), part] if image(part) || audio_part?(part_type(part)) }
+        parts.is_a?(Array) ? parts.filter_map { |part| image(part) } : []
       end
-    end
-
-    # A part's type, a String ("" for a part that is no Hash).
-    def part_type(part) = part.is_a?(Hash) ? (part[:type] || part["type"]).to_s : ""
-
-    # Whether a part of `type` is audio elelem reads.
-    def audio_part?(type) = %w[input_audio audio].include?(type)
-
-    # An audio part's audio, as {Audio.read} takes it: `{ type: "audio", audio: path, bytes
-    # or IO }`, or OpenAI's `{ type: "input_audio", input_audio: { data: <base64>, format: "wav" } }`.
-    # @raise [Elelem::AudioError] for an `input_audio` that is not base64 WAV
-    def audio(part)
-      return Audio.input_audio(part[:input_audio] || part["input_audio"]) if part_type(part) == "input_audio"
-
-      part[:audio] || part["audio"]
     end
 
     # An image part's image, nil for another part: `{ type: "image", image: path, bytes or IO }`,
@@ -167,7 +144,7 @@ module Elelem
     # @raise [ArgumentError] for a part that is neither text nor an image nor audio
     def part_text(part)
       return part if part.is_a?(String)
-      return Images::MARKER if image(part) || audio_part?(part_type(part))
+      return Images::MARKER if medium?(part)
 
       type = part.is_a?(Hash) && (part[:type] || part["type"]).to_s
       return part[:text] || part["text"] if type == "text"
@@ -175,32 +152,25 @@ module Elelem
       raise unsupported_part(type, part)
     end
 
-    # The error for a content part elelem does not read: `audio_url` by name, others by what it reads.
+    # Whether a part is an image or audio ({Audio::PARTS}).
+    def medium?(part) = !image(part).nil? || Audio::PARTS.include?(part_type(part))
+
+    # A part's type, a String ("" for a part that is no Hash).
+    def part_type(part) = part.is_a?(Hash) ? (part[:type] || part["type"]).to_s : ""
+
+    # The error for a content part elelem does not read: audio by name, others by what it reads.
     # @param type [String] the part's type
     # @param part [Object] the part
     # @return [ArgumentError]
     def unsupported_part(type, part)
       if AUDIO_PARTS.include?(type)
-        return AudioError.new("audio content parts (#{type}) are not supported: elelem fetches no URL; send " \
-                              "input_audio ({ data: <base64>, format: \"wav\" }) or { type: \"audio\", audio: ... }")
+        return AudioError.new("audio content parts (#{type}) are not supported: elelem fetches no URL " \
+                              "(send input_audio, base64 WAV)")
       end
 
       ArgumentError.new("message content parts must be text (a String or { type: \"text\", text: ... }), " \
                         "images ({ type: \"image\", image: ... } or { type: \"image_url\", ... }) or audio " \
-                        "({ type: \"input_audio\", ... } or { type: \"audio\", audio: ... }), got #{part.inspect[0, 60]}")
-    end
-
-    # The error for a conversation's media this model's projector does not take, or nil.
-    # @param media [Array<Array(String, Hash)>] {.media}'s parts
-    # @param audio [Boolean] whether the model takes audio ({Model#audio?})
-    # @return [ArgumentError, nil]
-    def media_mismatch(media, audio:)
-      type, = media.find { |t, _| audio_part?(t) != audio }
-      return nil if type.nil?
-      return ImageError.new("image content parts (#{type}) need a vision projector: this model's takes audio") if audio
-
-      AudioError.new("audio content parts (#{type}) need a model opened with an audio projector (Elelem.open's " \
-                     "mmproj:, Qwen2-Audio's)")
+                        "(input_audio, audio), got #{part.inspect[0, 60]}")
     end
   end
 end

@@ -293,9 +293,9 @@ module Elelem
     # @raise [Elelem::TemplateError] when the template fails
     # @raise [ArgumentError] for a keyword the template does not read, as {#chat}
     def chat_tokens(messages, template: nil, system: nil, parse_special: false, **variables)
-      unless ChatOptions.media(messages).empty?
-        raise ArgumentError, "a conversation with images or audio has no ids before they are encoded: chat_input gives " \
-                             "what chat evaluates"
+      unless Media.parts(messages).empty?
+        raise ArgumentError, "a conversation with images or audio has no ids before they are encoded: chat_input " \
+                             "gives what chat evaluates"
       end
 
       chat_ids(messages, template, system, parse_special, variables)
@@ -392,16 +392,12 @@ module Elelem
     # Whether prompts may hold images: the model was opened with a vision projector (`mmproj:`,
     # or one found beside its file; {#info}'s `:mmproj` names its type).
     # @return [Boolean]
-    def vision?
-      !info[:mmproj].nil? && !audio?
-    end
+    def vision? = !info[:mmproj].nil? && !audio?
 
     # Whether prompts may hold audio (`audio:`, audio content parts): the model was opened
     # with an audio projector (Qwen2-Audio's `qwen2a`; {#info}'s `:audio`).
     # @return [Boolean]
-    def audio?
-      info[:audio] == true
-    end
+    def audio? = info[:audio] == true
 
     # Memory use (the KV cache's cells in use, `kv_cells_used` of `kv_cells`, and the tokens
     # its sequences hold, `kv_tokens`, as of the last pass), and the work and speed of the last
@@ -443,29 +439,12 @@ module Elelem
 
     def run(prompt, options, text:, logprobs: nil, constraint: nil, &block)
       opts = Options.generation(options.except(:images, :audio))
-      prompt = Images.attach(prompt, media(options), opts)
+      prompt = Images.attach(prompt, Media.option(options[:images], options[:audio], audio?), opts)
       @last_stop_reason = :interrupted
       result = generate_now(prompt, opts, text, logprobs, constraint, &block)
       @last_result = result
       @last_stop_reason = result[:finish_reason]
       result
-    end
-
-    # `images:` or `audio:`, as this model's projector takes them: audio read here, so that
-    # its errors are {AudioError}s.
-    def media(options)
-      images, audio = options.values_at(:images, :audio)
-      if audio.nil?
-        raise ImageError, "this model's projector takes audio (audio:), not images" if images && images != [] && audio?
-
-        return images
-      end
-      raise ArgumentError, "images: and audio: together: a projector takes one or the other" unless images.nil?
-      unless audio?
-        raise AudioError, "audio: needs a model opened with an audio projector (Elelem.open's mmproj:, Qwen2-Audio's)"
-      end
-
-      (audio.is_a?(Array) ? audio : [audio]).map { |a| Audio.read(a) }
     end
 
     # Runs the native generation; a refusal raised by elelem itself (not by the block)

@@ -53,9 +53,7 @@ module Elelem
       # Renders the conversation with template variables into what {#chat} evaluates: its ids,
       # or with images an {Images::Prompt} (whose images the projector lays out around the text).
       def chat_renderer(messages, template, system, parse_special)
-        images = chat_media(messages).map do |type, part|
-          ChatOptions.audio_part?(type) ? Audio.read(ChatOptions.audio(part)) : Images.read(ChatOptions.image(part))
-        end
+        images = chat_media(messages).map { |type, part| Media.read(type, part) }
         return ->(vars) { chat_ids(messages, template, system, parse_special, vars) } if images.empty?
 
         lambda do |vars|
@@ -115,15 +113,9 @@ module Elelem
                                                                                        json:, reasoning:, tool_calls:)
       end
 
-      # The conversation's image and audio parts ({ChatOptions.media}), refused where this
-      # model's projector takes the other kind (or there is none, for audio).
-      def chat_media(messages)
-        media = ChatOptions.media(messages)
-        mismatch = ChatOptions.media_mismatch(media, audio: audio?)
-        raise mismatch if mismatch
-
-        media
-      end
+      # The conversation's image and audio parts ({Media.parts}), refused where this model's
+      # projector takes the other kind (or there is none, for audio).
+      def chat_media(messages) = Media.parts(messages).tap { |parts| Media.check(parts, audio: audio?) }
 
       def chat_arguments(messages, template, system, variables)
         template = Options.text(:template, template) unless template.nil?
