@@ -12,7 +12,7 @@ require_relative "spec_helper"
 # (spec/fixtures/goldens/vision).
 RSpec.describe "audio in prompts" do
   vision_dir = File.join(SYNTHETIC_DIR, "vision")
-  media_dir = File.join(ROOT, "ext", "testkit", "tests", "fixtures", "vision")
+  media_dir = File.join(ROOT, "ext", "testkit", "tests", "fixtures", "audio")
   wav_path = File.join(media_dir, "tones-1s.wav")
 
   def self.recording(name)

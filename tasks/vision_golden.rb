@@ -19,8 +19,8 @@ require_relative "reference"
 #   SHA-256), `max_tokens`, and the chunks mtmd made of them, which hold for any build: a text
 #   chunk's ids (`"type": "text"`), an image chunk's token and position counts and its grid
 #   (`"type": "image"`, `n_tokens`, `n_pos`, `nx`, `ny`), an audio chunk's (one log-mel piece:
-#   `"type": "audio"`, `n_tokens`, `n_pos`: the audio pairs' cases, WAV files of the same
-#   folder); and `n_past`, the
+#   `"type": "audio"`, `n_tokens`, `n_pos`: the audio pairs' cases, WAV files of
+#   ext/testkit/tests/fixtures/audio); and `n_past`, the
 #   positions the prompt took;
 # - per build profile (Elelem.build_profile, as the other goldens: greedy ids hold only within
 #   one), the greedy ids, their text where it is UTF-8, each step's top-two logit margin, and
@@ -35,6 +35,7 @@ module VisionGolden
   DIR = File.join(Reference::GOLDENS, "vision")
   MODELS_DIR = File.join(Reference::ROOT, "tmp", "synthetic", "vision")
   IMAGES_DIR = File.join(Reference::ROOT, "ext", "testkit", "tests", "fixtures", "vision")
+  AUDIO_DIR = File.join(Reference::ROOT, "ext", "testkit", "tests", "fixtures", "audio")
   N_PREDICT = 16
   MARKER = "<__media__>"
 
@@ -196,7 +197,8 @@ module VisionGolden
     [kase, output(out)]
   end
 
-  def image(file) = File.join(IMAGES_DIR, file)
+  # A case's image (or, a `.wav`, audio) file.
+  def image(file) = File.join(file.end_with?(".wav") ? AUDIO_DIR : IMAGES_DIR, file)
 
   # The large test image, 1100 x 700 (ext/testkit/tests/fixtures/vision/1100x700-rgb.png, made
   # by `write_test_image`): an 8-bit RGB PNG of gradients, stripes and a checkerboard,
@@ -224,7 +226,7 @@ module VisionGolden
 
   def write_test_image = File.binwrite(image("1100x700-rgb.png"), test_image_png)
 
-  # The audio test files (ext/testkit/tests/fixtures/vision, made by `write_test_audio`):
+  # The audio test files (ext/testkit/tests/fixtures/audio, made by `write_test_audio`):
   # 16 kHz mono 16-bit PCM WAVs, a second of two gliding tones under an envelope, and a
   # quarter of a second of noise from a linear congruential generator.
   def write_test_audio

@@ -156,8 +156,10 @@ fn open_pair(name: &str, threads: usize) -> (Arc<Model>, VisionContext) {
     (model, vision)
 }
 
+/// A case's image (or, a `.wav`, audio) file.
 fn image(file: &str) -> Vec<u8> {
-    std::fs::read(root().join("ext/testkit/tests/fixtures/vision").join(file)).unwrap()
+    let dir = if file.ends_with(".wav") { "audio" } else { "vision" };
+    std::fs::read(root().join("ext/testkit/tests/fixtures").join(dir).join(file)).unwrap()
 }
 
 fn check_pair(name: &str) {
