@@ -80,6 +80,10 @@ impl EncodedImage {
     }
 }
 
+/// A medium's layout, the embeddings of its image (audio) chunks in order, and the seconds
+/// the encoder's passes took.
+type Encoded = (Vec<ImagePart>, Vec<Arc<[f32]>>, f64);
+
 /// A prompt with images, as [`crate::runtime::Request`] takes it: ids (the image rows'
 /// recorded in their place) and the images' embeddings, one run per image chunk.
 #[derive(Clone)]
@@ -192,7 +196,7 @@ impl VisionContext {
         params: &ImageParams,
         image: &[u8],
         abort: &AtomicBool,
-    ) -> Result<(Vec<ImagePart>, Vec<Arc<[f32]>>, f64)> {
+    ) -> Result<Encoded> {
         let decoded = decode(image)?;
         let pre = preprocess(kind, params, &decoded)?;
         let layout = image_layout(&self.mmproj.hparams, &pre)?;
@@ -216,12 +220,7 @@ impl VisionContext {
 
     /// An audio file's layout, the embeddings of its pieces and the seconds the encoder took
     /// (mtmd-helper's WAV decoding, mtmd's whisper preprocessor, a chunk per piece).
-    fn encode_audio(
-        &self,
-        mel: &WhisperMel,
-        wav: &[u8],
-        abort: &AtomicBool,
-    ) -> Result<(Vec<ImagePart>, Vec<Arc<[f32]>>, f64)> {
+    fn encode_audio(&self, mel: &WhisperMel, wav: &[u8], abort: &AtomicBool) -> Result<Encoded> {
         let pieces = mel.preprocess(&decode_wav(wav)?)?;
         let layout = audio_layout(&self.mmproj.hparams, pieces.len())?;
         let mut encoder = self.encoder.lock().expect("encoder lock");
