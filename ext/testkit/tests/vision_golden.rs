@@ -468,3 +468,22 @@ fn an_aborted_encode_keeps_nothing() {
     );
     assert_eq!(vision.encode(&jpeg).unwrap().embeddings.len(), 1);
 }
+
+/// An audio file sent again is not encoded again (its pieces' embeddings, by the hash of its
+/// bytes), as an image is; an aborted encode keeps nothing; and an audio projector reads
+/// WAV files only (an image is `Error::Audio`, never decoded as a picture).
+#[test]
+fn audio_is_encoded_once_and_only_from_wav_files() {
+    let (_, audio) = open_pair("tiny-qwen2a-audio", 2);
+    assert!(audio.audio());
+    let wav = image("tones-1s.wav");
+    let first = audio.encode(&wav).unwrap();
+    assert!(Arc::ptr_eq(&first, &audio.encode(&wav).unwrap()));
+    assert_eq!(first.embeddings.len(), 1, "a second of audio: one piece");
+    let noise = image("noise-0.25s.wav");
+    let aborted = audio.encode_until(&noise, &AtomicBool::new(true));
+    assert!(matches!(aborted, Err(Error::Aborted)), "{:?}", aborted.err());
+    assert_eq!(audio.encode(&noise).unwrap().embeddings.len(), 1);
+    let refused = audio.encode(&image("97x61-cmyk.jpg"));
+    assert!(matches!(refused, Err(Error::Audio(_))), "{:?}", refused.err());
+}
