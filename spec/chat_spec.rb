@@ -39,7 +39,7 @@ RSpec.describe "chat" do
     expect(model.chat_prompt(parts, template: typed)).to eq("[text: a][text: b][text: c]")
     expect { model.chat_prompt(chatml["messages"], system: "again") }.to raise_error(ArgumentError, /system/)
     expect { model.chat_prompt([{ role: "user", content: [{ type: "input_audio", input_audio: "x" }] }]) }
-      .to raise_error(ArgumentError, /audio content parts \(input_audio\) are not supported/)
+      .to raise_error(Elelem::AudioError, /audio content parts \(input_audio\) need a model opened with an audio/)
     expect { model.chat_prompt([{ role: "user", content: [{ type: "video", video: "x" }] }]) }
       .to raise_error(ArgumentError, /parts must be text/)
     expect { model.chat_prompt([{ role: "user", content: [{ type: "image_url", image_url: "x" }] }]) }

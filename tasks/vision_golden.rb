@@ -18,8 +18,10 @@ require_relative "reference"
 # - each case's prompt text, images (files of ext/testkit/tests/fixtures/vision, with their
 #   SHA-256), `max_tokens`, and the chunks mtmd made of them, which hold for any build: a text
 #   chunk's ids (`"type": "text"`), an image chunk's token and position counts and its grid
-#   (`"type": "image"`, `n_tokens`, `n_pos`, `nx`, `ny`); and `n_past`, the positions the
-#   prompt took;
+#   (`"type": "image"`, `n_tokens`, `n_pos`, `nx`, `ny`), an audio chunk's (one log-mel piece:
+#   `"type": "audio"`, `n_tokens`, `n_pos`: the audio pairs' cases, WAV files of
+#   ext/testkit/tests/fixtures/audio); and `n_past`, the
+#   positions the prompt took;
 # - per build profile (Elelem.build_profile, as the other goldens: greedy ids hold only within
 #   one), the greedy ids, their text where it is UTF-8, each step's top-two logit margin, and
 #   the SHA-256 of each image chunk's embeddings (mtmd_get_output_embd, raw f32: n_tokens x
@@ -33,6 +35,7 @@ module VisionGolden
   DIR = File.join(Reference::GOLDENS, "vision")
   MODELS_DIR = File.join(Reference::ROOT, "tmp", "synthetic", "vision")
   IMAGES_DIR = File.join(Reference::ROOT, "ext", "testkit", "tests", "fixtures", "vision")
+  AUDIO_DIR = File.join(Reference::ROOT, "ext", "testkit", "tests", "fixtures", "audio")
   N_PREDICT = 16
   MARKER = "<__media__>"
 
@@ -81,6 +84,13 @@ module VisionGolden
   # image into LLaVA-UHD's tiles of 128 (up to 3 x 3) and an overview, 64 tokens each, between
   # <|image_start|> and <|image_end|>. Gemma 4's resizes an image within 70 to 1120 tokens (a
   # token per 24 x 24 pixels) into one chunk between <|image> and <image|>, decoded non-causally.
+  # Qwen2-Audio's projector turns an audio file into 30 s log-mel pieces of 750 tokens each,
+  # a chunk per piece between <|audio_bos|> and <|audio_eos|>, each token a position (under
+  # M-RoPE too: mtmd's helper places an audio chunk's tokens as text's, not on a grid).
+  AUDIO = {
+    "wav-tones-1s" => ["listen to #{MARKER} and say", ["tones-1s.wav"]],
+    "two-wavs" => ["compare #{MARKER} to #{MARKER} in it", ["tones-1s.wav", "noise-0.25s.wav"]]
+  }.freeze
   CASES = {
     "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-llava-vision" => TEXT_AFTER.merge(TWO_IMAGES),
@@ -94,7 +104,9 @@ module VisionGolden
     "tiny-qwen3vlmoe-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-pixtral-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-llama4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
-    "tiny-gemma4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES)
+    "tiny-gemma4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
+    "tiny-qwen2a-audio" => AUDIO,
+    "tiny-qwen2a-mrope-audio" => AUDIO
   }.freeze
 
   module_function
@@ -180,12 +192,13 @@ module VisionGolden
     kase = { "name" => case_name, "prompt_text" => prompt,
              "images" => images.map { |f| { "file" => f, "sha256" => Digest::SHA256.file(image(f)).hexdigest } },
              "max_tokens" => N_PREDICT, "ignore_eos" => false, "chunks" => out["chunks"], "n_past" => out["n_past"] }
-    tokens = out["chunks"].select { |c| c["type"] == "image" }.map { |c| c["n_tokens"] }
-    puts "#{name} #{case_name}: image tokens #{tokens.join(",")}, encode_ms #{out["encode_ms"].join(",")}"
+    tokens = out["chunks"].reject { |c| c["type"] == "text" }.map { |c| c["n_tokens"] }
+    puts "#{name} #{case_name}: media tokens #{tokens.join(",")}, encode_ms #{out["encode_ms"].join(",")}"
     [kase, output(out)]
   end
 
-  def image(file) = File.join(IMAGES_DIR, file)
+  # A case's image (or, a `.wav`, audio) file.
+  def image(file) = File.join(file.end_with?(".wav") ? AUDIO_DIR : IMAGES_DIR, file)
 
   # The large test image, 1100 x 700 (ext/testkit/tests/fixtures/vision/1100x700-rgb.png, made
   # by `write_test_image`): an 8-bit RGB PNG of gradients, stripes and a checkerboard,
@@ -212,6 +225,35 @@ module VisionGolden
   end
 
   def write_test_image = File.binwrite(image("1100x700-rgb.png"), test_image_png)
+
+  # The audio test files (ext/testkit/tests/fixtures/audio, made by `write_test_audio`):
+  # 16 kHz mono 16-bit PCM WAVs, a second of two gliding tones under an envelope, and a
+  # quarter of a second of noise from a linear congruential generator.
+  def write_test_audio
+    File.binwrite(image("tones-1s.wav"), wav(test_tones))
+    File.binwrite(image("noise-0.25s.wav"), wav(test_noise))
+  end
+
+  def test_tones
+    Array.new(16_000) do |i|
+      t = i / 16_000.0
+      glide = ->(f0, f1) { Math.sin(2 * Math::PI * ((f0 * t) + ((f1 - f0) * t * t / 2))) }
+      envelope = 0.5 + (0.5 * Math.sin(2 * Math::PI * 3 * t))
+      (envelope * ((0.4 * glide.call(220, 330)) + (0.2 * glide.call(1400, 900))) * 32_767).round
+    end
+  end
+
+  def test_noise
+    state = 1
+    Array.new(4_000) { ((state = ((state * 1_103_515_245) + 12_345) % (2**31)) >> 15) - 16_384 }
+  end
+
+  # A 16 kHz mono 16-bit PCM WAV of `samples`.
+  def wav(samples)
+    n = samples.size * 2
+    ["RIFF", 36 + n, "WAVE", "fmt ", 16, 1, 1, 16_000, 32_000, 2, 16, "data", n].pack("a4Va4a4VvvVVvva4V") +
+      samples.pack("s<*")
+  end
 
   # The driver's lines, parsed: the chunks, n_embd, n_past, encode_ms, then generate's ids,
   # hex text and margins.
@@ -248,13 +290,15 @@ module VisionGolden
 
   def chunk((type, *values))
     return { "type" => "text", "ids" => values.map(&:to_i) } if type == "text"
+    # One log-mel piece of an audio file: its tokens take a position each.
+    return %w[n_tokens n_pos].zip(values.map(&:to_i)).to_h.merge("type" => "audio") if type == "audio"
 
     %w[n_tokens n_pos nx ny].zip(values.map(&:to_i)).to_h.merge("type" => "image")
                             .slice("type", "n_tokens", "n_pos", "nx", "ny")
   end
 
-  # The build's part: the ids, their text, the margins, and each image chunk's embeddings'
-  # SHA-256 (the driver wrote them one after the other).
+  # The build's part: the ids, their text, the margins, and each image (and audio) chunk's
+  # embeddings' SHA-256 (the driver wrote them one after the other).
   def output(out)
     text = [out["hex"]].pack("H*").force_encoding(Encoding::UTF_8)
     { "ids" => out["ids"], "text" => (text if text.valid_encoding?), "margins" => out["margins"],
@@ -262,7 +306,8 @@ module VisionGolden
   end
 
   def embd_digests(out)
-    sizes = out["chunks"].select { |c| c["type"] == "image" }.map { |c| c["n_tokens"] * out["n_embd"] * 4 }
+    media = out["chunks"].select { |c| %w[image audio].include?(c["type"]) }
+    sizes = media.map { |c| c["n_tokens"] * out["n_embd"] * 4 }
     embd = out["embd"]
     raise "the embeddings are #{embd.bytesize} bytes, not #{sizes.sum}" unless embd.bytesize == sizes.sum
 

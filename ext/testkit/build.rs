@@ -2,7 +2,10 @@
 //! `tools/mtmd/mtmd-image.cpp` (mtmd's preprocessors) and `vendor/stb/stb_image.h` (how
 //! mtmd-helper decodes a file), with `native/mtmd_image.cpp` standing in for clip; and
 //! `tools/mtmd/clip.cpp` with its graph builders (`tools/mtmd/models`), the vision encoders
-//! for `tests/vision_encoder.rs`, through `native/clip_encode.cpp`. The sources come from the llama-cpp-sys-2 package that `vendor/fetch` pins (cargo has
+//! for `tests/vision_encoder.rs`, through `native/clip_encode.cpp`; and
+//! `tools/mtmd/mtmd-audio.cpp` (the audio preprocessors) with `vendor/miniaudio` (how
+//! mtmd-helper decodes an audio file) for `tests/audio.rs`, through `native/mtmd_audio.cpp`.
+//! The sources come from the llama-cpp-sys-2 package that `vendor/fetch` pins (cargo has
 //! unpacked it for `rake vendor`); none is copied here. The test kit is never linked into
 //! the gem.
 
@@ -62,10 +65,32 @@ fn main() {
         .files(&models)
         .file(&encoder_shim)
         .compile("elelem_clip");
+    // mtmd's audio preprocessing and miniaudio's decoder, for tests/audio.rs, through
+    // native/mtmd_audio.cpp (clip's hyper-parameters are what it passes for a context).
+    let audio_shim = manifest.join("native/mtmd_audio.cpp");
+    cc::Build::new()
+        .cpp(true)
+        .std("gnu++17")
+        .opt_level(3)
+        .debug(false)
+        .warnings(false)
+        .pic(true)
+        .define("NDEBUG", None)
+        .define("clip_get_hparams", "elelem_audio_clip_get_hparams")
+        .define("g_logger_state", "elelem_audio_logger_state")
+        .include(&mtmd)
+        .include(llama.join("ggml/include"))
+        .include(llama.join("include"))
+        .include(llama.join("vendor"))
+        .file(mtmd.join("mtmd-audio.cpp"))
+        .file(&audio_shim)
+        .compile("elelem_mtmd_audio");
+    println!("cargo:rerun-if-changed={}", audio_shim.display());
     println!("cargo:rerun-if-changed={}", encoder_shim.display());
     println!("cargo:rerun-if-changed={}", shim.display());
     println!("cargo:rerun-if-changed={}", fetch.display());
     println!("cargo:rerun-if-changed={}", mtmd.join("mtmd-image.cpp").display());
+    println!("cargo:rerun-if-changed={}", mtmd.join("mtmd-audio.cpp").display());
 }
 
 /// The pinned llama-cpp-sys-2 package's llama.cpp tree, as `cargo metadata` on

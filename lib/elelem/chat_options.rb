@@ -7,8 +7,9 @@ module Elelem
   module ChatOptions
     # The roles a message may have.
     ROLES = %w[system user assistant tool].freeze
-    # Audio content parts, as OpenAI's and others' clients send them: refused by name.
-    AUDIO_PARTS = %w[input_audio audio audio_url].freeze
+    # Audio content parts elelem does not read (it fetches no URL): refused by name. Those it
+    # reads are {Audio::PARTS}.
+    AUDIO_PARTS = %w[audio_url].freeze
 
     module_function
 
@@ -137,13 +138,13 @@ module Elelem
                         "got #{url.inspect[0, 60]}"
     end
 
-    # A content part's text: its own, or the image marker where it is an image.
+    # A content part's text: its own, or the media marker where it is an image or audio.
     # @param part [String, Hash] a content part
     # @return [String]
-    # @raise [ArgumentError] for a part that is neither text nor an image
+    # @raise [ArgumentError] for a part that is neither text nor an image nor audio
     def part_text(part)
       return part if part.is_a?(String)
-      return Images::MARKER if image(part)
+      return Images::MARKER if medium?(part)
 
       type = part.is_a?(Hash) && (part[:type] || part["type"]).to_s
       return part[:text] || part["text"] if type == "text"
@@ -151,18 +152,25 @@ module Elelem
       raise unsupported_part(type, part)
     end
 
+    # Whether a part is an image or audio ({Audio::PARTS}).
+    def medium?(part) = !image(part).nil? || Audio::PARTS.include?(part_type(part))
+
+    # A part's type, a String ("" for a part that is no Hash).
+    def part_type(part) = part.is_a?(Hash) ? (part[:type] || part["type"]).to_s : ""
+
     # The error for a content part elelem does not read: audio by name, others by what it reads.
     # @param type [String] the part's type
     # @param part [Object] the part
     # @return [ArgumentError]
     def unsupported_part(type, part)
       if AUDIO_PARTS.include?(type)
-        return ArgumentError.new("audio content parts (#{type}) are not supported: elelem reads text and images")
+        return AudioError.new("audio content parts (#{type}) are not supported: elelem fetches no URL " \
+                              "(send input_audio, base64 WAV)")
       end
 
-      ArgumentError.new("message content parts must be text (a String or { type: \"text\", text: ... }) or " \
-                        "images ({ type: \"image\", image: ... } or { type: \"image_url\", ... }), " \
-                        "got #{part.inspect[0, 60]}")
+      ArgumentError.new("message content parts must be text (a String or { type: \"text\", text: ... }), " \
+                        "images ({ type: \"image\", image: ... } or { type: \"image_url\", ... }) or audio " \
+                        "(input_audio, audio), got #{part.inspect[0, 60]}")
     end
   end
 end

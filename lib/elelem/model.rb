@@ -113,6 +113,8 @@ module Elelem
     # @raise [Elelem::ContextFullError] when the prompt does not fit `n_ctx`
     # @raise [Elelem::ClosedError] after {#close}
     # @raise [Elelem::ImageError] for an image that cannot be read, decoded or encoded
+    # @raise [Elelem::AudioError] for audio that cannot be read or decoded (a WAV of another
+    #   rate than 16 kHz names it), or `audio:` on a model without an audio projector
     #
     # With `images:` (a model opened with a projector, see {#vision?}), the text places each
     # image with {Images::MARKER} (or they all come first), and each is decoded, preprocessed
@@ -122,6 +124,14 @@ module Elelem
     #   model = Elelem.open("gemma-3-4b-it-Q4_K_M.gguf", mmproj: "mmproj-gemma-3-4b-it-f16.gguf")
     #   model.generate("<start_of_turn>user\n#{Elelem::Images::MARKER}What is in this picture?" \
     #                  "<end_of_turn>\n<start_of_turn>model\n", images: ["cat.jpg"])
+    #
+    # With `audio:` (a model opened with an audio projector, see {#audio?}), the same for WAV
+    # files ({Audio.read}): each is cut into 30 s pieces and encoded as mtmd does, in place of
+    # its marker.
+    # @example Listen to a recording
+    #   model = Elelem.open("Qwen2-Audio-7B-Instruct-Q4_K_M.gguf", mmproj: "mmproj-Qwen2-Audio-7B-Instruct-f16.gguf")
+    #   model.generate("<|im_start|>user\nAudio 1: #{Elelem::Images::MARKER}\nWhat is said?<|im_end|>\n" \
+    #                  "<|im_start|>assistant\n", audio: ["speech.wav"])
     def generate(prompt, **options, &)
       options, constraint = Options.constraint(options)
       result = run(prompt, options, text: prompt.is_a?(String), constraint:, &)
@@ -283,9 +293,9 @@ module Elelem
     # @raise [Elelem::TemplateError] when the template fails
     # @raise [ArgumentError] for a keyword the template does not read, as {#chat}
     def chat_tokens(messages, template: nil, system: nil, parse_special: false, **variables)
-      unless ChatOptions.images(messages).empty?
-        raise ArgumentError, "a conversation with images has no ids before they are encoded: chat_input gives " \
-                             "what chat evaluates"
+      unless Media.parts(messages).empty?
+        raise ArgumentError, "a conversation with images or audio has no ids before they are encoded: chat_input " \
+                             "gives what chat evaluates"
       end
 
       chat_ids(messages, template, system, parse_special, variables)
@@ -379,12 +389,15 @@ module Elelem
       _info
     end
 
-    # Whether prompts may hold images: the model was opened with a projector (`mmproj:`, or
-    # one found beside its file; {#info}'s `:mmproj` names its type).
+    # Whether prompts may hold images: the model was opened with a vision projector (`mmproj:`,
+    # or one found beside its file; {#info}'s `:mmproj` names its type).
     # @return [Boolean]
-    def vision?
-      !info[:mmproj].nil?
-    end
+    def vision? = !info[:mmproj].nil? && !audio?
+
+    # Whether prompts may hold audio (`audio:`, audio content parts): the model was opened
+    # with an audio projector (Qwen2-Audio's `qwen2a`; {#info}'s `:audio`).
+    # @return [Boolean]
+    def audio? = info[:audio] == true
 
     # Memory use (the KV cache's cells in use, `kv_cells_used` of `kv_cells`, and the tokens
     # its sequences hold, `kv_tokens`, as of the last pass), and the work and speed of the last
@@ -425,8 +438,8 @@ module Elelem
     end
 
     def run(prompt, options, text:, logprobs: nil, constraint: nil, &block)
-      opts = Options.generation(options.except(:images))
-      prompt = Images.attach(prompt, options[:images], opts)
+      opts = Options.generation(options.except(:images, :audio))
+      prompt = Images.attach(prompt, Media.option(options[:images], options[:audio], audio?), opts)
       @last_stop_reason = :interrupted
       result = generate_now(prompt, opts, text, logprobs, constraint, &block)
       @last_result = result

@@ -53,7 +53,7 @@ module Elelem
       # Renders the conversation with template variables into what {#chat} evaluates: its ids,
       # or with images an {Images::Prompt} (whose images the projector lays out around the text).
       def chat_renderer(messages, template, system, parse_special)
-        images = ChatOptions.images(messages).map { |image| Images.read(image) }
+        images = chat_media(messages).map { |type, part| Media.read(type, part) }
         return ->(vars) { chat_ids(messages, template, system, parse_special, vars) } if images.empty?
 
         lambda do |vars|
@@ -113,8 +113,13 @@ module Elelem
                                                                                        json:, reasoning:, tool_calls:)
       end
 
+      # The conversation's image and audio parts ({Media.parts}), refused where this model's
+      # projector takes the other kind (or there is none, for audio).
+      def chat_media(messages) = Media.parts(messages).tap { |parts| Media.check(parts, audio: audio?) }
+
       def chat_arguments(messages, template, system, variables)
         template = Options.text(:template, template) unless template.nil?
+        chat_media(messages)
         warn_base_model
         [ChatOptions.messages(messages, system), template, ChatOptions.variables(variables.except(:now)),
          ChatOptions.now(variables[:now])]

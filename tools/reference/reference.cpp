@@ -111,7 +111,8 @@
 //   elelem-reference mtmd MODEL MMPROJ PROMPT_HEX_FILE N_PREDICT [N_CTX [N_THREADS [N_BATCH]]] IMAGE...
 //       What llama-mtmd-cli does with a prompt and images, through libmtmd: the projector
 //       MMPROJ loaded for MODEL (mtmd_context_params_default, on the CPU, N_THREADS, no
-//       timings, no warmup), each IMAGE read by mtmd_helper_bitmap_init_from_file, and
+//       timings, no warmup), each IMAGE (or audio file: a WAV, for an audio projector) read by
+//       mtmd_helper_bitmap_init_from_file, and
 //       PROMPT_HEX_FILE's first line (the hex of the prompt's text, in which mtmd's marker
 //       <__media__> stands for each image in turn) cut by mtmd_tokenize (add_special and
 //       parse_special) into chunks, evaluated in order as mtmd_helper_eval_chunks does
@@ -119,7 +120,9 @@
 //       output); then generate's greedy decoding of up to N_PREDICT tokens, stopping at
 //       EOG. N_CTX (4096) and N_THREADS (2) are the context's, as for generate; the
 //       optional numbers are read while the arguments are numbers. Prints a line per chunk,
-//       in order: "chunk text <ids...>" or "chunk image <n_tokens> <n_pos> <nx> <ny>";
+//       in order: "chunk text <ids...>", "chunk image <n_tokens> <n_pos> <nx> <ny>" or
+//       "chunk audio <n_tokens> <n_pos>" (one log-mel piece; an audio chunk is encoded and
+//       decoded as an image chunk is, and counts as one below);
 //       then "n_embd <n>" (the width of an image token's embedding), "n_past <n>" (the
 //       positions the prompt took), "encode_ms <ms...>" (mtmd_encode_chunk's time for
 //       each image chunk), then generate's three lines (the ids, the hex of their text,
@@ -915,7 +918,7 @@ static int cmd_mtmd(int argc, char ** argv) {
     std::vector<mtmd_bitmap *> bitmaps;
     for (const char * path : images) {
         mtmd_helper_bitmap_wrapper w = mtmd_helper_bitmap_init_from_file(mctx, path, false, mtmd_helper_init_opt_default());
-        if (!w.bitmap) { fprintf(stderr, "failed to load the image %s\n", path); return 1; }
+        if (!w.bitmap) { fprintf(stderr, "failed to load the image or audio %s\n", path); return 1; }
         bitmaps.push_back(w.bitmap);
     }
     mtmd_input_chunks * chunks = mtmd_input_chunks_init();
@@ -950,14 +953,20 @@ static int cmd_mtmd(int argc, char ** argv) {
             }
             continue;
         }
-        const mtmd_image_tokens * image = mtmd_input_chunk_get_tokens_image(chunk);
-        if (!image) { fprintf(stderr, "chunk %zu is neither text nor an image\n", i); return 1; }
         const size_t n_tokens = mtmd_input_chunk_get_n_tokens(chunk);
+        if (mtmd_input_chunk_get_type(chunk) == MTMD_INPUT_CHUNK_TYPE_AUDIO) {
+            // One log-mel piece of an audio file (mtmd_tokenize's "consider each mel_spec as a
+            // separate audio chunk").
+            printf("chunk audio %zu %d\n", n_tokens, (int) mtmd_input_chunk_get_n_pos(chunk));
+        } else {
+            const mtmd_image_tokens * image = mtmd_input_chunk_get_tokens_image(chunk);
+            if (!image) { fprintf(stderr, "chunk %zu is neither text, an image nor audio\n", i); return 1; }
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-        printf("chunk image %zu %d %zu %zu\n", n_tokens, (int) mtmd_input_chunk_get_n_pos(chunk),
-               mtmd_image_tokens_get_nx(image), mtmd_image_tokens_get_ny(image));
+            printf("chunk image %zu %d %zu %zu\n", n_tokens, (int) mtmd_input_chunk_get_n_pos(chunk),
+                   mtmd_image_tokens_get_nx(image), mtmd_image_tokens_get_ny(image));
 #pragma GCC diagnostic pop
+        }
         auto t0 = std::chrono::steady_clock::now();
         if (mtmd_encode_chunk(mctx, chunk)) { fprintf(stderr, "failed to encode chunk %zu\n", i); return 1; }
         encode_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());

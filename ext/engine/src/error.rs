@@ -46,6 +46,10 @@ pub enum Error {
     /// size limits, or preprocessing parameters that do not fit it.
     #[error("{0}")]
     Image(String),
+    /// Audio that cannot be read: not a WAV file elelem decodes (16 kHz, 16-bit PCM or 32-bit
+    /// float), corrupt, or too short.
+    #[error("{0}")]
+    Audio(String),
     /// ggml could not allocate memory.
     #[error("out of memory allocating {0}")]
     OutOfMemory(String),

@@ -23,10 +23,12 @@
 //! library's wrappers, the CPU backend, our kernels), [`memory`] (the KV cache),
 //! [`model`] (GGUF to placed weights, hyper-parameters, the graph's shared pieces),
 //! [`arch`] (one file per architecture, and the registry); [`text`] stands alone
-//! (sampling, constraints, chat templates); [`runtime`] (contexts, batching,
+//! (sampling, constraints, chat templates), and so does [`audio`] (WAV files to the
+//! log-mel spectrograms of mtmd's audio encoders); [`runtime`] (contexts, batching,
 //! speculation, embeddings) sits on all of them. `script/imports` checks it.
 
 pub mod arch;
+pub mod audio;
 mod error;
 pub mod ggml;
 pub mod memory;

@@ -2,7 +2,8 @@
 //! (`elelem_testkit::canary::synthetic()`, the tiny llama canary among them, and the
 //! embedding models of `canary::embedding()`) into a directory, as `<name>.gguf`, and the
 //! language models with projectors of `mmproj::pairs()` into its `vision/` folder, as
-//! `<name>.gguf` and `<name>.mmproj.gguf` (apart: they are not text models' goldens):
+//! `<name>.gguf` and `<name>.mmproj.gguf` (apart: they are not text models' goldens), and
+//! those with audio projectors of `audio::pairs()` beside them:
 //! `cargo run --release --example write_synthetic -- DIR`.
 fn main() {
     let dir = std::path::PathBuf::from(std::env::args().nth(1).expect("usage: write_synthetic DIR"));
@@ -18,7 +19,8 @@ fn main() {
     }
     let vision = dir.join("vision");
     std::fs::create_dir_all(&vision).expect("cannot create the directory");
-    for (name, model, projector) in elelem_testkit::mmproj::pairs() {
+    let audio = elelem_testkit::audio::pairs();
+    for (name, model, projector) in elelem_testkit::mmproj::pairs().into_iter().chain(audio) {
         std::fs::write(vision.join(format!("{name}.gguf")), model.to_bytes()).expect("cannot write a model");
         std::fs::write(vision.join(format!("{name}.mmproj.gguf")), projector.to_bytes())
             .expect("cannot write a projector");

@@ -66,6 +66,50 @@ int64_t elelem_clip_encode(const char * path, int flash_attn, int n_threads, con
     }
 }
 
+// Encodes one log-mel piece (`n_mel` rows of `n_len` frames, mtmd's mtmd_audio_mel) with
+// the audio projector at `path`, as mtmd encodes an audio chunk (a batch of one marked as
+// audio). Writes at most `cap` floats to `out`; returns how many the encoder produced, or
+// -1 when clip refuses the file or fails.
+int64_t elelem_clip_encode_audio(const char * path, int flash_attn, int n_threads, const float * mel, int n_mel,
+                                 int n_len, float * out, int64_t cap) {
+    try {
+        clip_context_params params{};
+        params.use_gpu = false;
+        params.device = nullptr;
+        params.flash_attn_type = flash_attn ? CLIP_FLASH_ATTN_TYPE_ENABLED : CLIP_FLASH_ATTN_TYPE_DISABLED;
+        params.image_min_tokens = -1;
+        params.image_max_tokens = -1;
+        params.warmup = false;
+        params.cb_eval = nullptr;
+        params.cb_eval_user_data = nullptr;
+        params.no_alloc = false;
+        g_logger_state.log_callback = errors_only;
+        clip_init_result res = clip_init(path, params);
+        if (res.ctx_v) {
+            clip_free(res.ctx_v);
+        }
+        if (res.ctx_a == nullptr) {
+            return -1;
+        }
+        clip_image_f32 piece;
+        piece.set_size({n_len, n_mel}, false, true);
+        piece.cpy_buf(std::vector<float>(mel, mel + (size_t) n_mel * n_len));
+        std::vector<float> embd((size_t) clip_n_output_tokens(res.ctx_a, &piece) * clip_n_mmproj_embd(res.ctx_a));
+        clip_image_f32_batch batch;
+        batch.is_audio = true;
+        batch.entries.push_back(std::move(piece));
+        const bool ok = clip_image_batch_encode(res.ctx_a, n_threads, &batch, embd);
+        clip_free(res.ctx_a);
+        if (!ok) {
+            return -1;
+        }
+        std::memcpy(out, embd.data(), sizeof(float) * (size_t) std::min<int64_t>(cap, (int64_t) embd.size()));
+        return (int64_t) embd.size();
+    } catch (const std::exception &) {
+        return -1;
+    }
+}
+
 // The most grid pinpoints read back.
 #define ELELEM_MAX_CANDIDATES 64
 

@@ -7,9 +7,11 @@
 //!   must do (open and run, or be refused with a load error).
 //! - [`model_path`]: the real models `rake models` downloads.
 //! - [`mmproj`]: seeded random-weight projector GGUFs (`mmproj`) for the vision encoder.
+//! - [`audio`]: seeded random-weight whisper-style audio projector GGUFs.
 //! - [`mtmd`]: the pinned llama.cpp's image decoding and preprocessing, and its vision
 //!   encoder (clip.cpp), compiled by `build.rs`, to compare the engine's `vision` with.
 
+pub mod audio;
 pub mod canary;
 pub mod hostile;
 pub mod mmproj;

@@ -2,7 +2,9 @@
 //! `clip_image_encode`, [`clip_encode`]) and the preprocessing parameters its loader sets
 //! ([`clip_image_params`]), `stbi_load_from_memory` as
 //! mtmd-helper calls it, and `tools/mtmd/mtmd-image.cpp`'s preprocessors, compiled by
-//! `build.rs` with `native/mtmd_image.cpp` standing in for clip's hyper-parameters.
+//! `build.rs` with `native/mtmd_image.cpp` standing in for clip's hyper-parameters; and
+//! its audio path: `tools/mtmd/mtmd-audio.cpp`'s whisper preprocessor ([`whisper_mel`])
+//! and miniaudio's decoder ([`miniaudio_decode`]), through `native/mtmd_audio.cpp`.
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
@@ -210,6 +212,53 @@ pub fn clip_encode(
     Some(out)
 }
 
+extern "C" {
+    fn elelem_clip_encode_audio(
+        path: *const c_char,
+        flash_attn: c_int,
+        n_threads: c_int,
+        mel: *const f32,
+        n_mel: c_int,
+        n_len: c_int,
+        out: *mut f32,
+        cap: i64,
+    ) -> i64;
+}
+
+/// clip.cpp's encoding of one log-mel piece (`n_mel` rows of `mel.len() / n_mel` frames)
+/// by the audio projector at `path`, as mtmd encodes an audio chunk, with flash attention
+/// or without: the embeddings (at most `max_floats`; more is a failure), or `None` where
+/// clip refuses the file or fails.
+pub fn clip_encode_audio(
+    path: &std::path::Path,
+    flash_attn: bool,
+    n_threads: usize,
+    (n_mel, mel): (usize, &[f32]),
+    max_floats: usize,
+) -> Option<Vec<f32>> {
+    assert_eq!(mel.len() % n_mel, 0);
+    let path = std::ffi::CString::new(path.to_str().expect("a UTF-8 path")).unwrap();
+    let mut out = vec![0.0; max_floats];
+    // SAFETY: clip reads the path and the piece, writes at most `max_floats` floats to `out`.
+    let n = unsafe {
+        elelem_clip_encode_audio(
+            path.as_ptr(),
+            c_int::from(flash_attn),
+            n_threads as c_int,
+            mel.as_ptr(),
+            n_mel as c_int,
+            (mel.len() / n_mel) as c_int,
+            out.as_mut_ptr(),
+            max_floats as i64,
+        )
+    };
+    if n < 0 || n as usize > max_floats {
+        return None;
+    }
+    out.truncate(n as usize);
+    Some(out)
+}
+
 /// `native/clip_encode.cpp`'s `elelem_clip_image_params`.
 #[repr(C)]
 struct ClipImageParams {
@@ -285,5 +334,54 @@ pub fn clip_image_params(path: &std::path::Path) -> Option<ImageParams> {
         pad_color_ov: p.pad_color_ov,
         mean: p.mean,
         std: p.std,
+    })
+}
+
+extern "C" {
+    fn elelem_mtmd_whisper_mel(n_mel: i32, samples: *const f32, n_samples: usize, out: *mut f32, cap: i64) -> i64;
+    fn elelem_miniaudio_decode(buf: *const u8, len: usize, rate: i32, out: *mut f32, cap: i64) -> i64;
+}
+
+/// `tools/mtmd/mtmd-audio.cpp`'s whisper preprocessor (ultravox, qwen2a, voxtral) with
+/// `n_mel` bands on 16 kHz `samples`: its 3000-frame pieces, `n_mel * 3000` floats each,
+/// one after another, or `None` where mtmd refuses the audio.
+pub fn whisper_mel(n_mel: usize, samples: &[f32]) -> Option<Vec<f32>> {
+    // mtmd pads 30 s of silence and drops the last incomplete piece.
+    let pieces = (samples.len().max(201) / 160 + 3001) / 3000;
+    let mut out = vec![0.0; pieces * n_mel * 3000];
+    // SAFETY: mtmd reads `samples`; the shim writes at most `out.len()` floats.
+    let n = unsafe {
+        elelem_mtmd_whisper_mel(
+            n_mel as i32,
+            samples.as_ptr(),
+            samples.len(),
+            out.as_mut_ptr(),
+            out.len() as i64,
+        )
+    };
+    assert_ne!(n, -2, "more pieces than expected");
+    (n >= 0).then(|| {
+        out.truncate(n as usize);
+        out
+    })
+}
+
+/// miniaudio's decoding of an audio file to mono floats at `rate`, as mtmd-helper's
+/// `decode_audio_from_buf` asks for it (at most `max_samples`), or `None` where it fails.
+pub fn miniaudio_decode(bytes: &[u8], rate: u32, max_samples: usize) -> Option<Vec<f32>> {
+    let mut out = vec![0.0; max_samples];
+    // SAFETY: miniaudio reads `bytes`; the shim writes at most `out.len()` floats.
+    let n = unsafe {
+        elelem_miniaudio_decode(
+            bytes.as_ptr(),
+            bytes.len(),
+            rate as i32,
+            out.as_mut_ptr(),
+            out.len() as i64,
+        )
+    };
+    (n >= 0).then(|| {
+        out.truncate(n as usize);
+        out
     })
 }

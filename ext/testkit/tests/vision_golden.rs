@@ -1,7 +1,8 @@
-//! Image and text prompts identical to llama.cpp's libmtmd end to end
+//! Image (and audio) and text prompts identical to llama.cpp's libmtmd end to end
 //! (spec/fixtures/goldens/vision, recorded by `rake vision_golden` from the reference's
 //! `mtmd` mode): the chunks mtmd cuts a prompt into (each text piece's ids, each image
-//! chunk's token count, grid and positions), each image chunk's embeddings (their SHA-256), and the greedy ids
+//! chunk's token count, grid and positions, each audio chunk's token count and
+//! positions), each image (audio) chunk's embeddings (their SHA-256), and the greedy ids
 //! after the prompt, for each synthetic language model and projector pair of
 //! tmp/synthetic/vision.
 
@@ -12,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use elelem_engine::runtime::vision::{MultimodalPrompt, VisionContext, IMAGE_CACHE_ENTRIES};
 use elelem_engine::vision::EncoderParams;
 use elelem_engine::{
-    text::sampler, BatchToken, Batcher, BuildProfile, Context, ContextParams, Error, Event, GenerateParams, ImageGrid,
-    Model, Request, Summary, TextParams,
+    text::sampler, BatchToken, Batcher, BuildProfile, Chooser, Context, ContextParams, Error, Event, GenerateParams,
+    ImageGrid, Model, Request, Summary, TextParams,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -54,9 +55,10 @@ fn ids(v: &Value) -> Vec<u32> {
         .collect()
 }
 
-/// The prompt as mtmd's chunks: `("text", ids)` or `("image", [n_tokens, nx, ny, n_pos])`
-/// (the tokens in one row, as mtmd counts them, where the model places them by position).
-fn chunks(prompt: &MultimodalPrompt, n_embd: usize) -> Vec<(&'static str, Vec<u32>)> {
+/// The prompt as mtmd's chunks: `("text", ids)`, `("image", [n_tokens, nx, ny, n_pos])`
+/// (the tokens in one row, as mtmd counts them, where the model places them by position),
+/// or, from an audio projector, `("audio", [n_tokens, n_pos])`.
+fn chunks(prompt: &MultimodalPrompt, n_embd: usize, audio: bool) -> Vec<(&'static str, Vec<u32>)> {
     let mut out = Vec::new();
     let mut at = 0;
     let text = |from: usize, to: usize, out: &mut Vec<(&'static str, Vec<u32>)>| {
@@ -68,7 +70,11 @@ fn chunks(prompt: &MultimodalPrompt, n_embd: usize) -> Vec<(&'static str, Vec<u3
         text(at, e.start, &mut out);
         let rows = e.embd.len() / n_embd;
         let (nx, ny) = e.grid.unwrap_or((rows as u32, 1));
-        out.push(("image", vec![rows as u32, nx, ny, e.n_pos(n_embd) as u32]));
+        let n_pos = e.n_pos(n_embd) as u32;
+        out.push(match audio {
+            true => ("audio", vec![rows as u32, n_pos]),
+            false => ("image", vec![rows as u32, nx, ny, n_pos]),
+        });
         at = e.start + rows;
     }
     text(at, prompt.ids.len(), &mut out);
@@ -81,13 +87,30 @@ fn sha256(embd: &[f32]) -> String {
 }
 
 /// Greedy ids after `prompt`, as the reference decodes them: until end of generation or
-/// `max_tokens`.
-fn generate(ctx: &mut Context, prompt: MultimodalPrompt, max_tokens: u32) -> Vec<u32> {
-    run(ctx, prompt, max_tokens, false).tokens
+/// `max_tokens`; and each step's top-two logit margin.
+fn generate(ctx: &mut Context, prompt: MultimodalPrompt, max_tokens: u32) -> (Vec<u32>, Vec<f32>) {
+    let margins = Mutex::new(Vec::new());
+    let choose = |logits: &[f32]| {
+        margins.lock().unwrap().push(sampler::top_two_margin(logits));
+        sampler::greedy(logits)
+    };
+    let tokens = run_with(ctx, prompt, max_tokens, false, Box::new(choose)).tokens;
+    (tokens, margins.into_inner().unwrap())
 }
 
 /// The request's summary; `reuse_prefix` keeps what the sequence holds of the prompt.
 fn run(ctx: &mut Context, prompt: MultimodalPrompt, max_tokens: u32, reuse_prefix: bool) -> Summary {
+    run_with(ctx, prompt, max_tokens, reuse_prefix, Box::new(sampler::greedy))
+}
+
+/// [`run`], each token chosen by `choose`.
+fn run_with(
+    ctx: &mut Context,
+    prompt: MultimodalPrompt,
+    max_tokens: u32,
+    reuse_prefix: bool,
+    choose: Chooser<'_>,
+) -> Summary {
     let mut batcher = Batcher::new(ctx, 1);
     let id = batcher
         .submit(Request {
@@ -102,7 +125,7 @@ fn run(ctx: &mut Context, prompt: MultimodalPrompt, max_tokens: u32, reuse_prefi
                 ..Default::default()
             },
             logprobs: None,
-            choose: Some(Box::new(sampler::greedy)),
+            choose: Some(choose),
             constraint: None,
         })
         .unwrap();
@@ -133,8 +156,10 @@ fn open_pair(name: &str, threads: usize) -> (Arc<Model>, VisionContext) {
     (model, vision)
 }
 
+/// A case's image (or, a `.wav`, audio) file.
 fn image(file: &str) -> Vec<u8> {
-    std::fs::read(root().join("ext/testkit/tests/fixtures/vision").join(file)).unwrap()
+    let dir = if file.ends_with(".wav") { "audio" } else { "vision" };
+    std::fs::read(root().join("ext/testkit/tests/fixtures").join(dir).join(file)).unwrap()
 }
 
 fn check_pair(name: &str) {
@@ -176,6 +201,13 @@ fn check_pair(name: &str) {
             .iter()
             .map(|c| match c["type"].as_str().unwrap() {
                 "text" => ("text", ids(&c["ids"])),
+                "audio" => (
+                    "audio",
+                    ["n_tokens", "n_pos"]
+                        .iter()
+                        .map(|k| c[*k].as_u64().unwrap() as u32)
+                        .collect(),
+                ),
                 _ => (
                     "image",
                     ["n_tokens", "nx", "ny", "n_pos"]
@@ -186,7 +218,7 @@ fn check_pair(name: &str) {
             })
             .collect();
         assert_eq!(
-            chunks(&prompt, n_embd),
+            chunks(&prompt, n_embd, vision.audio()),
             expected_chunks,
             "{name} {case_name}: mtmd's chunks"
         );
@@ -204,11 +236,24 @@ fn check_pair(name: &str) {
             .collect();
         assert_eq!(
             hashes, expected_hashes,
-            "{name} {case_name}: the image chunks' embeddings"
+            "{name} {case_name}: the image (audio) chunks' embeddings"
         );
         let max_tokens = case["max_tokens"].as_u64().unwrap() as u32;
-        let got = generate(&mut ctx.lock().unwrap(), prompt, max_tokens);
+        let (got, margins) = generate(&mut ctx.lock().unwrap(), prompt, max_tokens);
         assert_eq!(got, ids(&out["ids"]), "{name} {case_name}: the greedy ids");
+        // The driver prints them with 9 significant digits, which give an f32 back exactly:
+        // the logits' margins compared bit for bit, which see what the ids may not (the
+        // audio pairs' ids repeat one token whatever the positions).
+        let expected_margins: Vec<f32> = out["margins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(
+            margins, expected_margins,
+            "{name} {case_name}: each step's top-two logit margin"
+        );
     }
 }
 
@@ -293,6 +338,20 @@ fn llama4_image_prompts_match_mtmd() {
 #[test]
 fn gemma4v_image_prompts_match_mtmd() {
     check_pair("tiny-gemma4-vision");
+}
+
+/// Qwen2-Audio's projector beside a Qwen2 language model: WAV files (a second of tones,
+/// a quarter of noise) in 30 s log-mel pieces of 750 tokens, a position each.
+#[test]
+fn qwen2a_audio_prompts_match_mtmd() {
+    check_pair("tiny-qwen2a-audio");
+}
+
+/// The same beside a Qwen2-VL language model: under M-RoPE an audio chunk's tokens take a
+/// position each on every axis, as text's (mtmd's `set_position_mrope_1d`), not a grid.
+#[test]
+fn qwen2a_audio_prompts_under_mrope_match_mtmd() {
+    check_pair("tiny-qwen2a-mrope-audio");
 }
 
 /// Under M-RoPE an image's rows share one position: `decode_image` refuses what mtmd's
@@ -408,4 +467,23 @@ fn an_aborted_encode_keeps_nothing() {
         aborted.err()
     );
     assert_eq!(vision.encode(&jpeg).unwrap().embeddings.len(), 1);
+}
+
+/// An audio file sent again is not encoded again (its pieces' embeddings, by the hash of its
+/// bytes), as an image is; an aborted encode keeps nothing; and an audio projector reads
+/// WAV files only (an image is `Error::Audio`, never decoded as a picture).
+#[test]
+fn audio_is_encoded_once_and_only_from_wav_files() {
+    let (_, audio) = open_pair("tiny-qwen2a-audio", 2);
+    assert!(audio.audio());
+    let wav = image("tones-1s.wav");
+    let first = audio.encode(&wav).unwrap();
+    assert!(Arc::ptr_eq(&first, &audio.encode(&wav).unwrap()));
+    assert_eq!(first.embeddings.len(), 1, "a second of audio: one piece");
+    let noise = image("noise-0.25s.wav");
+    let aborted = audio.encode_until(&noise, &AtomicBool::new(true));
+    assert!(matches!(aborted, Err(Error::Aborted)), "{:?}", aborted.err());
+    assert_eq!(audio.encode(&noise).unwrap().embeddings.len(), 1);
+    let refused = audio.encode(&image("97x61-cmyk.jpg"));
+    assert!(matches!(refused, Err(Error::Audio(_))), "{:?}", refused.err());
 }

@@ -22,6 +22,7 @@ static INCOMPATIBLE_DRAFT: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(
 static CPU: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "CpuError"));
 static BACKEND: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "BackendError"));
 static IMAGE: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "ImageError"));
+static AUDIO: Lazy<ExceptionClass> = Lazy::new(|ruby| elelem_class(ruby, "AudioError"));
 
 pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
     use elelem_engine::Error as E;
@@ -30,6 +31,7 @@ pub fn engine_error(ruby: &Ruby, e: elelem_engine::Error) -> Error {
         E::Unsupported(_) => ruby.get_inner(&UNSUPPORTED),
         E::InvalidArgument(_) => ruby.exception_arg_error(),
         E::Image(_) => ruby.get_inner(&IMAGE),
+        E::Audio(_) => ruby.get_inner(&AUDIO),
         E::ContextFull(_) => ruby.get_inner(&CONTEXT_FULL),
         E::Aborted => ruby.get_inner(&INTERRUPTED),
         E::OutOfMemory(_) => ruby.exception_no_mem_error(),

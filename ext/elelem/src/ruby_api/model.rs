@@ -105,6 +105,7 @@ impl Model {
             sym("mmproj"),
             runtime.vision().map(|v| v.mmproj().hparams.projector.name()),
         )?;
+        h.aset(sym("audio"), runtime.vision().is_some_and(|v| v.audio()))?;
         h.aset(
             sym("draft"),
             match runtime.speculation().map(|s| s.source) {

@@ -479,6 +479,12 @@ impl Graph {
         op!(self, sys::ggml_gelu(self.c(), a.as_ptr()))
     }
 
+    /// GELU by the error function, `0.5 x (1 + erf(x / √2))`, computed (not tabulated):
+    /// the whisper encoders' (clip.cpp's `FFN_GELU_ERF`).
+    pub fn gelu_erf(&self, a: Tensor) -> Tensor {
+        op!(self, sys::ggml_gelu_erf(self.c(), a.as_ptr()))
+    }
+
     /// GELU's sigmoid approximation, `x * sigmoid(1.702 x)`, tabulated as ggml does.
     pub fn gelu_quick(&self, a: Tensor) -> Tensor {
         op!(self, sys::ggml_gelu_quick(self.c(), a.as_ptr()))
@@ -499,6 +505,10 @@ impl Graph {
 
     pub fn geglu_split(&self, gate: Tensor, up: Tensor) -> Tensor {
         op!(self, sys::ggml_geglu_split(self.c(), gate.as_ptr(), up.as_ptr()))
+    }
+
+    pub fn geglu_erf_split(&self, gate: Tensor, up: Tensor) -> Tensor {
+        op!(self, sys::ggml_geglu_erf_split(self.c(), gate.as_ptr(), up.as_ptr()))
     }
 
     pub fn geglu_quick_split(&self, gate: Tensor, up: Tensor) -> Tensor {
@@ -756,6 +766,48 @@ impl Graph {
         op!(
             self,
             sys::ggml_conv_2d_dw(self.c(), kernel.as_ptr(), input.as_ptr(), s0, s1, p0, p1, d0, d1)
+        )
+    }
+
+    /// A 1D convolution of `input` (`[L, C_in]`) by `kernel` (`[K, C_in, C_out]`, F32 or F16;
+    /// `K` odd) moved by `s`, padded by half the kernel at each end, dilated by `d`
+    /// (`ggml_conv_1d_ph`: an F16 im2col, then its product with the kernel): `[L_out, C_out]`.
+    /// The whisper encoders' stem.
+    ///
+    /// # Panics
+    /// Where ggml would abort: the kernel's channels are not the input's, or its type is
+    /// neither F32 nor F16 (the loader refuses such files first).
+    pub fn conv_1d_ph(&self, kernel: Tensor, input: Tensor, s: i32, d: i32) -> Tensor {
+        let (k, i) = (kernel.ne(), input.ne());
+        assert!(
+            k[1] == i[1] && k[3] == 1 && i[2] == 1 && i[3] == 1,
+            "conv_1d_ph: a kernel of {k:?} over an input of {i:?}"
+        );
+        assert!(
+            matches!(kernel.ggml_type(), sys::GGML_TYPE_F32 | sys::GGML_TYPE_F16),
+            "conv_1d_ph: a kernel of type {}",
+            kernel.ggml_type()
+        );
+        op!(
+            self,
+            sys::ggml_conv_1d_ph(self.c(), kernel.as_ptr(), input.as_ptr(), s, d)
+        )
+    }
+
+    /// The mean of each `k` values along the first dimension, moved by `s`, unpadded
+    /// (`ggml_pool_1d`, `GGML_OP_POOL_AVG`): Qwen2-Audio's pooling of positions in pairs.
+    ///
+    /// # Panics
+    /// Where ggml would abort: a first dimension shorter than the window.
+    pub fn pool_1d_avg(&self, a: Tensor, k: i32, s: i32) -> Tensor {
+        assert!(
+            k > 0 && s > 0 && a.ne()[0] >= i64::from(k),
+            "pool_1d_avg: a window of {k} over {:?}",
+            a.ne()
+        );
+        op!(
+            self,
+            sys::ggml_pool_1d(self.c(), a.as_ptr(), sys::GGML_OP_POOL_AVG, k, s, 0)
         )
     }
 

@@ -1,11 +1,15 @@
 //! A projector opened beside a language model, as mtmd's `mtmd_context`: it turns a
-//! prompt whose text holds mtmd's media marker once per image into the language
-//! model's input, text tokenized as `mtmd_tokenize` tokenizes it and each image
-//! decoded, preprocessed and encoded into embeddings the prompt carries
-//! ([`PromptEmbeddings`]), decoded as mtmd's helper decodes them (`causal` or not).
+//! prompt whose text holds mtmd's media marker once per image (or, for an audio
+//! projector, once per audio file) into the language model's input, text tokenized as
+//! `mtmd_tokenize` tokenizes it and each image decoded, preprocessed and encoded into
+//! embeddings the prompt carries ([`PromptEmbeddings`]), decoded as mtmd's helper decodes
+//! them (`causal` or not). An audio file (a 16 kHz WAV) is cut into 30 s log-mel pieces,
+//! a chunk each, whose tokens take a position each, under M-RoPE too (mtmd's helper
+//! places them as text: `set_position_mrope_1d`).
 //!
-//! An image's embeddings are kept by the hash of its bytes ([`IMAGE_CACHE_ENTRIES`] of
-//! them), so that a conversation that sends the same picture every turn encodes it once;
+//! An image's (an audio file's) embeddings are kept by the hash of its bytes
+//! ([`IMAGE_CACHE_ENTRIES`] of them), so that a conversation that sends the same picture
+//! every turn encodes it once;
 //! the prompt records each image's rows under ids made from that hash, so that a
 //! sequence that already holds them (prefix reuse) is not given them again.
 
@@ -18,21 +22,22 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use super::batcher::PromptEmbeddings;
+use crate::audio::{decode_wav, WhisperMel};
 use crate::vision::{
-    decode, image_layout, preprocess, tokenize_prompt, Chunk, Encoder, EncoderParams, ImageParams, ImagePart,
-    ImageSource, Mmproj, Preprocessor, ProjectorType,
+    audio_layout, decode, image_layout, preprocess, tokenize_prompt, Chunk, Encoder, EncoderParams, ImageParams,
+    ImagePart, ImageSource, Mmproj, Preprocessor, ProjectorType,
 };
 use crate::{Model, Result};
 
-/// How many images' embeddings a [`VisionContext`] keeps.
+/// How many images' (audio files') embeddings a [`VisionContext`] keeps.
 pub const IMAGE_CACHE_ENTRIES: usize = 16;
 
-/// A language model's projector, ready to encode images into its prompts.
+/// A language model's projector, ready to encode images (or audio) into its prompts.
 pub struct VisionContext {
     mmproj: Arc<Mmproj>,
     /// One image is encoded at a time.
     encoder: Mutex<Encoder>,
-    preprocessing: (Preprocessor, ImageParams),
+    media: Media,
     /// Whether the language model decodes image tokens causally (mtmd's
     /// `mtmd_decode_use_non_causal`: not Gemma 3's, nor Gemma 4's but its E2B's and E4B's).
     causal: bool,
@@ -44,8 +49,17 @@ pub struct VisionContext {
     cache: Mutex<VecDeque<Arc<EncodedImage>>>,
 }
 
-/// An image encoded: where its embeddings go ([`image_layout`]) and the embeddings of each
-/// of the layout's image chunks, in order.
+/// How a projector's media are read before its encoder.
+enum Media {
+    /// Images: decoded, then preprocessed by the projector type's preprocessor.
+    Images(Preprocessor, ImageParams),
+    /// Audio: a WAV file, its log-mel spectrogram in pieces of 30 s.
+    Audio(WhisperMel),
+}
+
+/// An image (or an audio file) encoded: where its embeddings go ([`image_layout`],
+/// [`audio_layout`]) and the embeddings of each of the layout's image (audio) chunks, in
+/// order.
 pub struct EncodedImage {
     pub hash: u64,
     pub layout: Vec<ImagePart>,
@@ -66,6 +80,10 @@ impl EncodedImage {
     }
 }
 
+/// A medium's layout, the embeddings of its image (audio) chunks in order, and the seconds
+/// the encoder's passes took.
+type Encoded = (Vec<ImagePart>, Vec<Arc<[f32]>>, f64);
+
 /// A prompt with images, as [`crate::runtime::Request`] takes it: ids (the image rows'
 /// recorded in their place) and the images' embeddings, one run per image chunk.
 #[derive(Clone)]
@@ -81,7 +99,7 @@ pub struct MultimodalPrompt {
 }
 
 impl VisionContext {
-    /// Opens the projector at `path` for `model`.
+    /// Opens the projector at `path` for `model`: a vision or an audio encoder.
     ///
     /// # Errors
     /// [`Error::Load`](crate::Error::Load) for a projector that cannot be read or whose
@@ -92,7 +110,12 @@ impl VisionContext {
         mmproj.check_text_model(model.hparams.n_embd_inp())?;
         model.check_takes_embeddings()?;
         let hp = &mmproj.hparams;
-        let preprocessing = hp.preprocessing();
+        let media = if hp.projector.audio() {
+            Media::Audio(WhisperMel::new(hp.n_mel_bins as usize)?)
+        } else {
+            let (kind, params) = hp.preprocessing();
+            Media::Images(kind, params)
+        };
         // mtmd_decode_use_non_causal: Gemma 3's images see each other both ways, and Gemma
         // 4's but for its E2B and E4B (by the projector's width, as mtmd tells them).
         let causal = match hp.projector {
@@ -104,7 +127,7 @@ impl VisionContext {
         Ok(VisionContext {
             mmproj,
             encoder: Mutex::new(encoder),
-            preprocessing,
+            media,
             causal,
             mrope: model.hparams.rope.mode.positions_per_token() > 1,
             n_vocab: model.hparams.n_vocab,
@@ -116,17 +139,25 @@ impl VisionContext {
         &self.mmproj
     }
 
+    /// Whether the projector takes audio files (WAV) where others take images.
+    pub fn audio(&self) -> bool {
+        matches!(self.media, Media::Audio(_))
+    }
+
     /// Bytes of the encoder's compute buffer.
     pub fn compute_bytes(&self) -> usize {
         self.encoder.lock().expect("encoder lock").compute_bytes()
     }
 
     /// An image file (PNG, JPEG, WebP or GIF bytes) decoded, preprocessed, laid out and
-    /// encoded, chunk by chunk; from the cache when it holds the same bytes.
+    /// encoded, chunk by chunk; for an audio projector, a WAV file decoded, cut into log-mel
+    /// pieces, laid out and encoded, a chunk per piece; from the cache when it holds the
+    /// same bytes.
     ///
     /// # Errors
     /// [`Error::Image`](crate::Error::Image) for bytes that are not an image elelem decodes,
-    /// or one too large.
+    /// or one too large; [`Error::Audio`](crate::Error::Audio) for bytes that are not a WAV
+    /// file elelem reads (16 kHz, 16-bit PCM or 32-bit float).
     pub fn encode(&self, image: &[u8]) -> Result<Arc<EncodedImage>> {
         Ok(self.encode_until(image, &AtomicBool::new(false))?.0)
     }
@@ -141,9 +172,33 @@ impl VisionContext {
         if let Some(cached) = self.cache.lock().expect("cache lock").iter().find(|e| e.hash == hash) {
             return Ok((Arc::clone(cached), 0.0));
         }
+        let (layout, embeddings, seconds) = match &self.media {
+            Media::Images(kind, params) => self.encode_image(*kind, params, image, abort)?,
+            Media::Audio(mel) => self.encode_audio(mel, image, abort)?,
+        };
+        let encoded = Arc::new(EncodedImage {
+            hash,
+            layout,
+            embeddings,
+        });
+        let mut cache = self.cache.lock().expect("cache lock");
+        if cache.len() == IMAGE_CACHE_ENTRIES {
+            cache.pop_front();
+        }
+        cache.push_back(Arc::clone(&encoded));
+        Ok((encoded, seconds))
+    }
+
+    /// An image's layout, the embeddings of its image chunks and the seconds the encoder took.
+    fn encode_image(
+        &self,
+        kind: Preprocessor,
+        params: &ImageParams,
+        image: &[u8],
+        abort: &AtomicBool,
+    ) -> Result<Encoded> {
         let decoded = decode(image)?;
-        let (kind, params) = &self.preprocessing;
-        let pre = preprocess(*kind, params, &decoded)?;
+        let pre = preprocess(kind, params, &decoded)?;
         let layout = image_layout(&self.mmproj.hparams, &pre)?;
         let mut encoder = self.encoder.lock().expect("encoder lock");
         let start = std::time::Instant::now();
@@ -160,19 +215,21 @@ impl VisionContext {
             }
             embeddings.push(embd.into());
         }
-        let seconds = start.elapsed().as_secs_f64();
-        drop(encoder);
-        let encoded = Arc::new(EncodedImage {
-            hash,
-            layout,
-            embeddings,
-        });
-        let mut cache = self.cache.lock().expect("cache lock");
-        if cache.len() == IMAGE_CACHE_ENTRIES {
-            cache.pop_front();
-        }
-        cache.push_back(Arc::clone(&encoded));
-        Ok((encoded, seconds))
+        Ok((layout, embeddings, start.elapsed().as_secs_f64()))
+    }
+
+    /// An audio file's layout, the embeddings of its pieces and the seconds the encoder took
+    /// (mtmd-helper's WAV decoding, mtmd's whisper preprocessor, a chunk per piece).
+    fn encode_audio(&self, mel: &WhisperMel, wav: &[u8], abort: &AtomicBool) -> Result<Encoded> {
+        let pieces = mel.preprocess(&decode_wav(wav)?)?;
+        let layout = audio_layout(&self.mmproj.hparams, pieces.len())?;
+        let mut encoder = self.encoder.lock().expect("encoder lock");
+        let start = std::time::Instant::now();
+        let embeddings = pieces
+            .iter()
+            .map(|piece| Ok(encoder.encode_audio_until(piece, abort)?.into()))
+            .collect::<Result<_>>()?;
+        Ok((layout, embeddings, start.elapsed().as_secs_f64()))
     }
 
     /// `text` with [`MEDIA_MARKER`](crate::vision::MEDIA_MARKER) once per image, as `mtmd_tokenize` chunks it
@@ -220,6 +277,17 @@ impl VisionContext {
                         grid: self.mrope.then_some((nx as u32, ny as u32)),
                     });
                     ids.extend(std::iter::repeat_n(self.image_id(encoded[image].hash), rows));
+                }
+                // A position each, on every axis under M-RoPE (`set_position_mrope_1d`).
+                Chunk::Audio { audio, chunk } => {
+                    let embd = Arc::clone(&encoded[audio].embeddings[chunk.piece]);
+                    embeddings.push(PromptEmbeddings {
+                        start: ids.len(),
+                        causal: self.causal,
+                        grid: None,
+                        embd,
+                    });
+                    ids.extend(std::iter::repeat_n(self.image_id(encoded[audio].hash), chunk.n_tokens));
                 }
             }
         }

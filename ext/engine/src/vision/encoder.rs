@@ -8,6 +8,11 @@
 //! projector's, LFM2's, most patches). The ops are clip.cpp's, in its order, so that on the
 //! same ggml the embeddings are its embeddings, bit for bit (`ext/testkit/tests/vision_encoder.rs`).
 //!
+//! An audio encoder (Qwen2-Audio's, `whisper-enc.cpp`) is built here too: its type's
+//! convolution stem ([`super::projector::qwen2a`]) over one log-mel piece, the same ViT with
+//! the positions average-pooled in pairs after its layers, and its projector; its graph is
+//! the same for every piece (3000 frames), reserved once.
+//!
 //! Qwen2.5-VL's window attention is shared here too: the merged patches grouped by window
 //! (`Windows`, clip.cpp's `window_idx` and `inv_window_idx`) before the first layer, its
 //! mask in the layers that do not attend over the whole image, and the order put back after
@@ -25,7 +30,9 @@ use ggml_sys as sys;
 
 use super::hparams::{ClipHParams, FfnOp, ProjectorType, VitNorm, VitRope2d, WindowAttention};
 use super::image::ImageF32;
-use super::mmproj::{Mmproj, VitLayer, VitQkv};
+use super::mmproj::{Mmproj, VitLayer, VitQkv, AUDIO_POSITIONS};
+use super::projector::{qwen2a, ProjectorWeights};
+use crate::audio::{Mel, FRAMES_PER_CHUNK};
 use crate::ggml::{Backend, Gallocr, Graph, GraphArena, Rope, RopeMode, Tensor, MROPE_SECTIONS};
 use crate::model::Norm;
 use crate::{Error, Result};
@@ -88,6 +95,12 @@ impl Encoder {
             gallocr,
             arena,
         };
+        if encoder.mmproj.hparams.projector.audio() {
+            let graph = encoder.arena.graph()?;
+            build_audio(&graph, &encoder.mmproj, encoder.flash_attn)?;
+            encoder.gallocr.reserve(&graph)?;
+            return Ok(encoder);
+        }
         // Each reservation keeps the buffer at least as large as it was.
         for (width, height) in encoder.mmproj.largest_images(encoder.max_image_tokens()) {
             let graph = encoder.arena.graph()?;
@@ -137,6 +150,12 @@ impl Encoder {
     pub fn encode(&mut self, img: &ImageF32) -> Result<Vec<f32>> {
         let hp = &self.mmproj.hparams;
         let side = hp.image_size as usize;
+        if hp.projector.audio() {
+            return Err(Error::Image(format!(
+                "the {} encoder takes audio, not images",
+                hp.projector.name()
+            )));
+        }
         if hp.projector.dynamic_size() {
             self.mmproj
                 .check_image_size(img.width(), img.height(), self.max_image_tokens())?;
@@ -150,15 +169,60 @@ impl Encoder {
         }
         let graph = self.arena.graph()?;
         let (inputs, out) = build(&graph, &self.mmproj, self.flash_attn, img.width(), img.height());
-        self.gallocr.alloc(&graph)?;
-        inputs.raw.write(&planar(img));
+        self.run(&graph, &inputs, &planar(img), out)
+    }
+
+    /// [`Encoder::encode_audio`], stopped between graph nodes once `abort` is set (by
+    /// another thread): then `Err(Aborted)`.
+    pub fn encode_audio_until(&mut self, mel: &Mel, abort: &AtomicBool) -> Result<Vec<f32>> {
+        // SAFETY: the flag outlives this compute, and the backend forgets it before returning.
+        unsafe { self.backend.set_abort_flag(abort) };
+        let embd = self.encode_audio(mel);
+        unsafe { self.backend.set_abort_flag(&NEVER) };
+        embd
+    }
+
+    /// The embeddings of one log-mel piece by an audio encoder: `n_output_tokens` (750)
+    /// rows of `n_mmproj_embd` floats (clip.cpp's `clip_image_batch_encode` of a batch
+    /// marked as audio, as mtmd encodes an audio chunk).
+    ///
+    /// # Errors
+    /// [`Error::Audio`] for a vision encoder, or a piece of other bands than the encoder's
+    /// or of other than [`FRAMES_PER_CHUNK`] frames.
+    pub fn encode_audio(&mut self, mel: &Mel) -> Result<Vec<f32>> {
+        let hp = &self.mmproj.hparams;
+        if !hp.projector.audio() {
+            return Err(Error::Audio(format!(
+                "the {} encoder takes images, not audio",
+                hp.projector.name()
+            )));
+        }
+        let n_mel = hp.n_mel_bins as usize;
+        if mel.n_mel != n_mel || mel.n_len != FRAMES_PER_CHUNK || mel.data.len() != n_mel * FRAMES_PER_CHUNK {
+            return Err(Error::Audio(format!(
+                "the {} encoder takes pieces of {n_mel} mel bands x {FRAMES_PER_CHUNK} frames, not {} x {}",
+                hp.projector.name(),
+                mel.n_mel,
+                mel.n_len
+            )));
+        }
+        let graph = self.arena.graph()?;
+        let (inputs, out) = build_audio(&graph, &self.mmproj, self.flash_attn)?;
+        self.run(&graph, &inputs, &mel.data, out)
+    }
+
+    /// Allocates `graph`, fills its inputs (`raw` the image's planes or the mel piece),
+    /// computes it and reads its output `out`.
+    fn run(&mut self, graph: &Graph, inputs: &Inputs, raw: &[f32], out: Tensor) -> Result<Vec<f32>> {
+        self.gallocr.alloc(graph)?;
+        inputs.raw.write(raw);
         for (input, values) in &inputs.positions {
             input.write(values);
         }
         if let Some((mask, windows)) = &inputs.window_mask {
             mask.write(&windows.mask());
         }
-        let computed = self.backend.compute(&graph);
+        let computed = self.backend.compute(graph);
         // The pool sleeps now rather than poll for a next graph: the prompt's passes that
         // follow run on the context's own pool, and this one polling beside them took
         // their cores (prompts with images evaluated 10-20 % slower than llama.cpp's).
@@ -184,8 +248,8 @@ fn planar(img: &ImageF32) -> Vec<f32> {
     out
 }
 
-/// A graph's inputs: the image (clip.cpp's `inp_raw`) and its integer inputs with the values
-/// they take: CLIP's rows of the position embeddings it looks up (0, 1, ..., n_pos - 1), a 2D
+/// A graph's inputs: the image or the log-mel piece (clip.cpp's `inp_raw`) and its integer
+/// inputs with the values they take: CLIP's rows of the position embeddings it looks up (0, 1, ..., n_pos - 1), a 2D
 /// RoPE's patch rows and columns, Qwen2-VL's rotary positions, Qwen2.5-VL's window order;
 /// and Qwen2.5-VL's window mask with the windows it is made of (its `n_pos²` floats made
 /// only when an image is encoded, not for the reservations).
@@ -317,17 +381,18 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
     } else {
         raw
     };
+    let patch_embd = m.vit.patch_embd.expect("a vision encoder has a patch embedding");
     let conv = |kernel| g.conv_2d(kernel, pixels, p32, p32, 0, 0, 1, 1);
     let mut inp = if hp.projector.llama4_vit() {
-        let kernel = g.reshape_4d(m.vit.patch_embd, [p, p, 3, n_embd]);
+        let kernel = g.reshape_4d(patch_embd, [p, p, 3, n_embd]);
         let cols = g.im2col_2d(kernel, pixels, p32, p32, pixels.ggml_type());
-        let inp = g.mul_mat(m.vit.patch_embd, cols);
+        let inp = g.mul_mat(patch_embd, cols);
         g.reshape_2d(inp, n_embd, n_patches)
     } else if let Some(patch_embd_1) = m.vit.patch_embd_1 {
-        let inp = g.add(conv(m.vit.patch_embd), conv(patch_embd_1));
+        let inp = g.add(conv(patch_embd), conv(patch_embd_1));
         in_2x2_blocks(g, g.permute(inp, [1, 2, 0, 3]), width, height)
     } else {
-        let inp = g.reshape_3d(conv(m.vit.patch_embd), n_patches, n_embd, 1);
+        let inp = g.reshape_3d(conv(patch_embd), n_patches, n_embd, 1);
         g.cont(g.transpose(inp))
     };
     if let Some(bias) = m.vit.patch_bias {
@@ -413,6 +478,44 @@ fn build(g: &Graph, m: &Mmproj, flash_attn: bool, nx: usize, ny: usize) -> (Inpu
         },
         out,
     )
+}
+
+/// The whole graph of an audio encoder's log-mel piece (whisper-enc.cpp's): its input
+/// (`[FRAMES_PER_CHUNK, n_mel]`) and its output.
+///
+/// # Errors
+/// [`Error::Unsupported`] for a projector whose stem is not built here (only Qwen2-Audio's
+/// loads as audio).
+fn build_audio(g: &Graph, m: &Mmproj, flash_attn: bool) -> Result<(Inputs, Tensor)> {
+    let hp = &m.hparams;
+    let ProjectorWeights::Qwen2a(w) = &m.projector else {
+        return Err(Error::Unsupported(format!(
+            "the {} projector is not an audio encoder",
+            hp.projector.name()
+        )));
+    };
+    let n_pos = AUDIO_POSITIONS as i64;
+    let raw = g.input(
+        "inp_raw",
+        sys::GGML_TYPE_F32,
+        &[FRAMES_PER_CHUNK as i64, i64::from(hp.n_mel_bins), 1, 1],
+    );
+    let inp = qwen2a::build_stem(g, w, raw);
+    // The loader checked there are at least a piece's positions.
+    let pos_embd = m
+        .vit
+        .position_embd
+        .map(|pos| g.view_2d(pos, pos.ne()[0], n_pos, pos.nb()[1], 0));
+    let (cur, _) = build_vit(g, m, flash_attn, inp, pos_embd, None, None, n_pos, &[]);
+    let out = m.projector.build(g, hp, cur, (n_pos / 2, 1), &[]);
+    g.mark_output(out);
+    g.expand(out);
+    let inputs = Inputs {
+        raw,
+        positions: Vec::new(),
+        window_mask: None,
+    };
+    Ok((inputs, out))
 }
 
 /// clip.cpp's `pos_h` and `pos_w` for a 2D RoPE over a `width` x `height` grid of patches,
@@ -561,8 +664,9 @@ fn add_bias(g: &Graph, cur: Tensor, bias: Option<Tensor>) -> Tensor {
 /// Gemma 4's post-norms where the file has them; and LLaVA's variant of it
 /// (`clip_graph_llava`: only the layers up to its feature layer, the hidden states of its
 /// feature layers side by side, [`ClipHParams::n_layer_run`]); Qwen2.5-VL's `window` mask
-/// in the layers that do not attend over the whole image. Besides its output, the outputs
-/// of the layers `taken` (Qwen3-VL's deepstack layers), in their order.
+/// in the layers that do not attend over the whole image; an audio encoder's positions
+/// average-pooled in pairs before the post-norm. Besides its output, the outputs of the
+/// layers `taken` (Qwen3-VL's deepstack layers), in their order.
 #[allow(clippy::too_many_arguments)]
 fn build_vit(
     g: &Graph,
@@ -620,6 +724,12 @@ fn build_vit(
         if taken.contains(&il) {
             layer_outputs.push(inp_l);
         }
+    }
+    if hp.projector.audio() {
+        // clip.cpp's `audio_has_avgpool` (Qwen2-Audio's): the positions' mean in pairs.
+        let cur = g.cont(g.transpose(inp_l));
+        let cur = g.pool_1d_avg(cur, 2, 2);
+        inp_l = g.cont(g.transpose(cur));
     }
     if let Some(post) = &m.vit.post_ln {
         inp_l = norm(g, kind, inp_l, Some(post), hp.eps);
@@ -759,12 +869,14 @@ fn ffn(g: &Graph, hp: &ClipHParams, l: &VitLayer, cur: Tensor) -> Tensor {
                 FfnOp::Gelu => g.geglu_split(gate, up),
                 FfnOp::Silu => g.swiglu_split(gate, up),
                 FfnOp::GeluQuick => g.geglu_quick_split(gate, up),
+                FfnOp::GeluErf => g.geglu_erf_split(gate, up),
             }
         }
         None => match hp.ffn_op {
             FfnOp::Gelu => g.gelu(up),
             FfnOp::Silu => g.silu(up),
             FfnOp::GeluQuick => g.gelu_quick(up),
+            FfnOp::GeluErf => g.gelu_erf(up),
         },
     };
     add_bias(g, g.mul_mat(l.ff_down_w, cur), l.ff_down_b)

@@ -1,11 +1,13 @@
 //! A projector GGUF's `clip.*` hyper-parameters, read as `tools/mtmd/clip.cpp`'s
-//! `clip_model_loader::load_hparams` reads them for a vision encoder: a missing required
-//! key or a value of the wrong type is an [`Error::Load`] naming the key; a projector type
-//! elelem does not run is [`Error::Unsupported`].
+//! `clip_model_loader::load_hparams` reads them for a vision encoder (or an audio one's,
+//! `clip.audio.*`): a missing required key or a value of the wrong type is an
+//! [`Error::Load`] naming the key; a projector type elelem does not run is
+//! [`Error::Unsupported`].
 
 use elelem_gguf::{Gguf, Value};
 
 use super::preprocess::{ImageParams, Pad, Preprocessor, ResizeAlgo};
+use crate::audio::{FRAMES_PER_CHUNK, MAX_MEL_BANDS};
 use crate::{Error, Result};
 
 /// The largest `clip.vision.image_size` accepted: beyond any model's (896 for Gemma 3),
@@ -118,6 +120,11 @@ pub enum ProjectorType {
     /// size; average pooling, an optional standardization and the input projection
     /// ([`super::projector::gemma4v`]).
     Gemma4v,
+    /// `qwen2a` (Qwen2-Audio), an audio encoder: Whisper's (two 1D convolutions over the
+    /// log-mel frames, learned positions, a ViT of LayerNorms with no K bias and a GELU-erf
+    /// feed-forward), its positions average-pooled in pairs before the post-LayerNorm, then
+    /// one matrix with a bias ([`super::projector::qwen2a`]).
+    Qwen2a,
 }
 
 /// The norm of a projector type's ViT (clip.cpp's `norm_type` argument of `build_vit`).
@@ -159,6 +166,23 @@ impl ProjectorType {
             ProjectorType::Pixtral => "pixtral",
             ProjectorType::Llama4 => "llama4",
             ProjectorType::Gemma4v => "gemma4v",
+            ProjectorType::Qwen2a => "qwen2a",
+        }
+    }
+
+    /// Whether the encoder reads audio (log-mel pieces, clip.cpp's `CLIP_MODALITY_AUDIO`: its
+    /// keys `clip.audio.*`, its tensors `a.*`) rather than images.
+    pub fn audio(self) -> bool {
+        self == ProjectorType::Qwen2a
+    }
+
+    /// The prefix of the encoder's tensors: `a` for audio, `v` for vision (clip.cpp's
+    /// `load_tensors`).
+    pub fn tensor_prefix(self) -> &'static str {
+        if self.audio() {
+            "a"
+        } else {
+            "v"
         }
     }
 
@@ -300,6 +324,7 @@ impl ProjectorType {
             "pixtral" => Ok(ProjectorType::Pixtral),
             "llama4" => Ok(ProjectorType::Llama4),
             "gemma4v" => Ok(ProjectorType::Gemma4v),
+            "qwen2a" => Ok(ProjectorType::Qwen2a),
             _ => Err(Error::Unsupported(format!(
                 "projector type {name:?} is not supported (elelem runs: {RUNS})"
             ))),
@@ -308,12 +333,14 @@ impl ProjectorType {
 }
 
 /// The feed-forward's activation, as clip.cpp picks it from `clip.use_gelu` and
-/// `clip.use_silu` (neither: GELU-quick).
+/// `clip.use_silu` (neither: GELU-quick), or the type sets it (the whisper encoders'
+/// GELU-erf).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FfnOp {
     Gelu,
     Silu,
     GeluQuick,
+    GeluErf,
 }
 
 /// clip.cpp's `clip_hparams`, the encoder's share (the preprocessing's are in
@@ -353,6 +380,8 @@ pub struct ClipHParams {
     /// the whole image, the others within windows ([`ClipHParams::window_attention`]); 0:
     /// no windows (and for every other type).
     pub n_wa_pattern: u32,
+    /// An audio encoder's mel bands (`clip.audio.num_mel_bins`); 0 for a vision encoder.
+    pub n_mel_bins: u32,
 }
 
 impl ClipHParams {
@@ -449,6 +478,9 @@ impl ClipHParams {
                     ..common
                 },
             ),
+            // An audio encoder takes no images (clip.cpp's `image_size` 0, `patch_size` 1):
+            // clip_hparams' defaults, which nothing reads.
+            ProjectorType::Qwen2a => (Preprocessor::FixedSize, common),
             // clip.cpp's `load_hparams` for `mlp`: the grey of LLaVA's padding, and with
             // pinpoints LLaVA-UHD's slicing (bicubic, ceil padding); without, one bicubic
             // fixed-size image (the refined image's padding it sets then goes unused).
@@ -591,8 +623,12 @@ impl ClipHParams {
     }
 
     /// The embeddings one image of the encoder's native size (`image_size` square)
-    /// becomes (clip.cpp's `clip_n_output_tokens`).
+    /// becomes (clip.cpp's `clip_n_output_tokens`); for an audio encoder, one log-mel piece.
     pub fn n_output_tokens(&self) -> u32 {
+        if self.projector.audio() {
+            // A piece's frames halved by the stride-2 convolution, then by the pooling.
+            return FRAMES_PER_CHUNK as u32 / 4;
+        }
         if self.projector.mobilevlm() {
             return self.n_patches_side().pow(2) / 4;
         }
@@ -646,10 +682,14 @@ impl WindowAttention {
     }
 }
 
-/// The `clip.*` keys clip.cpp's `load_hparams` reads for a vision encoder.
+/// The `clip.*` keys clip.cpp's `load_hparams` reads for a vision encoder, or for a file
+/// with an audio encoder and none for vision, an audio encoder's ([`read_audio_hparams`]).
 pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
     let keys = ClipKeys(gguf);
     if !keys.opt_bool("clip.has_vision_encoder")?.unwrap_or(false) {
+        if keys.opt_bool("clip.has_audio_encoder")?.unwrap_or(false) {
+            return read_audio_hparams(&keys);
+        }
         return Err(Error::Load(
             "this GGUF has no vision encoder (clip.has_vision_encoder is not true): not a vision projector".into(),
         ));
@@ -661,6 +701,13 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
             .ok_or_else(|| Error::Load("missing required metadata key clip.projector_type".into()))?,
     };
     let projector = ProjectorType::from_name(proj_name)?;
+    if projector.audio() {
+        // clip.cpp would build Whisper's graph over an image.
+        return Err(Error::Unsupported(format!(
+            "a {proj_name} projector is an audio encoder, but this GGUF declares it a vision encoder \
+             (clip.has_vision_encoder)"
+        )));
+    }
 
     let n_embd = keys.u32("clip.vision.embedding_length")?;
     let n_head = keys.u32("clip.vision.attention.head_count")?;
@@ -693,6 +740,7 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
     // unless its spatial merge says so (Mistral Small's patch merger).
     let mut n_wa_pattern = 0;
     let (n_merge, longest_edge) = match projector {
+        ProjectorType::Qwen2a => unreachable!("an audio type is refused above"),
         ProjectorType::Pixtral => (keys.opt_u32("clip.vision.spatial_merge_size")?.unwrap_or(1), 0),
         ProjectorType::Gemma3 => (keys.opt_u32("clip.vision.projector.scale_factor")?.unwrap_or(4), 0),
         // Gemma 4's pooling kernel.
@@ -871,7 +919,112 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         },
         grid_pinpoints,
         n_wa_pattern,
+        n_mel_bins: 0,
     })
+}
+
+/// The `clip.audio.*` keys clip.cpp's `load_hparams` reads for an audio encoder of the
+/// types elelem runs (`qwen2a`): its width, heads, depth and epsilon, its mel bands; the
+/// feed-forward GELU-erf whatever `clip.use_gelu` says (clip.cpp sets it for the whisper
+/// types, after refusing both `use_gelu` and `use_silu`); `image_size` 0 and `patch_size`
+/// 1, as clip.cpp sets them for audio.
+fn read_audio_hparams(keys: &ClipKeys) -> Result<ClipHParams> {
+    let name = match keys.opt_str("clip.projector_type")? {
+        Some(name) => Some(name),
+        None => keys.opt_str("clip.audio.projector_type")?,
+    }
+    .unwrap_or("unnamed");
+    if name != ProjectorType::Qwen2a.name() {
+        return Err(audio_refusal(name));
+    }
+    let projector = ProjectorType::Qwen2a;
+    let n_embd = keys.u32("clip.audio.embedding_length")?;
+    let n_head = keys.u32("clip.audio.attention.head_count")?;
+    let n_embd_head = keys.opt_u32("clip.audio.attention.head_dim")?.unwrap_or(0);
+    let n_ff = keys.u32("clip.audio.feed_forward_length")?;
+    let n_layer = keys.u32("clip.audio.block_count")?;
+    let projection_dim = keys.u32("clip.audio.projection_dim")?;
+    let eps = keys.f32("clip.audio.attention.layer_norm_epsilon")?;
+    let n_head_kv = keys.opt_u32("clip.audio.attention.head_count_kv")?.unwrap_or(n_head);
+    let n_mel_bins = keys.u32("clip.audio.num_mel_bins")?;
+    if keys.opt_bool("clip.use_gelu")?.unwrap_or(false) && keys.opt_bool("clip.use_silu")?.unwrap_or(false) {
+        return Err(Error::Load(
+            "both clip.use_gelu and clip.use_silu are set to true".into(),
+        ));
+    }
+
+    let invalid = |what: String| Err(Error::Load(format!("invalid audio projector: {what}")));
+    if n_embd == 0 || n_head == 0 || n_ff == 0 || n_layer == 0 {
+        return invalid(format!(
+            "embedding_length {n_embd}, head_count {n_head}, feed_forward_length {n_ff} and block_count \
+             {n_layer} must all be positive"
+        ));
+    }
+    if n_mel_bins == 0 || n_mel_bins as usize > MAX_MEL_BANDS {
+        return invalid(format!("num_mel_bins {n_mel_bins} (1 to {MAX_MEL_BANDS})"));
+    }
+    let d_head = if n_embd_head > 0 { n_embd_head } else { n_embd / n_head };
+    if n_embd_head == 0 && n_embd % n_head != 0 {
+        return invalid(format!(
+            "embedding_length {n_embd} is not a multiple of head_count {n_head}"
+        ));
+    }
+    if d_head * n_head != n_embd {
+        return Err(Error::Unsupported(format!(
+            "audio heads of {d_head} x {n_head} that are not the width {n_embd} are not supported"
+        )));
+    }
+    if n_head_kv != n_head {
+        return Err(Error::Unsupported(format!(
+            "audio attention with {n_head_kv} K/V heads for {n_head} query heads is not supported"
+        )));
+    }
+    if n_layer > MAX_LAYERS {
+        return invalid(format!("block_count {n_layer} (at most {MAX_LAYERS})"));
+    }
+    if !eps.is_finite() || eps < 0.0 {
+        return invalid(format!("layer_norm_epsilon {eps}"));
+    }
+    Ok(ClipHParams {
+        projector,
+        n_embd,
+        n_head,
+        n_head_kv,
+        d_head,
+        n_ff,
+        n_layer,
+        projection_dim,
+        eps,
+        image_size: 0,
+        patch_size: 1,
+        image_mean: [0.0; 3],
+        image_std: [0.0; 3],
+        ffn_op: FfnOp::GeluErf,
+        n_merge: 1,
+        longest_edge: 0,
+        feature_layers: Vec::new(),
+        grid_pinpoints: Vec::new(),
+        n_wa_pattern: 0,
+        n_mel_bins,
+    })
+}
+
+/// Why an audio projector of another type than `qwen2a` is refused: elelem runs no other
+/// audio encoder yet (docs/AUDIO-PLAN.md), and the pinned clip.cpp cannot encode
+/// Ultravox's or Voxtral's audio at all (its graph stacks the 30 s piece's positions into
+/// 188 tokens where `clip_n_output_tokens` counts 187, and it aborts).
+fn audio_refusal(name: &str) -> Error {
+    let why = match name {
+        "ultravox" | "voxtral" => {
+            " (nor does the pinned llama.cpp: its clip.cpp aborts on every 30 s piece of this type, expecting \
+             187 tokens where its graph gives 188)"
+        }
+        _ => "",
+    };
+    Error::Unsupported(format!(
+        "this GGUF is an audio projector ({name:?}) with no vision encoder: elelem runs the qwen2a audio encoder \
+         only{why}"
+    ))
 }
 
 /// InternVL's slicing resolutions (clip.cpp's `set_internvl_dhr_res_candidates`): every

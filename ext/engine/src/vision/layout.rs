@@ -4,6 +4,9 @@
 //!   parts: text around it, single tokens found by their text, image chunks of so many
 //!   embeddings. The strings and tokens are `mtmd_context::init_vision`'s (lines 738-863);
 //!   their order is `mtmd_tokenizer::add_media`'s (lines 1346-1561).
+//! - [`audio_layout`]: one audio file's log-mel pieces, for an audio projector type, to
+//!   mtmd's parts: its `aud_beg` text, a chunk per piece, its `aud_end` (`init_audio`,
+//!   lines 928-1008; `add_media`'s audio branch, lines 1562-1652).
 //! - [`tokenize_prompt`]: a prompt with one [`MEDIA_MARKER`] per image to mtmd's chunks,
 //!   as `mtmd_tokenize` makes them (`mtmd_tokenizer`, lines 1151-1344): the text split at
 //!   the markers, each piece tokenized by itself, consecutive text merged into one chunk,
@@ -43,7 +46,15 @@ pub struct ImageChunk {
     pub grid: (usize, usize),
 }
 
-/// One part of an image's layout, in mtmd's order.
+/// One of mtmd's audio chunks: the embeddings of an audio file's `piece`-th log-mel piece
+/// (from 0), `n_tokens` of them (clip.cpp's `clip_n_output_tokens`), a position each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AudioChunk {
+    pub piece: usize,
+    pub n_tokens: usize,
+}
+
+/// One part of an image's (or an audio file's) layout, in mtmd's order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImagePart {
     /// Text mtmd tokenizes by itself, special tokens parsed and none added
@@ -53,6 +64,7 @@ pub enum ImagePart {
     /// whose piece, special tokens rendered, is this.
     Token(&'static str),
     Image(ImageChunk),
+    Audio(AudioChunk),
 }
 
 /// One of mtmd's chunks of a prompt (`mtmd_input_chunk`).
@@ -62,6 +74,9 @@ pub enum Chunk {
     Text(Vec<u32>),
     /// Embeddings of the prompt's `image`-th image (0-based, in marker order).
     Image { image: usize, chunk: ImageChunk },
+    /// Embeddings of a piece of the prompt's `audio`-th medium (0-based, in marker order:
+    /// mtmd takes an image or an audio file at each).
+    Audio { audio: usize, chunk: AudioChunk },
 }
 
 /// The fields of `mtmd_context` that frame a projector type's images. The others
@@ -155,6 +170,8 @@ impl Framing {
                 img_end: "<image|>",
                 ..none
             },
+            // An audio encoder lays out no images (the runtime opens none for them).
+            ProjectorType::Qwen2a => none,
         }
     }
 }
@@ -246,6 +263,36 @@ pub fn image_layout(hparams: &ClipHParams, image: &Preprocessed) -> Result<Vec<I
     Ok(parts)
 }
 
+/// mtmd's parts for one audio file of `n_pieces` log-mel pieces
+/// ([`crate::audio::WhisperMel::preprocess`]) for an audio projector (`add_media`'s audio
+/// branch, mtmd.cpp 1562-1652): the type's `aud_beg` text (Qwen2-Audio's `<|audio_bos|>`,
+/// mtmd.cpp 939-946), a chunk of [`ClipHParams::n_output_tokens`] embeddings per piece, and
+/// its `aud_end` (`<|audio_eos|>`).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a projector that takes no audio, or no pieces (mtmd's
+/// "empty audio data").
+pub fn audio_layout(hparams: &ClipHParams, n_pieces: usize) -> Result<Vec<ImagePart>> {
+    let (aud_beg, aud_end) = match hparams.projector {
+        ProjectorType::Qwen2a => ("<|audio_bos|>", "<|audio_eos|>"),
+        p => {
+            return Err(Error::InvalidArgument(format!(
+                "audio layout: the {} projector takes no audio",
+                p.name()
+            )))
+        }
+    };
+    if n_pieces == 0 {
+        return Err(Error::InvalidArgument("audio layout: no audio".into()));
+    }
+    let n_tokens = hparams.n_output_tokens() as usize;
+    let pieces = (0..n_pieces).map(|piece| ImagePart::Audio(AudioChunk { piece, n_tokens }));
+    let mut parts = vec![ImagePart::Text(aud_beg.to_owned())];
+    parts.extend(pieces);
+    parts.push(ImagePart::Text(aud_end.to_owned()));
+    Ok(parts)
+}
+
 /// A prompt's text between media markers (with its byte offset in the prompt), or a marker.
 #[derive(Debug, PartialEq, Eq)]
 enum Segment<'a> {
@@ -314,6 +361,7 @@ fn push_image(
                 push_text(chunks, vec![id]);
             }
             ImagePart::Image(chunk) => chunks.push(Chunk::Image { image: index, chunk }),
+            ImagePart::Audio(chunk) => chunks.push(Chunk::Audio { audio: index, chunk }),
         }
     }
     Ok(())
@@ -409,6 +457,7 @@ mod tests {
             feature_layers: Vec::new(),
             grid_pinpoints: Vec::new(),
             n_wa_pattern: 0,
+            n_mel_bins: 0,
         }
     }
 
@@ -568,7 +617,8 @@ mod tests {
         );
     }
 
-    /// A SentencePiece vocabulary: `<unk> <s> </s>`, LFM2's and Gemma 3's image tokens
+    /// A SentencePiece vocabulary: `<unk> <s> </s>`, LFM2's and Gemma 3's image tokens,
+    /// Qwen2-Audio's audio tokens
     /// (control), `a` and `b`, then the byte tokens; BOS added, no space prefix.
     fn tokenizer() -> (Tokenizer, Vec<String>) {
         let specials = [
@@ -579,11 +629,13 @@ mod tests {
             "<|img_row_1_col_2|>",
             "<start_of_image>",
             "<end_of_image>",
+            "<|audio_bos|>",
+            "<|audio_eos|>",
         ];
         let mut tokens: Vec<String> = ["<unk>", "<s>", "</s>"].map(str::to_owned).to_vec();
         let mut types = vec![2, 3, 3];
         tokens.extend(specials.map(str::to_owned));
-        types.extend([3; 7]);
+        types.extend([3; 9]);
         tokens.extend(["a", "b"].map(str::to_owned));
         types.extend([1, 1]);
         for b in 0..=255u8 {
@@ -650,6 +702,61 @@ mod tests {
         };
         assert_eq!(last[0], id("<end_of_image>"));
         assert!(last.len() > 2 && !last[1..].contains(&id("<end_of_image>")), "{last:?}");
+    }
+
+    /// Qwen2-Audio's: 30 s pieces of 750 tokens each.
+    fn qwen2a() -> ClipHParams {
+        ClipHParams {
+            n_mel_bins: 80,
+            ..hparams(ProjectorType::Qwen2a, 0, 1, 1)
+        }
+    }
+
+    #[test]
+    fn audio_is_a_chunk_per_piece_between_its_types_tokens() {
+        let (tok, tokens) = tokenizer();
+        let id = |t: &str| tokens.iter().position(|x| x == t).unwrap() as u32;
+        let layout = audio_layout(&qwen2a(), 2).unwrap();
+        let piece = |piece| AudioChunk { piece, n_tokens: 750 };
+        assert_eq!(
+            layout,
+            [
+                ImagePart::Text("<|audio_bos|>".into()),
+                ImagePart::Audio(piece(0)),
+                ImagePart::Audio(piece(1)),
+                ImagePart::Text("<|audio_eos|>".into()),
+            ]
+        );
+        // After an image, as the second medium.
+        let image = image_layout(&gemma3(), &whole(896, 896)).unwrap();
+        let chunks = tokenize_prompt(&tok, &qwen2a(), "a<__media__>b<__media__>", &[image, layout], true, &[]).unwrap();
+        assert_eq!(chunks.len(), 6, "{chunks:?}");
+        assert_eq!(
+            chunks[2],
+            Chunk::Text(vec![id("<end_of_image>"), id("b"), id("<|audio_bos|>")])
+        );
+        assert_eq!(
+            chunks[3],
+            Chunk::Audio {
+                audio: 1,
+                chunk: piece(0)
+            }
+        );
+        assert_eq!(
+            chunks[4],
+            Chunk::Audio {
+                audio: 1,
+                chunk: piece(1)
+            }
+        );
+        assert_eq!(chunks[5], Chunk::Text(vec![id("<|audio_eos|>")]));
+
+        for (hparams, n_pieces) in [(qwen2a(), 0), (gemma3(), 1)] {
+            assert!(matches!(
+                audio_layout(&hparams, n_pieces),
+                Err(Error::InvalidArgument(_))
+            ));
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ use elelem_gguf::Gguf;
 
 use super::hparams::{read_hparams, ClipHParams, ProjectorType};
 use super::projector::{self, ProjectorWeights};
+use crate::audio::FRAMES_PER_CHUNK;
 use crate::ggml::{Buffer, Context, CpuDevice, Tensor};
 use crate::model::loader::Loader;
 use crate::model::placement::Placement;
@@ -21,6 +22,10 @@ use crate::{Error, Result};
 
 /// The longest side a dynamic-size encoder takes (beyond any preprocessing's output).
 const MAX_ENCODED_SIDE: usize = 16384;
+
+/// The positions of an audio encoder's piece: its frames halved by the stride-2
+/// convolution (Whisper's 1500 for 30 s).
+pub const AUDIO_POSITIONS: usize = FRAMES_PER_CHUNK / 2;
 
 /// A layer's Q, K and V projections.
 pub enum VitQkv {
@@ -67,8 +72,10 @@ pub struct VitLayer {
 
 /// The encoder's weights.
 pub struct VitWeights {
-    /// `v.patch_embd.weight`: `[patch, patch, 3, n_embd]`; Llama 4's `[3 · patch², n_embd]`.
-    pub patch_embd: Tensor,
+    /// `v.patch_embd.weight`: `[patch, patch, 3, n_embd]`; Llama 4's `[3 · patch², n_embd]`;
+    /// none for an audio encoder, whose stem is its type's convolutions
+    /// ([`super::projector::qwen2a`]).
+    pub patch_embd: Option<Tensor>,
     /// Qwen2-VL's second patch convolution, `v.patch_embd.weight.1` (the same shape), whose
     /// output is added to the first's.
     pub patch_embd_1: Option<Tensor>,
@@ -81,7 +88,9 @@ pub struct VitWeights {
     pub position_tables: Option<Tensor>,
     /// `v.position_embd.weight`: `[n_embd, n_pos]` (a position per patch, and the class
     /// token's); F32, or for CLIP any type, looked up by row; none where the positions are
-    /// rotary (Qwen2-VL, Pixtral) or tables (Gemma 4).
+    /// rotary (Qwen2-VL, Pixtral) or tables (Gemma 4). An audio encoder's
+    /// `a.position_embd.weight`: `[n_embd, n]`, F32, of which the first positions of a
+    /// piece ([`AUDIO_POSITIONS`]) are added.
     pub position_embd: Option<Tensor>,
     /// `v.pre_ln`: the norm before the first layer ([`super::ProjectorType::vit_pre_norm`]).
     pub pre_ln: Option<Norm>,
@@ -233,6 +242,9 @@ impl Mmproj {
 /// embeddings, which their graph does not read) is left undeclared, so that
 /// [`Loader::check_all_used`] refuses the file. All `n_layer` layers are loaded, as clip.cpp
 /// loads them, even where LLaVA's graph stops short of the last ([`ClipHParams::n_layer_run`]).
+/// An audio encoder's are under `a.` (clip.cpp's prefix for audio): no patch embedding (its
+/// convolutions are the projector's), position embeddings, and Whisper's layers, whose
+/// LayerNorms and Q and V biases its graph asserts, and no K bias.
 fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
     let qwen = hp.projector.qwen_vit();
     let qwen3vl = hp.projector == ProjectorType::Qwen3vl;
@@ -252,12 +264,16 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
         }
     };
     let llama4 = hp.projector.llama4_vit();
+    let audio = hp.projector.audio();
+    let prefix = hp.projector.tensor_prefix();
     // F32 or F16: Llama 4's is reshaped to a kernel of `patch` wide rows, which no
     // quantized block divides.
-    let patch_embd = if llama4 {
-        l.values("v.patch_embd.weight", &[3 * p * p, embd])?
+    let patch_embd = if audio {
+        None
+    } else if llama4 {
+        Some(l.values("v.patch_embd.weight", &[3 * p * p, embd])?)
     } else {
-        l.values("v.patch_embd.weight", &[p, p, 3, embd])?
+        Some(l.values("v.patch_embd.weight", &[p, p, 3, embd])?)
     };
     let gemma4 = hp.projector.gemma4_vit();
     let internvl = hp.projector == ProjectorType::Internvl;
@@ -277,12 +293,26 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
         .transpose()?;
     let patch_bias = if qwen3vl {
         Some(l.vector("v.patch_embd.bias", embd)?)
-    } else if qwen || gemma4 {
+    } else if qwen || gemma4 || audio {
         None
     } else {
         l.optional_vector("v.patch_embd.bias", embd)?
     };
-    let position_embd = if hp.projector.llava_vit() {
+    let position_embd = if audio {
+        // F32 (ggml's CPU backend adds no F16 to F32), at least a piece's positions
+        // (clip.cpp's graph asserts it).
+        let name = "a.position_embd.weight";
+        let n = l
+            .tensor_dims(name)
+            .and_then(|dims| dims.get(1).copied())
+            .filter(|&n| n >= AUDIO_POSITIONS as u64)
+            .ok_or_else(|| {
+                Error::Load(format!(
+                    "tensor {name} is missing or short: [n_embd, n] of at least {AUDIO_POSITIONS} positions expected"
+                ))
+            })?;
+        Some(l.f32_weight(name, &[embd, n])?)
+    } else if hp.projector.llava_vit() {
         // Looked up by row (clip.cpp's `get_rows`), which reads any type as F32.
         Some(l.rows("v.position_embd.weight", &[embd, n_pos])?)
     } else if hp.projector.learned_positions() {
@@ -309,17 +339,26 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
         None
     };
     // Qwen2-VL's graph (Qwen2.5-VL's too) adds Q, K and V's biases unconditionally
-    // (clip.cpp would crash without them): required there.
+    // (clip.cpp would crash without them): required there. Whisper's graph asserts Q's and
+    // V's, and that K has none: its K bias is left undeclared, and refused.
     let qkv_bias = |l: &mut Loader, name: &str| -> Result<Option<Tensor>> {
-        if qwen {
+        if qwen || audio {
             l.vector(name, embd).map(Some)
         } else {
             l.optional_vector(name, embd)
         }
     };
+    // Whisper's graph asserts both LayerNorms, weight and bias.
+    let layer_norm = |l: &mut Loader, prefix: &str| -> Result<Option<Norm>> {
+        if audio {
+            l.layer_norm(prefix, embd).map(Some)
+        } else {
+            norm(l, prefix)
+        }
+    };
     let mut layers = Vec::with_capacity(hp.n_layer as usize);
     for il in 0..hp.n_layer {
-        let n = |t: &str| format!("v.blk.{il}.{t}");
+        let n = |t: &str| format!("{prefix}.blk.{il}.{t}");
         // As clip.cpp fixes old conversions (Gemma 3's and Idefics3's among them): a
         // `ffn_down` whose rows are `n_embd` wide is the up projection, and `ffn_up` the
         // down one, biases too (even where `n_ff` is `n_embd`, as clip.cpp decides it; not
@@ -333,7 +372,7 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
             ("ffn_up", "ffn_down")
         };
         layers.push(VitLayer {
-            ln_1: norm(l, &n("ln1"))?,
+            ln_1: layer_norm(l, &n("ln1"))?,
             // Qwen3-VL's graph adds the fused bias unconditionally.
             qkv: if qwen3vl {
                 VitQkv::Fused {
@@ -345,14 +384,14 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
                     q_w: l.matrix(&n("attn_q.weight"), &[embd, embd])?,
                     q_b: qkv_bias(l, &n("attn_q.bias"))?,
                     k_w: l.matrix(&n("attn_k.weight"), &[embd, embd])?,
-                    k_b: qkv_bias(l, &n("attn_k.bias"))?,
+                    k_b: if audio { None } else { qkv_bias(l, &n("attn_k.bias"))? },
                     v_w: l.matrix(&n("attn_v.weight"), &[embd, embd])?,
                     v_b: qkv_bias(l, &n("attn_v.bias"))?,
                 }
             },
             o_w: l.matrix(&n("attn_out.weight"), &[embd, embd])?,
             o_b: l.optional_vector(&n("attn_out.bias"), embd)?,
-            ln_2: norm(l, &n("ln2"))?,
+            ln_2: layer_norm(l, &n("ln2"))?,
             ff_gate_w: if gated {
                 Some(l.matrix(&n("ffn_gate.weight"), &[embd, ff])?)
             } else {
@@ -385,7 +424,7 @@ fn load_vit(l: &mut Loader, hp: &ClipHParams) -> Result<VitWeights> {
             },
         });
     }
-    let post_ln = norm(l, "v.post_ln")?;
+    let post_ln = norm(l, &format!("{prefix}.post_ln"))?;
     Ok(VitWeights {
         patch_embd,
         patch_embd_1,

@@ -10,7 +10,8 @@
 //! - [`preprocess()`]: one [`Preprocessor`] (mtmd's families) with its [`ImageParams`]
 //!   (mtmd's `clip_hparams`, the preprocessing share) to a [`Preprocessed`].
 //! - [`image_layout`] and [`tokenize_prompt`]: where a preprocessed image's embeddings go
-//!   in a prompt, the text and tokens around them, as mtmd's `mtmd_tokenize` lays them out.
+//!   in a prompt, the text and tokens around them, as mtmd's `mtmd_tokenize` lays them out
+//!   ([`audio_layout`]: an audio file's pieces).
 //! - [`Mmproj`]: a projector GGUF (`mmproj`), its `clip.*` hyper-parameters and weights, as
 //!   clip.cpp's loader reads them; [`Encoder`]: its ViT and projector as one graph
 //!   ([`encoder`], [`projector`]), giving the language model's input embeddings, bit for
@@ -35,6 +36,8 @@ pub use self::image::{ImageF32, ImageU8, MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE};
 pub use decode::decode;
 pub use encoder::{Encoder, EncoderParams};
 pub use hparams::{ClipHParams, FfnOp, ProjectorType};
-pub use layout::{image_layout, tokenize_prompt, Chunk, ImageChunk, ImagePart, ImageSource, MEDIA_MARKER};
+pub use layout::{
+    audio_layout, image_layout, tokenize_prompt, AudioChunk, Chunk, ImageChunk, ImagePart, ImageSource, MEDIA_MARKER,
+};
 pub use mmproj::Mmproj;
 pub use preprocess::{preprocess, ImageParams, Pad, Preprocessed, Preprocessor, ResizeAlgo};

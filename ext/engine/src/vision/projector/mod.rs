@@ -12,6 +12,7 @@ pub mod lfm2;
 pub mod llama4;
 pub mod llava;
 pub mod pixtral;
+pub mod qwen2a;
 pub mod qwen2vl;
 pub mod qwen3vl;
 
@@ -32,6 +33,7 @@ pub enum ProjectorWeights {
     Pixtral(pixtral::PixtralWeights),
     Llama4(llama4::Llama4Weights),
     Gemma4v(gemma4v::Gemma4vWeights),
+    Qwen2a(qwen2a::Qwen2aWeights),
 }
 
 impl ProjectorWeights {
@@ -48,6 +50,7 @@ impl ProjectorWeights {
             ProjectorWeights::Pixtral(w) => w.n_mmproj_embd(),
             ProjectorWeights::Llama4(w) => w.n_mmproj_embd(),
             ProjectorWeights::Gemma4v(w) => w.n_mmproj_embd(),
+            ProjectorWeights::Qwen2a(w) => w.n_mmproj_embd(),
         }
     }
 
@@ -60,7 +63,8 @@ impl ProjectorWeights {
         }
     }
 
-    /// The projector's graph over the encoder's output `cur` (`[n_embd, n_patches]`) of a
+    /// The projector's graph over the encoder's output `cur` (`[n_embd, n_patches]`; an
+    /// audio encoder's `[n_embd, n_positions]`) of a
     /// `grid` of patches (width, height; the fixed-size types' is always `image_size`'s),
     /// and the outputs of the layers of [`ProjectorWeights::layer_outputs_taken`].
     pub fn build(
@@ -82,6 +86,7 @@ impl ProjectorWeights {
             ProjectorWeights::Pixtral(w) => pixtral::build(g, hp, w, cur, grid),
             ProjectorWeights::Llama4(w) => llama4::build(g, hp, w, cur),
             ProjectorWeights::Gemma4v(w) => gemma4v::build(g, hp, w, cur, grid),
+            ProjectorWeights::Qwen2a(w) => qwen2a::build(g, w, cur),
         }
     }
 }
@@ -101,5 +106,6 @@ pub(crate) fn load(l: &mut Loader, hp: &ClipHParams) -> Result<ProjectorWeights>
         ProjectorType::Pixtral => pixtral::load(l, hp).map(ProjectorWeights::Pixtral),
         ProjectorType::Llama4 => llama4::load(l, hp).map(ProjectorWeights::Llama4),
         ProjectorType::Gemma4v => gemma4v::load(l, hp).map(ProjectorWeights::Gemma4v),
+        ProjectorType::Qwen2a => qwen2a::load(l, hp).map(ProjectorWeights::Qwen2a),
     }
 }

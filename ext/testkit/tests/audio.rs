@@ -1,0 +1,698 @@
+//! The engine's audio input (`elelem_engine::audio`) against the pinned llama.cpp's
+//! (`elelem_testkit::mtmd`: miniaudio's decoder as mtmd-helper calls it, and
+//! `tools/mtmd/mtmd-audio.cpp`'s whisper preprocessor): WAV files must decode to the same
+//! samples, and audio of many lengths and kinds (speech-like tones, silence, full-scale
+//! noise) to the same log-mel pieces, `f32` for `f32`, for 80 and 128 mel bands. And the
+//! synthetic audio projectors (`elelem_testkit::audio`) as clip.cpp runs them.
+
+use std::io::Cursor;
+use std::path::PathBuf;
+
+use std::sync::Arc;
+
+use elelem_engine::audio::{self, Mel, WhisperMel, FRAMES_PER_CHUNK};
+use elelem_engine::vision::{Encoder, EncoderParams, Mmproj};
+use elelem_engine::Error;
+use elelem_gguf::{GgufWriter, TensorType, Value};
+use elelem_testkit::audio as audio_mmproj;
+use elelem_testkit::mtmd;
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// The kinds of audio compared.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// Three tones gliding, an envelope, a little noise: what speech's spectrum looks like.
+    Tones,
+    /// All zeros (the spectrogram is the floor everywhere).
+    Silence,
+    /// Independent samples over the whole 16-bit range.
+    Noise,
+}
+
+/// `n` samples of `kind`, as 16-bit PCM.
+fn pcm16(kind: Kind, n: usize, seed: u64) -> Vec<i16> {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    (0..n)
+        .map(|i| match kind {
+            Kind::Silence => 0,
+            Kind::Noise => (rng.next() >> 48) as u16 as i16,
+            Kind::Tones => {
+                let t = i as f64 / 16_000.0;
+                let glide = |f0: f64, f1: f64| (2.0 * std::f64::consts::PI * (f0 * t + (f1 - f0) * t * t / 8.0)).sin();
+                let envelope = 0.5 + 0.5 * (2.0 * std::f64::consts::PI * 3.0 * t).sin();
+                let noise = (rng.next() >> 40) as f64 / f64::from(1u32 << 24) - 0.5;
+                let x = envelope
+                    * (0.4 * glide(220.0, 330.0) + 0.2 * glide(1400.0, 900.0) + 0.1 * glide(3100.0, 5200.0))
+                    + 0.02 * noise;
+                (x * 32767.0).round() as i16
+            }
+        })
+        .collect()
+}
+
+/// A WAV file of `samples` at `rate` with `channels` interleaved.
+fn wav16(samples: &[i16], rate: u32, channels: u16) -> Vec<u8> {
+    let spec = hound::WavSpec {
+        channels,
+        sample_rate: rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut bytes = Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut bytes, spec).unwrap();
+    for &s in samples {
+        w.write_sample(s).unwrap();
+    }
+    w.finalize().unwrap();
+    bytes.into_inner()
+}
+
+/// The lengths compared, in samples: shorter than mtmd's window (zero-padded), one
+/// window, 0.1 s, 1 s, just under and at 30 s (one piece, then two), 45 s, and around a
+/// piece's edge.
+const LENGTHS: &[usize] = &[2, 150, 201, 1_600, 16_000, 478_400, 479_999, 480_000, 720_000];
+
+#[test]
+fn wav_files_decode_to_mtmd_helpers_samples() {
+    let mut floats = 0;
+    for (i, &n) in [1usize, 2, 1_600, 16_000, 160_001].iter().enumerate() {
+        for kind in [Kind::Tones, Kind::Silence, Kind::Noise] {
+            let bytes = wav16(&pcm16(kind, n, i as u64), 16_000, 1);
+            let ours = audio::decode_wav(&bytes).unwrap();
+            let theirs = mtmd::miniaudio_decode(&bytes, 16_000, n + 16).expect("miniaudio decodes it");
+            assert_eq!(ours.len(), theirs.len(), "{kind:?} {n}");
+            let same = ours
+                .iter()
+                .zip(&theirs)
+                .filter(|(a, b)| a.to_bits() == b.to_bits())
+                .count();
+            assert_eq!(
+                same,
+                ours.len(),
+                "{kind:?} {n}: {} of {} samples differ",
+                ours.len() - same,
+                ours.len()
+            );
+            floats += same;
+        }
+    }
+    // Channels mixed down to mono as miniaudio does (2, 3 and 6 of them).
+    for channels in [2u16, 3, 6] {
+        let bytes = wav16(&pcm16(Kind::Noise, 4_800, u64::from(channels)), 16_000, channels);
+        let ours = audio::decode_wav(&bytes).unwrap();
+        let theirs = mtmd::miniaudio_decode(&bytes, 16_000, 5_000).expect("miniaudio decodes it");
+        assert_eq!(ours.len(), 4_800 / usize::from(channels));
+        assert!(
+            ours.iter().map(|x| x.to_bits()).eq(theirs.iter().map(|x| x.to_bits())),
+            "{channels} channels"
+        );
+        floats += ours.len();
+    }
+    // 32-bit float WAV, passed through.
+    let samples: Vec<f32> = pcm16(Kind::Tones, 4_000, 9)
+        .iter()
+        .map(|&s| f32::from(s) / 30_000.0)
+        .collect();
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 32,
+        sample_format: hound::SampleFormat::Float,
+    };
+    let mut bytes = Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut bytes, spec).unwrap();
+    for &s in &samples {
+        w.write_sample(s).unwrap();
+    }
+    w.finalize().unwrap();
+    let bytes = bytes.into_inner();
+    let ours = audio::decode_wav(&bytes).unwrap();
+    let theirs = mtmd::miniaudio_decode(&bytes, 16_000, 5_000).unwrap();
+    assert!(ours.iter().map(|x| x.to_bits()).eq(theirs.iter().map(|x| x.to_bits())));
+    floats += ours.len();
+    eprintln!("WAV decoding: {floats} samples, all identical to miniaudio's");
+}
+
+#[test]
+fn other_wav_files_are_refused_by_name() {
+    let tone = pcm16(Kind::Tones, 3_200, 1);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (wav16(&tone, 44_100, 1), "44100 Hz, 1 channel, 16-bit integer PCM"),
+        (wav16(&tone, 8_000, 1), "8000 Hz"),
+        (
+            {
+                let spec = hound::WavSpec {
+                    channels: 1,
+                    sample_rate: 16_000,
+                    bits_per_sample: 24,
+                    sample_format: hound::SampleFormat::Int,
+                };
+                let mut bytes = Cursor::new(Vec::new());
+                let mut w = hound::WavWriter::new(&mut bytes, spec).unwrap();
+                for &s in &tone {
+                    w.write_sample(i32::from(s) << 8).unwrap();
+                }
+                w.finalize().unwrap();
+                bytes.into_inner()
+            },
+            "24-bit integer PCM",
+        ),
+        (b"OggS\0\0\0\0\0\0\0\0\0\0".to_vec(), "not a WAV file"),
+        (Vec::new(), "not a WAV file"),
+        (wav16(&tone, 16_000, 1)[..60].to_vec(), "truncated WAV file"),
+    ];
+    for (bytes, what) in cases {
+        match audio::decode_wav(&bytes) {
+            Err(Error::Audio(m)) => assert!(m.contains(what), "{what:?}: {m}"),
+            other => panic!("{what:?}: {other:?}"),
+        }
+    }
+}
+
+/// Hostile bytes: WAV files with bytes flipped, cut short, or a header that claims 2^31
+/// samples are refused or read, never a panic or an allocation of what a header claims.
+#[test]
+fn damaged_wav_files_are_refused_not_panicked_on() {
+    let good = wav16(&pcm16(Kind::Noise, 4_000, 5), 16_000, 1);
+    let mut rng = Rng(0x5eed);
+    let (mut read, mut refused) = (0, 0);
+    for i in 0..4_000 {
+        let mut bytes = good.clone();
+        for _ in 0..1 + i % 4 {
+            // Mostly the header, where the damage matters.
+            let at = (rng.next() % if i % 2 == 0 { 64 } else { bytes.len() as u64 }) as usize;
+            bytes[at] = (rng.next() >> 56) as u8;
+        }
+        if i % 3 == 0 {
+            bytes.truncate((rng.next() % bytes.len() as u64) as usize);
+        }
+        match audio::decode_wav(&bytes) {
+            Ok(samples) => {
+                assert!(samples.len() <= bytes.len() / 2);
+                read += 1;
+            }
+            Err(Error::Audio(_)) => refused += 1,
+            Err(e) => panic!("{i}: {e:?}"),
+        }
+    }
+    // The data chunk's size set to 2^32 - 2 bytes.
+    let mut huge = good.clone();
+    assert_eq!(&huge[36..40], b"data");
+    huge[40..44].copy_from_slice(&0xFFFF_FFFEu32.to_le_bytes());
+    assert!(matches!(audio::decode_wav(&huge), Err(Error::Audio(m)) if m.contains("truncated")));
+    assert!(read > 0 && refused > 0, "{read} read, {refused} refused");
+}
+
+#[test]
+fn log_mel_pieces_are_mtmds() {
+    let mut floats = 0usize;
+    let mut pieces = 0usize;
+    let mut cases = 0usize;
+    for n_mel in [80, 128] {
+        let mel = WhisperMel::new(n_mel).unwrap();
+        for (i, &n) in LENGTHS.iter().enumerate() {
+            // The longest ones once, as tones: they are slow at mtmd's FFT.
+            let kinds: &[Kind] = if n > 100_000 {
+                &[Kind::Tones]
+            } else {
+                &[Kind::Tones, Kind::Silence, Kind::Noise]
+            };
+            for &kind in kinds {
+                let samples: Vec<f32> = pcm16(kind, n, (i * 7 + n_mel) as u64)
+                    .iter()
+                    .map(|&s| f32::from(s) / 32768.0)
+                    .collect();
+                let ours = mel.preprocess(&samples).unwrap();
+                let theirs = mtmd::whisper_mel(n_mel, &samples).expect("mtmd preprocesses it");
+                assert_eq!(
+                    ours.len() * n_mel * FRAMES_PER_CHUNK,
+                    theirs.len(),
+                    "{kind:?} {n}: pieces"
+                );
+                let ours: Vec<f32> = ours.into_iter().flat_map(|m| m.data).collect();
+                let same = ours
+                    .iter()
+                    .zip(&theirs)
+                    .filter(|(a, b)| a.to_bits() == b.to_bits())
+                    .count();
+                let worst = ours
+                    .iter()
+                    .zip(&theirs)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                assert_eq!(
+                    same,
+                    ours.len(),
+                    "{n_mel} bands, {kind:?} {n}: {} of {} floats differ (by {worst} at most)",
+                    ours.len() - same,
+                    ours.len()
+                );
+                if matches!(kind, Kind::Tones) {
+                    // Not a vacuous comparison: the spectrogram varies.
+                    let mut bits: Vec<u32> = theirs.iter().map(|x| x.to_bits()).collect();
+                    bits.sort_unstable();
+                    bits.dedup();
+                    assert!(
+                        bits.len() > n.min(16_000) / 4,
+                        "{n_mel} bands, {n}: {} distinct values",
+                        bits.len()
+                    );
+                }
+                floats += same;
+                pieces += theirs.len() / (n_mel * FRAMES_PER_CHUNK);
+                cases += 1;
+            }
+        }
+    }
+    eprintln!("log-mel: {cases} cases, {pieces} pieces, {floats} floats, all identical to mtmd's");
+}
+
+#[test]
+fn audio_too_short_for_mtmd_is_refused() {
+    let mel = WhisperMel::new(80).unwrap();
+    for n in [0, 1] {
+        let e = mel.preprocess(&vec![0.25; n]).unwrap_err();
+        assert!(matches!(&e, Error::Audio(m) if m.contains("too short")), "{n}: {e:?}");
+    }
+    for n_mel in [0, 257] {
+        assert!(matches!(WhisperMel::new(n_mel), Err(Error::Audio(_))), "{n_mel}");
+    }
+}
+
+/// Writes a synthetic audio projector to the test's scratch folder.
+fn write(name: &str, shape: &audio_mmproj::Shape) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.gguf"));
+    audio_mmproj::writer(shape).write(&path).unwrap();
+    path
+}
+
+/// The reference side of the encoder's comparison (stage 2 of docs/AUDIO-PLAN.md): clip.cpp
+/// loads the synthetic Qwen2-Audio projector, F16 and F32, and encodes a piece of speech-like
+/// audio to the 750 tokens of 96 values mtmd lays out for 30 s, with flash attention and
+/// without. (Ultravox's and Voxtral's are not run: the pinned clip.cpp aborts on every piece
+/// of theirs, its graph giving 188 tokens where it expects 187.)
+#[test]
+fn clip_encodes_the_synthetic_qwen2a_projector() {
+    let samples: Vec<f32> = pcm16(Kind::Tones, 16_000, 3)
+        .iter()
+        .map(|&s| f32::from(s) / 32768.0)
+        .collect();
+    for ty in [TensorType::F16, TensorType::F32] {
+        let shape = audio_mmproj::Shape {
+            matrix_type: ty,
+            ..audio_mmproj::Shape::QWEN2A
+        };
+        let path = write(&format!("qwen2a-{ty}"), &shape);
+        let n_mel = shape.n_mel as usize;
+        let mel = WhisperMel::new(n_mel).unwrap().preprocess(&samples).unwrap();
+        for flash_attn in [true, false] {
+            let embd = mtmd::clip_encode_audio(&path, flash_attn, 2, (n_mel, &mel[0].data), 1 << 20)
+                .unwrap_or_else(|| panic!("clip encodes {ty} (flash attention {flash_attn})"));
+            assert_eq!(embd.len(), 750 * shape.n_text_embd as usize, "{ty} {flash_attn}");
+            assert!(embd.iter().all(|x| x.is_finite()), "{ty} {flash_attn}");
+        }
+    }
+}
+
+/// The log-mel pieces of `n` samples of `kind` for `n_mel` bands.
+fn mel_pieces(n_mel: usize, kind: Kind, n: usize, seed: u64) -> Vec<Mel> {
+    let samples: Vec<f32> = pcm16(kind, n, seed).iter().map(|&s| f32::from(s) / 32768.0).collect();
+    WhisperMel::new(n_mel).unwrap().preprocess(&samples).unwrap()
+}
+
+/// Stage 2b of docs/AUDIO-PLAN.md: elelem's Qwen2-Audio encoder (Whisper's stem, the shared
+/// ViT, the pooling, the projector) gives clip.cpp's embeddings for the same log-mel pieces,
+/// float for float: F16 and F32 weights, flash attention on and off, pieces of 0.1 s of
+/// tones, 1 s of full-scale noise, 29.9 s of tones and 45 s of tones (two pieces), and
+/// silence.
+#[test]
+fn qwen2a_embeddings_are_clip_cpps_bit_for_bit() {
+    let inputs: [(&str, Kind, usize); 5] = [
+        ("0.1 s of tones", Kind::Tones, 1_600),
+        ("1 s of noise", Kind::Noise, 16_000),
+        ("1 s of silence", Kind::Silence, 16_000),
+        ("29.9 s of tones", Kind::Tones, 478_400),
+        ("45 s of tones", Kind::Tones, 720_000),
+    ];
+    let n_mel = audio_mmproj::Shape::QWEN2A.n_mel as usize;
+    let pieces: Vec<(String, Mel)> = inputs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &(what, kind, n))| {
+            let pieces = mel_pieces(n_mel, kind, n, 40 + i as u64);
+            let count = pieces.len();
+            pieces
+                .into_iter()
+                .enumerate()
+                .map(move |(j, mel)| (format!("{what}, piece {} of {count}", j + 1), mel))
+        })
+        .collect();
+    assert_eq!(pieces.len(), 6);
+    let (mut cases, mut floats) = (0, 0);
+    for ty in [TensorType::F16, TensorType::F32] {
+        let shape = audio_mmproj::Shape {
+            matrix_type: ty,
+            ..audio_mmproj::Shape::QWEN2A
+        };
+        let path = write(&format!("qwen2a-encoder-{ty}"), &shape);
+        let mmproj = Arc::new(Mmproj::open(&path).unwrap());
+        assert_eq!(mmproj.n_mmproj_embd(), shape.n_text_embd as u32);
+        assert_eq!(mmproj.n_output_tokens(), 750);
+        for flash_attn in [true, false] {
+            let params = EncoderParams {
+                n_threads: 2,
+                flash_attn,
+            };
+            let mut encoder = Encoder::new(Arc::clone(&mmproj), params).unwrap();
+            for (what, mel) in &pieces {
+                let ours = encoder.encode_audio(mel).unwrap();
+                let theirs = mtmd::clip_encode_audio(&path, flash_attn, 2, (n_mel, &mel.data), 1 << 20)
+                    .unwrap_or_else(|| panic!("clip encodes {what} ({ty}, flash attention {flash_attn})"));
+                assert_eq!(ours.len(), 750 * shape.n_text_embd as usize, "{what}");
+                assert_eq!(ours.len(), theirs.len(), "{what}");
+                let same = ours
+                    .iter()
+                    .zip(&theirs)
+                    .filter(|(a, b)| a.to_bits() == b.to_bits())
+                    .count();
+                let worst = ours
+                    .iter()
+                    .zip(&theirs)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                assert_eq!(
+                    same,
+                    ours.len(),
+                    "{what} ({ty}, flash attention {flash_attn}): {} of {} floats differ (by {worst} at most)",
+                    ours.len() - same,
+                    ours.len()
+                );
+                // Not a vacuous comparison: the embeddings vary.
+                let mut bits: Vec<u32> = theirs.iter().map(|x| x.to_bits()).collect();
+                bits.sort_unstable();
+                bits.dedup();
+                assert!(bits.len() > ours.len() / 8, "{what}: {} distinct values", bits.len());
+                floats += same;
+                cases += 1;
+            }
+        }
+    }
+    eprintln!("qwen2a encoder: {cases} pieces encoded, {floats} floats, all identical to clip.cpp's");
+}
+
+/// An audio encoder takes pieces of its own bands and 3000 frames, and no images; a vision
+/// encoder takes no audio.
+#[test]
+fn audio_encoders_take_their_pieces_only() {
+    let path = write("qwen2a-pieces", &audio_mmproj::Shape::QWEN2A);
+    let mmproj = Arc::new(Mmproj::open(&path).unwrap());
+    let mut encoder = Encoder::new(mmproj, EncoderParams::default()).unwrap();
+    let wrong = [
+        Mel {
+            n_mel: 128,
+            n_len: FRAMES_PER_CHUNK,
+            data: vec![0.0; 128 * FRAMES_PER_CHUNK],
+        },
+        Mel {
+            n_mel: 80,
+            n_len: 1_500,
+            data: vec![0.0; 80 * 1_500],
+        },
+        Mel {
+            n_mel: 80,
+            n_len: FRAMES_PER_CHUNK,
+            data: vec![0.0; 80],
+        },
+    ];
+    for mel in &wrong {
+        let e = encoder.encode_audio(mel).unwrap_err();
+        assert!(
+            matches!(&e, Error::Audio(m) if m.contains("80 mel bands x 3000 frames")),
+            "{e:?}"
+        );
+    }
+    let image = elelem_engine::vision::ImageF32::new(28, 28, vec![0.0; 28 * 28 * 3]).unwrap();
+    assert!(matches!(encoder.encode(&image), Err(Error::Image(m)) if m.contains("takes audio")));
+}
+
+/// A synthetic Qwen2-Audio projector altered by `alter`, as `Mmproj::load` takes it.
+fn load_qwen2a(alter: impl FnOnce(&mut GgufWriter)) -> Result<Mmproj, Error> {
+    let mut w = audio_mmproj::writer(&audio_mmproj::Shape {
+        n_layer: 1,
+        ..audio_mmproj::Shape::QWEN2A
+    });
+    alter(&mut w);
+    Mmproj::load(elelem_gguf::Gguf::from_bytes(w.to_bytes()).unwrap())
+}
+
+/// A file's alteration: what it is, the change, and what its refusal names.
+type Alteration = (&'static str, Box<dyn FnOnce(&mut GgufWriter)>, &'static str);
+
+/// A Qwen2-Audio projector that clip.cpp's graph would abort on, or that does not fit
+/// itself, is refused with what is wrong: never an abort.
+#[test]
+fn qwen2a_projectors_that_do_not_fit_are_refused() {
+    assert!(load_qwen2a(|_| {}).is_ok());
+    let cases: Vec<Alteration> = vec![
+        (
+            "a missing tensor",
+            Box::new(|w| {
+                w.remove_tensor("a.blk.0.attn_q.weight");
+            }),
+            "missing tensor a.blk.0.attn_q.weight",
+        ),
+        (
+            "a wrong width",
+            Box::new(|w| {
+                w.remove_tensor("a.blk.0.ffn_up.weight");
+                w.add_f32("a.blk.0.ffn_up.weight", &[64, 100], &vec![0.0; 6_400]);
+            }),
+            "a.blk.0.ffn_up.weight",
+        ),
+        (
+            "a stem for other mel bands",
+            Box::new(|w| {
+                w.set("clip.audio.num_mel_bins", Value::U32(128));
+            }),
+            "a.conv1d.1.weight",
+        ),
+        (
+            "a kernel of 5",
+            Box::new(|w| {
+                w.remove_tensor("a.conv1d.2.weight");
+                w.add_f32("a.conv1d.2.weight", &[5, 64, 64], &vec![0.0; 5 * 64 * 64]);
+            }),
+            "a.conv1d.2.weight",
+        ),
+        (
+            "fewer positions than a piece's",
+            Box::new(|w| {
+                w.remove_tensor("a.position_embd.weight");
+                w.add_f32("a.position_embd.weight", &[64, 1_499], &vec![0.0; 64 * 1_499]);
+            }),
+            "at least 1500 positions",
+        ),
+        (
+            "F16 positions",
+            Box::new(|w| {
+                w.remove_tensor("a.position_embd.weight");
+                w.add_tensor(
+                    "a.position_embd.weight",
+                    &[64, 1_500],
+                    TensorType::F16,
+                    vec![0; 2 * 64 * 1_500],
+                );
+            }),
+            "a.position_embd.weight",
+        ),
+        (
+            "no Q bias",
+            Box::new(|w| {
+                w.remove_tensor("a.blk.0.attn_q.bias");
+            }),
+            "a.blk.0.attn_q.bias",
+        ),
+        (
+            "no LayerNorm bias",
+            Box::new(|w| {
+                w.remove_tensor("a.blk.0.ln2.bias");
+            }),
+            "a.blk.0.ln2.bias",
+        ),
+        (
+            "no projection",
+            Box::new(|w| {
+                w.remove_tensor("mm.a.fc.weight");
+            }),
+            "mm.a.fc.weight",
+        ),
+        (
+            "no mel bands",
+            Box::new(|w| {
+                w.remove("clip.audio.num_mel_bins");
+            }),
+            "clip.audio.num_mel_bins",
+        ),
+        (
+            "0 mel bands",
+            Box::new(|w| {
+                w.set("clip.audio.num_mel_bins", Value::U32(0));
+            }),
+            "num_mel_bins 0",
+        ),
+        (
+            "heads that do not divide the width",
+            Box::new(|w| {
+                w.set("clip.audio.attention.head_count", Value::U32(5));
+            }),
+            "not a multiple of head_count 5",
+        ),
+    ];
+    for (what, alter, expected) in cases {
+        match load_qwen2a(alter) {
+            Err(Error::Load(m)) => assert!(m.contains(expected), "{what}: {m}"),
+            Err(e) => panic!("{what}: {e:?}"),
+            Ok(_) => panic!("{what}: loaded"),
+        }
+    }
+    // What clip.cpp reads and Whisper's graph asserts against, or would not use.
+    let unsupported: Vec<Alteration> = vec![
+        (
+            "a K bias",
+            Box::new(|w| {
+                w.add_f32("a.blk.0.attn_k.bias", &[64], &[0.0; 64]);
+            }),
+            "a.blk.0.attn_k.bias",
+        ),
+        (
+            "a pre-LayerNorm",
+            Box::new(|w| {
+                w.add_f32("a.pre_ln.weight", &[64], &[1.0; 64]);
+            }),
+            "a.pre_ln.weight",
+        ),
+        (
+            "declared a vision encoder",
+            Box::new(|w| {
+                w.set("clip.has_vision_encoder", Value::Bool(true));
+            }),
+            "audio encoder",
+        ),
+    ];
+    for (what, alter, expected) in unsupported {
+        match load_qwen2a(alter) {
+            Err(Error::Unsupported(m)) => assert!(m.contains(expected), "{what}: {m}"),
+            Err(e) => panic!("{what}: {e:?}"),
+            Ok(_) => panic!("{what}: loaded"),
+        }
+    }
+}
+
+#[test]
+fn elelem_refuses_ultravox_and_voxtral_by_name() {
+    for (name, shape) in [
+        ("ultravox", audio_mmproj::Shape::ULTRAVOX),
+        ("voxtral", audio_mmproj::Shape::VOXTRAL),
+    ] {
+        match Mmproj::open(write(&format!("refused-{name}"), &shape)) {
+            Err(Error::Unsupported(m)) => {
+                assert!(m.contains(&format!("audio projector (\"{name}\")")), "{name}: {m}");
+                assert!(m.contains("aborts"), "{name}: {m}");
+            }
+            Err(e) => panic!("{name}: {e:?}"),
+            Ok(_) => panic!("{name}: opened"),
+        }
+    }
+}
+
+/// Hostile projectors: every tensor of a Qwen2-Audio file in turn replaced by three I32
+/// values is refused naming it; files with bytes of their keys and tensor descriptors
+/// changed are refused or encode a piece, never a panic or an abort.
+#[test]
+fn mutated_qwen2a_files_are_errors_or_encode() {
+    let shape = audio_mmproj::Shape {
+        n_layer: 1,
+        ..audio_mmproj::Shape::QWEN2A
+    };
+    let bytes = audio_mmproj::writer(&shape).to_bytes();
+    let gguf = elelem_gguf::Gguf::from_bytes(&bytes).unwrap();
+    let header = gguf.data_offset() as usize;
+    for name in gguf.tensors().iter().map(|t| t.name.clone()) {
+        let e = load_qwen2a(|w| {
+            w.remove_tensor(&name);
+            w.add_tensor(&name, &[3], TensorType::from_id(26).unwrap(), vec![0; 12]);
+        })
+        .err()
+        .unwrap_or_else(|| panic!("{name}: loaded"));
+        assert!(
+            matches!(&e, Error::Load(m) if m.contains(name.as_str())),
+            "{name}: {e:?}"
+        );
+    }
+    let mut rng = Rng(0xa0d1);
+    let (mut encoded, mut refused) = (0, 0);
+    for _ in 0..1000 {
+        let mut mutated = bytes.clone();
+        for _ in 0..1 + rng.next() % 4 {
+            let at = (rng.next() % header as u64) as usize;
+            mutated[at] = (rng.next() >> 56) as u8;
+        }
+        let outcome = elelem_gguf::Gguf::from_bytes(&mutated)
+            .map_err(Error::from)
+            .and_then(|gguf| {
+                let mmproj = Arc::new(Mmproj::load(gguf)?);
+                let n_mel = mmproj.hparams.n_mel_bins as usize;
+                let params = EncoderParams {
+                    n_threads: 2,
+                    flash_attn: true,
+                };
+                let piece = Mel {
+                    n_mel,
+                    n_len: FRAMES_PER_CHUNK,
+                    data: vec![0.25; n_mel * FRAMES_PER_CHUNK],
+                };
+                Encoder::new(mmproj, params)?.encode_audio(&piece)
+            });
+        match outcome {
+            Ok(_) => encoded += 1,
+            Err(Error::Load(_) | Error::Unsupported(_) | Error::Audio(_)) => refused += 1,
+            Err(e) => panic!("a mutated projector failed otherwise than refused: {e:?}"),
+        }
+    }
+    assert!(encoded > 0 && refused > 0, "{encoded} encoded, {refused} refused");
+    eprintln!("qwen2a: 1000 mutated files, {encoded} encoded, {refused} refused");
+}
+
+/// The embeddings of a piece are the same bits whatever the encoder's thread count (as
+/// clip.cpp's are compared at 2 above), flash attention on and off.
+#[test]
+fn qwen2a_embeddings_do_not_depend_on_the_thread_count() {
+    let path = write("qwen2a-threads", &audio_mmproj::Shape::QWEN2A);
+    let mmproj = Arc::new(Mmproj::open(&path).unwrap());
+    let mel = &mel_pieces(80, Kind::Tones, 16_000, 7)[0];
+    for flash_attn in [true, false] {
+        let encode = |n_threads| {
+            let params = EncoderParams { n_threads, flash_attn };
+            Encoder::new(Arc::clone(&mmproj), params)
+                .unwrap()
+                .encode_audio(mel)
+                .unwrap()
+        };
+        let two: Vec<u32> = encode(2).iter().map(|x| x.to_bits()).collect();
+        for n_threads in [1, 3, 4] {
+            let other: Vec<u32> = encode(n_threads).iter().map(|x| x.to_bits()).collect();
+            assert!(two == other, "{n_threads} threads (flash attention {flash_attn})");
+        }
+    }
+}

@@ -1,0 +1,116 @@
+# frozen_string_literal: true
+
+require "base64"
+require "pathname"
+require "stringio"
+require_relative "spec_helper"
+
+# Audio in prompts, against llama.cpp's libmtmd: the synthetic language models with a
+# Qwen2-Audio projector of tmp/synthetic/vision (`tiny-qwen2a-audio`, and
+# `tiny-qwen2a-mrope-audio` under M-RoPE; written by `rake canary`) with the cases and
+# greedy ids the reference driver's `mtmd` mode recorded from WAV files
+# (spec/fixtures/goldens/vision).
+RSpec.describe "audio in prompts" do
+  vision_dir = File.join(SYNTHETIC_DIR, "vision")
+  media_dir = File.join(ROOT, "ext", "testkit", "tests", "fixtures", "audio")
+  wav_path = File.join(media_dir, "tones-1s.wav")
+
+  def self.recording(name)
+    fixture = JSON.parse(File.read(File.join(ROOT, "spec", "fixtures", "goldens", "vision", "#{name}.json")))
+    id = Elelem.build_profile[:id]
+    cached = File.join(Elelem::Golden::CACHE_DIR, id, "#{name}.json")
+    recording = fixture["recordings"][id] || (File.exist?(cached) && JSON.parse(File.read(cached))["recordings"][id])
+    raise "vision/#{name}.json has no recording for build profile #{id}: run `rake goldens`" unless recording
+
+    [fixture, recording]
+  end
+
+  def self.open_pair(dir, name, **options)
+    Elelem.open(File.join(dir, "#{name}.gguf"), mmproj: File.join(dir, "#{name}.mmproj.gguf"), n_threads: 2, **options)
+  end
+
+  # A 16-bit mono PCM WAV of `samples` at `rate`.
+  def self.wav(samples, rate)
+    n = samples.size * 2
+    ["RIFF", 36 + n, "WAVE", "fmt ", 16, 1, 1, rate, rate * 2, 2, 16, "data", n].pack("a4Va4a4VvvVVvva4V") +
+      samples.pack("s<*")
+  end
+
+  %w[tiny-qwen2a-audio tiny-qwen2a-mrope-audio].each do |name|
+    it "gives #{name}'s greedy ids, as libmtmd does, for every case" do
+      fixture, recording = self.class.recording(name)
+      model = self.class.open_pair(vision_dir, name, n_ctx: fixture["n_ctx"])
+      fixture["cases"].each do |kase|
+        audio = kase["images"].map { |i| File.join(media_dir, i["file"]) }
+        completion = model.complete(kase["prompt_text"], audio:, max_tokens: kase["max_tokens"])
+        expect(completion.tokens).to eq(recording["outputs"][kase["name"]]["ids"]), "#{name} #{kase["name"]}"
+        expect(completion.prompt_tokens).to eq(kase["n_past"])
+      end
+    ensure
+      model&.close
+    end
+  end
+
+  context "with the Qwen2-Audio pair" do
+    let(:model) { self.class.open_pair(vision_dir, "tiny-qwen2a-audio") }
+    let(:expected) { self.class.recording("tiny-qwen2a-audio")[1]["outputs"]["wav-tones-1s"]["ids"] }
+    let(:prompt) { "listen to <__media__> and say" }
+
+    after { model.close }
+
+    it "says it takes audio, not images" do
+      expect(model.audio?).to be(true)
+      expect(model.vision?).to be(false)
+      expect(model.info).to include(mmproj: "qwen2a", audio: true)
+    end
+
+    it "takes a WAV file as a path, a Pathname, bytes or an IO alike" do
+      bytes = File.binread(wav_path)
+      [wav_path, Pathname(wav_path), bytes, StringIO.new(bytes)].each do |form|
+        expect(model.complete(prompt, audio: [form], max_tokens: 16).tokens).to eq(expected), form.class.name
+      end
+    end
+
+    it "reads audio parts of chat messages (input_audio's base64 WAV, or an audio file) where they are" do
+      template = "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}"
+      data = Base64.strict_encode64(File.binread(wav_path))
+      parts = [{ type: "input_audio", input_audio: { data:, format: "wav" } }, { type: "audio", audio: wav_path }]
+      parts.each do |part|
+        messages = [{ role: "user", content: [{ type: "text", text: "listen to " }, part, " and say"] }]
+        expect(model.complete(messages, template:, max_tokens: 16).tokens).to eq(expected), part[:type]
+      end
+    end
+
+    it "refuses audio it does not read with an AudioError naming what is wrong, and keeps working" do
+      refusals = {
+        "8 kHz" => [self.class.wav([0] * 800, 8000), /8000 Hz/],
+        "random bytes" => [Random.new(1).bytes(4096), /not a WAV file/],
+        "a cut WAV" => [File.binread(wav_path)[0, 30], /WAV/],
+        "a truncated WAV" => [File.binread(wav_path)[0, 4000], /truncated/]
+      }
+      refusals.each do |what, (bytes, message)|
+        expect { model.generate(prompt, audio: [bytes]) }.to raise_error(Elelem::AudioError, message), what
+      end
+      parts = [{ type: "input_audio", input_audio: { data: "!!", format: "wav" } },
+               { type: "input_audio", input_audio: { data: "", format: "mp3" } },
+               { type: "audio_url", audio_url: { url: "https://example.com/a.wav" } }]
+      parts.each do |part|
+        expect { model.chat([{ role: "user", content: [part] }]) }.to raise_error(Elelem::AudioError), part.inspect
+      end
+      expect { model.generate(prompt, images: [wav_path]) }.to raise_error(Elelem::ImageError, /takes audio/)
+      expect { model.generate(prompt, images: [wav_path], audio: [wav_path]) }.to raise_error(ArgumentError, /together/)
+      expect(model.complete(prompt, audio: [wav_path], max_tokens: 16).tokens).to eq(expected)
+    end
+  end
+
+  it "refuses audio on a model without an audio projector, by name" do
+    model = self.class.open_pair(vision_dir, "tiny-gemma3-vision")
+    expect { model.generate("listen to <__media__>", audio: [wav_path]) }
+      .to raise_error(Elelem::AudioError, /audio projector/)
+    part = { type: "input_audio", input_audio: { data: "", format: "wav" } }
+    expect { model.chat([{ role: "user", content: [part] }]) }
+      .to raise_error(Elelem::AudioError, /audio content parts \(input_audio\) need a model opened with an audio/)
+  ensure
+    model&.close
+  end
+end
