@@ -103,6 +103,17 @@ RSpec.describe "audio in prompts" do
     end
   end
 
+  it "refuses audio that does not fit the context before encoding any of it" do
+    model = self.class.open_pair(vision_dir, "tiny-qwen2a-audio", n_ctx: 512)
+    # 20 s of silence: 12 tokens, 750 for its one piece, 1 after.
+    wav = self.class.wav([0] * 320_000, 16_000)
+    expect { model.generate("listen to <__media__>", audio: [wav]) }
+      .to raise_error(Elelem::ContextFullError, /763 tokens do not fit: the sequence holds 0 of n_ctx 512/)
+    expect(model.complete("hello", max_tokens: 2).tokens.size).to eq(2)
+  ensure
+    model&.close
+  end
+
   it "refuses audio on a model without an audio projector, by name" do
     model = self.class.open_pair(vision_dir, "tiny-gemma3-vision")
     expect { model.generate("listen to <__media__>", audio: [wav_path]) }

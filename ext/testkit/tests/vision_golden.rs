@@ -173,6 +173,7 @@ fn check_pair(name: &str) {
         n_threads: threads,
         ..Default::default()
     };
+    let capacity = (params.n_ctx_seq(), params.capacity_words());
     let ctx = Mutex::new(Context::new(Arc::clone(&model), params).unwrap());
     let n_embd = model.hparams.n_embd_inp() as usize;
     for case in doc["cases"].as_array().unwrap() {
@@ -191,7 +192,7 @@ fn check_pair(name: &str) {
                 case["prompt_text"].as_str().unwrap(),
                 &[],
                 &images,
-                true,
+                (capacity.0, &capacity.1),
                 &NEVER,
             )
             .unwrap();
@@ -435,9 +436,11 @@ fn images_are_encoded_once_and_their_rows_reused() {
         n_threads: 2,
         ..Default::default()
     };
+    let capacity = (params.n_ctx_seq(), params.capacity_words());
+    let capacity = (capacity.0, capacity.1.as_str());
     let mut ctx = Context::new(Arc::clone(&model), params).unwrap();
     let turn = vision
-        .prompt(&model, "describe <__media__>", &[], &[&jpeg], true, &NEVER)
+        .prompt(&model, "describe <__media__>", &[], &[&jpeg], capacity, &NEVER)
         .unwrap();
     let n_turn = turn.ids.len();
     run(&mut ctx, turn, 4, true);
@@ -447,11 +450,44 @@ fn images_are_encoded_once_and_their_rows_reused() {
             "describe <__media__> and then more",
             &[],
             &[&jpeg],
-            true,
+            capacity,
             &NEVER,
         )
         .unwrap();
     assert_eq!(run(&mut ctx, next, 4, true).reused_tokens, n_turn);
+}
+
+/// A prompt whose media take more tokens than a sequence holds is refused before any of
+/// them is encoded (an hour of audio would be 120 pieces to encode): nothing is cached.
+#[test]
+fn media_that_do_not_fit_are_refused_before_encoding() {
+    let (model, vision) = open_pair("tiny-qwen2a-audio", 2);
+    let wav = image("tones-1s.wav");
+    let refused = vision.prompt(
+        &model,
+        "listen to <__media__>",
+        &[],
+        &[&wav],
+        (700, "n_ctx 700"),
+        &NEVER,
+    );
+    match refused {
+        Err(elelem_engine::Error::ContextFull(message)) => {
+            assert_eq!(message, "763 tokens do not fit: the sequence holds 0 of n_ctx 700");
+        }
+        other => panic!("{:?}", other.err()),
+    }
+    let (_, seconds) = vision.encode_until(&wav, &NEVER).unwrap();
+    assert!(seconds > 0.0, "the refused prompt's audio was encoded and kept");
+    let fits = vision.prompt(
+        &model,
+        "listen to <__media__>",
+        &[],
+        &[&wav],
+        (763, "n_ctx 763"),
+        &NEVER,
+    );
+    assert_eq!(fits.unwrap().ids.len(), 763);
 }
 
 /// An encode stops once its abort flag is set (an interrupt, from another thread), and

@@ -336,10 +336,16 @@ fn prompt_with_images(
     let plain: Option<Vec<(usize, usize)>> = opts.lookup(ruby.to_symbol("plain"))?;
     let plain: Vec<std::ops::Range<usize>> = plain.unwrap_or_default().into_iter().map(|(s, e)| s..e).collect();
     let model = runtime.model();
+    let context = runtime
+        .scheduler()
+        .ok_or_else(|| arg_error("an embedding model takes no images"))?
+        .params();
+    let capacity = (context.n_ctx_seq(), context.capacity_words());
     let interrupt = AtomicBool::new(false);
     let built = without_gvl(ruby, &interrupt, || {
         let images: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-        vision.prompt(model, &text, &plain, &images, true, &interrupt)
+        let capacity = (capacity.0, capacity.1.as_str());
+        vision.prompt(model, &text, &plain, &images, capacity, &interrupt)
     })?
     .map_err(|e| engine_error(ruby, e))?;
     Ok((built.ids, built.embeddings, Some(built.encode_seconds)))

@@ -77,6 +77,26 @@ impl ContextParams {
         self.batch_invariant.then(|| self.n_ctx / self.n_seq_max)
     }
 
+    /// The most tokens one sequence holds: `n_ctx`, or in a batch-invariant context
+    /// its share of it (llama.cpp's `n_ctx_seq`).
+    pub fn n_ctx_seq(&self) -> usize {
+        self.cells_per_sequence().unwrap_or(self.n_ctx) as usize
+    }
+
+    /// [`ContextParams::n_ctx_seq`] in words, for errors.
+    pub fn capacity_words(&self) -> String {
+        if self.batch_invariant {
+            format!(
+                "{} (n_ctx {} split among {} sequences)",
+                self.n_ctx_seq(),
+                self.n_ctx,
+                self.n_seq_max
+            )
+        } else {
+            format!("n_ctx {}", self.n_ctx)
+        }
+    }
+
     /// Whose matrix products the passes use: ours where they give ggml's bits for
     /// the kernels this context runs on (reference ones when batch-invariant), on
     /// repacked weights only when the CPU backend runs whole graphs (`cpu_alone`).
@@ -784,24 +804,14 @@ impl Context {
         Ok(())
     }
 
-    /// The most tokens one sequence holds: `n_ctx`, or in a batch-invariant context
-    /// its share of it (llama.cpp's `n_ctx_seq`).
+    /// [`ContextParams::n_ctx_seq`].
     pub fn n_ctx_seq(&self) -> usize {
-        self.params.cells_per_sequence().unwrap_or(self.params.n_ctx) as usize
+        self.params.n_ctx_seq()
     }
 
-    /// [`Context::n_ctx_seq`] in words, for errors.
+    /// [`ContextParams::capacity_words`].
     pub fn capacity_words(&self) -> String {
-        if self.params.batch_invariant {
-            format!(
-                "{} (n_ctx {} split among {} sequences)",
-                self.n_ctx_seq(),
-                self.params.n_ctx,
-                self.params.n_seq_max
-            )
-        } else {
-            format!("n_ctx {}", self.params.n_ctx)
-        }
+        self.params.capacity_words()
     }
 
     /// One pass over tokens of any sequences (at most [`Context::max_batch`], each

@@ -22,12 +22,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use super::batcher::PromptEmbeddings;
-use crate::audio::{decode_wav, WhisperMel};
+use crate::audio::{decode_wav, Mel, WhisperMel};
 use crate::vision::{
     audio_layout, decode, image_layout, preprocess, tokenize_prompt, Chunk, Encoder, EncoderParams, ImageParams,
-    ImagePart, ImageSource, Mmproj, Preprocessor, ProjectorType,
+    ImagePart, ImageSource, Mmproj, Preprocessed, Preprocessor, ProjectorType,
 };
-use crate::{Model, Result};
+use crate::{Error, Model, Result};
 
 /// How many images' (audio files') embeddings a [`VisionContext`] keeps.
 pub const IMAGE_CACHE_ENTRIES: usize = 16;
@@ -80,9 +80,34 @@ impl EncodedImage {
     }
 }
 
-/// A medium's layout, the embeddings of its image (audio) chunks in order, and the seconds
-/// the encoder's passes took.
-type Encoded = (Vec<ImagePart>, Vec<Arc<[f32]>>, f64);
+/// The embeddings of a medium's image (audio) chunks in order, and the seconds the
+/// encoder's passes took.
+type Encoded = (Vec<Arc<[f32]>>, f64);
+
+/// A medium read and laid out, before its encoding: its preprocessed images or log-mel
+/// pieces; or found encoded in the cache.
+enum Read {
+    Cached(Arc<EncodedImage>),
+    Image {
+        hash: u64,
+        layout: Vec<ImagePart>,
+        pre: Preprocessed,
+    },
+    Audio {
+        hash: u64,
+        layout: Vec<ImagePart>,
+        pieces: Vec<Mel>,
+    },
+}
+
+impl Read {
+    fn layout(&self) -> &[ImagePart] {
+        match self {
+            Read::Cached(encoded) => &encoded.layout,
+            Read::Image { layout, .. } | Read::Audio { layout, .. } => layout,
+        }
+    }
+}
 
 /// A prompt with images, as [`crate::runtime::Request`] takes it: ids (the image rows'
 /// recorded in their place) and the images' embeddings, one run per image chunk.
@@ -166,15 +191,48 @@ impl VisionContext {
     /// cache); stopped once `abort` is set (by another thread, between graph nodes): then
     /// `Err(Aborted)`, and nothing is kept.
     pub fn encode_until(&self, image: &[u8], abort: &AtomicBool) -> Result<(Arc<EncodedImage>, f64)> {
+        self.encode_read(self.read(image)?, abort)
+    }
+
+    /// A medium's bytes read and laid out, or found in the cache: all but the encoding.
+    ///
+    /// # Errors
+    /// [`Error::Image`](crate::Error::Image) or [`Error::Audio`](crate::Error::Audio) as
+    /// [`VisionContext::encode`].
+    fn read(&self, bytes: &[u8]) -> Result<Read> {
         let mut hasher = DefaultHasher::new();
-        image.hash(&mut hasher);
+        bytes.hash(&mut hasher);
         let hash = hasher.finish();
         if let Some(cached) = self.cache.lock().expect("cache lock").iter().find(|e| e.hash == hash) {
-            return Ok((Arc::clone(cached), 0.0));
+            return Ok(Read::Cached(Arc::clone(cached)));
         }
-        let (layout, embeddings, seconds) = match &self.media {
-            Media::Images(kind, params) => self.encode_image(*kind, params, image, abort)?,
-            Media::Audio(mel) => self.encode_audio(mel, image, abort)?,
+        Ok(match &self.media {
+            Media::Images(kind, params) => {
+                let pre = preprocess(*kind, params, &decode(bytes)?)?;
+                let layout = image_layout(&self.mmproj.hparams, &pre)?;
+                Read::Image { hash, layout, pre }
+            }
+            Media::Audio(mel) => {
+                let pieces = mel.preprocess(&decode_wav(bytes)?)?;
+                let layout = audio_layout(&self.mmproj.hparams, pieces.len())?;
+                Read::Audio { hash, layout, pieces }
+            }
+        })
+    }
+
+    /// A medium [`VisionContext::read`] encoded (a chunk at a time, as mtmd encodes them),
+    /// kept in the cache, and the seconds the encoder's passes took.
+    fn encode_read(&self, read: Read, abort: &AtomicBool) -> Result<(Arc<EncodedImage>, f64)> {
+        let (hash, layout, embeddings, seconds) = match read {
+            Read::Cached(encoded) => return Ok((encoded, 0.0)),
+            Read::Image { hash, layout, pre } => {
+                let (embeddings, seconds) = self.encode_image(&layout, &pre, abort)?;
+                (hash, layout, embeddings, seconds)
+            }
+            Read::Audio { hash, layout, pieces } => {
+                let (embeddings, seconds) = self.encode_audio(&pieces, abort)?;
+                (hash, layout, embeddings, seconds)
+            }
         };
         let encoded = Arc::new(EncodedImage {
             hash,
@@ -189,21 +247,12 @@ impl VisionContext {
         Ok((encoded, seconds))
     }
 
-    /// An image's layout, the embeddings of its image chunks and the seconds the encoder took.
-    fn encode_image(
-        &self,
-        kind: Preprocessor,
-        params: &ImageParams,
-        image: &[u8],
-        abort: &AtomicBool,
-    ) -> Result<Encoded> {
-        let decoded = decode(image)?;
-        let pre = preprocess(kind, params, &decoded)?;
-        let layout = image_layout(&self.mmproj.hparams, &pre)?;
+    /// The embeddings of an image's chunks in its `layout`, and the seconds the encoder took.
+    fn encode_image(&self, layout: &[ImagePart], pre: &Preprocessed, abort: &AtomicBool) -> Result<Encoded> {
         let mut encoder = self.encoder.lock().expect("encoder lock");
         let start = std::time::Instant::now();
         let mut embeddings = Vec::new();
-        for part in &layout {
+        for part in layout {
             let ImagePart::Image(chunk) = part else { continue };
             let images = match &chunk.source {
                 ImageSource::Overview => std::slice::from_ref(pre.overview.as_ref().expect("laid out with one")),
@@ -215,51 +264,71 @@ impl VisionContext {
             }
             embeddings.push(embd.into());
         }
-        Ok((layout, embeddings, start.elapsed().as_secs_f64()))
+        Ok((embeddings, start.elapsed().as_secs_f64()))
     }
 
-    /// An audio file's layout, the embeddings of its pieces and the seconds the encoder took
-    /// (mtmd-helper's WAV decoding, mtmd's whisper preprocessor, a chunk per piece).
-    fn encode_audio(&self, mel: &WhisperMel, wav: &[u8], abort: &AtomicBool) -> Result<Encoded> {
-        let pieces = mel.preprocess(&decode_wav(wav)?)?;
-        let layout = audio_layout(&self.mmproj.hparams, pieces.len())?;
+    /// The embeddings of an audio file's log-mel pieces (mtmd's whisper preprocessor's, a
+    /// chunk each), and the seconds the encoder took.
+    fn encode_audio(&self, pieces: &[Mel], abort: &AtomicBool) -> Result<Encoded> {
         let mut encoder = self.encoder.lock().expect("encoder lock");
         let start = std::time::Instant::now();
         let embeddings = pieces
             .iter()
             .map(|piece| Ok(encoder.encode_audio_until(piece, abort)?.into()))
             .collect::<Result<_>>()?;
-        Ok((layout, embeddings, start.elapsed().as_secs_f64()))
+        Ok((embeddings, start.elapsed().as_secs_f64()))
     }
 
     /// `text` with [`MEDIA_MARKER`](crate::vision::MEDIA_MARKER) once per image, as `mtmd_tokenize` chunks it
     /// ([`tokenize_prompt`]: special tokens parsed but in the byte ranges `plain`, a chat's
-    /// message contents; BOS and EOS where `add_special` and the model adds them), each
+    /// message contents; BOS and EOS where the model adds them), each
     /// image chunk's rows given as its embeddings. Encoding stops once `abort` is set.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the markers are not one
     /// per image; [`Error::Load`](crate::Error::Load) for a vocabulary without the tokens the
-    /// projector frames images with; the errors of [`VisionContext::encode`].
+    /// projector frames images with; [`Error::ContextFull`] when the prompt's tokens, its
+    /// media's included, are more than a sequence holds (`capacity`: how many, and that in
+    /// words), found before anything is encoded; the errors of [`VisionContext::encode`].
     pub fn prompt(
         &self,
         model: &Model,
         text: &str,
         plain: &[Range<usize>],
         images: &[&[u8]],
-        add_special: bool,
+        capacity: (usize, &str),
         abort: &AtomicBool,
     ) -> Result<MultimodalPrompt> {
         let tokenizer = model.tokenizer()?;
+        let read = images
+            .iter()
+            .map(|image| self.read(image))
+            .collect::<Result<Vec<_>>>()?;
+        let layouts: Vec<Vec<ImagePart>> = read.iter().map(|r| r.layout().to_vec()).collect();
+        let chunks = tokenize_prompt(tokenizer, &self.mmproj.hparams, text, &layouts, true, plain)?;
+        // Refused before any encoding: an hour of audio is 120 pieces to encode, and their
+        // embeddings (a gigabyte for Qwen2-Audio's width) would not fit anyway.
+        let n_tokens: usize = chunks
+            .iter()
+            .map(|chunk| match chunk {
+                Chunk::Text(tokens) => tokens.len(),
+                Chunk::Image { chunk, .. } => chunk.n_tokens,
+                Chunk::Audio { chunk, .. } => chunk.n_tokens,
+            })
+            .sum();
+        if n_tokens > capacity.0 {
+            return Err(Error::ContextFull(format!(
+                "{n_tokens} tokens do not fit: the sequence holds 0 of {}",
+                capacity.1
+            )));
+        }
         let mut encode_seconds = 0.0;
-        let mut encoded = Vec::with_capacity(images.len());
-        for image in images {
-            let (image, seconds) = self.encode_until(image, abort)?;
-            encoded.push(image);
+        let mut encoded = Vec::with_capacity(read.len());
+        for medium in read {
+            let (medium, seconds) = self.encode_read(medium, abort)?;
+            encoded.push(medium);
             encode_seconds += seconds;
         }
-        let layouts: Vec<Vec<ImagePart>> = encoded.iter().map(|e| e.layout.clone()).collect();
-        let chunks = tokenize_prompt(tokenizer, &self.mmproj.hparams, text, &layouts, add_special, plain)?;
         let n_embd = model.hparams.n_embd_inp() as usize;
         let mut ids = Vec::new();
         let mut embeddings = Vec::new();
