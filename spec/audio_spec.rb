@@ -3,7 +3,9 @@
 require "base64"
 require "pathname"
 require "stringio"
+require "tempfile"
 require_relative "spec_helper"
+require_relative "support/cli_runner"
 
 # Audio in prompts, against llama.cpp's libmtmd: the synthetic language models with a
 # Qwen2-Audio projector of tmp/synthetic/vision (`tiny-qwen2a-audio`, and
@@ -100,6 +102,60 @@ RSpec.describe "audio in prompts" do
       expect { model.generate(prompt, images: [wav_path]) }.to raise_error(Elelem::ImageError, /takes audio/)
       expect { model.generate(prompt, images: [wav_path], audio: [wav_path]) }.to raise_error(ArgumentError, /together/)
       expect(model.complete(prompt, audio: [wav_path], max_tokens: 16).tokens).to eq(expected)
+    end
+  end
+
+  it "serves audio: OpenAI's input_audio parts, a bad WAV a 400, then serves on" do
+    require "rack"
+    template = "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}" \
+               "{% for p in m.content %}{{ p.text }}{% endfor %}{% endif %}{% endfor %}"
+    model = self.class.open_pair(vision_dir, "tiny-qwen2a-audio")
+    server = Elelem::Server.new(model, template:, max_tokens: 8)
+    post = lambda do |body|
+      Rack::MockRequest.new(Rack::Lint.new(server))
+                       .request("POST", "/v1/chat/completions", input: JSON.generate(body),
+                                                                "CONTENT_TYPE" => "application/json")
+    end
+    parts = [{ type: "text", text: "listen to " },
+             { type: "input_audio",
+               input_audio: { data: Base64.strict_encode64(File.binread(wav_path)), format: "wav" } }]
+    expected = model.complete(model.chat_input([{ role: "user", content: parts }], template:), max_tokens: 8)
+    reply = JSON.parse(post.call({ messages: [{ role: "user", content: parts }], max_tokens: 8, temperature: 0 }).body)
+    expect(reply["choices"][0]["message"]["content"]).to eq(expected.text)
+    expect(reply["usage"]["prompt_tokens"]).to eq(expected.prompt_tokens)
+    broken = [{ type: "input_audio", input_audio: { data: Base64.strict_encode64("RIFF"), format: "wav" } }]
+    response = post.call({ messages: [{ role: "user", content: broken }] })
+    expect(response.status).to eq(400)
+    expect(JSON.parse(response.body)["error"]["message"]).to match(/WAV/)
+    expect(post.call({ messages: [{ role: "user", content: parts }], max_tokens: 2 }).status).to eq(200)
+  ensure
+    model&.close
+  end
+
+  describe "the elelem command" do
+    include CliRunner
+
+    it "takes --audio, with a chat template too, and refuses --image for an audio projector" do
+      base = ["generate", "-m", File.join(vision_dir, "tiny-qwen2a-audio.gguf"), "--mmproj",
+              File.join(vision_dir, "tiny-qwen2a-audio.mmproj.gguf"), "-t", "2", "-n", "4", "--json"]
+      model = self.class.open_pair(vision_dir, "tiny-qwen2a-audio")
+      prompt = "listen to <__media__> and say"
+      status, out, = run(*base, "--audio", wav_path, prompt)
+      expected = model.complete(prompt, audio: [wav_path], max_tokens: 4)
+      expect([status, JSON.parse(out).values_at("text", "prompt_tokens")]).to eq([0, [expected.text, 772]])
+      template = "{% for m in messages %}{% for p in m.content %}{{ p.text or p }}{% endfor %}{% endfor %}"
+      Tempfile.create(["template", ".jinja"]) do |file|
+        File.write(file.path, template)
+        status, out, = run(*base, "--template", file.path, "--audio", wav_path, "what is it?")
+        content = [{ type: "audio", audio: wav_path }, "what is it?"]
+        expected = model.complete(model.chat_input([{ role: "user", content: }], template:), max_tokens: 4)
+        expect([status, JSON.parse(out).values_at("text", "prompt_tokens")])
+          .to eq([0, [expected.text, expected.prompt_tokens]])
+      end
+      status, _, err = run(*base, "--image", wav_path, "describe")
+      expect([status, err]).to match([1, /takes audio/])
+    ensure
+      model&.close
     end
   end
 

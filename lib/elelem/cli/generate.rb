@@ -13,6 +13,9 @@ module Elelem
         o.on("--image FILE", "an image before PROMPT (repeatable; needs the model's projector, --mmproj)") do |f|
           (op[:images] ||= []) << f
         end
+        o.on("--audio FILE", "a 16 kHz WAV file before PROMPT (repeatable; needs an audio projector, --mmproj)") do |f|
+          (op[:audio] ||= []) << f
+        end
         o.on("--json", "print one JSON object: text, finish reason, token counts, seed (a string above 2^53), " \
                        "timings") { op[:json] = true }
       end
@@ -24,19 +27,26 @@ module Elelem
 
     def generate(model, prompt, opts)
       gen = SAMPLING["generate"].slice(:max_tokens).merge(opts[:gen], seed: Options.seed(opts[:gen][:seed]))
-      images = opts[:images] || []
-      prompt = chat_input(model, prompt, images, opts) if opts[:chat] || opts[:system] || opts[:template]
+      media = opts.slice(:images, :audio)
+      prompt = chat_input(model, prompt, media, opts) if opts[:chat] || opts[:system] || opts[:template]
       stream = opts[:json] ? nil : ->(piece) { @out.print(piece).then { @out.flush } }
-      completion = model.complete(prompt, images:, **gen, &stream)
+      completion = model.complete(prompt, **media, **gen, &stream)
       @out.puts(opts[:json] ? JSON.generate(summary(model, completion, gen)) : "")
       @out.flush
       CLI.stop_note(@err, completion.finish_reason, gen[:max_tokens])
     end
 
+    # The content part each of --image's and --audio's files becomes in a chat message.
+    MEDIA_PARTS = { images: :image, audio: :audio }.freeze
+
     # With --chat (or a system message, or a template): PROMPT as a user message through the
-    # template, its images before it ({Model#chat_input}).
-    def chat_input(model, prompt, images, opts)
-      content = images.empty? ? prompt : [*images.map { |file| { type: "image", image: file } }, prompt]
+    # template, its images or audio files before it ({Model#chat_input}).
+    def chat_input(model, prompt, media, opts)
+      parts = media.flat_map do |kind, files|
+        key = MEDIA_PARTS[kind]
+        files.map { |file| { type: key.to_s, key => file } }
+      end
+      content = parts.empty? ? prompt : [*parts, prompt]
       model.chat_input([{ role: "user", content: }], **opts.slice(:system, :template))
     end
 
