@@ -5,6 +5,7 @@ require "pathname"
 require "stringio"
 require "tempfile"
 require_relative "spec_helper"
+require_relative "support/projector_pairs"
 require_relative "support/cli_runner"
 
 # Audio in prompts, against llama.cpp's libmtmd: the synthetic language models with a
@@ -17,20 +18,6 @@ RSpec.describe "audio in prompts" do
   media_dir = File.join(ROOT, "ext", "testkit", "tests", "fixtures", "audio")
   wav_path = File.join(media_dir, "tones-1s.wav")
 
-  def self.recording(name)
-    fixture = JSON.parse(File.read(File.join(ROOT, "spec", "fixtures", "goldens", "vision", "#{name}.json")))
-    id = Elelem.build_profile[:id]
-    cached = File.join(Elelem::Golden::CACHE_DIR, id, "#{name}.json")
-    recording = fixture["recordings"][id] || (File.exist?(cached) && JSON.parse(File.read(cached))["recordings"][id])
-    raise "vision/#{name}.json has no recording for build profile #{id}: run `rake goldens`" unless recording
-
-    [fixture, recording]
-  end
-
-  def self.open_pair(dir, name, **options)
-    Elelem.open(File.join(dir, "#{name}.gguf"), mmproj: File.join(dir, "#{name}.mmproj.gguf"), n_threads: 2, **options)
-  end
-
   # A 16-bit mono PCM WAV of `samples` at `rate`.
   def self.wav(samples, rate)
     n = samples.size * 2
@@ -40,8 +27,8 @@ RSpec.describe "audio in prompts" do
 
   %w[tiny-qwen2a-audio tiny-qwen2a-mrope-audio].each do |name|
     it "gives #{name}'s greedy ids, as libmtmd does, for every case" do
-      fixture, recording = self.class.recording(name)
-      model = self.class.open_pair(vision_dir, name, n_ctx: fixture["n_ctx"])
+      fixture, recording = ProjectorPairs.recording(name)
+      model = ProjectorPairs.open_pair(vision_dir, name, n_ctx: fixture["n_ctx"])
       fixture["cases"].each do |kase|
         audio = kase["images"].map { |i| File.join(media_dir, i["file"]) }
         completion = model.complete(kase["prompt_text"], audio:, max_tokens: kase["max_tokens"])
@@ -54,8 +41,8 @@ RSpec.describe "audio in prompts" do
   end
 
   context "with the Qwen2-Audio pair" do
-    let(:model) { self.class.open_pair(vision_dir, "tiny-qwen2a-audio") }
-    let(:expected) { self.class.recording("tiny-qwen2a-audio")[1]["outputs"]["wav-tones-1s"]["ids"] }
+    let(:model) { ProjectorPairs.open_pair(vision_dir, "tiny-qwen2a-audio") }
+    let(:expected) { ProjectorPairs.recording("tiny-qwen2a-audio")[1]["outputs"]["wav-tones-1s"]["ids"] }
     let(:prompt) { "listen to <__media__> and say" }
 
     after { model.close }
@@ -109,7 +96,7 @@ RSpec.describe "audio in prompts" do
     require "rack"
     template = "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}" \
                "{% for p in m.content %}{{ p.text }}{% endfor %}{% endif %}{% endfor %}"
-    model = self.class.open_pair(vision_dir, "tiny-qwen2a-audio")
+    model = ProjectorPairs.open_pair(vision_dir, "tiny-qwen2a-audio")
     server = Elelem::Server.new(model, template:, max_tokens: 8)
     post = lambda do |body|
       Rack::MockRequest.new(Rack::Lint.new(server))
@@ -138,7 +125,7 @@ RSpec.describe "audio in prompts" do
     it "takes --audio, with a chat template too, and refuses --image for an audio projector" do
       base = ["generate", "-m", File.join(vision_dir, "tiny-qwen2a-audio.gguf"), "--mmproj",
               File.join(vision_dir, "tiny-qwen2a-audio.mmproj.gguf"), "-t", "2", "-n", "4", "--json"]
-      model = self.class.open_pair(vision_dir, "tiny-qwen2a-audio")
+      model = ProjectorPairs.open_pair(vision_dir, "tiny-qwen2a-audio")
       prompt = "listen to <__media__> and say"
       status, out, = run(*base, "--audio", wav_path, prompt)
       expected = model.complete(prompt, audio: [wav_path], max_tokens: 4)
@@ -160,7 +147,7 @@ RSpec.describe "audio in prompts" do
   end
 
   it "refuses audio that does not fit the context before encoding any of it" do
-    model = self.class.open_pair(vision_dir, "tiny-qwen2a-audio", n_ctx: 512)
+    model = ProjectorPairs.open_pair(vision_dir, "tiny-qwen2a-audio", n_ctx: 512)
     # 20 s of silence: 12 tokens, 750 for its one piece, 1 after.
     wav = self.class.wav([0] * 320_000, 16_000)
     expect { model.generate("listen to <__media__>", audio: [wav]) }
@@ -171,7 +158,7 @@ RSpec.describe "audio in prompts" do
   end
 
   it "refuses audio on a model without an audio projector, by name" do
-    model = self.class.open_pair(vision_dir, "tiny-gemma3-vision")
+    model = ProjectorPairs.open_pair(vision_dir, "tiny-gemma3-vision")
     expect { model.generate("listen to <__media__>", audio: [wav_path]) }
       .to raise_error(Elelem::AudioError, /audio projector/)
     part = { type: "input_audio", input_audio: { data: "", format: "wav" } }

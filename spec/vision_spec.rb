@@ -6,6 +6,7 @@ require "stringio"
 require "tmpdir"
 require "zlib"
 require_relative "spec_helper"
+require_relative "support/projector_pairs"
 
 # Images in prompts, against llama.cpp's libmtmd: the synthetic language model and projector
 # pairs of tmp/synthetic/vision (written by `rake canary`) with the cases and greedy ids the
@@ -17,27 +18,12 @@ RSpec.describe "images in prompts" do
   image = ->(file) { File.join(images_dir, file) }
   jpeg = image.call("160x120-420.jpg")
 
-  def self.recording(name)
-    fixture = JSON.parse(File.read(File.join(ROOT, "spec", "fixtures", "goldens", "vision", "#{name}.json")))
-    id = Elelem.build_profile[:id]
-    cached = File.join(Elelem::Golden::CACHE_DIR, id, "#{name}.json")
-    recording = fixture["recordings"][id] || (File.exist?(cached) && JSON.parse(File.read(cached))["recordings"][id])
-    raise "vision/#{name}.json has no recording for build profile #{id}: run `rake goldens`" unless recording
-
-    [fixture, recording]
-  end
-
-  def self.open_pair(dir, name, **options)
-    mmproj = File.join(dir, "#{name}.mmproj.gguf")
-    Elelem.open(File.join(dir, "#{name}.gguf"), mmproj:, n_threads: 2, **options)
-  end
-
   %w[tiny-gemma3-vision tiny-idefics3-vision tiny-lfm2-vision tiny-llava-vision tiny-mobilevlm-vision
      tiny-internvl-vision tiny-qwen2vl-vision tiny-qwen25vl-vision tiny-qwen3vl-vision tiny-qwen3vlmoe-vision
      tiny-pixtral-vision tiny-llama4-vision tiny-gemma4-vision].each do |name|
     it "gives #{name}'s greedy ids, as libmtmd does, for every case" do
-      fixture, recording = self.class.recording(name)
-      model = self.class.open_pair(vision_dir, name, n_ctx: fixture["n_ctx"])
+      fixture, recording = ProjectorPairs.recording(name)
+      model = ProjectorPairs.open_pair(vision_dir, name, n_ctx: fixture["n_ctx"])
       fixture["cases"].each do |kase|
         images = kase["images"].map { |i| image.call(i["file"]) }
         completion = model.complete(kase["prompt_text"], images:, max_tokens: kase["max_tokens"])
@@ -53,8 +39,8 @@ RSpec.describe "images in prompts" do
   end
 
   context "with the Gemma 3 pair" do
-    let(:model) { self.class.open_pair(vision_dir, "tiny-gemma3-vision") }
-    let(:expected) { self.class.recording("tiny-gemma3-vision")[1]["outputs"]["jpeg-160x120"]["ids"] }
+    let(:model) { ProjectorPairs.open_pair(vision_dir, "tiny-gemma3-vision") }
+    let(:expected) { ProjectorPairs.recording("tiny-gemma3-vision")[1]["outputs"]["jpeg-160x120"]["ids"] }
 
     after { model.close }
 
@@ -82,7 +68,7 @@ RSpec.describe "images in prompts" do
 
     it "takes each prompt's images in generate_all, decoded together as each alone" do
       # Batch-invariant: a sequence's bits are then those it gets alone on any CPU.
-      model = self.class.open_pair(vision_dir, "tiny-gemma3-vision", n_ctx: 512, parallel: 3, batch_invariant: true)
+      model = ProjectorPairs.open_pair(vision_dir, "tiny-gemma3-vision", n_ctx: 512, parallel: 3, batch_invariant: true)
       prompts = ["describe <__media__>", "compare <__media__> to <__media__>", "describe"]
       images = [[jpeg], [image.call("97x61-422.jpg"), jpeg], nil]
       alone = prompts.zip(images).map { |prompt, imgs| model.generate(prompt, images: imgs, max_tokens: 12) }
@@ -136,7 +122,7 @@ RSpec.describe "images in prompts" do
     end
 
     it "takes images without speculative decoding only" do
-      drafting = self.class.open_pair(vision_dir, "tiny-gemma3-vision", n_ctx: 256, draft: :lookup)
+      drafting = ProjectorPairs.open_pair(vision_dir, "tiny-gemma3-vision", n_ctx: 256, draft: :lookup)
       expect { drafting.generate("describe <__media__>", images: [jpeg]) }
         .to raise_error(ArgumentError, /draft: false/)
       expect(drafting.complete("describe <__media__>", images: [jpeg], max_tokens: 16, draft: false).tokens)
@@ -146,7 +132,7 @@ RSpec.describe "images in prompts" do
     end
 
     it "refuses images that do not fit the context" do
-      small = self.class.open_pair(vision_dir, "tiny-gemma3-vision", n_ctx: 32)
+      small = ProjectorPairs.open_pair(vision_dir, "tiny-gemma3-vision", n_ctx: 32)
       expect { small.generate("<__media__> <__media__>", images: [jpeg, jpeg]) }
         .to raise_error(Elelem::ContextFullError)
     ensure
@@ -179,7 +165,7 @@ RSpec.describe "images in prompts" do
     require "rack"
     template = "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}" \
                "{% for p in m.content %}{{ p.text }}{% endfor %}{% endif %}{% endfor %}"
-    model = self.class.open_pair(vision_dir, "tiny-gemma3-vision", n_ctx: 512)
+    model = ProjectorPairs.open_pair(vision_dir, "tiny-gemma3-vision", n_ctx: 512)
     server = Elelem::Server.new(model, template:, max_tokens: 8)
     post = lambda do |path, body|
       app = Rack::Lint.new(server)

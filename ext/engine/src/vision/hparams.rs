@@ -836,22 +836,7 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
              patch_size {patch_size}, image_size {image_size} and the merge {n_merge} must all be positive"
         ));
     }
-    let d_head = if n_embd_head > 0 { n_embd_head } else { n_embd / n_head };
-    if n_embd_head == 0 && n_embd % n_head != 0 {
-        return invalid(format!(
-            "embedding_length {n_embd} is not a multiple of head_count {n_head}"
-        ));
-    }
-    if d_head * n_head != n_embd {
-        return Err(Error::Unsupported(format!(
-            "vision heads of {d_head} x {n_head} that are not the width {n_embd} are not supported"
-        )));
-    }
-    if n_head_kv != n_head {
-        return Err(Error::Unsupported(format!(
-            "vision attention with {n_head_kv} K/V heads for {n_head} query heads is not supported"
-        )));
-    }
+    let d_head = head_width("vision", n_embd, n_head, n_head_kv, n_embd_head)?;
     if image_size > MAX_IMAGE_SIZE || n_layer > MAX_LAYERS {
         return invalid(format!(
             "image_size {image_size} (at most {MAX_IMAGE_SIZE}), block_count {n_layer} (at most {MAX_LAYERS})"
@@ -963,22 +948,7 @@ fn read_audio_hparams(keys: &ClipKeys) -> Result<ClipHParams> {
     if n_mel_bins == 0 || n_mel_bins as usize > MAX_MEL_BANDS {
         return invalid(format!("num_mel_bins {n_mel_bins} (1 to {MAX_MEL_BANDS})"));
     }
-    let d_head = if n_embd_head > 0 { n_embd_head } else { n_embd / n_head };
-    if n_embd_head == 0 && n_embd % n_head != 0 {
-        return invalid(format!(
-            "embedding_length {n_embd} is not a multiple of head_count {n_head}"
-        ));
-    }
-    if d_head * n_head != n_embd {
-        return Err(Error::Unsupported(format!(
-            "audio heads of {d_head} x {n_head} that are not the width {n_embd} are not supported"
-        )));
-    }
-    if n_head_kv != n_head {
-        return Err(Error::Unsupported(format!(
-            "audio attention with {n_head_kv} K/V heads for {n_head} query heads is not supported"
-        )));
-    }
+    let d_head = head_width("audio", n_embd, n_head, n_head_kv, n_embd_head)?;
     if n_layer > MAX_LAYERS {
         return invalid(format!("block_count {n_layer} (at most {MAX_LAYERS})"));
     }
@@ -1007,6 +977,29 @@ fn read_audio_hparams(keys: &ClipKeys) -> Result<ClipHParams> {
         n_wa_pattern: 0,
         n_mel_bins,
     })
+}
+
+/// The width of a `kind` encoder's attention heads: `head_dim`, else the width over the
+/// heads (a positive `n_head` checked first); the heads must make up the width, and the K/V
+/// heads be the query heads (clip.cpp's `build_attn` without grouped-query attention).
+fn head_width(kind: &str, n_embd: u32, n_head: u32, n_head_kv: u32, n_embd_head: u32) -> Result<u32> {
+    if n_embd_head == 0 && !n_embd.is_multiple_of(n_head) {
+        return Err(Error::Load(format!(
+            "invalid {kind} projector: embedding_length {n_embd} is not a multiple of head_count {n_head}"
+        )));
+    }
+    let d_head = if n_embd_head > 0 { n_embd_head } else { n_embd / n_head };
+    if d_head * n_head != n_embd {
+        return Err(Error::Unsupported(format!(
+            "{kind} heads of {d_head} x {n_head} that are not the width {n_embd} are not supported"
+        )));
+    }
+    if n_head_kv != n_head {
+        return Err(Error::Unsupported(format!(
+            "{kind} attention with {n_head_kv} K/V heads for {n_head} query heads is not supported"
+        )));
+    }
+    Ok(d_head)
 }
 
 /// Why an audio projector of another type than `qwen2a` is refused: elelem runs no other
