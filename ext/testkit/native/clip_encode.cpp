@@ -22,6 +22,23 @@ static void errors_only(enum ggml_log_level level, const char * text, void *) {
     }
 }
 
+// clip's contexts for the projector at `path`, on the CPU with mtmd's defaults (no custom
+// token limits, no warmup), flash attention on when `flash_attn`, logging errors only.
+static clip_init_result init_on_cpu(const char * path, bool flash_attn) {
+    clip_context_params params{};
+    params.use_gpu = false;
+    params.device = nullptr;
+    params.flash_attn_type = flash_attn ? CLIP_FLASH_ATTN_TYPE_ENABLED : CLIP_FLASH_ATTN_TYPE_DISABLED;
+    params.image_min_tokens = -1;
+    params.image_max_tokens = -1;
+    params.warmup = false;
+    params.cb_eval = nullptr;
+    params.cb_eval_user_data = nullptr;
+    params.no_alloc = false;
+    g_logger_state.log_callback = errors_only;
+    return clip_init(path, params);
+}
+
 extern "C" {
 
 // Encodes the `nx` x `ny` image of interleaved RGB floats `rgb` with the projector at
@@ -31,18 +48,7 @@ extern "C" {
 int64_t elelem_clip_encode(const char * path, int flash_attn, int n_threads, const float * rgb, int nx, int ny,
                            float * out, int64_t cap) {
     try {
-        clip_context_params params{};
-        params.use_gpu = false;
-        params.device = nullptr;
-        params.flash_attn_type = flash_attn ? CLIP_FLASH_ATTN_TYPE_ENABLED : CLIP_FLASH_ATTN_TYPE_DISABLED;
-        params.image_min_tokens = -1;
-        params.image_max_tokens = -1;
-        params.warmup = false;
-        params.cb_eval = nullptr;
-        params.cb_eval_user_data = nullptr;
-        params.no_alloc = false;
-        g_logger_state.log_callback = errors_only;
-        clip_init_result res = clip_init(path, params);
+        clip_init_result res = init_on_cpu(path, flash_attn);
         if (res.ctx_v == nullptr) {
             return -1;
         }
@@ -73,18 +79,7 @@ int64_t elelem_clip_encode(const char * path, int flash_attn, int n_threads, con
 int64_t elelem_clip_encode_audio(const char * path, int flash_attn, int n_threads, const float * mel, int n_mel,
                                  int n_len, float * out, int64_t cap) {
     try {
-        clip_context_params params{};
-        params.use_gpu = false;
-        params.device = nullptr;
-        params.flash_attn_type = flash_attn ? CLIP_FLASH_ATTN_TYPE_ENABLED : CLIP_FLASH_ATTN_TYPE_DISABLED;
-        params.image_min_tokens = -1;
-        params.image_max_tokens = -1;
-        params.warmup = false;
-        params.cb_eval = nullptr;
-        params.cb_eval_user_data = nullptr;
-        params.no_alloc = false;
-        g_logger_state.log_callback = errors_only;
-        clip_init_result res = clip_init(path, params);
+        clip_init_result res = init_on_cpu(path, flash_attn);
         if (res.ctx_v) {
             clip_free(res.ctx_v);
         }
@@ -128,14 +123,7 @@ struct elelem_clip_image_params {
 // defaults: no custom token limits); 0, or -1 when clip refuses the file.
 int elelem_clip_image_params(const char * path, elelem_clip_image_params * out) {
     try {
-        clip_context_params params{};
-        params.use_gpu = false;
-        params.flash_attn_type = CLIP_FLASH_ATTN_TYPE_DISABLED;
-        params.image_min_tokens = -1;
-        params.image_max_tokens = -1;
-        params.warmup = false;
-        g_logger_state.log_callback = errors_only;
-        clip_init_result res = clip_init(path, params);
+        clip_init_result res = init_on_cpu(path, false);
         if (res.ctx_v == nullptr) {
             return -1;
         }

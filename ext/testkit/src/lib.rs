@@ -16,6 +16,7 @@ pub mod canary;
 pub mod hostile;
 pub mod mmproj;
 pub mod mtmd;
+pub mod xorshift;
 
 use std::path::PathBuf;
 

@@ -16,18 +16,7 @@ use elelem_engine::Error;
 use elelem_gguf::{GgufWriter, TensorType, Value};
 use elelem_testkit::audio as audio_mmproj;
 use elelem_testkit::mtmd;
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
+use elelem_testkit::xorshift::XorShift;
 
 /// The kinds of audio compared.
 #[derive(Clone, Copy, Debug)]
@@ -42,16 +31,16 @@ enum Kind {
 
 /// `n` samples of `kind`, as 16-bit PCM.
 fn pcm16(kind: Kind, n: usize, seed: u64) -> Vec<i16> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     (0..n)
         .map(|i| match kind {
             Kind::Silence => 0,
-            Kind::Noise => (rng.next() >> 48) as u16 as i16,
+            Kind::Noise => (rng.next_u64() >> 48) as u16 as i16,
             Kind::Tones => {
                 let t = i as f64 / 16_000.0;
                 let glide = |f0: f64, f1: f64| (2.0 * std::f64::consts::PI * (f0 * t + (f1 - f0) * t * t / 8.0)).sin();
                 let envelope = 0.5 + 0.5 * (2.0 * std::f64::consts::PI * 3.0 * t).sin();
-                let noise = (rng.next() >> 40) as f64 / f64::from(1u32 << 24) - 0.5;
+                let noise = (rng.next_u64() >> 40) as f64 / f64::from(1u32 << 24) - 0.5;
                 let x = envelope
                     * (0.4 * glide(220.0, 330.0) + 0.2 * glide(1400.0, 900.0) + 0.1 * glide(3100.0, 5200.0))
                     + 0.02 * noise;
@@ -185,17 +174,17 @@ fn other_wav_files_are_refused_by_name() {
 #[test]
 fn damaged_wav_files_are_refused_not_panicked_on() {
     let good = wav16(&pcm16(Kind::Noise, 4_000, 5), 16_000, 1);
-    let mut rng = Rng(0x5eed);
+    let mut rng = XorShift(0x5eed);
     let (mut read, mut refused) = (0, 0);
     for i in 0..4_000 {
         let mut bytes = good.clone();
         for _ in 0..1 + i % 4 {
             // Mostly the header, where the damage matters.
-            let at = (rng.next() % if i % 2 == 0 { 64 } else { bytes.len() as u64 }) as usize;
-            bytes[at] = (rng.next() >> 56) as u8;
+            let at = (rng.next_u64() % if i % 2 == 0 { 64 } else { bytes.len() as u64 }) as usize;
+            bytes[at] = rng.byte();
         }
         if i % 3 == 0 {
-            bytes.truncate((rng.next() % bytes.len() as u64) as usize);
+            bytes.truncate((rng.next_u64() % bytes.len() as u64) as usize);
         }
         match audio::decode_wav(&bytes) {
             Ok(samples) => {
@@ -640,13 +629,13 @@ fn mutated_qwen2a_files_are_errors_or_encode() {
             "{name}: {e:?}"
         );
     }
-    let mut rng = Rng(0xa0d1);
+    let mut rng = XorShift(0xa0d1);
     let (mut encoded, mut refused) = (0, 0);
     for _ in 0..1000 {
         let mut mutated = bytes.clone();
-        for _ in 0..1 + rng.next() % 4 {
-            let at = (rng.next() % header as u64) as usize;
-            mutated[at] = (rng.next() >> 56) as u8;
+        for _ in 0..1 + rng.next_u64() % 4 {
+            let at = (rng.next_u64() % header as u64) as usize;
+            mutated[at] = rng.byte();
         }
         let outcome = elelem_gguf::Gguf::from_bytes(&mutated)
             .map_err(Error::from)

@@ -10,23 +10,8 @@ use std::io::Cursor;
 use elelem_engine::vision::{self, ImageParams, ImageU8, Pad, Preprocessor, ResizeAlgo};
 use elelem_engine::Error;
 use elelem_testkit::mtmd;
+use elelem_testkit::xorshift::XorShift;
 use image::{DynamicImage, ImageBuffer, ImageFormat, Luma, LumaA, Rgb, Rgba};
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn byte(&mut self) -> u8 {
-        (self.next() >> 56) as u8
-    }
-}
 
 /// Sizes: tiny, odd, square, the usual, and extreme aspect ratios.
 const SIZES: &[(u32, u32)] = &[
@@ -49,7 +34,7 @@ const SIZES: &[(u32, u32)] = &[
 /// RGB pixels: gradients, a few hard edges and noise (so that resampling over- and
 /// undershoots and clamps).
 fn pixels(w: u32, h: u32, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut out = Vec::with_capacity((w * h * 3) as usize);
     for y in 0..h {
         for x in 0..w {
@@ -249,7 +234,7 @@ fn png(w: u32, h: u32, depth: u8, color: u8, chunks: &[(&[u8; 4], Vec<u8>)], row
 /// `(x, y, w, h)` of random indices, index 9 transparent. Its LZW stream is plain: a
 /// clear code every 100 literals, so that codes stay 9 bits wide.
 fn gif_by_hand(screen: (u16, u16), bg: u8, (x, y, w, h): (u16, u16, u16, u16), seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed + 1234);
+    let mut rng = XorShift(seed + 1234);
     let mut out = b"GIF89a".to_vec();
     out.extend_from_slice(&screen.0.to_le_bytes());
     out.extend_from_slice(&screen.1.to_le_bytes());
@@ -295,7 +280,7 @@ fn gif_by_hand(screen: (u16, u16), bg: u8, (x, y, w, h): (u16, u16, u16, u16), s
 
 /// An 8-bit palette PNG of 200 colours, with a transparency table if `trns`.
 fn palette_png(w: u32, h: u32, seed: u64, trns: bool) -> Vec<u8> {
-    let mut rng = Rng(seed + 77);
+    let mut rng = XorShift(seed + 77);
     let plte: Vec<u8> = (0..200 * 3).map(|_| rng.byte()).collect();
     let rows: Vec<Vec<u8>> = (0..h).map(|_| (0..w).map(|_| rng.byte() % 200).collect()).collect();
     let mut chunks = vec![(b"PLTE", plte)];
@@ -307,7 +292,7 @@ fn palette_png(w: u32, h: u32, seed: u64, trns: bool) -> Vec<u8> {
 
 /// A grey PNG of `depth` bits a pixel (below 8: packed, scaled up on decoding).
 fn grey_png(w: u32, h: u32, depth: u8, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed + 99);
+    let mut rng = XorShift(seed + 99);
     let per_byte = 8 / depth as u32;
     let rows: Vec<Vec<u8>> = (0..h)
         .map(|_| (0..w.div_ceil(per_byte)).map(|_| rng.byte()).collect())

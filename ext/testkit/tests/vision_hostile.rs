@@ -10,6 +10,7 @@ use std::io::Cursor;
 
 use elelem_engine::vision::{self, ImageParams, ImageU8, Pad, Preprocessor, ResizeAlgo, MAX_IMAGE_PIXELS};
 use elelem_engine::Error;
+use elelem_testkit::xorshift::XorShift;
 use image::{DynamicImage, ImageFormat, RgbImage, RgbaImage};
 
 thread_local! {
@@ -57,21 +58,6 @@ fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
 
 /// What decoding may allocate at once: the image at 8 bytes a pixel, and slack.
 const BUDGET: usize = MAX_IMAGE_PIXELS as usize * 8 + (64 << 20);
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let rgb = RgbImage::from_fn(23, 17, |x, y| {
@@ -124,7 +110,7 @@ fn survive(what: &str, bytes: &[u8]) {
 
 #[test]
 fn mutated_and_random_bytes_are_errors_not_panics() {
-    let mut rng = Rng(0x5EED);
+    let mut rng = XorShift(0x5EED);
     let seeds = seeds();
     for (name, seed) in &seeds {
         assert!(vision::decode(seed).is_ok(), "{name}");
@@ -139,8 +125,8 @@ fn mutated_and_random_bytes_are_errors_not_panics() {
                 let at = rng.below(bytes.len());
                 match rng.below(4) {
                     0 => bytes[at] ^= 1 << rng.below(8),
-                    1 => bytes[at] = rng.next() as u8,
-                    2 => bytes.insert(at, rng.next() as u8),
+                    1 => bytes[at] = rng.next_u64() as u8,
+                    2 => bytes.insert(at, rng.next_u64() as u8),
                     _ => {
                         bytes.remove(at);
                     }
@@ -162,7 +148,7 @@ fn mutated_and_random_bytes_are_errors_not_panics() {
     ];
     for i in 0..500 {
         let mut bytes = signatures[i % signatures.len()].to_vec();
-        bytes.extend((0..rng.below(300)).map(|_| rng.next() as u8));
+        bytes.extend((0..rng.below(300)).map(|_| rng.next_u64() as u8));
         survive(&format!("random {i}"), &bytes);
     }
 }
