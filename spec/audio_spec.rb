@@ -60,6 +60,31 @@ RSpec.describe "audio in prompts" do
       end
     end
 
+    it "takes each prompt's audio in generate_all, decoded together as each alone" do
+      # Batch-invariant: a sequence's bits are then those it gets alone on any CPU.
+      noise = File.join(media_dir, "noise-0.25s.wav")
+      batched = ProjectorPairs.open_pair(vision_dir, "tiny-qwen2a-audio", n_ctx: 6144, parallel: 3,
+                                                                          batch_invariant: true)
+      prompts = [prompt, "compare <__media__> to <__media__>", "say"]
+      audio = [[wav_path], [noise, wav_path], nil]
+      alone = prompts.zip(audio).map { |text, files| batched.generate(text, audio: files, max_tokens: 12) }
+      expect(batched.generate_all(prompts, audio:, max_tokens: 12)).to eq(alone)
+      expect { batched.generate_all(prompts, audio: [[wav_path]]) }
+        .to raise_error(ArgumentError, /audio: must hold an entry per prompt .* got 1 for 3 prompts/)
+      expect { batched.generate_all(prompts, images: [nil] * 3, audio:) }.to raise_error(ArgumentError, /together/)
+      expect { model.generate_all([prompt], audio: [["missing.wav"]]) }.to raise_error(Elelem::AudioError)
+    ensure
+      batched&.close
+    end
+
+    it "times the encoder for audio not yet in its cache, under its own name" do
+      first = model.complete(prompt, audio: [wav_path], max_tokens: 2).timings
+      again = model.complete(prompt, audio: [wav_path], max_tokens: 2).timings
+      expect(first[:audio_encode_seconds]).to be_positive
+      expect(again[:audio_encode_seconds]).to eq(0.0)
+      expect(first).not_to have_key(:image_encode_seconds)
+    end
+
     it "reads audio parts of chat messages (input_audio's base64 WAV, or an audio file) where they are" do
       template = "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}"
       data = Base64.strict_encode64(File.binread(wav_path))

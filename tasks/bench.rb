@@ -71,7 +71,9 @@ module Bench
     "streams over HTTP ttft p50 ms" => [:max, 1.0], "streams over HTTP ttft p99 ms" => [:max, 1.0],
     # A prompt with an image through projectors of SmolVLM-256M's, Qwen2.5-VL-3B's and Qwen3-VL-2B's sizes
     # (BenchVision).
-    "image encode ms" => [:max, 1.0], "pp t/s with an image" => [:min, 0.95], "tg64 t/s after an image" => [:min, 1.0]
+    "image encode ms" => [:max, 1.0], "pp t/s with an image" => [:min, 0.95], "tg64 t/s after an image" => [:min, 1.0],
+    # ... and a prompt with audio through Qwen2-Audio's encoder (BenchVision too).
+    "audio encode ms" => [:max, 1.0], "pp t/s with audio" => [:min, 0.95], "tg64 t/s after audio" => [:min, 1.0]
   }.freeze
   # A schema whose values run past 128 tokens, for decode speed under a constraint.
   LONG_SCHEMA = { type: "array", minItems: 40, maxItems: 40,
@@ -582,7 +584,8 @@ module Bench
               "over RPC workers, #{BenchRpc::MODEL}" => BenchRpc,
               "on lavapipe, #{BenchVulkan::MODEL}" => BenchVulkan,
               "a hybrid and a mixture of experts at realistic sizes" => BenchArchitectures,
-              "images through projectors of SmolVLM-256M's, Qwen2.5-VL-3B's and Qwen3-VL-2B's sizes" => BenchVision,
+              "images and audio through projectors of SmolVLM-256M's, Qwen2.5-VL-3B's, " \
+              "Qwen3-VL-2B's and Qwen2-Audio's sizes" => BenchVision,
               "elelem serve beside llama-server, #{BenchServer::MODEL}" => BenchServer }
     tasks.each do |label, rows|
       next unless rows.enabled?
@@ -598,7 +601,7 @@ module Bench
     only(BenchServer, "bench_server")
   end
 
-  # `rake bench_vision`: the image rows alone, at two threads, into tmp/bench_vision.md and .json.
+  # `rake bench_vision`: the image and audio rows alone, at two threads, into tmp/bench_vision.md and .json.
   def vision_only
     Reference.build
     only(BenchVision, "bench_vision")

@@ -30,7 +30,8 @@ module Elelem
     # Prompt and decode speed of this generation; with a constraint also `:constraint_us`, the
     # microseconds each generated token's mask and commit took (an Array); with images also
     # `:image_encode_seconds`, the seconds the projector's encoder passes took for the images
-    # not already in its cache (neither decoding nor preprocessing them; 0.0 when all were).
+    # not already in its cache (neither decoding nor preprocessing them; 0.0 when all were);
+    # with audio, `:audio_encode_seconds`, the same for the audio files.
     # @return [Hash{Symbol => Numeric, Array<Float>}]
     attr_reader :timings
     # Each generated token's log-probability under the model (the log-softmax of its

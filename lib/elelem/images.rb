@@ -89,14 +89,11 @@ module Elelem
 
     # {.attach} for each prompt of {Model#generate_all}, with its entry of `images`.
     # @param prompts [Array]
-    # @param images [Array, nil] an entry per prompt: its images, or nil
+    # @param images [Array, nil] an entry per prompt (its images, or nil), as
+    #   {Media.options_all} checked them
     # @return [Array(Array<String, Array<Integer>>, Array<Hash>)] the prompts as the native side
     #   takes them, and each one's images (and plain ranges)
     def attach_all(prompts, images)
-      unless images.nil? || (images.is_a?(Array) && images.size == prompts.size)
-        raise ArgumentError, "images: must hold an entry per prompt (its images, or nil), got #{images.class}"
-      end
-
       attachments = Array.new(prompts.size) { {} }
       [prompts.each_with_index.map { |prompt, i| attach(prompt, images&.[](i), attachments[i]) }, attachments]
     end

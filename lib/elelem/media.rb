@@ -57,6 +57,31 @@ module Elelem
       (audio.is_a?(Array) ? audio : [audio]).map { |a| Audio.read(a) }
     end
 
+    # {Model#generate_all}'s `images:` or `audio:`: an entry per prompt, each as {.option}
+    # takes it.
+    # @param count [Integer] the prompts
+    # @return [Array, nil] what {Images.attach_all} takes
+    # @raise [ArgumentError] for another number of entries than prompts
+    def options_all(images, audio, audio_model, count)
+      raise ArgumentError, "images: and audio: together: a projector takes one or the other" if images && audio
+      return images_all(images, audio_model, count) if audio.nil?
+
+      per_prompt(:audio, audio, count).map { |entry| entry && option(nil, entry, audio_model) }
+    end
+
+    # {.options_all} without audio.
+    def images_all(images, audio_model, count)
+      images && per_prompt(:images, images, count).map { |entry| images_option(entry, audio_model) }
+    end
+
+    # `entries`, checked to hold one per prompt.
+    def per_prompt(name, entries, count)
+      return entries if entries.is_a?(Array) && entries.size == count
+
+      got = entries.is_a?(Array) ? "#{entries.size} for #{count} prompts" : entries.class
+      raise ArgumentError, "#{name}: must hold an entry per prompt (its #{name}, or nil), got #{got}"
+    end
+
     # `images:` where no `audio:` is given: refused for an audio projector.
     def images_option(images, audio_model)
       if audio_model && ![nil, []].include?(images)

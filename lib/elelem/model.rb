@@ -184,18 +184,20 @@ module Elelem
     # @param prompts [Array<String, Array<Integer>>]
     # @param images [Array<Array, nil>, nil] each prompt's images, as {#generate} takes them
     #   (nil or [] for a prompt without)
+    # @param audio [Array<Array, nil>, nil] each prompt's audio files, as {#generate} takes them,
+    #   for a model with an audio projector ({#audio?})
     # @param options see {#generate} (a constraint applies to each prompt); the prompts are not
     #   decoded speculatively
     # @yieldparam index [Integer] which prompt a piece (or id) belongs to
     # @yieldparam piece [String, Integer]
     # @return [Array<String, Array<Integer>>] in the order of `prompts`
-    def generate_all(prompts, images: nil, **options, &block)
+    def generate_all(prompts, images: nil, audio: nil, **options, &block)
       raise ArgumentError, "prompts must be an Array, got #{prompts.class}" unless prompts.is_a?(Array)
 
       options, constraint = Options.constraint(options)
       opts = Options.generation(options)
       Speculation.refuse_batch(opts)
-      checked, attachments = Images.attach_all(prompts, images)
+      checked, attachments = Images.attach_all(prompts, Media.options_all(images, audio, audio?, prompts.size))
       results = _run_all(checked, attachments, opts, constraint, &block)
       results.zip(checked).map { |result, prompt| prompt.is_a?(String) ? result[:text] : result[:tokens] }
     end
@@ -472,7 +474,7 @@ module Elelem
       timings = { prompt_tokens: prompt, prompt_seconds:, prompt_tokens_per_s: rate.call(prompt, prompt_seconds),
                   decode_tokens: decode, decode_seconds:, decode_tokens_per_s: rate.call(decode, decode_seconds) }
       timings.merge(result.slice(:constraint_us, :decode_passes, :draft_proposed, :draft_accepted,
-                                 :image_encode_seconds))
+                                 :image_encode_seconds, :audio_encode_seconds))
     end
   end
 end

@@ -1,7 +1,8 @@
 //! Writes the random-weight models of `rake bench`'s architecture rows
 //! (`elelem_testkit::canary::bench_models()`) into a directory, as `<name>.gguf`, and the
-//! language models with projectors of its image rows (`elelem_testkit::mmproj::bench_pairs()`)
-//! into its `vision/` folder, as `<name>.gguf` and `<name>.mmproj.gguf`, each only if it is
+//! language models with projectors of its image and audio rows
+//! (`elelem_testkit::mmproj::bench_pairs()`, `elelem_testkit::audio::bench_pairs()`) into its
+//! `vision/` folder, as `<name>.gguf` and `<name>.mmproj.gguf`, each only if it is
 //! not there: `cargo run --release --example write_bench_models -- DIR`.
 use std::path::Path;
 
@@ -14,7 +15,10 @@ fn main() {
             elelem_testkit::canary::writer(&shape).to_bytes()
         });
     }
-    for (name, model, projector) in elelem_testkit::mmproj::bench_pairs() {
+    let pairs = elelem_testkit::mmproj::bench_pairs()
+        .into_iter()
+        .chain(elelem_testkit::audio::bench_pairs());
+    for (name, model, projector) in pairs {
         write_new(&vision.join(format!("{name}.gguf")), || model.to_bytes());
         write_new(&vision.join(format!("{name}.mmproj.gguf")), || projector.to_bytes());
     }

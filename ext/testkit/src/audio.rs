@@ -191,14 +191,59 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     };
     [("tiny-qwen2a-audio", qwen2), ("tiny-qwen2a-mrope-audio", qwen2vl)]
         .into_iter()
-        .map(|(name, lm)| {
-            let mut model = canary::writer(&lm);
-            canary::set_vocab_with(&mut model, lm.n_vocab, &[], &["<|audio_bos|>", "<|audio_eos|>"]);
-            let projector = writer(&Shape {
-                n_text_embd: lm.n_embd,
-                ..Shape::QWEN2A
-            });
-            (name.to_string(), model, projector)
-        })
+        .map(|(name, lm)| pair(name, &lm, Shape::QWEN2A))
         .collect()
+}
+
+/// `rake bench`'s audio rows' pair (`tasks/bench_vision.rb`), not a golden's: written by
+/// `write_bench_models` into its directory's `vision/` folder as `<name>.gguf` and
+/// `<name>.mmproj.gguf`.
+///
+/// - `bench-qwen2-audio`: Qwen2-Audio-7B's encoder (Whisper-large-v3's: 128 mel bands, 32
+///   layers 1280 wide, 20 heads, a feed-forward 5120 wide, 1500 positions, 750 tokens a
+///   30 s piece) in F16 as converted projectors are, before a Qwen2 language model of
+///   Qwen2.5-0.5B's shape (24 layers 896 wide, 14 heads, 2 KV heads, a feed-forward 4864
+///   wide, 151,936 tokens, the head tied to the embeddings) in Q8_0, where Qwen2-Audio's is
+///   a 7B.
+pub fn bench_pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
+    use crate::canary;
+    let qwen2 = canary::Shape {
+        family: canary::Family {
+            name: "elelem bench qwen2 (Qwen2.5-0.5B's shape)",
+            tied_head: true,
+            ..canary::QWEN2
+        },
+        n_vocab: 151_936,
+        n_embd: 896,
+        n_layer: 24,
+        n_head: 14,
+        n_head_kv: 2,
+        n_ff: 4864,
+        matrix_type: TensorType::Q8_0,
+        embd_type: TensorType::Q8_0,
+        n_expert: 0,
+        n_expert_used: 0,
+    };
+    let whisper_large = Shape {
+        n_mel: 128,
+        n_embd: 1280,
+        n_head: 20,
+        n_ff: 5120,
+        n_layer: 32,
+        seed: 0x0a0d_7b00,
+        ..Shape::QWEN2A
+    };
+    vec![pair("bench-qwen2-audio", &qwen2, whisper_large)]
+}
+
+/// A language model whose vocabulary ends with Qwen2-Audio's framing tokens, and a
+/// projector of `projector`'s shape to its width.
+fn pair(name: &str, lm: &crate::canary::Shape, projector: Shape) -> (String, GgufWriter, GgufWriter) {
+    let mut model = crate::canary::writer(lm);
+    crate::canary::set_vocab_with(&mut model, lm.n_vocab, &[], &["<|audio_bos|>", "<|audio_eos|>"]);
+    let projector = writer(&Shape {
+        n_text_embd: lm.n_embd,
+        ..projector
+    });
+    (name.to_string(), model, projector)
 }

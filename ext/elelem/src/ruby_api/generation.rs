@@ -48,7 +48,7 @@ impl Model {
     /// of text. `logprobs` asks for each token's log-probability and that many
     /// alternatives. `constraint` is nil or `[kind, payload]` (see
     /// [`ConstraintArg`]). Returns a Hash describing the result (with images,
-    /// `:image_encode_seconds` too).
+    /// `:image_encode_seconds` too; with audio, `:audio_encode_seconds`).
     fn run(
         ruby: &Ruby,
         rb_self: &Self,
@@ -74,8 +74,8 @@ impl Model {
         };
         let mut deliver = Delivery::new(ruby, yield_text, logprobs.is_some());
         let with_encode = |h: RHash| -> Result<RHash, Error> {
-            if let Some(seconds) = encode_seconds {
-                h.aset(ruby.to_symbol("image_encode_seconds"), seconds)?;
+            if let Some((key, seconds)) = encode_seconds {
+                h.aset(ruby.to_symbol(key), seconds)?;
             }
             Ok(h)
         };
@@ -299,8 +299,9 @@ fn scheduler<'r>(ruby: &Ruby, runtime: &'r engine::Runtime) -> Result<&'r engine
     })
 }
 
-/// A prompt's ids, its images' embeddings, and the seconds their encoding took (none without images).
-type PromptParts = (Vec<u32>, Vec<engine::PromptEmbeddings>, Option<f64>);
+/// A prompt's ids, its media's embeddings, and the seconds their encoding took under the
+/// timing's name (`image_encode_seconds` or `audio_encode_seconds`; none without media).
+type PromptParts = (Vec<u32>, Vec<engine::PromptEmbeddings>, Option<(&'static str, f64)>);
 
 /// The prompt's ids and, when `opts[:images]` holds images (binary Strings of their
 /// files), their embeddings: the text places them with `Elelem::Images::MARKER`, laid out
@@ -348,7 +349,12 @@ fn prompt_with_images(
         vision.prompt(model, &text, &plain, &images, capacity, &interrupt)
     })?
     .map_err(|e| engine_error(ruby, e))?;
-    Ok((built.ids, built.embeddings, Some(built.encode_seconds)))
+    let timing = if vision.audio() {
+        "audio_encode_seconds"
+    } else {
+        "image_encode_seconds"
+    };
+    Ok((built.ids, built.embeddings, Some((timing, built.encode_seconds))))
 }
 
 fn prompt_ids(ruby: &Ruby, model: &engine::Model, prompt: Value) -> Result<Vec<u32>, Error> {
