@@ -207,23 +207,11 @@ pub fn pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
 ///   a 7B.
 pub fn bench_pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
     use crate::canary;
-    let qwen2 = canary::Shape {
-        family: canary::Family {
-            name: "elelem bench qwen2 (Qwen2.5-0.5B's shape)",
-            tied_head: true,
-            ..canary::QWEN2
-        },
-        n_vocab: 151_936,
-        n_embd: 896,
-        n_layer: 24,
-        n_head: 14,
-        n_head_kv: 2,
-        n_ff: 4864,
-        matrix_type: TensorType::Q8_0,
-        embd_type: TensorType::Q8_0,
-        n_expert: 0,
-        n_expert_used: 0,
-    };
+    let qwen2 = canary::qwen25_05b_q8_0(canary::Family {
+        name: "elelem bench qwen2 (Qwen2.5-0.5B's shape)",
+        tied_head: true,
+        ..canary::QWEN2
+    });
     let whisper_large = Shape {
         n_mel: 128,
         n_embd: 1280,

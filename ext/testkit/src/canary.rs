@@ -1327,6 +1327,24 @@ pub fn shape(name: &str) -> Option<Shape> {
     synthetic().into_iter().find(|(n, _)| n == name).map(|(_, shape)| shape)
 }
 
+/// A language model of `family` in Qwen2.5-0.5B's shape (24 layers 896 wide, 14 heads, 2 KV
+/// heads, a feed-forward 4864 wide, 151,936 tokens), in Q8_0: the bench's projector pairs'.
+pub const fn qwen25_05b_q8_0(family: Family) -> Shape {
+    Shape {
+        family,
+        n_vocab: 151_936,
+        n_embd: 896,
+        n_layer: 24,
+        n_head: 14,
+        n_head_kv: 2,
+        n_ff: 4864,
+        matrix_type: TensorType::Q8_0,
+        embd_type: TensorType::Q8_0,
+        n_expert: 0,
+        n_expert_used: 0,
+    }
+}
+
 /// Random-weight models in the sizes of models people run, for `rake bench`'s rows of a
 /// hybrid and a mixture of experts (speed and memory beside llama.cpp; no golden): the
 /// matrices (experts too) in Q4_K and the embeddings in Q6_K, as a Q4_K_M file has them.

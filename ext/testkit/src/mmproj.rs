@@ -1004,21 +1004,12 @@ pub fn bench_pairs() -> Vec<(String, GgufWriter, GgufWriter)> {
         deepstack_layers: &QWEN3VL_DEEPSTACK_LAYERS,
         seed: 0x5_3001_256d,
     };
-    let qwen2vl = canary::Shape {
-        family: canary::Family {
-            name: "elelem bench qwen2vl (Qwen2.5-0.5B's shape)",
-            keys: &[("rope.dimension_sections", canary::Key::U32s(&[8, 12, 12, 0]))],
-            tied_head: true,
-            ..canary::QWEN2VL
-        },
-        n_vocab: 151_936,
-        n_embd: 896,
-        n_layer: 24,
-        n_head: 14,
-        n_head_kv: 2,
-        n_ff: 4864,
-        ..lm
-    };
+    let qwen2vl = canary::qwen25_05b_q8_0(canary::Family {
+        name: "elelem bench qwen2vl (Qwen2.5-0.5B's shape)",
+        keys: &[("rope.dimension_sections", canary::Key::U32s(&[8, 12, 12, 0]))],
+        tied_head: true,
+        ..canary::QWEN2VL
+    });
     let qwen25vl = Shape {
         kind: Kind::Qwen25vl,
         n_embd: 1280,
