@@ -97,7 +97,7 @@ RSpec.describe "audio in prompts" do
 
     it "refuses audio it does not read with an AudioError naming what is wrong, and keeps working" do
       refusals = {
-        "8 kHz" => [self.class.wav([0] * 800, 8000), /8000 Hz/],
+        "0 Hz" => [self.class.wav([0] * 800, 0), /0 Hz.*from 1 Hz/],
         "random bytes" => [Random.new(1).bytes(4096), /not a WAV file/],
         "a cut WAV" => [File.binread(wav_path)[0, 30], /WAV/],
         "a truncated WAV" => [File.binread(wav_path)[0, 4000], /truncated/]
@@ -114,6 +114,12 @@ RSpec.describe "audio in prompts" do
       expect { model.generate(prompt, images: [wav_path]) }.to raise_error(Elelem::ImageError, /takes audio/)
       expect { model.generate(prompt, images: [wav_path], audio: [wav_path]) }.to raise_error(ArgumentError, /together/)
       expect(model.complete(prompt, audio: [wav_path], max_tokens: 16).tokens).to eq(expected)
+    end
+
+    it "takes a WAV file of another rate, resampled to 16 kHz as miniaudio does" do
+      # 0.5 s of a 440 Hz tone at 48 kHz (the samples against miniaudio's: tests/audio.rs).
+      tone = Array.new(24_000) { |i| (Math.sin(2 * Math::PI * 440 * i / 48_000.0) * 16_000).round }
+      expect(model.generate(prompt, audio: [self.class.wav(tone, 48_000)], max_tokens: 4)).to be_a(String)
     end
   end
 

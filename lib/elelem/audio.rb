@@ -4,10 +4,11 @@ require "base64"
 
 module Elelem
   # Audio for prompts ({Model#generate}'s `audio:`, a conversation's audio parts): each
-  # file's bytes, a WAV (16 kHz, 16-bit PCM or 32-bit float) that the native side decodes,
-  # cuts into 30 s log-mel pieces and encodes with the model's audio projector exactly as
-  # llama.cpp's mtmd does (Qwen2-Audio's `qwen2a`). Another rate, or a file that is no such
-  # WAV, is an {Elelem::AudioError} naming what it is.
+  # file's bytes, a WAV (16-bit PCM or 32-bit float, any rate from 1 Hz to 384 kHz) that the
+  # native side decodes, resamples to 16 kHz as mtmd-helper's miniaudio does, cuts into 30 s
+  # log-mel pieces and encodes with the model's audio projector exactly as llama.cpp's mtmd
+  # does (Qwen2-Audio's `qwen2a`). A file that is no such WAV is an {Elelem::AudioError}
+  # naming what it is.
   module Audio
     # The content parts of audio elelem reads: OpenAI's `{ type: "input_audio", input_audio:
     # { data: <base64>, format: "wav" } }` and `{ type: "audio", audio: path, bytes or IO }`.

@@ -47,7 +47,7 @@ module Elelem
   class ImageError < ArgumentError; end
 
   # Audio that cannot be taken (an ArgumentError, as any bad input): not a WAV file elelem
-  # decodes (16 kHz, 16-bit PCM or 32-bit float), corrupt, or too short.
+  # decodes (16-bit PCM or 32-bit float, 1 Hz to 384 kHz), corrupt, or too short.
   class AudioError < ArgumentError; end
 
   # A prompt does not fit the context window (`n_ctx`).

@@ -113,8 +113,8 @@ module Elelem
     # @raise [Elelem::ContextFullError] when the prompt does not fit `n_ctx`
     # @raise [Elelem::ClosedError] after {#close}
     # @raise [Elelem::ImageError] for an image that cannot be read, decoded or encoded
-    # @raise [Elelem::AudioError] for audio that cannot be read or decoded (a WAV of another
-    #   rate than 16 kHz names it), or `audio:` on a model without an audio projector
+    # @raise [Elelem::AudioError] for audio that cannot be read or decoded (a WAV of a rate
+    #   of 0 or above 384 kHz names it), or `audio:` on a model without an audio projector
     #
     # With `images:` (a model opened with a projector, see {#vision?}), the text places each
     # image with {Images::MARKER} (or they all come first), and each is decoded, preprocessed

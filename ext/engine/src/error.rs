@@ -46,8 +46,9 @@ pub enum Error {
     /// size limits, or preprocessing parameters that do not fit it.
     #[error("{0}")]
     Image(String),
-    /// Audio that cannot be read: not a WAV file elelem decodes (16 kHz, 16-bit PCM or 32-bit
-    /// float), corrupt, or too short.
+    /// Audio that cannot be read: not a WAV file elelem decodes (16-bit PCM or 32-bit float,
+    /// at a rate from 1 Hz to 384 kHz, resampled to 16 kHz as miniaudio does), corrupt, too
+    /// short, or up-sampled to more than two hours.
     #[error("{0}")]
     Audio(String),
     /// ggml could not allocate memory.

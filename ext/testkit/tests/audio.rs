@@ -133,12 +133,190 @@ fn wav_files_decode_to_mtmd_helpers_samples() {
     eprintln!("WAV decoding: {floats} samples, all identical to miniaudio's");
 }
 
+/// The signals resampled.
+#[derive(Clone, Copy, Debug)]
+enum Signal {
+    /// All zeros.
+    Silence,
+    /// Two tones just under the Nyquist frequencies, the file's and 16 kHz's (where the
+    /// low-pass filter works hardest), each channel its own phase.
+    NearNyquist,
+    /// Independent full-scale samples.
+    Noise,
+    /// A full-scale 1 kHz square wave (clipping at both ends of the range).
+    Square,
+}
+
+/// `frames` frames of `signal` at `rate` over `channels` interleaved, in [-1, 1].
+fn signal(signal: Signal, frames: usize, channels: u16, rate: u32, seed: u64) -> Vec<f32> {
+    let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let (rate, n) = (f64::from(rate), usize::from(channels));
+    (0..frames * n)
+        .map(|i| {
+            let (t, c) = ((i / n) as f64 / rate, (i % n) as f64);
+            match signal {
+                Signal::Silence => 0.0,
+                Signal::Noise => (rng.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0,
+                Signal::NearNyquist => {
+                    let tone = |f: f64| (2.0 * std::f64::consts::PI * f * t + c).sin();
+                    (0.45 * tone(0.47 * rate) + 0.45 * tone((0.49 * rate).min(7_900.0))) as f32
+                }
+                Signal::Square => {
+                    if (t * 1_000.0 + c * 0.1).fract() < 0.5 {
+                        1.0
+                    } else {
+                        -1.0
+                    }
+                }
+            }
+        })
+        .collect()
+}
+
+/// A WAV file of interleaved `samples` at `rate`: 16-bit PCM (full scale to -32768 and
+/// 32767) or 32-bit float.
+fn wav(samples: &[f32], rate: u32, channels: u16, float: bool) -> Vec<u8> {
+    if !float {
+        let pcm: Vec<i16> = samples
+            .iter()
+            .map(|&x| (f64::from(x) * 32768.0).round().clamp(-32768.0, 32767.0) as i16)
+            .collect();
+        return wav16(&pcm, rate, channels);
+    }
+    let spec = hound::WavSpec {
+        channels,
+        sample_rate: rate,
+        bits_per_sample: 32,
+        sample_format: hound::SampleFormat::Float,
+    };
+    let mut bytes = Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut bytes, spec).unwrap();
+    for &s in samples {
+        w.write_sample(s).unwrap();
+    }
+    w.finalize().unwrap();
+    bytes.into_inner()
+}
+
+/// Our samples of a WAV file against miniaudio's: the same count, the same bits (the first
+/// difference named). The count of samples.
+fn assert_decodes_as_miniaudio(bytes: &[u8], what: &str) -> usize {
+    let ours = audio::decode_wav(bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let theirs = mtmd::miniaudio_decode(bytes, 16_000, ours.len() + 16).expect("miniaudio decodes it");
+    assert_eq!(ours.len(), theirs.len(), "{what}: samples");
+    if let Some(i) = (0..ours.len()).find(|&i| ours[i].to_bits() != theirs[i].to_bits()) {
+        let differ = ours
+            .iter()
+            .zip(&theirs)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        panic!(
+            "{what}: {differ} of {} samples differ, the first at {i}: ours {:e}, miniaudio's {:e}",
+            ours.len(),
+            ours[i],
+            theirs[i]
+        );
+    }
+    ours.len()
+}
+
+/// The rates compared: the common ones down to 16 kHz, up from 8 and 11.025 kHz, and the
+/// edges (1 Hz, a rate prime to 16 kHz just above it, 384 kHz).
+const RATES: &[u32] = &[
+    8_000, 11_025, 22_050, 24_000, 32_000, 44_100, 48_000, 96_000, 1, 16_001, 384_000,
+];
+
+/// WAV files of other rates than 16 kHz, resampled as miniaudio's decoder does it for
+/// mtmd-helper: 1, 2 and 6 channels, 16-bit and float, silence, tones near Nyquist, noise
+/// and a full-scale square, from 1 frame to 40 s, the same samples bit for bit.
+#[test]
+fn wav_files_are_resampled_as_miniaudio_does() {
+    let (mut files, mut samples) = (0usize, 0usize);
+    for (r, &rate) in RATES.iter().enumerate() {
+        // 1, 2 and 3 frames (the resampler's start and miniaudio's length rule), an odd
+        // count, 0.1 s and a little more than 1 s.
+        let lengths = [1, 2, 3, 157, (rate / 10).max(4) as usize, rate as usize + 7];
+        for channels in [1u16, 2, 6] {
+            for float in [false, true] {
+                for kind in [Signal::Silence, Signal::NearNyquist, Signal::Noise, Signal::Square] {
+                    for (l, &frames) in lengths.iter().enumerate() {
+                        if rate == 1 && frames > 3 {
+                            continue;
+                        }
+                        let seed = (r * 1000 + l * 100 + usize::from(channels) * 10) as u64;
+                        let bytes = wav(&signal(kind, frames, channels, rate, seed), rate, channels, float);
+                        let what = format!(
+                            "{rate} Hz, {channels} channels, {}, {kind:?}, {frames} frames",
+                            if float { "float" } else { "16-bit" }
+                        );
+                        samples += assert_decodes_as_miniaudio(&bytes, &what);
+                        files += 1;
+                    }
+                }
+            }
+        }
+        // 40 s: noise in 16-bit mono, tones near Nyquist in float stereo.
+        if rate >= 8_000 {
+            let frames = 40 * rate as usize + 3;
+            for (kind, channels, float) in [(Signal::Noise, 1, false), (Signal::NearNyquist, 2, true)] {
+                let bytes = wav(
+                    &signal(kind, frames, channels, rate, rate.into()),
+                    rate,
+                    channels,
+                    float,
+                );
+                samples += assert_decodes_as_miniaudio(&bytes, &format!("{rate} Hz, 40 s of {kind:?}"));
+                files += 1;
+            }
+        }
+    }
+    eprintln!("resampling: {files} files, {samples} samples, all identical to miniaudio's");
+}
+
+/// A 44.1 kHz WAV's log-mel pieces are mtmd's from miniaudio's samples of it.
+#[test]
+fn a_44_1_khz_wavs_log_mel_is_mtmds() {
+    let samples: Vec<i16> = pcm16(Kind::Tones, 44_100 * 3, 11);
+    let bytes = wav16(&samples, 44_100, 1);
+    let theirs_samples = mtmd::miniaudio_decode(&bytes, 16_000, 50_000).expect("miniaudio decodes it");
+    let theirs = mtmd::whisper_mel(80, &theirs_samples).expect("mtmd preprocesses it");
+    let ours: Vec<f32> = WhisperMel::new(80)
+        .unwrap()
+        .preprocess(&audio::decode_wav(&bytes).unwrap())
+        .unwrap()
+        .into_iter()
+        .flat_map(|m| m.data)
+        .collect();
+    assert_eq!(ours.len(), theirs.len());
+    assert!(
+        ours.iter().map(|x| x.to_bits()).eq(theirs.iter().map(|x| x.to_bits())),
+        "the log-mel of a 44.1 kHz file differs from mtmd's"
+    );
+    eprintln!("44.1 kHz log-mel: {} floats, all identical to mtmd's", ours.len());
+}
+
 #[test]
 fn other_wav_files_are_refused_by_name() {
     let tone = pcm16(Kind::Tones, 3_200, 1);
+    // A mono 16-bit header's rate and bytes a second (which hound checks against it).
+    let rate = |rate: u32| {
+        let mut bytes = wav16(&tone, 16_000, 1);
+        bytes[24..28].copy_from_slice(&rate.to_le_bytes());
+        bytes[28..32].copy_from_slice(&(2 * rate).to_le_bytes());
+        bytes
+    };
     let cases: Vec<(Vec<u8>, &str)> = vec![
-        (wav16(&tone, 44_100, 1), "44100 Hz, 1 channel, 16-bit integer PCM"),
-        (wav16(&tone, 8_000, 1), "8000 Hz"),
+        (
+            rate(0),
+            "0 Hz, 1 channel, 16-bit integer PCM: elelem takes sample rates from 1 Hz",
+        ),
+        (rate(384_001), "384001 Hz"),
+        (rate(2_000_000_000), "2000000000 Hz"),
+        // 16000 times as many samples as frames: more than two hours from 7201 frames.
+        (
+            wav16(&vec![0; 7_201], 1, 1),
+            "up-sampled to 16 kHz would be 115216000 samples",
+        ),
         (
             {
                 let spec = hound::WavSpec {
@@ -169,30 +347,38 @@ fn other_wav_files_are_refused_by_name() {
     }
 }
 
-/// Hostile bytes: WAV files with bytes flipped, cut short, or a header that claims 2^31
-/// samples are refused or read, never a panic or an allocation of what a header claims.
+/// Hostile bytes: WAV files (16 kHz mono, 44.1 kHz stereo and 8 kHz mono, resampled) with
+/// bytes flipped, cut short, or a header that claims 2^31 samples are refused or read, never
+/// a panic or an allocation of what a header claims.
 #[test]
 fn damaged_wav_files_are_refused_not_panicked_on() {
-    let good = wav16(&pcm16(Kind::Noise, 4_000, 5), 16_000, 1);
+    let noise = pcm16(Kind::Noise, 4_000, 5);
+    let good = wav16(&noise, 16_000, 1);
     let mut rng = XorShift(0x5eed);
     let (mut read, mut refused) = (0, 0);
-    for i in 0..4_000 {
-        let mut bytes = good.clone();
-        for _ in 0..1 + i % 4 {
-            // Mostly the header, where the damage matters.
-            let at = (rng.next_u64() % if i % 2 == 0 { 64 } else { bytes.len() as u64 }) as usize;
-            bytes[at] = rng.byte();
-        }
-        if i % 3 == 0 {
-            bytes.truncate((rng.next_u64() % bytes.len() as u64) as usize);
-        }
-        match audio::decode_wav(&bytes) {
-            Ok(samples) => {
-                assert!(samples.len() <= bytes.len() / 2);
-                read += 1;
+    for (g, original) in [good.clone(), wav16(&noise, 44_100, 2), wav16(&noise, 8_000, 1)]
+        .iter()
+        .enumerate()
+    {
+        for i in 0..4_000 {
+            let mut bytes = original.clone();
+            for _ in 0..1 + i % 4 {
+                // Mostly the header, where the damage matters.
+                let at = (rng.next_u64() % if i % 2 == 0 { 64 } else { bytes.len() as u64 }) as usize;
+                bytes[at] = rng.byte();
             }
-            Err(Error::Audio(_)) => refused += 1,
-            Err(e) => panic!("{i}: {e:?}"),
+            if i % 3 == 0 {
+                bytes.truncate((rng.next_u64() % bytes.len() as u64) as usize);
+            }
+            match audio::decode_wav(&bytes) {
+                Ok(samples) => {
+                    // At most two samples a 16-bit frame (8 kHz up-sampled).
+                    assert!(samples.len() <= bytes.len(), "{g} {i}: {} samples", samples.len());
+                    read += 1;
+                }
+                Err(Error::Audio(_)) => refused += 1,
+                Err(e) => panic!("{g} {i}: {e:?}"),
+            }
         }
     }
     // The data chunk's size set to 2^32 - 2 bytes.

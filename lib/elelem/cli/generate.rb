@@ -13,7 +13,7 @@ module Elelem
         o.on("--image FILE", "an image before PROMPT (repeatable; needs the model's projector, --mmproj)") do |f|
           (op[:images] ||= []) << f
         end
-        o.on("--audio FILE", "a 16 kHz WAV file before PROMPT (repeatable; needs an audio projector, --mmproj)") do |f|
+        o.on("--audio FILE", "a WAV file before PROMPT (repeatable; needs an audio projector, --mmproj)") do |f|
           (op[:audio] ||= []) << f
         end
         o.on("--json", "print one JSON object: text, finish reason, token counts, seed (a string above 2^53), " \

@@ -1,20 +1,20 @@
 //! WAV files to the samples mtmd-helper hands mtmd (`decode_audio_from_buf`: miniaudio's
-//! decoder asked for 32-bit float, mono, at the projector's rate). Decoding is the
+//! decoder asked for 32-bit float, mono, at the projector's 16 kHz). Decoding is the
 //! `hound` crate's; the conversions are miniaudio's, so the samples are bit for bit those
-//! mtmd sees: dr_wav's `s16_to_f32` (`x * 2^-15`, exact), and for more than one channel its
+//! mtmd sees: dr_wav's `s16_to_f32` (`x * 2^-15`, exact), for more than one channel its
 //! channel converter's mono path (each frame's channels summed in `f32` from 0, in order,
-//! divided by their count).
+//! divided by their count), and for another rate than 16 kHz its linear resampler on the
+//! mono stream ([`super::resample`]), into a buffer of the length miniaudio's decoder
+//! reports.
 //!
-//! Only what needs no resampling is taken: 16 kHz, in 16-bit integer PCM or 32-bit float.
-//! miniaudio would resample another rate (its linear resampler with a low-pass filter);
-//! elelem refuses it, naming what the file is, rather than feed the encoder other samples
-//! than mtmd's.
+//! Taken: 16-bit integer PCM or 32-bit float, any rate from 1 Hz to 384 kHz.
 
 use std::io::Cursor;
 
 use hound::{SampleFormat, WavReader};
 
 use super::mel::SAMPLE_RATE;
+use super::resample::{resample, resampled_len};
 use crate::{Error, Result};
 
 /// miniaudio's (dr_wav's) scale from 16-bit integers to floats, 2^-15 (`-32768` to `-1.0`,
@@ -24,16 +24,26 @@ const S16_SCALE: f32 = 1.0 / 32768.0;
 /// The most channels miniaudio reads (`MA_MAX_CHANNELS`).
 const MAX_CHANNELS: u16 = 254;
 
-/// The samples of a WAV file: 16 kHz, mixed down to mono, full scale ±1.
+/// The highest sample rate taken (miniaudio's `ma_standard_sample_rate_max`, the highest
+/// it names).
+const MAX_SAMPLE_RATE: u32 = 384_000;
+
+/// The most samples an up-sampled file may give: two hours at 16 kHz. A file's bytes bound
+/// what it gives at its own rate or lower, but not up-sampled (a 1 Hz file gives 16000
+/// samples a frame), so the length is checked before anything of its size is allocated.
+const MAX_UPSAMPLED: u64 = 2 * 60 * 60 * SAMPLE_RATE as u64;
+
+/// The samples of a WAV file: mixed down to mono, resampled to 16 kHz, full scale ±1.
 ///
 /// # Errors
 /// [`Error::Audio`] for bytes that are not a WAV file, a corrupt or truncated one (its
-/// header's sample count beyond its bytes), or one of another sample rate, channel count or
-/// sample format than those taken.
+/// header's sample count beyond its bytes), one of a sample rate of 0 or above 384 kHz, of
+/// more channels than miniaudio reads or another sample format than those taken, or one
+/// whose up-sampling would give more than two hours at 16 kHz.
 pub fn decode_wav(bytes: &[u8]) -> Result<Vec<f32>> {
     if bytes.len() < 12 || &bytes[..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
         return Err(Error::Audio(
-            "not a WAV file (elelem reads 16 kHz WAV: 16-bit PCM or 32-bit float)".into(),
+            "not a WAV file (elelem reads WAV: 16-bit PCM or 32-bit float)".into(),
         ));
     }
     let reader = WavReader::new(Cursor::new(bytes)).map_err(|e| Error::Audio(format!("invalid WAV file: {e}")))?;
@@ -49,15 +59,22 @@ pub fn decode_wav(bytes: &[u8]) -> Result<Vec<f32>> {
             SampleFormat::Float => "float",
         }
     );
-    if spec.sample_rate != SAMPLE_RATE {
+    if spec.sample_rate == 0 || spec.sample_rate > MAX_SAMPLE_RATE {
         return Err(Error::Audio(format!(
-            "a WAV file of {what}: elelem takes 16 kHz only for now (mtmd would resample it; \
-             convert it first, e.g. `ffmpeg -i in.wav -ar 16000 out.wav`)"
+            "a WAV file of {what}: elelem takes sample rates from 1 Hz to {MAX_SAMPLE_RATE} Hz"
         )));
     }
     if spec.channels > MAX_CHANNELS {
         return Err(Error::Audio(format!(
             "a WAV file of {what}: more channels than miniaudio reads ({MAX_CHANNELS})"
+        )));
+    }
+    let frames = u64::from(reader.len()) / u64::from(spec.channels.max(1));
+    let len = resampled_len(spec.sample_rate, frames);
+    if spec.sample_rate < SAMPLE_RATE && len > MAX_UPSAMPLED {
+        return Err(Error::Audio(format!(
+            "a WAV file of {what}: {frames} frames up-sampled to 16 kHz would be {len} samples, \
+             more than elelem takes ({MAX_UPSAMPLED}, two hours)"
         )));
     }
     let taken = matches!(
@@ -90,9 +107,14 @@ pub fn decode_wav(bytes: &[u8]) -> Result<Vec<f32>> {
             )))
         }
     };
-    Ok(match spec.channels {
+    let mono = match spec.channels {
         1 => interleaved,
         n => mono(&interleaved, n),
+    };
+    Ok(if spec.sample_rate == SAMPLE_RATE {
+        mono
+    } else {
+        resample(&mono, spec.sample_rate, len as usize)
     })
 }
 

@@ -3,9 +3,9 @@
 //! projector, once per audio file) into the language model's input, text tokenized as
 //! `mtmd_tokenize` tokenizes it and each image decoded, preprocessed and encoded into
 //! embeddings the prompt carries ([`PromptEmbeddings`]), decoded as mtmd's helper decodes
-//! them (`causal` or not). An audio file (a 16 kHz WAV) is cut into 30 s log-mel pieces,
-//! a chunk each, whose tokens take a position each, under M-RoPE too (mtmd's helper
-//! places them as text: `set_position_mrope_1d`).
+//! them (`causal` or not). An audio file (a WAV, resampled to 16 kHz) is cut into 30 s
+//! log-mel pieces, a chunk each, whose tokens take a position each, under M-RoPE too
+//! (mtmd's helper places them as text: `set_position_mrope_1d`).
 //!
 //! An image's (an audio file's) embeddings are kept by the hash of its bytes
 //! ([`IMAGE_CACHE_ENTRIES`] of them), so that a conversation that sends the same picture
@@ -182,7 +182,7 @@ impl VisionContext {
     /// # Errors
     /// [`Error::Image`](crate::Error::Image) for bytes that are not an image elelem decodes,
     /// or one too large; [`Error::Audio`](crate::Error::Audio) for bytes that are not a WAV
-    /// file elelem reads (16 kHz, 16-bit PCM or 32-bit float).
+    /// file elelem reads (16-bit PCM or 32-bit float, 1 Hz to 384 kHz).
     pub fn encode(&self, image: &[u8]) -> Result<Arc<EncodedImage>> {
         Ok(self.encode_until(image, &AtomicBool::new(false))?.0)
     }
