@@ -60,7 +60,8 @@ pub(super) fn resampled_len(rate_in: u32, frames: u64) -> u64 {
 pub(super) fn resample(mono: &[f32], rate_in: u32, len: usize) -> Vec<f32> {
     let gcd = gcd(rate_in, SAMPLE_RATE);
     let (rate_in, rate_out) = (rate_in / gcd, SAMPLE_RATE / gcd);
-    let mut lpf = LowPass::new(rate_in.max(rate_out), f64::from(rate_in.min(rate_out)) * 0.5 * 1.0);
+    // The cutoff: the lower rate's Nyquist frequency (`lpfNyquistFactor` 1).
+    let mut lpf = LowPass::new(rate_in.max(rate_out), f64::from(rate_in.min(rate_out)) * 0.5);
     let down = rate_in > rate_out;
     let (advance_int, advance_frac) = (rate_in / rate_out, rate_in % rate_out);
     let mut out = Vec::with_capacity(len);
