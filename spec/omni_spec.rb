@@ -4,6 +4,7 @@ require "base64"
 require "stringio"
 require_relative "spec_helper"
 require_relative "support/projector_pairs"
+require_relative "support/cli_runner"
 
 # Images and audio in one prompt, against llama.cpp's libmtmd: the synthetic Qwen2-VL language
 # model with a Qwen2.5-Omni projector of tmp/synthetic/vision (`tiny-qwen25o-omni`: a
@@ -84,6 +85,21 @@ RSpec.describe "images and audio together" do
       .to raise_error(ArgumentError, /together/)
     expect(model.generate_all(["describe <__media__>"], media: [[image]], max_tokens: 16))
       .to eq([model.generate("describe <__media__>", media: [image], max_tokens: 16)])
+  end
+
+  describe "the elelem command" do
+    include CliRunner
+
+    it "takes --image and --audio together, in their order" do
+      base = ["generate", "-m", File.join(vision_dir, "tiny-qwen25o-omni.gguf"), "--mmproj",
+              File.join(vision_dir, "tiny-qwen25o-omni.mmproj.gguf"), "-t", "2", "-n", "16", "--json"]
+      kase = pair[0]["cases"].find { |c| c["name"] == "wav-then-image" }
+      wav, image = kase["images"].map { |i| file.call(i["file"]) }
+      status, out, = run(*base, "--audio", wav, "--image", image, kase["prompt_text"])
+      expected = model.complete(kase["prompt_text"], media: [wav, image], max_tokens: 16)
+      expect(expected.tokens).to eq(outputs["wav-then-image"]["ids"])
+      expect([status, JSON.parse(out)["text"]]).to eq([0, expected.text])
+    end
   end
 
   it "takes media: on a model with one encoder, and refuses the kind it lacks" do
