@@ -91,6 +91,16 @@ module VisionGolden
     "wav-tones-1s" => ["listen to #{MARKER} and say", ["tones-1s.wav"]],
     "two-wavs" => ["compare #{MARKER} to #{MARKER} in it", ["tones-1s.wav", "noise-0.25s.wav"]]
   }.freeze
+  # Qwen2.5-Omni's projector holds both encoders (`qwen2.5o`): each medium is an image or a
+  # WAV by its bytes (mtmd's helper), laid out and encoded by its own encoder, Qwen2.5-VL's
+  # (between <|vision_start|> and <|vision_end|>, on its grid) or Qwen2-Audio's (between
+  # <|audio_bos|> and <|audio_eos|>, a position each), in one prompt in either order.
+  OMNI = {
+    "jpeg-97x61" => ["describe #{MARKER}", ["97x61-422.jpg"]],
+    "wav-tones-1s" => ["listen to #{MARKER} and say", ["tones-1s.wav"]],
+    "image-then-wav" => ["compare #{MARKER} to #{MARKER} in it", ["97x61-grey.jpg", "tones-1s.wav"]],
+    "wav-then-image" => ["compare #{MARKER} to #{MARKER} in it", ["noise-0.25s.wav", "160x120-progressive-420.jpg"]]
+  }.freeze
   CASES = {
     "tiny-gemma3-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-llava-vision" => TEXT_AFTER.merge(TWO_IMAGES),
@@ -106,7 +116,8 @@ module VisionGolden
     "tiny-llama4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES, TILED_IMAGE),
     "tiny-gemma4-vision" => SINGLE_IMAGE.merge(TWO_IMAGES),
     "tiny-qwen2a-audio" => AUDIO,
-    "tiny-qwen2a-mrope-audio" => AUDIO
+    "tiny-qwen2a-mrope-audio" => AUDIO,
+    "tiny-qwen25o-omni" => OMNI
   }.freeze
 
   module_function
@@ -119,10 +130,15 @@ module VisionGolden
 
   def mmproj_path(name) = File.join(MODELS_DIR, "#{name}.mmproj.gguf")
 
-  # `rake vision_golden`: every pair's fixture, with this build profile's recording.
-  def run
+  # `rake vision_golden`: every pair's fixture (or those of `pairs`, `rake vision_golden
+  # PAIRS=a,b`), with this build profile's recording.
+  # @param pairs [Array<String>, nil] the pairs to record; nil: all
+  def run(pairs = nil)
+    unknown = Array(pairs) - CASES.keys
+    raise ArgumentError, "no such vision pairs: #{unknown.join(", ")}" unless unknown.empty?
+
     Reference.build
-    CASES.each_key { |name| record(name) }
+    (pairs || CASES.keys).each { |name| record(name) }
   end
 
   # `rake goldens`: each pair whose fixture has no recording for this build profile is

@@ -1,8 +1,11 @@
 # frozen_string_literal: true
 
 module Elelem
-  # A prompt's images and audio as the model's projector takes them: a vision projector
-  # images ({Images}), an audio projector audio ({Audio}); the other kind is refused by name.
+  # A prompt's images and audio as the model's projector takes them: a vision encoder images
+  # ({Images}), an audio encoder audio ({Audio}), a projector with both (Qwen2.5-Omni's) either,
+  # mixed in marker order; the kind the projector lacks is refused by name. The native side
+  # tells a medium's kind by its bytes, as llama.cpp's mtmd helper does: a WAV file
+  # ("RIFF....WAVE") is audio, anything else an image.
   # @api private
   module Media
     module_function
@@ -23,55 +26,117 @@ module Elelem
       content.is_a?(Array) ? content : []
     end
 
-    # A part's file bytes.
+    # A part's file bytes, checked to be of the part's kind where the model takes both
+    # ({.kind!}).
+    # @param both [Boolean] whether the model takes images and audio
     # @return [String] binary
-    def read(type, part)
-      Audio::PARTS.include?(type) ? Audio.read(Audio.part(part)) : Images.read(ChatOptions.image(part))
+    def read(type, part, both: false)
+      audio = Audio::PARTS.include?(type)
+      bytes = audio ? Audio.read(Audio.part(part)) : Images.read(ChatOptions.image(part))
+      both ? kind!(bytes, audio) : bytes
     end
 
-    # Refuses parts of the kind the projector does not take (audio where there is no audio
-    # projector, images where it is one).
+    # Whether `bytes` are a WAV file, as mtmd's helper tells audio from images.
+    # @param bytes [String] binary
+    def wav?(bytes) = bytes.bytesize >= 12 && bytes.start_with?("RIFF") && bytes.byteslice(8, 4) == "WAVE"
+
+    # `bytes`, refused where they are not of the kind they were given as (`audio`): for a
+    # model with both encoders, which tells them apart by their bytes alone.
+    # @raise [Elelem::AudioError] for audio that is no WAV file
+    # @raise [Elelem::ImageError] for an image that is a WAV file
+    def kind!(bytes, audio)
+      return bytes if wav?(bytes) == audio
+      raise AudioError, "this audio is not a WAV file (RIFF/WAVE): elelem reads WAV files" if audio
+
+      raise ImageError, "this image is a WAV file: pass audio as audio (audio:, media: or an audio part)"
+    end
+
+    # Refuses parts of the kind the projector does not take (audio where it has no audio
+    # encoder, images where it has an audio encoder only; a model without a projector refuses
+    # images natively).
     # @param parts [Array<Array(String, Hash)>] {.parts}
+    # @param vision [Boolean] whether the model takes images ({Model#vision?})
     # @param audio [Boolean] whether the model takes audio ({Model#audio?})
     # @raise [Elelem::AudioError, Elelem::ImageError]
-    def check(parts, audio:)
-      type, = parts.find { |t, _| Audio::PARTS.include?(t) != audio }
+    def check(parts, vision:, audio:)
+      type, = parts.find { |t, _| Audio::PARTS.include?(t) ? !audio : audio && !vision }
       return if type.nil?
-      raise ImageError, "image content parts (#{type}) need a vision projector: this model's takes audio" if audio
+      raise AudioError, no_audio("audio content parts (#{type})") if Audio::PARTS.include?(type)
 
-      raise AudioError, "audio content parts (#{type}) need a model opened with an audio projector " \
-                        "(Elelem.open's mmproj:, Qwen2-Audio's)"
+      raise ImageError, "image content parts (#{type}) need a vision projector: this model's takes audio"
     end
 
-    # {Model#generate}'s `images:` or `audio:` as the model takes them: audio read here, so
-    # that its errors are {AudioError}s.
+    # The refusal of audio (`what`) on a model without an audio encoder.
+    def no_audio(what)
+      "#{what} need a model opened with an audio projector (Elelem.open's mmproj:, Qwen2-Audio's or " \
+        "Qwen2.5-Omni's)"
+    end
+
+    # {Model#generate}'s `images:`, `audio:` or `media:` as the model takes them: audio read
+    # here, so that its errors are {AudioError}s; media read and refused where the model lacks
+    # their kind.
+    # @param given [Hash] the options `:images`, `:audio` and `:media` given (nil where not)
+    # @param vision [Boolean] whether the model takes images ({Model#vision?})
     # @param audio_model [Boolean] whether the model takes audio ({Model#audio?})
     # @return [Array, Object, nil] what {Images.attach} takes
-    def option(images, audio, audio_model)
-      return images_option(images, audio_model) if audio.nil?
-      raise ArgumentError, "images: and audio: together: a projector takes one or the other" unless images.nil?
-      unless audio_model
-        raise AudioError, "audio: needs a model opened with an audio projector (Elelem.open's mmproj:, Qwen2-Audio's)"
-      end
+    # @raise [ArgumentError] for more than one of them
+    def option(given, vision, audio_model)
+      images, audio, media = given.values_at(:images, :audio, :media)
+      together!(images, audio, media)
+      return media_option(media, vision, audio_model) unless media.nil?
+      return images_option(images, vision, audio_model) if audio.nil?
+      raise AudioError, no_audio("audio:") unless audio_model
 
-      (audio.is_a?(Array) ? audio : [audio]).map { |a| Audio.read(a) }
+      (audio.is_a?(Array) ? audio : [audio]).map { |a| vision ? kind!(Audio.read(a), true) : Audio.read(a) }
     end
 
-    # {Model#generate_all}'s `images:` or `audio:`: an entry per prompt, each as {.option}
-    # takes it.
+    # Refuses more than one of `images:`, `audio:` and `media:`.
+    # @raise [ArgumentError]
+    def together!(images, audio, media)
+      given = { images:, audio:, media: }.compact.keys
+      return if given.size < 2
+
+      raise ArgumentError, "#{given.map { |k| "#{k}:" }.join(" and ")} together: pass the images and audio in " \
+                           "media: (in the order of their markers)"
+    end
+
+    # `media:`: each an image or a WAV file (a path, bytes or an IO), read, and refused where
+    # the model lacks its kind.
+    # @return [Array<String>] the bytes, in order
+    def media_option(media, vision, audio_model)
+      (media.is_a?(Array) ? media : [media]).map do |medium|
+        bytes = read_medium(medium)
+        if wav?(bytes)
+          raise AudioError, no_audio("audio files in media:") unless audio_model
+        elsif audio_model && !vision
+          raise ImageError, "images in media: need a vision projector: this model's takes audio (WAV files)"
+        end
+        bytes
+      end
+    end
+
+    # A medium's bytes: a path, a binary String, a `data:` URI (an image's) or an IO.
+    # @return [String] binary
+    # @raise [Elelem::AudioError] for a `.wav` path that cannot be read
+    # @raise [Elelem::ImageError] for anything else that cannot be read
+    def read_medium(medium)
+      path = medium.respond_to?(:to_path) ? medium.to_path : medium
+      path.is_a?(String) && path.end_with?(".wav") ? Audio.read(path) : Images.read(medium)
+    end
+
+    # {Model#generate_all}'s `images:`, `audio:` or `media:`: an entry per prompt, each as
+    # {.option} takes it.
+    # @param given [Hash] as {.option}
     # @param count [Integer] the prompts
     # @return [Array, nil] what {Images.attach_all} takes
     # @raise [ArgumentError] for another number of entries than prompts
-    def options_all(images, audio, audio_model, count)
-      raise ArgumentError, "images: and audio: together: a projector takes one or the other" if images && audio
-      return images_all(images, audio_model, count) if audio.nil?
+    def options_all(given, vision, audio_model, count)
+      images, audio, media = given.values_at(:images, :audio, :media)
+      together!(images, audio, media)
+      name, entries = given.compact.first
+      return nil if entries.nil?
 
-      per_prompt(:audio, audio, count).map { |entry| entry && option(nil, entry, audio_model) }
-    end
-
-    # {.options_all} without audio.
-    def images_all(images, audio_model, count)
-      images && per_prompt(:images, images, count).map { |entry| images_option(entry, audio_model) }
+      per_prompt(name, entries, count).map { |entry| entry && option({ name => entry }, vision, audio_model) }
     end
 
     # `entries`, checked to hold one per prompt.
@@ -82,13 +147,14 @@ module Elelem
       raise ArgumentError, "#{name}: must hold an entry per prompt (its #{name}, or nil), got #{got}"
     end
 
-    # `images:` where no `audio:` is given: refused for an audio projector.
-    def images_option(images, audio_model)
-      if audio_model && ![nil, []].include?(images)
-        raise ImageError, "this model's projector takes audio (audio:), not images"
-      end
+    # `images:` where no `audio:` is given: refused for an audio projector, and (for a model
+    # with both encoders, which tells them apart by their bytes) a WAV file among them; a
+    # model without a projector refuses them natively.
+    def images_option(images, vision, audio_model)
+      return images if [nil, []].include?(images) || !audio_model
+      raise ImageError, "this model's projector takes audio (audio:), not images" unless vision
 
-      images
+      (images.is_a?(Array) ? images : [images]).map { |image| kind!(Images.read(image), false) }
     end
   end
 end

@@ -115,6 +115,7 @@ module Elelem
     # @raise [Elelem::ImageError] for an image that cannot be read, decoded or encoded
     # @raise [Elelem::AudioError] for audio that cannot be read or decoded (a WAV of a rate
     #   of 0 or above 384 kHz names it), or `audio:` on a model without an audio projector
+    # @raise [ArgumentError] for more than one of `images:`, `audio:` and `media:`
     #
     # With `images:` (a model opened with a projector, see {#vision?}), the text places each
     # image with {Images::MARKER} (or they all come first), and each is decoded, preprocessed
@@ -132,6 +133,17 @@ module Elelem
     #   model = Elelem.open("Qwen2-Audio-7B-Instruct-Q4_K_M.gguf", mmproj: "mmproj-Qwen2-Audio-7B-Instruct-f16.gguf")
     #   model.generate("<|im_start|>user\nAudio 1: #{Elelem::Images::MARKER}\nWhat is said?<|im_end|>\n" \
     #                  "<|im_start|>assistant\n", audio: ["speech.wav"])
+    #
+    # With `media:` (a model whose projector has both encoders, Qwen2.5-Omni's: {#vision?} and
+    # {#audio?}), images and audio in one prompt: each entry a path, bytes or an IO of an image
+    # or a WAV file, in the order of their markers, told apart by their bytes as mtmd's helper
+    # tells them (a WAV is audio); on a model with one encoder, `media:` takes its kind and
+    # refuses the other. `images:` and `audio:` together are refused: pass `media:`.
+    # @example An image and a recording together
+    #   model = Elelem.open("Qwen2.5-Omni-3B-Q4_K_M.gguf", mmproj: "mmproj-Qwen2.5-Omni-3B-Q8_0.gguf")
+    #   model.generate("<|im_start|>user\n#{Elelem::Images::MARKER}#{Elelem::Images::MARKER}Is the " \
+    #                  "recording about the picture?<|im_end|>\n<|im_start|>assistant\n",
+    #                  media: ["cat.jpg", "speech.wav"])
     def generate(prompt, **options, &)
       options, constraint = Options.constraint(options)
       result = run(prompt, options, text: prompt.is_a?(String), constraint:, &)
@@ -186,18 +198,21 @@ module Elelem
     #   (nil or [] for a prompt without)
     # @param audio [Array<Array, nil>, nil] each prompt's audio files, as {#generate} takes them,
     #   for a model with an audio projector ({#audio?})
+    # @param media [Array<Array, nil>, nil] each prompt's images and audio files in marker order,
+    #   as {#generate} takes them (one of `images:`, `audio:` and `media:`)
     # @param options see {#generate} (a constraint applies to each prompt); the prompts are not
     #   decoded speculatively
     # @yieldparam index [Integer] which prompt a piece (or id) belongs to
     # @yieldparam piece [String, Integer]
     # @return [Array<String, Array<Integer>>] in the order of `prompts`
-    def generate_all(prompts, images: nil, audio: nil, **options, &block)
+    def generate_all(prompts, images: nil, audio: nil, media: nil, **options, &block)
       raise ArgumentError, "prompts must be an Array, got #{prompts.class}" unless prompts.is_a?(Array)
 
       options, constraint = Options.constraint(options)
       opts = Options.generation(options)
       Speculation.refuse_batch(opts)
-      checked, attachments = Images.attach_all(prompts, Media.options_all(images, audio, audio?, prompts.size))
+      given = { images:, audio:, media: }
+      checked, attachments = Images.attach_all(prompts, Media.options_all(given, vision?, audio?, prompts.size))
       results = _run_all(checked, attachments, opts, constraint, &block)
       results.zip(checked).map { |result, prompt| prompt.is_a?(String) ? result[:text] : result[:tokens] }
     end
@@ -391,13 +406,15 @@ module Elelem
       _info
     end
 
-    # Whether prompts may hold images: the model was opened with a vision projector (`mmproj:`,
-    # or one found beside its file; {#info}'s `:mmproj` names its type).
+    # Whether prompts may hold images: the model was opened with a projector that has a vision
+    # encoder (`mmproj:`, or one found beside its file; {#info}'s `:vision`, and `:mmproj`
+    # names its type).
     # @return [Boolean]
-    def vision? = !info[:mmproj].nil? && !audio?
+    def vision? = info[:vision] == true
 
     # Whether prompts may hold audio (`audio:`, audio content parts): the model was opened
-    # with an audio projector (Qwen2-Audio's `qwen2a`; {#info}'s `:audio`).
+    # with a projector that has an audio encoder (Qwen2-Audio's `qwen2a`, Qwen2.5-Omni's
+    # `qwen2.5o`, which has both: {#vision?} too; {#info}'s `:audio`).
     # @return [Boolean]
     def audio? = info[:audio] == true
 
@@ -440,8 +457,8 @@ module Elelem
     end
 
     def run(prompt, options, text:, logprobs: nil, constraint: nil, &block)
-      opts = Options.generation(options.except(:images, :audio))
-      prompt = Images.attach(prompt, Media.option(options[:images], options[:audio], audio?), opts)
+      opts = Options.generation(options.except(:images, :audio, :media))
+      prompt = Images.attach(prompt, Media.option(options.slice(:images, :audio, :media), vision?, audio?), opts)
       @last_stop_reason = :interrupted
       result = generate_now(prompt, opts, text, logprobs, constraint, &block)
       @last_result = result

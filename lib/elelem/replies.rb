@@ -53,7 +53,8 @@ module Elelem
       # Renders the conversation with template variables into what {#chat} evaluates: its ids,
       # or with images an {Images::Prompt} (whose images the projector lays out around the text).
       def chat_renderer(messages, template, system, parse_special)
-        images = chat_media(messages).map { |type, part| Media.read(type, part) }
+        both = vision? && audio?
+        images = chat_media(messages).map { |type, part| Media.read(type, part, both:) }
         return ->(vars) { chat_ids(messages, template, system, parse_special, vars) } if images.empty?
 
         lambda do |vars|
@@ -115,7 +116,9 @@ module Elelem
 
       # The conversation's image and audio parts ({Media.parts}), refused where this model's
       # projector takes the other kind (or there is none, for audio).
-      def chat_media(messages) = Media.parts(messages).tap { |parts| Media.check(parts, audio: audio?) }
+      def chat_media(messages)
+        Media.parts(messages).tap { |parts| Media.check(parts, vision: vision?, audio: audio?) }
+      end
 
       def chat_arguments(messages, template, system, variables)
         template = Options.text(:template, template) unless template.nil?

@@ -53,6 +53,17 @@ impl GgufWriter {
         self
     }
 
+    /// Adds `other`'s metadata (each key as [`GgufWriter::set`] sets it: a key both have
+    /// takes `other`'s value, moved after the others) and then its tensors: two writers'
+    /// files in one (a projector with both a vision and an audio encoder).
+    pub fn append(&mut self, other: GgufWriter) -> &mut Self {
+        for (key, value) in other.metadata {
+            self.set(&key, value);
+        }
+        self.tensors.extend(other.tensors);
+        self
+    }
+
     /// The bytes of the first tensor called `name`, to alter in place.
     pub fn tensor_data_mut(&mut self, name: &str) -> Option<&mut [u8]> {
         self.tensors

@@ -3,7 +3,8 @@
 //! embedding models of `canary::embedding()`) into a directory, as `<name>.gguf`, and the
 //! language models with projectors of `mmproj::pairs()` into its `vision/` folder, as
 //! `<name>.gguf` and `<name>.mmproj.gguf` (apart: they are not text models' goldens), and
-//! those with audio projectors of `audio::pairs()` beside them:
+//! those with audio projectors of `audio::pairs()` and with both encoders of
+//! `omni::pairs()` beside them:
 //! `cargo run --release --example write_synthetic -- DIR`.
 fn main() {
     let dir = std::path::PathBuf::from(std::env::args().nth(1).expect("usage: write_synthetic DIR"));
@@ -20,7 +21,8 @@ fn main() {
     let vision = dir.join("vision");
     std::fs::create_dir_all(&vision).expect("cannot create the directory");
     let audio = elelem_testkit::audio::pairs();
-    for (name, model, projector) in elelem_testkit::mmproj::pairs().into_iter().chain(audio) {
+    let omni = elelem_testkit::omni::pairs();
+    for (name, model, projector) in elelem_testkit::mmproj::pairs().into_iter().chain(audio).chain(omni) {
         std::fs::write(vision.join(format!("{name}.gguf")), model.to_bytes()).expect("cannot write a model");
         std::fs::write(vision.join(format!("{name}.mmproj.gguf")), projector.to_bytes())
             .expect("cannot write a projector");

@@ -8,6 +8,7 @@
 //! - [`model_path`]: the real models `rake models` downloads.
 //! - [`mmproj`]: seeded random-weight projector GGUFs (`mmproj`) for the vision encoder.
 //! - [`audio`]: seeded random-weight whisper-style audio projector GGUFs.
+//! - [`omni`]: a projector GGUF with both encoders (Qwen2.5-Omni's `qwen2.5o`).
 //! - [`mtmd`]: the pinned llama.cpp's image decoding and preprocessing, and its vision
 //!   encoder (clip.cpp), compiled by `build.rs`, to compare the engine's `vision` with.
 
@@ -16,6 +17,7 @@ pub mod canary;
 pub mod hostile;
 pub mod mmproj;
 pub mod mtmd;
+pub mod omni;
 pub mod xorshift;
 
 use std::path::PathBuf;

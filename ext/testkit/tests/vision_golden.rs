@@ -57,8 +57,10 @@ fn ids(v: &Value) -> Vec<u32> {
 
 /// The prompt as mtmd's chunks: `("text", ids)`, `("image", [n_tokens, nx, ny, n_pos])`
 /// (the tokens in one row, as mtmd counts them, where the model places them by position),
-/// or, from an audio projector, `("audio", [n_tokens, n_pos])`.
-fn chunks(prompt: &MultimodalPrompt, n_embd: usize, audio: bool) -> Vec<(&'static str, Vec<u32>)> {
+/// or, from an audio encoder, `("audio", [n_tokens, n_pos])`: every chunk of an audio
+/// projector, and of one with both encoders (whose language model places images on a
+/// grid, under M-RoPE) those without a grid.
+fn chunks(prompt: &MultimodalPrompt, n_embd: usize, vision: &VisionContext) -> Vec<(&'static str, Vec<u32>)> {
     let mut out = Vec::new();
     let mut at = 0;
     let text = |from: usize, to: usize, out: &mut Vec<(&'static str, Vec<u32>)>| {
@@ -71,6 +73,7 @@ fn chunks(prompt: &MultimodalPrompt, n_embd: usize, audio: bool) -> Vec<(&'stati
         let rows = e.embd.len() / n_embd;
         let (nx, ny) = e.grid.unwrap_or((rows as u32, 1));
         let n_pos = e.n_pos(n_embd) as u32;
+        let audio = vision.audio() && (!vision.vision() || e.grid.is_none());
         out.push(match audio {
             true => ("audio", vec![rows as u32, n_pos]),
             false => ("image", vec![rows as u32, nx, ny, n_pos]),
@@ -219,7 +222,7 @@ fn check_pair(name: &str) {
             })
             .collect();
         assert_eq!(
-            chunks(&prompt, n_embd, vision.audio()),
+            chunks(&prompt, n_embd, &vision),
             expected_chunks,
             "{name} {case_name}: mtmd's chunks"
         );
@@ -353,6 +356,14 @@ fn qwen2a_audio_prompts_match_mtmd() {
 #[test]
 fn qwen2a_audio_prompts_under_mrope_match_mtmd() {
     check_pair("tiny-qwen2a-mrope-audio");
+}
+
+/// Qwen2.5-Omni's projector (`qwen2.5o`: a Qwen2.5-VL vision encoder and a Qwen2-Audio one
+/// in one file) beside a Qwen2-VL language model: an image, a WAV, and both in one prompt in
+/// either order, each medium told by its bytes and encoded by its own encoder.
+#[test]
+fn qwen25o_image_and_audio_prompts_match_mtmd() {
+    check_pair("tiny-qwen25o-omni");
 }
 
 /// Under M-RoPE an image's rows share one position: `decode_image` refuses what mtmd's

@@ -11,10 +11,11 @@ module Elelem
         sampling_options(o, op, "generate")
         o.on("--chat", "send PROMPT as a user message through the chat template") { op[:chat] = true }
         o.on("--image FILE", "an image before PROMPT (repeatable; needs the model's projector, --mmproj)") do |f|
-          (op[:images] ||= []) << f
+          (op[:media] ||= []) << [:images, f]
         end
-        o.on("--audio FILE", "a WAV file before PROMPT (repeatable; needs an audio projector, --mmproj)") do |f|
-          (op[:audio] ||= []) << f
+        o.on("--audio FILE", "a WAV file before PROMPT (repeatable, in order with --image; needs an audio " \
+                             "projector, --mmproj)") do |f|
+          (op[:media] ||= []) << [:audio, f]
         end
         o.on("--json", "print one JSON object: text, finish reason, token counts, seed (a string above 2^53), " \
                        "timings") { op[:json] = true }
@@ -27,10 +28,10 @@ module Elelem
 
     def generate(model, prompt, opts)
       gen = SAMPLING["generate"].slice(:max_tokens).merge(opts[:gen], seed: Options.seed(opts[:gen][:seed]))
-      media = opts.slice(:images, :audio)
-      prompt = chat_input(model, prompt, media, opts) if opts[:chat] || opts[:system] || opts[:template]
+      given = opts[:media] || []
+      prompt = chat_input(model, prompt, given, opts) if opts[:chat] || opts[:system] || opts[:template]
       stream = opts[:json] ? nil : ->(piece) { @out.print(piece).then { @out.flush } }
-      completion = model.complete(prompt, **media, **gen, &stream)
+      completion = model.complete(prompt, **media_option(given), **gen, &stream)
       @out.puts(opts[:json] ? JSON.generate(summary(model, completion, gen)) : "")
       @out.flush
       CLI.stop_note(@err, completion.finish_reason, gen[:max_tokens])
@@ -39,12 +40,23 @@ module Elelem
     # The content part each of --image's and --audio's files becomes in a chat message.
     MEDIA_PARTS = { images: :image, audio: :audio }.freeze
 
+    # --image's and --audio's files (`[kind, file]` in the order given) as {Model#complete}
+    # takes them: `images:` or `audio:` where they are of one kind, else `media:` (a projector
+    # with both encoders, Qwen2.5-Omni's).
+    # @return [Hash]
+    def media_option(given)
+      kinds = given.map(&:first).uniq
+      return {} if kinds.empty?
+
+      { (kinds.size == 1 ? kinds.first : :media) => given.map(&:last) }
+    end
+
     # With --chat (or a system message, or a template): PROMPT as a user message through the
-    # template, its images or audio files before it ({Model#chat_input}).
+    # template, its images and audio files before it in the order given ({Model#chat_input}).
     def chat_input(model, prompt, media, opts)
-      parts = media.flat_map do |kind, files|
+      parts = media.map do |kind, file|
         key = MEDIA_PARTS[kind]
-        files.map { |file| { type: key.to_s, key => file } }
+        { type: key.to_s, key => file }
       end
       content = parts.empty? ? prompt : [*parts, prompt]
       model.chat_input([{ role: "user", content: }], **opts.slice(:system, :template))

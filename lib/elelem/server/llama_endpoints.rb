@@ -101,7 +101,7 @@ module Elelem
                      n_ctx: info[:n_ctx] }
         json(200, { default_generation_settings: settings, total_slots: info[:parallel] || 1,
                     model_alias: served_name, model_path: info[:path],
-                    modalities: { vision: false, video: false, audio: false },
+                    modalities: { vision: model.vision?, video: false, audio: model.audio? },
                     endpoint_slots: true, endpoint_props: false, endpoint_metrics: true,
                     chat_template: @template || model.chat_template.to_s, **special_tokens(model),
                     build_info: "elelem #{VERSION}", is_sleeping: false })

@@ -74,7 +74,7 @@ impl Model {
         };
         let mut deliver = Delivery::new(ruby, yield_text, logprobs.is_some());
         let with_encode = |h: RHash| -> Result<RHash, Error> {
-            if let Some((key, seconds)) = encode_seconds {
+            for &(key, seconds) in &encode_seconds {
                 h.aset(ruby.to_symbol(key), seconds)?;
             }
             Ok(h)
@@ -299,15 +299,16 @@ fn scheduler<'r>(ruby: &Ruby, runtime: &'r engine::Runtime) -> Result<&'r engine
     })
 }
 
-/// A prompt's ids, its media's embeddings, and the seconds their encoding took under the
-/// timing's name (`image_encode_seconds` or `audio_encode_seconds`; none without media).
-type PromptParts = (Vec<u32>, Vec<engine::PromptEmbeddings>, Option<(&'static str, f64)>);
+/// A prompt's ids, its media's embeddings, and the seconds their encoding took under each
+/// timing's name (`image_encode_seconds` with images, `audio_encode_seconds` with audio).
+type PromptParts = (Vec<u32>, Vec<engine::PromptEmbeddings>, Vec<(&'static str, f64)>);
 
-/// The prompt's ids and, when `opts[:images]` holds images (binary Strings of their
-/// files), their embeddings: the text places them with `Elelem::Images::MARKER`, laid out
+/// The prompt's ids and, when `opts[:images]` holds media (binary Strings of their files:
+/// images, or WAV files for a projector with an audio encoder, in marker order), their
+/// embeddings: the text places them with `Elelem::Images::MARKER`, laid out
 /// as mtmd lays them out (see [`engine::runtime::vision::VisionContext::prompt`]), with special
 /// tokens parsed but in the byte ranges `opts[:plain]` (`[[start, end], ...]`: a chat's
-/// contents), and the seconds the encoder's passes took for them (none without images).
+/// contents), and the seconds each encoder's passes took for them (none without media).
 /// Encoding runs without the GVL; an interrupt stops it.
 fn prompt_with_images(
     ruby: &Ruby,
@@ -318,7 +319,7 @@ fn prompt_with_images(
     let images: Option<RArray> = opts.lookup(ruby.to_symbol("images"))?;
     let Some(images) = images.filter(|i| !i.is_empty()) else {
         let model = runtime.model();
-        return Ok((prompt_ids(ruby, model, prompt)?, Vec::new(), None));
+        return Ok((prompt_ids(ruby, model, prompt)?, Vec::new(), Vec::new()));
     };
     let arg_error = |message: &str| Error::new(ruby.exception_arg_error(), message.to_string());
     let vision = runtime.vision().ok_or_else(|| {
@@ -349,12 +350,12 @@ fn prompt_with_images(
         vision.prompt(model, &text, &plain, &images, capacity, &interrupt)
     })?
     .map_err(|e| engine_error(ruby, e))?;
-    let timing = if vision.audio() {
-        "audio_encode_seconds"
-    } else {
-        "image_encode_seconds"
-    };
-    Ok((built.ids, built.embeddings, Some((timing, built.encode_seconds))))
+    let timings = [
+        ("image_encode_seconds", built.image_encode_seconds),
+        ("audio_encode_seconds", built.audio_encode_seconds),
+    ];
+    let timings = timings.into_iter().filter_map(|(key, s)| s.map(|s| (key, s))).collect();
+    Ok((built.ids, built.embeddings, timings))
 }
 
 fn prompt_ids(ruby: &Ruby, model: &engine::Model, prompt: Value) -> Result<Vec<u32>, Error> {

@@ -101,10 +101,9 @@ impl Model {
         h.aset(sym("pooling"), hp.pooling.map(|p| sym(p.name())))?;
         h.aset(sym("embedding_length"), hp.n_embd)?;
         h.aset(sym("causal"), hp.causal_attn)?;
-        h.aset(
-            sym("mmproj"),
-            runtime.vision().map(|v| v.mmproj().hparams.projector.name()),
-        )?;
+        // Both types of a file with both encoders, the vision encoder's first.
+        h.aset(sym("mmproj"), runtime.vision().map(|v| v.projector_names().join("+")))?;
+        h.aset(sym("vision"), runtime.vision().is_some_and(|v| v.vision()))?;
         h.aset(sym("audio"), runtime.vision().is_some_and(|v| v.audio()))?;
         h.aset(
             sym("draft"),

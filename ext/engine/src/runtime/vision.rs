@@ -1,11 +1,14 @@
 //! A projector opened beside a language model, as mtmd's `mtmd_context`: it turns a
-//! prompt whose text holds mtmd's media marker once per image (or, for an audio
-//! projector, once per audio file) into the language model's input, text tokenized as
-//! `mtmd_tokenize` tokenizes it and each image decoded, preprocessed and encoded into
+//! prompt whose text holds mtmd's media marker once per medium (an image, or for a
+//! projector with an audio encoder an audio file; a file may hold both encoders, as
+//! Qwen2.5-Omni's does: mtmd's `ctx_v` and `ctx_a`) into the language model's input, text
+//! tokenized as `mtmd_tokenize` tokenizes it and each medium read and encoded into
 //! embeddings the prompt carries ([`PromptEmbeddings`]), decoded as mtmd's helper decodes
-//! them (`causal` or not). An audio file (a WAV, resampled to 16 kHz) is cut into 30 s
-//! log-mel pieces, a chunk each, whose tokens take a position each, under M-RoPE too
-//! (mtmd's helper places them as text: `set_position_mrope_1d`).
+//! them (`causal` or not). Each medium is an image or a WAV by its bytes, as mtmd's helper
+//! tells them ("RIFF....WAVE"), read and encoded by its own encoder: an image decoded and
+//! preprocessed; an audio file (a WAV, resampled to 16 kHz) cut into 30 s log-mel pieces,
+//! a chunk each, whose tokens take a position each, under M-RoPE too (mtmd's helper places
+//! them as text: `set_position_mrope_1d`).
 //!
 //! An image's (an audio file's) embeddings are kept by the hash of its bytes
 //! ([`IMAGE_CACHE_ENTRIES`] of them), so that a conversation that sends the same picture
@@ -32,15 +35,14 @@ use crate::{Error, Model, Result};
 /// How many images' (audio files') embeddings a [`VisionContext`] keeps.
 pub const IMAGE_CACHE_ENTRIES: usize = 16;
 
-/// A language model's projector, ready to encode images (or audio) into its prompts.
+/// A language model's projector, ready to encode images and/or audio into its prompts.
 pub struct VisionContext {
-    mmproj: Arc<Mmproj>,
-    /// One image is encoded at a time.
-    encoder: Mutex<Encoder>,
-    media: Media,
-    /// Whether the language model decodes image tokens causally (mtmd's
-    /// `mtmd_decode_use_non_causal`: not Gemma 3's, nor Gemma 4's but its E2B's and E4B's).
-    causal: bool,
+    /// The vision encoder, where the projector has one: images decoded, then
+    /// preprocessed by the projector type's preprocessor.
+    vision: Option<Part<(Preprocessor, ImageParams)>>,
+    /// The audio encoder, where the projector has one: a WAV file, its log-mel
+    /// spectrogram in pieces of 30 s.
+    audio: Option<Part<WhisperMel>>,
     /// Whether the language model places image tokens on their grid (mtmd's
     /// `mtmd_decode_use_mrope`: a model under multi-dimensional rope).
     mrope: bool,
@@ -49,12 +51,46 @@ pub struct VisionContext {
     cache: Mutex<VecDeque<Arc<EncodedImage>>>,
 }
 
-/// How a projector's media are read before its encoder.
-enum Media {
-    /// Images: decoded, then preprocessed by the projector type's preprocessor.
-    Images(Preprocessor, ImageParams),
-    /// Audio: a WAV file, its log-mel spectrogram in pieces of 30 s.
-    Audio(WhisperMel),
+/// One of the projector's encoders, and how its media are read before it (`reader`).
+struct Part<R> {
+    mmproj: Arc<Mmproj>,
+    /// One medium is encoded at a time.
+    encoder: Mutex<Encoder>,
+    reader: R,
+    /// Whether the language model decodes this encoder's tokens causally (mtmd's
+    /// `mtmd_decode_use_non_causal` for the chunk's encoder: not Gemma 3's, nor Gemma 4's
+    /// but its E2B's and E4B's).
+    causal: bool,
+}
+
+impl<R> Part<R> {
+    fn open(mmproj: Mmproj, params: EncoderParams, reader: R) -> Result<Part<R>> {
+        let mmproj = Arc::new(mmproj);
+        // mtmd_decode_use_non_causal: Gemma 3's images see each other both ways, and Gemma
+        // 4's but for its E2B and E4B (by the projector's width, as mtmd tells them).
+        let causal = match mmproj.hparams.projector {
+            ProjectorType::Gemma3 => false,
+            ProjectorType::Gemma4v => matches!(mmproj.n_mmproj_embd(), 1536 | 2560),
+            _ => true,
+        };
+        let encoder = Encoder::new(Arc::clone(&mmproj), params)?;
+        Ok(Part {
+            mmproj,
+            encoder: Mutex::new(encoder),
+            reader,
+            causal,
+        })
+    }
+
+    fn encoder(&self) -> std::sync::MutexGuard<'_, Encoder> {
+        self.encoder.lock().expect("encoder lock")
+    }
+}
+
+/// Whether `bytes` are a WAV file ("RIFF", a size, "WAVE"), as mtmd's helper tells audio
+/// from images.
+fn is_wav(bytes: &[u8]) -> bool {
+    bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WAVE"
 }
 
 /// An image (or an audio file) encoded: where its embeddings go ([`image_layout`],
@@ -118,71 +154,98 @@ pub struct MultimodalPrompt {
     /// The positions the prompt takes in its sequence: one per id, but an image's under
     /// multi-dimensional rope, which take the longer side of its grid (mtmd's `n_past`).
     pub n_pos: usize,
-    /// Seconds the encoder's passes took for the images this prompt encoded (those not
-    /// from the cache): what `mtmd_encode_chunk` does, not the decoding or preprocessing.
-    pub encode_seconds: f64,
+    /// Seconds the vision encoder's passes took for the images this prompt encoded (those
+    /// not from the cache): what `mtmd_encode_chunk` does, not the decoding or
+    /// preprocessing; `None` for a prompt without images.
+    pub image_encode_seconds: Option<f64>,
+    /// The same for the audio encoder and the prompt's audio files.
+    pub audio_encode_seconds: Option<f64>,
 }
 
 impl VisionContext {
-    /// Opens the projector at `path` for `model`: a vision or an audio encoder.
+    /// Opens the projector at `path` for `model`: a vision encoder, an audio encoder, or
+    /// both (each encoder's compute buffer planned with `params`).
     ///
     /// # Errors
     /// [`Error::Load`](crate::Error::Load) for a projector that cannot be read or whose
     /// embeddings are not the model's width; [`Error::Unsupported`](crate::Error::Unsupported)
     /// for a model that does not take embeddings.
     pub fn open(path: &Path, model: &Model, params: EncoderParams) -> Result<VisionContext> {
-        let mmproj = Arc::new(Mmproj::open(path)?);
-        mmproj.check_text_model(model.hparams.n_embd_inp())?;
+        let encoders = Mmproj::open_encoders(path)?;
+        for mmproj in encoders.vision.iter().chain(&encoders.audio) {
+            mmproj.check_text_model(model.hparams.n_embd_inp())?;
+        }
         model.check_takes_embeddings()?;
-        let hp = &mmproj.hparams;
-        let media = if hp.projector.audio() {
-            Media::Audio(WhisperMel::new(hp.n_mel_bins as usize)?)
-        } else {
-            let (kind, params) = hp.preprocessing();
-            Media::Images(kind, params)
-        };
-        // mtmd_decode_use_non_causal: Gemma 3's images see each other both ways, and Gemma
-        // 4's but for its E2B and E4B (by the projector's width, as mtmd tells them).
-        let causal = match hp.projector {
-            ProjectorType::Gemma3 => false,
-            ProjectorType::Gemma4v => matches!(mmproj.n_mmproj_embd(), 1536 | 2560),
-            _ => true,
-        };
-        let encoder = Encoder::new(Arc::clone(&mmproj), params)?;
+        let vision = encoders
+            .vision
+            .map(|mmproj| {
+                let reader = mmproj.hparams.preprocessing();
+                Part::open(mmproj, params, reader)
+            })
+            .transpose()?;
+        let audio = encoders
+            .audio
+            .map(|mmproj| {
+                let mel = WhisperMel::new(mmproj.hparams.n_mel_bins as usize)?;
+                Part::open(mmproj, params, mel)
+            })
+            .transpose()?;
         Ok(VisionContext {
-            mmproj,
-            encoder: Mutex::new(encoder),
-            media,
-            causal,
+            vision,
+            audio,
             mrope: model.hparams.rope.mode.positions_per_token() > 1,
             n_vocab: model.hparams.n_vocab,
             cache: Mutex::new(VecDeque::new()),
         })
     }
 
+    /// The vision encoder's projector, else (an audio projector) the audio encoder's.
     pub fn mmproj(&self) -> &Mmproj {
-        &self.mmproj
+        match (&self.vision, &self.audio) {
+            (Some(part), _) => &part.mmproj,
+            (None, Some(part)) => &part.mmproj,
+            (None, None) => unreachable!("opened with one encoder at least"),
+        }
     }
 
-    /// Whether the projector takes audio files (WAV) where others take images.
+    /// The projector types of its encoders, the vision encoder's first (Qwen2.5-Omni's:
+    /// `qwen2.5vl_merger` and `qwen2a`).
+    pub fn projector_names(&self) -> Vec<&'static str> {
+        let vision = self.vision.iter().map(|p| p.mmproj.hparams.projector.name());
+        vision
+            .chain(self.audio.iter().map(|p| p.mmproj.hparams.projector.name()))
+            .collect()
+    }
+
+    /// Whether the projector takes images (has a vision encoder).
+    pub fn vision(&self) -> bool {
+        self.vision.is_some()
+    }
+
+    /// Whether the projector takes audio files (WAV): it has an audio encoder.
     pub fn audio(&self) -> bool {
-        matches!(self.media, Media::Audio(_))
+        self.audio.is_some()
     }
 
-    /// Bytes of the encoder's compute buffer.
+    /// Bytes of the encoders' compute buffers.
     pub fn compute_bytes(&self) -> usize {
-        self.encoder.lock().expect("encoder lock").compute_bytes()
+        let vision = self.vision.iter().map(|p| p.encoder().compute_bytes());
+        vision
+            .chain(self.audio.iter().map(|p| p.encoder().compute_bytes()))
+            .sum()
     }
 
     /// An image file (PNG, JPEG, WebP or GIF bytes) decoded, preprocessed, laid out and
-    /// encoded, chunk by chunk; for an audio projector, a WAV file decoded, cut into log-mel
-    /// pieces, laid out and encoded, a chunk per piece; from the cache when it holds the
-    /// same bytes.
+    /// encoded, chunk by chunk; a WAV file (by its bytes, for a projector with an audio
+    /// encoder) decoded, cut into log-mel pieces, laid out and encoded, a chunk per piece;
+    /// from the cache when it holds the same bytes.
     ///
     /// # Errors
     /// [`Error::Image`](crate::Error::Image) for bytes that are not an image elelem decodes,
-    /// or one too large; [`Error::Audio`](crate::Error::Audio) for bytes that are not a WAV
-    /// file elelem reads (16-bit PCM or 32-bit float, 1 Hz to 384 kHz).
+    /// or one too large, and for a WAV file where the projector has no audio encoder;
+    /// [`Error::Audio`](crate::Error::Audio) for a WAV file elelem does not read (16-bit PCM
+    /// or 32-bit float, 1 Hz to 384 kHz), and for anything but a WAV file where the
+    /// projector has no vision encoder.
     pub fn encode(&self, image: &[u8]) -> Result<Arc<EncodedImage>> {
         Ok(self.encode_until(image, &AtomicBool::new(false))?.0)
     }
@@ -206,31 +269,49 @@ impl VisionContext {
         if let Some(cached) = self.cache.lock().expect("cache lock").iter().find(|e| e.hash == hash) {
             return Ok(Read::Cached(Arc::clone(cached)));
         }
-        Ok(match &self.media {
-            Media::Images(kind, params) => {
-                let pre = preprocess(*kind, params, &decode(bytes)?)?;
-                let layout = image_layout(&self.mmproj.hparams, &pre)?;
-                Read::Image { hash, layout, pre }
-            }
-            Media::Audio(mel) => {
-                let pieces = mel.preprocess(&decode_wav(bytes)?)?;
-                let layout = audio_layout(&self.mmproj.hparams, pieces.len())?;
-                Read::Audio { hash, layout, pieces }
-            }
-        })
+        // mtmd's helper: audio by its bytes, an image otherwise; an encoder the projector
+        // lacks refuses its kind.
+        let audio = match (&self.vision, &self.audio) {
+            (None, Some(audio)) => Some(audio),
+            (Some(_), Some(audio)) if is_wav(bytes) => Some(audio),
+            _ => None,
+        };
+        if let Some(audio) = audio {
+            let pieces = audio.reader.preprocess(&decode_wav(bytes)?)?;
+            let layout = audio_layout(&audio.mmproj.hparams, pieces.len())?;
+            return Ok(Read::Audio { hash, layout, pieces });
+        }
+        let vision = self.vision.as_ref().expect("a projector without audio has vision");
+        if is_wav(bytes) {
+            return Err(Error::Image(format!(
+                "a WAV file is audio, which the {} projector does not take: it has no audio encoder",
+                vision.mmproj.hparams.projector.name()
+            )));
+        }
+        let (kind, params) = &vision.reader;
+        let pre = preprocess(*kind, params, &decode(bytes)?)?;
+        let layout = image_layout(&vision.mmproj.hparams, &pre)?;
+        Ok(Read::Image { hash, layout, pre })
     }
 
     /// A medium [`VisionContext::read`] encoded (a chunk at a time, as mtmd encodes them),
     /// kept in the cache, and the seconds the encoder's passes took.
     fn encode_read(&self, read: Read, abort: &AtomicBool) -> Result<(Arc<EncodedImage>, f64)> {
+        // The part each was read by.
+        let vision = || {
+            self.vision
+                .as_ref()
+                .expect("an image read by the vision encoder's part")
+        };
+        let audio = || self.audio.as_ref().expect("audio read by the audio encoder's part");
         let (hash, layout, embeddings, seconds) = match read {
             Read::Cached(encoded) => return Ok((encoded, 0.0)),
             Read::Image { hash, layout, pre } => {
-                let (embeddings, seconds) = self.encode_image(&layout, &pre, abort)?;
+                let (embeddings, seconds) = encode_image(vision(), &layout, &pre, abort)?;
                 (hash, layout, embeddings, seconds)
             }
             Read::Audio { hash, layout, pieces } => {
-                let (embeddings, seconds) = self.encode_audio(&pieces, abort)?;
+                let (embeddings, seconds) = encode_audio(audio(), &pieces, abort)?;
                 (hash, layout, embeddings, seconds)
             }
         };
@@ -247,42 +328,12 @@ impl VisionContext {
         Ok((encoded, seconds))
     }
 
-    /// The embeddings of an image's chunks in its `layout`, and the seconds the encoder took.
-    fn encode_image(&self, layout: &[ImagePart], pre: &Preprocessed, abort: &AtomicBool) -> Result<Encoded> {
-        let mut encoder = self.encoder.lock().expect("encoder lock");
-        let start = std::time::Instant::now();
-        let mut embeddings = Vec::new();
-        for part in layout {
-            let ImagePart::Image(chunk) = part else { continue };
-            let images = match &chunk.source {
-                ImageSource::Overview => std::slice::from_ref(pre.overview.as_ref().expect("laid out with one")),
-                ImageSource::Entries(range) => &pre.entries[range.clone()],
-            };
-            let mut embd = Vec::new();
-            for img in images {
-                embd.extend(encoder.encode_until(img, abort)?);
-            }
-            embeddings.push(embd.into());
-        }
-        Ok((embeddings, start.elapsed().as_secs_f64()))
-    }
-
-    /// The embeddings of an audio file's log-mel pieces (mtmd's whisper preprocessor's, a
-    /// chunk each), and the seconds the encoder took.
-    fn encode_audio(&self, pieces: &[Mel], abort: &AtomicBool) -> Result<Encoded> {
-        let mut encoder = self.encoder.lock().expect("encoder lock");
-        let start = std::time::Instant::now();
-        let embeddings = pieces
-            .iter()
-            .map(|piece| Ok(encoder.encode_audio_until(piece, abort)?.into()))
-            .collect::<Result<_>>()?;
-        Ok((embeddings, start.elapsed().as_secs_f64()))
-    }
-
-    /// `text` with [`MEDIA_MARKER`](crate::vision::MEDIA_MARKER) once per image, as `mtmd_tokenize` chunks it
+    /// `text` with [`MEDIA_MARKER`](crate::vision::MEDIA_MARKER) once per medium of `media`
+    /// (in marker order, each an image or a WAV file by its bytes, as
+    /// [`VisionContext::encode`] reads it), as `mtmd_tokenize` chunks it
     /// ([`tokenize_prompt`]: special tokens parsed but in the byte ranges `plain`, a chat's
     /// message contents; BOS and EOS where the model adds them), each
-    /// image chunk's rows given as its embeddings. Encoding stops once `abort` is set.
+    /// image (audio) chunk's rows given as its embeddings. Encoding stops once `abort` is set.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the markers are not one
@@ -295,17 +346,17 @@ impl VisionContext {
         model: &Model,
         text: &str,
         plain: &[Range<usize>],
-        images: &[&[u8]],
+        media: &[&[u8]],
         capacity: (usize, &str),
         abort: &AtomicBool,
     ) -> Result<MultimodalPrompt> {
         let tokenizer = model.tokenizer()?;
-        let read = images
+        let read = media
             .iter()
-            .map(|image| self.read(image))
+            .map(|medium| self.read(medium))
             .collect::<Result<Vec<_>>>()?;
         let layouts: Vec<Vec<ImagePart>> = read.iter().map(|r| r.layout().to_vec()).collect();
-        let chunks = tokenize_prompt(tokenizer, &self.mmproj.hparams, text, &layouts, true, plain)?;
+        let chunks = tokenize_prompt(tokenizer, &self.mmproj().hparams, text, &layouts, true, plain)?;
         // Refused before any encoding: an hour of audio is 120 pieces to encode, and their
         // embeddings (a gigabyte for Qwen2-Audio's width) would not fit anyway.
         let n_tokens: usize = chunks
@@ -322,12 +373,19 @@ impl VisionContext {
                 capacity.1
             )));
         }
-        let mut encode_seconds = 0.0;
+        // Each encoder's seconds, where the prompt has its kind of media.
+        let (mut image_encode_seconds, mut audio_encode_seconds) = (None, None);
         let mut encoded = Vec::with_capacity(read.len());
         for medium in read {
+            let audio = medium.layout().iter().any(|part| matches!(part, ImagePart::Audio(_)));
             let (medium, seconds) = self.encode_read(medium, abort)?;
             encoded.push(medium);
-            encode_seconds += seconds;
+            let total = if audio {
+                &mut audio_encode_seconds
+            } else {
+                &mut image_encode_seconds
+            };
+            *total.get_or_insert(0.0) += seconds;
         }
         let n_embd = model.hparams.n_embd_inp() as usize;
         let mut ids = Vec::new();
@@ -342,7 +400,7 @@ impl VisionContext {
                     embeddings.push(PromptEmbeddings {
                         start: ids.len(),
                         embd,
-                        causal: self.causal,
+                        causal: self.vision.as_ref().is_none_or(|p| p.causal),
                         grid: self.mrope.then_some((nx as u32, ny as u32)),
                     });
                     ids.extend(std::iter::repeat_n(self.image_id(encoded[image].hash), rows));
@@ -352,7 +410,7 @@ impl VisionContext {
                     let embd = Arc::clone(&encoded[audio].embeddings[chunk.piece]);
                     embeddings.push(PromptEmbeddings {
                         start: ids.len(),
-                        causal: self.causal,
+                        causal: self.audio.as_ref().is_none_or(|p| p.causal),
                         grid: None,
                         embd,
                     });
@@ -366,7 +424,8 @@ impl VisionContext {
             n_pos: ids.len() - image_rows + image_pos,
             ids,
             embeddings,
-            encode_seconds,
+            image_encode_seconds,
+            audio_encode_seconds,
         })
     }
 
@@ -374,4 +433,41 @@ impl VisionContext {
     fn image_id(&self, hash: u64) -> u32 {
         self.n_vocab + (hash % u64::from(u32::MAX - self.n_vocab)) as u32
     }
+}
+
+/// The embeddings of an image's chunks in its `layout`, and the seconds the encoder took.
+fn encode_image(
+    part: &Part<(Preprocessor, ImageParams)>,
+    layout: &[ImagePart],
+    pre: &Preprocessed,
+    abort: &AtomicBool,
+) -> Result<Encoded> {
+    let mut encoder = part.encoder();
+    let start = std::time::Instant::now();
+    let mut embeddings = Vec::new();
+    for part in layout {
+        let ImagePart::Image(chunk) = part else { continue };
+        let images = match &chunk.source {
+            ImageSource::Overview => std::slice::from_ref(pre.overview.as_ref().expect("laid out with one")),
+            ImageSource::Entries(range) => &pre.entries[range.clone()],
+        };
+        let mut embd = Vec::new();
+        for img in images {
+            embd.extend(encoder.encode_until(img, abort)?);
+        }
+        embeddings.push(embd.into());
+    }
+    Ok((embeddings, start.elapsed().as_secs_f64()))
+}
+
+/// The embeddings of an audio file's log-mel pieces (mtmd's whisper preprocessor's, a
+/// chunk each), and the seconds the encoder took.
+fn encode_audio(part: &Part<WhisperMel>, pieces: &[Mel], abort: &AtomicBool) -> Result<Encoded> {
+    let mut encoder = part.encoder();
+    let start = std::time::Instant::now();
+    let embeddings = pieces
+        .iter()
+        .map(|piece| Ok(encoder.encode_audio_until(piece, abort)?.into()))
+        .collect::<Result<_>>()?;
+    Ok((embeddings, start.elapsed().as_secs_f64()))
 }

@@ -682,25 +682,62 @@ impl WindowAttention {
     }
 }
 
-/// The `clip.*` keys clip.cpp's `load_hparams` reads for a vision encoder, or for a file
-/// with an audio encoder and none for vision, an audio encoder's ([`read_audio_hparams`]).
-pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
+/// The `clip.projector_type` of Qwen2.5-Omni's files, which hold both encoders: clip.cpp's
+/// `load_hparams` reads it as `qwen2.5vl_merger` for the vision encoder and `qwen2a` for
+/// the audio one (its "legacy method" for mixed modalities).
+const QWEN25O: &str = "qwen2.5o";
+
+/// One of a projector file's encoders (clip.cpp's `clip_modality`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Modality {
+    /// `clip.has_vision_encoder`: `clip.vision.*` keys, `v.*` tensors.
+    Vision,
+    /// `clip.has_audio_encoder`: `clip.audio.*` keys, `a.*` tensors.
+    Audio,
+}
+
+/// The hyper-parameters of each encoder the file holds, as clip.cpp's `clip_init` loads
+/// them (`load_hparams` once per modality): the vision encoder's where
+/// `clip.has_vision_encoder`, the audio encoder's where `clip.has_audio_encoder`; one at
+/// least.
+///
+/// # Errors
+/// [`Error::Load`] for a file with neither encoder, or the errors of either's keys.
+pub fn read_encoders_hparams(gguf: &Gguf) -> Result<(Option<ClipHParams>, Option<ClipHParams>)> {
     let keys = ClipKeys(gguf);
-    if !keys.opt_bool("clip.has_vision_encoder")?.unwrap_or(false) {
-        if keys.opt_bool("clip.has_audio_encoder")?.unwrap_or(false) {
-            return read_audio_hparams(&keys);
-        }
+    let has_vision = keys.opt_bool("clip.has_vision_encoder")?.unwrap_or(false);
+    let has_audio = keys.opt_bool("clip.has_audio_encoder")?.unwrap_or(false);
+    if !has_vision && !has_audio {
         return Err(Error::Load(
             "this GGUF has no vision encoder (clip.has_vision_encoder is not true): not a vision projector".into(),
         ));
     }
-    let proj_name = match keys.opt_str("clip.projector_type")? {
-        Some(name) => name,
-        None => keys
-            .opt_str("clip.vision.projector_type")?
-            .ok_or_else(|| Error::Load("missing required metadata key clip.projector_type".into()))?,
+    let vision = has_vision.then(|| read_vision_hparams(&keys)).transpose()?;
+    let audio = has_audio.then(|| read_audio_hparams(&keys)).transpose()?;
+    Ok((vision, audio))
+}
+
+/// The projector type's name for `modality`: `clip.projector_type`, else (files with mixed
+/// modalities) `clip.vision.projector_type` or `clip.audio.projector_type`.
+fn projector_name<'g>(keys: &ClipKeys<'g>, modality: Modality) -> Result<Option<&'g str>> {
+    Ok(match keys.opt_str("clip.projector_type")? {
+        Some(name) => Some(name),
+        None => keys.opt_str(match modality {
+            Modality::Vision => "clip.vision.projector_type",
+            Modality::Audio => "clip.audio.projector_type",
+        })?,
+    })
+}
+
+/// The `clip.vision.*` keys of a vision encoder.
+fn read_vision_hparams(keys: &ClipKeys) -> Result<ClipHParams> {
+    let proj_name = projector_name(keys, Modality::Vision)?
+        .ok_or_else(|| Error::Load("missing required metadata key clip.projector_type".into()))?;
+    let projector = if proj_name == QWEN25O {
+        ProjectorType::Qwen25vl
+    } else {
+        ProjectorType::from_name(proj_name)?
     };
-    let projector = ProjectorType::from_name(proj_name)?;
     if projector.audio() {
         // clip.cpp would build Whisper's graph over an image.
         return Err(Error::Unsupported(format!(
@@ -818,7 +855,7 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
         ProjectorType::Mlp | ProjectorType::Ldp | ProjectorType::Ldpv2 => {
             pinpoints.chunks_exact(2).map(|wh| (wh[0], wh[1])).collect()
         }
-        ProjectorType::Internvl => internvl_grids(&keys, image_size)?,
+        ProjectorType::Internvl => internvl_grids(keys, image_size)?,
         _ => Vec::new(),
     };
     // clip.cpp's graph switches to RMS norms for InternViT-6B's width and depth (whose Q/K
@@ -914,12 +951,8 @@ pub fn read_hparams(gguf: &Gguf) -> Result<ClipHParams> {
 /// types, after refusing both `use_gelu` and `use_silu`); `image_size` 0 and `patch_size`
 /// 1, as clip.cpp sets them for audio.
 fn read_audio_hparams(keys: &ClipKeys) -> Result<ClipHParams> {
-    let name = match keys.opt_str("clip.projector_type")? {
-        Some(name) => Some(name),
-        None => keys.opt_str("clip.audio.projector_type")?,
-    }
-    .unwrap_or("unnamed");
-    if name != ProjectorType::Qwen2a.name() {
+    let name = projector_name(keys, Modality::Audio)?.unwrap_or("unnamed");
+    if name != ProjectorType::Qwen2a.name() && name != QWEN25O {
         return Err(audio_refusal(name));
     }
     let projector = ProjectorType::Qwen2a;
@@ -1015,8 +1048,8 @@ fn audio_refusal(name: &str) -> Error {
         _ => "",
     };
     Error::Unsupported(format!(
-        "this GGUF is an audio projector ({name:?}) with no vision encoder: elelem runs the qwen2a audio encoder \
-         only{why}"
+        "this GGUF is an audio projector ({name:?}): elelem runs the qwen2a audio encoder (Qwen2.5-Omni's \
+         too) only{why}"
     ))
 }
 
@@ -1050,7 +1083,7 @@ fn internvl_grids(keys: &ClipKeys, image_size: u32) -> Result<Vec<(i32, i32)>> {
 /// The `clip.*` keys, with errors naming them.
 struct ClipKeys<'a>(&'a Gguf);
 
-impl ClipKeys<'_> {
+impl<'a> ClipKeys<'a> {
     fn opt_u32(&self, key: &str) -> Result<Option<u32>> {
         match self.0.get(key) {
             None => Ok(None),
@@ -1101,7 +1134,7 @@ impl ClipKeys<'_> {
         }
     }
 
-    fn opt_str(&self, key: &str) -> Result<Option<&str>> {
+    fn opt_str(&self, key: &str) -> Result<Option<&'a str>> {
         match self.0.get(key) {
             None => Ok(None),
             Some(v) => v

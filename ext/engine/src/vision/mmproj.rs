@@ -9,9 +9,11 @@
 //! tensor that is missing, a value of the wrong type, a tensor of the wrong shape, is an
 //! [`Error::Load`] naming it.
 
+use std::sync::Arc;
+
 use elelem_gguf::Gguf;
 
-use super::hparams::{read_hparams, ClipHParams, ProjectorType};
+use super::hparams::{read_encoders_hparams, ClipHParams, ProjectorType};
 use super::projector::{self, ProjectorWeights};
 use crate::audio::FRAMES_PER_CHUNK;
 use crate::ggml::{Buffer, Context, CpuDevice, Tensor};
@@ -98,49 +100,108 @@ pub struct VitWeights {
     pub post_ln: Option<Norm>,
 }
 
-/// A loaded projector file: its hyper-parameters and its weights in CPU memory.
+/// A loaded projector file's encoder: its hyper-parameters and its weights in CPU memory
+/// (a file with both encoders, Qwen2.5-Omni's, gives two, which share its memory).
 pub struct Mmproj {
     pub hparams: ClipHParams,
     pub vit: VitWeights,
     pub projector: ProjectorWeights,
-    weights_bytes: usize,
+    weights: Arc<Weights>,
+}
+
+/// The memory of a projector file's weights: the mapped file and the buffers placed over it.
+struct Weights {
+    bytes: usize,
     _buffers: Vec<Buffer>,
     _contexts: Vec<Context>,
     _file: elelem_gguf::FileBytes,
 }
 
+/// A projector file's encoders, as clip.cpp's `clip_init` loads them (`ctx_v`, `ctx_a`):
+/// one at least.
+pub struct Encoders {
+    pub vision: Option<Mmproj>,
+    pub audio: Option<Mmproj>,
+}
+
 impl Mmproj {
-    /// Opens and loads the projector GGUF at `path`.
+    /// Opens and loads the projector GGUF at `path`: its vision encoder, or for a file with
+    /// an audio encoder only, that one ([`Mmproj::open_encoders`] gives both).
     ///
     /// # Errors
     /// [`Error::Load`] for an unreadable file, a missing or mistyped key or tensor, a
     /// tensor of the wrong shape; [`Error::Unsupported`] for a projector type elelem does
     /// not run or a tensor its graph would not use.
     pub fn open(path: impl AsRef<std::path::Path>) -> Result<Mmproj> {
-        let path = path.as_ref();
-        let gguf = Gguf::open(path).map_err(|e| Error::Load(format!("{}: {e}", path.display())))?;
-        Mmproj::load(gguf)
+        let encoders = Mmproj::open_encoders(path)?;
+        Ok(encoders.vision.or(encoders.audio).expect("one encoder at least"))
     }
 
-    /// Loads a projector from an opened GGUF.
+    /// Opens and loads every encoder of the projector GGUF at `path`.
+    ///
+    /// # Errors
+    /// As [`Mmproj::open`].
+    pub fn open_encoders(path: impl AsRef<std::path::Path>) -> Result<Encoders> {
+        let path = path.as_ref();
+        let gguf = Gguf::open(path).map_err(|e| Error::Load(format!("{}: {e}", path.display())))?;
+        Mmproj::load_encoders(gguf)
+    }
+
+    /// Loads a projector from an opened GGUF, as [`Mmproj::open`].
     pub fn load(gguf: Gguf) -> Result<Mmproj> {
-        let hparams = read_hparams(&gguf)?;
+        let encoders = Mmproj::load_encoders(gguf)?;
+        Ok(encoders.vision.or(encoders.audio).expect("one encoder at least"))
+    }
+
+    /// Loads every encoder of an opened GGUF: each modality's hyper-parameters and
+    /// tensors (`v.*` and `mm.*`, `a.*` and `mm.a.*`), every tensor of the file used by one
+    /// of them; both encoders' embeddings must be as wide (mtmd's "mismatch between vision
+    /// and audio mmproj").
+    pub fn load_encoders(gguf: Gguf) -> Result<Encoders> {
+        let (vision, audio) = read_encoders_hparams(&gguf)?;
         let device = CpuDevice::get()?;
-        let placement = Placement::cpu(hparams.n_layer as usize);
+        let n_layer = vision.iter().chain(&audio).map(|hp| hp.n_layer).max().unwrap_or(0);
+        let placement = Placement::cpu(n_layer as usize);
         let mut loader = Loader::new(&gguf, &device, &placement, false)?;
-        let vit = load_vit(&mut loader, &hparams)?;
-        let projector = projector::load(&mut loader, &hparams)?;
-        loader.check_all_used(&format!("{} projector", hparams.projector.name()))?;
+        let mut load = |hparams: ClipHParams| -> Result<(ClipHParams, VitWeights, ProjectorWeights)> {
+            let vit = load_vit(&mut loader, &hparams)?;
+            let projector = projector::load(&mut loader, &hparams)?;
+            Ok((hparams, vit, projector))
+        };
+        let vision = vision.map(&mut load).transpose()?;
+        let audio = audio.map(&mut load).transpose()?;
+        if let (Some((_, _, v)), Some((_, _, a))) = (&vision, &audio) {
+            if v.n_mmproj_embd() != a.n_mmproj_embd() {
+                return Err(Error::Load(format!(
+                    "mismatch between vision and audio mmproj (n_embd_v = {}, n_embd_a = {})",
+                    v.n_mmproj_embd(),
+                    a.n_mmproj_embd()
+                )));
+            }
+        }
+        let names: Vec<&str> = vision
+            .iter()
+            .chain(&audio)
+            .map(|(hp, _, _)| hp.projector.name())
+            .collect();
+        loader.check_all_used(&format!("{} projector", names.join(" and ")))?;
         let placed = loader.place()?;
         gguf.release(0..gguf.data_offset() as usize);
-        Ok(Mmproj {
-            hparams,
-            vit,
-            projector,
-            weights_bytes: placed.weights_bytes,
+        let weights = Arc::new(Weights {
+            bytes: placed.weights_bytes,
             _buffers: placed.buffers,
             _contexts: placed.contexts,
             _file: gguf.into_file_bytes(),
+        });
+        let encoder = |(hparams, vit, projector)| Mmproj {
+            hparams,
+            vit,
+            projector,
+            weights: Arc::clone(&weights),
+        };
+        Ok(Encoders {
+            vision: vision.map(encoder),
+            audio: audio.map(encoder),
         })
     }
 
@@ -226,9 +287,9 @@ impl Mmproj {
         ]
     }
 
-    /// Bytes of weight data.
+    /// Bytes of weight data: the file's, both encoders' where it holds two.
     pub fn weights_bytes(&self) -> usize {
-        self.weights_bytes
+        self.weights.bytes
     }
 }
 
