@@ -689,7 +689,7 @@ const QWEN25O: &str = "qwen2.5o";
 
 /// One of a projector file's encoders (clip.cpp's `clip_modality`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Modality {
+enum Modality {
     /// `clip.has_vision_encoder`: `clip.vision.*` keys, `v.*` tensors.
     Vision,
     /// `clip.has_audio_encoder`: `clip.audio.*` keys, `a.*` tensors.

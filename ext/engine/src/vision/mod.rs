@@ -35,7 +35,7 @@ pub mod projector;
 pub use self::image::{ImageF32, ImageU8, MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE};
 pub use decode::decode;
 pub use encoder::{Encoder, EncoderParams};
-pub use hparams::{ClipHParams, FfnOp, Modality, ProjectorType};
+pub use hparams::{ClipHParams, FfnOp, ProjectorType};
 pub use layout::{
     audio_layout, image_layout, tokenize_prompt, AudioChunk, Chunk, ImageChunk, ImagePart, ImageSource, MEDIA_MARKER,
 };
