@@ -25,10 +25,13 @@
 //! [`arch`] (one file per architecture, and the registry); [`text`] stands alone
 //! (sampling, constraints, chat templates), and so does [`audio`] (WAV files to the
 //! log-mel spectrograms of mtmd's audio encoders); [`runtime`] (contexts, batching,
-//! speculation, embeddings) sits on all of them. `script/imports` checks it.
+//! speculation, embeddings) sits on all of them. `script/imports` checks it. Two leaves at
+//! the root serve every folder: the errors, and `contract` (`a * b + c` fused where GCC
+//! fuses it in llama.cpp's build for the target, for mtmd's image and audio arithmetic).
 
 pub mod arch;
 pub mod audio;
+mod contract;
 mod error;
 pub mod ggml;
 pub mod memory;

@@ -11,8 +11,11 @@
 //! incomplete piece is dropped (so 30 s of audio gives two pieces, the second almost all
 //! silence), the front is reflected over 200 samples, audio shorter than 201 samples is
 //! zero-padded to 201, and the sums and the normalisation mix `f32` and `f64` exactly where
-//! mtmd's C++ does. `ext/testkit/tests/audio.rs` compares it with mtmd's code.
+//! mtmd's C++ does. The products GCC fuses with their sums on aarch64 (the FFT's and DFT's,
+//! the power's `re²`, three of each group of four in a band's sum, the mel grid's) are fused
+//! there too ([`crate::contract`]). `ext/testkit/tests/audio.rs` compares it with mtmd's code.
 
+use crate::contract::{mul_add, mul_add_f64};
 use crate::{Error, Result};
 
 /// The frames (10 ms each) of one piece of the spectrogram: whisper's 30 s window, the
@@ -157,7 +160,7 @@ impl WhisperMel {
             self.fft(&frame, &mut spectrum);
             for (j, p) in power.iter_mut().enumerate() {
                 let (re, im) = (spectrum[2 * j], spectrum[2 * j + 1]);
-                *p = re * re + im * im;
+                *p = mul_add(re, re, im * im);
             }
             for m in 0..self.n_mel {
                 out[m * n_len + i] = self.band(&power, m) as f32;
@@ -168,19 +171,16 @@ impl WhisperMel {
     }
 
     /// `log10` of mel band `m`'s power: mtmd sums four products in `f32` (its unrolled
-    /// loop), each group into an `f64`.
+    /// loop, `p0 w0 + p1 w1 + p2 w2 + p3 w3`), each group into an `f64`.
     fn band(&self, power: &[f32], m: usize) -> f64 {
         let n_bins = power.len();
         let weights = &self.filters[m * n_bins..(m + 1) * n_bins];
         let mut sum = 0.0f64;
         let mut k = 0;
         while k + 3 < n_bins {
-            sum += f64::from(
-                power[k] * weights[k]
-                    + power[k + 1] * weights[k + 1]
-                    + power[k + 2] * weights[k + 2]
-                    + power[k + 3] * weights[k + 3],
-            );
+            let p01 = mul_add(power[k], weights[k], power[k + 1] * weights[k + 1]);
+            let p012 = mul_add(power[k + 2], weights[k + 2], p01);
+            sum += f64::from(mul_add(power[k + 3], weights[k + 3], p012));
             k += 4;
         }
         for k in k..n_bins {
@@ -217,10 +217,12 @@ impl WhisperMel {
             let im = -self.sin[k * step];
             let (re_odd, im_odd) = (odd_fft[2 * k], odd_fft[2 * k + 1]);
             let (re_even, im_even) = (even_fft[2 * k], even_fft[2 * k + 1]);
-            out[2 * k] = re_even + re * re_odd - im * im_odd;
-            out[2 * k + 1] = im_even + re * im_odd + im * re_odd;
-            out[2 * (k + half)] = re_even - re * re_odd + im * im_odd;
-            out[2 * (k + half) + 1] = im_even - re * im_odd - im * re_odd;
+            // `re_even + re re_odd - im im_odd`, `im_even + re im_odd + im re_odd`,
+            // `re_even - re re_odd + im im_odd`, `im_even - re im_odd - im re_odd`.
+            out[2 * k] = mul_add(-im, im_odd, mul_add(re, re_odd, re_even));
+            out[2 * k + 1] = mul_add(im, re_odd, mul_add(re, im_odd, im_even));
+            out[2 * (k + half)] = mul_add(im, im_odd, mul_add(-re, re_odd, re_even));
+            out[2 * (k + half) + 1] = mul_add(-im, re_odd, mul_add(-re, im_odd, im_even));
         }
     }
 
@@ -232,8 +234,8 @@ impl WhisperMel {
             let (mut re, mut im) = (0.0f32, 0.0f32);
             for (j, &x) in input.iter().enumerate() {
                 let idx = (k * j * step) % self.sin.len();
-                re += x * self.cos[idx];
-                im += -x * self.sin[idx];
+                re = mul_add(x, self.cos[idx], re);
+                im = mul_add(-x, self.sin[idx], im);
             }
             out[2 * k] = re;
             out[2 * k + 1] = im;
@@ -302,7 +304,7 @@ fn mel_filters(n_mel: usize, n_fft: usize, sample_rate: u32) -> Vec<f32> {
     let bin_hz = f64::from(sample_rate) / n_fft as f64;
     let (lo, hi) = (hz_to_mel(0.0), hz_to_mel(f64::from(0.5f32 * sample_rate as f32)));
     let hz: Vec<f64> = (0..n_mel + 2)
-        .map(|i| mel_to_hz(lo + (hi - lo) * (i as f64 / (n_mel + 1) as f64)))
+        .map(|i| mel_to_hz(mul_add_f64(hi - lo, i as f64 / (n_mel + 1) as f64, lo)))
         .collect();
     let n_bins = n_fft / 2 + 1;
     let mut out = vec![0.0f32; n_mel * n_bins];

@@ -5,7 +5,7 @@
 //! whisper preprocessor), float for float (`ext/testkit/tests/audio.rs` compares them with
 //! mtmd's own code).
 //!
-//! Nothing else of the engine is used.
+//! Nothing else of the engine is used but `contract` (GCC's fused multiply-adds on aarch64).
 
 mod mel;
 mod resample;

@@ -19,13 +19,16 @@
 //!   rates, which can be one frame more than the resampler gives before its input runs out
 //!   (that frame stays 0 in mtmd-helper's buffer) or one less (the last is never read).
 //!
-//! GCC compiles miniaudio without contracting across statements, and no FMA on x86-64's
-//! baseline, so plain `f32` operations in the same order give the same bits.
+//! The operations are miniaudio's, in `f32` and in its order; the products that GCC fuses
+//! with their sums on aarch64 (the interpolation's, and in each biquad `b0·x + r1`,
+//! `b1·x - a1·y` and `b2·x - a2·y`, but not `a1·y` or `a2·y`) are fused there too
+//! ([`crate::contract`]).
 
 use std::f64::consts::PI;
 
 // The rate everything is resampled to (mtmd's whisper preprocessor's).
 use super::mel::SAMPLE_RATE;
+use crate::contract::mul_add;
 
 /// miniaudio's default order of the resampler's low-pass filter
 /// (`MA_DEFAULT_RESAMPLER_LPF_ORDER`): two second-order sections, no first-order one.
@@ -82,7 +85,7 @@ pub(super) fn resample(mono: &[f32], rate_in: u32, len: usize) -> Vec<f32> {
             break;
         }
         let a = time_frac as f32 / rate_out as f32;
-        let y = x0 + (x1 - x0) * a;
+        let y = mul_add(x1 - x0, a, x0);
         out.push(if down { y } else { lpf.process(y) });
         time_int += advance_int;
         time_frac += advance_frac;
@@ -155,9 +158,10 @@ impl Biquad {
 
     /// `ma_biquad_process_pcm_frame_f32__direct_form_2_transposed`.
     fn process(&mut self, x: f32) -> f32 {
-        let y = self.b0 * x + self.r1;
-        self.r1 = self.b1 * x - self.a1 * y + self.r2;
-        self.r2 = self.b2 * x - self.a2 * y;
+        // `y = b0·x + r1; r1 = b1·x - a1·y + r2; r2 = b2·x - a2·y`.
+        let y = mul_add(self.b0, x, self.r1);
+        self.r1 = mul_add(self.b1, x, -(self.a1 * y)) + self.r2;
+        self.r2 = mul_add(self.b2, x, -(self.a2 * y));
         y
     }
 }
