@@ -52,11 +52,23 @@ fn pcm16(kind: Kind, n: usize, seed: u64) -> Vec<i16> {
 
 /// A WAV file of `samples` at `rate` with `channels` interleaved.
 fn wav16(samples: &[i16], rate: u32, channels: u16) -> Vec<u8> {
+    wav_of(samples, rate, channels, 16, hound::SampleFormat::Int)
+}
+
+/// A WAV file of `samples` (interleaved `channels`) at `rate`, written as `bits`-bit
+/// samples of `format`.
+fn wav_of<S: hound::Sample + Copy>(
+    samples: &[S],
+    rate: u32,
+    channels: u16,
+    bits: u16,
+    format: hound::SampleFormat,
+) -> Vec<u8> {
     let spec = hound::WavSpec {
         channels,
         sample_rate: rate,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
+        bits_per_sample: bits,
+        sample_format: format,
     };
     let mut bytes = Cursor::new(Vec::new());
     let mut w = hound::WavWriter::new(&mut bytes, spec).unwrap();
@@ -183,19 +195,7 @@ fn wav(samples: &[f32], rate: u32, channels: u16, float: bool) -> Vec<u8> {
             .collect();
         return wav16(&pcm, rate, channels);
     }
-    let spec = hound::WavSpec {
-        channels,
-        sample_rate: rate,
-        bits_per_sample: 32,
-        sample_format: hound::SampleFormat::Float,
-    };
-    let mut bytes = Cursor::new(Vec::new());
-    let mut w = hound::WavWriter::new(&mut bytes, spec).unwrap();
-    for &s in samples {
-        w.write_sample(s).unwrap();
-    }
-    w.finalize().unwrap();
-    bytes.into_inner()
+    wav_of(samples, rate, channels, 32, hound::SampleFormat::Float)
 }
 
 /// Our samples of a WAV file against miniaudio's: the same count, the same bits (the first
