@@ -154,8 +154,7 @@ RSpec.describe "audio in prompts" do
     include CliRunner
 
     it "takes --audio, with a chat template too, and refuses --image for an audio projector" do
-      base = ["generate", "-m", File.join(vision_dir, "tiny-qwen2a-audio.gguf"), "--mmproj",
-              File.join(vision_dir, "tiny-qwen2a-audio.mmproj.gguf"), "-t", "2", "-n", "4", "--json"]
+      base = ProjectorPairs.cli_args(vision_dir, "tiny-qwen2a-audio", 4)
       model = ProjectorPairs.open_pair(vision_dir, "tiny-qwen2a-audio")
       prompt = "listen to <__media__> and say"
       status, out, = run(*base, "--audio", wav_path, prompt)

@@ -91,8 +91,7 @@ RSpec.describe "images and audio together" do
     include CliRunner
 
     it "takes --image and --audio together, in their order" do
-      base = ["generate", "-m", File.join(vision_dir, "tiny-qwen25o-omni.gguf"), "--mmproj",
-              File.join(vision_dir, "tiny-qwen25o-omni.mmproj.gguf"), "-t", "2", "-n", "16", "--json"]
+      base = ProjectorPairs.cli_args(vision_dir, "tiny-qwen25o-omni", 16)
       kase = pair[0]["cases"].find { |c| c["name"] == "wav-then-image" }
       wav, image = kase["images"].map { |i| file.call(i["file"]) }
       status, out, = run(*base, "--audio", wav, "--image", image, kase["prompt_text"])

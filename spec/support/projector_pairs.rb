@@ -26,4 +26,12 @@ module ProjectorPairs
   def open_pair(dir, name, **options)
     Elelem.open(File.join(dir, "#{name}.gguf"), mmproj: File.join(dir, "#{name}.mmproj.gguf"), n_threads: 2, **options)
   end
+
+  # `elelem generate`'s arguments for the pair `name` of `dir` (as {open_pair} opens it), up
+  # to `tokens` tokens, answered as JSON.
+  # @return [Array<String>]
+  def cli_args(dir, name, tokens)
+    ["generate", "-m", File.join(dir, "#{name}.gguf"), "--mmproj", File.join(dir, "#{name}.mmproj.gguf"),
+     "-t", "2", "-n", tokens.to_s, "--json"]
+  end
 end
