@@ -12,4 +12,4 @@ mod resample;
 mod wav;
 
 pub use mel::{Mel, WhisperMel, FRAMES_PER_CHUNK, MAX_MEL_BANDS, SAMPLE_RATE};
-pub use wav::decode_wav;
+pub use wav::{decode_wav, is_wav};

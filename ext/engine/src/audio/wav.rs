@@ -33,6 +33,12 @@ const MAX_SAMPLE_RATE: u32 = 384_000;
 /// samples a frame), so the length is checked before anything of its size is allocated.
 const MAX_UPSAMPLED: u64 = 2 * 60 * 60 * SAMPLE_RATE as u64;
 
+/// Whether `bytes` are a WAV file ("RIFF", a size, "WAVE"), as mtmd's helper tells audio
+/// from images.
+pub fn is_wav(bytes: &[u8]) -> bool {
+    bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WAVE"
+}
+
 /// The samples of a WAV file: mixed down to mono, resampled to 16 kHz, full scale ±1.
 ///
 /// # Errors
@@ -41,7 +47,7 @@ const MAX_UPSAMPLED: u64 = 2 * 60 * 60 * SAMPLE_RATE as u64;
 /// more channels than miniaudio reads or another sample format than those taken, or one
 /// whose up-sampling would give more than two hours at 16 kHz.
 pub fn decode_wav(bytes: &[u8]) -> Result<Vec<f32>> {
-    if bytes.len() < 12 || &bytes[..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+    if !is_wav(bytes) {
         return Err(Error::Audio(
             "not a WAV file (elelem reads WAV: 16-bit PCM or 32-bit float)".into(),
         ));

@@ -25,7 +25,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use super::batcher::PromptEmbeddings;
-use crate::audio::{decode_wav, Mel, WhisperMel};
+use crate::audio::{decode_wav, is_wav, Mel, WhisperMel};
 use crate::vision::{
     audio_layout, decode, image_layout, preprocess, tokenize_prompt, Chunk, Encoder, EncoderParams, ImageParams,
     ImagePart, ImageSource, Mmproj, Preprocessed, Preprocessor, ProjectorType,
@@ -85,12 +85,6 @@ impl<R> Part<R> {
     fn encoder(&self) -> std::sync::MutexGuard<'_, Encoder> {
         self.encoder.lock().expect("encoder lock")
     }
-}
-
-/// Whether `bytes` are a WAV file ("RIFF", a size, "WAVE"), as mtmd's helper tells audio
-/// from images.
-fn is_wav(bytes: &[u8]) -> bool {
-    bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WAVE"
 }
 
 /// An image (or an audio file) encoded: where its embeddings go ([`image_layout`],
