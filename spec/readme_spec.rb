@@ -4,13 +4,13 @@ require "spec_helper"
 require "stringio"
 require_relative "../tasks/architecture_lists"
 
-# The Ruby examples of the README and of docs/API.md run as they are written: each ```ruby
+# The Ruby examples of the README, docs/API.md and docs/MEDIA.md run as they are written: each ```ruby
 # block, and where a "prints" block follows it, exactly that output. Greedy decoding is deterministic on a
 # build profile and the examples are short prompts on the small models, so the text is
 # compared whole; printed floats are rounded in the examples themselves.
 module ReadmeExamples
   Example = Struct.new(:file, :line, :code, :output, keyword_init: true)
-  PAGES = %w[README.md docs/API.md].freeze
+  PAGES = %w[README.md docs/API.md docs/MEDIA.md].freeze
 
   module_function
 
