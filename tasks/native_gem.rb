@@ -52,6 +52,7 @@ module NativeGem
     end
 
     started = now
+    Platforms.ensure_tools!(platform)
     stage_ruby_files(stage_dir(platform))
     rubies = Platforms::RUBIES.keys.map { |abi| Platforms::Target.new(platform, abi) }
     rubies.each { |ruby| build_extension(ruby) }

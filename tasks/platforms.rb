@@ -37,7 +37,36 @@ module Platforms
     exec /usr/sbin/chroot "$root" "$@"
   SH
 
+  # This machine's programs that building and checking a platform's gem need, with the
+  # Debian package of each: debootstrap makes the target Rubies' roots (every platform's 3.3
+  # and aarch64's 3.1), the cross compilers build for aarch64 and qemu-user runs it.
+  TOOLS = {
+    "x86_64-linux" => { "/usr/sbin/debootstrap" => "debootstrap" },
+    "aarch64-linux" => {
+      "/usr/sbin/debootstrap" => "debootstrap",
+      "/usr/bin/aarch64-linux-gnu-gcc" => "gcc-aarch64-linux-gnu",
+      "/usr/bin/aarch64-linux-gnu-g++" => "g++-aarch64-linux-gnu",
+      "/usr/bin/qemu-aarch64" => "qemu-user"
+    }
+  }.freeze
+
   module_function
+
+  # Installs the Debian packages of `platform`'s tools that are missing, as script/setup
+  # installs its own, and Rust's standard library for its target.
+  def ensure_tools!(platform)
+    missing = TOOLS.fetch(platform).reject { |program, _| File.executable?(program) }.values.uniq
+    unless missing.empty?
+      puts "== installing #{missing.join(", ")} (the #{platform} gem's build and check need them)"
+      sudo = Process.uid.zero? ? [] : ["sudo"]
+      system(*sudo, "apt-get", "-o", "DPkg::Lock::Timeout=600", "update", "-qq", exception: true)
+      system({ "DEBIAN_FRONTEND" => "noninteractive" }, *sudo, "apt-get", "-o", "DPkg::Lock::Timeout=600",
+             "install", "-y", "-qq", *missing, exception: true)
+    end
+    rust = arch(platform)[:rust]
+    installed = IO.popen(%w[rustup target list --installed], &:read).split
+    system("rustup", "target", "add", rust, exception: true) unless installed.include?(rust)
+  end
 
   def host_platform = RUBY_PLATFORM.sub(/-gnu\z/, "")
 
