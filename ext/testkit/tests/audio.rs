@@ -530,7 +530,10 @@ fn other_audio_formats_are_refused_naming_the_ones_read() {
     let adts = [[0xFFu8, 0xF1, 0x50, 0x80, 0x02, 0x1F, 0xFC].as_slice(), &[0x21; 200]].concat();
     let id3_garbage = [b"ID3\x03\0\0\0\0\0\x0a".as_slice(), &[0x55; 300]].concat();
     for (bytes, what) in [
-        (ogg.as_slice(), "an Ogg file"),
+        (
+            ogg.as_slice(),
+            "an Ogg file: Vorbis, Opus): elelem reads WAV, MP3 and FLAC",
+        ),
         (adts.as_slice(), "elelem reads WAV, MP3 and FLAC"),
         (id3_garbage.as_slice(), "elelem reads WAV, MP3 and FLAC"),
         (b"fLaC\0\0\0".as_slice(), "fewer than 12 bytes"),

@@ -167,7 +167,7 @@ impl<'a> Decoder<'a> {
         };
         if raw.is_null() {
             return Err(Error::Audio(format!(
-                "not an audio file {FORMATS} (neither FLAC nor MP3 decoder takes it: {})",
+                "not an audio file (neither miniaudio's FLAC nor its MP3 decoder takes it: {}): {FORMATS}",
                 result(error)
             )));
         }

@@ -51,21 +51,21 @@ pub fn decode_audio(bytes: &[u8]) -> Result<Vec<f32>> {
     } else if is_mp3(bytes) || is_flac(bytes) {
         decode_compressed(bytes)
     } else {
-        Err(Error::Audio(format!("{} is not an audio file {FORMATS}", what(bytes))))
+        Err(Error::Audio(format!("not an audio file ({}): {FORMATS}", what(bytes))))
     }
 }
 
 /// What bytes that are none of the formats read look like, for a refusal.
 fn what(bytes: &[u8]) -> &'static str {
     if bytes.starts_with(b"OggS") {
-        "an Ogg file (Vorbis, Opus)"
+        "an Ogg file: Vorbis, Opus"
     } else if bytes.len() >= 8 && &bytes[4..8] == b"ftyp" {
-        "an MP4 file (AAC, ALAC)"
+        "an MP4 file: AAC, ALAC"
     } else if bytes.starts_with(b"RIFF") || bytes.starts_with(b"RF64") || bytes.starts_with(b"FORM") {
-        "a RIFF/RF64/AIFF file that is not a WAV file"
+        "a RIFF, RF64 or AIFF file that is not a WAV file"
     } else if bytes.len() < 12 {
         "fewer than 12 bytes"
     } else {
-        "this"
+        "no WAV, MP3 or FLAC header"
     }
 }
