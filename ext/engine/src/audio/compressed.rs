@@ -16,10 +16,10 @@
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 
+use super::limits::{FORMATS, MAX_SAMPLES, MAX_SAMPLE_RATE};
 use super::mel::SAMPLE_RATE;
 use super::resample::{resampled_len, Resampler};
 use super::wav::mono;
-use super::{FORMATS, MAX_SAMPLES, MAX_SAMPLE_RATE};
 use crate::{Error, Result};
 
 /// Frames decoded at a time (at most 8 channels of `f32`: 128 KiB).

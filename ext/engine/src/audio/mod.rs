@@ -9,6 +9,7 @@
 //! Nothing else of the engine is used but `contract` (GCC's fused multiply-adds on aarch64).
 
 mod compressed;
+mod limits;
 mod mel;
 mod resample;
 mod wav;
@@ -18,20 +19,7 @@ pub use mel::{Mel, WhisperMel, FRAMES_PER_CHUNK, MAX_MEL_BANDS, SAMPLE_RATE};
 pub use wav::{decode_wav, is_wav};
 
 use crate::{Error, Result};
-
-/// The highest sample rate taken (miniaudio's `ma_standard_sample_rate_max`, the highest
-/// it names).
-const MAX_SAMPLE_RATE: u32 = 384_000;
-
-/// The most samples a file may give: two hours at 16 kHz. A WAV file's bytes bound what it
-/// gives at its own rate or lower, but not up-sampled (a 1 Hz file gives 16000 samples a
-/// frame), and an MP3's or FLAC's bytes bound nothing (a FLAC frame of a constant subframe
-/// is a few bytes for 65,535 samples), so the length is checked before anything of its
-/// size is allocated.
-const MAX_SAMPLES: u64 = 2 * 60 * 60 * SAMPLE_RATE as u64;
-
-/// The formats [`decode_audio`] reads, as its refusals name them.
-const FORMATS: &str = "elelem reads WAV, MP3 and FLAC";
+use limits::FORMATS;
 
 /// Whether `bytes` are audio as mtmd-helper tells audio from images (`is_audio_file`): a
 /// WAV, MP3 or FLAC file by its first bytes.

@@ -13,9 +13,9 @@ use std::io::Cursor;
 
 use hound::{SampleFormat, WavReader};
 
+use super::limits::{MAX_SAMPLES, MAX_SAMPLE_RATE};
 use super::mel::SAMPLE_RATE;
 use super::resample::{resample, resampled_len};
-use super::{MAX_SAMPLES, MAX_SAMPLE_RATE};
 use crate::{Error, Result};
 
 /// miniaudio's (dr_wav's) scale from 16-bit integers to floats, 2^-15 (`-32768` to `-1.0`,
