@@ -11,12 +11,16 @@ require_relative "support/cli_runner"
 # Audio in prompts, against llama.cpp's libmtmd: the synthetic language models with a
 # Qwen2-Audio projector of tmp/synthetic/vision (`tiny-qwen2a-audio`, and
 # `tiny-qwen2a-mrope-audio` under M-RoPE; written by `rake canary`) with the cases and
-# greedy ids the reference driver's `mtmd` mode recorded from WAV files
+# greedy ids the reference driver's `mtmd` mode recorded from WAV, MP3 and FLAC files
 # (spec/fixtures/goldens/vision).
 RSpec.describe "audio in prompts" do
   vision_dir = File.join(SYNTHETIC_DIR, "vision")
   media_dir = File.join(ROOT, "ext", "testkit", "tests", "fixtures", "audio")
+  # The MP3, FLAC and Ogg files (spec/fixtures/audio/README.md).
+  compressed_dir = File.join(ROOT, "spec", "fixtures", "audio")
   wav_path = File.join(media_dir, "tones-1s.wav")
+  mp3_path = File.join(compressed_dir, "tones-44k-stereo-cbr128-id3v2.mp3")
+  audio_file = ->(name) { File.join(name.end_with?(".wav") ? media_dir : compressed_dir, name) }
 
   # A 16-bit mono PCM WAV of `samples` at `rate`.
   def self.wav(samples, rate)
@@ -30,7 +34,7 @@ RSpec.describe "audio in prompts" do
       fixture, recording = ProjectorPairs.recording(name)
       model = ProjectorPairs.open_pair(vision_dir, name, n_ctx: fixture["n_ctx"])
       fixture["cases"].each do |kase|
-        audio = kase["images"].map { |i| File.join(media_dir, i["file"]) }
+        audio = kase["images"].map { |i| audio_file.call(i["file"]) }
         completion = model.complete(kase["prompt_text"], audio:, max_tokens: kase["max_tokens"])
         expect(completion.tokens).to eq(recording["outputs"][kase["name"]]["ids"]), "#{name} #{kase["name"]}"
         expect(completion.prompt_tokens).to eq(kase["n_past"])
@@ -77,6 +81,34 @@ RSpec.describe "audio in prompts" do
       batched&.close
     end
 
+    it "takes an MP3 as a path, bytes, an IO or input_audio with format mp3, as libmtmd reads it" do
+      mp3 = ProjectorPairs.recording("tiny-qwen2a-audio")[1]["outputs"]["mp3-tones"]["ids"]
+      bytes = File.binread(mp3_path)
+      [mp3_path, bytes, StringIO.new(bytes)].each do |form|
+        expect(model.complete(prompt, audio: [form], max_tokens: 16).tokens).to eq(mp3), form.class.name
+      end
+      template = "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}"
+      part = { type: "input_audio", input_audio: { data: Base64.strict_encode64(bytes), format: "mp3" } }
+      messages = [{ role: "user", content: [{ type: "text", text: "listen to " }, part, " and say"] }]
+      expect(model.complete(messages, template:, max_tokens: 16).tokens).to eq(mp3)
+      flac = Base64.strict_encode64(File.binread(audio_file.call("tones-16k-mono-16bit.flac")))
+      flac = { type: "input_audio", input_audio: { data: flac, format: "flac" } }
+      expect(model.complete([{ role: "user", content: [flac] }], template:, max_tokens: 1).tokens.size).to eq(1)
+    end
+
+    it "refuses Ogg, AAC and other audio it does not read with an AudioError naming what it reads" do
+      ogg = File.join(compressed_dir, "tone-16k-mono.ogg")
+      expect { model.generate(prompt, audio: [ogg]) }
+        .to raise_error(Elelem::AudioError, /an Ogg file: Vorbis, Opus\): elelem reads WAV, MP3 and FLAC/)
+      adts = "\xFF\xF1\x50\x80\x02\x1F\xFC".b + ("\x21".b * 200)
+      expect { model.generate(prompt, audio: [adts]) }.to raise_error(Elelem::AudioError, /reads WAV, MP3 and FLAC/)
+      data = Base64.strict_encode64(File.binread(ogg))
+      ogg_part = { type: "input_audio", input_audio: { data:, format: "ogg" } }
+      expect { model.chat([{ role: "user", content: [ogg_part] }]) }
+        .to raise_error(Elelem::AudioError, /format must be one of wav, mp3, flac/)
+      expect(model.complete(prompt, audio: [wav_path], max_tokens: 16).tokens).to eq(expected)
+    end
+
     it "times the encoder for audio not yet in its cache, under its own name" do
       first = model.complete(prompt, audio: [wav_path], max_tokens: 2).timings
       again = model.complete(prompt, audio: [wav_path], max_tokens: 2).timings
@@ -98,7 +130,7 @@ RSpec.describe "audio in prompts" do
     it "refuses audio it does not read with an AudioError naming what is wrong, and keeps working" do
       refusals = {
         "0 Hz" => [self.class.wav([0] * 800, 0), /0 Hz.*from 1 Hz/],
-        "random bytes" => [Random.new(1).bytes(4096), /not a WAV file/],
+        "random bytes" => ["\x01".b + Random.new(1).bytes(4095), /not an audio file .*: elelem reads WAV, MP3 and/],
         "a cut WAV" => [File.binread(wav_path)[0, 30], /WAV/],
         "a truncated WAV" => [File.binread(wav_path)[0, 4000], /truncated/]
       }
@@ -106,7 +138,7 @@ RSpec.describe "audio in prompts" do
         expect { model.generate(prompt, audio: [bytes]) }.to raise_error(Elelem::AudioError, message), what
       end
       parts = [{ type: "input_audio", input_audio: { data: "!!", format: "wav" } },
-               { type: "input_audio", input_audio: { data: "", format: "mp3" } },
+               { type: "input_audio", input_audio: { data: "", format: "aac" } },
                { type: "audio_url", audio_url: { url: "https://example.com/a.wav" } }]
       parts.each do |part|
         expect { model.chat([{ role: "user", content: [part] }]) }.to raise_error(Elelem::AudioError), part.inspect
@@ -123,7 +155,7 @@ RSpec.describe "audio in prompts" do
     end
   end
 
-  it "serves audio: OpenAI's input_audio parts, a bad WAV a 400, then serves on" do
+  it "serves audio: OpenAI's input_audio parts (WAV and MP3), a bad WAV a 400, then serves on" do
     require "rack"
     template = "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}" \
                "{% for p in m.content %}{{ p.text }}{% endfor %}{% endif %}{% endfor %}"
@@ -141,6 +173,11 @@ RSpec.describe "audio in prompts" do
     reply = JSON.parse(post.call({ messages: [{ role: "user", content: parts }], max_tokens: 8, temperature: 0 }).body)
     expect(reply["choices"][0]["message"]["content"]).to eq(expected.text)
     expect(reply["usage"]["prompt_tokens"]).to eq(expected.prompt_tokens)
+    mp3 = [parts[0], { type: "input_audio",
+                       input_audio: { data: Base64.strict_encode64(File.binread(mp3_path)), format: "mp3" } }]
+    expected = model.complete(model.chat_input([{ role: "user", content: mp3 }], template:), max_tokens: 8)
+    reply = JSON.parse(post.call({ messages: [{ role: "user", content: mp3 }], max_tokens: 8, temperature: 0 }).body)
+    expect(reply["choices"][0]["message"]["content"]).to eq(expected.text)
     broken = [{ type: "input_audio", input_audio: { data: Base64.strict_encode64("RIFF"), format: "wav" } }]
     response = post.call({ messages: [{ role: "user", content: broken }] })
     expect(response.status).to eq(400)

@@ -76,11 +76,13 @@ RSpec.describe "images and audio together" do
     expect { model.generate(prompt, images: [image], audio: [wav]) }.to raise_error(ArgumentError, /media:/)
     expect { model.generate(prompt, media: [image, wav], images: [image]) }.to raise_error(ArgumentError, /together/)
     expect { model.generate(prompt, images: [image, wav]) }.to raise_error(Elelem::ImageError, /WAV/)
-    expect { model.generate(prompt, audio: [wav, image]) }.to raise_error(Elelem::AudioError, /not a WAV/)
+    expect { model.generate(prompt, audio: [wav, image]) }.to raise_error(Elelem::AudioError, /not a WAV, MP3 or FLAC/)
+    mp3 = File.join(ROOT, "spec", "fixtures", "audio", "tones-16k-mono-cbr32.mp3")
+    expect { model.generate(prompt, images: [image, mp3]) }.to raise_error(Elelem::ImageError, /an audio file/)
     expect { model.generate("<__media__>", media: [image, wav]) }.to raise_error(ArgumentError, /markers/)
     parts = [{ type: "input_audio", input_audio: { data: Base64.strict_encode64(File.binread(image)), format: "wav" } }]
     expect { model.complete([{ role: "user", content: parts }], template:) }
-      .to raise_error(Elelem::AudioError, /not a WAV/)
+      .to raise_error(Elelem::AudioError, /not a WAV, MP3 or FLAC/)
     expect { model.generate_all(%w[a b], images: [nil, nil], media: [nil, nil]) }
       .to raise_error(ArgumentError, /together/)
     expect(model.generate_all(["describe <__media__>"], media: [[image]], max_tokens: 16))

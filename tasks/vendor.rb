@@ -4,8 +4,9 @@ require "fileutils"
 require "json"
 
 # Copies the share of ggml that elelem builds (ggml-base, the CPU backend, the RPC backend,
-# and the Vulkan backend, built where its pieces are there), and llama.cpp's stb_image (its JPEG
-# decoder decodes elelem's JPEG images: ext/ggml-sys/native/stb_jpeg.c)
+# and the Vulkan backend, built where its pieces are there), llama.cpp's stb_image (its JPEG
+# decoder decodes elelem's JPEG images: ext/ggml-sys/native/stb_jpeg.c) and its miniaudio (its
+# MP3 and FLAC decoders decode elelem's MP3 and FLAC audio: ext/ggml-sys/native/miniaudio_decode.c)
 # out of the pinned llama-cpp-sys-2 package
 # (downloaded and checksum-verified by cargo through vendor/fetch/Cargo.lock)
 # into the git-ignored vendor/ggml.
@@ -23,6 +24,8 @@ module VendorGgml
   VULKAN = "ggml-vulkan"
   # llama.cpp's copy of stb_image, as mtmd-helper includes it.
   STB_IMAGE = File.join("stb", "stb_image.h")
+  # llama.cpp's copy of miniaudio, as mtmd-helper includes it.
+  MINIAUDIO = File.join("miniaudio", "miniaudio.h")
 
   module_function
 
@@ -43,8 +46,10 @@ module VendorGgml
     staging = "#{DEST}.tmp"
     FileUtils.rm_rf(staging)
     copy_sources(File.join(llama, "ggml"), staging)
-    FileUtils.mkdir_p(File.join(staging, "stb"))
-    FileUtils.cp(File.join(llama, "vendor", STB_IMAGE), File.join(staging, STB_IMAGE))
+    [STB_IMAGE, MINIAUDIO].each do |header|
+      FileUtils.mkdir_p(File.join(staging, File.dirname(header)))
+      FileUtils.cp(File.join(llama, "vendor", header), File.join(staging, header))
+    end
     FileUtils.cp(File.join(llama, "LICENSE"), File.join(staging, "LICENSE"))
     File.write(File.join(staging, "SOURCE"), "#{PACKAGE} #{VERSION} (crates.io), llama.cpp/ggml\n")
     FileUtils.rm_rf(DEST)
@@ -66,7 +71,8 @@ module VendorGgml
   def present?
     File.exist?(File.join(DEST, "VERSION")) && File.exist?(File.join(DEST, "include", "ggml.h")) &&
       RPC_SOURCES.all? { |f| File.exist?(File.join(DEST, "src", "ggml-rpc", f)) } &&
-      File.exist?(File.join(DEST, "src", VULKAN, "ggml-vulkan.cpp")) && File.exist?(File.join(DEST, STB_IMAGE))
+      File.exist?(File.join(DEST, "src", VULKAN, "ggml-vulkan.cpp")) &&
+      [STB_IMAGE, MINIAUDIO].all? { |header| File.exist?(File.join(DEST, header)) }
   end
 
   def copy_cpu_backend(from, to)

@@ -36,6 +36,8 @@ module VisionGolden
   MODELS_DIR = File.join(Reference::ROOT, "tmp", "synthetic", "vision")
   IMAGES_DIR = File.join(Reference::ROOT, "ext", "testkit", "tests", "fixtures", "vision")
   AUDIO_DIR = File.join(Reference::ROOT, "ext", "testkit", "tests", "fixtures", "audio")
+  # The MP3 and FLAC files (made with lame and flac: its README).
+  COMPRESSED_AUDIO_DIR = File.join(Reference::ROOT, "spec", "fixtures", "audio")
   N_PREDICT = 16
   MARKER = "<__media__>"
 
@@ -86,10 +88,14 @@ module VisionGolden
   # token per 24 x 24 pixels) into one chunk between <|image> and <image|>, decoded non-causally.
   # Qwen2-Audio's projector turns an audio file into 30 s log-mel pieces of 750 tokens each,
   # a chunk per piece between <|audio_bos|> and <|audio_eos|>, each token a position (under
-  # M-RoPE too: mtmd's helper places an audio chunk's tokens as text's, not on a grid).
+  # M-RoPE too: mtmd's helper places an audio chunk's tokens as text's, not on a grid). The
+  # MP3 (44.1 kHz stereo, an ID3v2 tag) and the FLAC (8 kHz, 24-bit) are read by the
+  # reference through its mtmd-helper's miniaudio.
   AUDIO = {
     "wav-tones-1s" => ["listen to #{MARKER} and say", ["tones-1s.wav"]],
-    "two-wavs" => ["compare #{MARKER} to #{MARKER} in it", ["tones-1s.wav", "noise-0.25s.wav"]]
+    "two-wavs" => ["compare #{MARKER} to #{MARKER} in it", ["tones-1s.wav", "noise-0.25s.wav"]],
+    "mp3-tones" => ["listen to #{MARKER} and say", ["tones-44k-stereo-cbr128-id3v2.mp3"]],
+    "flac-then-wav" => ["compare #{MARKER} to #{MARKER} in it", ["tones-8k-mono-24bit.flac", "noise-0.25s.wav"]]
   }.freeze
   # Qwen2.5-Omni's projector holds both encoders (`qwen2.5o`): each medium is an image or a
   # WAV by its bytes (mtmd's helper), laid out and encoded by its own encoder, Qwen2.5-VL's
@@ -213,8 +219,13 @@ module VisionGolden
     [kase, output(out)]
   end
 
-  # A case's image (or, a `.wav`, audio) file.
-  def image(file) = File.join(file.end_with?(".wav") ? AUDIO_DIR : IMAGES_DIR, file)
+  # A case's image (or, a `.wav`, `.mp3` or `.flac`, audio) file.
+  def image(file)
+    return File.join(AUDIO_DIR, file) if file.end_with?(".wav")
+    return File.join(COMPRESSED_AUDIO_DIR, file) if file.end_with?(".mp3", ".flac")
+
+    File.join(IMAGES_DIR, file)
+  end
 
   # The large test image, 1100 x 700 (ext/testkit/tests/fixtures/vision/1100x700-rgb.png, made
   # by `write_test_image`): an 8-bit RGB PNG of gradients, stripes and a checkerboard,

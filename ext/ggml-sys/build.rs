@@ -141,6 +141,7 @@ fn main() {
     println!("cargo:rerun-if-changed=include/elelem_rpc.h");
     println!("cargo:rerun-if-changed=native/rpc_client.cpp");
     println!("cargo:rerun-if-changed=native/stb_jpeg.c");
+    println!("cargo:rerun-if-changed=native/miniaudio_decode.c");
     println!("cargo:rerun-if-changed=include/elelem_rpc_client.h");
     println!("cargo:rerun-if-changed=src/variants.rs");
     println!("cargo:rerun-if-changed=build_vulkan.rs");
@@ -171,6 +172,7 @@ fn build_static(
     // contraction changes its bits relative to the reference build.
     let mut objects = rpc_objects(ggml, out, openmp);
     objects.extend(stb_jpeg_objects(ggml, out));
+    objects.extend(miniaudio_objects(ggml, out));
     if let vulkan::Vulkan::On(vk) = vulkan {
         objects.extend(vk.iter().cloned());
     }
@@ -232,6 +234,21 @@ fn stb_jpeg_objects(ggml: &Path, out: &Path) -> Vec<PathBuf> {
         .opt_level(3)
         .warnings(false)
         .file(manifest.join("native/stb_jpeg.c"));
+    build.compile_intermediates()
+}
+
+/// miniaudio's MP3 and FLAC decoders (`native/miniaudio_decode.c`, over llama.cpp's
+/// `miniaudio/miniaudio.h`), as mtmd-helper compiles them: no architecture flags, so no
+/// fused multiply-adds change dr_mp3's synthesis or dr_flac's conversions.
+fn miniaudio_objects(ggml: &Path, out: &Path) -> Vec<PathBuf> {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let mut build = cc::Build::new();
+    build
+        .out_dir(out.join("obj-miniaudio"))
+        .include(ggml.join("miniaudio"))
+        .opt_level(3)
+        .warnings(false)
+        .file(manifest.join("native/miniaudio_decode.c"));
     build.compile_intermediates()
 }
 
@@ -299,6 +316,7 @@ fn build_variants(
     // ggml-base + ggml (the registry) and the RPC backend, baseline ISA, as one shared library.
     let mut objects = rpc_objects(ggml, out, openmp);
     objects.extend(stb_jpeg_objects(ggml, out));
+    objects.extend(miniaudio_objects(ggml, out));
     for (cpp, files) in split_by_language(base) {
         let mut build = compiler(ggml, out, cpp, &[], openmp);
         build

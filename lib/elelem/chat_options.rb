@@ -165,7 +165,7 @@ module Elelem
     def unsupported_part(type, part)
       if AUDIO_PARTS.include?(type)
         return AudioError.new("audio content parts (#{type}) are not supported: elelem fetches no URL " \
-                              "(send input_audio, base64 WAV)")
+                              "(send input_audio, base64 WAV or MP3)")
       end
 
       ArgumentError.new("message content parts must be text (a String or { type: \"text\", text: ... }), " \

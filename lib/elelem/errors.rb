@@ -46,8 +46,8 @@ module Elelem
   # projector cannot encode.
   class ImageError < ArgumentError; end
 
-  # Audio that cannot be taken (an ArgumentError, as any bad input): not a WAV file elelem
-  # decodes (16-bit PCM or 32-bit float, 1 Hz to 384 kHz), corrupt, or too short.
+  # Audio that cannot be taken (an ArgumentError, as any bad input): not a WAV (16-bit PCM or
+  # 32-bit float), MP3 or FLAC file of 1 Hz to 384 kHz that elelem decodes, corrupt, or too short.
   class AudioError < ArgumentError; end
 
   # A prompt does not fit the context window (`n_ctx`).

@@ -4,8 +4,8 @@ module Elelem
   # A prompt's images and audio as the model's projector takes them: a vision encoder images
   # ({Images}), an audio encoder audio ({Audio}), a projector with both (Qwen2.5-Omni's) either,
   # mixed in marker order; the kind the projector lacks is refused by name. The native side
-  # tells a medium's kind by its bytes, as llama.cpp's mtmd helper does: a WAV file
-  # ("RIFF....WAVE") is audio, anything else an image.
+  # tells a medium's kind by its bytes, as llama.cpp's mtmd helper does: a WAV, MP3 or FLAC
+  # file ({.audio?}) is audio, anything else an image.
   # @api private
   module Media
     module_function
@@ -36,19 +36,28 @@ module Elelem
       both ? kind!(bytes, audio) : bytes
     end
 
-    # Whether `bytes` are a WAV file, as mtmd's helper tells audio from images.
+    # Whether `bytes` are audio as mtmd's helper tells audio from images (`is_audio_file`): a WAV
+    # file ("RIFF....WAVE"), an MP3 (an ID3v2 tag or an MPEG frame sync) or a FLAC file ("fLaC"),
+    # in at least 12 bytes.
     # @param bytes [String] binary
-    def wav?(bytes) = bytes.bytesize >= 12 && bytes.start_with?("RIFF") && bytes.byteslice(8, 4) == "WAVE"
+    # @return [Boolean]
+    def audio?(bytes)
+      return false if bytes.bytesize < 12
+
+      (bytes.start_with?("RIFF") && bytes.byteslice(8, 4) == "WAVE") || bytes.start_with?("ID3", "fLaC") ||
+        (bytes.getbyte(0) == 0xFF && bytes.getbyte(1).allbits?(0xE0))
+    end
 
     # `bytes`, refused where they are not of the kind they were given as (`audio`): for a
     # model with both encoders, which tells them apart by their bytes alone.
-    # @raise [Elelem::AudioError] for audio that is no WAV file
-    # @raise [Elelem::ImageError] for an image that is a WAV file
+    # @raise [Elelem::AudioError] for audio that is no WAV, MP3 or FLAC file
+    # @raise [Elelem::ImageError] for an image that is one
     def kind!(bytes, audio)
-      return bytes if wav?(bytes) == audio
-      raise AudioError, "this audio is not a WAV file (RIFF/WAVE): elelem reads WAV files" if audio
+      return bytes if audio?(bytes) == audio
+      raise AudioError, "this audio is not a WAV, MP3 or FLAC file: #{Audio::FORMATS}" if audio
 
-      raise ImageError, "this image is a WAV file: pass audio as audio (audio:, media: or an audio part)"
+      raise ImageError, "this image is an audio file (WAV, MP3 or FLAC): pass audio as audio (audio:, media: or " \
+                        "an audio part)"
     end
 
     # Refuses parts of the kind the projector does not take (audio where it has no audio
@@ -100,16 +109,16 @@ module Elelem
                            "media: (in the order of their markers)"
     end
 
-    # `media:`: each an image or a WAV file (a path, bytes or an IO), read, and refused where
+    # `media:`: each an image or an audio file (a path, bytes or an IO), read, and refused where
     # the model lacks its kind.
     # @return [Array<String>] the bytes, in order
     def media_option(media, vision, audio_model)
       (media.is_a?(Array) ? media : [media]).map do |medium|
         bytes = read_medium(medium)
-        if wav?(bytes)
+        if audio?(bytes)
           raise AudioError, no_audio("audio files in media:") unless audio_model
         elsif audio_model && !vision
-          raise ImageError, "images in media: need a vision projector: this model's takes audio (WAV files)"
+          raise ImageError, "images in media: need a vision projector: this model's takes audio (WAV, MP3, FLAC)"
         end
         bytes
       end
@@ -117,11 +126,12 @@ module Elelem
 
     # A medium's bytes: a path, a binary String, a `data:` URI (an image's) or an IO.
     # @return [String] binary
-    # @raise [Elelem::AudioError] for a `.wav` path that cannot be read
+    # @raise [Elelem::AudioError] for an audio file's path ({Audio::EXTENSIONS}) that cannot be read
     # @raise [Elelem::ImageError] for anything else that cannot be read
     def read_medium(medium)
       path = medium.respond_to?(:to_path) ? medium.to_path : medium
-      path.is_a?(String) && path.end_with?(".wav") ? Audio.read(path) : Images.read(medium)
+      audio = path.is_a?(String) && path.downcase.end_with?(*Audio::EXTENSIONS)
+      audio ? Audio.read(path) : Images.read(medium)
     end
 
     # {Model#generate_all}'s `images:`, `audio:` or `media:`: an entry per prompt, each as
@@ -148,7 +158,7 @@ module Elelem
     end
 
     # `images:` where no `audio:` is given: refused for an audio projector, and (for a model
-    # with both encoders, which tells them apart by their bytes) a WAV file among them; a
+    # with both encoders, which tells them apart by their bytes) an audio file among them; a
     # model without a projector refuses them natively.
     def images_option(images, vision, audio_model)
       return images if [nil, []].include?(images) || !audio_model

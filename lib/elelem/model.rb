@@ -113,8 +113,9 @@ module Elelem
     # @raise [Elelem::ContextFullError] when the prompt does not fit `n_ctx`
     # @raise [Elelem::ClosedError] after {#close}
     # @raise [Elelem::ImageError] for an image that cannot be read, decoded or encoded
-    # @raise [Elelem::AudioError] for audio that cannot be read or decoded (a WAV of a rate
-    #   of 0 or above 384 kHz names it), or `audio:` on a model without an audio projector
+    # @raise [Elelem::AudioError] for audio that cannot be read or decoded (a WAV, MP3 or FLAC
+    #   file of a rate of 0 or above 384 kHz names it; another format names the ones read), or
+    #   `audio:` on a model without an audio projector
     # @raise [ArgumentError] for more than one of `images:`, `audio:` and `media:`
     #
     # With `images:` (a model opened with a projector, see {#vision?}), the text places each
@@ -126,9 +127,9 @@ module Elelem
     #   model.generate("<start_of_turn>user\n#{Elelem::Images::MARKER}What is in this picture?" \
     #                  "<end_of_turn>\n<start_of_turn>model\n", images: ["cat.jpg"])
     #
-    # With `audio:` (a model opened with an audio projector, see {#audio?}), the same for WAV
-    # files ({Audio.read}): each is cut into 30 s pieces and encoded as mtmd does, in place of
-    # its marker.
+    # With `audio:` (a model opened with an audio projector, see {#audio?}), the same for WAV,
+    # MP3 and FLAC files ({Audio.read}): each is decoded as mtmd-helper decodes it, cut into
+    # 30 s pieces and encoded as mtmd does, in place of its marker.
     # @example Listen to a recording
     #   model = Elelem.open("Qwen2-Audio-7B-Instruct-Q4_K_M.gguf", mmproj: "mmproj-Qwen2-Audio-7B-Instruct-f16.gguf")
     #   model.generate("<|im_start|>user\nAudio 1: #{Elelem::Images::MARKER}\nWhat is said?<|im_end|>\n" \
@@ -136,8 +137,8 @@ module Elelem
     #
     # With `media:` (a model whose projector has both encoders, Qwen2.5-Omni's: {#vision?} and
     # {#audio?}), images and audio in one prompt: each entry a path, bytes or an IO of an image
-    # or a WAV file, in the order of their markers, told apart by their bytes as mtmd's helper
-    # tells them (a WAV is audio); on a model with one encoder, `media:` takes its kind and
+    # or an audio file, in the order of their markers, told apart by their bytes as mtmd's helper
+    # tells them (a WAV, MP3 or FLAC file is audio); on a model with one encoder, `media:` takes its kind and
     # refuses the other. `images:` and `audio:` together are refused: pass `media:`.
     # @example An image and a recording together
     #   model = Elelem.open("Qwen2.5-Omni-3B-Q4_K_M.gguf", mmproj: "mmproj-Qwen2.5-Omni-3B-Q8_0.gguf")

@@ -82,3 +82,25 @@ extern "C" {
     pub fn elelem_stb_failure() -> *const std::os::raw::c_char;
     pub fn elelem_stb_free(pixels: *mut std::os::raw::c_void);
 }
+
+// miniaudio's MP3 and FLAC decoders (`native/miniaudio_decode.c`), as llama.cpp's mtmd-helper
+// decodes audio, asked for `f32` at the file's own channels and rate.
+extern "C" {
+    /// A decoder over `bytes` (which must outlive it, until [`elelem_ma_close`]), with the
+    /// file's channels, rate and length in frames (0 where it cannot say); null where no
+    /// decoder takes the bytes, `error` then miniaudio's result ([`elelem_ma_result`]).
+    pub fn elelem_ma_open(
+        bytes: *const u8,
+        len: usize,
+        channels: *mut u32,
+        rate: *mut u32,
+        length: *mut u64,
+        error: *mut std::os::raw::c_int,
+    ) -> *mut std::os::raw::c_void;
+    /// Up to `frames` interleaved frames (`frames * channels` floats) into `out`: how many,
+    /// 0 at the end, or miniaudio's (negative) result where decoding fails.
+    pub fn elelem_ma_read(decoder: *mut std::os::raw::c_void, out: *mut f32, frames: u64) -> i64;
+    pub fn elelem_ma_close(decoder: *mut std::os::raw::c_void);
+    /// miniaudio's words for a result (a static string).
+    pub fn elelem_ma_result(result: std::os::raw::c_int) -> *const std::os::raw::c_char;
+}

@@ -1,6 +1,6 @@
 //! The engine's audio input (`elelem_engine::audio`) against the pinned llama.cpp's
 //! (`elelem_testkit::mtmd`: miniaudio's decoder as mtmd-helper calls it, and
-//! `tools/mtmd/mtmd-audio.cpp`'s whisper preprocessor): WAV files must decode to the same
+//! `tools/mtmd/mtmd-audio.cpp`'s whisper preprocessor): WAV, MP3 and FLAC files must decode to the same
 //! samples, and audio of many lengths and kinds (speech-like tones, silence, full-scale
 //! noise) to the same log-mel pieces, `f32` for `f32`, for 80 and 128 mel bands. And the
 //! synthetic audio projectors (`elelem_testkit::audio`) as clip.cpp runs them.
@@ -198,10 +198,10 @@ fn wav(samples: &[f32], rate: u32, channels: u16, float: bool) -> Vec<u8> {
     wav_of(samples, rate, channels, 32, hound::SampleFormat::Float)
 }
 
-/// Our samples of a WAV file against miniaudio's: the same count, the same bits (the first
+/// Our samples of an audio file against miniaudio's: the same count, the same bits (the first
 /// difference named). The count of samples.
 fn assert_decodes_as_miniaudio(bytes: &[u8], what: &str) -> usize {
-    let ours = audio::decode_wav(bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let ours = audio::decode_audio(bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
     let theirs = mtmd::miniaudio_decode(bytes, 16_000, ours.len() + 16).expect("miniaudio decodes it");
     assert_eq!(ours.len(), theirs.len(), "{what}: samples");
     if let Some(i) = (0..ours.len()).find(|&i| ours[i].to_bits() != theirs[i].to_bits()) {
@@ -387,6 +387,174 @@ fn damaged_wav_files_are_refused_not_panicked_on() {
     huge[40..44].copy_from_slice(&0xFFFF_FFFEu32.to_le_bytes());
     assert!(matches!(audio::decode_wav(&huge), Err(Error::Audio(m)) if m.contains("truncated")));
     assert!(read > 0 && refused > 0, "{read} read, {refused} refused");
+}
+
+/// The MP3 and FLAC fixtures (`spec/fixtures/audio`, made with lame, flac and sox: its
+/// README), each with its bytes.
+fn compressed_fixtures() -> Vec<(String, Vec<u8>)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/fixtures/audio");
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("mp3" | "flac")))
+        .filter(|p| !p.to_str().unwrap().contains("silence-3h"))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_str().unwrap().to_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// MP3 (mono and stereo; 8, 16, 22.05, 32, 44.1, 48 kHz; CBR and VBR; with an ID3v2 tag
+/// and without, with a LAME/Xing tag and without) and FLAC (16- and 24-bit; 1, 2 and 6
+/// channels; 8 to 96 kHz) decode to miniaudio's samples as mtmd-helper asks for them (f32,
+/// mono, 16 kHz), bit for bit.
+#[test]
+fn mp3_and_flac_files_decode_to_mtmd_helpers_samples() {
+    let files = compressed_fixtures();
+    assert!(files.len() >= 12, "{} fixtures", files.len());
+    let mut samples = 0;
+    for (name, bytes) in &files {
+        assert!(audio::is_audio(bytes), "{name}");
+        samples += assert_decodes_as_miniaudio(bytes, name);
+    }
+    println!(
+        "{} MP3 and FLAC files, {samples} samples, all identical to miniaudio's",
+        files.len()
+    );
+}
+
+/// The same for every MP3 and FLAC file in `$ELELEM_AUDIO_SWEEP` (a one-off sweep over
+/// files made with lame, flac and sox; see docs/AUDIO-PLAN.md): `cargo test --release -p
+/// elelem-testkit --test audio -- --ignored --nocapture sweep`.
+#[test]
+#[ignore = "needs ELELEM_AUDIO_SWEEP, a folder of MP3 and FLAC files"]
+fn sweep_of_a_folder_decodes_to_mtmd_helpers_samples() {
+    let dir = std::env::var("ELELEM_AUDIO_SWEEP").expect("ELELEM_AUDIO_SWEEP");
+    let (mut files, mut samples) = (0, 0);
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    paths.sort();
+    for path in paths {
+        if !matches!(path.extension().and_then(|e| e.to_str()), Some("mp3" | "flac")) {
+            continue;
+        }
+        samples += assert_decodes_as_miniaudio(&std::fs::read(&path).unwrap(), path.to_str().unwrap());
+        files += 1;
+    }
+    println!("{files} files, {samples} samples, all identical to miniaudio's");
+}
+
+/// Damaged MP3 and FLAC files (every fixture cut at many lengths, bytes flipped, both)
+/// are read or refused as `Error::Audio`, never a panic, and what is read is no longer than
+/// the two-hour limit.
+#[test]
+fn damaged_mp3_and_flac_files_are_refused_not_panicked_on() {
+    let mut rng = XorShift(0xa0d1_0bad);
+    let (mut read, mut refused) = (0, 0);
+    for (name, original) in compressed_fixtures() {
+        for i in 0..400 {
+            let mut bytes = original.clone();
+            if i % 4 != 3 {
+                for _ in 0..1 + i % 5 {
+                    // Half of the time the first 64 bytes: the headers and tags.
+                    let at = (rng.next_u64() % if i % 2 == 0 { 64 } else { bytes.len() as u64 }) as usize;
+                    bytes[at] = rng.byte();
+                }
+            }
+            if i % 3 != 1 {
+                bytes.truncate((rng.next_u64() % bytes.len() as u64) as usize);
+            }
+            match audio::decode_audio(&bytes) {
+                Ok(samples) => {
+                    assert!(samples.len() as u64 <= 2 * 3600 * 16_000, "{name} {i}");
+                    read += 1;
+                }
+                Err(Error::Audio(_)) => refused += 1,
+                Err(e) => panic!("{name} {i}: {e:?}"),
+            }
+        }
+    }
+    println!("damaged MP3 and FLAC files: {read} read, {refused} refused");
+    assert!(read > 0 && refused > 0, "{read} read, {refused} refused");
+}
+
+/// A FLAC bomb: three hours of silence at 1 kHz in 2,433 bytes (frames of one constant
+/// subframe, 65,535 samples each), up-sampled 172,800,000 samples, is refused at once by
+/// its claimed length; claiming no length it is refused too (mtmd-helper reads nothing of
+/// it); claiming 16 s it gives those 16 s (256,000 samples), not what its frames hold.
+#[test]
+fn a_flac_bomb_is_refused_before_it_is_decoded() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/fixtures/audio/silence-3h-1khz.flac");
+    let bomb = std::fs::read(path).unwrap();
+    // STREAMINFO's last 36 bits of bytes 18..26: the total samples.
+    let claiming = |total: u64| {
+        let mut bytes = bomb.clone();
+        let word = u64::from_be_bytes(bytes[18..26].try_into().unwrap());
+        let word = (word & !((1u64 << 36) - 1)) | total;
+        bytes[18..26].copy_from_slice(&word.to_be_bytes());
+        bytes
+    };
+    assert_eq!(claiming(10_800_000), bomb);
+    let started = std::time::Instant::now();
+    match audio::decode_audio(&bomb) {
+        Err(Error::Audio(m)) => assert!(m.contains("two hours"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    match audio::decode_audio(&claiming(0)) {
+        Err(Error::Audio(m)) => assert!(m.contains("does not say its length"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    match audio::decode_audio(&claiming((1 << 36) - 1)) {
+        Err(Error::Audio(m)) => assert!(m.contains("two hours"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let refused = started.elapsed();
+    assert!(refused.as_millis() < 100, "{refused:?}");
+    let sixteen = audio::decode_audio(&claiming(16_000)).unwrap();
+    assert_eq!(sixteen.len(), 256_000);
+    assert!(sixteen.iter().all(|&x| x == 0.0));
+    println!("the FLAC bomb refused in {refused:?}");
+}
+
+/// Audio elelem does not read (Ogg Vorbis, AAC in ADTS, which mtmd-helper takes for MP3 by
+/// its sync, garbage after an ID3 tag, too few bytes) is refused by name, and neither an
+/// image nor anything else is taken for audio.
+#[test]
+fn other_audio_formats_are_refused_naming_the_ones_read() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/fixtures/audio");
+    let ogg = std::fs::read(dir.join("tone-16k-mono.ogg")).unwrap();
+    let adts = [[0xFFu8, 0xF1, 0x50, 0x80, 0x02, 0x1F, 0xFC].as_slice(), &[0x21; 200]].concat();
+    let id3_garbage = [b"ID3\x03\0\0\0\0\0\x0a".as_slice(), &[0x55; 300]].concat();
+    for (bytes, what) in [
+        (
+            ogg.as_slice(),
+            "an Ogg file: Vorbis, Opus): elelem reads WAV, MP3 and FLAC",
+        ),
+        (adts.as_slice(), "elelem reads WAV, MP3 and FLAC"),
+        (id3_garbage.as_slice(), "elelem reads WAV, MP3 and FLAC"),
+        (b"fLaC\0\0\0".as_slice(), "fewer than 12 bytes"),
+        (
+            b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".as_slice(),
+            "elelem reads WAV, MP3 and FLAC",
+        ),
+    ] {
+        match audio::decode_audio(bytes) {
+            Err(Error::Audio(m)) => assert!(m.contains(what), "{what:?}: {m}"),
+            other => panic!("{what:?}: {other:?}"),
+        }
+    }
+    // JPEG's FF D8 is no MPEG sync; PNG, GIF, WebP are no audio.
+    for image in [
+        &b"\xFF\xD8\xFF\xE0\0\x10JFIF\0\x01\x01"[..],
+        b"GIF89a\x01\0\x01\0\0\0",
+        b"RIFF\0\0\0\0WEBPVP8 ",
+    ] {
+        assert!(!audio::is_audio(image), "{image:?}");
+    }
 }
 
 #[test]

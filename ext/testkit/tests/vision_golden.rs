@@ -159,10 +159,16 @@ fn open_pair(name: &str, threads: usize) -> (Arc<Model>, VisionContext) {
     (model, vision)
 }
 
-/// A case's image (or, a `.wav`, audio) file.
+/// A case's image (or, a `.wav`, `.mp3` or `.flac`, audio) file.
 fn image(file: &str) -> Vec<u8> {
-    let dir = if file.ends_with(".wav") { "audio" } else { "vision" };
-    std::fs::read(root().join("ext/testkit/tests/fixtures").join(dir).join(file)).unwrap()
+    let dir = if file.ends_with(".wav") {
+        "ext/testkit/tests/fixtures/audio"
+    } else if file.ends_with(".mp3") || file.ends_with(".flac") {
+        "spec/fixtures/audio"
+    } else {
+        "ext/testkit/tests/fixtures/vision"
+    };
+    std::fs::read(root().join(dir).join(file)).unwrap()
 }
 
 fn check_pair(name: &str) {
@@ -520,7 +526,7 @@ fn an_aborted_encode_keeps_nothing() {
 /// bytes), as an image is; an aborted encode keeps nothing; and an audio projector reads
 /// WAV files only (an image is `Error::Audio`, never decoded as a picture).
 #[test]
-fn audio_is_encoded_once_and_only_from_wav_files() {
+fn audio_is_encoded_once_and_only_from_audio_files() {
     let (_, audio) = open_pair("tiny-qwen2a-audio", 2);
     assert!(audio.audio());
     let wav = image("tones-1s.wav");
@@ -533,4 +539,22 @@ fn audio_is_encoded_once_and_only_from_wav_files() {
     assert_eq!(audio.encode(&noise).unwrap().embeddings.len(), 1);
     let refused = audio.encode(&image("97x61-cmyk.jpg"));
     assert!(matches!(refused, Err(Error::Audio(_))), "{:?}", refused.err());
+    assert_eq!(
+        audio
+            .encode(&image("tones-8k-mono-24bit.flac"))
+            .unwrap()
+            .embeddings
+            .len(),
+        1
+    );
+    // An MP3 or FLAC file on a projector without an audio encoder is audio, not an image.
+    let (_, vision) = open_pair("tiny-gemma3-vision", 2);
+    for file in ["tones-16k-mono-cbr32.mp3", "tones-8k-mono-24bit.flac", "tones-1s.wav"] {
+        let refused = vision.encode(&image(file));
+        assert!(
+            matches!(&refused, Err(Error::Image(m)) if m.contains("is audio")),
+            "{file}: {:?}",
+            refused.err()
+        );
+    }
 }

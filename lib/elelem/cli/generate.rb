@@ -13,8 +13,8 @@ module Elelem
         o.on("--image FILE", "an image before PROMPT (repeatable; needs the model's projector, --mmproj)") do |f|
           (op[:media] ||= []) << [:images, f]
         end
-        o.on("--audio FILE", "a WAV file before PROMPT (repeatable, in order with --image; needs an audio " \
-                             "projector, --mmproj)") do |f|
+        o.on("--audio FILE", "a WAV, MP3 or FLAC file before PROMPT (repeatable, in order with --image; needs " \
+                             "an audio projector, --mmproj)") do |f|
           (op[:media] ||= []) << [:audio, f]
         end
         o.on("--json", "print one JSON object: text, finish reason, token counts, seed (a string above 2^53), " \

@@ -61,41 +61,85 @@ pub(super) fn resampled_len(rate_in: u32, frames: u64) -> u64 {
 /// reads it into a buffer of `len` frames ([`resampled_len`]): the frames the resampler gives
 /// before its input runs out, then zeros to `len`.
 pub(super) fn resample(mono: &[f32], rate_in: u32, len: usize) -> Vec<f32> {
-    let gcd = gcd(rate_in, SAMPLE_RATE);
-    let (rate_in, rate_out) = (rate_in / gcd, SAMPLE_RATE / gcd);
-    // The cutoff: the lower rate's Nyquist frequency (`lpfNyquistFactor` 1).
-    let mut lpf = LowPass::new(rate_in.max(rate_out), f64::from(rate_in.min(rate_out)) * 0.5);
-    let down = rate_in > rate_out;
-    let (advance_int, advance_frac) = (rate_in / rate_out, rate_in % rate_out);
-    let mut out = Vec::with_capacity(len);
-    let mut input = mono.iter();
+    let mut resampler = Resampler::new(rate_in, len);
+    resampler.push(mono);
+    resampler.finish()
+}
+
+/// [`resample`] a piece of the input at a time, for decoders that give their frames in
+/// pieces: the output is the same whatever the pieces, and only it is kept.
+pub(super) struct Resampler {
+    lpf: LowPass,
+    down: bool,
+    rate_out: u32,
+    advance_int: u32,
+    advance_frac: u32,
     // The last two frames loaded (filtered when down-sampling), and the time of the next
     // output frame: `time_int` frames still to load before it, `time_frac / rate_out` of the
     // way from x0 to x1.
-    let (mut x0, mut x1) = (0.0f32, 0.0f32);
-    let (mut time_int, mut time_frac) = (1u32, 0u32);
-    while out.len() < len {
-        while time_int > 0 {
-            let Some(&x) = input.next() else { break };
-            x0 = x1;
-            x1 = if down { lpf.process(x) } else { x };
-            time_int -= 1;
-        }
-        if time_int > 0 {
-            break;
-        }
-        let a = time_frac as f32 / rate_out as f32;
-        let y = mul_add(x1 - x0, a, x0);
-        out.push(if down { y } else { lpf.process(y) });
-        time_int += advance_int;
-        time_frac += advance_frac;
-        if time_frac >= rate_out {
-            time_frac -= rate_out;
-            time_int += 1;
+    x0: f32,
+    x1: f32,
+    time_int: u32,
+    time_frac: u32,
+    out: Vec<f32>,
+    len: usize,
+}
+
+impl Resampler {
+    /// A resampler from `rate_in` (not 16 kHz) to 16 kHz into a buffer of `len` frames.
+    pub(super) fn new(rate_in: u32, len: usize) -> Resampler {
+        let gcd = gcd(rate_in, SAMPLE_RATE);
+        let (rate_in, rate_out) = (rate_in / gcd, SAMPLE_RATE / gcd);
+        Resampler {
+            // The cutoff: the lower rate's Nyquist frequency (`lpfNyquistFactor` 1).
+            lpf: LowPass::new(rate_in.max(rate_out), f64::from(rate_in.min(rate_out)) * 0.5),
+            down: rate_in > rate_out,
+            rate_out,
+            advance_int: rate_in / rate_out,
+            advance_frac: rate_in % rate_out,
+            x0: 0.0,
+            x1: 0.0,
+            time_int: 1,
+            time_frac: 0,
+            // Grown as frames come: `len` may be a file's unchecked claim.
+            out: Vec::new(),
+            len,
         }
     }
-    out.resize(len, 0.0);
-    out
+
+    /// Whether the buffer is full (more input would not be read).
+    pub(super) fn is_full(&self) -> bool {
+        self.out.len() >= self.len
+    }
+
+    /// Runs the resampler over the next frames of its input.
+    pub(super) fn push(&mut self, mono: &[f32]) {
+        let mut input = mono.iter();
+        while self.out.len() < self.len {
+            while self.time_int > 0 {
+                let Some(&x) = input.next() else { return };
+                self.x0 = self.x1;
+                self.x1 = if self.down { self.lpf.process(x) } else { x };
+                self.time_int -= 1;
+            }
+            let a = self.time_frac as f32 / self.rate_out as f32;
+            let y = mul_add(self.x1 - self.x0, a, self.x0);
+            let y = if self.down { y } else { self.lpf.process(y) };
+            self.out.push(y);
+            self.time_int += self.advance_int;
+            self.time_frac += self.advance_frac;
+            if self.time_frac >= self.rate_out {
+                self.time_frac -= self.rate_out;
+                self.time_int += 1;
+            }
+        }
+    }
+
+    /// The buffer: what the resampler gave, then zeros to its length.
+    pub(super) fn finish(mut self) -> Vec<f32> {
+        self.out.resize(self.len, 0.0);
+        self.out
+    }
 }
 
 /// `ma_gcf_u32`.

@@ -13,6 +13,7 @@ use std::io::Cursor;
 
 use hound::{SampleFormat, WavReader};
 
+use super::limits::{MAX_SAMPLES, MAX_SAMPLE_RATE};
 use super::mel::SAMPLE_RATE;
 use super::resample::{resample, resampled_len};
 use crate::{Error, Result};
@@ -23,15 +24,6 @@ const S16_SCALE: f32 = 1.0 / 32768.0;
 
 /// The most channels miniaudio reads (`MA_MAX_CHANNELS`).
 const MAX_CHANNELS: u16 = 254;
-
-/// The highest sample rate taken (miniaudio's `ma_standard_sample_rate_max`, the highest
-/// it names).
-const MAX_SAMPLE_RATE: u32 = 384_000;
-
-/// The most samples an up-sampled file may give: two hours at 16 kHz. A file's bytes bound
-/// what it gives at its own rate or lower, but not up-sampled (a 1 Hz file gives 16000
-/// samples a frame), so the length is checked before anything of its size is allocated.
-const MAX_UPSAMPLED: u64 = 2 * 60 * 60 * SAMPLE_RATE as u64;
 
 /// Whether `bytes` are a WAV file ("RIFF", a size, "WAVE"), as mtmd's helper tells audio
 /// from images.
@@ -77,10 +69,10 @@ pub fn decode_wav(bytes: &[u8]) -> Result<Vec<f32>> {
     }
     let frames = u64::from(reader.len()) / u64::from(spec.channels.max(1));
     let len = resampled_len(spec.sample_rate, frames);
-    if spec.sample_rate < SAMPLE_RATE && len > MAX_UPSAMPLED {
+    if spec.sample_rate < SAMPLE_RATE && len > MAX_SAMPLES {
         return Err(Error::Audio(format!(
             "a WAV file of {what}: {frames} frames up-sampled to 16 kHz would be {len} samples, \
-             more than elelem takes ({MAX_UPSAMPLED}, two hours)"
+             more than elelem takes ({MAX_SAMPLES}, two hours)"
         )));
     }
     let taken = matches!(
@@ -126,7 +118,7 @@ pub fn decode_wav(bytes: &[u8]) -> Result<Vec<f32>> {
 
 /// miniaudio's mix down to mono (`ma_channel_converter_process_pcm_frames__mono_out`, in
 /// `f32`): each whole frame's `n` channels summed from 0, divided by `n`.
-fn mono(interleaved: &[f32], n: u16) -> Vec<f32> {
+pub(super) fn mono(interleaved: &[f32], n: u16) -> Vec<f32> {
     interleaved
         .chunks_exact(usize::from(n))
         .map(|frame| frame.iter().fold(0.0f32, |t, &x| t + x) / f32::from(n))

@@ -4,9 +4,9 @@
 //! Qwen2.5-Omni's does: mtmd's `ctx_v` and `ctx_a`) into the language model's input, text
 //! tokenized as `mtmd_tokenize` tokenizes it and each medium read and encoded into
 //! embeddings the prompt carries ([`PromptEmbeddings`]), decoded as mtmd's helper decodes
-//! them (`causal` or not). Each medium is an image or a WAV by its bytes, as mtmd's helper
-//! tells them ("RIFF....WAVE"), read and encoded by its own encoder: an image decoded and
-//! preprocessed; an audio file (a WAV, resampled to 16 kHz) cut into 30 s log-mel pieces,
+//! them (`causal` or not). Each medium is an image or audio by its bytes, as mtmd's helper
+//! tells them (a WAV, MP3 or FLAC file is audio), read and encoded by its own encoder: an
+//! image decoded and preprocessed; an audio file (resampled to 16 kHz) cut into 30 s log-mel pieces,
 //! a chunk each, whose tokens take a position each, under M-RoPE too (mtmd's helper places
 //! them as text: `set_position_mrope_1d`).
 //!
@@ -25,7 +25,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use super::batcher::PromptEmbeddings;
-use crate::audio::{decode_wav, is_wav, Mel, WhisperMel};
+use crate::audio::{decode_audio, is_audio, Mel, WhisperMel};
 use crate::vision::{
     audio_layout, decode, image_layout, preprocess, tokenize_prompt, Chunk, Encoder, EncoderParams, ImageParams,
     ImagePart, ImageSource, Mmproj, Preprocessed, Preprocessor, ProjectorType,
@@ -40,7 +40,7 @@ pub struct VisionContext {
     /// The vision encoder, where the projector has one: images decoded, then
     /// preprocessed by the projector type's preprocessor.
     vision: Option<Part<(Preprocessor, ImageParams)>>,
-    /// The audio encoder, where the projector has one: a WAV file, its log-mel
+    /// The audio encoder, where the projector has one: a WAV, MP3 or FLAC file, its log-mel
     /// spectrogram in pieces of 30 s.
     audio: Option<Part<WhisperMel>>,
     /// Whether the language model places image tokens on their grid (mtmd's
@@ -216,7 +216,7 @@ impl VisionContext {
         self.vision.is_some()
     }
 
-    /// Whether the projector takes audio files (WAV): it has an audio encoder.
+    /// Whether the projector takes audio files (WAV, MP3, FLAC): it has an audio encoder.
     pub fn audio(&self) -> bool {
         self.audio.is_some()
     }
@@ -230,16 +230,16 @@ impl VisionContext {
     }
 
     /// An image file (PNG, JPEG, WebP or GIF bytes) decoded, preprocessed, laid out and
-    /// encoded, chunk by chunk; a WAV file (by its bytes, for a projector with an audio
+    /// encoded, chunk by chunk; a WAV, MP3 or FLAC file (by its bytes, for a projector with an audio
     /// encoder) decoded, cut into log-mel pieces, laid out and encoded, a chunk per piece;
     /// from the cache when it holds the same bytes.
     ///
     /// # Errors
     /// [`Error::Image`](crate::Error::Image) for bytes that are not an image elelem decodes,
-    /// or one too large, and for a WAV file where the projector has no audio encoder;
-    /// [`Error::Audio`](crate::Error::Audio) for a WAV file elelem does not read (16-bit PCM
-    /// or 32-bit float, 1 Hz to 384 kHz), and for anything but a WAV file where the
-    /// projector has no vision encoder.
+    /// or one too large, and for an audio file where the projector has no audio encoder;
+    /// [`Error::Audio`](crate::Error::Audio) for an audio file elelem does not read
+    /// ([`crate::audio::decode_audio`]), and for anything but one where the projector has
+    /// no vision encoder.
     pub fn encode(&self, image: &[u8]) -> Result<Arc<EncodedImage>> {
         Ok(self.encode_until(image, &AtomicBool::new(false))?.0)
     }
@@ -267,18 +267,18 @@ impl VisionContext {
         // lacks refuses its kind.
         let audio = match (&self.vision, &self.audio) {
             (None, Some(audio)) => Some(audio),
-            (Some(_), Some(audio)) if is_wav(bytes) => Some(audio),
+            (Some(_), Some(audio)) if is_audio(bytes) => Some(audio),
             _ => None,
         };
         if let Some(audio) = audio {
-            let pieces = audio.reader.preprocess(&decode_wav(bytes)?)?;
+            let pieces = audio.reader.preprocess(&decode_audio(bytes)?)?;
             let layout = audio_layout(&audio.mmproj.hparams, pieces.len())?;
             return Ok(Read::Audio { hash, layout, pieces });
         }
         let vision = self.vision.as_ref().expect("a projector without audio has vision");
-        if is_wav(bytes) {
+        if is_audio(bytes) {
             return Err(Error::Image(format!(
-                "a WAV file is audio, which the {} projector does not take: it has no audio encoder",
+                "a WAV, MP3 or FLAC file is audio, which the {} projector does not take: it has no audio encoder",
                 vision.mmproj.hparams.projector.name()
             )));
         }
