@@ -29,12 +29,13 @@ module NativeGem
   # costs some 20 times what it does natively: every synthetic architecture and weight
   # type, and Qwen2.5-Coder-0.5B.
   EMULATED_GOLDENS = "^(tiny-.*|qwen2\\.5-coder-0\\.5b)$"
+  # The variants the gems carry (ELELEM_CPU_VARIANTS), taken out of the environment when the
+  # tasks load: it is meant for the gems' cargo builds alone, and `rake compile` (which the
+  # checks depend on) would otherwise turn the checkout's source build into a variants one
+  # without the variants' libraries beside it.
+  VARIANTS = ENV.delete("ELELEM_CPU_VARIANTS") || "default"
 
   module_function
-
-  def variants
-    ENV.fetch("ELELEM_CPU_VARIANTS", "default")
-  end
 
   def stage_dir(platform) = File.join(WORK, platform)
 
@@ -74,7 +75,7 @@ module NativeGem
   def build_extension(ruby)
     ruby.ensure_root!
     # No Vulkan: a build that links libvulkan.so.1 does not load on a machine without a loader.
-    env = ruby.cargo_env.merge("ELELEM_CPU_VARIANTS" => variants, "ELELEM_VULKAN" => "0",
+    env = ruby.cargo_env.merge("ELELEM_CPU_VARIANTS" => VARIANTS, "ELELEM_VULKAN" => "0",
                                "CARGO_TARGET_DIR" => TARGET_DIR)
     system(env, "cargo", "build", "--release", "--locked", "-p", "elelem", "--target", ruby.arch[:rust],
            chdir: ROOT, exception: true)
