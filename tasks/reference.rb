@@ -4,6 +4,7 @@ require "fileutils"
 require "English"
 require "json"
 require_relative "platforms"
+require_relative "vendor"
 
 # The reference implementation: llama.cpp from the same pinned package as our
 # ggml, built with its own CMake defaults into tmp/reference, driven by
