@@ -385,3 +385,30 @@ pub fn miniaudio_decode(bytes: &[u8], rate: u32, max_samples: usize) -> Option<V
         out
     })
 }
+
+/// elelem's samples of an audio file (`audio::decode_audio`) against mtmd-helper's
+/// (miniaudio's decoder asked for f32, mono, 16 kHz): the count of samples where they are
+/// the same, bit for bit, or what differs (the first difference named).
+pub fn compare_decoding(bytes: &[u8]) -> Result<usize, String> {
+    let ours = elelem_engine::audio::decode_audio(bytes).map_err(|e| e.to_string())?;
+    let theirs = miniaudio_decode(bytes, 16_000, ours.len() + 16).ok_or("miniaudio does not decode it")?;
+    if ours.len() != theirs.len() {
+        return Err(format!("{} samples, miniaudio's {}", ours.len(), theirs.len()));
+    }
+    match (0..ours.len()).find(|&i| ours[i].to_bits() != theirs[i].to_bits()) {
+        None => Ok(ours.len()),
+        Some(i) => {
+            let differ = ours
+                .iter()
+                .zip(&theirs)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .count();
+            Err(format!(
+                "{differ} of {} samples differ, the first at {i}: ours {:e}, miniaudio's {:e}",
+                ours.len(),
+                ours[i],
+                theirs[i]
+            ))
+        }
+    }
+}

@@ -198,26 +198,10 @@ fn wav(samples: &[f32], rate: u32, channels: u16, float: bool) -> Vec<u8> {
     wav_of(samples, rate, channels, 32, hound::SampleFormat::Float)
 }
 
-/// Our samples of an audio file against miniaudio's: the same count, the same bits (the first
-/// difference named). The count of samples.
+/// Our samples of an audio file against miniaudio's ([`mtmd::compare_decoding`]), or a
+/// panic naming the file and the first difference. The count of samples.
 fn assert_decodes_as_miniaudio(bytes: &[u8], what: &str) -> usize {
-    let ours = audio::decode_audio(bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let theirs = mtmd::miniaudio_decode(bytes, 16_000, ours.len() + 16).expect("miniaudio decodes it");
-    assert_eq!(ours.len(), theirs.len(), "{what}: samples");
-    if let Some(i) = (0..ours.len()).find(|&i| ours[i].to_bits() != theirs[i].to_bits()) {
-        let differ = ours
-            .iter()
-            .zip(&theirs)
-            .filter(|(a, b)| a.to_bits() != b.to_bits())
-            .count();
-        panic!(
-            "{what}: {differ} of {} samples differ, the first at {i}: ours {:e}, miniaudio's {:e}",
-            ours.len(),
-            ours[i],
-            theirs[i]
-        );
-    }
-    ours.len()
+    mtmd::compare_decoding(bytes).unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 /// The rates compared: the common ones down to 16 kHz, up from 8 and 11.025 kHz, and the
@@ -426,26 +410,6 @@ fn mp3_and_flac_files_decode_to_mtmd_helpers_samples() {
         "{} MP3 and FLAC files, {samples} samples, all identical to miniaudio's",
         files.len()
     );
-}
-
-/// The same for every MP3 and FLAC file in `$ELELEM_AUDIO_SWEEP` (a one-off sweep over
-/// files made with lame, flac and sox; see docs/AUDIO-PLAN.md): `cargo test --release -p
-/// elelem-testkit --test audio -- --ignored --nocapture sweep`.
-#[test]
-#[ignore = "needs ELELEM_AUDIO_SWEEP, a folder of MP3 and FLAC files"]
-fn sweep_of_a_folder_decodes_to_mtmd_helpers_samples() {
-    let dir = std::env::var("ELELEM_AUDIO_SWEEP").expect("ELELEM_AUDIO_SWEEP");
-    let (mut files, mut samples) = (0, 0);
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
-    paths.sort();
-    for path in paths {
-        if !matches!(path.extension().and_then(|e| e.to_str()), Some("mp3" | "flac")) {
-            continue;
-        }
-        samples += assert_decodes_as_miniaudio(&std::fs::read(&path).unwrap(), path.to_str().unwrap());
-        files += 1;
-    }
-    println!("{files} files, {samples} samples, all identical to miniaudio's");
 }
 
 /// Damaged MP3 and FLAC files (every fixture cut at many lengths, bytes flipped, both)
