@@ -224,6 +224,17 @@ RSpec.describe "audio in prompts" do
     model&.close
   end
 
+  it "tells audio from images by their bytes, by the engine's rule" do
+    audio = Dir[File.join(compressed_dir, "*.{mp3,flac}")] + [wav_path]
+    images = Dir[File.join(ROOT, "ext", "testkit", "tests", "fixtures", "vision", "*")]
+    expect(audio.size).to eq(14)
+    expect(audio.reject { |f| Elelem::Media.audio?(File.binread(f)) }).to be_empty
+    expect(images.size).to be > 5
+    expect(images.select { |f| Elelem::Media.audio?(File.binread(f)) }).to be_empty
+    expect(Elelem::Media.audio?(File.binread(File.join(compressed_dir, "tone-16k-mono.ogg")))).to be(false)
+    expect(Elelem::Media.audio?("fLaC#{"\0" * 7}".b)).to be(false) # 11 bytes, as mtmd-helper needs 12
+  end
+
   it "refuses audio on a model without an audio projector, by name" do
     model = ProjectorPairs.open_pair(vision_dir, "tiny-gemma3-vision")
     expect { model.generate("listen to <__media__>", audio: [wav_path]) }

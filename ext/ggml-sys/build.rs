@@ -171,8 +171,7 @@ fn build_static(
     // (dequantization for get_rows among it) is compiled for the baseline ISA, so no FMA
     // contraction changes its bits relative to the reference build.
     let mut objects = rpc_objects(ggml, out, openmp);
-    objects.extend(stb_jpeg_objects(ggml, out));
-    objects.extend(miniaudio_objects(ggml, out));
+    objects.extend(media_decoder_objects(ggml, out));
     if let vulkan::Vulkan::On(vk) = vulkan {
         objects.extend(vk.iter().cloned());
     }
@@ -223,33 +222,25 @@ fn rpc_objects(ggml: &Path, out: &Path, openmp: bool) -> Vec<PathBuf> {
     objects
 }
 
-/// stb_image's JPEG decoder (`native/stb_jpeg.c`, over llama.cpp's `stb/stb_image.h`), as
-/// mtmd-helper compiles it: no architecture flags.
-fn stb_jpeg_objects(ggml: &Path, out: &Path) -> Vec<PathBuf> {
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    let mut build = cc::Build::new();
-    build
-        .out_dir(out.join("obj-stb"))
-        .include(ggml.join("stb"))
-        .opt_level(3)
-        .warnings(false)
-        .file(manifest.join("native/stb_jpeg.c"));
-    build.compile_intermediates()
-}
-
-/// miniaudio's MP3 and FLAC decoders (`native/miniaudio_decode.c`, over llama.cpp's
-/// `miniaudio/miniaudio.h`), as mtmd-helper compiles them: no architecture flags, so no
-/// fused multiply-adds change dr_mp3's synthesis or dr_flac's conversions.
-fn miniaudio_objects(ggml: &Path, out: &Path) -> Vec<PathBuf> {
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    let mut build = cc::Build::new();
-    build
-        .out_dir(out.join("obj-miniaudio"))
-        .include(ggml.join("miniaudio"))
-        .opt_level(3)
-        .warnings(false)
-        .file(manifest.join("native/miniaudio_decode.c"));
-    build.compile_intermediates()
+/// The media decoders mtmd-helper links, over llama.cpp's own single-header libraries and
+/// compiled as mtmd-helper compiles them, with no architecture flags, so that no fused
+/// multiply-add changes a decoded pixel or sample: stb_image's JPEG decoder
+/// (`native/stb_jpeg.c`, over `stb/stb_image.h`) and miniaudio's MP3 and FLAC decoders
+/// (`native/miniaudio_decode.c`, over `miniaudio/miniaudio.h`).
+fn media_decoder_objects(ggml: &Path, out: &Path) -> Vec<PathBuf> {
+    let native = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("native");
+    [("stb", "stb_jpeg.c"), ("miniaudio", "miniaudio_decode.c")]
+        .into_iter()
+        .flat_map(|(header_dir, source)| {
+            cc::Build::new()
+                .out_dir(out.join(format!("obj-{header_dir}")))
+                .include(ggml.join(header_dir))
+                .opt_level(3)
+                .warnings(false)
+                .file(native.join(source))
+                .compile_intermediates()
+        })
+        .collect()
 }
 
 /// The variants `ELELEM_CPU_VARIANTS` asks for: `default` (the platform gem's set), `all`
@@ -315,8 +306,7 @@ fn build_variants(
 
     // ggml-base + ggml (the registry) and the RPC backend, baseline ISA, as one shared library.
     let mut objects = rpc_objects(ggml, out, openmp);
-    objects.extend(stb_jpeg_objects(ggml, out));
-    objects.extend(miniaudio_objects(ggml, out));
+    objects.extend(media_decoder_objects(ggml, out));
     for (cpp, files) in split_by_language(base) {
         let mut build = compiler(ggml, out, cpp, &[], openmp);
         build

@@ -38,15 +38,11 @@ module Elelem
 
     # Whether `bytes` are audio as mtmd's helper tells audio from images (`is_audio_file`): a WAV
     # file ("RIFF....WAVE"), an MP3 (an ID3v2 tag or an MPEG frame sync) or a FLAC file ("fLaC"),
-    # in at least 12 bytes.
+    # in at least 12 bytes. The engine's own rule (`audio::is_audio`), the one its decoding
+    # follows, so that Ruby and the engine never disagree on a file.
     # @param bytes [String] binary
     # @return [Boolean]
-    def audio?(bytes)
-      return false if bytes.bytesize < 12
-
-      (bytes.start_with?("RIFF") && bytes.byteslice(8, 4) == "WAVE") || bytes.start_with?("ID3", "fLaC") ||
-        (bytes.getbyte(0) == 0xFF && bytes.getbyte(1).allbits?(0xE0))
-    end
+    def audio?(bytes) = Elelem._audio?(bytes)
 
     # `bytes`, refused where they are not of the kind they were given as (`audio`): for a
     # model with both encoders, which tells them apart by their bytes alone.

@@ -12,7 +12,7 @@ mod speculation;
 mod template_value;
 mod tokenizer;
 
-use magnus::{function, prelude::*, Error, RHash, Ruby};
+use magnus::{function, prelude::*, Error, RHash, RString, Ruby};
 
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
     nogvl::init();
@@ -23,6 +23,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     elelem.define_singleton_method("cpu_variants", function!(cpu_variants, 0))?;
     elelem.define_singleton_method("supported_architectures", function!(supported_architectures, 0))?;
     elelem.define_singleton_method("_serve_rpc", function!(serve_rpc, 4))?;
+    elelem.define_singleton_method("_audio?", function!(is_audio, 1))?;
     defaults::init(ruby, &elelem)?;
     tokenizer::init(ruby, &elelem)?;
     convert::init(ruby, &elelem)?;
@@ -53,6 +54,12 @@ fn cpu_variants(ruby: &Ruby) -> Result<magnus::RArray, Error> {
 fn serve_rpc(ruby: &Ruby, host: String, port: u16, n_threads: usize, cache_dir: Option<String>) -> Result<(), Error> {
     elelem_engine::ggml::rpc::serve(&host, port, n_threads, cache_dir.as_deref())
         .map_err(|e| errors::engine_error(ruby, e))
+}
+
+/// `Elelem::Media.audio?`: whether bytes are audio, by the rule the engine decodes by.
+fn is_audio(bytes: RString) -> bool {
+    // SAFETY: the slice is read before any Ruby code can run and move or change the string.
+    elelem_engine::audio::is_audio(unsafe { bytes.as_slice() })
 }
 
 /// `Elelem.supported_architectures`: the engine's registry, by `general.architecture` name.
