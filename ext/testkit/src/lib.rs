@@ -11,6 +11,7 @@
 //! - [`omni`]: a projector GGUF with both encoders (Qwen2.5-Omni's `qwen2.5o`).
 //! - [`mtmd`]: the pinned llama.cpp's image decoding and preprocessing, and its vision
 //!   encoder (clip.cpp), compiled by `build.rs`, to compare the engine's `vision` with.
+//! - [`preprocessors`]: mtmd's image preprocessor families with their models' parameters.
 
 pub mod audio;
 pub mod canary;
@@ -18,6 +19,7 @@ pub mod hostile;
 pub mod mmproj;
 pub mod mtmd;
 pub mod omni;
+pub mod preprocessors;
 pub mod xorshift;
 
 use std::path::PathBuf;

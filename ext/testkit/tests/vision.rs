@@ -7,10 +7,10 @@
 
 use std::io::Cursor;
 
-use elelem_engine::vision::{self, ImageParams, ImageU8, Pad, Preprocessor, ResizeAlgo};
+use elelem_engine::vision::{self, ImageU8, Preprocessor};
 use elelem_engine::Error;
-use elelem_testkit::mtmd;
 use elelem_testkit::xorshift::XorShift;
+use elelem_testkit::{mtmd, preprocessors};
 use image::{DynamicImage, ImageBuffer, ImageFormat, Luma, LumaA, Rgb, Rgba};
 
 /// Sizes: tiny, odd, square, the usual, and extreme aspect ratios.
@@ -300,176 +300,6 @@ fn grey_png(w: u32, h: u32, depth: u8, seed: u64) -> Vec<u8> {
     png(w, h, depth, 0, &[], &rows)
 }
 
-const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
-const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
-
-/// Each family with the parameters `clip.cpp` gives the models that use it.
-fn configs() -> Vec<(&'static str, Preprocessor, ImageParams)> {
-    let half = ImageParams {
-        mean: [0.5; 3],
-        std: [0.5; 3],
-        ..ImageParams::default()
-    };
-    let clip = ImageParams {
-        mean: CLIP_MEAN,
-        std: CLIP_STD,
-        ..ImageParams::default()
-    };
-    vec![
-        (
-            "gemma3",
-            Preprocessor::FixedSize,
-            ImageParams {
-                image_size: 896,
-                patch_size: 14,
-                n_merge: 4,
-                resize_algo: ResizeAlgo::Bilinear,
-                ..half.clone()
-            },
-        ),
-        (
-            "llava-1.5",
-            Preprocessor::FixedSize,
-            ImageParams {
-                image_size: 336,
-                patch_size: 14,
-                pad_color: [122, 116, 104],
-                ..clip.clone()
-            },
-        ),
-        (
-            "yasa2 (stretched)",
-            Preprocessor::FixedSize,
-            ImageParams {
-                image_size: 224,
-                patch_size: 14,
-                pad: Pad::None,
-                ..clip.clone()
-            },
-        ),
-        (
-            "fixed, lanczos, nearest padding",
-            Preprocessor::FixedSize,
-            ImageParams {
-                image_size: 384,
-                patch_size: 16,
-                resize_algo: ResizeAlgo::Lanczos,
-                pad: Pad::Nearest,
-                pad_color: [127, 127, 127],
-                ..half.clone()
-            },
-        ),
-        (
-            "qwen2.5-vl",
-            Preprocessor::DynSize,
-            ImageParams {
-                patch_size: 14,
-                n_merge: 2,
-                min_pixels: 8 * 784,
-                max_pixels: 4096 * 784,
-                ..clip.clone()
-            },
-        ),
-        (
-            "qwen3-vl",
-            Preprocessor::DynSize,
-            ImageParams {
-                patch_size: 16,
-                n_merge: 2,
-                min_pixels: 8 * 1024,
-                max_pixels: 4096 * 1024,
-                ..half.clone()
-            },
-        ),
-        (
-            "qwen3-vl, 256 tokens at most",
-            Preprocessor::DynSize,
-            ImageParams {
-                patch_size: 16,
-                n_merge: 2,
-                min_pixels: 8 * 1024,
-                max_pixels: 256 * 1024,
-                ..half.clone()
-            },
-        ),
-        (
-            "lightonocr (longest edge)",
-            Preprocessor::LongestEdge,
-            ImageParams {
-                image_size: 1540,
-                patch_size: 14,
-                n_merge: 2,
-                longest_edge: 1540,
-                ..clip.clone()
-            },
-        ),
-        (
-            "llava-1.6 (pinpoints)",
-            Preprocessor::LlavaUhd,
-            ImageParams {
-                image_size: 336,
-                patch_size: 14,
-                pad_color: [122, 116, 104],
-                res_candidates: vec![(336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008)],
-                ..clip.clone()
-            },
-        ),
-        (
-            "minicpm-v (grid search)",
-            Preprocessor::LlavaUhd,
-            ImageParams {
-                image_size: 448,
-                patch_size: 14,
-                ..half.clone()
-            },
-        ),
-        (
-            "smolvlm (idefics3, longest edge)",
-            Preprocessor::Idefics3,
-            ImageParams {
-                image_size: 512,
-                patch_size: 16,
-                n_merge: 4,
-                longest_edge: 1536,
-                resize_algo: ResizeAlgo::Lanczos,
-                ..half.clone()
-            },
-        ),
-        ("lfm2-vl", Preprocessor::Lfm2, lfm2_params()),
-        (
-            "idefics3 (token limits)",
-            Preprocessor::Idefics3,
-            ImageParams {
-                image_size: 364,
-                patch_size: 14,
-                n_merge: 3,
-                min_pixels: 364 * 364,
-                max_pixels: 4 * 364 * 364,
-                resize_algo: ResizeAlgo::Lanczos,
-                ..half.clone()
-            },
-        ),
-    ]
-}
-
-/// LFM2-VL's, as clip.cpp sets them: SigLIP2's patches of 16 merged 2 x 2, bilinear
-/// everywhere, 64 to 256 tokens of 32 x 32 pixels.
-fn lfm2_params() -> ImageParams {
-    ImageParams {
-        image_size: 512,
-        patch_size: 16,
-        n_merge: 2,
-        min_pixels: 64 * 1024,
-        max_pixels: 256 * 1024,
-        resize_algo: ResizeAlgo::Bilinear,
-        resize_algo_rf: ResizeAlgo::Bilinear,
-        resize_algo_ov: ResizeAlgo::Bilinear,
-        mean: [0.5; 3],
-        std: [0.5; 3],
-        ..ImageParams::default()
-    }
-}
-
 /// Compares two preprocessed images bit for bit; returns how many values.
 fn same_bits(what: &str, ours: &vision::ImageF32, theirs: &mtmd::F32Image) -> usize {
     assert_eq!((ours.width(), ours.height()), (theirs.0, theirs.1), "{what}: size");
@@ -490,7 +320,7 @@ fn same_bits(what: &str, ours: &vision::ImageF32, theirs: &mtmd::F32Image) -> us
 /// Our preprocessing of `ours` against mtmd's of `reference`, for every family.
 fn compare_preprocessing(name: &str, ours: &ImageU8, reference: &ImageU8) -> (usize, usize) {
     let (mut values, mut refusals) = (0, 0);
-    for (config, kind, params) in configs() {
+    for (config, kind, params) in preprocessors::configs() {
         let what = format!("{name}, {config}");
         let theirs = mtmd::preprocess(kind, &params, reference.width(), reference.height(), reference.pixels());
         let mine = vision::preprocess(kind, &params, ours);
@@ -575,7 +405,7 @@ fn vision_matches_llama_cpp_mtmd() {
         "{} files ({formats:?}; {jpeg_files} JPEG), every pixel stb_image's; {} families: {values} f32 values \
          identical to mtmd's, {refusals} refused by both",
         files.len(),
-        configs().len()
+        preprocessors::configs().len()
     );
     assert!(values > 10_000_000);
 }
@@ -606,7 +436,7 @@ fn lfm2_matches_llama_cpp_mtmd() {
         (700, 1400, (1, 2)),
         (8000, 100, (10, 1)),
     ];
-    let params = lfm2_params();
+    let params = preprocessors::lfm2_params();
     let (mut values, mut tiled, mut single) = (0, 0, 0);
     for (i, &(w, h, grid)) in LFM2_SIZES.iter().enumerate() {
         let img = ImageU8::new(w as usize, h as usize, pixels(w, h, 100 + i as u64)).unwrap();
