@@ -1,10 +1,19 @@
 # frozen_string_literal: true
 
+require "fiddle"
 require "spec_helper"
 
 # A long-lived server opens and closes models for ever: nothing may accumulate.
 RSpec.describe "memory" do
-  def rss_mib
+  # glibc's malloc_trim: hands the free memory malloc keeps in its arenas back to the system.
+  malloc_trim = Fiddle::Function.new(Fiddle.dlopen(nil)["malloc_trim"], [Fiddle::TYPE_SIZE_T], Fiddle::TYPE_INT)
+
+  # The resident memory of what is still allocated. Without the trim it also counts the free
+  # memory malloc keeps, which depends on the order threads and the collector free in: 300
+  # models dropped unclosed gave -5 to 78 MiB of growth over runs on a loaded machine, 0.1 to
+  # 0.2 MiB once trimmed.
+  define_method(:rss_mib) do
+    malloc_trim.call(0)
     File.read("/proc/self/status")[/VmRSS:\s+(\d+)/, 1].to_i / 1024.0
   end
 
