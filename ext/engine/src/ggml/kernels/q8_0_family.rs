@@ -4,10 +4,11 @@
 //! Models whose rows are no multiple of 256 (Qwen2.5 0.5B's 896) keep most weights
 //! as Q5_0 and their output head as Q8_0. ggml multiplies them by one activation row
 //! with `vec_dot` (`ggml_vec_dot_q5_0_q8_0`), as fast as the memory allows, and by
-//! several with llamafile's tinyBLAS, which at 2 to 8 rows takes 1.3–1.8× as long as
-//! this kernel (`examples/product_times.rs`). Here each weight block is unpacked once
-//! and dotted with every activation row; Q5_0's weight rows run in pairs, the two
-//! rows' chains of multiply-adds side by side.
+//! several with llamafile's tinyBLAS, which from 4 rows on takes longer than this
+//! kernel (`examples/product_times.rs`; see `Kernel::max_rows` for how far). Here each
+//! weight block is unpacked once
+//! and dotted with every activation row; with AVX-512 up to four weight rows run side
+//! by side, their chains of multiply-adds interleaved.
 //!
 //! The results are ggml's bits, at any row count: `vec_dot` and tinyBLAS take the
 //! same steps. Per block each forms eight integer lanes (lane `l` the sum of
@@ -49,9 +50,6 @@ same_layout!(BlockQ8_0, ggml_sys::layouts::block_q8_0, d, qs);
 /// (`vpdpbusd` multiplies unsigned by signed bytes) or as signed bytes.
 pub trait Block {
     const OFFSET: u8;
-    /// Whether two weight rows run side by side. Measured (`product_times`, 2 to 8
-    /// rows): Q5_0's blocks gain from it (1.2–1.3× at 2 rows), Q8_0's lose (0.7×).
-    const SIDE_BY_SIDE: bool;
     fn d(&self) -> u16;
     /// # Safety
     /// The CPU has AVX-512 BW and VL.
@@ -63,7 +61,6 @@ pub trait Block {
 
 impl Block for BlockQ5_0 {
     const OFFSET: u8 = 16;
-    const SIDE_BY_SIDE: bool = true;
 
     fn d(&self) -> u16 {
         self.d
@@ -97,7 +94,6 @@ impl Block for BlockQ5_0 {
 
 impl Block for BlockQ8_0 {
     const OFFSET: u8 = 128;
-    const SIDE_BY_SIDE: bool = false;
 
     fn d(&self) -> u16 {
         self.d
@@ -141,11 +137,23 @@ pub(super) unsafe fn mul_rows<B: Block>(
         })
         .collect();
     share(&mut |rows| {
-        for (part, activations) in &runs {
-            sides[part.n_rows - 1](part, activations, rows.clone());
+        // A few weight rows at a time through every run of activation rows, so that the
+        // runs after the first read them from the cache (as `Product::for_each_unit`).
+        for first in rows.clone().step_by(WEIGHT_ROWS_AT_ONCE) {
+            let group = first..(first + WEIGHT_ROWS_AT_ONCE).min(rows.end);
+            for (part, activations) in &runs {
+                sides[part.n_rows - 1](part, activations, group.clone());
+            }
         }
     });
 }
+
+/// The weight rows dotted side by side with up to four activation rows (sixteen
+/// accumulators), and the most a group read once for every run holds. Each weight
+/// row is a stream of its own, and ggml's tinyBLAS reads four at once too: on an
+/// Intel Xeon (`product_times`, 2 threads, Q8_0 weights 896 to 3072 wide), one row
+/// at a time took 1.1–3× tinyBLAS's time at 2 to 8 activation rows, four 0.9–1.1×.
+const WEIGHT_ROWS_AT_ONCE: usize = 4;
 
 /// What each activation block contributes to every weight row's dot products, worked
 /// out once: the lanes' starting values (`−offset ·` the sums of each four
@@ -186,26 +194,30 @@ impl Activations {
 
 type SideBySide<B> = unsafe fn(&Product<B, BlockQ8_0>, &Activations, std::ops::Range<usize>);
 
-/// The weight rows `rows` times the `R` activation rows of `product`, two weight rows
-/// at a time (the last alone) where the block type gains from it: at most sixteen
-/// accumulators.
+/// The weight rows `rows` (at most [`WEIGHT_ROWS_AT_ONCE`]) times the `R` activation
+/// rows of `product`: side by side where their accumulators fit sixteen registers,
+/// else two at a time, the last alone.
 unsafe fn side_by_side<const R: usize, B: Block>(
     product: &Product<B, BlockQ8_0>,
     activations: &Activations,
     rows: std::ops::Range<usize>,
 ) {
     let mut row = rows.start;
-    while B::SIDE_BY_SIDE && row + 2 <= rows.end {
+    if R <= 4 && row + WEIGHT_ROWS_AT_ONCE <= rows.end {
+        dot_rows::<B, R, WEIGHT_ROWS_AT_ONCE>(product, activations, row);
+        row += WEIGHT_ROWS_AT_ONCE;
+    }
+    while row + 2 <= rows.end {
         dot_rows::<B, R, 2>(product, activations, row);
         row += 2;
     }
-    for row in row..rows.end {
+    if row < rows.end {
         dot_rows::<B, R, 1>(product, activations, row);
     }
 }
 
-/// How far ahead of a weight row's block its bytes are prefetched. Two rows read side
-/// by side in blocks of 22 or 34 bytes outrun the hardware's prefetcher: without this
+/// How far ahead of a weight row's block its bytes are prefetched. Rows read side by
+/// side in blocks of 22 or 34 bytes outrun the hardware's prefetcher: without this
 /// a product of two activation rows took 1.8× as long.
 const PREFETCH_BYTES: usize = 1024;
 

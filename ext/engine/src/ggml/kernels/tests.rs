@@ -146,14 +146,20 @@ fn ours_have_ggmls_bits_for_q6_k() {
     ours_have_ggmls_bits(sys::GGML_TYPE_Q6_K, "CPU");
 }
 
+/// Q5_0 and Q8_0 weight rows are taken four, two or one at a time: over an odd count
+/// of them a thread's last share ends in each.
+const ODD_WEIGHT_ROWS: i64 = 67;
+
 #[test]
 fn ours_have_ggmls_bits_for_q5_0() {
     ours_have_ggmls_bits(sys::GGML_TYPE_Q5_0, "CPU");
+    ours_have_ggmls_bits_for_shape(sys::GGML_TYPE_Q5_0, "CPU", 1024, ODD_WEIGHT_ROWS);
 }
 
 #[test]
 fn ours_have_ggmls_bits_for_q8_0() {
     ours_have_ggmls_bits(sys::GGML_TYPE_Q8_0, "CPU");
+    ours_have_ggmls_bits_for_shape(sys::GGML_TYPE_Q8_0, "CPU", 1024, ODD_WEIGHT_ROWS);
 }
 
 #[test]
