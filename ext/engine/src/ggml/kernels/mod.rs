@@ -46,8 +46,8 @@ const TILED_Q6_K_MAX_ROWS: i64 = 40;
 
 /// The most rows our Q8_0 kernel takes beside tinyBLAS. With AVX-512 (an Intel Xeon,
 /// `product_times`, 2 threads, Q8_0 weights 896 to 3072 wide and 44 to 496 MB) ours
-/// took 0.71–0.97 of its time at 12 to 64 rows, 0.93–1.00 at 96 to 256, and up to 1.23
-/// at 512; with AVX2 (a Zen 3, the 0.5B's head) 1.00 at 16 rows, 1.08 at 24. With the
+/// took 0.71–1.03 of its time at 12 to 24 rows, 0.87–0.97 at 32 to 64 (below 200 MB),
+/// 0.93–1.00 at 96 to 256, and up to 1.23 at 512; with AVX2 (a Zen 3, the 0.5B's head) 1.00 at 16 rows, 1.08 at 24. With the
 /// reference kernels (`vec_dot` per output) ours stays ahead at any count.
 const TINYBLAS_Q8_0_MAX_ROWS: i64 = 64;
 const TINYBLAS_Q8_0_MAX_ROWS_AVX2: i64 = 16;
