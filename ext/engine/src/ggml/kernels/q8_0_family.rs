@@ -5,10 +5,10 @@
 //! as Q5_0 and their output head as Q8_0. ggml multiplies them by one activation row
 //! with `vec_dot` (`ggml_vec_dot_q5_0_q8_0`), as fast as the memory allows, and by
 //! several with llamafile's tinyBLAS, which from 4 rows on takes longer than this
-//! kernel (`examples/product_times.rs`; see `Kernel::max_rows` for how far). Here each
-//! weight block is unpacked once
-//! and dotted with every activation row; with AVX-512 up to four weight rows run side
-//! by side, their chains of multiply-adds interleaved.
+//! kernel (`examples/product_times.rs`; see `Kernel::max_rows` for how far). Here
+//! each weight block is unpacked once and dotted with every activation row; with
+//! AVX-512 up to four weight rows run side by side, their chains of multiply-adds
+//! interleaved.
 //!
 //! The results are ggml's bits, at any row count: `vec_dot` and tinyBLAS take the
 //! same steps. Per block each forms eight integer lanes (lane `l` the sum of
@@ -151,8 +151,9 @@ pub(super) unsafe fn mul_rows<B: Block>(
 /// The weight rows dotted side by side with up to four activation rows (sixteen
 /// accumulators), and the most a group read once for every run holds. Each weight
 /// row is a stream of its own, and ggml's tinyBLAS reads four at once too: on an
-/// Intel Xeon (`product_times`, 2 threads, Q8_0 weights 896 to 3072 wide), one row
-/// at a time took 1.1–3× tinyBLAS's time at 2 to 8 activation rows, four 0.9–1.1×.
+/// Intel Xeon (`product_times`, 2 threads, a layer's Q8_0 matrices 1024 and 3072
+/// wide), one row at a time took 1.8–3.1× tinyBLAS's time at 2 and 4 activation
+/// rows, four 1.0–1.2×.
 const WEIGHT_ROWS_AT_ONCE: usize = 4;
 
 /// What each activation block contributes to every weight row's dot products, worked
