@@ -44,12 +44,14 @@ pub const MAX_ROWS: i64 = 512;
 /// 40).
 const TILED_Q6_K_MAX_ROWS: i64 = 40;
 
-/// The most rows our Q8_0 kernel takes beside tinyBLAS. With AVX-512 (an Intel Xeon,
-/// `product_times`, 2 threads, Q8_0 weights 896 to 3072 wide and 44 to 496 MB) ours
-/// took 0.71–1.03 of its time at 12 to 24 rows, 0.87–0.97 at 32 to 64 (below 200 MB),
-/// 0.93–1.00 at 96 to 256, and up to 1.23 at 512; with AVX2 (a Zen 3, the 0.5B's head) 1.00 at 16 rows, 1.08 at 24. With the
-/// reference kernels (`vec_dot` per output) ours stays ahead at any count.
-const TINYBLAS_Q8_0_MAX_ROWS: i64 = 64;
+/// The most rows our Q8_0 kernel takes beside tinyBLAS. Faster it would be further
+/// (an Intel Xeon, `product_times`, 2 threads, AVX-512: ours took 0.87–0.97 of
+/// tinyBLAS's time at 32 to 64 rows), but not the same bits: with 64, the x86-64 gem's
+/// `zen4` variant gave three gemma3n golden cases other ids than llama.cpp's build of
+/// the same variant (near ties, margins 0.005), and with 24 all of them. With AVX2 (a
+/// Zen 3, the 0.5B's head) 1.00 of its time at 16 rows, 1.08 at 24. With the reference
+/// kernels (`vec_dot` per output) ours stays ahead at any count.
+const TINYBLAS_Q8_0_MAX_ROWS: i64 = 24;
 const TINYBLAS_Q8_0_MAX_ROWS_AVX2: i64 = 16;
 
 /// From this many rows on, ggml's default kernels multiply plain K-quant weights with
