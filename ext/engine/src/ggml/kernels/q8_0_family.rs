@@ -4,7 +4,7 @@
 //! Models whose rows are no multiple of 256 (Qwen2.5 0.5B's 896) keep most weights
 //! as Q5_0 and their output head as Q8_0. ggml multiplies them by one activation row
 //! with `vec_dot` (`ggml_vec_dot_q5_0_q8_0`), as fast as the memory allows, and by
-//! several with llamafile's tinyBLAS, which from 4 rows on takes longer than this
+//! several with llamafile's tinyBLAS, which from about 4 rows on is no faster than this
 //! kernel (`examples/product_times.rs`; see `Kernel::max_rows` for how far). Here
 //! each weight block is unpacked once and dotted with every activation row; with
 //! AVX-512 up to four weight rows run side by side, their chains of multiply-adds

@@ -146,8 +146,8 @@ fn ours_have_ggmls_bits_for_q6_k() {
     ours_have_ggmls_bits(sys::GGML_TYPE_Q6_K, "CPU");
 }
 
-/// Q5_0 and Q8_0 weight rows are taken four, two or one at a time: over an odd count
-/// of them a thread's last share ends in each.
+/// Q5_0 and Q8_0 weight rows are taken four, two or one at a time: with two threads,
+/// 67 of them are shared out six at a time (four, then two) and the last one alone.
 const ODD_WEIGHT_ROWS: i64 = 67;
 
 #[test]
