@@ -54,14 +54,16 @@ require_relative "elelem/server"
 #   end
 module Elelem
   # @!method self.build_profile
-  #   What decides the bits of this build's results: ggml's version, the compiler, and the
+  #   What decides the bits of this build's results: ggml's version, the compiler, the
   #   instruction-set macros ggml's CPU backend was compiled under (`-march=native` picks them
-  #   from the build machine's CPU; in the precompiled gem, the CPU variant in use does).
+  #   from the build machine's CPU; in the precompiled gem, the CPU variant in use does), and
+  #   the C math library the process runs with (glibc 2.41 rounds `tanhf` otherwise than 2.36).
   #   Builds with the same `:id` give the same greedy ids on any CPU; {Golden} keeps one
   #   recording per id.
   #   @return [Hash] `:id`, `:arch`, `:ggml`, `:compiler`, `:isa` (Array), `:cpu_flags`,
-  #     `:variant` (the CPU variant in use in the precompiled gem, else nil), and `:cpu`
-  #     (this CPU's model name, when the OS says)
+  #     `:variant` (the CPU variant in use in the precompiled gem, else nil), `:libm` (a
+  #     fingerprint of the C math library's answers), and `:cpu` (this CPU's model name, when
+  #     the OS says)
   #   @raise [Elelem::CpuError] when `ELELEM_CPU_VARIANT` names a variant this CPU cannot run
 
   # @!method self.supported_architectures

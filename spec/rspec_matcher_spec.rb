@@ -47,6 +47,7 @@ RSpec.describe Elelem::RSpec do
     expect(doc.values_at("n_ctx", "n_threads")).to eq([256, 2])
     rec = doc["recordings"].fetch(profile[:id])
     expect(rec["build"]["isa"]).to eq(profile[:isa])
+    expect(rec["build"]["libm"]).to eq(profile[:libm]).and match(/\A\h{12}\z/)
     expect(rec["cpu"]).to eq(profile[:cpu])
     expect(rec["recorder"]).to start_with("elelem")
     expect(rec["outputs"]["1,50,60,70,80"]["ids"].size).to eq(12)

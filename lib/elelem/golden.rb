@@ -14,7 +14,8 @@ module Elelem
   # recorded for them per build profile.
   #
   # Greedy ids are exact only between builds that compile the same kernels: the
-  # same ggml, compiler and instruction-set macros ({Elelem.build_profile}).
+  # same ggml, compiler and instruction-set macros, running with a C math library
+  # that answers the same ({Elelem.build_profile}).
   # `-march=native` compiles other kernels on other CPUs (AVX512-FP16 makes flash
   # attention accumulate in half precision, for one), and where the top two logits
   # are close another rounding picks another token. So a golden file keeps one

@@ -87,6 +87,7 @@ fn build_profile(ruby: &Ruby) -> Result<RHash, Error> {
     h.aset(sym("isa"), profile.isa)?;
     h.aset(sym("cpu_flags"), profile.cpu_flags)?;
     h.aset(sym("variant"), profile.variant)?;
+    h.aset(sym("libm"), profile.libm)?;
     h.aset(sym("cpu"), elelem_engine::cpu_model())?;
     Ok(h)
 }
