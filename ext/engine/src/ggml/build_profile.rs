@@ -9,9 +9,9 @@
 //! The C math library the process runs with decides bits too: ggml's kernels call its
 //! `tanhf` (GELU, and the table GELU reads), `erff`, `expm1f`, `expf`... and C libraries
 //! answer differently. Debian 13's glibc 2.41 rounds `tanhf`, `erff` and `expm1f`
-//! correctly where Debian 12's 2.36 is off by an ulp on 1–7 % of inputs, so llama.cpp
-//! itself picks other greedy ids on gemma3n under one than under the other. The profile
-//! holds a fingerprint of those answers ([`libm_fingerprint`]).
+//! correctly where Debian 12's 2.36 answers otherwise, by one or two ulps, on 1–7 % of
+//! inputs, so llama.cpp itself picks other greedy ids on gemma3n under one than under
+//! the other. The profile holds a fingerprint of those answers ([`libm_fingerprint`]).
 
 /// The build's profile; see the module docs.
 #[derive(Debug, Clone, PartialEq, Eq)]
