@@ -169,11 +169,12 @@ module Platforms
 
     # A wrapper that runs `program`, built for this platform, from this Ruby: under
     # emulation an arm64 program cannot be started by another one (no binfmt here), so it
-    # is started by a shell script of this machine's, which runs qemu.
+    # is started by a shell script of this machine's, which runs qemu. One per Ruby: each
+    # names its own root (C library), and two Rubies' checks may run at once.
     def runner(program)
       return program unless emulated?
 
-      wrapper = File.join(Platforms::ROOT, "tmp", "cross", "#{platform}-#{File.basename(program)}")
+      wrapper = File.join(Platforms::ROOT, "tmp", "cross", "#{platform}-#{abi}", File.basename(program))
       FileUtils.mkdir_p(File.dirname(wrapper))
       File.write(wrapper, "#!/bin/sh\nexec #{emulator.join(" ")} #{program} \"$@\"\n")
       File.chmod(0o755, wrapper)
