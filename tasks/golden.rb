@@ -192,7 +192,7 @@ module Goldens
   end
 
   # Records llama.cpp's ids for every case of `golden` under this build's profile.
-  def record(golden, name)
+  def record(golden, name, only: nil)
     Reference.check_profile!
     parallel = LOCKSTEP.key?(mirrored(name)) ? LOCKSTEP[mirrored(name)].last.size : 1
     flash_attn = !name.end_with?(FLASH_ATTN_OFF_SUFFIX)
@@ -200,7 +200,7 @@ module Goldens
     n_ctx = LONG_CONTEXT.fetch(name, Reference::N_CTX)
     Elelem.open(model_path(name), n_ctx:, n_threads: Reference::N_THREADS, parallel:,
                                   flash_attn:, cache_type_k: cache_type, cache_type_v: cache_type) do |model|
-      golden.record(model, reference: Reference.binary)
+      golden.record(model, reference: Reference.binary, only:)
     end
     puts "recorded #{File.basename(golden.path)} for build profile #{Elelem.build_profile[:id]}"
   end

@@ -298,14 +298,15 @@ module NativeGem
     only ? Goldens.fixtures.grep(Regexp.new(only)) : Goldens.fixtures
   end
 
-  # The reference's recordings for this variant's profile that the cache lacks.
+  # The reference's recordings of the cases this variant's profile lacks (a run stopped
+  # midway goes on from the last case it recorded).
   def record_missing(names)
     missing = names.map { |name| [name, Elelem::Golden.new(Goldens.fixture(name), cache: Elelem::Golden::CACHE_DIR)] }
                    .reject { |_, golden| golden.recorded? }
     return if missing.empty?
 
     Reference.build
-    missing.each { |name, golden| Goldens.record(golden, name) }
+    missing.each { |name, golden| Goldens.record(golden, name, only: golden.unrecorded) }
   end
 
   def check_fixtures(names)

@@ -165,10 +165,11 @@ module Elelem
 
     # Whether the running build's profile has a recording of every case.
     # @return [Boolean]
-    def recorded?
-      outputs = recording&.fetch("outputs")
-      !outputs.nil? && cases.all? { |c| outputs.key?(c["name"]) }
-    end
+    def recorded? = unrecorded.empty?
+
+    # The cases the running build's profile has no recording of.
+    # @return [Array<String>] their names
+    def unrecorded = cases.map { |c| c["name"] } - (recording&.fetch("outputs")&.keys || [])
 
     # The profiles something was recorded for, with the CPU each was recorded on.
     # @return [Hash{String => String}]
@@ -200,7 +201,8 @@ module Elelem
       mismatch("#{name} (#{part} #{seq})", expected["ids"][seq], actual[seq], nil)
     end
 
-    # Records every case (or those named) for the running build's profile and saves.
+    # Records every case (or those named) for the running build's profile, saving each as it
+    # is done: a recording stopped midway (hours of it under emulation) keeps the cases it has.
     # @param model [Model] the model to record from (its file, with `reference:`)
     # @param reference [String, nil] an `elelem-reference` driver (tools/reference) to record
     #   llama.cpp's ids instead of elelem's; it must be built natively like this build
@@ -214,8 +216,9 @@ module Elelem
         next if only && !only.include?(c["name"])
 
         rec["outputs"][c["name"]] = reference ? Driver.new(reference).output(info, c) : elelem_output(model, c)
+        save(rec)
       end
-      save(rec)
+      self
     end
 
     private
