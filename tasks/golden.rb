@@ -191,7 +191,8 @@ module Goldens
     File.join(SYNTHETIC_DIR, "#{name}.gguf")
   end
 
-  # Records llama.cpp's ids for every case of `golden` under this build's profile.
+  # Records llama.cpp's ids for every case of `golden` (or those named in `only`) under this
+  # build's profile.
   def record(golden, name, only: nil)
     Reference.check_profile!
     parallel = LOCKSTEP.key?(mirrored(name)) ? LOCKSTEP[mirrored(name)].last.size : 1

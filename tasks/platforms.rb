@@ -131,8 +131,11 @@ module Platforms
       env
     end
 
+    # This Ruby's own folder of cross-build and emulation helpers.
+    def cross_dir = File.join(Platforms::ROOT, "tmp", "cross", "#{platform}-#{abi}")
+
     def cross_ruby
-      dir = File.join(Platforms::ROOT, "tmp", "cross", "#{platform}-#{abi}")
+      dir = cross_dir
       FileUtils.mkdir_p(dir)
       version = File.read(rbconfig_file)[/ruby lib version \(([\d.]+)\)/, 1]
       # rbconfig.rb checks RUBY_VERSION from inside module RbConfig: the constant found
@@ -174,7 +177,7 @@ module Platforms
     def runner(program)
       return program unless emulated?
 
-      wrapper = File.join(Platforms::ROOT, "tmp", "cross", "#{platform}-#{abi}", File.basename(program))
+      wrapper = File.join(cross_dir, File.basename(program))
       FileUtils.mkdir_p(File.dirname(wrapper))
       File.write(wrapper, "#!/bin/sh\nexec #{emulator.join(" ")} #{program} \"$@\"\n")
       File.chmod(0o755, wrapper)
