@@ -314,6 +314,22 @@ module Goldens
     add_cases(golden, name, SYNTHETIC_PROMPTS.fetch(name, CANARY_PROMPTS))
   end
 
+  # `rake golden:adopt`: llama.cpp's recordings in this machine's cache (`rake goldens`,
+  # `rake native:check`) copied into the fixtures whose names match `files`, for the build
+  # profiles matching `profiles` (each a regexp; all when nil).
+  def adopt(files, profiles)
+    fixtures = Dir[File.join(Reference::GOLDENS, "**", "*.json")].select do |path|
+      (files.nil? || files.match?(File.basename(path, ".json"))) &&
+        JSON.parse(File.read(path))["format"] == Elelem::Golden::FORMAT
+    end
+    adopted = fixtures.sum do |path|
+      added = Elelem::Golden.new(path).adopt(Elelem::Golden::CACHE_DIR, profiles:)
+      added.each { |id, names| puts "#{path}: #{id} (#{names.join(", ")})" }
+      added.size
+    end
+    puts "golden:adopt: #{adopted} recordings from #{Elelem::Golden::CACHE_DIR} into #{fixtures.size} fixtures"
+  end
+
   def write_chat
     path = File.join(Reference::GOLDENS, "chat-qwen2.5-coder-0.5b.json")
     File.write(path, "#{JSON.pretty_generate(chat_case(Elelem::Models.fetch("qwen2.5-coder-0.5b")))}\n")

@@ -5,6 +5,7 @@ require "fileutils"
 require "json"
 require "open3"
 require "time"
+require_relative "golden/adoption"
 require_relative "golden/driver"
 require_relative "golden/mismatch"
 require_relative "golden/settings"
@@ -220,6 +221,19 @@ module Elelem
       end
       self
     end
+
+    # Copies into this file llama.cpp's recordings of it that a cache of this machine's holds
+    # (`<cache>/<profile>/<file name>`, where {#record} leaves them when given `cache:`), for
+    # every build profile found there, this build's or not (a native gem's check records each
+    # CPU variant's there, some of them under emulation): what took hours to record is then
+    # committed with the file. A profile the file has a recording of gains only the cases it
+    # lacks, from the same recorder on the same CPU; what the file holds stays as it is.
+    # @param cache [String] the cache's directory (as `cache:` of {#initialize}: {CACHE_DIR})
+    # @param profiles [Regexp, nil] the build profiles to take (nil: all)
+    # @return [Hash{String => Array<String>}] by profile, the names of the cases added
+    # @raise [Elelem::Error] when a cached recording is elelem's, holds for another model,
+    #   settings or cases, or records a case otherwise than the file does; nothing is written then
+    def adopt(cache, profiles: nil) = Adoption.new(@path, @doc).run(cache, profiles) { |doc| write(@path, @doc = doc) }
 
     private
 
