@@ -322,12 +322,13 @@ module Goldens
       (files.nil? || files.match?(File.basename(path, ".json"))) &&
         JSON.parse(File.read(path))["format"] == Elelem::Golden::FORMAT
     end
-    adopted = fixtures.sum do |path|
+    adopted = fixtures.to_h do |path|
       added = Elelem::Golden.new(path).adopt(Elelem::Golden::CACHE_DIR, profiles:)
       added.each { |id, names| puts "#{path}: #{id} (#{names.join(", ")})" }
-      added.size
+      [path, added.size]
     end
-    puts "golden:adopt: #{adopted} recordings from #{Elelem::Golden::CACHE_DIR} into #{fixtures.size} fixtures"
+    puts "golden:adopt: #{adopted.values.sum} recordings from #{Elelem::Golden::CACHE_DIR} into " \
+         "#{adopted.values.count(&:positive?)} of #{fixtures.size} golden files"
   end
 
   def write_chat
