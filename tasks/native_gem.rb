@@ -263,8 +263,8 @@ module NativeGem
   end
 
   # In a process running one variant: records what its profile lacks, then checks every
-  # golden file's every case (Elelem::Golden, as spec/golden_spec.rb does), or those whose
-  # names match ELELEM_CHECK_GOLDENS (a regular expression).
+  # golden file's every case (Elelem::Golden, as spec/golden_spec.rb does), or the files whose
+  # names match ELELEM_CHECK_GOLDENS and the cases ELELEM_CHECK_CASES (regular expressions).
   def check_goldens
     require_relative "vendor"
     require_relative "golden"
@@ -298,15 +298,24 @@ module NativeGem
     only ? Goldens.fixtures.grep(Regexp.new(only)) : Goldens.fixtures
   end
 
-  # The reference's recordings of the cases this variant's profile lacks (a run stopped
-  # midway goes on from the last case it recorded).
+  # The names of a golden file's cases to check: those matching ELELEM_CHECK_CASES (a regular
+  # expression), or all.
+  def checked_cases(golden)
+    names = golden.cases.map { |c| c["name"] }
+    only = ENV.fetch("ELELEM_CHECK_CASES", nil)
+    only ? names.grep(Regexp.new(only)) : names
+  end
+
+  # The reference's recordings of the checked cases this variant's profile lacks (a run
+  # stopped midway goes on from the last case it recorded).
   def record_missing(names)
     missing = names.map { |name| [name, Elelem::Golden.new(Goldens.fixture(name), cache: Elelem::Golden::CACHE_DIR)] }
-                   .reject { |_, golden| golden.recorded? }
+                   .map { |name, golden| [name, golden, golden.unrecorded & checked_cases(golden)] }
+                   .reject { |_, _, cases| cases.empty? }
     return if missing.empty?
 
     Reference.build
-    missing.each { |name, golden| Goldens.record(golden, name, only: golden.unrecorded) }
+    missing.each { |name, golden, cases| Goldens.record(golden, name, only: cases) }
   end
 
   def check_fixtures(names)
@@ -318,8 +327,8 @@ module NativeGem
                                             parallel: golden.parallel, flash_attn: golden.flash_attn,
                                             cache_type_k: golden.cache_type_k,
                                             cache_type_v: golden.cache_type_v) do |model|
-        golden.cases.each do |c|
-          mismatch = golden.check(model, c["name"])
+        checked_cases(golden).each do |case_name|
+          mismatch = golden.check(model, case_name)
           mismatch ? failed << "#{name}: #{mismatch.message}" : passed += 1
         end
       end
