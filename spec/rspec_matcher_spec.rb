@@ -117,4 +117,21 @@ RSpec.describe Elelem::RSpec do
     expect(Elelem::Golden.new(path, cache:).output("text")["ids"].size).to eq(4)
     expect(Elelem::Golden.new(path).recording).to be_nil
   end
+
+  it "records into a cache without undoing what was written to the file meanwhile" do
+    golden = Elelem::Golden.new(path, cache: File.join(@dir, "cache"))
+    golden.add_case("first", prompt, max_tokens: 3)
+    golden.record(model)
+    committed = { "cpu" => "another CPU", "recorder" => "llama.cpp", "outputs" => {} }
+    edit_file { |doc| doc["recordings"]["x86_64-000000000000"] = committed }
+    golden.record(model)
+    expect(JSON.parse(File.read(path))["recordings"]).to eq("x86_64-000000000000" => committed)
+
+    golden.add_case("second", prompt.take(3), max_tokens: 3)
+    golden.record(model, only: ["second"])
+    doc = JSON.parse(File.read(path))
+    expect(doc["cases"].map { |c| c["name"] }).to eq(%w[first second])
+    expect(doc["recordings"]).to eq("x86_64-000000000000" => committed)
+    expect(golden.output("second")["ids"].size).to eq(3)
+  end
 end

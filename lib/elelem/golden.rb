@@ -1,11 +1,11 @@
 # frozen_string_literal: true
 
 require "digest"
-require "fileutils"
 require "json"
 require "open3"
 require "time"
 require_relative "golden/adoption"
+require_relative "golden/document"
 require_relative "golden/driver"
 require_relative "golden/mismatch"
 require_relative "golden/settings"
@@ -63,8 +63,9 @@ module Elelem
     def initialize(path, cache: nil)
       @path = path.to_s
       @cache = cache && File.join(cache.to_s, Elelem.build_profile[:id], File.basename(@path))
-      @doc = File.exist?(@path) ? read(@path) : { "format" => FORMAT, "cases" => [], "recordings" => {} }
-      @cached = @cache && File.exist?(@cache) ? read(@cache)["recordings"] : {}
+      @doc = File.exist?(@path) ? Document.read(@path) : Document.empty
+      @cached = @cache && File.exist?(@cache) ? Document.read(@cache)["recordings"] : {}
+      @saved = saved_part
     end
 
     # @return [Integer, nil] the context size the ids were recorded with
@@ -233,7 +234,9 @@ module Elelem
     # @return [Hash{String => Array<String>}] by profile, the names of the cases added
     # @raise [Elelem::Error] when a cached recording is elelem's, holds for another model,
     #   settings or cases, or records a case otherwise than the file does; nothing is written then
-    def adopt(cache, profiles: nil) = Adoption.new(@path, @doc).run(cache, profiles) { |doc| write(@path, @doc = doc) }
+    def adopt(cache, profiles: nil)
+      Adoption.new(@path, @doc).run(cache, profiles) { |doc| Document.write(@path, @doc = doc) }
+    end
 
     private
 
@@ -255,13 +258,6 @@ module Elelem
 
       first = model.generate(kase["prompt"], **options, reuse_prefix: false)
       [first, model.generate(kase["prompt"] + first + kase["continuation"], **options, reuse_prefix: true)]
-    end
-
-    def read(path)
-      doc = JSON.parse(File.read(path))
-      raise Error, "#{path} is not an elelem golden file (#{FORMAT})" unless doc["format"] == FORMAT
-
-      doc
     end
 
     def recorded_output(kase)
@@ -310,23 +306,26 @@ module Elelem
       id = Elelem.build_profile[:id]
       if @cache
         @cached[id] = rec
-        write(@cache, @doc.merge("recordings" => { id => rec }))
+        Document.write(@cache, @doc.merge("recordings" => { id => rec }))
+        save_cases
       else
         @doc["recordings"][id] = rec
+        Document.write(@path, @doc)
       end
-      write(@path, @doc) # new cases, or this recording
       self
     end
 
-    # Writes only what changed, so checking in CI leaves a committed file as it is.
-    def write(path, doc)
-      fields = %w[format model n_ctx n_threads parallel flash_attn cache_type_k cache_type_v rpc_workers n_gpu_layers
-                  kv_offload main_gpu gpu cases recordings]
-      text = "#{JSON.pretty_generate(doc.slice(*fields))}\n"
-      return if File.exist?(path) && File.read(path) == text
+    # With a cache the file changes only for new cases or a first model; it is written with
+    # the recordings it holds now, so a long check leaves what was committed to it meanwhile.
+    def save_cases
+      return if saved_part == @saved
 
-      FileUtils.mkdir_p(File.dirname(path))
-      File.write(path, text)
+      @doc["recordings"] = Document.read(@path)["recordings"] if File.exist?(@path)
+      Document.write(@path, @doc)
+      @saved = saved_part
     end
+
+    # What of the file a recording into a cache may change: its model, settings and cases.
+    def saved_part = JSON.generate(@doc.except("recordings"))
   end
 end

@@ -38,7 +38,7 @@ module Elelem
       # Merges profile `id`'s recording in the cached `file` into the file's.
       # @return [Array<String>] the names of the cases added
       def merge(id, file)
-        cached = JSON.parse(File.read(file))
+        cached = Document.read(file)
         rec = recording(cached, id, file)
         mine = @doc["recordings"][id]
         rec["outputs"].each do |name, output|
