@@ -14,19 +14,29 @@ require_relative "elelem/errors"
 ruby_abi = RUBY_VERSION[/\A\d+\.\d+/]
 carried_abis = Dir[File.join(__dir__, "elelem", "*", "elelem.#{RbConfig::CONFIG["DLEXT"]}")]
                .map { |f| File.basename(File.dirname(f)) }.sort_by { |v| v.split(".").map(&:to_i) }
+# What a Ruby the platform gem has no build for should do. Installing the source gem beside it is not
+# enough: RubyGems activates a platform gem before the source gem of the same version.
+not_carried = lambda do |running|
+  platform = (Gem.loaded_specs["elelem"]&.platform if defined?(Gem.loaded_specs)).to_s
+  platform = RUBY_PLATFORM.sub(/-gnu\z/, "") if ["", "ruby"].include?(platform)
+  "this elelem gem (#{Elelem::VERSION}, precompiled for #{platform}) carries its native extension for CRuby " \
+    "#{carried_abis.join(" and ")}, not for #{running}: run it with one of those, or replace it with the source " \
+    "gem, which compiles the extension when installed and needs cargo (a Rust toolchain): `gem uninstall " \
+    "elelem --platform #{platform} && gem install elelem --platform ruby`, or with Bundler, " \
+    "`gem \"elelem\", force_ruby_platform: true` in the Gemfile"
+end
 if carried_abis.empty?
   begin
     require_relative "elelem/elelem"
   rescue ::LoadError => e
     raise ::LoadError, "elelem's native extension is not built (#{e.message}); run `rake compile`"
   end
+elsif RUBY_ENGINE != "ruby"
+  raise ::LoadError, not_carried.call("#{RUBY_ENGINE} #{RUBY_ENGINE_VERSION}")
 elsif carried_abis.include?(ruby_abi)
   require_relative "elelem/#{ruby_abi}/elelem"
 else
-  raise ::LoadError, "this elelem gem (#{Elelem::VERSION}, precompiled for #{RUBY_PLATFORM}) carries its native " \
-                     "extension for Ruby #{carried_abis.join(" and ")}, not for Ruby #{RUBY_VERSION}: run it " \
-                     "with one of those, or install the source gem, which builds for any Ruby " \
-                     "(`gem install elelem --platform ruby`; it needs cargo)"
+  raise ::LoadError, not_carried.call("Ruby #{RUBY_VERSION}")
 end
 
 require_relative "elelem/options"

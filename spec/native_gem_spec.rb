@@ -49,21 +49,37 @@ RSpec.describe "CPU variants" do
     end
   end
 
-  it "refuses a Ruby whose ABI a platform gem does not carry, naming those it does" do
+  # lib/ copied beside empty extensions for the given Ruby ABIs, as a platform gem lays them out.
+  def require_from_platform_gem(abis, code = "")
     Dir.mktmpdir do |dir|
       Dir.glob("**/*.rb", base: File.join(ROOT, "lib")).each do |file|
         FileUtils.mkdir_p(File.join(dir, File.dirname(file)))
         FileUtils.cp(File.join(ROOT, "lib", file), File.join(dir, file))
       end
-      %w[2.7 9.9].each do |abi|
+      abis.each do |abi|
         FileUtils.mkdir_p(File.join(dir, "elelem", abi))
         FileUtils.touch(File.join(dir, "elelem", abi, "elelem.#{RbConfig::CONFIG["DLEXT"]}"))
       end
-      _, err, status = Open3.capture3(RbConfig.ruby, "-I", dir, "-e", 'require "elelem"')
-      expect(status).not_to be_success
-      expect(err).to include("carries its native extension for Ruby 2.7 and 9.9, not for Ruby #{RUBY_VERSION}")
-        .and include("gem install elelem --platform ruby").and include("(LoadError)")
+      Open3.capture3(RbConfig.ruby, "-I", dir, "-e", "#{code}; require 'elelem'")
     end
+  end
+
+  it "refuses a Ruby whose ABI a platform gem does not carry, naming those it does and what works" do
+    _, err, status = require_from_platform_gem(%w[2.7 9.9])
+    expect(status).not_to be_success
+    expect(err).to include("carries its native extension for CRuby 2.7 and 9.9, not for Ruby #{RUBY_VERSION}")
+      .and include("gem uninstall elelem --platform ").and include("&& gem install elelem --platform ruby")
+      .and include('gem "elelem", force_ruby_platform: true').and include("(LoadError)")
+  end
+
+  it "refuses a Ruby other than CRuby, whatever its version, rather than load a CRuby extension" do
+    abi = RUBY_VERSION[/\A\d+\.\d+/]
+    _, err, status = require_from_platform_gem(
+      [abi], 'Object.send(:remove_const, :RUBY_ENGINE); RUBY_ENGINE = "truffleruby"'
+    )
+    expect(status).not_to be_success
+    expect(err).to include("carries its native extension for CRuby #{abi}, not for truffleruby ")
+      .and include("gem install elelem --platform ruby").and include("(LoadError)")
   end
 
   it "builds the extension under the platform's library name (RbConfig), with the variants' libraries, " \
