@@ -20,8 +20,10 @@ RSpec.describe "AMX" do
     Open3.capture3(*prefix, RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-relelem", "-e", code, SpecModels.canary)
   end
 
+  # Every line that speaks of AMX, ggml's own included (its "AMX is not ready" goes to
+  # ggml's log, which elelem keeps quiet unless ELELEM_DEBUG is set).
   def amx_warnings(err)
-    err.lines.grep(/elelem: warning: .*AMX/)
+    err.lines.grep(/AMX/i)
   end
 
   it "is named in the build profile exactly when its kernels are in use" do

@@ -271,7 +271,7 @@ module Bench
     loads = list("BENCH_LOADS", LOADS).map(&:to_i)
     with_contenders(path, threads) do |sides|
       loads.flat_map do |load|
-        with_spinners(load) { load_rows(sides, load) + (load == loads.min ? depth_row(sides, load, depth) : []) }
+        with_spinners(load) { load_rows(sides, load) + contended_depth_rows(sides, load, depth) }
       end
     end
   end
@@ -288,12 +288,16 @@ module Bench
        "elelem" => median(samples.map { |sample| sample[:default] / sample[:one] }) }]
   end
 
-  # Decode at depth (measured at the lightest load only: it is slow under more), where a
-  # lone query's flash attention runs on every thread while the rest of the pass runs on fewer.
-  def depth_row(sides, load, depth)
-    [interleaved("tg#{TG_DEPTH}@#{depth} t/s, load #{load}", sides[:default], sides[:peer]) do |side|
-      side.decode_rate(TG_DEPTH, depth:)
-    end]
+  # Decode at depth, where a lone query's flash attention is split into chunks of cells:
+  # on fewer threads than configured, each computes its share of the configured count's.
+  def contended_depth_rows(sides, load, depth)
+    samples = Array.new(reps) { %i[default one peer].to_h { |name| [name, sides[name].decode_rate(TG_DEPTH, depth:)] } }
+    rate = ->(name) { median(samples.map { |sample| sample[name] }) }
+    label = "tg#{TG_DEPTH}@#{depth} t/s, load #{load}"
+    [{ "metric" => label, "elelem" => rate[:default], "llama.cpp" => rate[:peer] },
+     { "metric" => "#{label}, 1 thread", "elelem" => rate[:one] },
+     { "metric" => "default ÷ 1 thread at depth #{depth}, load #{load} (elelem)",
+       "elelem" => median(samples.map { |sample| sample[:default] / sample[:one] }) }]
   end
 
   # Both engines, opened and warmed, in each thread setting of the contended rows.

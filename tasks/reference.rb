@@ -93,12 +93,25 @@ module Reference
     # A build configured before the driver took --rpc, or before it linked libmtmd, is configured
     # again (incrementally; `make <target>/fast` of build_variants would not).
     configured = File.exist?(cache) ? File.read(cache) : ""
-    return if %w[GGML_RPC:BOOL=ON LLAMA_BUILD_MTMD:BOOL=ON].all? { |option| configured.include?(option) }
+    unless %w[GGML_RPC:BOOL=ON LLAMA_BUILD_MTMD:BOOL=ON].all? { |option| configured.include?(option) }
+      llama = File.join(VendorGgml.package_dir, "llama.cpp")
+      FileUtils.mkdir_p(dir)
+      system("cmake", "-S", File.join(ROOT, "tools", "reference"), "-B", dir, "-DCMAKE_BUILD_TYPE=Release",
+             "-DLLAMA_CPP_DIR=#{llama}", *options, exception: true)
+    end
+    check_forced_header(dir)
+  end
 
-    llama = File.join(VendorGgml.package_dir, "llama.cpp")
-    FileUtils.mkdir_p(dir)
-    system("cmake", "-S", File.join(ROOT, "tools", "reference"), "-B", dir, "-DCMAKE_BUILD_TYPE=Release",
-           "-DLLAMA_CPP_DIR=#{llama}", *options, exception: true)
+  # The reference compiles ggml's CPU backend as elelem does, with elelem_amx.h forced in
+  # (tools/reference/CMakeLists.txt); a build configured without it would compute other bits
+  # on an AMX CPU, or crash there.
+  def check_forced_header(dir)
+    flags = Dir[File.join(dir, "llama.cpp", "ggml", "src", "CMakeFiles", "ggml-cpu*.dir", "flags.make")]
+    missing = flags.reject { |file| File.read(file).include?("elelem_amx.h") }
+    return if flags.any? && missing.empty?
+
+    raise "#{dir}: ggml's CPU backend is configured without elelem_amx.h " \
+          "(#{flags.empty? ? "no ggml-cpu flags.make" : missing.join(", ")}): remove #{dir} and build again"
   end
 
   def run(*args)

@@ -61,12 +61,18 @@ const CPU_SOURCES: &[&str] = &[
 ];
 
 include!("src/variants.rs");
+include!("cpu_patches.rs");
 
 fn main() {
     let ggml = ggml_dir();
     let src = ggml.join("src");
-    let cpu = src.join("ggml-cpu");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let cpu = patched_cpu_dir(&ggml, &out);
+    fs::write(
+        out.join("cpu_patches.rs"),
+        format!("/// The op-param slot that fixes a flash attention's KV chunks (build.rs, cpu_patches.rs).\npub const FA_CHUNKS_OP_PARAM: usize = {FA_CHUNKS_OP_PARAM};\n"),
+    )
+    .unwrap();
     let target_arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap();
     let isa_list = variant_isa(&target_arch)
         .unwrap_or_else(|| panic!("ggml-sys: no CPU backend sources wired up for target arch {target_arch}"));
@@ -128,6 +134,7 @@ fn main() {
     println!("cargo:rustc-env=ELELEM_GGML_VERSION={version}");
     println!("cargo:rustc-env=ELELEM_GGML_SOURCE_DIR={}", ggml.display());
     println!("cargo:rustc-env=ELELEM_GGML_CPU_FLAGS={cpu_flags}");
+    println!("cargo:rustc-env=ELELEM_GGML_FORCED_INCLUDE={}", forced_include());
     println!("cargo:rustc-env=ELELEM_GGML_COMPILER={compiler_version}");
     println!("cargo:rustc-env=ELELEM_GGML_ISA={}", isa.join(" "));
     println!("cargo:rustc-check-cfg=cfg(ggml_backend_dl)");
@@ -144,6 +151,7 @@ fn main() {
     println!("cargo:rerun-if-changed=native/miniaudio_decode.c");
     println!("cargo:rerun-if-changed=include/elelem_rpc_client.h");
     println!("cargo:rerun-if-changed=src/variants.rs");
+    println!("cargo:rerun-if-changed=cpu_patches.rs");
     println!("cargo:rerun-if-changed=build_vulkan.rs");
     for var in [
         "ELELEM_GGML_DIR",
@@ -319,7 +327,7 @@ fn build_variants(
     }
     link_shared(&lib_dir, BASE_LIBRARY, &objects, &[], openmp);
 
-    let cpu = ggml.join("src").join("ggml-cpu");
+    let cpu = out.join("ggml-cpu");
     let mut built = Vec::new();
     for spec in variants {
         let (flags, defines) = isa_list.flags(spec);
@@ -495,7 +503,7 @@ fn compiler(ggml: &Path, out: &Path, cpp: bool, cpu_flags: &[String], openmp: bo
         .pic(true)
         .include(ggml.join("include"))
         .include(ggml.join("src"))
-        .include(ggml.join("src/ggml-cpu"))
+        .include(out.join("ggml-cpu"))
         .include(out)
         .define("NDEBUG", None)
         .define("_XOPEN_SOURCE", "600")
@@ -503,8 +511,7 @@ fn compiler(ggml: &Path, out: &Path, cpp: bool, cpu_flags: &[String], openmp: bo
         .define("GGML_SCHED_MAX_COPIES", "4")
         .define("GGML_USE_CPU_REPACK", None)
         .define("GGML_USE_LLAMAFILE", None)
-        .flag("-include")
-        .flag(amx_header().to_str().unwrap());
+        .flag(forced_include());
     for flag in cpu_flags {
         build.flag(flag);
     }
@@ -585,8 +592,11 @@ fn collect_sources(dir: &Path, text: &mut String) {
 }
 
 /// The header that makes ggml's AMX code correct under every compiler (see its comment).
-fn amx_header() -> PathBuf {
-    Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap()).join("include/elelem_amx.h")
+/// `-include` of `include/elelem_amx.h`, as every ggml source is compiled (the AMX check,
+/// tests/amx_tile_config.rs, compiles with it too: `ELELEM_GGML_FORCED_INCLUDE`).
+fn forced_include() -> String {
+    let header = Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap()).join("include/elelem_amx.h");
+    format!("-include{}", header.display())
 }
 
 fn env_flag(name: &str) -> bool {

@@ -13,7 +13,7 @@
  * configuration (ggml loads it once per thread). Linux grants the permission per
  * process, so this only repeats the main thread's request; it keeps threads working
  * under a kernel that wants it per thread. elelem checks the process-wide permission
- * before it places any weight in ggml's AMX buffer (ggml-sys/src/amx.rs).
+ * before it places any weight in ggml's AMX buffer (ggml-sys/src/cpu.rs, `amx_refusal`).
  */
 #ifndef ELELEM_AMX_H
 #define ELELEM_AMX_H

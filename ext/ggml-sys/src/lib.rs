@@ -52,6 +52,7 @@ pub struct BuiltVariant {
 }
 
 include!(concat!(env!("OUT_DIR"), "/built_variants.rs"));
+include!(concat!(env!("OUT_DIR"), "/cpu_patches.rs"));
 
 #[allow(dead_code)]
 mod variants {

@@ -1,9 +1,10 @@
 //! A pass gives the same bits on any number of threads, which lets a context run on
 //! fewer of them while other work takes the cores (`ContextParams::adaptive_threads`).
 //! ggml gives each thread whole rows of every op but one: a lone query's flash
-//! attention over 512 cells or more is split among the threads, and such a node keeps
-//! the configured count (`Graph::node_bits_depend_on_threads`, tested beside it). So these
-//! runs stay below 256 cells (a pass attends over the cells used, padded to 256):
+//! attention over 512 cells or more is split into chunks, which stay the configured
+//! count's on fewer threads (`Graph::fix_attention_chunks`, tested beside it; a context
+//! of fixed threads computes its own count's). So these runs, each a fixed count against
+//! another, stay below 256 cells (a pass attends over the cells used, padded to 256):
 //! prompts (many rows: the matrix kernels and tiled attention), lone decode steps, and
 //! passes over several sequences.
 
@@ -150,7 +151,7 @@ fn a_context_whose_cores_are_taken_runs_on_fewer_threads_with_the_same_bits() {
         let _busy = Spinners::start();
         run(true)
     };
-    // Over 256 cells a pass runs on one thread but its attention, which keeps two.
+    // Over 512 cells too a pass runs on one thread, its attention computing two chunks.
     for (what, range) in [("256 cells", 0..=256), ("512", 257..=u32::MAX)] {
         assert!(
             threads.iter().any(|&(cells, n)| range.contains(&cells) && n == 1),

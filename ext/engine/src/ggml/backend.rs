@@ -7,7 +7,7 @@ use std::time::Instant;
 use ggml_sys as sys;
 
 use super::device::{cpu, BufferType};
-use super::graph::{Graph, GraphArena};
+use super::graph::Graph;
 use super::threads::{free_cores, Governor, SchedStat};
 use crate::{Error, Result};
 
@@ -26,8 +26,6 @@ pub struct Backend {
     governor: Option<Governor>,
     /// How many threads the last graph ran on.
     last_threads: usize,
-    /// Room for the graphs of [`Backend::run_in_segments`], kept between passes.
-    segments: Option<GraphArena>,
     /// Whether graphs run on ggml's reference kernels (see [`Backend::use_reference_kernels`]).
     reference: bool,
     /// How hard the worker pool polls for the next graph (ggml's `poll`, 0 to 100).
@@ -85,7 +83,6 @@ impl Backend {
             attached: std::ptr::null_mut(),
             governor: None,
             last_threads: n_threads,
-            segments: None,
             reference: false,
             poll: unsafe { sys::ggml_threadpool_params_default(n_threads as i32) }.poll,
         })
@@ -116,7 +113,7 @@ impl Backend {
     }
 
     /// Lets the thread count follow how many cores the machine gives the computing
-    /// thread (see [`crate::ggml::threads`]), for every graph whose result does not depend on it.
+    /// thread (see [`crate::ggml::threads`]); the results stay those of `n_threads`.
     pub fn adapt_threads(&mut self) {
         if self.n_threads > 1 && SchedStat::of_this_thread().is_some() {
             self.governor = Some(Governor::new(self.n_threads));
@@ -207,45 +204,16 @@ impl Backend {
             return self.run(graph, self.n_threads);
         };
         let n_threads = governor.threads();
+        // On fewer threads, a split flash attention computes the configured count's chunks.
+        graph.fix_attention_chunks(self.n_threads);
         let (start, before) = (Instant::now(), SchedStat::of_this_thread());
-        let result = if n_threads < self.n_threads && !self.reference && graph.bits_depend_on_threads() {
-            self.run_in_segments(graph, n_threads)
-        } else {
-            self.run(graph, n_threads)
-        };
+        let result = self.run(graph, n_threads);
         if let (Some(governor), Some(before), Some(after)) =
             (self.governor.as_mut(), before, SchedStat::of_this_thread())
         {
             let now = Instant::now();
             governor.record(now - start, after.waited.saturating_sub(before.waited), now, free_cores);
         }
-        result
-    }
-
-    /// Runs `graph` on `n_threads` threads but its nodes whose bits depend on the thread
-    /// count, which run on all of them: the graph in runs of consecutive nodes of either
-    /// kind, each a graph of its own over the same (allocated) tensors.
-    fn run_in_segments(&mut self, graph: &Graph, n_threads: usize) -> Result<()> {
-        let n_nodes = graph.n_nodes();
-        let mut arena = match self.segments.take() {
-            Some(arena) if arena.max_nodes >= n_nodes as usize => arena,
-            _ => GraphArena::new(n_nodes as usize),
-        };
-        let mut result = Ok(());
-        let mut first = 0;
-        while first < n_nodes && result.is_ok() {
-            let pinned = graph.node_bits_depend_on_threads(first);
-            let last = (first + 1..n_nodes)
-                .find(|&i| graph.node_bits_depend_on_threads(i) != pinned)
-                .unwrap_or(n_nodes);
-            result = arena.graph().and_then(|segment| {
-                (first..last).for_each(|i| segment.add_node(graph.node(i)));
-                self.run(&segment, if pinned { self.n_threads } else { n_threads })
-            });
-            first = last;
-        }
-        self.segments = Some(arena);
-        self.last_threads = n_threads;
         result
     }
 
@@ -266,5 +234,57 @@ impl Drop for Backend {
     fn drop(&mut self) {
         unsafe { sys::ggml_backend_free(self.as_ptr()) }
         // The pool drops after the last backend that used it.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ggml::graph::{Gallocr, GraphArena};
+
+    /// The bits of a lone query's flash attention over 600 f32 cells (ggml splits it into
+    /// KV chunks), computed by a backend of `threads` threads, its chunks fixed when given.
+    fn split_attention(threads: usize, chunks: Option<usize>) -> Vec<u32> {
+        let n_kv = 600;
+        let mut arena = GraphArena::new(16);
+        let graph = arena.graph().unwrap();
+        let q = graph.input("q", sys::GGML_TYPE_F32, &[64, 1, 4, 1]);
+        let k = graph.input("k", sys::GGML_TYPE_F32, &[64, n_kv, 2, 1]);
+        let v = graph.input("v", sys::GGML_TYPE_F32, &[64, n_kv, 2, 1]);
+        let mask = graph.input("mask", sys::GGML_TYPE_F16, &[n_kv, 1, 1, 1]);
+        let out = graph.flash_attn(q, k, v, mask, 0.125, 0.0, None);
+        graph.expand(out);
+        if let Some(n) = chunks {
+            graph.fix_attention_chunks(n);
+        }
+        let mut backend = Backend::cpu(threads).unwrap();
+        let mut alloc = Gallocr::new(backend.default_buft()).unwrap();
+        alloc.alloc(&graph).unwrap();
+        let mut state = 12345u32;
+        let mut floats = |n: i64| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    state = state.wrapping_mul(1664525).wrapping_add(1013904223);
+                    (state >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+                })
+                .collect()
+        };
+        q.write(&floats(64 * 4));
+        k.write(&floats(64 * n_kv * 2));
+        v.write(&floats(64 * n_kv * 2));
+        mask.write(&vec![0u16; n_kv as usize]); // f16 zeros: every cell seen
+        backend.compute(&graph).unwrap();
+        let mut result = vec![0.0f32; 64 * 4];
+        out.read_f32(0, &mut result);
+        result.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn a_split_flash_attention_has_the_bits_of_its_chunks_on_any_thread_count() {
+        let two = split_attention(2, None);
+        assert_eq!(split_attention(1, Some(2)), two, "one thread computing two chunks");
+        assert_eq!(split_attention(2, Some(2)), two, "two threads, a chunk each");
+        // One chunk rounds otherwise: what the fixed count keeps.
+        assert_ne!(split_attention(1, None), two);
     }
 }

@@ -198,38 +198,22 @@ impl Graph {
         })
     }
 
-    /// Whether the CPU backend's result depends on its thread count (see
-    /// [`Graph::node_bits_depend_on_threads`]).
-    pub fn bits_depend_on_threads(&self) -> bool {
-        (0..self.n_nodes()).any(|i| self.node_bits_depend_on_threads(i))
-    }
-
-    /// Whether node `i`'s result depends on the CPU backend's thread count: ggml splits
-    /// the cells of a lone query's flash attention among its threads when they are many
-    /// (ggml-cpu's `ggml_compute_forward_flash_attn_ext_f16`, `use_split_kv_path`);
-    /// every other op gives each thread whole rows.
-    pub fn node_bits_depend_on_threads(&self, i: i32) -> bool {
-        let node = unsafe { &*self.node(i) };
-        if node.op != sys::GGML_OP_FLASH_ATTN_EXT {
-            return false;
+    /// Fixes how many KV chunks ggml's CPU backend splits a lone query's flash attention
+    /// over ≥ 512 f16 or f32 cells into (ggml-cpu's `use_split_kv_path`), whose bits depend
+    /// on the chunks: `n_chunks`, however many threads compute them (ggml-sys's
+    /// `cpu_patches.rs`; ggml's own is one chunk per thread). Every other op gives each
+    /// thread whole rows, so the graph then has the bits of `n_chunks` threads on any count.
+    pub fn fix_attention_chunks(&self, n_chunks: usize) {
+        for i in 0..self.n_nodes() {
+            let node = unsafe { &mut *self.node(i) };
+            if node.op == sys::GGML_OP_FLASH_ATTN_EXT {
+                node.op_params[sys::FA_CHUNKS_OP_PARAM] = n_chunks as i32;
+            }
         }
-        let [q, k, v] = [0, 1, 2].map(|j| unsafe { &*node.src[j] });
-        let float = |t: &sys::ggml_tensor| t.type_ == sys::GGML_TYPE_F16 || t.type_ == sys::GGML_TYPE_F32;
-        q.ne[1] == 1
-            && q.ne[3] == 1
-            && q.type_ == sys::GGML_TYPE_F32
-            && float(k)
-            && k.type_ == v.type_
-            && k.ne[1] >= 512
     }
 
     pub(super) fn node(&self, i: i32) -> *mut sys::ggml_tensor {
         unsafe { sys::ggml_graph_node(self.graph, i) }
-    }
-
-    /// Appends a node of another graph (a segment of it, computed on its own).
-    pub(super) fn add_node(&self, node: *mut sys::ggml_tensor) {
-        unsafe { sys::ggml_graph_add_node(self.graph, node) }
     }
 
     pub fn expand(&self, t: Tensor) {
@@ -911,33 +895,6 @@ impl Graph {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A graph of one flash attention: `n_q` queries over `n_kv` cells stored as `kv`.
-    fn attention(n_q: i64, n_kv: i64, kv: sys::ggml_type) -> bool {
-        let mut arena = GraphArena::new(16);
-        let graph = arena.graph().unwrap();
-        let q = graph.input("q", sys::GGML_TYPE_F32, &[64, n_q, 4, 1]);
-        let k = graph.input("k", kv, &[64, n_kv, 2, 1]);
-        let v = graph.input("v", kv, &[64, n_kv, 2, 1]);
-        let mask = graph.input("mask", sys::GGML_TYPE_F16, &[n_kv, n_q, 1, 1]);
-        graph.expand(graph.flash_attn(q, k, v, mask, 0.125, 0.0, None));
-        graph.bits_depend_on_threads()
-    }
-
-    #[test]
-    fn only_a_lone_querys_flash_attention_over_512_float_cells_depends_on_threads() {
-        assert!(attention(1, 512, sys::GGML_TYPE_F16));
-        assert!(attention(1, 4096, sys::GGML_TYPE_F32));
-        assert!(!attention(1, 511, sys::GGML_TYPE_F16));
-        assert!(!attention(2, 512, sys::GGML_TYPE_F16));
-        assert!(!attention(1, 4096, sys::GGML_TYPE_Q8_0));
-        let mut arena = GraphArena::new(16);
-        let graph = arena.graph().unwrap();
-        let w = graph.input("w", sys::GGML_TYPE_F32, &[64, 64]);
-        let x = graph.input("x", sys::GGML_TYPE_F32, &[64, 1]);
-        graph.expand(graph.mul_mat(w, x));
-        assert!(!graph.bits_depend_on_threads());
-    }
 
     #[test]
     fn an_input_no_node_reads_gets_no_memory_and_writing_it_is_skipped() {

@@ -24,10 +24,12 @@
 //! queue leaves free when it is made, so a short run on a busy machine does not spend its
 //! first passes finding out. On a quiet machine the share is ~0 and nothing changes.
 //!
-//! The thread count never changes a result but in one place: ggml splits a lone
-//! query's flash attention over ≥ 512 cells among its threads, so such a node runs on
-//! the configured count, and the rest of its pass on fewer, a graph of its own for each
-//! run of nodes (see [`crate::ggml::Graph::node_bits_depend_on_threads`]).
+//! The thread count never changes a result. ggml gives each thread whole rows of every
+//! op but one: a lone query's flash attention over ≥ 512 cells is split into a chunk of
+//! cells per thread. There the chunks stay those of the configured count on fewer
+//! threads, each thread computing its share of them in turn
+//! ([`crate::ggml::Graph::fix_attention_chunks`]), so that node too runs on the
+//! governor's count and no barrier waits for a thread the cores cannot run.
 
 use std::time::{Duration, Instant};
 
@@ -60,6 +62,11 @@ pub fn available_cpus() -> usize {
             return count as usize;
         }
     }
+    online_cpus()
+}
+
+/// The CPUs online in the machine.
+fn online_cpus() -> usize {
     // SAFETY: sysconf reads a value and has no other effect.
     let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     usize::try_from(online).ok().filter(|&n| n > 0).unwrap_or(1)
@@ -74,10 +81,16 @@ fn runnable_threads() -> Option<usize> {
 }
 
 /// How many cores the other runnable threads of the machine leave free now, the
-/// caller's counted as free (it is the one asking); `None` where the kernel does not say.
+/// caller's counted as free (it is the one asking); `None` where the kernel does not say,
+/// or where this process may run on fewer CPUs than the machine has (`taskset`, a cpuset
+/// container): the run queue counts threads on CPUs it cannot use.
 pub fn free_cores() -> Option<usize> {
+    let cpus = available_cpus();
+    if cpus < online_cpus() {
+        return None;
+    }
     let others = runnable_threads()?.saturating_sub(1);
-    Some(available_cpus().saturating_sub(others))
+    Some(cpus.saturating_sub(others))
 }
 
 /// The thread count of the next passes, from how the last ones were scheduled.
@@ -346,6 +359,33 @@ mod tests {
         if let Some(n) = runnable_threads() {
             assert!(n >= 1);
             assert!(free_cores().is_some_and(|free| free <= available_cpus()));
+        }
+    }
+
+    #[test]
+    fn a_thread_kept_to_fewer_cpus_than_the_machine_has_is_told_nothing_by_the_run_queue() {
+        if online_cpus() < 2 || runnable_threads().is_none() {
+            return; // One CPU: no set is narrower than the machine.
+        }
+        // SAFETY: the sets are plain data; this test thread's own mask, restored below.
+        unsafe {
+            let mut all: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(
+                libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut all),
+                0
+            );
+            let first = (0..libc::CPU_SETSIZE as usize)
+                .find(|&cpu| libc::CPU_ISSET(cpu, &all))
+                .unwrap();
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(first, &mut one);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one),
+                0
+            );
+            let (cpus, free) = (available_cpus(), free_cores());
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &all);
+            assert_eq!((cpus, free), (1, None));
         }
     }
 
