@@ -189,6 +189,35 @@ pub fn amx_refusal_given(
         .map(|e| format!("Linux refused this process the AMX tile-data permission (arch_prctl: {e})"))
 }
 
+/// In a variants build, why the variant loaded runs without AMX although the CPU reports
+/// AMX-INT8 and a variant with AMX was built (`sapphirerapids`): the operating system or a
+/// hypervisor hides the tile state (XCR0), so the chooser refused that variant. `None` in a
+/// source build (its AMX is [`amx_refusal`]'s), on a CPU without AMX, or with AMX in use.
+pub fn amx_variant_passed_over() -> Option<String> {
+    let loaded = load().ok()?.variant?;
+    #[cfg(target_arch = "x86_64")]
+    let (cpuid, os_enabled) = x86::amx_support();
+    #[cfg(not(target_arch = "x86_64"))]
+    let (cpuid, os_enabled) = (false, false);
+    amx_passed_over(loaded, crate::BUILT_VARIANTS, cpuid, os_enabled)
+}
+
+/// [`amx_variant_passed_over`] from its facts: the variant loaded, those built, CPUID's
+/// AMX-INT8 bit and XCR0's tile bits.
+pub fn amx_passed_over(loaded: &BuiltVariant, built: &[BuiltVariant], cpuid: bool, os_enabled: bool) -> Option<String> {
+    let has_amx = |v: &&BuiltVariant| v.features.contains(&"AMX_INT8");
+    let with_amx = built.iter().find(has_amx)?;
+    if !cpuid || has_amx(&loaded) {
+        return None;
+    }
+    // No permission is asked: no variant with AMX runs.
+    let reason = amx_refusal_given(cpuid, os_enabled, || Ok(()))?;
+    Some(format!(
+        "ggml's AMX kernels are built in (the {} variant), but {reason}; the {} variant runs instead",
+        with_amx.name, loaded.name
+    ))
+}
+
 /// The features of `variant` missing from `have`.
 pub fn missing<'a>(variant: &'a BuiltVariant, have: &[&str]) -> Vec<&'a str> {
     variant.features.iter().copied().filter(|f| !have.contains(f)).collect()
@@ -466,6 +495,30 @@ mod tests {
 
     fn ggml_like_score(v: &BuiltVariant) -> i32 {
         1 + v.features.len() as i32
+    }
+
+    #[test]
+    fn a_variant_with_amx_passed_over_because_the_tile_state_is_hidden_is_named() {
+        const BUILT: &[BuiltVariant] = &[v("zen4", &["AVX512"]), v("sapphirerapids", &["AVX512", "AMX_INT8"])];
+        let (zen4, spr) = (&BUILT[0], &BUILT[1]);
+        let hidden = amx_passed_over(zen4, BUILT, true, false).unwrap();
+        assert!(
+            hidden.contains("the sapphirerapids variant") && hidden.contains("XCR0"),
+            "{hidden}"
+        );
+        assert!(hidden.ends_with("the zen4 variant runs instead"), "{hidden}");
+        assert_eq!(amx_passed_over(zen4, BUILT, false, false), None, "a CPU without AMX");
+        assert_eq!(
+            amx_passed_over(zen4, BUILT, true, true),
+            None,
+            "zen4 forced on an AMX CPU"
+        );
+        assert_eq!(amx_passed_over(spr, BUILT, true, true), None, "AMX in use");
+        assert_eq!(
+            amx_passed_over(zen4, &BUILT[..1], true, false),
+            None,
+            "no AMX variant built"
+        );
     }
 
     #[test]

@@ -310,6 +310,8 @@ pub(super) fn cpu() -> Result<&'static Cpu> {
             eprintln!(
                 "elelem: warning: ggml's AMX kernels are built in, but {reason}; matrix products use AVX-512 instead"
             );
+        } else if let Some(why) = sys::cpu::amx_variant_passed_over() {
+            eprintln!("elelem: warning: {why}");
         }
         let required = |name: &CStr| {
             let p = proc_(name);
