@@ -5,7 +5,7 @@
 // either computes its bits or concerns only elelem.
 
 /// The int32 slot of a `FLASH_ATTN_EXT` node's op params that fixes how many KV chunks
-/// ggml's split path computes (0: one per thread, as ggml does). ggml itself uses slots 0-3.
+/// ggml's split path computes (0: one per thread, as ggml does). ggml itself uses slots 0-4.
 const FA_CHUNKS_OP_PARAM: usize = 15;
 
 struct CpuPatch {
