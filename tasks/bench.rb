@@ -278,27 +278,37 @@ module Bench
 
   # The rows of one load: decode rates of every side, each rep in turn.
   def load_rows(sides, load)
-    samples = Array.new(reps) { sides.transform_values { |side| side.decode_rate(TG_DEPTH) } }
-    rate = ->(name) { median(samples.map { |sample| sample[name] }) }
+    samples = contended_samples(sides, sides.keys)
+    rate = median_rates(samples)
     label = "tg#{TG_DEPTH} t/s, load #{load}"
     [{ "metric" => label, "elelem" => rate[:default], "llama.cpp" => rate[:peer] },
      { "metric" => "#{label}, fixed threads", "elelem" => rate[:fixed], "llama.cpp" => rate[:peer] },
      { "metric" => "#{label}, 1 thread", "elelem" => rate[:one], "llama.cpp" => rate[:peer_one] },
-     { "metric" => "default ÷ 1 thread, load #{load} (elelem)",
-       "elelem" => median(samples.map { |sample| sample[:default] / sample[:one] }) }]
+     { "metric" => "default ÷ 1 thread, load #{load} (elelem)", "elelem" => default_over_one(samples) }]
   end
 
   # Decode at depth, where a lone query's flash attention is split into chunks of cells:
   # on fewer threads than configured, each computes its share of the configured count's.
   def contended_depth_rows(sides, load, depth)
-    samples = Array.new(reps) { %i[default one peer].to_h { |name| [name, sides[name].decode_rate(TG_DEPTH, depth:)] } }
-    rate = ->(name) { median(samples.map { |sample| sample[name] }) }
+    samples = contended_samples(sides, %i[default one peer], depth:)
+    rate = median_rates(samples)
     label = "tg#{TG_DEPTH}@#{depth} t/s, load #{load}"
     [{ "metric" => label, "elelem" => rate[:default], "llama.cpp" => rate[:peer] },
      { "metric" => "#{label}, 1 thread", "elelem" => rate[:one] },
      { "metric" => "default ÷ 1 thread at depth #{depth}, load #{load} (elelem)",
-       "elelem" => median(samples.map { |sample| sample[:default] / sample[:one] }) }]
+       "elelem" => default_over_one(samples) }]
   end
+
+  # Each repetition decodes on the sides named, one after another under the same load.
+  # @return [Array<Hash{Symbol => Float}>] t/s by side, one hash per repetition
+  def contended_samples(sides, names, depth: 0)
+    Array.new(reps) { names.to_h { |name| [name, sides[name].decode_rate(TG_DEPTH, depth:)] } }
+  end
+
+  def median_rates(samples) = samples.first.keys.to_h { |name| [name, median(samples.map { |sample| sample[name] })] }
+
+  # Each repetition's own ratio (the two measured back to back), then the median.
+  def default_over_one(samples) = median(samples.map { |sample| sample[:default] / sample[:one] })
 
   # Both engines, opened and warmed, in each thread setting of the contended rows.
   def with_contenders(path, threads)

@@ -67,12 +67,8 @@ fn main() {
     let ggml = ggml_dir();
     let src = ggml.join("src");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
-    let cpu = patched_cpu_dir(&ggml, &out);
-    fs::write(
-        out.join("cpu_patches.rs"),
-        format!("/// The op-param slot that fixes a flash attention's KV chunks (build.rs, cpu_patches.rs).\npub const FA_CHUNKS_OP_PARAM: usize = {FA_CHUNKS_OP_PARAM};\n"),
-    )
-    .unwrap();
+    patch_cpu_backend(&ggml, &out);
+    let cpu = patched_cpu_dir(&out);
     let target_arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap();
     let isa_list = variant_isa(&target_arch)
         .unwrap_or_else(|| panic!("ggml-sys: no CPU backend sources wired up for target arch {target_arch}"));
@@ -327,7 +323,7 @@ fn build_variants(
     }
     link_shared(&lib_dir, BASE_LIBRARY, &objects, &[], openmp);
 
-    let cpu = out.join("ggml-cpu");
+    let cpu = patched_cpu_dir(out);
     let mut built = Vec::new();
     for spec in variants {
         let (flags, defines) = isa_list.flags(spec);
@@ -503,7 +499,7 @@ fn compiler(ggml: &Path, out: &Path, cpp: bool, cpu_flags: &[String], openmp: bo
         .pic(true)
         .include(ggml.join("include"))
         .include(ggml.join("src"))
-        .include(out.join("ggml-cpu"))
+        .include(patched_cpu_dir(out))
         .include(out)
         .define("NDEBUG", None)
         .define("_XOPEN_SOURCE", "600")
@@ -591,8 +587,8 @@ fn collect_sources(dir: &Path, text: &mut String) {
     }
 }
 
-/// The header that makes ggml's AMX code correct under every compiler (see its comment).
-/// `-include` of `include/elelem_amx.h`, as every ggml source is compiled (the AMX check,
+/// `-include` of `include/elelem_amx.h`, the header that makes ggml's AMX code correct
+/// under every compiler (see its comment), as every ggml source is compiled (the AMX check,
 /// tests/amx_tile_config.rs, compiles with it too: `ELELEM_GGML_FORCED_INCLUDE`).
 fn forced_include() -> String {
     let header = Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap()).join("include/elelem_amx.h");

@@ -84,10 +84,24 @@ fn cpu_patches() -> Vec<CpuPatch> {
     ]
 }
 
-/// Copies `ggml/src/ggml-cpu` to `out/ggml-cpu` with [`cpu_patches`] applied, and returns it.
-fn patched_cpu_dir(ggml: &Path, out: &Path) -> PathBuf {
+/// Where the patched copy of ggml's CPU backend is, in `OUT_DIR`.
+fn patched_cpu_dir(out: &Path) -> PathBuf {
+    out.join("ggml-cpu")
+}
+
+/// Copies `ggml/src/ggml-cpu` to [`patched_cpu_dir`] with [`cpu_patches`] applied, and
+/// writes `out/cpu_patches.rs`, which gives the crate [`FA_CHUNKS_OP_PARAM`].
+fn patch_cpu_backend(ggml: &Path, out: &Path) {
+    fs::write(
+        out.join("cpu_patches.rs"),
+        format!(
+            "/// The op-param slot that fixes a flash attention's KV chunks (ggml-sys's cpu_patches.rs).\n\
+             pub const FA_CHUNKS_OP_PARAM: usize = {FA_CHUNKS_OP_PARAM};\n"
+        ),
+    )
+    .unwrap();
     let from = ggml.join("src").join("ggml-cpu");
-    let dir = out.join("ggml-cpu");
+    let dir = patched_cpu_dir(out);
     copy_tree(&from, &dir);
     for patch in cpu_patches() {
         let path = dir.join(patch.file);
@@ -101,7 +115,6 @@ fn patched_cpu_dir(ggml: &Path, out: &Path) -> PathBuf {
         );
         fs::write(&path, text.replacen(patch.from, &patch.to, 1)).unwrap();
     }
-    dir
 }
 
 fn copy_tree(from: &Path, to: &Path) {

@@ -26,8 +26,6 @@ pub struct Backend {
     governor: Option<Governor>,
     /// How many threads the last graph ran on.
     last_threads: usize,
-    /// Whether graphs run on ggml's reference kernels (see [`Backend::use_reference_kernels`]).
-    reference: bool,
     /// How hard the worker pool polls for the next graph (ggml's `poll`, 0 to 100).
     poll: u32,
 }
@@ -83,7 +81,6 @@ impl Backend {
             attached: std::ptr::null_mut(),
             governor: None,
             last_threads: n_threads,
-            reference: false,
             poll: unsafe { sys::ggml_threadpool_params_default(n_threads as i32) }.poll,
         })
     }
@@ -108,7 +105,6 @@ impl Backend {
             .set_use_ref
             .ok_or_else(|| Error::Cpu("ggml's CPU backend has no ggml_backend_cpu_set_use_ref".into()))?;
         unsafe { set_use_ref(self.as_ptr(), true) };
-        self.reference = true;
         Ok(())
     }
 
