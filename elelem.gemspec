@@ -18,7 +18,7 @@ Gem::Specification.new do |spec|
   # vendor/ggml is git-ignored (fetched by `rake vendor`) but shipped in the gem, so
   # installing a built gem needs no network for ggml: files are globbed, not git-listed.
   spec.files = Dir[
-    "lib/**/*.rb", "exe/*", "ext/elelem/*.rb", "ext/*/Cargo.toml", "ext/*/build.rs", "ext/*/wrapper.h",
+    "lib/**/*.rb", "exe/*", "ext/elelem/*.rb", "ext/*/Cargo.toml", "ext/*/*.{rs,md}", "ext/*/wrapper.h",
     "ext/*/include/*.h", "ext/*/native/*", "ext/*/layouts.hpp", "ext/*/src/**/*.rs", "vendor/ggml/**/*",
     "Cargo.toml", "Cargo.lock",
     "README.md", "CHANGELOG.md", "LICENSE", "docs/*.md"
