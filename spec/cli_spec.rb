@@ -51,6 +51,17 @@ RSpec.describe Elelem::CLI do
     expect(run("serve", "--port", "eighty")[2]).to eq("elelem: invalid argument: --port eighty\n")
   end
 
+  it "says how to get Puma when serve cannot load it, before opening a model" do
+    runner = Elelem::Server::Runner
+    allow(runner).to receive(:require).and_call_original
+    allow(runner).to receive(:require).with("puma").and_raise(LoadError, "cannot load such file -- puma")
+    expect(Elelem).not_to receive(:open)
+    expect(run("serve", "-m", SpecModels.canary)).to eq(
+      [1, "", "elelem: serving runs on Puma, which this Ruby cannot load (cannot load such file -- puma): " \
+              "`gem install puma`, or Debian's `apt install puma`\n"]
+    )
+  end
+
   it "embeds texts given or piped in, one JSON array a line, with all-MiniLM-L6-v2 by default" do
     texts = ["hello world", "a second text"]
     status, out, = run("embed", "-t", "2", *texts)

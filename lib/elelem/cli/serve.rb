@@ -20,6 +20,7 @@ module Elelem
       return if opts.nil?
 
       no_arguments(rest)
+      Server::Runner.load_puma # before a model takes its time to open
       # One model is opened at once and kept, as before; several are a pool's, opened on first use.
       served = several_models?(opts) ? model_pool(opts) : open_model(opts)
       begin

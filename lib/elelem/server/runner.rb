@@ -13,6 +13,18 @@ module Elelem
       # Seconds a stop waits for replies in flight before interrupting them.
       SHUTDOWN_GRACE = 3
 
+      # Loads Puma, which the gem does not depend on (installing it must need no gem).
+      # @return [void]
+      # @raise [Elelem::Error] when this Ruby cannot load Puma, saying how to get it
+      def self.load_puma
+        require "puma"
+        require "puma/configuration"
+        require "puma/launcher"
+      rescue ::LoadError => e
+        raise Elelem::Error, "serving runs on Puma, which this Ruby cannot load (#{e.message}): " \
+                             "`gem install puma`, or Debian's `apt install puma`"
+      end
+
       # @param server [Server] the application
       # @param host [String] the address to listen on
       # @param port [Integer] the TCP port
@@ -41,9 +53,7 @@ module Elelem
       # @yield once listening (in cluster mode: once every worker has booted)
       # @return [void]
       def run(&on_listening)
-        require "puma"
-        require "puma/configuration"
-        require "puma/launcher"
+        self.class.load_puma
         events = ::Puma::Events.new(@out, @err)
         events.on_booted(&on_listening) if on_listening
         events.register(:state) { |state| end_streams_later if state == :stop }
