@@ -96,6 +96,15 @@ RSpec.describe Elelem::CLI do
     expect(out.lines[1]).to include("Ada")
   end
 
+  it "reads plain lines at a terminal where Reline does not load (a Gemfile without it, from Ruby 4.0)" do
+    terminal = ->(io) { io.tap { |i| i.define_singleton_method(:tty?) { true } } }
+    out = terminal.call(StringIO.new)
+    chat = Elelem::CLI::Chat.new(nil, [out, StringIO.new, terminal.call(StringIO.new("hello\n"))], generation: {})
+    allow(chat).to receive(:require).with("reline").and_raise(LoadError, "cannot load such file -- reline")
+    expect(chat.send(:read_line)).to eq("hello\n")
+    expect(out.string).to eq("> ")
+  end
+
   it "takes /reset, /system and /quit in a chat instead of sending them to the model" do
     input = "My name is Ada.\n/reset\n/system Answer in French.\n/help\nWhat is my name?\n/quit\nnever read\n"
     status, out, err = run("chat", "-m", SpecModels.path("qwen2.5-coder-0.5b"), "-n", "16", "--temp", "0",

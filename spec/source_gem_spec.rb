@@ -3,11 +3,18 @@
 require "spec_helper"
 require "open3"
 
-# `gem install elelem` builds the source gem wherever no platform gem fits. Its files are
-# globbed, not git-listed (vendor/ggml ships but is not tracked), so a file a crate starts
-# to need can be left out of it, and only a fresh install notices: cargo fails in the
-# build script. The install itself takes a full release build, so this checks the list.
+# What `gem install elelem` gets where no platform gem fits: the source gem, built on the
+# user's machine, in whatever Ruby and Gemfile the user has.
 RSpec.describe "The source gem" do
+  # Libraries Ruby moved from its default gems to its bundled gems (3.4: base64 and others; 4.0: reline,
+  # logger and others, as Ruby's lib/bundled_gems.rb lists them). Under Bundler a Gemfile that does not name
+  # one hides it, and this gem depends on no gem.
+  moved_to_bundled_gems = %w[abbrev base64 bigdecimal csv drb getoptlong mutex_m nkf observer racc resolv-replace
+                             rinda syslog ostruct pstore benchmark logger rdoc win32ole irb reline readline fiddle]
+
+  # Its files are globbed, not git-listed (vendor/ggml ships but is not tracked), so a file a
+  # crate starts to need can be left out, and only a fresh install notices: cargo fails in the
+  # build script. The install itself takes a full release build, so this checks the list.
   it "ships every tracked file of lib/, exe/ and the crates, but the crates' tests and examples" do
     gem_files = Dir.chdir(ROOT) { Gem::Specification.load("elelem.gemspec").files }
     tracked, status = Open3.capture2("git", "-C", ROOT, "ls-files", "lib", "exe", "ext")
@@ -15,5 +22,17 @@ RSpec.describe "The source gem" do
     built_from = tracked.lines(chomp: true).grep_v(%r{\Aext/[^/]+/(tests|examples|benches)/})
     expect(built_from).not_to be_empty
     expect(built_from - gem_files).to eq([])
+  end
+
+  it "requires no library that newer Rubies took out of their default gems, but Reline where it may be missing" do
+    required = Dir[File.join(ROOT, "lib/**/*.rb"), File.join(ROOT, "exe/*")].flat_map do |file|
+      File.read(file).scan(%r{^\s*require\s+["']([^"'/]+)}).flatten.map do |lib|
+        "#{lib} (#{file.delete_prefix("#{ROOT}/")})"
+      end
+    end
+    expect(required.size).to be > 20
+    moved = required.select { |req| moved_to_bundled_gems.include?(req.split.first) }
+    # `elelem chat` edits lines with Reline at a terminal, and reads plain lines where it does not load.
+    expect(moved).to eq(["reline (lib/elelem/cli/chat.rb)"])
   end
 end

@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require "base64"
-
 module Elelem
   # Audio for prompts ({Model#generate}'s `audio:`, a conversation's audio parts): each
   # file's bytes, a WAV (16-bit PCM or 32-bit float), MP3 or FLAC file of any rate from 1 Hz
@@ -78,7 +76,7 @@ module Elelem
     # @return [String] binary
     # @raise [Elelem::AudioError] for invalid base64
     def base64(data)
-      Base64.strict_decode64(data)
+      data.unpack1("m0")
     rescue ArgumentError
       raise AudioError, "input_audio's data holds invalid base64"
     end

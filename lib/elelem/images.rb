@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require "base64"
-
 module Elelem
   # Images for prompts ({Model#generate}'s `images:`): each one's file bytes, which the
   # native side decodes (PNG, JPEG, WebP, or a GIF's first frame), preprocesses and
@@ -41,7 +39,7 @@ module Elelem
       match = uri.match(%r{\Adata:([\w.+-]+/[\w.+-]+)?(;[^,]*)?;base64,})
       raise ImageError, "an image's data URI must be base64 (data:image/png;base64,...)" unless match
 
-      Base64.strict_decode64(match.post_match)
+      match.post_match.unpack1("m0") # strict, as Base64.strict_decode64 (a bundled gem from Ruby 3.4)
     rescue ArgumentError
       raise ImageError, "an image's data URI holds invalid base64"
     end

@@ -63,15 +63,26 @@ module Elelem
       private
 
       def read_line
-        return plain_line unless @in.tty? && @out.tty?
+        return plain_line unless @in.tty? && @out.tty? && line_editor?
 
-        require "reline"
         Reline.input = @in
         Reline.output = @out
         Reline.readline("> ", true)
       rescue Interrupt
         @out.puts "^C"
         ""
+      end
+
+      # Reline is a bundled gem from Ruby 4.0, which a Gemfile without it hides: plain lines then.
+      def line_editor?
+        return @line_editor unless @line_editor.nil?
+
+        @line_editor = begin
+          require "reline"
+          true
+        rescue ::LoadError
+          false
+        end
       end
 
       def plain_line

@@ -113,7 +113,7 @@ module Elelem
         # Ollama's `images`: base64 Strings, as image parts ({ChatOptions.image}).
         def images(images, path)
           typed(images, path, Array).to_a.each_with_index.map do |image, i|
-            { "type" => "image", "image" => Base64.strict_decode64(typed(image, "#{path}[#{i}]", String)) }
+            { "type" => "image", "image" => typed(image, "#{path}[#{i}]", String).unpack1("m0") }
           rescue ArgumentError
             raise invalid("#{path}[#{i}] is not base64", "images")
           end
