@@ -2,6 +2,9 @@
 
 require "spec_helper"
 require "open3"
+require "shellwords"
+require "tmpdir"
+require "fileutils"
 
 # What `gem install elelem` gets where no platform gem fits: the source gem, built on the
 # user's machine, in whatever Ruby and Gemfile the user has.
@@ -34,5 +37,26 @@ RSpec.describe "The source gem" do
     moved = required.select { |req| moved_to_bundled_gems.include?(req.split.first) }
     # `elelem chat` edits lines with Reline at a terminal, and reads plain lines where it does not load.
     expect(moved).to eq(["reline (lib/elelem/cli/chat.rb)"])
+  end
+
+  # A gem installed under a folder whose name has a space (a Bundler path in "My Projects")
+  # compiles there; split, the scratch target's `rm -rf` would remove other folders.
+  it "writes a Makefile whose commands keep the gem's folder whole when its name has a space" do
+    Dir.mktmpdir do |dir|
+      root = File.join(dir, "elelem gem")
+      FileUtils.mkdir_p([File.join(root, "ext/elelem"), File.join(root, "vendor/ggml/include"), File.join(root, "b")])
+      FileUtils.touch(File.join(root, "vendor/ggml/include/ggml.h"))
+      FileUtils.cp(File.join(ROOT, "ext/elelem/extconf.rb"), File.join(root, "ext/elelem"))
+      _, err, status = Open3.capture3({ "CARGO_TARGET_DIR" => nil }, RbConfig.ruby, "../ext/elelem/extconf.rb",
+                                      chdir: File.join(root, "b"))
+      expect(status).to be_success, err
+      out, status = Open3.capture2("make", "-n", "install", "sitearchdir=x", chdir: File.join(root, "b"))
+      expect(status).to be_success
+      commands = out.gsub("\\\n", " ").lines.map { |line| Shellwords.split(line) }
+      cargo = commands.find { |words| words.include?("cargo") }
+      expect(cargo).to include("CARGO_TARGET_DIR=#{root}/target")
+      expect(cargo.each_cons(2)).to include(["--manifest-path", "#{root}/Cargo.toml"])
+      expect(commands.last).to eq(["rm", "-rf", "#{root}/target"])
+    end
   end
 end
