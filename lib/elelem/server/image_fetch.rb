@@ -61,7 +61,9 @@ module Elelem
 
       def parse(url)
         uri = URI.parse(url)
-        raise failed(url, "it is not an http(s) URL with a host") unless uri.is_a?(URI::HTTP) && uri.host
+        # `http:///x` has no host: nil up to Ruby 3.3, "" from 3.4 (its RFC 3986 parser), where
+        # Net::HTTP would then connect to this machine.
+        raise failed(url, "it is not an http(s) URL with a host") unless uri.is_a?(URI::HTTP) && !uri.host.to_s.empty?
 
         uri
       rescue URI::InvalidURIError => e
