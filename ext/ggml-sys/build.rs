@@ -613,6 +613,10 @@ fn generate_bindings(ggml: &Path, out: &Path) {
         .allowlist_function("ggml_.*|gguf_.*|elelem_rpc_.*")
         .allowlist_type("ggml_.*|gguf_.*")
         .allowlist_var("GGML_.*|GGUF_.*")
+        // `ggml_fopen` returns a FILE *, whose fields nothing here reads: opaque, the bindings
+        // do not depend on the C library's `struct _IO_FILE` (glibc 2.43's has a bitfield,
+        // whose accessors newer rustc warns about).
+        .opaque_type("_IO_FILE")
         .prepend_enum_name(false)
         .layout_tests(false)
         .derive_default(true)
