@@ -199,7 +199,8 @@ RSpec.describe "elelem serve" do
         .to eq("max_tokens")
       expect(error_of(@server.request("POST", "/v1/completions", "\xff\xfe"),
                       400)["type"]).to eq("invalid_request_error")
-      expect(raw("GARBAGE\r\n\r\n")).to start_with("HTTP/1.1 400") # Puma's own parser refuses it
+      # Puma's own parser refuses it: Puma 5.6 with a 400, Puma 6.6 by closing the half-closed connection.
+      expect(raw("GARBAGE\r\n\r\n")).to start_with("HTTP/1.1 400").or eq("")
       still_serving!
     end
 

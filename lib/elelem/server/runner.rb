@@ -2,7 +2,7 @@
 
 module Elelem
   class Server
-    # Runs a {Server} on Puma (5.6 and later, through its Ruby API: `Puma::Launcher`), in
+    # Runs a {Server} on Puma (5.6 to 8, through its Ruby API: `Puma::Launcher`), in
     # one process, or with `workers:` in Puma's cluster mode: the model is opened before
     # the workers fork, so they share its weights' pages. Puma is required here only, so
     # the gem itself needs no gem.
@@ -54,13 +54,22 @@ module Elelem
       # @return [void]
       def run(&on_listening)
         self.class.load_puma
-        events = ::Puma::Events.new(@out, @err)
-        events.on_booted(&on_listening) if on_listening
+        events, logging = puma_events
+        # Newer Pumas name on_booted after_booted (Puma 8 still takes on_booted, with a deprecation warning).
+        booted = events.respond_to?(:after_booted) ? :after_booted : :on_booted
+        events.public_send(booted, &on_listening) if on_listening
         events.register(:state) { |state| end_streams_later if state == :stop }
-        ::Puma::Launcher.new(configuration, events:).run
+        ::Puma::Launcher.new(configuration, events:, **logging).run
       end
 
       private
+
+      # Puma 6 moved the log's IOs from its Events into a LogWriter of their own.
+      def puma_events
+        return [::Puma::Events.new(@out, @err), {}] unless defined?(::Puma::LogWriter)
+
+        [::Puma::Events.new, { log_writer: ::Puma::LogWriter.new(@out, @err) }]
+      end
 
       # Puma waits for a stream's thread to end, and interrupts only threads in the
       # application's `call`: the streams are ended once the grace period is over.
